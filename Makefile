@@ -1,0 +1,61 @@
+# The two commands of the README:
+#   make run    install dependencies, build, fetch the default model and run the main job
+#   make test   install dependencies, build and run every test (plain, ASan, TSan, fuzz)
+# Everything else here is a step of those two.
+
+JOBS ?= 2
+BUILD ?= build
+CMAKE_FLAGS ?=
+MODEL ?= models/stories260K.gguf
+PROMPT ?= Once upon a time
+
+.PHONY: run test deps models build build-asan build-tsan build-fuzz test-plain test-asan test-tsan test-fuzz bench clean
+
+deps:
+	./scripts/install-deps.sh
+
+models:
+	./models/fetch.sh
+
+build: deps models
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j$(JOBS)
+
+run: build
+	./scripts/run-main.sh $(BUILD) $(MODEL)
+
+test-plain: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -LE "fuzz|tsan-only"
+
+# AddressSanitizer + UBSan over the layers that parse untrusted input and do the math.
+build-asan: deps models
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVSERVE_SANITIZE=address $(CMAKE_FLAGS)
+	cmake --build build-asan -j$(JOBS) --target kvserve_asan_tests
+
+test-asan: build-asan
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j$(JOBS) -L asan
+
+# ThreadSanitizer over the concurrent engine.
+build-tsan: deps models
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_SANITIZE=thread $(CMAKE_FLAGS)
+	cmake --build build-tsan -j$(JOBS) --target kvserve_tsan_tests
+
+test-tsan: build-tsan
+	cd build-tsan && ctest --output-on-failure -j$(JOBS) -L tsan
+
+# libFuzzer targets (clang), each run briefly.
+build-fuzz: deps models
+	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_FUZZ=ON $(CMAKE_FLAGS)
+	cmake --build build-fuzz -j$(JOBS) --target kvserve_fuzzers
+
+test-fuzz: build-fuzz
+	cd build-fuzz && ctest --output-on-failure -L fuzz
+
+test: test-plain test-asan test-tsan test-fuzz
+	@echo "make test: all suites passed"
+
+bench: build
+	./$(BUILD)/bench/kvserve-bench --model $(MODEL)
+
+clean:
+	rm -rf build build-asan build-tsan build-fuzz

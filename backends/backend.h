@@ -1,0 +1,72 @@
+// The Backend interface: one forward step over a batch of sequences.
+#ifndef KVSERVE_BACKENDS_BACKEND_H_
+#define KVSERVE_BACKENDS_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/kv_layout.h"
+#include "model/model.h"
+
+namespace kvserve::backends {
+
+// One sequence's part of a step: its new tokens and a view of its KV blocks.
+struct SequenceInput {
+  // New token ids, at positions [cached_tokens, cached_tokens + tokens.size()).
+  std::span<const int32_t> tokens;
+  // Positions already in the KV blocks (the backend reads them, never writes them).
+  int32_t cached_tokens = 0;
+  // KV blocks of this sequence, in position order, each KvLayout::block_bytes() long.
+  // Must cover every position up to cached_tokens + tokens.size(). The backend
+  // writes K/V of the new tokens into them. Memory belongs to the caller.
+  std::span<uint8_t* const> blocks;
+  // When false the LM head is skipped for this sequence and its logits row is left
+  // untouched (a prefill chunk that does not end the prompt).
+  bool want_logits = true;
+};
+
+struct Batch {
+  std::vector<SequenceInput> sequences;
+};
+
+struct BackendOptions {
+  // Worker threads for attention and kernels; 0 = all cores. OpenBLAS is limited to
+  // the same count so the two never oversubscribe the machine. Default: 0.
+  int threads = 0;
+};
+
+// Runs the model. A backend holds only scratch buffers and read-only weights; it owns
+// no KV memory. Threading: Forward is not reentrant — call it from one thread at a time
+// (the engine's step thread). Different Backend objects are independent.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  virtual const model::KvLayout& kv_layout() const = 0;
+
+  // Computes one step. For each sequence i: embeds its new tokens, and in every layer
+  // computes Q/K/V of the new tokens only, appends K/V into its blocks, attends
+  // causally over all cached plus new K/V, and runs the FFN; then, if want_logits,
+  // writes logits of its LAST new token to logits[i * vocab_size, (i+1) * vocab_size).
+  // `logits` must hold sequences.size() * vocab_size floats ([B, V]).
+  // Errors: INVALID_ARGUMENT when a sequence has no tokens, a token id is out of range,
+  // positions exceed the context length, or blocks do not cover the positions.
+  virtual absl::Status Forward(const Batch& batch, std::span<float> logits) = 0;
+};
+
+// Creates a backend by name ("reference" or "cpu_blas") for `model`, which must
+// outlive it. NOT_FOUND for an unknown name.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
+                                                       const model::Model& model,
+                                                       const model::KvLayout& kv_layout,
+                                                       const BackendOptions& options);
+
+}  // namespace kvserve::backends
+
+#endif  // KVSERVE_BACKENDS_BACKEND_H_

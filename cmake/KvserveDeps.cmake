@@ -1,0 +1,13 @@
+# Finds every third-party dependency. All come from Debian 12 packages
+# (scripts/install-deps.sh installs them).
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+find_package(absl CONFIG REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(GTest CONFIG REQUIRED)
+find_package(benchmark CONFIG REQUIRED)
+find_package(prometheus-cpp CONFIG REQUIRED)
+# Debian's gRPC ships no usable CMake config: use pkg-config.
+pkg_check_modules(GRPCPP REQUIRED IMPORTED_TARGET grpc++)
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)

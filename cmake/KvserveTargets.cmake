@@ -1,0 +1,78 @@
+# Helpers that give every kvserve target the same warnings, sanitizers and test wiring.
+
+set(KVSERVE_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers)
+
+if(KVSERVE_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+elseif(KVSERVE_SANITIZE STREQUAL "thread")
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+endif()
+
+if(KVSERVE_FUZZ)
+  # Coverage instrumentation for every library the fuzz targets link.
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
+# kvserve_library(NAME SRCS ... DEPS ...): a static library of our own code.
+function(kvserve_library name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SRCS})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  target_compile_options(${name} PRIVATE ${KVSERVE_WARNINGS})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+endfunction()
+
+# kvserve_binary(NAME SRCS ... DEPS ...): an executable of our own code.
+function(kvserve_binary name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SRCS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  target_compile_options(${name} PRIVATE ${KVSERVE_WARNINGS})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+endfunction()
+
+# kvserve_test(NAME SRCS ... DEPS ... [LABELS ...]): a GoogleTest binary registered with CTest.
+# Tests run from the build directory; KVSERVE_MODELS_DIR points at the fetched model files.
+function(kvserve_test name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS" ${ARGN})
+  kvserve_binary(${name} SRCS ${ARG_SRCS} DEPS ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES
+    ENVIRONMENT "KVSERVE_MODELS_DIR=${PROJECT_SOURCE_DIR}/models;KVSERVE_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+    LABELS "${ARG_LABELS}")
+  # Labels "asan" / "tsan" put the test into the sanitizer suites (make test-asan / test-tsan).
+  foreach(label IN LISTS ARG_LABELS)
+    set_property(GLOBAL APPEND PROPERTY KVSERVE_TESTS_${label} ${name})
+  endforeach()
+endfunction()
+
+# kvserve_fuzzer(NAME SRCS ... DEPS ... CORPUS dir): a libFuzzer target, built only with
+# KVSERVE_FUZZ=ON (clang). The test suite runs each briefly (see tests/CMakeLists.txt).
+function(kvserve_fuzzer name)
+  cmake_parse_arguments(ARG "" "CORPUS" "SRCS;DEPS" ${ARGN})
+  if(NOT KVSERVE_FUZZ)
+    return()
+  endif()
+  kvserve_binary(${name} SRCS ${ARG_SRCS} DEPS ${ARG_DEPS})
+  target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+  add_test(NAME ${name} COMMAND ${name} -max_total_time=20 -rss_limit_mb=2048 ${ARG_CORPUS})
+  set_tests_properties(${name} PROPERTIES LABELS "fuzz")
+  set_property(GLOBAL APPEND PROPERTY KVSERVE_TESTS_fuzz ${name})
+endfunction()
+
+# Aggregate targets that build just the tests of one suite: kvserve_asan_tests,
+# kvserve_tsan_tests, kvserve_fuzzers. Call once, after every add_subdirectory.
+function(kvserve_suite_targets)
+  foreach(pair "asan;kvserve_asan_tests" "tsan;kvserve_tsan_tests" "fuzz;kvserve_fuzzers")
+    list(GET pair 0 label)
+    list(GET pair 1 target)
+    get_property(members GLOBAL PROPERTY KVSERVE_TESTS_${label})
+    add_custom_target(${target})
+    if(members)
+      add_dependencies(${target} ${members})
+    endif()
+  endforeach()
+endfunction()

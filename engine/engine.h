@@ -1,0 +1,126 @@
+// The engine: continuous batching over one model, one backend and one KV block pool.
+//
+// CONTRACT DRAFT (written before the implementation; the engine owner may extend it,
+// keeping existing names source-compatible because service/ builds against it).
+#ifndef KVSERVE_ENGINE_ENGINE_H_
+#define KVSERVE_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "backends/backend.h"
+#include "engine/sampling_params.h"
+#include "model/model.h"
+
+namespace kvserve::engine {
+
+using RequestId = uint64_t;
+
+enum class FinishReason {
+  kStop,       // EOS or a stop token id
+  kStopString, // a stop string matched
+  kLength,     // max_tokens reached or the context is full
+  kCancelled,  // Cancel() or the sink asked to stop
+  kDeadline,   // the request deadline passed
+  kError,      // see the status passed to OnFinish
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;         // tokens of the whole context the turn started from
+  int32_t cached_tokens = 0;         // of those, served from the local prefix cache
+  int32_t cached_tokens_remote = 0;  // of those, fetched from the session cache service
+  int32_t computed_tokens = 0;       // prompt tokens actually prefilled
+  int32_t completion_tokens = 0;
+  absl::Duration queue_time;          // submit -> first scheduled
+  absl::Duration time_to_first_token; // submit -> first token sampled
+  absl::Duration total_time;          // submit -> finish
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+struct TokenEvent {
+  int32_t token = 0;
+  std::string text;   // UTF-8 safe text delta (may be empty while a character is split)
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top_logprobs;  // sampling.top_logprobs entries
+};
+
+// Receives a request's output. Called on the engine's step thread: implementations
+// must not block (queue and return). OnFinish is called exactly once, last.
+class RequestSink {
+ public:
+  virtual ~RequestSink() = default;
+  virtual void OnToken(const TokenEvent& event) = 0;
+  virtual void OnFinish(const absl::Status& status, FinishReason reason, const Usage& usage) = 0;
+};
+
+struct Request {
+  // The prompt as token ids. For a session turn: only the new turn's tokens; the
+  // engine prepends the session's stored history (prompt + generated tokens).
+  std::vector<int32_t> prompt_tokens;
+  std::string session_id;  // empty: stateless request
+  SamplingParams sampling;
+  absl::Time deadline = absl::InfiniteFuture();
+  std::string cache_salt;  // requests with different salts never share KV blocks
+};
+
+struct SessionInfo {
+  std::string id;
+  int32_t history_tokens = 0;
+  absl::Time expires_at;
+  bool busy = false;  // a turn is running
+};
+
+struct EngineStats {
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int64_t blocks_total = 0;
+  int64_t blocks_used = 0;    // referenced by a live sequence or session
+  int64_t blocks_cached = 0;  // refcount 0, still findable by prefix hash
+  int64_t blocks_free = 0;
+  int64_t prefix_queries_total = 0;  // blocks looked up
+  int64_t prefix_hits_total = 0;     // blocks found
+  int64_t preemptions_total = 0;
+  int64_t steps_total = 0;
+  int32_t open_sessions = 0;
+  double last_step_seconds = 0.0;
+};
+
+class Engine {
+ public:
+  struct Options;  // defined in engine/engine_options.h
+  virtual ~Engine() = default;
+
+  // Queues a request; tokens stream to `sink`. Thread-safe.
+  // Errors (the sink is not called): INVALID_ARGUMENT (bad parameters, prompt longer than
+  // the context), NOT_FOUND (unknown/expired session), FAILED_PRECONDITION (session busy),
+  // RESOURCE_EXHAUSTED (queue full), UNAVAILABLE (shutting down).
+  virtual absl::StatusOr<RequestId> Submit(Request request, std::shared_ptr<RequestSink> sink) = 0;
+  // Cancels a queued or running request; its sink gets OnFinish(kCancelled) and its KV
+  // is released. Unknown ids are ignored. Thread-safe.
+  virtual void Cancel(RequestId id) = 0;
+
+  virtual absl::StatusOr<SessionInfo> OpenSession(absl::Duration ttl) = 0;
+  virtual absl::StatusOr<SessionInfo> ForkSession(const std::string& parent_id,
+                                                  absl::Duration ttl) = 0;
+  virtual absl::Status CloseSession(const std::string& id) = 0;
+  virtual absl::StatusOr<SessionInfo> GetSession(const std::string& id) = 0;
+
+  virtual EngineStats Stats() const = 0;
+  // Stops accepting work (Submit -> UNAVAILABLE), lets running requests finish until
+  // `deadline`, cancels the rest, and stops the step thread. Idempotent.
+  virtual void Shutdown(absl::Time deadline) = 0;
+};
+
+}  // namespace kvserve::engine
+
+#endif  // KVSERVE_ENGINE_ENGINE_H_

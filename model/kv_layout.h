@@ -1,0 +1,40 @@
+// The memory layout of one paged KV block, shared by the block pool (cache/) and the
+// backends that read and write it. Neither owns the other: the pool allocates blocks,
+// a backend fills and reads them through this layout.
+#ifndef KVSERVE_MODEL_KV_LAYOUT_H_
+#define KVSERVE_MODEL_KV_LAYOUT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "model/dtype.h"
+#include "model/model_config.h"
+
+namespace kvserve::model {
+
+// One block holds `block_tokens` consecutive positions of one sequence, for every layer:
+//   block = [n_layers][2 (K then V)][block_tokens][kv_dim] elements of `dtype`.
+// K rows hold keys after RoPE. Position p of a sequence lives in block p / block_tokens,
+// row p % block_tokens.
+struct KvLayout {
+  int n_layers = 0;
+  int kv_dim = 0;
+  int block_tokens = 16;
+  DType dtype = DType::kF32;  // kF32 or kF16
+
+  static KvLayout ForModel(const ModelConfig& c, int block_tokens, DType dtype) {
+    return KvLayout{c.n_layers, c.kv_dim(), block_tokens, dtype};
+  }
+  size_t row_bytes() const { return DTypeBytes(dtype, static_cast<size_t>(kv_dim)); }
+  size_t plane_bytes() const { return row_bytes() * static_cast<size_t>(block_tokens); }
+  size_t block_bytes() const { return plane_bytes() * 2 * static_cast<size_t>(n_layers); }
+  // Byte offset of row `row` of K (kind 0) or V (kind 1) of `layer` inside a block.
+  size_t offset(int layer, int kind, int row) const {
+    return (static_cast<size_t>(layer) * 2 + static_cast<size_t>(kind)) * plane_bytes() +
+           static_cast<size_t>(row) * row_bytes();
+  }
+};
+
+}  // namespace kvserve::model
+
+#endif  // KVSERVE_MODEL_KV_LAYOUT_H_

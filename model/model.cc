@@ -1,0 +1,141 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvserve::model {
+namespace {
+
+// 64-bit FNV-1a; enough to tell models apart, not a security boundary.
+class Fnv64 {
+ public:
+  void Add(const void* data, size_t n) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i < n; ++i) h_ = (h_ ^ p[i]) * 0x100000001b3ull;
+  }
+  template <typename T>
+  void AddValue(const T& v) { Add(&v, sizeof(v)); }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 0xcbf29ce484222325ull;
+};
+
+// Hashes shape, type and a sample of the bytes (head, tail and 64 strided windows):
+// loading a multi-GB model must not pay for hashing every byte.
+void HashTensor(Fnv64& h, const TensorView& t) {
+  h.AddValue(t.type);
+  h.AddValue(t.rows);
+  h.AddValue(t.cols);
+  const size_t n = static_cast<size_t>(t.rows) * t.row_bytes();
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  constexpr size_t kWindow = 256;
+  if (n <= 64 * kWindow) {
+    h.Add(p, n);
+    return;
+  }
+  const size_t stride = n / 64;
+  for (size_t off = 0; off + kWindow <= n; off += stride) h.Add(p + off, kWindow);
+  h.Add(p + n - kWindow, kWindow);
+}
+
+absl::Status CheckShape(const std::string& name, const TensorView& t, int64_t rows, int64_t cols) {
+  if (t.data == nullptr) return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is missing"));
+  if (t.rows != rows || t.cols != cols) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has shape [", t.rows, ", ",
+                                                   t.cols, "], expected [", rows, ", ", cols, "]"));
+  }
+  if (t.type == DType::kQ8_0 && cols % kQ8_0BlockElems != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", name, ": q8_0 rows must be a multiple of 32 elements"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckNorm(const std::string& name, const TensorView& t, int64_t dim) {
+  if (absl::Status s = CheckShape(name, t, 1, dim); !s.ok()) return s;
+  if (t.type != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " must be f32, is ",
+                                                   std::string(DTypeName(t.type))));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckWeights(const ModelConfig& c, const ModelWeights& w) {
+  if (static_cast<int>(w.layers.size()) != c.n_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("model has ", w.layers.size(),
+                                                   " layers of weights, config says ", c.n_layers));
+  }
+  absl::Status s = CheckShape("token_embd.weight", w.token_embedding, c.vocab_size, c.dim);
+  if (s.ok()) s = CheckNorm("output_norm.weight", w.output_norm, c.dim);
+  if (s.ok()) s = CheckShape("output.weight", w.output, c.vocab_size, c.dim);
+  for (int l = 0; s.ok() && l < c.n_layers; ++l) {
+    const LayerWeights& L = w.layers[l];
+    const std::string p = absl::StrCat("blk.", l, ".");
+    s = CheckNorm(p + "attn_norm.weight", L.attn_norm, c.dim);
+    if (s.ok()) s = CheckShape(p + "attn_q.weight", L.wq, c.q_dim(), c.dim);
+    if (s.ok()) s = CheckShape(p + "attn_k.weight", L.wk, c.kv_dim(), c.dim);
+    if (s.ok()) s = CheckShape(p + "attn_v.weight", L.wv, c.kv_dim(), c.dim);
+    if (s.ok()) s = CheckShape(p + "attn_output.weight", L.wo, c.dim, c.q_dim());
+    if (s.ok()) s = CheckNorm(p + "ffn_norm.weight", L.ffn_norm, c.dim);
+    if (s.ok()) s = CheckShape(p + "ffn_gate.weight", L.w_gate, c.ffn_dim, c.dim);
+    if (s.ok()) s = CheckShape(p + "ffn_up.weight", L.w_up, c.ffn_dim, c.dim);
+    if (s.ok()) s = CheckShape(p + "ffn_down.weight", L.w_down, c.dim, c.ffn_dim);
+  }
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> Model::FromParts(ModelConfig config, ModelWeights weights,
+                                                        Vocabulary vocab,
+                                                        std::shared_ptr<const void> storage) {
+  if (absl::Status s = config.Validate(); !s.ok()) return s;
+  if (absl::Status s = CheckWeights(config, weights); !s.ok()) return s;
+  if (vocab.size() != config.vocab_size || vocab.scores.size() != vocab.pieces.size() ||
+      vocab.kinds.size() != vocab.pieces.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("vocabulary has ", vocab.size(),
+                                                   " tokens, model has vocab_size ",
+                                                   config.vocab_size));
+  }
+  for (auto [name, id] : {std::pair<const char*, int32_t>{"bos", vocab.bos_id},
+                          {"eos", vocab.eos_id}, {"unk", vocab.unk_id}}) {
+    if (id < 0 || id >= vocab.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("vocabulary: ", name, " token id ", id,
+                                                     " is out of range"));
+    }
+  }
+
+  Fnv64 h;
+  h.Add(config.architecture.data(), config.architecture.size());
+  for (int v : {config.dim, config.n_layers, config.n_heads, config.n_kv_heads, config.head_dim,
+                config.ffn_dim, config.vocab_size, config.rope_dim}) {
+    h.AddValue(v);
+  }
+  h.AddValue(config.rms_eps);
+  h.AddValue(config.rope_base);
+  h.AddValue(config.rope_style);
+  for (const std::string& piece : vocab.pieces) h.Add(piece.data(), piece.size() + 1);
+  HashTensor(h, weights.token_embedding);
+  HashTensor(h, weights.output);
+  HashTensor(h, weights.output_norm);
+  for (const LayerWeights& L : weights.layers) {
+    for (const TensorView* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.w_gate,
+                                &L.w_up, &L.w_down}) {
+      HashTensor(h, *t);
+    }
+  }
+
+  std::unique_ptr<Model> m(new Model());
+  m->config_ = std::move(config);
+  m->weights_ = std::move(weights);
+  m->vocab_ = std::move(vocab);
+  m->storage_ = std::move(storage);
+  m->fingerprint_ = h.value();
+  return m;
+}
+
+}  // namespace kvserve::model

@@ -1,0 +1,50 @@
+// A loaded model: configuration, weights, vocabulary, and the memory that backs them.
+#ifndef KVSERVE_MODEL_MODEL_H_
+#define KVSERVE_MODEL_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/model_config.h"
+#include "model/vocabulary.h"
+#include "model/weights.h"
+
+namespace kvserve::model {
+
+// Immutable after loading; safe to share between threads.
+class Model {
+ public:
+  // Loads a GGUF file, or a llama2.c checkpoint when `tokenizer_path` is given
+  // (or the file does not start with the GGUF magic and a sibling tokenizer exists).
+  // Every error names the file and the problem (INVALID_ARGUMENT for malformed
+  // content, NOT_FOUND for missing files).
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& path,
+                                                     const std::string& tokenizer_path = "");
+
+  // Assembles a model from parts (used by the format readers and by tests that
+  // build random models). `storage` keeps the bytes that `weights` point into alive.
+  static absl::StatusOr<std::unique_ptr<Model>> FromParts(ModelConfig config, ModelWeights weights,
+                                                          Vocabulary vocab,
+                                                          std::shared_ptr<const void> storage);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  const Vocabulary& vocab() const { return vocab_; }
+  // Stable hash of config, vocabulary and weight bytes; keys the prefix cache so KV
+  // is never shared between different models.
+  uint64_t fingerprint() const { return fingerprint_; }
+
+ private:
+  Model() = default;
+  ModelConfig config_;
+  ModelWeights weights_;
+  Vocabulary vocab_;
+  std::shared_ptr<const void> storage_;
+  uint64_t fingerprint_ = 0;
+};
+
+}  // namespace kvserve::model
+
+#endif  // KVSERVE_MODEL_MODEL_H_

@@ -1,0 +1,48 @@
+#include "model/model_config.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvserve::model {
+namespace {
+
+absl::Status Positive(const char* name, int v) {
+  if (v > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("model config: ", name, " must be positive, got ", v));
+}
+
+}  // namespace
+
+absl::Status ModelConfig::Validate() const {
+  for (auto [name, v] : {std::pair<const char*, int>{"dim", dim}, {"n_layers", n_layers},
+                         {"n_heads", n_heads}, {"n_kv_heads", n_kv_heads}, {"head_dim", head_dim},
+                         {"ffn_dim", ffn_dim}, {"vocab_size", vocab_size},
+                         {"context_length", context_length}, {"rope_dim", rope_dim}}) {
+    if (absl::Status s = Positive(name, v); !s.ok()) return s;
+  }
+  if (n_heads % n_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: n_heads (", n_heads,
+                                                   ") is not a multiple of n_kv_heads (",
+                                                   n_kv_heads, ")"));
+  }
+  if (rope_dim > head_dim || rope_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: rope_dim ", rope_dim,
+                                                   " must be even and at most head_dim ", head_dim));
+  }
+  // Caps that keep every size computation far from overflow; real models are far below.
+  constexpr int kMaxDim = 1 << 16, kMaxLayers = 1024, kMaxVocab = 1 << 22, kMaxContext = 1 << 22;
+  if (dim > kMaxDim || ffn_dim > 4 * kMaxDim || head_dim > kMaxDim || n_heads > kMaxDim ||
+      n_layers > kMaxLayers || vocab_size > kMaxVocab || context_length > kMaxContext) {
+    return absl::InvalidArgumentError("model config: a dimension exceeds the supported maximum");
+  }
+  if (!(rms_eps > 0.0f) || !std::isfinite(rms_eps)) {
+    return absl::InvalidArgumentError("model config: rms_eps must be a positive finite number");
+  }
+  if (!(rope_base > 0.0f) || !std::isfinite(rope_base)) {
+    return absl::InvalidArgumentError("model config: rope_base must be a positive finite number");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::model

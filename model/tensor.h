@@ -1,0 +1,30 @@
+// A non-owning view of a weight tensor stored row-major.
+#ifndef KVSERVE_MODEL_TENSOR_H_
+#define KVSERVE_MODEL_TENSOR_H_
+
+#include <cstdint>
+
+#include "model/dtype.h"
+
+namespace kvserve::model {
+
+// A matrix [rows, cols] (a vector is rows == 1) of `type` elements, row-major and
+// contiguous. `data` points into memory owned by the Model (mmap or buffer) and is
+// valid for the Model's lifetime. For a projection W the convention is
+// y[rows] = W[rows, cols] · x[cols] (GGUF / llama2.c layout: one output per row).
+struct TensorView {
+  DType type = DType::kF32;
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  int64_t elements() const { return rows * cols; }
+  size_t row_bytes() const { return DTypeBytes(type, static_cast<size_t>(cols)); }
+  const uint8_t* row(int64_t r) const {
+    return static_cast<const uint8_t*>(data) + static_cast<size_t>(r) * row_bytes();
+  }
+};
+
+}  // namespace kvserve::model
+
+#endif  // KVSERVE_MODEL_TENSOR_H_

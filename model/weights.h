@@ -1,0 +1,32 @@
+// Pointers to every weight tensor of a llama model, one per tensor, with shapes.
+#ifndef KVSERVE_MODEL_WEIGHTS_H_
+#define KVSERVE_MODEL_WEIGHTS_H_
+
+#include <vector>
+
+#include "model/tensor.h"
+
+namespace kvserve::model {
+
+struct LayerWeights {
+  TensorView attn_norm;  // [1, dim]             RMSNorm gain before attention (F32)
+  TensorView wq;         // [n_heads*head_dim, dim]
+  TensorView wk;         // [n_kv_heads*head_dim, dim]
+  TensorView wv;         // [n_kv_heads*head_dim, dim]
+  TensorView wo;         // [dim, n_heads*head_dim]
+  TensorView ffn_norm;   // [1, dim]             RMSNorm gain before the FFN (F32)
+  TensorView w_gate;     // [ffn_dim, dim]       SwiGLU gate (w1)
+  TensorView w_up;       // [ffn_dim, dim]       SwiGLU up (w3)
+  TensorView w_down;     // [dim, ffn_dim]       SwiGLU down (w2)
+};
+
+struct ModelWeights {
+  TensorView token_embedding;  // [vocab, dim]
+  std::vector<LayerWeights> layers;
+  TensorView output_norm;      // [1, dim] (F32)
+  TensorView output;           // [vocab, dim]; same view as token_embedding when tied
+};
+
+}  // namespace kvserve::model
+
+#endif  // KVSERVE_MODEL_WEIGHTS_H_
