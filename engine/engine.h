@@ -47,15 +47,22 @@ struct TokenLogprob {
   float logprob = 0.0f;
 };
 
+// TokenEvent::token of an event that carries only text: the held-back tail of the
+// stream (an incomplete character, a possible stop-string prefix) flushed when the
+// request stops on EOS or a stop token id, which are themselves never emitted.
+inline constexpr int32_t kTextOnlyToken = -1;
+
 struct TokenEvent {
-  int32_t token = 0;
+  int32_t token = 0;  // the sampled token id, or kTextOnlyToken
   std::string text;   // UTF-8 safe text delta (may be empty while a character is split)
   float logprob = 0.0f;
   std::vector<TokenLogprob> top_logprobs;  // sampling.top_logprobs entries
 };
 
 // Receives a request's output. Called on the engine's step thread: implementations
-// must not block (queue and return). OnFinish is called exactly once, last.
+// must not block (queue and return). OnFinish is called exactly once, last; by then
+// Engine::Stats() already counts the request's blocks as released. A sink may call
+// Engine::Submit/Cancel/session methods from these callbacks.
 class RequestSink {
  public:
   virtual ~RequestSink() = default;

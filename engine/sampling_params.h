@@ -11,6 +11,13 @@
 
 namespace kvserve::engine {
 
+// Limits enforced by SamplingParams::Validate (requests beyond them are INVALID_ARGUMENT).
+inline constexpr int32_t kMaxStopStrings = 16;       // stop_strings entries
+inline constexpr int32_t kMaxStopStringBytes = 256;  // bytes per stop string
+inline constexpr int32_t kMaxStopTokenIds = 64;      // stop_token_ids entries
+inline constexpr int32_t kMaxTopLogprobs = 20;       // top_logprobs upper bound
+inline constexpr float kMaxAbsTokenPenalty = 2.0f;   // |frequency_penalty|, |presence_penalty|
+
 // Defaults follow common practice (OpenAI / vLLM): sampling at temperature 1 with no
 // truncation. Temperature 0 means greedy (argmax, ties to the lowest id).
 struct SamplingParams {

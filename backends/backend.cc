@@ -1,0 +1,32 @@
+#include "backends/backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "backends/cpu_blas/cpu_blas_backend.h"
+#include "backends/reference/reference_backend.h"
+
+namespace kvserve::backends {
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
+                                                       const model::Model& model,
+                                                       const model::KvLayout& kv_layout,
+                                                       const BackendOptions& options) {
+  if (name == "reference") {
+    absl::StatusOr<std::unique_ptr<ReferenceBackend>> backend =
+        ReferenceBackend::Create(model, kv_layout);
+    if (!backend.ok()) return backend.status();
+    return std::unique_ptr<Backend>(std::move(*backend));
+  }
+  if (name == "cpu_blas") {
+    CpuBlasOptions cpu_options;
+    cpu_options.threads = options.threads;
+    absl::StatusOr<std::unique_ptr<CpuBlasBackend>> backend =
+        CpuBlasBackend::Create(model, kv_layout, cpu_options);
+    if (!backend.ok()) return backend.status();
+    return std::unique_ptr<Backend>(std::move(*backend));
+  }
+  // Other backends register here, one `if (name == ...)` each.
+  return absl::NotFoundError(absl::StrCat("unknown backend \"", name,
+                                          "\" (known: reference, cpu_blas)"));
+}
+
+}  // namespace kvserve::backends

@@ -1,0 +1,354 @@
+// The forward pass over a stacked batch. Per layer: norm every row, project all rows at
+// once (Q, K, V), rotate and append K/V of every row to its sequence's blocks, attend
+// (each row over its own sequence's positions up to its own: causal), project O, add,
+// norm, SwiGLU FFN over all rows, add. Only the last row of each sequence that wants
+// logits goes through the final norm and the LM head, stacked into one product.
+#include "backends/cpu_blas/cpu_blas_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "backends/batch_check.h"
+#include "backends/cpu_blas/thread_pool.h"
+#include "backends/kernels/kv_rows.h"
+#include "backends/kernels/matvec.h"
+#include "backends/kernels/ops.h"
+#include "backends/kernels/rope.h"
+
+namespace kvserve::backends {
+
+using cpu_blas::Isa;
+using kernels::KvKind;
+
+namespace {
+
+// Where a stacked row comes from.
+struct RowInfo {
+  int seq = 0;  // index in Batch::sequences
+  int pos = 0;  // absolute position in that sequence
+};
+
+// One unit of attention work: query rows [row_begin, row_end) (all of sequence `seq`)
+// times the query heads that share KV head `kv_head`.
+struct AttentionTask {
+  int seq = 0;
+  int kv_head = 0;
+  int row_begin = 0;
+  int row_end = 0;
+};
+
+// Query rows per attention task: bounds the imbalance of a long prefill chunk.
+constexpr int kAttentionRowsPerTask = 32;
+// Elementwise work (norms, RoPE, SwiGLU) below this many elements stays on the caller.
+constexpr int64_t kMinParallelElements = 32 * 1024;
+
+}  // namespace
+
+struct CpuBlasBackend::State {
+  State(const model::Model& m, const model::KvLayout& l, int n_threads, Isa level,
+        const cpu_blas::GemmOptions& gemm_options)
+      : config(m.config()), weights(m.weights()), layout(l),
+        rope(kernels::Rope::ForModel(m.config())), isa(level),
+        kernels(&cpu_blas::KernelsFor(level)), pool(n_threads),
+        gemm(&pool, kernels, gemm_options),
+        scores(static_cast<size_t>(n_threads)) {}
+
+  const model::ModelConfig& config;
+  const model::ModelWeights& weights;
+  const model::KvLayout layout;
+  const kernels::Rope rope;
+  const Isa isa;
+  const cpu_blas::KernelSet* kernels;
+  cpu_blas::ThreadPool pool;
+  cpu_blas::Gemm gemm;
+
+  // Step bookkeeping, rebuilt by every Forward.
+  std::vector<RowInfo> rows;
+  std::vector<AttentionTask> attention_tasks;
+  std::vector<int> logit_rows;  // stacked row of each sequence that wants logits
+  std::vector<int> logit_seqs;  // ... and that sequence's index
+
+  // Activations; n = rows.size(). Grown as needed, never shrunk.
+  std::vector<float> x;        // [n, dim] residual stream
+  std::vector<float> xb;       // [n, dim] normalised input of a sub-layer
+  std::vector<float> xb2;      // [n, dim] sub-layer output before the residual add
+  std::vector<float> q;        // [n, q_dim] queries (after RoPE)
+  std::vector<float> k;        // [n, kv_dim] keys (after RoPE)
+  std::vector<float> v;        // [n, kv_dim] values
+  std::vector<float> att_out;  // [n, q_dim] attention output, heads concatenated
+  std::vector<float> hb;       // [n, ffn_dim] gate, then silu(gate) * up
+  std::vector<float> hb2;      // [n, ffn_dim] up
+  std::vector<float> xf;       // [n_logits, dim] final hidden states of logit rows
+  std::vector<float> out;      // [n_logits, vocab] logits before scattering
+  std::vector<std::vector<float>> scores;  // per pool thread: [positions] attention weights
+
+  // Calls fn(row_begin, row_end) over [0, n) in chunks on the pool, or once on the
+  // caller when the work (n * elements_per_row) is small.
+  template <typename Fn>
+  void ForRows(int n, int64_t elements_per_row, Fn&& fn) {
+    if (static_cast<int64_t>(n) * elements_per_row < kMinParallelElements || n == 1) {
+      fn(0, n);
+      return;
+    }
+    const int chunks = std::min(n, pool.size() * 4);
+    const int per_chunk = (n + chunks - 1) / chunks;
+    pool.Run((n + per_chunk - 1) / per_chunk, [&](int64_t task, int /*thread*/) {
+      const int begin = static_cast<int>(task) * per_chunk;
+      fn(begin, std::min(n, begin + per_chunk));
+    });
+  }
+
+  void Attention(const Batch& batch, int layer);
+  void AttendRows(const Batch& batch, const AttentionTask& task, int layer,
+                  std::vector<float>& att);
+};
+
+absl::StatusOr<std::unique_ptr<CpuBlasBackend>> CpuBlasBackend::Create(
+    const model::Model& model, const model::KvLayout& kv_layout, const CpuBlasOptions& options) {
+  if (absl::Status s = ValidateKvLayout(model.config(), kv_layout); !s.ok()) return s;
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu_blas: threads must be >= 0, got ", options.threads));
+  }
+  const Isa level = options.isa.value_or(cpu_blas::BestIsa());
+  if (!cpu_blas::IsaSupported(level)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cpu_blas: this CPU does not support ", std::string(cpu_blas::IsaName(level)),
+        " kernels"));
+  }
+  int n_threads = options.threads;
+  if (n_threads == 0) n_threads = std::max(1u, std::thread::hardware_concurrency());
+  cpu_blas::SetOpenBlasSingleThreaded();
+  return std::unique_ptr<CpuBlasBackend>(new CpuBlasBackend(
+      std::make_unique<State>(model, kv_layout, n_threads, level, options.gemm)));
+}
+
+CpuBlasBackend::CpuBlasBackend(std::unique_ptr<State> state) : state_(std::move(state)) {}
+CpuBlasBackend::~CpuBlasBackend() = default;
+
+const model::KvLayout& CpuBlasBackend::kv_layout() const { return state_->layout; }
+Isa CpuBlasBackend::isa() const { return state_->isa; }
+int CpuBlasBackend::threads() const { return state_->pool.size(); }
+
+void CpuBlasBackend::State::AttendRows(const Batch& batch, const AttentionTask& task, int layer,
+                                       std::vector<float>& att) {
+  const model::ModelConfig& c = config;
+  const kernels::SequenceKv kv(layout, batch.sequences[task.seq].blocks);
+  const int hd = c.head_dim;
+  const int group = c.n_heads / c.n_kv_heads;
+  const int q_dim = c.q_dim();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const bool f16 = layout.dtype == model::DType::kF16;
+  const size_t elem_bytes = f16 ? 2 : 4;
+  const size_t head_offset_bytes = static_cast<size_t>(task.kv_head) * hd * elem_bytes;
+  const size_t row_bytes = layout.row_bytes();
+  const int bt = layout.block_tokens;
+  const cpu_blas::KernelSet& kr = *kernels;
+
+  for (int j = task.row_begin; j < task.row_end; ++j) {
+    const int n_pos = rows[j].pos + 1;  // causal: positions [0, pos]
+    if (att.size() < static_cast<size_t>(n_pos)) att.resize(static_cast<size_t>(n_pos));
+    for (int h = task.kv_head * group; h < (task.kv_head + 1) * group; ++h) {
+      const float* qh = q.data() + static_cast<size_t>(j) * q_dim + static_cast<size_t>(h) * hd;
+      float* oh = att_out.data() + static_cast<size_t>(j) * q_dim + static_cast<size_t>(h) * hd;
+
+      // scores[t] = scale * q_h · K[t][kv_head], block by block.
+      for (int t0 = 0; t0 < n_pos; t0 += bt) {
+        const uint8_t* plane = kv.Row(layer, KvKind::kKey, t0) + head_offset_bytes;
+        const int t1 = std::min(n_pos, t0 + bt);
+        for (int t = t0; t < t1; ++t) {
+          const uint8_t* key = plane + static_cast<size_t>(t - t0) * row_bytes;
+          const float dot = f16 ? kr.dot_f16(qh, reinterpret_cast<const uint16_t*>(key), hd)
+                                : kr.dot_f32(qh, reinterpret_cast<const float*>(key), hd);
+          att[t] = scale * dot;
+        }
+      }
+      kernels::Softmax(std::span<float>(att.data(), static_cast<size_t>(n_pos)));
+
+      // out_h = sum_t att[t] * V[t][kv_head]
+      std::fill(oh, oh + hd, 0.0f);
+      for (int t0 = 0; t0 < n_pos; t0 += bt) {
+        const uint8_t* plane = kv.Row(layer, KvKind::kValue, t0) + head_offset_bytes;
+        const int t1 = std::min(n_pos, t0 + bt);
+        for (int t = t0; t < t1; ++t) {
+          const uint8_t* value = plane + static_cast<size_t>(t - t0) * row_bytes;
+          if (f16) {
+            kr.axpy_f16(att[t], reinterpret_cast<const uint16_t*>(value), oh, hd);
+          } else {
+            kr.axpy_f32(att[t], reinterpret_cast<const float*>(value), oh, hd);
+          }
+        }
+      }
+    }
+  }
+}
+
+void CpuBlasBackend::State::Attention(const Batch& batch, int layer) {
+  // Small steps (tiny models, one decode row) run on the caller: waking the pool costs
+  // more than the work.
+  int64_t work = 0;
+  for (const AttentionTask& t : attention_tasks) {
+    for (int j = t.row_begin; j < t.row_end; ++j) work += rows[j].pos + 1;
+  }
+  work *= static_cast<int64_t>(config.head_dim) * (config.n_heads / config.n_kv_heads) * 2;
+  if (work < kMinParallelElements) {
+    for (const AttentionTask& t : attention_tasks) AttendRows(batch, t, layer, scores[0]);
+    return;
+  }
+  pool.Run(static_cast<int64_t>(attention_tasks.size()), [&](int64_t task, int thread) {
+    AttendRows(batch, attention_tasks[static_cast<size_t>(task)], layer,
+               scores[static_cast<size_t>(thread)]);
+  });
+}
+
+absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits) {
+  State& st = *state_;
+  const model::ModelConfig& c = st.config;
+  const model::ModelWeights& w = st.weights;
+  // Check everything before writing anything, so a rejected batch leaves KV untouched.
+  if (absl::Status s = ValidateBatch(c, st.layout, batch, logits.size()); !s.ok()) return s;
+  const size_t kv_align = st.layout.dtype == model::DType::kF16 ? 2 : 4;
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    for (uint8_t* block : batch.sequences[i].blocks) {
+      if (reinterpret_cast<uintptr_t>(block) % kv_align != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "sequence ", i, ": KV block is not aligned to ", kv_align, " bytes"));
+      }
+    }
+  }
+
+  // Stack the rows of every sequence; plan attention and the LM head.
+  st.rows.clear();
+  st.attention_tasks.clear();
+  st.logit_rows.clear();
+  st.logit_seqs.clear();
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const SequenceInput& seq = batch.sequences[i];
+    const int first = static_cast<int>(st.rows.size());
+    for (size_t t = 0; t < seq.tokens.size(); ++t) {
+      st.rows.push_back({static_cast<int>(i), seq.cached_tokens + static_cast<int>(t)});
+    }
+    const int last = static_cast<int>(st.rows.size());
+    for (int r = first; r < last; r += kAttentionRowsPerTask) {
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        st.attention_tasks.push_back(
+            {static_cast<int>(i), h, r, std::min(last, r + kAttentionRowsPerTask)});
+      }
+    }
+    if (seq.want_logits) {
+      st.logit_rows.push_back(last - 1);
+      st.logit_seqs.push_back(static_cast<int>(i));
+    }
+  }
+  const int n = static_cast<int>(st.rows.size());
+  if (n == 0) return absl::OkStatus();
+
+  const size_t dim = static_cast<size_t>(c.dim);
+  const size_t q_dim = static_cast<size_t>(c.q_dim());
+  const size_t kv_dim = static_cast<size_t>(c.kv_dim());
+  const size_t ffn = static_cast<size_t>(c.ffn_dim);
+  const size_t un = static_cast<size_t>(n);
+  auto grow = [](std::vector<float>& v, size_t size) {
+    if (v.size() < size) v.resize(size);
+  };
+  grow(st.x, un * dim);
+  grow(st.xb, un * dim);
+  grow(st.xb2, un * dim);
+  grow(st.q, un * q_dim);
+  grow(st.k, un * kv_dim);
+  grow(st.v, un * kv_dim);
+  grow(st.att_out, un * q_dim);
+  grow(st.hb, un * ffn);
+  grow(st.hb2, un * ffn);
+  auto row = [](std::vector<float>& v, size_t width, int r) {
+    return std::span<float>(v.data() + static_cast<size_t>(r) * width, width);
+  };
+
+  // Token embeddings.
+  st.ForRows(n, c.dim, [&](int b, int e) {
+    for (int r = b; r < e; ++r) {
+      const SequenceInput& seq = batch.sequences[st.rows[r].seq];
+      kernels::RowToFloat(w.token_embedding, seq.tokens[st.rows[r].pos - seq.cached_tokens],
+                          row(st.x, dim, r));
+    }
+  });
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const model::LayerWeights& L = w.layers[l];
+
+    // Attention RMSNorm.
+    st.ForRows(n, c.dim, [&](int b, int e) {
+      for (int r = b; r < e; ++r) {
+        kernels::RmsNorm(row(st.x, dim, r), kernels::F32Values(L.attn_norm), c.rms_eps,
+                         row(st.xb, dim, r));
+      }
+    });
+
+    // Q, K, V of all new rows.
+    st.gemm.Run(L.wq, st.xb.data(), n, st.q.data());
+    st.gemm.Run(L.wk, st.xb.data(), n, st.k.data());
+    st.gemm.Run(L.wv, st.xb.data(), n, st.v.data());
+
+    // RoPE at each row's position; append K and V to its sequence's blocks.
+    st.ForRows(n, c.q_dim() + 2 * c.kv_dim(), [&](int b, int e) {
+      for (int r = b; r < e; ++r) {
+        const int pos = st.rows[r].pos;
+        st.rope.Apply(row(st.q, q_dim, r), pos);
+        st.rope.Apply(row(st.k, kv_dim, r), pos);
+        const kernels::SequenceKv kv(st.layout, batch.sequences[st.rows[r].seq].blocks);
+        kv.Write(l, KvKind::kKey, pos, row(st.k, kv_dim, r));
+        kv.Write(l, KvKind::kValue, pos, row(st.v, kv_dim, r));
+      }
+    });
+
+    // Causal attention of every row over its own sequence.
+    st.Attention(batch, l);
+
+    // Output projection and residual.
+    st.gemm.Run(L.wo, st.att_out.data(), n, st.xb2.data());
+    st.ForRows(n, c.dim, [&](int b, int e) {
+      for (int r = b; r < e; ++r) {
+        kernels::AddInPlace(row(st.x, dim, r), row(st.xb2, dim, r));
+        // FFN RMSNorm.
+        kernels::RmsNorm(row(st.x, dim, r), kernels::F32Values(L.ffn_norm), c.rms_eps,
+                         row(st.xb, dim, r));
+      }
+    });
+
+    // SwiGLU FFN.
+    st.gemm.Run(L.w_gate, st.xb.data(), n, st.hb.data());
+    st.gemm.Run(L.w_up, st.xb.data(), n, st.hb2.data());
+    st.ForRows(n, c.ffn_dim, [&](int b, int e) {
+      for (int r = b; r < e; ++r) kernels::SwiGlu(row(st.hb, ffn, r), row(st.hb2, ffn, r));
+    });
+    st.gemm.Run(L.w_down, st.hb.data(), n, st.xb2.data());
+    st.ForRows(n, c.dim, [&](int b, int e) {
+      for (int r = b; r < e; ++r) kernels::AddInPlace(row(st.x, dim, r), row(st.xb2, dim, r));
+    });
+  }
+
+  // Final RMSNorm and LM head over the last row of each sequence that wants logits.
+  const int n_logits = static_cast<int>(st.logit_rows.size());
+  if (n_logits == 0) return absl::OkStatus();
+  const size_t vocab = static_cast<size_t>(c.vocab_size);
+  grow(st.xf, static_cast<size_t>(n_logits) * dim);
+  grow(st.out, static_cast<size_t>(n_logits) * vocab);
+  for (int i = 0; i < n_logits; ++i) {
+    kernels::RmsNorm(row(st.x, dim, st.logit_rows[i]), kernels::F32Values(w.output_norm),
+                     c.rms_eps, row(st.xf, dim, i));
+  }
+  st.gemm.Run(w.output, st.xf.data(), n_logits, st.out.data());
+  for (int i = 0; i < n_logits; ++i) {
+    std::memcpy(logits.data() + static_cast<size_t>(st.logit_seqs[i]) * vocab,
+                st.out.data() + static_cast<size_t>(i) * vocab, vocab * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::backends

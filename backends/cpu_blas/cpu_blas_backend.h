@@ -1,0 +1,70 @@
+// The optimized CPU backend: every new token of a step, across all sequences, is stacked
+// into one activation matrix, so each projection is one matrix product over all rows
+// (OpenBLAS sgemm for many rows; for few rows, SIMD kernels that stream each weight row
+// once for all of them, reading f16/bf16 weights as stored). Attention runs per
+// (sequence, KV head, chunk of query rows) in parallel with vectorised dot products over
+// the sequence's paged K/V.
+#ifndef KVSERVE_BACKENDS_CPU_BLAS_CPU_BLAS_BACKEND_H_
+#define KVSERVE_BACKENDS_CPU_BLAS_CPU_BLAS_BACKEND_H_
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "backends/backend.h"
+#include "backends/cpu_blas/gemm.h"
+#include "backends/cpu_blas/simd_kernels.h"
+#include "model/kv_layout.h"
+#include "model/model.h"
+
+namespace kvserve::backends {
+
+struct CpuBlasOptions {
+  // Threads for kernels and attention, counting the caller of Forward;
+  // 0 = std::thread::hardware_concurrency(). Default 0.
+  int threads = 0;
+  // Kernel level. Default (nullopt): the best the CPU supports. Tests force lower levels;
+  // forcing a level the CPU lacks is FAILED_PRECONDITION.
+  std::optional<cpu_blas::Isa> isa;
+  // Crossover between streaming kernels and OpenBLAS (see GemmOptions). Default 8 rows.
+  cpu_blas::GemmOptions gemm;
+};
+
+// Results equal the reference backend's up to float summation order (vector lanes,
+// sgemm blocking); see cpu_blas_backend_test.cc for the tolerances.
+//
+// OpenBLAS: Create sets OpenBLAS to one thread process-wide; this backend calls it from
+// its own pool, one tile per thread, so OpenBLAS and pool threads never oversubscribe.
+// Threading: Forward is not reentrant (see Backend); the backend owns `threads - 1`
+// worker threads that sleep between steps. Holds the model by reference (it must
+// outlive the backend) and owns only scratch buffers.
+class CpuBlasBackend : public Backend {
+ public:
+  // INVALID_ARGUMENT when `kv_layout` does not fit the model or threads < 0;
+  // FAILED_PRECONDITION when options.isa is not supported by this CPU.
+  static absl::StatusOr<std::unique_ptr<CpuBlasBackend>> Create(const model::Model& model,
+                                                                const model::KvLayout& kv_layout,
+                                                                const CpuBlasOptions& options);
+  ~CpuBlasBackend() override;
+
+  std::string name() const override { return "cpu_blas"; }
+  const model::KvLayout& kv_layout() const override;
+  // As Backend::Forward; additionally INVALID_ARGUMENT when a KV block pointer is not
+  // aligned to the KV element size.
+  absl::Status Forward(const Batch& batch, std::span<float> logits) override;
+
+  cpu_blas::Isa isa() const;
+  int threads() const;
+
+ private:
+  struct State;
+  explicit CpuBlasBackend(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace kvserve::backends
+
+#endif  // KVSERVE_BACKENDS_CPU_BLAS_CPU_BLAS_BACKEND_H_

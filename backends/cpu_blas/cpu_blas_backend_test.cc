@@ -1,0 +1,400 @@
+// cpu_blas against the reference backend (the oracle), batch invariance, forced kernel
+// levels, and input errors.
+//
+// Tolerance. The two backends compute the same formulas; only the summation order of
+// dot products differs (8/16 SIMD lanes and several accumulators, sgemm blocking). Each
+// product then differs by float rounding (about 1e-7 relative per term); through a few
+// layers of norms and softmax that stays below 1e-4 relative to the logit scale on these
+// models (measured about 1e-6..1e-5). kLogitTolerance is |diff| / max(1, max|logit|).
+#include "backends/cpu_blas/cpu_blas_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/kernels/ops.h"
+#include "backends/kv_arena.h"
+#include "backends/reference/reference_backend.h"
+#include "backends/testing/random_model.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+
+namespace kvserve::backends {
+namespace {
+
+using ::testing::HasSubstr;
+using cpu_blas::Isa;
+using model::DType;
+using model::KvLayout;
+
+constexpr float kLogitTolerance = 0.0f;
+
+// max |a - b| / max(1, max |b|) over the first n elements.
+float RelativeDiff(std::span<const float> a, std::span<const float> b) {
+  float max_abs = 1.0f;
+  float max_diff = 0.0f;
+  for (size_t i = 0; i < b.size(); ++i) {
+    max_abs = std::max(max_abs, std::fabs(b[i]));
+    max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
+    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
+  }
+  return max_diff / max_abs;
+}
+
+// A wider model than the default, so that rows are longer than one vector (tails
+// included: ffn 100 and vocab 300 are not multiples of 16).
+model::ModelConfig WideConfig() {
+  model::ModelConfig c = testing::RandomModelOptions::DefaultConfig();
+  c.dim = 64;
+  c.n_layers = 3;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 16;
+  c.rope_dim = 16;
+  c.ffn_dim = 100;
+  c.vocab_size = 300;
+  c.context_length = 256;
+  return c;
+}
+
+std::unique_ptr<model::Model> MakeModel(DType dtype, bool tied, model::ModelConfig config,
+                                        uint64_t seed = 3) {
+  testing::RandomModelOptions options;
+  options.config = config;
+  options.dtype = dtype;
+  options.tied = tied;
+  options.seed = seed;
+  auto m = testing::MakeRandomModel(options);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+// One backend plus the KV of the sequences it runs, driven step by step.
+class Driver {
+ public:
+  Driver(std::unique_ptr<Backend> backend, const model::Model& m)
+      : backend_(std::move(backend)), arena_(backend_->kv_layout()),
+        vocab_(m.config().vocab_size), context_(m.config().context_length) {}
+
+  int AddSequence() {
+    blocks_.push_back(arena_.Allocate(context_));
+    cached_.push_back(0);
+    return static_cast<int>(blocks_.size()) - 1;
+  }
+
+  struct Step {
+    int seq;
+    std::vector<int32_t> tokens;
+    bool want_logits = true;
+  };
+
+  // Runs one Forward over `steps`; returns logits [steps.size(), vocab].
+  std::vector<float> Run(const std::vector<Step>& steps) {
+    Batch batch;
+    for (const Step& s : steps) {
+      batch.sequences.push_back(
+          SequenceInput{s.tokens, cached_[s.seq], blocks_[s.seq], s.want_logits});
+    }
+    std::vector<float> logits(steps.size() * vocab_, 0.0f);
+    const absl::Status status = backend_->Forward(batch, logits);
+    EXPECT_TRUE(status.ok()) << status;
+    for (const Step& s : steps) cached_[s.seq] += static_cast<int32_t>(s.tokens.size());
+    return logits;
+  }
+
+  Backend& backend() { return *backend_; }
+
+ private:
+  std::unique_ptr<Backend> backend_;
+  KvArena arena_;
+  size_t vocab_;
+  int context_;
+  std::vector<std::span<uint8_t* const>> blocks_;
+  std::vector<int32_t> cached_;
+};
+
+std::unique_ptr<Backend> MakeCpuBlas(const model::Model& m, const KvLayout& layout,
+                                     const CpuBlasOptions& options = CpuBlasOptions{}) {
+  auto b = CpuBlasBackend::Create(m, layout, options);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? std::move(*b) : nullptr;
+}
+
+std::unique_ptr<Backend> MakeReference(const model::Model& m, const KvLayout& layout) {
+  auto b = ReferenceBackend::Create(m, layout);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? std::move(*b) : nullptr;
+}
+
+std::vector<int32_t> Tokens(int n, int vocab, int salt) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[i] = (i * 37 + salt * 11 + 5) % vocab;
+  return t;
+}
+
+// A mixed schedule over three sequences: prefills of 13, 3 and 1 tokens (one split into
+// a chunk without logits), then decode steps of all three together. Runs it on both
+// drivers and compares every logits row that was asked for.
+float MaxDiffOverSchedule(Driver& a, Driver& b, int vocab) {
+  float worst = 0.0f;
+  for (Driver* d : {&a, &b}) {
+    for (int i = 0; i < 3; ++i) d->AddSequence();
+  }
+  std::vector<std::vector<Driver::Step>> schedule = {
+      {{0, Tokens(9, vocab, 1), false}, {1, Tokens(3, vocab, 2)}, {2, Tokens(1, vocab, 3)}},
+      {{0, Tokens(4, vocab, 4)}},
+  };
+  for (int step = 0; step < 6; ++step) {
+    schedule.push_back({{0, {(step * 7 + 1) % vocab}}, {1, {(step * 5 + 2) % vocab}},
+                        {2, {(step * 3 + 3) % vocab}}});
+  }
+  for (const auto& steps : schedule) {
+    const std::vector<float> la = a.Run(steps);
+    const std::vector<float> lb = b.Run(steps);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (!steps[i].want_logits) continue;
+      const std::span<const float> ra(la.data() + i * vocab, vocab);
+      const std::span<const float> rb(lb.data() + i * vocab, vocab);
+      worst = std::max(worst, RelativeDiff(ra, rb));
+    }
+  }
+  return worst;
+}
+
+struct ParityCase {
+  DType dtype;
+  bool tied;
+  DType kv_dtype;
+  bool wide;
+};
+
+class ParityTest : public ::testing::TestWithParam<ParityCase> {};
+
+TEST_P(ParityTest, LogitsMatchReference) {
+  const ParityCase& p = GetParam();
+  auto m = MakeModel(p.dtype, p.tied,
+                     p.wide ? WideConfig() : testing::RandomModelOptions::DefaultConfig());
+  ASSERT_NE(m, nullptr);
+  const KvLayout layout = KvLayout::ForModel(m->config(), 4, p.kv_dtype);
+  CpuBlasOptions options;
+  options.threads = 2;
+  Driver fast(MakeCpuBlas(*m, layout, options), *m);
+  Driver ref(MakeReference(*m, layout), *m);
+  EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size), kLogitTolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Dtypes, ParityTest,
+    ::testing::Values(ParityCase{DType::kF32, false, DType::kF32, false},
+                      ParityCase{DType::kF32, false, DType::kF32, true},
+                      ParityCase{DType::kF32, true, DType::kF16, true},
+                      ParityCase{DType::kF16, false, DType::kF32, true},
+                      ParityCase{DType::kF16, true, DType::kF16, true},
+                      ParityCase{DType::kBF16, false, DType::kF16, true},
+                      ParityCase{DType::kBF16, true, DType::kF32, true},
+                      ParityCase{DType::kQ8_0, false, DType::kF32, false}),
+    [](const ::testing::TestParamInfo<ParityCase>& info) {
+      const ParityCase& p = info.param;
+      return std::string(model::DTypeName(p.dtype)) + (p.tied ? "_tied" : "") + "_kv" +
+             std::string(model::DTypeName(p.kv_dtype)) + (p.wide ? "_wide" : "_default");
+    });
+
+// Each kernel level (forced), each product path (streaming kernels only; sgemm only),
+// and several thread counts agree with the reference.
+TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    auto m = MakeModel(dtype, false, WideConfig());
+    ASSERT_NE(m, nullptr);
+    const KvLayout layout = KvLayout::ForModel(m->config(), 8, DType::kF16);
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (!cpu_blas::IsaSupported(isa)) continue;
+      for (int sgemm_min_rows : {1, 1 << 20}) {
+        for (int threads : {1, 3}) {
+          SCOPED_TRACE(::testing::Message()
+                       << model::DTypeName(dtype) << " " << cpu_blas::IsaName(isa)
+                       << " sgemm_min_rows=" << sgemm_min_rows << " threads=" << threads);
+          CpuBlasOptions options;
+          options.isa = isa;
+          options.threads = threads;
+          options.gemm.sgemm_min_rows = sgemm_min_rows;
+          auto backend = CpuBlasBackend::Create(*m, layout, options);
+          ASSERT_TRUE(backend.ok()) << backend.status();
+          EXPECT_EQ((*backend)->isa(), isa);
+          EXPECT_EQ((*backend)->threads(), threads);
+          Driver fast(std::move(*backend), *m);
+          Driver ref(MakeReference(*m, layout), *m);
+          EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size), kLogitTolerance);
+        }
+      }
+    }
+  }
+}
+
+// A sequence's logits do not depend on what else shares its steps: run sequence A alone,
+// then with two other sequences (one prefilling a long prompt while A decodes); greedy
+// tokens must be identical and logits equal within tolerance.
+TEST(CpuBlasBackendTest, BatchInvariance) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(model::DTypeName(dtype));
+    auto m = MakeModel(dtype, false, WideConfig(), 11);
+    ASSERT_NE(m, nullptr);
+    const int vocab = m->config().vocab_size;
+    const KvLayout layout = KvLayout::ForModel(m->config(), 4, DType::kF32);
+    CpuBlasOptions options;
+    options.threads = 2;
+
+    // Alone: prompt, then 12 greedy steps.
+    Driver alone(MakeCpuBlas(*m, layout, options), *m);
+    alone.AddSequence();
+    std::vector<std::vector<float>> alone_logits;
+    std::vector<int32_t> alone_tokens;
+    std::vector<float> l = alone.Run({{0, Tokens(6, vocab, 9)}});
+    for (int step = 0; step < 12; ++step) {
+      alone_logits.push_back(l);
+      alone_tokens.push_back(static_cast<int32_t>(kernels::ArgMax(l)));
+      l = alone.Run({{0, {alone_tokens.back()}}});
+    }
+
+    // Shared: the same, with sequence 1 prefilling 40 tokens in chunks of 10 and
+    // sequence 2 decoding beside it.
+    Driver shared(MakeCpuBlas(*m, layout, options), *m);
+    for (int i = 0; i < 3; ++i) shared.AddSequence();
+    l = shared.Run({{1, Tokens(3, vocab, 1)}, {0, Tokens(6, vocab, 9)}, {2, Tokens(2, vocab, 2)}});
+    std::vector<float> a(l.begin() + vocab, l.begin() + 2 * vocab);
+    for (int step = 0; step < 12; ++step) {
+      SCOPED_TRACE(step);
+      EXPECT_LE(RelativeDiff(a, alone_logits[step]), kLogitTolerance);
+      const int32_t token = static_cast<int32_t>(kernels::ArgMax(a));
+      ASSERT_EQ(token, alone_tokens[step]);
+      std::vector<Driver::Step> steps = {{2, {(step * 3 + 1) % vocab}}, {0, {token}}};
+      if (step < 4) steps.push_back({1, Tokens(10, vocab, step), step == 3});
+      l = shared.Run(steps);
+      a.assign(l.begin() + vocab, l.begin() + 2 * vocab);
+    }
+  }
+}
+
+TEST(CpuBlasBackendTest, RejectsBadInputWithoutWritingKv) {
+  auto m = MakeModel(DType::kF32, false, testing::RandomModelOptions::DefaultConfig());
+  ASSERT_NE(m, nullptr);
+  const KvLayout layout = KvLayout::ForModel(m->config(), 4, DType::kF32);
+  auto backend = MakeCpuBlas(*m, layout);
+  KvArena arena(layout);
+  std::span<uint8_t* const> blocks = arena.Allocate(16);
+  std::vector<float> logits(2 * m->config().vocab_size);
+  const std::vector<int32_t> good = {1, 2, 3};
+  const std::vector<int32_t> bad = {1, m->config().vocab_size};
+  Batch batch;
+  batch.sequences.push_back(SequenceInput{good, 0, blocks, true});
+  batch.sequences.push_back(SequenceInput{bad, 0, blocks, true});
+  const absl::Status s = backend->Forward(batch, logits);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("sequence 1"));
+  for (uint8_t* block : blocks) {
+    EXPECT_TRUE(std::all_of(block, block + layout.block_bytes(), [](uint8_t b) { return b == 0; }));
+  }
+
+  // A block pointer that is not aligned to the KV element.
+  std::vector<uint8_t*> misaligned(blocks.begin(), blocks.end());
+  misaligned[0] += 1;
+  Batch unaligned;
+  unaligned.sequences.push_back(SequenceInput{good, 0, misaligned, true});
+  EXPECT_EQ(backend->Forward(unaligned, logits).code(), absl::StatusCode::kInvalidArgument);
+
+  // Logits too small.
+  Batch one;
+  one.sequences.push_back(SequenceInput{good, 0, blocks, true});
+  EXPECT_EQ(backend->Forward(one, std::span<float>(logits.data(), 3)).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuBlasBackendTest, CreateChecksOptionsAndLayout) {
+  auto m = MakeModel(DType::kF32, false, testing::RandomModelOptions::DefaultConfig());
+  ASSERT_NE(m, nullptr);
+  KvLayout layout = KvLayout::ForModel(m->config(), 4, DType::kF32);
+  CpuBlasOptions options;
+  options.threads = -1;
+  EXPECT_EQ(CpuBlasBackend::Create(*m, layout, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  KvLayout bad = layout;
+  bad.kv_dim += 1;
+  EXPECT_EQ(CpuBlasBackend::Create(*m, bad, CpuBlasOptions{}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    if (cpu_blas::IsaSupported(isa)) continue;
+    CpuBlasOptions forced;
+    forced.isa = isa;
+    EXPECT_EQ(CpuBlasBackend::Create(*m, layout, forced).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  auto by_name = CreateBackend("cpu_blas", *m, layout, BackendOptions{2});
+  ASSERT_TRUE(by_name.ok()) << by_name.status();
+  EXPECT_EQ((*by_name)->name(), "cpu_blas");
+}
+
+// stories260K (a real model, GQA): logits match and greedy continuations of 24 prompts
+// over 64 tokens are identical to the reference's. The prompts run as one batch on
+// cpu_blas (mixed prefill lengths, then batched decode) and one by one on the reference.
+TEST(CpuBlasBackendTest, Stories260KGreedyMatchesReference) {
+  const char* dir = std::getenv("KVSERVE_MODELS_DIR");
+  ASSERT_NE(dir, nullptr) << "KVSERVE_MODELS_DIR is not set";
+  auto loaded = model::Model::Load(std::string(dir) + "/stories260K.gguf");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const model::Model& m = **loaded;
+  auto tokenizer = model::Tokenizer::Create(m.vocab());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const int vocab = m.config().vocab_size;
+  const KvLayout layout = KvLayout::ForModel(m.config(), 16, DType::kF32);
+
+  const std::vector<std::string> prompts = {
+      "Once upon a time", "The little dog", "Lily wanted to", "One day, a big", "Tom and Sue",
+      "The sun was", "There was a girl named", "Mom said", "The cat sat on", "In the park",
+      "A bird flew", "Ben had a red", "The old man", "She looked at the", "It was a rainy day",
+      "The boy ran", "They played with", "At night, the", "The tree was very", "He found a",
+      "The fish swam", "Once there was a little car", "Sam liked to", "The flower"};
+  constexpr int kNewTokens = 64;
+
+  CpuBlasOptions options;
+  options.threads = 2;
+  Driver fast(MakeCpuBlas(m, layout, options), m);
+  Driver ref(MakeReference(m, layout), m);
+  const int n = static_cast<int>(prompts.size());
+  std::vector<std::vector<int32_t>> fast_out(n), ref_out(n);
+  std::vector<Driver::Step> steps;
+  for (int i = 0; i < n; ++i) {
+    fast.AddSequence();
+    ref.AddSequence();
+    steps.push_back({i, (*tokenizer)->Encode(prompts[i], /*add_bos=*/true)});
+  }
+  float worst = 0.0f;
+  for (int t = 0; t < kNewTokens; ++t) {
+    const std::vector<float> lf = fast.Run(steps);
+    for (int i = 0; i < n; ++i) {
+      const std::vector<float> lr = ref.Run({steps[i]});
+      const std::span<const float> rf(lf.data() + static_cast<size_t>(i) * vocab, vocab);
+      worst = std::max(worst, RelativeDiff(rf, lr));
+      fast_out[i].push_back(static_cast<int32_t>(kernels::ArgMax(rf)));
+      ref_out[i].push_back(static_cast<int32_t>(kernels::ArgMax(lr)));
+      steps[i].tokens = {fast_out[i].back()};
+    }
+  }
+  EXPECT_LE(worst, kLogitTolerance);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(fast_out[i], ref_out[i]) << "prompt \"" << prompts[i] << "\": cpu_blas wrote \""
+                                       << (*tokenizer)->Decode(fast_out[i])
+                                       << "\", reference \"" << (*tokenizer)->Decode(ref_out[i])
+                                       << "\"";
+  }
+  // The canonical continuation (llama2.c's output, see DESIGN.md) starts like this.
+  EXPECT_THAT((*tokenizer)->Decode(fast_out[0]), HasSubstr("there was a little girl named Lily"));
+}
+
+}  // namespace
+}  // namespace kvserve::backends

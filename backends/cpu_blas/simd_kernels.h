@@ -1,0 +1,72 @@
+// Vectorised inner kernels of the cpu_blas backend, one set per instruction-set level,
+// chosen at run time from the CPU's features (never from the build host's: the code is
+// compiled with per-function target attributes, without -march).
+//
+// Every kernel computes the same mathematical result as the scalar oracles in
+// backends/kernels/ (16-bit weights are converted exactly to f32); only the summation
+// order differs (several vector lanes and accumulators), so results agree to float
+// rounding, not bit for bit.
+//
+// Threading: every function is pure; concurrent calls on disjoint outputs are safe.
+#ifndef KVSERVE_BACKENDS_CPU_BLAS_SIMD_KERNELS_H_
+#define KVSERVE_BACKENDS_CPU_BLAS_SIMD_KERNELS_H_
+
+#include <cstdint>
+#include <string_view>
+
+namespace kvserve::backends::cpu_blas {
+
+// Instruction-set levels, in increasing order of capability.
+enum class Isa : uint8_t {
+  kScalar,  // portable C++
+  kAvx2,    // AVX2 + FMA + F16C
+  kAvx512,  // AVX-512 F (+ the AVX2 level)
+};
+
+std::string_view IsaName(Isa isa);
+
+// True when this CPU (and OS) can run kernels of level `isa`. kScalar is always true.
+bool IsaSupported(Isa isa);
+
+// The best level this CPU supports.
+Isa BestIsa();
+
+// y[i * ldy + r] = sum_c W[r, c] * x[i * ldx + c]
+//     for r in [row_begin, row_end), i in [0, n), c in [0, cols)
+// W: [rows, cols] row-major, element type per kernel (f32, f16 or bf16 bits).
+// x: n rows of `cols` floats, row stride ldx; y: n rows, row stride ldy.
+// Each weight row is read once from memory for all n activation rows, so a batched
+// decode step streams the weights once. Precondition: y does not alias W or x.
+template <typename WeightT>
+using MatMulFn = void (*)(const WeightT* w, int64_t cols, int64_t row_begin, int64_t row_end,
+                          const float* x, int64_t ldx, int n, float* y, int64_t ldy);
+
+// The kernels of one level. Obtain with KernelsFor(); the struct is immutable.
+struct KernelSet {
+  Isa isa;
+  MatMulFn<float> matmul_f32;
+  MatMulFn<uint16_t> matmul_f16;
+  MatMulFn<uint16_t> matmul_bf16;
+  // sum_i a[i] * b[i], b as f32 or f16 bits.
+  float (*dot_f32)(const float* a, const float* b, int n);
+  float (*dot_f16)(const float* a, const uint16_t* b, int n);
+  // y[i] += w * x[i], x as f32 or f16 bits.
+  void (*axpy_f32)(float w, const float* x, float* y, int n);
+  void (*axpy_f16)(float w, const uint16_t* x, float* y, int n);
+  // out[i] = float(in[i]) for f16 or bf16 bits.
+  void (*f16_to_f32)(const uint16_t* in, float* out, int64_t n);
+  void (*bf16_to_f32)(const uint16_t* in, float* out, int64_t n);
+};
+
+// The kernel set of `isa`. Precondition: IsaSupported(isa) (calling a kernel of an
+// unsupported level faults with an illegal instruction).
+const KernelSet& KernelsFor(Isa isa);
+
+// Per-level sets, defined in simd_scalar.cc, simd_avx2.cc, simd_avx512.cc.
+const KernelSet& ScalarKernels();
+const KernelSet& Avx2Kernels();
+const KernelSet& Avx512Kernels();
+
+}  // namespace kvserve::backends::cpu_blas
+
+#endif  // KVSERVE_BACKENDS_CPU_BLAS_SIMD_KERNELS_H_

@@ -1,0 +1,187 @@
+// Every vector level against the scalar kernels, on shapes that exercise the register
+// blocking (4-row and 2-row blocks, 1..4 activation rows) and the scalar tails.
+#include "backends/cpu_blas/simd_kernels.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/dtype.h"
+
+namespace kvserve::backends::cpu_blas {
+namespace {
+
+using model::DType;
+
+std::vector<float> RandomFloats(std::mt19937& rng, size_t n) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// Weights stored as `dtype` bits, and the same values as floats.
+struct Weights {
+  std::vector<float> f32;      // [rows, cols] values exactly representable in `dtype`
+  std::vector<uint16_t> bits;  // [rows, cols] f16/bf16 bits (empty for f32)
+};
+
+Weights RandomWeights(std::mt19937& rng, DType dtype, size_t n) {
+  Weights w;
+  w.f32 = RandomFloats(rng, n);
+  if (dtype == DType::kF32) return w;
+  w.bits.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    w.bits[i] = dtype == DType::kF16 ? model::FloatToHalf(w.f32[i]) : model::FloatToBF16(w.f32[i]);
+    w.f32[i] = dtype == DType::kF16 ? model::HalfToFloat(w.bits[i]) : model::BF16ToFloat(w.bits[i]);
+  }
+  return w;
+}
+
+void CallMatMul(const KernelSet& k, DType dtype, const Weights& w, int64_t cols, int64_t r0,
+                int64_t r1, const float* x, int64_t ldx, int n, float* y, int64_t ldy) {
+  switch (dtype) {
+    case DType::kF32: k.matmul_f32(w.f32.data(), cols, r0, r1, x, ldx, n, y, ldy); break;
+    case DType::kF16: k.matmul_f16(w.bits.data(), cols, r0, r1, x, ldx, n, y, ldy); break;
+    case DType::kBF16: k.matmul_bf16(w.bits.data(), cols, r0, r1, x, ldx, n, y, ldy); break;
+    case DType::kQ8_0: FAIL() << "no q8_0 kernel";
+  }
+}
+
+// Recursive float summation of n terms errs by at most about n * 2^-24 * sum|terms|; two
+// different orders therefore differ by at most twice that.
+float SumTolerance(int64_t n_terms, double abs_sum) {
+  return static_cast<float>(2.0 * static_cast<double>(n_terms + 1) * 0x1.0p-24 * abs_sum) + 1e-30f;
+}
+
+class SimdKernelsTest : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!IsaSupported(GetParam())) {
+      GTEST_SKIP() << "this CPU has no " << IsaName(GetParam());
+    }
+  }
+  const KernelSet& kernels() const { return KernelsFor(GetParam()); }
+};
+
+TEST_P(SimdKernelsTest, ReportsItsLevel) { EXPECT_EQ(kernels().isa, GetParam()); }
+
+TEST_P(SimdKernelsTest, MatMulMatchesScalarForEveryDtypeAndShape) {
+  std::mt19937 rng(42);
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t cols : {1, 7, 8, 15, 16, 17, 33, 64, 100, 768}) {
+      for (int64_t rows : {1, 3, 4, 5, 9, 13}) {
+        for (int n : {1, 2, 3, 4, 5, 7, 9}) {
+          SCOPED_TRACE(::testing::Message() << model::DTypeName(dtype) << " cols=" << cols
+                                            << " rows=" << rows << " n=" << n);
+          const Weights w = RandomWeights(rng, dtype, static_cast<size_t>(rows * cols));
+          const int64_t ldx = cols + 3;  // strided activation rows
+          const int64_t ldy = rows + 2;  // strided output rows: the gaps must stay untouched
+          const std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * ldx));
+          // A sub-range of rows, to check that the kernels honour row_begin/row_end.
+          const int64_t r0 = rows > 2 ? 1 : 0;
+          const int64_t r1 = rows;
+          constexpr float kSentinel = 12345.0f;
+          std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
+          std::vector<float> y_ref(y.size(), kSentinel);
+          CallMatMul(kernels(), dtype, w, cols, r0, r1, x.data(), ldx, n, y.data(), ldy);
+          CallMatMul(ScalarKernels(), dtype, w, cols, r0, r1, x.data(), ldx, n, y_ref.data(),
+                     ldy);
+          for (int i = 0; i < n; ++i) {
+            for (int64_t r = 0; r < ldy; ++r) {
+              const size_t at = static_cast<size_t>(i * ldy + r);
+              if (r < r0 || r >= r1) {
+                EXPECT_EQ(y[at], kSentinel) << "wrote outside rows, i=" << i << " r=" << r;
+                continue;
+              }
+              double abs_sum = 0.0;
+              for (int64_t c = 0; c < cols; ++c) {
+                abs_sum += std::fabs(w.f32[r * cols + c] * x[i * ldx + c]);
+              }
+              EXPECT_NEAR(y[at], y_ref[at], SumTolerance(cols, abs_sum)) << "i=" << i << " r=" << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(SimdKernelsTest, DotAndAxpyMatchScalar) {
+  std::mt19937 rng(7);
+  for (int n : {1, 5, 8, 9, 16, 31, 64, 128, 130}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const std::vector<float> a = RandomFloats(rng, n);
+    const Weights b32 = RandomWeights(rng, DType::kF32, n);
+    const Weights b16 = RandomWeights(rng, DType::kF16, n);
+    double abs32 = 0.0, abs16 = 0.0;
+    for (int i = 0; i < n; ++i) {
+      abs32 += std::fabs(a[i] * b32.f32[i]);
+      abs16 += std::fabs(a[i] * b16.f32[i]);
+    }
+    EXPECT_NEAR(kernels().dot_f32(a.data(), b32.f32.data(), n),
+                ScalarKernels().dot_f32(a.data(), b32.f32.data(), n), SumTolerance(n, abs32));
+    EXPECT_NEAR(kernels().dot_f16(a.data(), b16.bits.data(), n),
+                ScalarKernels().dot_f16(a.data(), b16.bits.data(), n), SumTolerance(n, abs16));
+
+    // One multiply-add per element: results are equal up to FMA's single rounding.
+    std::vector<float> y = RandomFloats(rng, n);
+    std::vector<float> y_ref = y;
+    kernels().axpy_f32(0.75f, b32.f32.data(), y.data(), n);
+    ScalarKernels().axpy_f32(0.75f, b32.f32.data(), y_ref.data(), n);
+    for (int i = 0; i < n; ++i) EXPECT_NEAR(y[i], y_ref[i], 1e-6f) << i;
+    kernels().axpy_f16(-1.5f, b16.bits.data(), y.data(), n);
+    ScalarKernels().axpy_f16(-1.5f, b16.bits.data(), y_ref.data(), n);
+    for (int i = 0; i < n; ++i) EXPECT_NEAR(y[i], y_ref[i], 1e-6f) << i;
+  }
+}
+
+// Widening f16/bf16 is exact: every one of the 65536 bit patterns converts to the same
+// float as model::HalfToFloat / BF16ToFloat (NaNs compare as NaN).
+TEST_P(SimdKernelsTest, ConversionsAreExactForEveryBitPattern) {
+  std::vector<uint16_t> bits(65536 + 5);  // odd length exercises the tail
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<uint16_t>(i);
+  std::vector<float> out(bits.size());
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    if (dtype == DType::kF16) {
+      kernels().f16_to_f32(bits.data(), out.data(), static_cast<int64_t>(bits.size()));
+    } else {
+      kernels().bf16_to_f32(bits.data(), out.data(), static_cast<int64_t>(bits.size()));
+    }
+    int mismatches = 0;
+    for (size_t i = 0; i < bits.size(); ++i) {
+      const float want =
+          dtype == DType::kF16 ? model::HalfToFloat(bits[i]) : model::BF16ToFloat(bits[i]);
+      const bool same = std::isnan(want) ? std::isnan(out[i])
+                                         : std::memcmp(&want, &out[i], sizeof(float)) == 0;
+      if (!same && ++mismatches <= 5) {
+        ADD_FAILURE() << model::DTypeName(dtype) << " bits 0x" << std::hex << bits[i] << ": got "
+                      << out[i] << ", want " << want;
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << model::DTypeName(dtype);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllLevels, SimdKernelsTest,
+                         ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(IsaName(info.param));
+                         });
+
+TEST(IsaTest, BestIsSupportedAndLevelsAreNested) {
+  EXPECT_TRUE(IsaSupported(Isa::kScalar));
+  EXPECT_TRUE(IsaSupported(BestIsa()));
+  if (IsaSupported(Isa::kAvx512)) {
+    EXPECT_TRUE(IsaSupported(Isa::kAvx2));
+  }
+  EXPECT_EQ(KernelsFor(BestIsa()).isa, BestIsa());
+}
+
+}  // namespace
+}  // namespace kvserve::backends::cpu_blas

@@ -1,0 +1,112 @@
+#include "backends/kernels/kv_rows.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/kv_arena.h"
+#include "gtest/gtest.h"
+#include "model/dtype.h"
+
+namespace kvserve::backends::kernels {
+namespace {
+
+using model::DType;
+using model::KvLayout;
+
+// A value unique to (layer, kind, pos, i) for layer < 3, pos < 8, i < 5, exactly
+// representable in f16 (at most 300 / 8, in steps of 1/8).
+float Tag(int layer, int kind, int pos, int i) {
+  return static_cast<float>(layer * 100 + kind * 50 + pos * 5 + i) / 8.0f;
+}
+
+TEST(SequenceKvTest, RowFollowsLayout) {
+  const KvLayout layout{2, 6, 4, DType::kF32};
+  KvArena arena(layout);
+  const auto blocks = arena.Allocate(10);
+  ASSERT_EQ(blocks.size(), 3u);
+  const SequenceKv kv(layout, blocks);
+  EXPECT_EQ(kv.capacity_tokens(), 12);
+  EXPECT_EQ(kv.Row(0, KvKind::kKey, 0), blocks[0]);
+  EXPECT_EQ(kv.Row(1, KvKind::kValue, 9), blocks[2] + layout.offset(1, 1, 1));
+  EXPECT_EQ(kv.Row(0, KvKind::kValue, 4), blocks[1] + layout.offset(0, 1, 0));
+}
+
+class SequenceKvDtypeTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(SequenceKvDtypeTest, EveryRowRoundTripsWithoutOverlap) {
+  const KvLayout layout{3, 5, 3, GetParam()};
+  KvArena arena(layout);
+  const SequenceKv kv(layout, arena.Allocate(8));
+  std::vector<float> row(5);
+  for (int l = 0; l < 3; ++l) {
+    for (int kind = 0; kind < 2; ++kind) {
+      for (int p = 0; p < 8; ++p) {
+        for (int i = 0; i < 5; ++i) row[i] = Tag(l, kind, p, i);
+        kv.Write(l, static_cast<KvKind>(kind), p, row);
+      }
+    }
+  }
+  for (int l = 0; l < 3; ++l) {
+    for (int kind = 0; kind < 2; ++kind) {
+      for (int p = 0; p < 8; ++p) {
+        kv.Read(l, static_cast<KvKind>(kind), p, row);
+        for (int i = 0; i < 5; ++i) EXPECT_EQ(row[i], Tag(l, kind, p, i));
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, SequenceKvDtypeTest, ::testing::Values(DType::kF32, DType::kF16));
+
+TEST(SequenceKvTest, F16RoundsToNearestHalf) {
+  const KvLayout layout{1, 2, 4, DType::kF16};
+  KvArena arena(layout);
+  const SequenceKv kv(layout, arena.Allocate(1));
+  const std::vector<float> row = {0.1f, -3.14159f};
+  kv.Write(0, KvKind::kKey, 0, row);
+  std::vector<float> out(2);
+  kv.Read(0, KvKind::kKey, 0, out);
+  EXPECT_EQ(out[0], model::HalfToFloat(model::FloatToHalf(0.1f)));
+  EXPECT_EQ(out[1], model::HalfToFloat(model::FloatToHalf(-3.14159f)));
+  EXPECT_NE(out[0], 0.1f);
+  EXPECT_NEAR(out[0], 0.1f, 1e-4);
+}
+
+TEST(SequenceKvTest, SliceDotAndAxpy) {
+  const KvLayout layout{1, 4, 2, DType::kF32};
+  KvArena arena(layout);
+  const SequenceKv kv(layout, arena.Allocate(3));
+  kv.Write(0, KvKind::kKey, 2, std::vector<float>{1, 2, 3, 4});
+  kv.Write(0, KvKind::kValue, 2, std::vector<float>{5, 6, 7, 8});
+  EXPECT_EQ(kv.DotSlice(0, KvKind::kKey, 2, 2, std::vector<float>{10, -1}), 26.0f);
+  std::vector<float> acc = {1, 1};
+  kv.AxpySlice(0, KvKind::kValue, 2, 2, 0.5f, acc);
+  EXPECT_EQ(acc, (std::vector<float>{4.5f, 5.0f}));
+}
+
+TEST(KvArenaTest, BlocksAreZeroedAlignedAndDistinct) {
+  const KvLayout layout{2, 3, 5, DType::kF16};
+  KvArena arena(layout);
+  const auto a = arena.Allocate(11);  // 3 blocks
+  const auto b = arena.Allocate(5);   // 1 block
+  const auto c = arena.Allocate(0);   // none
+  EXPECT_EQ(a.size(), 3u);
+  EXPECT_EQ(b.size(), 1u);
+  EXPECT_TRUE(c.empty());
+  EXPECT_EQ(arena.block_count(), 4);
+  for (auto blocks : {a, b}) {
+    for (uint8_t* block : blocks) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % 64, 0u);
+      for (size_t i = 0; i < layout.block_bytes(); ++i) ASSERT_EQ(block[i], 0);
+    }
+  }
+  EXPECT_NE(a[0], b[0]);
+  // Spans stay valid while more sequences are allocated.
+  uint8_t* first = a[0];
+  for (int i = 0; i < 50; ++i) arena.Allocate(20);
+  EXPECT_EQ(a[0], first);
+  a[2][layout.block_bytes() - 1] = 7;  // whole block is writable (ASan checks)
+}
+
+}  // namespace
+}  // namespace kvserve::backends::kernels

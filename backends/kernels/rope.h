@@ -1,0 +1,47 @@
+// Rotary position embedding (RoPE), both pairings of model::RopeStyle.
+#ifndef KVSERVE_BACKENDS_KERNELS_ROPE_H_
+#define KVSERVE_BACKENDS_KERNELS_ROPE_H_
+
+#include <span>
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace kvserve::backends::kernels {
+
+// Rotates the first `rope_dim` dimensions of every head by position-dependent angles:
+//   for pair i in [0, rope_dim / 2):  theta_i(pos) = pos * base^(-2i / rope_dim)
+//   kAdjacentPairs rotates (x[2i], x[2i+1]);  kRotateHalves rotates (x[i], x[i + rope_dim/2]):
+//     (a, b) -> (a cos theta - b sin theta,  a sin theta + b cos theta)
+// Dimensions [rope_dim, head_dim) of each head are left unchanged.
+// The per-pair frequencies are precomputed (in double); angles, cos and sin are computed
+// in double per call and applied in float, so the result does not depend on how many
+// positions were rotated before (prefill and decode rotate a position identically).
+//
+// Invariants: 0 < rope_dim <= head_dim, rope_dim even (ModelConfig::Validate checks this).
+// Threading: immutable after construction; Apply may run concurrently on disjoint data.
+class Rope {
+ public:
+  Rope(int head_dim, int rope_dim, float base, model::RopeStyle style);
+  static Rope ForModel(const model::ModelConfig& config) {
+    return Rope(config.head_dim, config.rope_dim, config.rope_base, config.rope_style);
+  }
+
+  // Rotates x in place: x is [n_heads, head_dim] (n_heads = x.size() / head_dim), every
+  // head at the same absolute position `pos` (>= 0).
+  // Precondition: x.size() is a multiple of head_dim.
+  void Apply(std::span<float> x, int pos) const;
+
+  int head_dim() const { return head_dim_; }
+  int rope_dim() const { return rope_dim_; }
+
+ private:
+  int head_dim_;
+  int rope_dim_;
+  model::RopeStyle style_;
+  std::vector<double> inv_freq_;  // [rope_dim / 2]: base^(-2i / rope_dim)
+};
+
+}  // namespace kvserve::backends::kernels
+
+#endif  // KVSERVE_BACKENDS_KERNELS_ROPE_H_

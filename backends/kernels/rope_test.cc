@@ -1,0 +1,111 @@
+#include "backends/kernels/rope.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace kvserve::backends::kernels {
+namespace {
+
+using model::RopeStyle;
+
+// The textbook formula, written independently of the kernel: pair i of each head
+// rotates by pos * base^(-2i / rope_dim).
+std::vector<float> DirectRope(std::vector<float> x, int head_dim, int rope_dim, float base,
+                              RopeStyle style, int pos) {
+  const int half = rope_dim / 2;
+  for (size_t h = 0; h < x.size() / head_dim; ++h) {
+    float* v = x.data() + h * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const double theta = pos / std::pow(static_cast<double>(base), 2.0 * i / rope_dim);
+      const int a = style == RopeStyle::kAdjacentPairs ? 2 * i : i;
+      const int b = style == RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + half;
+      const double va = v[a], vb = v[b];
+      v[a] = static_cast<float>(va * std::cos(theta) - vb * std::sin(theta));
+      v[b] = static_cast<float>(va * std::sin(theta) + vb * std::cos(theta));
+    }
+  }
+  return x;
+}
+
+std::vector<float> Ramp(int n) {
+  std::vector<float> x(n);
+  for (int i = 0; i < n; ++i) x[i] = 0.25f * static_cast<float>(i % 7) - 0.6f + 0.01f * i;
+  return x;
+}
+
+struct RopeCase {
+  RopeStyle style;
+  int head_dim;
+  int rope_dim;
+};
+
+class RopeFormulaTest : public ::testing::TestWithParam<RopeCase> {};
+
+TEST_P(RopeFormulaTest, MatchesDirectFormula) {
+  const RopeCase c = GetParam();
+  const Rope rope(c.head_dim, c.rope_dim, 10000.0f, c.style);
+  for (int pos : {0, 1, 2, 7, 100, 4095}) {
+    std::vector<float> x = Ramp(3 * c.head_dim);  // 3 heads
+    const std::vector<float> want = DirectRope(x, c.head_dim, c.rope_dim, 10000.0f, c.style, pos);
+    rope.Apply(x, pos);
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_NEAR(x[i], want[i], 2e-6) << "pos " << pos << " index " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Styles, RopeFormulaTest,
+    ::testing::Values(RopeCase{RopeStyle::kAdjacentPairs, 8, 8},
+                      RopeCase{RopeStyle::kAdjacentPairs, 8, 4},
+                      RopeCase{RopeStyle::kRotateHalves, 8, 8},
+                      RopeCase{RopeStyle::kRotateHalves, 16, 8}));
+
+TEST(RopeTest, StylesPairDifferentDimensions) {
+  // Position 1, one head of 4: adjacent pairs rotate (0,1) by 1 rad and (2,3) by 0.01 rad;
+  // halves rotate (0,2) by 1 rad and (1,3) by 0.01 rad.
+  std::vector<float> adjacent = {1.0f, 0.0f, 0.0f, 0.0f};
+  std::vector<float> halves = adjacent;
+  Rope(4, 4, 10000.0f, RopeStyle::kAdjacentPairs).Apply(adjacent, 1);
+  Rope(4, 4, 10000.0f, RopeStyle::kRotateHalves).Apply(halves, 1);
+  EXPECT_NEAR(adjacent[0], std::cos(1.0), 1e-7);
+  EXPECT_NEAR(adjacent[1], std::sin(1.0), 1e-7);
+  EXPECT_EQ(adjacent[2], 0.0f);
+  EXPECT_NEAR(halves[0], std::cos(1.0), 1e-7);
+  EXPECT_EQ(halves[1], 0.0f);
+  EXPECT_NEAR(halves[2], std::sin(1.0), 1e-7);
+}
+
+TEST(RopeTest, PositionZeroIsIdentityAndDimsBeyondRopeDimUntouched) {
+  const Rope rope(8, 4, 10000.0f, RopeStyle::kAdjacentPairs);
+  std::vector<float> x = Ramp(8);
+  const std::vector<float> original = x;
+  rope.Apply(x, 0);
+  EXPECT_EQ(x, original);
+  rope.Apply(x, 33);
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(x[i], original[i]);
+}
+
+TEST(RopeTest, ScoresDependOnlyOnRelativePosition) {
+  for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalves}) {
+    const Rope rope(8, 8, 10000.0f, style);
+    const std::vector<float> q0 = Ramp(8);
+    std::vector<float> k0 = Ramp(8);
+    for (float& v : k0) v = -v * 0.5f + 0.1f;
+    auto score = [&](int m, int n) {
+      std::vector<float> q = q0, k = k0;
+      rope.Apply(q, m);
+      rope.Apply(k, n);
+      double s = 0;
+      for (int i = 0; i < 8; ++i) s += q[i] * k[i];
+      return s;
+    };
+    EXPECT_NEAR(score(5, 2), score(103, 100), 1e-5);
+    EXPECT_NEAR(score(9, 9), score(0, 0), 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace kvserve::backends::kernels

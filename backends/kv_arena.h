@@ -1,0 +1,40 @@
+// A simple owner of KV blocks for tests, tools and benchmarks. The engine's real block
+// pool (cache/) replaces it in the server.
+#ifndef KVSERVE_BACKENDS_KV_ARENA_H_
+#define KVSERVE_BACKENDS_KV_ARENA_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/kv_layout.h"
+
+namespace kvserve::backends {
+
+// Allocates zero-filled blocks of layout.block_bytes() (64-byte aligned) and hands out,
+// per sequence, a span of block pointers that stays valid for the arena's lifetime.
+// Threading: not thread-safe; use from one thread.
+class KvArena {
+ public:
+  explicit KvArena(const model::KvLayout& layout) : layout_(layout) {}
+  KvArena(const KvArena&) = delete;
+  KvArena& operator=(const KvArena&) = delete;
+
+  // Blocks for a sequence of up to `capacity_tokens` positions:
+  // ceil(capacity_tokens / block_tokens) blocks (none for 0). Precondition: >= 0.
+  std::span<uint8_t* const> Allocate(int64_t capacity_tokens);
+
+  const model::KvLayout& layout() const { return layout_; }
+  // Blocks handed out so far.
+  int64_t block_count() const { return static_cast<int64_t>(storage_.size()); }
+
+ private:
+  model::KvLayout layout_;
+  std::vector<std::vector<uint8_t>> storage_;  // one per block, over-allocated to align
+  std::vector<std::unique_ptr<std::vector<uint8_t*>>> sequences_;  // stable spans
+};
+
+}  // namespace kvserve::backends
+
+#endif  // KVSERVE_BACKENDS_KV_ARENA_H_

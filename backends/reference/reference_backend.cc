@@ -1,0 +1,149 @@
+// The forward pass, one token at a time, in the order of llama2.c's run.c. A prefill
+// chunk runs its tokens in position order: token t of a layer attends to the K/V that
+// tokens 0..t-1 already wrote into the sequence's blocks, which is exactly causal
+// attention, so no mask is needed.
+#include "backends/reference/reference_backend.h"
+
+#include <cmath>
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "backends/batch_check.h"
+#include "backends/kernels/attention.h"
+#include "backends/kernels/kv_rows.h"
+#include "backends/kernels/matvec.h"
+#include "backends/kernels/ops.h"
+#include "backends/kernels/rope.h"
+
+namespace kvserve::backends {
+
+using kernels::KvKind;
+
+namespace {
+
+// Scratch buffers for one token, reused across tokens (llama2.c's RunState).
+struct RunState {
+  explicit RunState(const model::ModelConfig& c)
+      : x(c.dim), xb(c.dim), xb2(c.dim), q(c.q_dim()), k(c.kv_dim()), v(c.kv_dim()),
+        att_out(c.q_dim()), hb(c.ffn_dim), hb2(c.ffn_dim) {}
+  std::vector<float> x;        // [dim] residual stream of the current token
+  std::vector<float> xb;       // [dim] normalised input of a sub-layer
+  std::vector<float> xb2;      // [dim] output of a sub-layer, before the residual add
+  std::vector<float> q;        // [n_heads * head_dim] query
+  std::vector<float> k;        // [n_kv_heads * head_dim] key (after RoPE)
+  std::vector<float> v;        // [n_kv_heads * head_dim] value
+  std::vector<float> att_out;  // [n_heads * head_dim] attention output, heads concatenated
+  std::vector<float> hb;       // [ffn_dim] gate, then silu(gate) * up
+  std::vector<float> hb2;      // [ffn_dim] up
+  std::vector<float> att;      // [n_heads, n_pos] attention weights (grows with n_pos)
+};
+
+}  // namespace
+
+struct ReferenceBackend::State {
+  State(const model::Model& m, const model::KvLayout& l)
+      : config(m.config()), weights(m.weights()), layout(l),
+        rope(kernels::Rope::ForModel(m.config())), run(m.config()) {}
+  const model::ModelConfig& config;    // dims (llama2.c's Config)
+  const model::ModelWeights& weights;  // one view per tensor, shapes in model/weights.h
+  const model::KvLayout layout;
+  const kernels::Rope rope;
+  RunState run;
+};
+
+absl::StatusOr<std::unique_ptr<ReferenceBackend>> ReferenceBackend::Create(
+    const model::Model& model, const model::KvLayout& kv_layout) {
+  if (absl::Status s = ValidateKvLayout(model.config(), kv_layout); !s.ok()) return s;
+  return std::unique_ptr<ReferenceBackend>(
+      new ReferenceBackend(std::make_unique<State>(model, kv_layout)));
+}
+
+ReferenceBackend::ReferenceBackend(std::unique_ptr<State> state) : state_(std::move(state)) {}
+ReferenceBackend::~ReferenceBackend() = default;
+
+const model::KvLayout& ReferenceBackend::kv_layout() const { return state_->layout; }
+
+namespace {
+
+// Runs one token at absolute position `pos` through every layer, writing its K/V into
+// `kv`. On return s.x holds the token's final hidden state (before the final norm).
+void ForwardToken(const model::ModelConfig& c, const model::ModelWeights& w,
+                  const kernels::Rope& rope, const kernels::SequenceKv& kv, int32_t token,
+                  int pos, RunState& s) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, scale};
+  const int n_pos = pos + 1;
+  if (s.att.size() < static_cast<size_t>(c.n_heads) * n_pos) {
+    s.att.resize(static_cast<size_t>(c.n_heads) * n_pos);
+  }
+  std::span<float> att(s.att.data(), static_cast<size_t>(c.n_heads) * n_pos);
+
+  // Token embedding: dequantise row `token` of the table.
+  kernels::RowToFloat(w.token_embedding, token, s.x);
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const model::LayerWeights& L = w.layers[l];
+
+    // Attention RMSNorm.
+    kernels::RmsNorm(s.x, kernels::F32Values(L.attn_norm), c.rms_eps, s.xb);
+
+    // Q, K, V of this token only.
+    kernels::MatVec(L.wq, s.xb, s.q);
+    kernels::MatVec(L.wk, s.xb, s.k);
+    kernels::MatVec(L.wv, s.xb, s.v);
+
+    // RoPE on Q and K at the token's absolute position.
+    rope.Apply(s.q, pos);
+    rope.Apply(s.k, pos);
+
+    // Append K and V to the sequence's blocks.
+    kv.Write(l, KvKind::kKey, pos, s.k);
+    kv.Write(l, KvKind::kValue, pos, s.v);
+
+    // Causal attention over positions [0, pos], query head h on KV head h / group.
+    kernels::AttendOneQuery(shape, kv, l, n_pos, s.q, att, s.att_out);
+
+    // Output projection and residual.
+    kernels::MatVec(L.wo, s.att_out, s.xb2);
+    kernels::AddInPlace(s.x, s.xb2);
+
+    // FFN RMSNorm.
+    kernels::RmsNorm(s.x, kernels::F32Values(L.ffn_norm), c.rms_eps, s.xb);
+
+    // SwiGLU: hb = silu(gate · xb) * (up · xb).
+    kernels::MatVec(L.w_gate, s.xb, s.hb);
+    kernels::MatVec(L.w_up, s.xb, s.hb2);
+    kernels::SwiGlu(s.hb, s.hb2);
+
+    // Down projection and residual.
+    kernels::MatVec(L.w_down, s.hb, s.xb2);
+    kernels::AddInPlace(s.x, s.xb2);
+  }
+}
+
+}  // namespace
+
+absl::Status ReferenceBackend::Forward(const Batch& batch, std::span<float> logits) {
+  State& st = *state_;
+  const model::ModelConfig& c = st.config;
+  // Check everything before writing anything, so a rejected batch leaves KV untouched.
+  if (absl::Status s = ValidateBatch(c, st.layout, batch, logits.size()); !s.ok()) return s;
+
+  const size_t vocab = static_cast<size_t>(c.vocab_size);
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const SequenceInput& seq = batch.sequences[i];
+    const kernels::SequenceKv kv(st.layout, seq.blocks);
+    for (size_t t = 0; t < seq.tokens.size(); ++t) {
+      ForwardToken(c, st.weights, st.rope, kv, seq.tokens[t],
+                   seq.cached_tokens + static_cast<int>(t), st.run);
+    }
+    if (!seq.want_logits) continue;
+    // Final RMSNorm and LM head, for the last new token only: logits row i of [B, V].
+    kernels::RmsNorm(st.run.x, kernels::F32Values(st.weights.output_norm), c.rms_eps, st.run.x);
+    kernels::MatVec(st.weights.output, st.run.x, logits.subspan(i * vocab, vocab));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvserve::backends

@@ -1,0 +1,173 @@
+#include "backends/testing/random_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvserve::backends::testing {
+namespace {
+
+using model::DType;
+using model::TensorView;
+
+// splitmix64: a tiny generator whose output is the same on every platform
+// (std::uniform_real_distribution is not).
+class Random {
+ public:
+  explicit Random(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [-1, 1).
+  float Symmetric() { return static_cast<float>(static_cast<double>(Next() >> 11) * 0x1.0p-52 - 1.0); }
+
+ private:
+  uint64_t state_;
+};
+
+// Owns every tensor's bytes; the Model keeps it alive through `storage`.
+struct Storage {
+  std::vector<std::vector<uint8_t>> buffers;  // one per tensor; moves keep data() stable
+};
+
+TensorView AddTensor(Storage& storage, Random& rng, DType dtype, int64_t rows, int64_t cols,
+                     float lo, float hi) {
+  std::vector<uint8_t>& bytes = storage.buffers.emplace_back();
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = lo + (hi - lo) * 0.5f * (rng.Symmetric() + 1.0f);
+    std::vector<uint8_t> encoded = EncodeRow(row, dtype);
+    bytes.insert(bytes.end(), encoded.begin(), encoded.end());
+  }
+  return TensorView{dtype, bytes.data(), rows, cols};
+}
+
+// A projection [rows, cols] with entries in [-scale, scale] / sqrt(cols).
+TensorView AddMatrix(Storage& storage, Random& rng, DType dtype, int64_t rows, int64_t cols,
+                     float scale) {
+  const float bound = scale / std::sqrt(static_cast<float>(cols));
+  return AddTensor(storage, rng, dtype, rows, cols, -bound, bound);
+}
+
+TensorView AddNorm(Storage& storage, Random& rng, int64_t dim) {
+  return AddTensor(storage, rng, DType::kF32, 1, dim, 0.5f, 1.5f);
+}
+
+model::Vocabulary MakeVocabulary(int vocab_size) {
+  model::Vocabulary vocab;
+  for (int i = 0; i < vocab_size; ++i) {
+    std::string piece;
+    model::TokenKind kind = model::TokenKind::kNormal;
+    if (i == 0) {
+      piece = "<unk>";
+      kind = model::TokenKind::kUnknown;
+    } else if (i == 1 || i == 2) {
+      piece = i == 1 ? "<s>" : "</s>";
+      kind = model::TokenKind::kControl;
+    } else if (i < 3 + 256) {
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      const int byte = i - 3;
+      piece = absl::StrCat("<0x", std::string(1, kHex[byte >> 4]), std::string(1, kHex[byte & 15]),
+                           ">");
+      kind = model::TokenKind::kByte;
+    } else {
+      piece = absl::StrCat("\xE2\x96\x81t", i);  // "▁t<N>"
+    }
+    vocab.pieces.push_back(std::move(piece));
+    vocab.scores.push_back(kind == model::TokenKind::kNormal ? -static_cast<float>(i) : 0.0f);
+    vocab.kinds.push_back(kind);
+  }
+  vocab.unk_id = 0;
+  vocab.bos_id = 1;
+  vocab.eos_id = 2;
+  return vocab;
+}
+
+}  // namespace
+
+model::ModelConfig RandomModelOptions::DefaultConfig() {
+  model::ModelConfig c;
+  c.dim = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;
+  c.ffn_dim = 64;
+  c.vocab_size = 64;
+  c.context_length = 128;
+  c.rope_dim = 8;
+  return c;
+}
+
+std::vector<uint8_t> EncodeRow(std::span<const float> values, DType dtype) {
+  std::vector<uint8_t> out(model::DTypeBytes(dtype, values.size()));
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(out.data(), values.data(), out.size());
+      break;
+    case DType::kF16:
+    case DType::kBF16:
+      for (size_t i = 0; i < values.size(); ++i) {
+        const uint16_t h =
+            dtype == DType::kF16 ? model::FloatToHalf(values[i]) : model::FloatToBF16(values[i]);
+        std::memcpy(out.data() + 2 * i, &h, 2);
+      }
+      break;
+    case DType::kQ8_0:
+      for (size_t b = 0; b < values.size() / model::kQ8_0BlockElems; ++b) {
+        const float* x = values.data() + b * model::kQ8_0BlockElems;
+        uint8_t* block = out.data() + b * model::kQ8_0BlockBytes;
+        float amax = 0.0f;
+        for (int j = 0; j < model::kQ8_0BlockElems; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+        const float d = amax / 127.0f;
+        const float inv_d = d > 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t d16 = model::FloatToHalf(d);
+        std::memcpy(block, &d16, 2);
+        for (int j = 0; j < model::kQ8_0BlockElems; ++j) {
+          block[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[j] * inv_d)));
+        }
+      }
+      break;
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<model::Model>> MakeRandomModel(const RandomModelOptions& options) {
+  model::ModelConfig config = options.config;
+  config.tied_embeddings = options.tied;
+  if (absl::Status s = config.Validate(); !s.ok()) return s;
+
+  auto storage = std::make_shared<Storage>();
+  Random rng(options.seed);
+  const DType dt = options.dtype;
+  const float scale = options.scale;
+  model::ModelWeights w;
+  // Embedding rows in [-1, 1] so that the residual stream starts at unit scale.
+  w.token_embedding = AddTensor(*storage, rng, dt, config.vocab_size, config.dim, -1.0f, 1.0f);
+  for (int l = 0; l < config.n_layers; ++l) {
+    model::LayerWeights L;
+    L.attn_norm = AddNorm(*storage, rng, config.dim);
+    L.wq = AddMatrix(*storage, rng, dt, config.q_dim(), config.dim, scale);
+    L.wk = AddMatrix(*storage, rng, dt, config.kv_dim(), config.dim, scale);
+    L.wv = AddMatrix(*storage, rng, dt, config.kv_dim(), config.dim, scale);
+    L.wo = AddMatrix(*storage, rng, dt, config.dim, config.q_dim(), scale);
+    L.ffn_norm = AddNorm(*storage, rng, config.dim);
+    L.w_gate = AddMatrix(*storage, rng, dt, config.ffn_dim, config.dim, scale);
+    L.w_up = AddMatrix(*storage, rng, dt, config.ffn_dim, config.dim, scale);
+    L.w_down = AddMatrix(*storage, rng, dt, config.dim, config.ffn_dim, scale);
+    w.layers.push_back(L);
+  }
+  w.output_norm = AddNorm(*storage, rng, config.dim);
+  w.output = options.tied ? w.token_embedding
+                          : AddMatrix(*storage, rng, dt, config.vocab_size, config.dim, scale);
+  return model::Model::FromParts(std::move(config), std::move(w),
+                                 MakeVocabulary(options.config.vocab_size), std::move(storage));
+}
+
+}  // namespace kvserve::backends::testing

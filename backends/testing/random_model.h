@@ -1,0 +1,46 @@
+// Builds small llama models with seeded random weights in memory, for tests and tools
+// that must not depend on a model file.
+#ifndef KVSERVE_BACKENDS_TESTING_RANDOM_MODEL_H_
+#define KVSERVE_BACKENDS_TESTING_RANDOM_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/dtype.h"
+#include "model/model.h"
+#include "model/model_config.h"
+
+namespace kvserve::backends::testing {
+
+struct RandomModelOptions {
+  // Shape. Defaults: a tiny GQA model (dim 32, 2 layers, 4 query heads, 2 KV heads,
+  // head_dim 8, ffn 64, vocab 64, context 128, rope_dim = head_dim, adjacent pairs).
+  model::ModelConfig config = DefaultConfig();
+  // Element type of the matrices (norm gains are always f32): kF32, kF16, kBF16 or kQ8_0
+  // (q8_0 needs dim, q_dim and ffn_dim multiples of 32). Default kF32.
+  model::DType dtype = model::DType::kF32;
+  // When true, output aliases token_embedding (and config.tied_embeddings is set).
+  bool tied = false;
+  // Weights are uniform in [-scale, scale] / sqrt(fan_in), norm gains in [0.5, 1.5].
+  uint64_t seed = 1;
+  float scale = 1.0f;
+
+  static model::ModelConfig DefaultConfig();
+};
+
+// Deterministic for given options (same seed, same bytes, same fingerprint). The
+// vocabulary has <unk>=0, <s>=1, </s>=2, then byte tokens <0x00>..<0xFF> while they fit,
+// then pieces "▁t<N>". Errors: whatever model::Model::FromParts reports for a bad shape.
+absl::StatusOr<std::unique_ptr<model::Model>> MakeRandomModel(const RandomModelOptions& options);
+
+// The bytes of `values` stored as `dtype` (f32, f16 and bf16 round to nearest even; q8_0
+// per block of 32: d = max|x| / 127 stored as f16, q = round(x / d)).
+// Precondition: for q8_0, values.size() is a multiple of 32.
+std::vector<uint8_t> EncodeRow(std::span<const float> values, model::DType dtype);
+
+}  // namespace kvserve::backends::testing
+
+#endif  // KVSERVE_BACKENDS_TESTING_RANDOM_MODEL_H_

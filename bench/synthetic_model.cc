@@ -1,0 +1,294 @@
+#include "bench/synthetic_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "model/gguf_writer.h"
+
+namespace kvserve::bench {
+namespace {
+
+using model::DType;
+using model::GgufByteSink;
+using model::GgufWriter;
+using model::ModelConfig;
+
+model::ModelConfig Shape(int dim, int layers, int heads, int kv_heads, int ffn, int vocab,
+                         int context, bool tied) {
+  ModelConfig c;
+  c.architecture = "llama";
+  c.dim = dim;
+  c.n_layers = layers;
+  c.n_heads = heads;
+  c.n_kv_heads = kv_heads;
+  c.head_dim = dim / heads;
+  c.ffn_dim = ffn;
+  c.vocab_size = vocab;
+  c.context_length = context;
+  c.rms_eps = 1e-5f;
+  c.rope_base = 10000.0f;
+  c.rope_dim = c.head_dim;
+  c.rope_style = model::RopeStyle::kAdjacentPairs;
+  c.tied_embeddings = tied;
+  return c;
+}
+
+// splitmix64: seeds one stream per tensor so tensors do not depend on write order.
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t HashName(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char ch : s) h = (h ^ static_cast<uint8_t>(ch)) * 0x100000001b3ull;
+  return h;
+}
+
+// Approximately normal values: the sum of four 16-bit uniforms from one xorshift64*
+// draw (Irwin-Hall, variance 1/3 before scaling). Cheap enough for a billion weights.
+class NormalStream {
+ public:
+  NormalStream(uint64_t seed, float stddev)
+      : state_(SplitMix64(seed) | 1), scale_(stddev * std::sqrt(3.0f) / 65536.0f) {}
+  float Next() {
+    state_ ^= state_ >> 12;
+    state_ ^= state_ << 25;
+    state_ ^= state_ >> 27;
+    const uint64_t r = state_ * 0x2545f4914f6cdd1dull;
+    const uint32_t sum = static_cast<uint32_t>(r & 0xffff) + static_cast<uint32_t>((r >> 16) & 0xffff) +
+                         static_cast<uint32_t>((r >> 32) & 0xffff) + static_cast<uint32_t>(r >> 48);
+    // sum / 65536 is in [0, 4) with mean ~2: center it.
+    return (static_cast<float>(sum) + 2.0f - 131072.0f) * scale_;
+  }
+
+ private:
+  uint64_t state_;
+  float scale_;
+};
+
+// Appends `values` to `out` encoded as `dtype` (q8_0: per block of 32, d = max|x| / 127
+// as f16, q = round(x / d)).
+void EncodeRow(const std::vector<float>& values, DType dtype, std::vector<uint8_t>& out) {
+  out.resize(model::DTypeBytes(dtype, values.size()));
+  uint8_t* p = out.data();
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(p, values.data(), values.size() * 4);
+      break;
+    case DType::kF16:
+    case DType::kBF16:
+      for (size_t i = 0; i < values.size(); ++i) {
+        const uint16_t h =
+            dtype == DType::kF16 ? model::FloatToHalf(values[i]) : model::FloatToBF16(values[i]);
+        std::memcpy(p + 2 * i, &h, 2);
+      }
+      break;
+    case DType::kQ8_0:
+      for (size_t b = 0; b < values.size() / model::kQ8_0BlockElems; ++b) {
+        const float* x = values.data() + b * model::kQ8_0BlockElems;
+        uint8_t* blk = p + b * model::kQ8_0BlockBytes;
+        float amax = 0.0f;
+        for (int i = 0; i < model::kQ8_0BlockElems; ++i) amax = std::max(amax, std::fabs(x[i]));
+        const float d = amax / 127.0f;
+        const uint16_t dh = model::FloatToHalf(d);
+        std::memcpy(blk, &dh, 2);
+        const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int i = 0; i < model::kQ8_0BlockElems; ++i) {
+          blk[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[i] * inv)));
+        }
+      }
+      break;
+  }
+}
+
+// A [rows, cols] matrix of random weights, generated and encoded one row at a time.
+absl::Status AddMatrix(GgufWriter& w, const std::string& name, DType dtype, int64_t rows,
+                       int64_t cols, uint64_t seed, float stddev) {
+  return w.AddTensor(
+      name, dtype, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)},
+      [=](GgufByteSink& sink) {
+        NormalStream rng(seed ^ HashName(name), stddev);
+        std::vector<float> row(static_cast<size_t>(cols));  // [cols]
+        std::vector<uint8_t> bytes;
+        for (int64_t r = 0; r < rows; ++r) {
+          for (float& v : row) v = rng.Next();
+          EncodeRow(row, dtype, bytes);
+          if (absl::Status s = sink.Append(bytes.data(), bytes.size()); !s.ok()) return s;
+        }
+        return absl::OkStatus();
+      });
+}
+
+// A [dim] f32 RMSNorm gain of ones.
+absl::Status AddNorm(GgufWriter& w, const std::string& name, int64_t dim) {
+  return w.AddTensor(name, DType::kF32, {static_cast<uint64_t>(dim)}, [dim](GgufByteSink& sink) {
+    const std::vector<float> ones(static_cast<size_t>(dim), 1.0f);  // [dim]
+    return sink.Append(ones.data(), ones.size() * sizeof(float));
+  });
+}
+
+// llama.cpp's general.file_type (LLAMA_FTYPE_*).
+uint32_t FileType(DType t) {
+  switch (t) {
+    case DType::kF32: return 0;
+    case DType::kF16: return 1;
+    case DType::kQ8_0: return 7;
+    case DType::kBF16: return 32;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::vector<std::string> PresetNames() { return {"tiny", "s110m", "smol135m", "tl1b"}; }
+
+absl::StatusOr<model::ModelConfig> PresetConfig(std::string_view name) {
+  if (name == "tiny") return Shape(64, 2, 4, 2, 128, 512, 256, false);
+  if (name == "s110m") return Shape(768, 12, 12, 12, 2048, 32000, 2048, false);
+  if (name == "smol135m") return Shape(576, 30, 9, 3, 1536, 49152, 2048, true);
+  if (name == "tl1b") return Shape(2048, 22, 32, 4, 5632, 32000, 2048, false);
+  return absl::NotFoundError(absl::StrCat("unknown preset '", std::string(name),
+                                          "' (tiny, s110m, smol135m, tl1b)"));
+}
+
+absl::StatusOr<model::Vocabulary> SyntheticVocabulary(int vocab_size) {
+  constexpr int kMinVocab = 3 + 256 + 1;
+  if (vocab_size < kMinVocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab_size ", vocab_size, " is below the minimum ", kMinVocab));
+  }
+  model::Vocabulary v;
+  const size_t n = static_cast<size_t>(vocab_size);
+  v.pieces.reserve(n);
+  v.scores.reserve(n);
+  v.kinds.reserve(n);
+  auto add = [&v](std::string piece, float score, model::TokenKind kind) {
+    v.pieces.push_back(std::move(piece));
+    v.scores.push_back(score);
+    v.kinds.push_back(kind);
+  };
+  add("<unk>", 0.0f, model::TokenKind::kUnknown);
+  add("<s>", 0.0f, model::TokenKind::kControl);
+  add("</s>", 0.0f, model::TokenKind::kControl);
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "<0x%02X>", b);
+    add(buf, 0.0f, model::TokenKind::kByte);
+  }
+  v.unk_id = 0;
+  v.bos_id = 1;
+  v.eos_id = 2;
+  v.add_bos = true;
+  v.add_space_prefix = true;
+
+  // Normal pieces, in merge priority order. Each longer piece is an earlier piece plus one
+  // character, so it is reachable by merges.
+  const std::string kSpace = "\xe2\x96\x81";  // U+2581
+  std::vector<std::string> normal;
+  normal.push_back(kSpace);
+  std::string singles;
+  for (char c = 'a'; c <= 'z'; ++c) singles += c;
+  for (char c = 'A'; c <= 'Z'; ++c) singles += c;
+  for (char c = '0'; c <= '9'; ++c) singles += c;
+  singles += ".,!?'\"-:;()";
+  for (char c : singles) normal.push_back(std::string(1, c));
+  for (char c : singles) normal.push_back(kSpace + c);
+  std::vector<std::string> level = {""};
+  while (static_cast<size_t>(v.size()) + normal.size() < n) {
+    std::vector<std::string> next;
+    for (const std::string& prefix : level) {
+      for (char c = 'a'; c <= 'z'; ++c) next.push_back(prefix + c);
+    }
+    if (next.front().size() >= 2) {
+      for (const std::string& s : next) {
+        normal.push_back(s);
+        normal.push_back(kSpace + s);
+        if (static_cast<size_t>(v.size()) + normal.size() >= n) break;
+      }
+    }
+    level = std::move(next);
+  }
+  for (size_t i = 0; static_cast<size_t>(v.size()) < n; ++i) {
+    add(normal[i], -static_cast<float>(i), model::TokenKind::kNormal);
+  }
+  return v;
+}
+
+absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std::string& path) {
+  const ModelConfig& c = options.config;
+  if (absl::Status s = c.Validate(); !s.ok()) return s;
+  if (c.architecture != "llama" || c.rope_style != model::RopeStyle::kAdjacentPairs) {
+    return absl::InvalidArgumentError("synthetic models are llama with adjacent-pair RoPE");
+  }
+  if (options.dtype == DType::kQ8_0 &&
+      (c.dim % model::kQ8_0BlockElems != 0 || c.q_dim() % model::kQ8_0BlockElems != 0 ||
+       c.ffn_dim % model::kQ8_0BlockElems != 0)) {
+    return absl::InvalidArgumentError("q8_0 needs dim, q_dim and ffn_dim multiples of 32");
+  }
+  absl::StatusOr<model::Vocabulary> vocab = SyntheticVocabulary(c.vocab_size);
+  if (!vocab.ok()) return vocab.status();
+
+  GgufWriter w;
+  w.SetString("general.architecture", "llama");
+  w.SetString("general.name", options.name);
+  w.SetUint32("general.file_type", FileType(options.dtype));
+  w.SetUint32("general.quantization_version", 2);
+  w.SetUint32("llama.context_length", static_cast<uint32_t>(c.context_length));
+  w.SetUint32("llama.embedding_length", static_cast<uint32_t>(c.dim));
+  w.SetUint32("llama.block_count", static_cast<uint32_t>(c.n_layers));
+  w.SetUint32("llama.feed_forward_length", static_cast<uint32_t>(c.ffn_dim));
+  w.SetUint32("llama.attention.head_count", static_cast<uint32_t>(c.n_heads));
+  w.SetUint32("llama.attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
+  w.SetUint32("llama.attention.key_length", static_cast<uint32_t>(c.head_dim));
+  w.SetUint32("llama.attention.value_length", static_cast<uint32_t>(c.head_dim));
+  w.SetUint32("llama.rope.dimension_count", static_cast<uint32_t>(c.rope_dim));
+  w.SetFloat32("llama.rope.freq_base", c.rope_base);
+  w.SetFloat32("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
+  w.SetUint32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
+
+  w.SetString("tokenizer.ggml.model", "llama");
+  w.SetStringArray("tokenizer.ggml.tokens", vocab->pieces);
+  w.SetFloat32Array("tokenizer.ggml.scores", vocab->scores);
+  std::vector<int32_t> types;  // [vocab]
+  types.reserve(vocab->kinds.size());
+  for (model::TokenKind k : vocab->kinds) types.push_back(static_cast<int32_t>(k));
+  w.SetInt32Array("tokenizer.ggml.token_type", types);
+  w.SetUint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab->bos_id));
+  w.SetUint32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab->eos_id));
+  w.SetUint32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(vocab->unk_id));
+  w.SetBool("tokenizer.ggml.add_bos_token", vocab->add_bos);
+  w.SetBool("tokenizer.ggml.add_eos_token", false);
+  w.SetBool("tokenizer.ggml.add_space_prefix", vocab->add_space_prefix);
+
+  const DType dt = options.dtype;
+  const float sd = options.weight_std;
+  const uint64_t seed = options.seed;
+  absl::Status s = AddMatrix(w, "token_embd.weight", dt, c.vocab_size, c.dim, seed, sd);
+  for (int l = 0; s.ok() && l < c.n_layers; ++l) {
+    const std::string p = absl::StrCat("blk.", l, ".");
+    if (s.ok()) s = AddNorm(w, p + "attn_norm.weight", c.dim);
+    if (s.ok()) s = AddMatrix(w, p + "attn_q.weight", dt, c.q_dim(), c.dim, seed, sd);
+    if (s.ok()) s = AddMatrix(w, p + "attn_k.weight", dt, c.kv_dim(), c.dim, seed, sd);
+    if (s.ok()) s = AddMatrix(w, p + "attn_v.weight", dt, c.kv_dim(), c.dim, seed, sd);
+    if (s.ok()) s = AddMatrix(w, p + "attn_output.weight", dt, c.dim, c.q_dim(), seed, sd);
+    if (s.ok()) s = AddNorm(w, p + "ffn_norm.weight", c.dim);
+    if (s.ok()) s = AddMatrix(w, p + "ffn_gate.weight", dt, c.ffn_dim, c.dim, seed, sd);
+    if (s.ok()) s = AddMatrix(w, p + "ffn_up.weight", dt, c.ffn_dim, c.dim, seed, sd);
+    if (s.ok()) s = AddMatrix(w, p + "ffn_down.weight", dt, c.dim, c.ffn_dim, seed, sd);
+  }
+  if (s.ok()) s = AddNorm(w, "output_norm.weight", c.dim);
+  if (s.ok() && !c.tied_embeddings) {
+    s = AddMatrix(w, "output.weight", dt, c.vocab_size, c.dim, seed, sd);
+  }
+  if (!s.ok()) return s;
+  return w.WriteToFile(path);
+}
+
+}  // namespace kvserve::bench

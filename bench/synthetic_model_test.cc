@@ -1,0 +1,215 @@
+#include "bench/synthetic_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <string>
+
+#include <unistd.h>
+
+#include "gtest/gtest.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+
+namespace kvserve::bench {
+namespace {
+
+class TempDir {
+ public:
+  TempDir() : path_(std::filesystem::temp_directory_path() /
+                    ("synthetic_model_test_" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+float FirstFloat(const model::TensorView& t) {
+  float f = 0.0f;
+  std::memcpy(&f, t.data, sizeof(f));
+  return f;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST(PresetConfigTest, EveryPresetIsValidAndUnknownIsNotFound) {
+  for (const std::string& name : PresetNames()) {
+    absl::StatusOr<model::ModelConfig> c = PresetConfig(name);
+    ASSERT_TRUE(c.ok()) << name;
+    EXPECT_TRUE(c->Validate().ok()) << name;
+  }
+  absl::StatusOr<model::ModelConfig> tl1b = PresetConfig("tl1b");
+  EXPECT_EQ(tl1b->dim, 2048);
+  EXPECT_EQ(tl1b->n_kv_heads, 4);
+  EXPECT_EQ(tl1b->ffn_dim, 5632);
+  EXPECT_TRUE(PresetConfig("smol135m")->tied_embeddings);
+  EXPECT_EQ(PresetConfig("smol135m")->vocab_size, 49152);
+  EXPECT_EQ(PresetConfig("nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SyntheticVocabularyTest, LayoutAndMergeability) {
+  absl::StatusOr<model::Vocabulary> v = SyntheticVocabulary(49152);
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(v->size(), 49152);
+  EXPECT_EQ(v->pieces[0], "<unk>");
+  EXPECT_EQ(v->kinds[0], model::TokenKind::kUnknown);
+  EXPECT_EQ(v->pieces[1], "<s>");
+  EXPECT_EQ(v->pieces[2], "</s>");
+  EXPECT_EQ(v->kinds[2], model::TokenKind::kControl);
+  EXPECT_EQ(v->pieces[3], "<0x00>");
+  EXPECT_EQ(v->pieces[3 + 0x0a], "<0x0A>");
+  EXPECT_EQ(v->pieces[258], "<0xFF>");
+  EXPECT_EQ(v->kinds[258], model::TokenKind::kByte);
+  std::set<std::string> seen;
+  for (int i = 0; i < v->size(); ++i) {
+    EXPECT_TRUE(seen.insert(v->pieces[i]).second) << "duplicate piece " << v->pieces[i];
+    if (i < 259) continue;
+    EXPECT_EQ(v->kinds[i], model::TokenKind::kNormal);
+    if (i > 259) {
+      EXPECT_LT(v->scores[i], v->scores[i - 1]);
+    }
+    // Every multi-character piece splits into two earlier pieces.
+    const std::string& p = v->pieces[i];
+    if (p == "\xe2\x96\x81" || p.size() == 1) continue;
+    bool reachable = false;
+    for (size_t cut = 1; cut < p.size() && !reachable; ++cut) {
+      reachable = seen.count(p.substr(0, cut)) && seen.count(p.substr(cut));
+    }
+    EXPECT_TRUE(reachable) << p;
+  }
+  EXPECT_EQ(SyntheticVocabulary(259).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SyntheticVocabularyTest, TokenizerRoundTripsAndMerges) {
+  absl::StatusOr<model::Vocabulary> v = SyntheticVocabulary(32000);
+  ASSERT_TRUE(v.ok());
+  absl::StatusOr<std::unique_ptr<model::Tokenizer>> tok = model::Tokenizer::Create(*v);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const std::string text = "the quick brown fox, Ünïcode & 42!";
+  const std::vector<int32_t> ids = (*tok)->Encode(text, true);
+  EXPECT_EQ(ids.front(), 1);
+  EXPECT_EQ((*tok)->Decode(ids), text);
+  // Lowercase words are pieces (with their leading "▁"): one token each.
+  EXPECT_EQ((*tok)->Encode("the big fox", false).size(), 3u);
+}
+
+TEST(WriteSyntheticModelTest, LoadsBackWithTheSameShapeAndVocabulary) {
+  TempDir dir;
+  for (model::DType dtype :
+       {model::DType::kF32, model::DType::kF16, model::DType::kBF16, model::DType::kQ8_0}) {
+    SCOPED_TRACE(std::string(model::DTypeName(dtype)));
+    SyntheticModelOptions o;
+    o.config = *PresetConfig("tiny");
+    o.dtype = dtype;
+    const std::string path = dir.File(std::string(model::DTypeName(dtype)) + ".gguf");
+    ASSERT_TRUE(WriteSyntheticModel(o, path).ok());
+    absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Load(path);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const model::ModelConfig& c = (*m)->config();
+    EXPECT_EQ(c.dim, 64);
+    EXPECT_EQ(c.n_layers, 2);
+    EXPECT_EQ(c.n_heads, 4);
+    EXPECT_EQ(c.n_kv_heads, 2);
+    EXPECT_EQ(c.head_dim, 16);
+    EXPECT_EQ(c.ffn_dim, 128);
+    EXPECT_EQ(c.vocab_size, 512);
+    EXPECT_EQ(c.context_length, 256);
+    EXPECT_EQ(c.rope_dim, 16);
+    EXPECT_FLOAT_EQ(c.rms_eps, 1e-5f);
+    EXPECT_FALSE(c.tied_embeddings);
+    const model::ModelWeights& w = (*m)->weights();
+    EXPECT_EQ(w.layers[1].w_down.type, dtype);
+    EXPECT_EQ(w.token_embedding.type, dtype);
+    EXPECT_EQ(w.output_norm.type, model::DType::kF32);
+    EXPECT_EQ(FirstFloat(w.layers[0].attn_norm), 1.0f);
+    EXPECT_EQ((*m)->vocab().pieces, SyntheticVocabulary(512)->pieces);
+    EXPECT_EQ((*m)->vocab().bos_id, 1);
+    EXPECT_EQ((*m)->vocab().eos_id, 2);
+  }
+}
+
+TEST(WriteSyntheticModelTest, WeightsAreSeededAndScaled) {
+  TempDir dir;
+  SyntheticModelOptions o;
+  o.config = *PresetConfig("tiny");
+  ASSERT_TRUE(WriteSyntheticModel(o, dir.File("a.gguf")).ok());
+  ASSERT_TRUE(WriteSyntheticModel(o, dir.File("b.gguf")).ok());
+  o.seed = 2;
+  ASSERT_TRUE(WriteSyntheticModel(o, dir.File("c.gguf")).ok());
+  const std::string a = ReadAll(dir.File("a.gguf"));
+  EXPECT_EQ(a, ReadAll(dir.File("b.gguf")));
+  EXPECT_NE(a, ReadAll(dir.File("c.gguf")));
+  EXPECT_EQ(a.size(), ReadAll(dir.File("c.gguf")).size());
+
+  absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Load(dir.File("a.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  // The embedding table is N(0, 0.02^2): check mean, standard deviation and bound.
+  const model::TensorView& e = (*m)->weights().token_embedding;
+  const auto* x = static_cast<const float*>(e.data);
+  double sum = 0.0, sum_sq = 0.0, max_abs = 0.0;
+  const int64_t n = e.elements();
+  for (int64_t i = 0; i < n; ++i) {
+    sum += x[i];
+    sum_sq += static_cast<double>(x[i]) * x[i];
+    max_abs = std::max(max_abs, std::fabs(static_cast<double>(x[i])));
+  }
+  const double mean = sum / n;
+  const double sd = std::sqrt(sum_sq / n - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.001);
+  EXPECT_NEAR(sd, 0.02, 0.001);
+  EXPECT_LE(max_abs, 0.02 * 3.5);
+  // Layers differ from each other.
+  const model::TensorView& q0 = (*m)->weights().layers[0].wq;
+  const model::TensorView& q1 = (*m)->weights().layers[1].wq;
+  EXPECT_NE(std::memcmp(q0.data, q1.data, q0.row_bytes()), 0);
+}
+
+TEST(WriteSyntheticModelTest, TiedEmbeddingsHaveNoOutputTensor) {
+  TempDir dir;
+  SyntheticModelOptions o;
+  o.config = *PresetConfig("tiny");
+  o.config.tied_embeddings = true;
+  o.dtype = model::DType::kBF16;
+  ASSERT_TRUE(WriteSyntheticModel(o, dir.File("tied.gguf")).ok());
+  absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Load(dir.File("tied.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE((*m)->config().tied_embeddings);
+  EXPECT_EQ((*m)->weights().output.data, (*m)->weights().token_embedding.data);
+  // The file is smaller than the untied one by the output matrix (512 x 64 bf16).
+  o.config.tied_embeddings = false;
+  ASSERT_TRUE(WriteSyntheticModel(o, dir.File("untied.gguf")).ok());
+  // (plus its tensor descriptor and padding).
+  const uintmax_t diff = std::filesystem::file_size(dir.File("untied.gguf")) -
+                         std::filesystem::file_size(dir.File("tied.gguf"));
+  EXPECT_GE(diff, 512u * 64u * 2u);
+  EXPECT_LE(diff, 512u * 64u * 2u + 128u);
+}
+
+TEST(WriteSyntheticModelTest, RejectsBadInput) {
+  TempDir dir;
+  SyntheticModelOptions o;
+  o.config = *PresetConfig("tiny");
+  o.config.n_heads = 0;
+  EXPECT_EQ(WriteSyntheticModel(o, dir.File("x.gguf")).code(), absl::StatusCode::kInvalidArgument);
+  o.config = *PresetConfig("tiny");
+  o.config.dim = 48;  // head_dim 12; not a multiple of 32 for q8_0
+  o.config.head_dim = 12;
+  o.config.rope_dim = 12;
+  o.dtype = model::DType::kQ8_0;
+  EXPECT_EQ(WriteSyntheticModel(o, dir.File("y.gguf")).code(), absl::StatusCode::kInvalidArgument);
+  o = SyntheticModelOptions{};
+  o.config = *PresetConfig("tiny");
+  EXPECT_FALSE(WriteSyntheticModel(o, dir.File("missing/dir/z.gguf")).ok());
+}
+
+}  // namespace
+}  // namespace kvserve::bench

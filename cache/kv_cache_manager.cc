@@ -1,0 +1,146 @@
+#include "cache/kv_cache_manager.h"
+
+#include <algorithm>
+#include <cassert>
+#include <utility>
+
+namespace kvserve::cache {
+
+absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(const Options& options) {
+  BlockPool::Options pool_options;
+  pool_options.layout = options.layout;
+  pool_options.budget_bytes = options.budget_bytes;
+  auto pool = BlockPool::Create(pool_options);
+  if (!pool.ok()) return pool.status();
+  return std::unique_ptr<KvCacheManager>(new KvCacheManager(options, *std::move(pool)));
+}
+
+KvCacheManager::KvCacheManager(const Options& options, std::unique_ptr<BlockPool> pool)
+    : model_fingerprint_(options.model_fingerprint), pool_(std::move(pool)) {}
+
+int32_t KvCacheManager::BlocksFor(int64_t num_tokens) const {
+  const int64_t bt = block_tokens();
+  return static_cast<int32_t>((std::max<int64_t>(num_tokens, 0) + bt - 1) / bt);
+}
+
+BlockHash KvCacheManager::RootHash(std::string_view cache_salt) const {
+  return RootBlockHash(model_fingerprint_, cache_salt);
+}
+
+KvCacheManager::Table& KvCacheManager::table(SequenceId seq) {
+  auto it = tables_.find(seq);
+  assert(it != tables_.end());
+  return it->second;
+}
+
+const KvCacheManager::Table& KvCacheManager::table(SequenceId seq) const {
+  auto it = tables_.find(seq);
+  assert(it != tables_.end());
+  return it->second;
+}
+
+int32_t KvCacheManager::Open(SequenceId seq, const BlockHash& root, std::span<const int32_t> tokens,
+                             int32_t max_cached_tokens) {
+  auto [it, inserted] = tables_.try_emplace(seq);
+  assert(inserted);
+  (void)inserted;
+  Table& t = it->second;
+  t.root = root;
+  const size_t bt = static_cast<size_t>(block_tokens());
+  const size_t limit = std::min(tokens.size(), static_cast<size_t>(std::max(max_cached_tokens, 0)));
+  const size_t candidates = limit / bt;
+  prefix_queries_total_ += static_cast<int64_t>(candidates);
+  BlockHash parent = root;
+  for (size_t i = 0; i < candidates; ++i) {
+    std::span<const int32_t> block_tokens = tokens.subspan(i * bt, bt);
+    const BlockHash h = ChainBlockHash(parent, block_tokens);
+    std::optional<BlockId> id = pool_->Find(h, parent, block_tokens);
+    if (!id.has_value()) break;
+    pool_->Ref(*id);
+    t.blocks.push_back(*id);
+    t.pointers.push_back(pool_->data(*id));
+    t.hashes.push_back(h);
+    parent = h;
+  }
+  prefix_hits_total_ += static_cast<int64_t>(t.blocks.size());
+  return static_cast<int32_t>(t.blocks.size() * bt);
+}
+
+int32_t KvCacheManager::BlocksToReserve(SequenceId seq, int32_t num_tokens) const {
+  const Table& t = table(seq);
+  return std::max<int32_t>(0, BlocksFor(num_tokens) - static_cast<int32_t>(t.blocks.size()));
+}
+
+bool KvCacheManager::Reserve(SequenceId seq, int32_t num_tokens) {
+  Table& t = table(seq);
+  const int32_t need = BlocksToReserve(seq, num_tokens);
+  if (need == 0) return true;
+  const size_t old_size = t.blocks.size();
+  if (!pool_->Allocate(need, &t.blocks)) return false;
+  for (size_t i = old_size; i < t.blocks.size(); ++i) t.pointers.push_back(pool_->data(t.blocks[i]));
+  return true;
+}
+
+void KvCacheManager::Commit(SequenceId seq, std::span<const int32_t> tokens, int32_t num_computed) {
+  Table& t = table(seq);
+  const size_t bt = static_cast<size_t>(block_tokens());
+  const size_t full = std::min(static_cast<size_t>(std::max(num_computed, 0)) / bt, t.blocks.size());
+  for (size_t i = t.hashes.size(); i < full; ++i) {
+    const BlockHash parent = i == 0 ? t.root : t.hashes[i - 1];
+    std::span<const int32_t> block_tokens = tokens.subspan(i * bt, bt);
+    const BlockHash h = ChainBlockHash(parent, block_tokens);
+    // A false return means an identical block is already cached; ours stays private.
+    pool_->Register(t.blocks[i], h, parent, block_tokens);
+    t.hashes.push_back(h);
+  }
+}
+
+std::span<uint8_t* const> KvCacheManager::BlockPointers(SequenceId seq) const {
+  return table(seq).pointers;
+}
+
+int32_t KvCacheManager::committed_blocks(SequenceId seq) const {
+  return static_cast<int32_t>(table(seq).hashes.size());
+}
+
+void KvCacheManager::Close(SequenceId seq) {
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return;
+  pool_->Release(it->second.blocks);
+  tables_.erase(it);
+}
+
+std::vector<BlockId> KvCacheManager::PinCommitted(SequenceId seq, std::span<const int32_t> tokens) {
+  const Table& t = table(seq);
+  const size_t bt = static_cast<size_t>(block_tokens());
+  std::vector<BlockId> pinned;
+  pinned.reserve(t.hashes.size());
+  for (size_t i = 0; i < t.hashes.size(); ++i) {
+    const BlockHash parent = i == 0 ? t.root : t.hashes[i - 1];
+    std::optional<BlockId> id = pool_->Find(t.hashes[i], parent, tokens.subspan(i * bt, bt));
+    if (!id.has_value()) break;
+    pool_->Ref(*id);
+    pinned.push_back(*id);
+  }
+  return pinned;
+}
+
+void KvCacheManager::Pin(std::span<const BlockId> blocks) {
+  for (BlockId id : blocks) pool_->Ref(id);
+}
+
+void KvCacheManager::Unpin(std::span<const BlockId> blocks) { pool_->Release(blocks); }
+
+KvCacheStats KvCacheManager::stats() const {
+  KvCacheStats s;
+  s.blocks_total = pool_->num_blocks();
+  s.blocks_used = pool_->num_used();
+  s.blocks_cached = pool_->num_cached();
+  s.blocks_free = pool_->num_free_uncached();
+  s.prefix_queries_total = prefix_queries_total_;
+  s.prefix_hits_total = prefix_hits_total_;
+  s.evictions_total = pool_->evictions_total();
+  return s;
+}
+
+}  // namespace kvserve::cache

@@ -1,0 +1,138 @@
+#include "cache/kv_cache_manager.h"
+
+#include <numeric>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace kvserve::cache {
+namespace {
+
+constexpr int kBlockTokens = 4;
+
+std::unique_ptr<KvCacheManager> MakeManager(int blocks, uint64_t fingerprint = 7) {
+  KvCacheManager::Options o;
+  o.layout = model::KvLayout{1, 4, kBlockTokens, model::DType::kF16};
+  o.budget_bytes = static_cast<size_t>(blocks) * o.layout.block_bytes();
+  o.model_fingerprint = fingerprint;
+  auto m = KvCacheManager::Create(o);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *std::move(m);
+}
+
+std::vector<int32_t> Iota(int n, int32_t start = 0) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+// Runs a sequence through the manager as the engine would: open, reserve, "compute",
+// commit, close. Returns the cached positions found at open.
+int32_t RunSequence(KvCacheManager& m, SequenceId id, const BlockHash& root,
+                    const std::vector<int32_t>& tokens) {
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  const int32_t cached = m.Open(id, root, tokens, n - 1);
+  EXPECT_TRUE(m.Reserve(id, n));
+  EXPECT_EQ(m.BlockPointers(id).size(), static_cast<size_t>(m.BlocksFor(n)));
+  m.Commit(id, tokens, n);
+  m.Close(id);
+  return cached;
+}
+
+TEST(KvCacheManagerTest, FindsLongestCachedPrefixOfFullBlocks) {
+  auto m = MakeManager(16);
+  const BlockHash root = m->RootHash("");
+  const auto a = Iota(10);  // blocks [0..3] [4..7] + partial [8, 9]
+  EXPECT_EQ(RunSequence(*m, 1, root, a), 0);
+  EXPECT_EQ(m->stats().blocks_cached, 2);
+  EXPECT_EQ(m->stats().blocks_used, 0);
+  // Same first block, different second block.
+  auto b = Iota(13);
+  b[6] = 100;
+  EXPECT_EQ(RunSequence(*m, 2, root, b), 4);
+  // An exact repeat is capped at n - 1 positions: the last full block is recomputed
+  // when the whole prompt is block aligned.
+  const auto c = Iota(8);
+  EXPECT_EQ(RunSequence(*m, 3, root, c), 4);
+  const auto d = Iota(9);
+  EXPECT_EQ(RunSequence(*m, 4, root, d), 8);
+  const KvCacheStats s = m->stats();
+  EXPECT_EQ(s.prefix_queries_total, 2 + 3 + 1 + 2);
+  EXPECT_EQ(s.prefix_hits_total, 0 + 1 + 1 + 2);
+}
+
+TEST(KvCacheManagerTest, SaltsAndModelsNeverShare) {
+  auto m = MakeManager(16, /*fingerprint=*/7);
+  const auto t = Iota(12);
+  EXPECT_EQ(RunSequence(*m, 1, m->RootHash("tenant-a"), t), 0);
+  EXPECT_EQ(RunSequence(*m, 2, m->RootHash("tenant-b"), t), 0);
+  EXPECT_EQ(RunSequence(*m, 3, m->RootHash(""), t), 0);
+  EXPECT_EQ(RunSequence(*m, 4, m->RootHash("tenant-a"), t), 8);
+  // Another model's root never matches this one's blocks.
+  EXPECT_EQ(RunSequence(*m, 5, RootBlockHash(8, "tenant-a"), t), 0);
+}
+
+TEST(KvCacheManagerTest, ReserveFailsCleanlyAndCloseReturnsEveryBlock) {
+  auto m = MakeManager(4);
+  const BlockHash root = m->RootHash("");
+  const auto t = Iota(20);
+  m->Open(1, root, t, 19);
+  EXPECT_TRUE(m->Reserve(1, 12));
+  EXPECT_EQ(m->BlocksToReserve(1, 20), 2);
+  EXPECT_FALSE(m->Reserve(1, 20));  // needs 5 blocks of 4
+  EXPECT_EQ(m->BlockPointers(1).size(), 3u);
+  m->Commit(1, t, 12);
+  EXPECT_EQ(m->committed_blocks(1), 3);
+  m->Close(1);
+  const KvCacheStats s = m->stats();
+  EXPECT_EQ(s.blocks_used, 0);
+  EXPECT_EQ(s.blocks_cached + s.blocks_free, s.blocks_total);
+}
+
+TEST(KvCacheManagerTest, PinsKeepBlocksThroughPressure) {
+  auto m = MakeManager(4);
+  const BlockHash root = m->RootHash("");
+  const auto t = Iota(9);
+  m->Open(1, root, t, 8);
+  ASSERT_TRUE(m->Reserve(1, 9));
+  m->Commit(1, t, 9);
+  const std::vector<BlockId> pins = m->PinCommitted(1, t);
+  EXPECT_EQ(pins.size(), 2u);
+  m->Close(1);
+  EXPECT_EQ(m->stats().blocks_used, 2);
+  // Fill the rest of the pool with another sequence, then release it: pinned blocks
+  // were never candidates for eviction.
+  const auto other = Iota(8, 500);
+  m->Open(2, root, other, 7);
+  EXPECT_FALSE(m->Reserve(2, 12));
+  ASSERT_TRUE(m->Reserve(2, 8));
+  m->Close(2);
+  EXPECT_EQ(RunSequence(*m, 3, root, t), 8);
+  m->Unpin(pins);
+  EXPECT_EQ(m->stats().blocks_used, 0);
+}
+
+TEST(KvCacheManagerTest, DuplicateComputationPinsTheCanonicalBlock) {
+  auto m = MakeManager(8);
+  const BlockHash root = m->RootHash("");
+  const auto t = Iota(5);
+  // Two sequences computed the same prefix concurrently (both missed at open).
+  m->Open(1, root, t, 4);
+  m->Open(2, root, t, 4);
+  ASSERT_TRUE(m->Reserve(1, 5));
+  ASSERT_TRUE(m->Reserve(2, 5));
+  m->Commit(1, t, 5);
+  m->Commit(2, t, 5);
+  const std::vector<BlockId> pins = m->PinCommitted(2, t);
+  ASSERT_EQ(pins.size(), 1u);
+  EXPECT_TRUE(m->pool().is_cached(pins[0]));
+  m->Close(1);
+  m->Close(2);
+  EXPECT_EQ(m->stats().blocks_used, 1);
+  EXPECT_EQ(m->stats().blocks_cached, 0);
+  m->Unpin(pins);
+  EXPECT_EQ(m->stats().blocks_cached, 1);
+}
+
+}  // namespace
+}  // namespace kvserve::cache

@@ -1,0 +1,604 @@
+// The engine loop: one step thread owns the scheduler, the KV cache manager and the
+// backend; API calls from any thread talk to it through a mutex-protected inbox.
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "backends/backend.h"
+#include "cache/kv_cache_manager.h"
+#include "engine/engine.h"
+#include "engine/engine_options.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "engine/session_store.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+
+namespace kvserve::engine {
+namespace {
+
+uint64_t Mix64(uint64_t x) {  // splitmix64 finalizer
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+bool SameLayout(const model::KvLayout& a, const model::KvLayout& b) {
+  return a.n_layers == b.n_layers && a.kv_dim == b.kv_dim && a.block_tokens == b.block_tokens &&
+         a.dtype == b.dtype;
+}
+
+absl::Status ValidateOptions(const Engine::Options& o) {
+  auto bad = [](const char* name, auto value) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is out of range: ", value));
+  };
+  if (o.block_tokens < 1 || o.block_tokens > 4096) return bad("block_tokens", o.block_tokens);
+  if (o.kv_dtype != model::DType::kF32 && o.kv_dtype != model::DType::kF16) {
+    return absl::InvalidArgumentError("kv_dtype must be f32 or f16");
+  }
+  if (o.max_running_sequences < 1) return bad("max_running_sequences", o.max_running_sequences);
+  if (o.max_step_tokens < 1) return bad("max_step_tokens", o.max_step_tokens);
+  if (o.max_waiting_requests < 1) return bad("max_waiting_requests", o.max_waiting_requests);
+  if (o.max_waiting_prompt_tokens < 1) {
+    return bad("max_waiting_prompt_tokens", o.max_waiting_prompt_tokens);
+  }
+  if (o.max_sessions < 0) return bad("max_sessions", o.max_sessions);
+  if (o.max_session_tokens < 0) return bad("max_session_tokens", o.max_session_tokens);
+  if (o.default_session_ttl <= absl::ZeroDuration() || o.max_session_ttl < o.default_session_ttl) {
+    return absl::InvalidArgumentError("default_session_ttl must be > 0 and <= max_session_ttl");
+  }
+  if (o.max_tokens_limit < 1) return bad("max_tokens_limit", o.max_tokens_limit);
+  if (o.max_cache_salt_bytes < 0) return bad("max_cache_salt_bytes", o.max_cache_salt_bytes);
+  return absl::OkStatus();
+}
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(const Options& options, const model::Model& model,
+             std::unique_ptr<backends::Backend> backend, std::unique_ptr<cache::KvCacheManager> kv,
+             std::unique_ptr<model::Tokenizer> tokenizer)
+      : options_(options),
+        model_(model),
+        clock_(options.clock ? options.clock : [] { return absl::Now(); }),
+        max_session_tokens_(options.max_session_tokens > 0 ? options.max_session_tokens
+                                                           : model.config().context_length),
+        kv_capacity_tokens_(kv->capacity_tokens()),
+        backend_(std::move(backend)),
+        kv_(std::move(kv)),
+        tokenizer_(std::move(tokenizer)),
+        sessions_(SessionStore::Options{options.max_sessions, max_session_tokens_,
+                                        options.default_session_ttl, options.max_session_ttl},
+                  Mix64(options.seed ^ 0x5e55101d5e55101dULL)),
+        scheduler_(Scheduler::Options{options.max_running_sequences, options.max_step_tokens},
+                   kv_.get(), [this] { return ReclaimSessionPins(); }) {
+    PublishStats(0.0);
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  ~EngineImpl() override { Shutdown(absl::InfinitePast()); }
+
+  absl::StatusOr<RequestId> Submit(Request request, std::shared_ptr<RequestSink> sink) override;
+  void Cancel(RequestId id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels_.push_back(id);
+    cv_.notify_one();
+  }
+
+  absl::StatusOr<SessionInfo> OpenSession(absl::Duration ttl) override {
+    if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
+    return sessions_.Open(ttl, clock_());
+  }
+  absl::StatusOr<SessionInfo> ForkSession(const std::string& parent_id,
+                                          absl::Duration ttl) override {
+    if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
+    auto info = sessions_.Fork(parent_id, ttl, clock_());
+    Wake();
+    return info;
+  }
+  absl::Status CloseSession(const std::string& id) override {
+    absl::Status status = sessions_.Close(id, clock_());
+    Wake();
+    return status;
+  }
+  absl::StatusOr<SessionInfo> GetSession(const std::string& id) override {
+    auto info = sessions_.Get(id, clock_());
+    if (!info.ok()) Wake();  // it may just have expired: release its pins
+    return info;
+  }
+
+  EngineStats Stats() const override {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    return stats_;
+  }
+
+  void Shutdown(absl::Time deadline) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!shutting_down_) {
+        shutting_down_ = true;
+        shutdown_deadline_ = deadline;
+      } else {
+        shutdown_deadline_ = std::min(shutdown_deadline_, deadline);
+      }
+      cv_.notify_one();
+    }
+    std::lock_guard<std::mutex> lock(join_mu_);
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct Pins {
+    std::vector<cache::BlockId> blocks;  // chain order
+    absl::Time last_used;
+  };
+
+  bool ShuttingDown() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return shutting_down_;
+  }
+  void Wake() {
+    std::lock_guard<std::mutex> lock(mu_);
+    wake_ = true;
+    cv_.notify_one();
+  }
+
+  // Step thread.
+  void Run();
+  void Step();
+  void HandleSample(Sequence& seq, std::span<float> logits, absl::Time now,
+                    std::vector<std::pair<RequestId, FinishReason>>* finished);
+  void Finish(RequestId id, const absl::Status& status, FinishReason reason);
+  void ExpireDeadlines(absl::Time now);
+  void ApplySessionEvents(absl::Time now);
+  bool ReclaimSessionPins();
+  void PublishStats(double step_seconds);
+  void ReleaseQueueSlot(const Sequence& seq);
+
+  const Options options_;
+  const model::Model& model_;
+  const std::function<absl::Time()> clock_;
+  const int32_t max_session_tokens_;
+  const int64_t kv_capacity_tokens_;
+  std::unique_ptr<backends::Backend> backend_;        // step thread
+  std::unique_ptr<cache::KvCacheManager> kv_;         // step thread
+  const std::unique_ptr<model::Tokenizer> tokenizer_; // immutable; may be null
+  SessionStore sessions_;                              // thread-safe
+  Scheduler scheduler_;                                // step thread
+
+  // Step-thread state.
+  absl::flat_hash_map<std::string, Pins> pins_;
+  std::vector<float> logits_;  // [batch, vocab]
+  int64_t steps_total_ = 0;
+
+  // The inbox.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Sequence>> inbox_ ABSL_GUARDED_BY(mu_);
+  std::vector<RequestId> cancels_ ABSL_GUARDED_BY(mu_);
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time shutdown_deadline_ ABSL_GUARDED_BY(mu_);
+  RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int32_t queued_requests_ ABSL_GUARDED_BY(mu_) = 0;  // submitted, not yet admitted
+  int64_t queued_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_ ABSL_GUARDED_BY(stats_mu_);
+
+  std::mutex join_mu_;
+  std::thread thread_;
+};
+
+absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<RequestSink> sink) {
+  const model::ModelConfig& config = model_.config();
+  if (sink == nullptr) return absl::InvalidArgumentError("sink must not be null");
+  if (request.prompt_tokens.empty()) return absl::InvalidArgumentError("prompt_tokens must not be empty");
+  for (size_t i = 0; i < request.prompt_tokens.size(); ++i) {
+    const int32_t t = request.prompt_tokens[i];
+    if (t < 0 || t >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt_tokens[", i, "] = ", t,
+                                                     " is outside the vocabulary [0, ",
+                                                     config.vocab_size, ")"));
+    }
+  }
+  absl::Status status = request.sampling.Validate(config.vocab_size, options_.max_tokens_limit);
+  if (!status.ok()) return status;
+  if (!request.sampling.stop_strings.empty() && tokenizer_ == nullptr) {
+    return absl::InvalidArgumentError("stop_strings need a model with a tokenizer");
+  }
+  if (request.cache_salt.size() > static_cast<size_t>(options_.max_cache_salt_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("cache_salt must be at most ",
+                                                   options_.max_cache_salt_bytes, " bytes"));
+  }
+  if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
+
+  const absl::Time now = clock_();
+  const bool is_turn = !request.session_id.empty();
+  std::vector<int32_t> context;
+  if (is_turn) {
+    auto begun = sessions_.BeginTurn(request.session_id, request.prompt_tokens, now);
+    if (!begun.ok()) return begun.status();
+    context = *std::move(begun);
+  } else {
+    context = std::move(request.prompt_tokens);
+  }
+  auto undo_turn = [&] {
+    if (is_turn) sessions_.EndTurn(request.session_id, nullptr, now);
+  };
+  const int64_t n = static_cast<int64_t>(context.size());
+  if (n >= config.context_length) {
+    undo_turn();
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", n, " tokens leaves no room in the context of ",
+                                                   config.context_length, " tokens"));
+  }
+  if (n >= kv_capacity_tokens_) {
+    undo_turn();
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", n, " tokens does not fit the KV cache of ",
+                                                   kv_capacity_tokens_, " tokens"));
+  }
+
+  std::unique_lock<std::mutex> lock(mu_);
+  if (shutting_down_) {
+    lock.unlock();
+    undo_turn();
+    return absl::UnavailableError("engine is shutting down");
+  }
+  if (queued_requests_ >= options_.max_waiting_requests ||
+      queued_tokens_ + n > options_.max_waiting_prompt_tokens) {
+    const int32_t q = queued_requests_;
+    const int64_t qt = queued_tokens_;
+    lock.unlock();
+    undo_turn();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "engine overloaded: ", q, " requests with ", qt, " prompt tokens are waiting (limits ",
+        options_.max_waiting_requests, " and ", options_.max_waiting_prompt_tokens, ")"));
+  }
+  const RequestId id = next_id_++;
+  auto sampler = Sampler::Create(request.sampling, config.vocab_size, Mix64(options_.seed ^ Mix64(id)));
+  if (!sampler.ok()) {
+    lock.unlock();
+    undo_turn();
+    return sampler.status();
+  }
+  auto seq = std::make_unique<Sequence>(id, *std::move(sampler), request.sampling.stop_strings);
+  seq->sink = std::move(sink);
+  seq->prompt_len = static_cast<int32_t>(n);
+  seq->max_new_tokens = request.sampling.max_tokens;
+  int64_t max_total = std::min<int64_t>(config.context_length, kv_capacity_tokens_);
+  if (is_turn) max_total = std::min<int64_t>(max_total, max_session_tokens_);
+  seq->max_total_tokens = static_cast<int32_t>(max_total);
+  seq->root = cache::RootBlockHash(model_.fingerprint(), request.cache_salt);
+  seq->session_id = std::move(request.session_id);
+  seq->arrival = static_cast<int64_t>(id);
+  seq->submit_time = now;
+  seq->deadline = request.deadline;
+  if (tokenizer_ != nullptr) seq->decoder.emplace(*tokenizer_, context.back());
+  seq->tokens = std::move(context);
+  ++queued_requests_;
+  queued_tokens_ += n;
+  inbox_.push_back(std::move(seq));
+  cv_.notify_one();
+  return id;
+}
+
+void EngineImpl::ReleaseQueueSlot(const Sequence& seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  --queued_requests_;
+  queued_tokens_ -= seq.prompt_len;
+}
+
+void EngineImpl::Run() {
+  while (true) {
+    std::vector<std::unique_ptr<Sequence>> arrived;
+    std::vector<RequestId> cancels;
+    bool shutting_down = false;
+    absl::Time shutdown_deadline;
+    const bool busy = !scheduler_.running().empty() || !scheduler_.waiting().empty();
+    const std::optional<absl::Time> next_expiry = busy ? std::nullopt : sessions_.NextExpiry();
+    const absl::Time before_wait = clock_();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto has_input = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !inbox_.empty() || !cancels_.empty() || wake_ || shutting_down_;
+      };
+      if (!busy) {
+        if (next_expiry.has_value()) {
+          const absl::Duration wait =
+              std::clamp(*next_expiry - before_wait, absl::Milliseconds(1), absl::Seconds(1));
+          cv_.wait_for(lock, absl::ToChronoMilliseconds(wait), has_input);
+        } else {
+          cv_.wait(lock, has_input);
+        }
+      }
+      arrived.swap(inbox_);
+      cancels.swap(cancels_);
+      wake_ = false;
+      shutting_down = shutting_down_;
+      shutdown_deadline = shutdown_deadline_;
+    }
+
+    for (auto& seq : arrived) scheduler_.Add(std::move(seq));
+    for (RequestId id : cancels) {
+      Finish(id, absl::CancelledError("request cancelled"), FinishReason::kCancelled);
+    }
+    const absl::Time now = clock_();
+    sessions_.ExpireIdle(now);
+    ApplySessionEvents(now);
+    ExpireDeadlines(now);
+
+    const bool has_work = !scheduler_.running().empty() || !scheduler_.waiting().empty();
+    if (shutting_down && (!has_work || now >= shutdown_deadline)) {
+      std::vector<RequestId> rest;
+      for (const auto* q : {&scheduler_.running(), &scheduler_.waiting()}) {
+        for (const auto& seq : *q) rest.push_back(seq->id);
+      }
+      for (RequestId id : rest) {
+        Finish(id, absl::UnavailableError("engine shut down"), FinishReason::kCancelled);
+      }
+      for (auto& [id, pins] : pins_) kv_->Unpin(pins.blocks);
+      pins_.clear();
+      PublishStats(0.0);
+      return;
+    }
+    double step_seconds = 0.0;
+    if (has_work) {
+      const auto start = std::chrono::steady_clock::now();
+      Step();
+      step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ++steps_total_;
+    }
+    PublishStats(step_seconds);
+  }
+}
+
+void EngineImpl::Step() {
+  StepPlan plan = scheduler_.Schedule();
+  for (Sequence* seq : plan.out_of_blocks) {
+    // The pool cannot hold this sequence's next token even alone: its context is full.
+    Finish(seq->id, absl::OkStatus(), FinishReason::kLength);
+  }
+  if (plan.chunks.empty()) return;
+
+  const absl::Time now = clock_();
+  const int32_t vocab = model_.config().vocab_size;
+  backends::Batch batch;
+  batch.sequences.reserve(plan.chunks.size());
+  for (const StepPlan::Chunk& c : plan.chunks) {
+    Sequence& seq = *c.seq;
+    if (!seq.first_scheduled.has_value()) seq.first_scheduled = now;
+    if (!seq.admitted_once) {
+      seq.admitted_once = true;
+      seq.cached_tokens = seq.num_computed;
+      ReleaseQueueSlot(seq);
+    }
+    backends::SequenceInput in;
+    in.tokens = std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(seq.num_computed),
+                                                             static_cast<size_t>(c.num_tokens));
+    in.cached_tokens = seq.num_computed;
+    in.blocks = kv_->BlockPointers(seq.id);
+    in.want_logits = seq.num_computed + c.num_tokens == static_cast<int32_t>(seq.tokens.size());
+    batch.sequences.push_back(in);
+  }
+  logits_.resize(plan.chunks.size() * static_cast<size_t>(vocab));
+  const absl::Status status = backend_->Forward(batch, logits_);
+  if (!status.ok()) {
+    for (const StepPlan::Chunk& c : plan.chunks) {
+      Finish(c.seq->id, status, FinishReason::kError);
+    }
+    return;
+  }
+
+  std::vector<std::pair<RequestId, FinishReason>> finished;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    Sequence& seq = *plan.chunks[i].seq;
+    const int32_t begin = seq.num_computed;
+    seq.num_computed += plan.chunks[i].num_tokens;
+    if (begin < seq.prompt_len) {
+      seq.computed_prompt_tokens += std::min(seq.num_computed, seq.prompt_len) - begin;
+    }
+    kv_->Commit(seq.id, seq.tokens, seq.num_computed);
+    if (!batch.sequences[i].want_logits) continue;
+    HandleSample(seq, std::span<float>(logits_).subspan(i * static_cast<size_t>(vocab),
+                                                       static_cast<size_t>(vocab)),
+                 now, &finished);
+  }
+  for (const auto& [id, reason] : finished) Finish(id, absl::OkStatus(), reason);
+}
+
+void EngineImpl::HandleSample(Sequence& seq, std::span<float> logits, absl::Time now,
+                              std::vector<std::pair<RequestId, FinishReason>>* finished) {
+  SampleInfo info;
+  const int32_t token = seq.sampler.Sample(logits, seq.tokens, seq.prompt_len, &info);
+  if (!seq.first_token.has_value()) seq.first_token = now;
+  const SamplingParams& params = seq.sampler.params();
+  const bool stop_token =
+      (!params.ignore_eos && token == model_.vocab().eos_id) ||
+      std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) !=
+          params.stop_token_ids.end();
+  seq.tokens.push_back(token);
+
+  // Text still held back (an incomplete character, a possible stop-string prefix).
+  auto flush_text = [&seq]() {
+    std::string text;
+    if (seq.decoder.has_value()) text = seq.stop.Feed(seq.decoder->Flush()).text;
+    if (!seq.stop.stopped()) text += seq.stop.Flush();
+    return text;
+  };
+
+  if (stop_token) {
+    TokenEvent tail;
+    tail.token = kTextOnlyToken;
+    tail.text = flush_text();
+    if (!tail.text.empty()) seq.sink->OnToken(tail);
+    finished->emplace_back(seq.id, FinishReason::kStop);
+    return;
+  }
+
+  TokenEvent event;
+  event.token = token;
+  event.logprob = info.logprob;
+  event.top_logprobs.reserve(info.top_logprobs.size());
+  for (const LogprobEntry& e : info.top_logprobs) event.top_logprobs.push_back({e.token, e.logprob});
+  StopMatcher::Result r = seq.stop.Feed(seq.decoder.has_value() ? seq.decoder->Push(token) : "");
+  event.text = std::move(r.text);
+  if (r.stopped) {
+    seq.sink->OnToken(event);
+    finished->emplace_back(seq.id, FinishReason::kStopString);
+    return;
+  }
+  const bool length = seq.completion_tokens() >= seq.max_new_tokens ||
+                      static_cast<int32_t>(seq.tokens.size()) >= seq.max_total_tokens;
+  if (length) event.text += flush_text();
+  seq.sink->OnToken(event);
+  if (length) finished->emplace_back(seq.id, FinishReason::kLength);
+}
+
+void EngineImpl::Finish(RequestId id, const absl::Status& status, FinishReason reason) {
+  Sequence* found = scheduler_.Find(id);
+  if (found == nullptr) return;  // unknown or already finished (e.g. a late Cancel)
+  const absl::Time now = clock_();
+  if (!found->session_id.empty()) {
+    const bool completed = reason == FinishReason::kStop || reason == FinishReason::kStopString ||
+                           reason == FinishReason::kLength;
+    const bool alive = sessions_.EndTurn(found->session_id, completed ? &found->tokens : nullptr, now);
+    if (alive) {
+      Pins& pins = pins_[found->session_id];
+      if (completed && found->has_table) {
+        // Pin the new chain first so the shared prefix never passes through the LRU.
+        std::vector<cache::BlockId> fresh = kv_->PinCommitted(found->id, found->tokens);
+        kv_->Unpin(pins.blocks);
+        pins.blocks = std::move(fresh);
+      }
+      pins.last_used = now;
+    }
+  }
+  std::unique_ptr<Sequence> seq = scheduler_.Remove(id);
+  if (!seq->admitted_once) ReleaseQueueSlot(*seq);
+
+  Usage usage;
+  usage.prompt_tokens = seq->prompt_len;
+  usage.cached_tokens = seq->cached_tokens;
+  usage.computed_tokens = seq->computed_prompt_tokens;
+  usage.completion_tokens = std::max(0, seq->completion_tokens());
+  usage.queue_time = seq->first_scheduled.value_or(now) - seq->submit_time;
+  usage.time_to_first_token =
+      seq->first_token.has_value() ? *seq->first_token - seq->submit_time : absl::ZeroDuration();
+  usage.total_time = now - seq->submit_time;
+  absl::Status final_status = status;
+  if (reason == FinishReason::kDeadline) final_status = absl::DeadlineExceededError("request deadline passed");
+  // Stats() reflects the released blocks before the sink hears of the finish.
+  PublishStats(0.0);
+  seq->sink->OnFinish(final_status, reason, usage);
+}
+
+void EngineImpl::ExpireDeadlines(absl::Time now) {
+  std::vector<RequestId> expired;
+  for (const auto* q : {&scheduler_.running(), &scheduler_.waiting()}) {
+    for (const auto& seq : *q) {
+      if (now >= seq->deadline) expired.push_back(seq->id);
+    }
+  }
+  for (RequestId id : expired) Finish(id, absl::OkStatus(), FinishReason::kDeadline);
+}
+
+void EngineImpl::ApplySessionEvents(absl::Time now) {
+  for (const SessionStore::Event& e : sessions_.TakeEvents()) {
+    if (e.kind == SessionStore::Event::Kind::kForked) {
+      std::vector<cache::BlockId> blocks;
+      if (auto parent = pins_.find(e.parent_id); parent != pins_.end()) blocks = parent->second.blocks;
+      kv_->Pin(blocks);
+      Pins& child = pins_[e.id];
+      kv_->Unpin(child.blocks);
+      child.blocks = std::move(blocks);
+      child.last_used = now;
+    } else {
+      auto it = pins_.find(e.id);
+      if (it == pins_.end()) continue;
+      kv_->Unpin(it->second.blocks);
+      pins_.erase(it);
+    }
+  }
+}
+
+bool EngineImpl::ReclaimSessionPins() {
+  // Whole sessions, least recently used first; Unpin walks each chain from its tail.
+  Pins* victim = nullptr;
+  for (auto& [id, pins] : pins_) {
+    if (pins.blocks.empty()) continue;
+    if (victim == nullptr || pins.last_used < victim->last_used) victim = &pins;
+  }
+  if (victim == nullptr) return false;
+  kv_->Unpin(victim->blocks);
+  victim->blocks.clear();
+  return true;
+}
+
+void EngineImpl::PublishStats(double step_seconds) {
+  const cache::KvCacheStats kv = kv_->stats();
+  EngineStats s;
+  s.running = static_cast<int32_t>(scheduler_.running().size());
+  s.waiting = static_cast<int32_t>(scheduler_.waiting().size());
+  s.blocks_total = kv.blocks_total;
+  s.blocks_used = kv.blocks_used;
+  s.blocks_cached = kv.blocks_cached;
+  s.blocks_free = kv.blocks_free;
+  s.prefix_queries_total = kv.prefix_queries_total;
+  s.prefix_hits_total = kv.prefix_hits_total;
+  s.preemptions_total = scheduler_.preemptions_total();
+  s.steps_total = steps_total_;
+  s.open_sessions = sessions_.size();
+  s.last_step_seconds = step_seconds;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s.waiting += static_cast<int32_t>(inbox_.size());
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  if (step_seconds == 0.0) s.last_step_seconds = stats_.last_step_seconds;
+  stats_ = s;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Engine::Options& options,
+                                                     const model::Model& model,
+                                                     std::unique_ptr<backends::Backend> backend) {
+  absl::Status status = ValidateOptions(options);
+  if (!status.ok()) return status;
+  if (backend == nullptr) return absl::InvalidArgumentError("backend must not be null");
+  const model::KvLayout layout = options.KvLayoutFor(model.config());
+  if (!SameLayout(layout, backend->kv_layout())) {
+    return absl::InvalidArgumentError(
+        "the backend's KV layout differs from Options::KvLayoutFor(model.config())");
+  }
+  cache::KvCacheManager::Options kv_options;
+  kv_options.layout = layout;
+  kv_options.budget_bytes = options.kv_budget_bytes;
+  kv_options.model_fingerprint = model.fingerprint();
+  auto kv = cache::KvCacheManager::Create(kv_options);
+  if (!kv.ok()) return kv.status();
+  // A vocabulary without a usable tokenizer (some synthetic models) still serves token
+  // ids; only text deltas and stop strings need the tokenizer.
+  auto tokenizer = model::Tokenizer::Create(model.vocab());
+  std::unique_ptr<model::Tokenizer> tok = tokenizer.ok() ? *std::move(tokenizer) : nullptr;
+  return std::unique_ptr<Engine>(
+      new EngineImpl(options, model, std::move(backend), *std::move(kv), std::move(tok)));
+}
+
+}  // namespace kvserve::engine

@@ -1,0 +1,77 @@
+// Engine::Options and the engine factory.
+#ifndef KVSERVE_ENGINE_ENGINE_OPTIONS_H_
+#define KVSERVE_ENGINE_ENGINE_OPTIONS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "backends/backend.h"
+#include "engine/engine.h"
+#include "model/dtype.h"
+#include "model/kv_layout.h"
+#include "model/model.h"
+
+namespace kvserve::engine {
+
+// Every limit below is checked by Submit/OpenSession and gives a status a client can
+// act on (see Engine). Defaults suit one 2-core CPU replica serving small models.
+struct Engine::Options {
+  // KV block size in token positions. Default 16.
+  int32_t block_tokens = 16;
+  // Element type of cached K/V: kF32 or kF16. Default kF32.
+  model::DType kv_dtype = model::DType::kF32;
+  // Bytes of KV memory (the block pool). Default 512 MiB.
+  size_t kv_budget_bytes = size_t{512} << 20;
+  // Sequences decoding or prefilling at once. Default 64.
+  int32_t max_running_sequences = 64;
+  // Tokens per step over all sequences (decode rows + prefill chunks): the chunked
+  // prefill budget. Default 512.
+  int32_t max_step_tokens = 512;
+  // Requests queued and not yet admitted; beyond -> Submit RESOURCE_EXHAUSTED.
+  // Default 1024.
+  int32_t max_waiting_requests = 1024;
+  // Prompt tokens (whole contexts) of the queued requests; beyond -> RESOURCE_EXHAUSTED.
+  // Default 1M.
+  int64_t max_waiting_prompt_tokens = int64_t{1} << 20;
+  // Open sessions; beyond -> OpenSession/ForkSession RESOURCE_EXHAUSTED. Default 4096.
+  int32_t max_sessions = 4096;
+  // Tokens a session's history may hold; 0 = the model's context length. A turn that
+  // would start beyond it -> RESOURCE_EXHAUSTED; generation stops (kLength) at it.
+  int32_t max_session_tokens = 0;
+  // Time-to-live of a session opened with ttl <= 0. Default 10 minutes.
+  absl::Duration default_session_ttl = absl::Minutes(10);
+  // Largest ttl accepted; more -> INVALID_ARGUMENT. Default 24 hours.
+  absl::Duration max_session_ttl = absl::Hours(24);
+  // Largest sampling.max_tokens accepted; more -> INVALID_ARGUMENT. Default 4096.
+  int32_t max_tokens_limit = 4096;
+  // Longest cache_salt accepted, in bytes; more -> INVALID_ARGUMENT. Default 256.
+  int32_t max_cache_salt_bytes = 256;
+  // Seeds the fallback sampling seed of requests without one (mixed with the request
+  // id) and session ids. Default 0.
+  uint64_t seed = 0;
+  // The clock for deadlines, session expiry and usage times. Empty = absl::Now. Tests
+  // inject a fake clock; it must be thread-safe.
+  std::function<absl::Time()> clock;
+
+  // The KV layout a backend for this engine must use.
+  model::KvLayout KvLayoutFor(const model::ModelConfig& config) const {
+    return model::KvLayout::ForModel(config, block_tokens, kv_dtype);
+  }
+};
+
+// Starts an engine (and its step thread) over `model` (which must outlive it) and
+// `backend`, created for the same model with options.KvLayoutFor(model.config()).
+// INVALID_ARGUMENT for an option out of range or a backend whose KV layout differs;
+// RESOURCE_EXHAUSTED when the KV budget cannot be allocated.
+absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Engine::Options& options,
+                                                     const model::Model& model,
+                                                     std::unique_ptr<backends::Backend> backend);
+
+}  // namespace kvserve::engine
+
+#endif  // KVSERVE_ENGINE_ENGINE_OPTIONS_H_

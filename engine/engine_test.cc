@@ -1,0 +1,531 @@
+#include "engine/engine.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "backends/testing/random_model.h"
+#include "engine/engine_options.h"
+#include "engine/engine_testing.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+
+namespace kvserve::engine {
+namespace {
+
+using ::kvserve::engine::testing::CollectingSink;
+using ::kvserve::engine::testing::MakeEngine;
+using ::kvserve::engine::testing::Result;
+using ::kvserve::engine::testing::RunRequest;
+
+std::unique_ptr<model::Model> RandomModel() {
+  backends::testing::RandomModelOptions o;
+  o.config.context_length = 512;
+  o.config.vocab_size = 96;
+  o.seed = 11;
+  auto m = backends::testing::MakeRandomModel(o);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *std::move(m);
+}
+
+Engine::Options SmallOptions() {
+  Engine::Options o;
+  o.kv_budget_bytes = size_t{8} << 20;
+  o.max_step_tokens = 64;
+  return o;
+}
+
+std::vector<int32_t> Prompt(int n, int32_t salt = 0) {
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) p[static_cast<size_t>(i)] = 3 + (i * 7 + salt * 13) % 90;
+  return p;
+}
+
+Request Greedy(std::vector<int32_t> prompt, int max_tokens, int top_logprobs = 0) {
+  Request r;
+  r.prompt_tokens = std::move(prompt);
+  r.sampling.temperature = 0.0f;
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.ignore_eos = true;
+  r.sampling.top_logprobs = top_logprobs;
+  return r;
+}
+
+std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+void ExpectSameOutput(const Result& got, const Result& want) {
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  ASSERT_TRUE(want.status.ok()) << want.status;
+  EXPECT_EQ(got.tokens, want.tokens);
+  ASSERT_EQ(got.top_logprobs.size(), want.top_logprobs.size());
+  for (size_t i = 0; i < got.top_logprobs.size(); ++i) {
+    ASSERT_EQ(got.top_logprobs[i].size(), want.top_logprobs[i].size());
+    for (size_t k = 0; k < got.top_logprobs[i].size(); ++k) {
+      EXPECT_EQ(got.top_logprobs[i][k].token, want.top_logprobs[i][k].token);
+      EXPECT_NEAR(got.top_logprobs[i][k].logprob, want.top_logprobs[i][k].logprob, 1e-4);
+    }
+  }
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override { model_ = RandomModel(); }
+  std::unique_ptr<Engine> NewEngine(const Engine::Options& o = SmallOptions()) {
+    auto e = MakeEngine(*model_, o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return *std::move(e);
+  }
+  std::unique_ptr<model::Model> model_;
+};
+
+TEST_F(EngineTest, CachedPrefixGivesTheColdResult) {
+  auto warm = NewEngine();
+  const std::vector<int32_t> shared = Prompt(70);
+  const Result first = RunRequest(*warm, Greedy(Concat(shared, Prompt(5, 1)), 6, 5));
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  EXPECT_EQ(first.usage.cached_tokens, 0);
+  EXPECT_EQ(first.usage.computed_tokens, 75);
+
+  const Request second = Greedy(Concat(shared, Prompt(9, 2)), 12, 5);
+  const Result reused = RunRequest(*warm, second);
+  EXPECT_EQ(reused.usage.prompt_tokens, 79);
+  EXPECT_EQ(reused.usage.cached_tokens, 64);  // the 4 full blocks of the shared prefix
+  EXPECT_EQ(reused.usage.computed_tokens, 15);
+
+  auto cold = NewEngine();
+  const Result fresh = RunRequest(*cold, second);
+  EXPECT_EQ(fresh.usage.cached_tokens, 0);
+  ExpectSameOutput(reused, fresh);
+  EXPECT_EQ(reused.tokens.size(), 12u);
+  EXPECT_EQ(reused.reason, FinishReason::kLength);
+}
+
+TEST_F(EngineTest, SessionTurnReusesHistoryAndMatchesColdRequest) {
+  auto engine = NewEngine();
+  auto session = engine->OpenSession(absl::ZeroDuration());
+  ASSERT_TRUE(session.ok()) << session.status();
+
+  const std::vector<int32_t> turn1 = Prompt(40, 3);
+  Request r1 = Greedy(turn1, 10, 3);
+  r1.session_id = session->id;
+  const Result out1 = RunRequest(*engine, r1);
+  ASSERT_TRUE(out1.status.ok()) << out1.status;
+  ASSERT_EQ(out1.tokens.size(), 10u);
+  auto info = engine->GetSession(session->id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->history_tokens, 50);
+  EXPECT_FALSE(info->busy);
+
+  const std::vector<int32_t> turn2 = Prompt(7, 4);
+  Request r2 = Greedy(turn2, 8, 3);
+  r2.session_id = session->id;
+  const Result out2 = RunRequest(*engine, r2);
+  // History 50 tokens = 3 full blocks (48) + 2; every full block is reused and only
+  // the partial block's 2 tokens and the 7 new tokens are computed.
+  EXPECT_EQ(out2.usage.prompt_tokens, 57);
+  EXPECT_EQ(out2.usage.cached_tokens, 48);
+  EXPECT_EQ(out2.usage.computed_tokens, 9);
+
+  auto cold = NewEngine();
+  const Result want = RunRequest(*cold, Greedy(Concat(Concat(turn1, out1.tokens), turn2), 8, 3));
+  ExpectSameOutput(out2, want);
+  EXPECT_TRUE(engine->CloseSession(session->id).ok());
+  EXPECT_EQ(engine->GetSession(session->id).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(EngineTest, ForkSharesTheParentsBlocksAndDiverges) {
+  auto engine = NewEngine();
+  auto parent = engine->OpenSession(absl::Minutes(1));
+  ASSERT_TRUE(parent.ok());
+  const std::vector<int32_t> turn1 = Prompt(35, 5);
+  Request r1 = Greedy(turn1, 6);
+  r1.session_id = parent->id;
+  const Result out1 = RunRequest(*engine, r1);
+  ASSERT_TRUE(out1.status.ok()) << out1.status;
+
+  auto child = engine->ForkSession(parent->id, absl::Minutes(1));
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_EQ(child->history_tokens, 41);
+  // The parent closes: the child's pins keep the shared blocks.
+  ASSERT_TRUE(engine->CloseSession(parent->id).ok());
+
+  const std::vector<int32_t> turn2 = Prompt(4, 6);
+  Request r2 = Greedy(turn2, 5, 3);
+  r2.session_id = child->id;
+  const Result out2 = RunRequest(*engine, r2);
+  EXPECT_EQ(out2.usage.cached_tokens, 32);
+  auto cold = NewEngine();
+  ExpectSameOutput(out2, RunRequest(*cold, Greedy(Concat(Concat(turn1, out1.tokens), turn2), 5, 3)));
+}
+
+TEST_F(EngineTest, DifferentSaltsNeverShareBlocks) {
+  auto engine = NewEngine();
+  const std::vector<int32_t> p = Prompt(50, 7);
+  Request a = Greedy(p, 2);
+  a.cache_salt = "tenant-a";
+  Request b = a;
+  b.cache_salt = "tenant-b";
+  Request none = a;
+  none.cache_salt = "";
+  EXPECT_EQ(RunRequest(*engine, a).usage.cached_tokens, 0);
+  EXPECT_EQ(RunRequest(*engine, b).usage.cached_tokens, 0);
+  EXPECT_EQ(RunRequest(*engine, none).usage.cached_tokens, 0);
+  EXPECT_EQ(RunRequest(*engine, a).usage.cached_tokens, 48);
+  EXPECT_EQ(RunRequest(*engine, b).usage.cached_tokens, 48);
+}
+
+TEST_F(EngineTest, TinyBudgetEvictsAndPreemptsButKeepsResults) {
+  // Reference outputs, one request at a time on a roomy engine.
+  std::vector<Request> requests;
+  for (int i = 0; i < 6; ++i) {
+    requests.push_back(Greedy(Concat(Prompt(20), Prompt(10 + 3 * i, 20 + i)), 30, 2));
+  }
+  std::vector<Result> want;
+  {
+    auto roomy = NewEngine();
+    for (const Request& r : requests) want.push_back(RunRequest(*roomy, r));
+  }
+  // 12 blocks of 16 tokens for six sequences of up to ~75 positions each.
+  Engine::Options o = SmallOptions();
+  o.kv_budget_bytes = 12 * o.KvLayoutFor(model_->config()).block_bytes();
+  o.max_step_tokens = 32;
+  auto tight = NewEngine(o);
+  std::vector<std::shared_ptr<CollectingSink>> sinks;
+  for (const Request& r : requests) {
+    sinks.push_back(std::make_shared<CollectingSink>());
+    ASSERT_TRUE(tight->Submit(r, sinks.back()).ok());
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(i);
+    ExpectSameOutput(sinks[i]->Wait(), want[i]);
+  }
+  const EngineStats stats = tight->Stats();
+  EXPECT_GT(stats.preemptions_total, 0);
+  EXPECT_EQ(stats.blocks_total, 12);
+  EXPECT_EQ(stats.blocks_used, 0);
+}
+
+TEST_F(EngineTest, SequenceLongerThanThePoolStopsWithLength) {
+  Engine::Options o = SmallOptions();
+  o.kv_budget_bytes = 2 * o.KvLayoutFor(model_->config()).block_bytes();
+  auto engine = NewEngine(o);
+  const Result r = RunRequest(*engine, Greedy(Prompt(20), 100));
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.reason, FinishReason::kLength);
+  EXPECT_EQ(r.tokens.size(), 12u);  // 32 positions in the pool
+  EXPECT_EQ(RunRequest(*engine, Greedy(Prompt(40), 1)).status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(EngineTest, CancelReturnsEveryBlock) {
+  auto engine = NewEngine();
+  std::atomic<RequestId> victim{0};
+  Engine* e = engine.get();
+  auto cancelled = std::make_shared<CollectingSink>([&](int n) {
+    if (n == 3) e->Cancel(victim.load());
+  });
+  auto other = std::make_shared<CollectingSink>();
+  auto id = engine->Submit(Greedy(Prompt(40), 200), cancelled);
+  ASSERT_TRUE(id.ok());
+  victim = *id;
+  ASSERT_TRUE(engine->Submit(Greedy(Prompt(33, 2), 20), other).ok());
+  const Result c = cancelled->Wait();
+  EXPECT_EQ(c.reason, FinishReason::kCancelled);
+  EXPECT_EQ(c.status.code(), absl::StatusCode::kCancelled);
+  EXPECT_LT(c.tokens.size(), 10u);
+  EXPECT_TRUE(other->Wait().status.ok());
+  engine->Cancel(*id);  // late and unknown cancels are ignored
+  engine->Cancel(12345);
+  EXPECT_EQ(engine->Stats().blocks_used, 0);
+  EXPECT_FALSE(cancelled->bad_order());
+}
+
+TEST_F(EngineTest, DeadlineExpiryReturnsEveryBlock) {
+  std::mutex mu;
+  absl::Time now = absl::UnixEpoch();
+  Engine::Options o = SmallOptions();
+  o.clock = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return now;
+  };
+  auto engine = NewEngine(o);
+  auto sink = std::make_shared<CollectingSink>([&](int n) {
+    if (n == 4) {
+      std::lock_guard<std::mutex> lock(mu);
+      now += absl::Seconds(10);
+    }
+  });
+  Request r = Greedy(Prompt(30), 200);
+  r.deadline = absl::UnixEpoch() + absl::Seconds(5);
+  ASSERT_TRUE(engine->Submit(r, sink).ok());
+  const Result got = sink->Wait();
+  EXPECT_EQ(got.reason, FinishReason::kDeadline);
+  EXPECT_EQ(got.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(got.tokens.size(), 4u);
+  EXPECT_EQ(engine->Stats().blocks_used, 0);
+  // A request whose deadline has already passed never runs.
+  Request late = Greedy(Prompt(10), 5);
+  late.deadline = absl::UnixEpoch();
+  const Result l = RunRequest(*engine, late);
+  EXPECT_EQ(l.reason, FinishReason::kDeadline);
+  EXPECT_TRUE(l.tokens.empty());
+}
+
+// Holds the step thread inside a sink callback until released.
+class Gate {
+ public:
+  void BlockHere() {
+    std::unique_lock<std::mutex> lock(mu_);
+    entered_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return open_; });
+  }
+  void WaitEntered() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return entered_; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool entered_ = false;
+  bool open_ = false;
+};
+
+TEST_F(EngineTest, FullQueueIsOverloaded) {
+  Engine::Options o = SmallOptions();
+  o.max_waiting_requests = 2;
+  o.max_waiting_prompt_tokens = 100;
+  auto engine = NewEngine(o);
+  Gate gate;
+  auto blocker = std::make_shared<CollectingSink>([&](int n) {
+    if (n == 1) gate.BlockHere();
+  });
+  ASSERT_TRUE(engine->Submit(Greedy(Prompt(5), 3), blocker).ok());
+  gate.WaitEntered();  // the step thread is parked: nothing gets admitted now
+  std::vector<std::shared_ptr<CollectingSink>> sinks;
+  for (int i = 0; i < 2; ++i) {
+    sinks.push_back(std::make_shared<CollectingSink>());
+    ASSERT_TRUE(engine->Submit(Greedy(Prompt(10, i), 3), sinks.back()).ok());
+  }
+  auto rejected = engine->Submit(Greedy(Prompt(10, 9), 3), std::make_shared<CollectingSink>());
+  EXPECT_EQ(rejected.status().code(), absl::StatusCode::kResourceExhausted);
+  gate.Open();
+  for (auto& s : sinks) EXPECT_TRUE(s->Wait().status.ok());
+  EXPECT_TRUE(blocker->Wait().status.ok());
+  // Token bound: one prompt of 90 fits, a second does not while the first waits.
+  Gate gate2;
+  auto blocker2 = std::make_shared<CollectingSink>([&](int n) {
+    if (n == 1) gate2.BlockHere();
+  });
+  ASSERT_TRUE(engine->Submit(Greedy(Prompt(5), 3), blocker2).ok());
+  gate2.WaitEntered();
+  auto big = std::make_shared<CollectingSink>();
+  ASSERT_TRUE(engine->Submit(Greedy(Prompt(90), 1), big).ok());
+  EXPECT_EQ(engine->Submit(Greedy(Prompt(20), 1), std::make_shared<CollectingSink>()).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  gate2.Open();
+  EXPECT_TRUE(big->Wait().status.ok());
+}
+
+TEST_F(EngineTest, SessionRulesAndExpiry) {
+  std::mutex mu;
+  absl::Time now = absl::UnixEpoch();
+  Engine::Options o = SmallOptions();
+  o.max_sessions = 2;
+  o.clock = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return now;
+  };
+  auto engine = NewEngine(o);
+  EXPECT_EQ(engine->GetSession("nope").status().code(), absl::StatusCode::kNotFound);
+  Request orphan = Greedy(Prompt(4), 2);
+  orphan.session_id = "nope";
+  EXPECT_EQ(RunRequest(*engine, orphan).status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine->OpenSession(absl::Hours(1000)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  auto s = engine->OpenSession(absl::Seconds(30));
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(engine->OpenSession(absl::Seconds(30)).ok());
+  EXPECT_EQ(engine->OpenSession(absl::Seconds(30)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+
+  // One turn at a time.
+  Gate gate;
+  auto blocker = std::make_shared<CollectingSink>([&](int n) {
+    if (n == 1) gate.BlockHere();
+  });
+  Request t1 = Greedy(Prompt(40), 3);
+  t1.session_id = s->id;
+  ASSERT_TRUE(engine->Submit(t1, blocker).ok());
+  gate.WaitEntered();
+  EXPECT_TRUE(engine->GetSession(s->id)->busy);
+  Request t2 = Greedy(Prompt(3), 3);
+  t2.session_id = s->id;
+  EXPECT_EQ(engine->Submit(t2, std::make_shared<CollectingSink>()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  gate.Open();
+  ASSERT_TRUE(blocker->Wait().status.ok());
+  EXPECT_EQ(engine->GetSession(s->id)->history_tokens, 43);
+
+  // The session pins its 2 full blocks while open...
+  EXPECT_EQ(engine->Stats().blocks_used, 2);
+  EXPECT_EQ(engine->Stats().open_sessions, 2);
+  // ...and expires 30 s after its last turn; its blocks become evictable cache.
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    now += absl::Seconds(31);
+  }
+  EXPECT_EQ(engine->GetSession(s->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(RunRequest(*engine, t2).status.code(), absl::StatusCode::kNotFound);
+  const Result after = RunRequest(*engine, Greedy(Prompt(2), 1));  // a step runs after the expiry
+  ASSERT_TRUE(after.status.ok());
+  EXPECT_EQ(engine->Stats().blocks_used, 0);
+  EXPECT_EQ(engine->Stats().open_sessions, 0);
+}
+
+TEST_F(EngineTest, IdleSessionPinsAreReclaimedUnderPressure) {
+  Engine::Options o = SmallOptions();
+  o.kv_budget_bytes = 8 * o.KvLayoutFor(model_->config()).block_bytes();
+  auto engine = NewEngine(o);
+  auto s = engine->OpenSession(absl::ZeroDuration());
+  ASSERT_TRUE(s.ok());
+  Request t1 = Greedy(Prompt(70), 2);
+  t1.session_id = s->id;
+  ASSERT_TRUE(RunRequest(*engine, t1).status.ok());
+  EXPECT_EQ(engine->Stats().blocks_used, 4);
+  // A stateless request needing 6 blocks: the idle session's pins are released.
+  const Result big = RunRequest(*engine, Greedy(Prompt(90, 3), 2));
+  ASSERT_TRUE(big.status.ok()) << big.status;
+  EXPECT_EQ(big.reason, FinishReason::kLength);
+  // The session still works (recomputing what was evicted).
+  Request t2 = Greedy(Prompt(5, 1), 2);
+  t2.session_id = s->id;
+  const Result r2 = RunRequest(*engine, t2);
+  ASSERT_TRUE(r2.status.ok()) << r2.status;
+  EXPECT_EQ(r2.usage.prompt_tokens, 77);
+}
+
+TEST_F(EngineTest, SeededSamplingDoesNotDependOnOtherRequests) {
+  Request r;
+  r.prompt_tokens = Prompt(25, 8);
+  r.sampling.temperature = 0.9f;
+  r.sampling.top_p = 0.95f;
+  r.sampling.seed = 1234;
+  r.sampling.max_tokens = 20;
+  r.sampling.ignore_eos = true;
+  Result alone;
+  {
+    auto engine = NewEngine();
+    alone = RunRequest(*engine, r);
+  }
+  auto engine = NewEngine();
+  std::vector<std::shared_ptr<CollectingSink>> noise;
+  for (int i = 0; i < 6; ++i) {
+    noise.push_back(std::make_shared<CollectingSink>());
+    Request n = Greedy(Prompt(10 + i, 30 + i), 15);
+    n.sampling.temperature = 1.0f;
+    ASSERT_TRUE(engine->Submit(n, noise.back()).ok());
+  }
+  auto sink = std::make_shared<CollectingSink>();
+  ASSERT_TRUE(engine->Submit(r, sink).ok());
+  const Result busy = sink->Wait();
+  EXPECT_EQ(busy.tokens, alone.tokens);
+  for (auto& n : noise) n->Wait();
+}
+
+TEST_F(EngineTest, RejectsBadRequests) {
+  auto engine = NewEngine();
+  auto code = [&](Request r) {
+    return engine->Submit(std::move(r), std::make_shared<CollectingSink>()).status().code();
+  };
+  EXPECT_EQ(code(Greedy({}, 3)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Greedy({1, 96}, 3)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Greedy({1, -1}, 3)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Greedy(Prompt(512), 3)), absl::StatusCode::kInvalidArgument);
+  Request neg = Greedy(Prompt(3), 3);
+  neg.sampling.temperature = -1;
+  EXPECT_EQ(code(neg), absl::StatusCode::kInvalidArgument);
+  Request salty = Greedy(Prompt(3), 3);
+  salty.cache_salt = std::string(1000, 'x');
+  EXPECT_EQ(code(salty), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->Submit(Greedy(Prompt(3), 3), nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  engine->Shutdown(absl::InfiniteFuture());
+  EXPECT_EQ(code(Greedy(Prompt(3), 3)), absl::StatusCode::kUnavailable);
+  engine->Shutdown(absl::InfiniteFuture());  // idempotent
+}
+
+TEST_F(EngineTest, ShutdownLetsRunningRequestsFinish) {
+  auto engine = NewEngine();
+  auto sink = std::make_shared<CollectingSink>();
+  ASSERT_TRUE(engine->Submit(Greedy(Prompt(10), 20), sink).ok());
+  engine->Shutdown(absl::InfiniteFuture());
+  const Result r = sink->Wait();
+  EXPECT_TRUE(r.status.ok());
+  EXPECT_EQ(r.tokens.size(), 20u);
+}
+
+TEST(EngineCreateTest, RejectsMismatchedBackendAndBadOptions) {
+  auto model = RandomModel();
+  Engine::Options o;
+  Engine::Options other = o;
+  other.block_tokens = 32;
+  auto backend = backends::CreateBackend("reference", *model, other.KvLayoutFor(model->config()), {});
+  ASSERT_TRUE(backend.ok());
+  EXPECT_EQ(CreateEngine(o, *model, *std::move(backend)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.max_step_tokens = 0;
+  EXPECT_EQ(testing::MakeEngine(*model, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = Engine::Options();
+  o.kv_budget_bytes = 10;
+  EXPECT_EQ(testing::MakeEngine(*model, o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The real model: greedy from "Once upon a time" is llama2.c's text, with and without
+// a cached prefix.
+TEST(EngineStoriesTest, GreedyStoryMatchesLlama2c) {
+  const char* dir = std::getenv("KVSERVE_MODELS_DIR");
+  ASSERT_NE(dir, nullptr);
+  auto model = model::Model::Load(std::string(dir) + "/stories260K.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto tok = model::Tokenizer::Create((*model)->vocab());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto engine = MakeEngine(**model, Engine::Options());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  Request r;
+  r.prompt_tokens = (*tok)->Encode("Once upon a time", /*add_bos=*/true);
+  r.sampling.temperature = 0.0f;
+  r.sampling.max_tokens = 200;
+  r.sampling.stop_strings = {"too high."};
+  const std::string want =
+      ", there was a little girl named Lily. She loved to play outside in the park. One day, "
+      "she saw a big, red ball. She wanted to play with it, but it was ";
+  for (int pass = 0; pass < 2; ++pass) {
+    const Result got = RunRequest(**engine, r);
+    ASSERT_TRUE(got.status.ok()) << got.status;
+    EXPECT_EQ(got.reason, FinishReason::kStopString);
+    EXPECT_EQ(got.text, want);
+    EXPECT_EQ(got.usage.cached_tokens, 0);  // the 5-token prompt has no full block
+  }
+}
+
+}  // namespace
+}  // namespace kvserve::engine

@@ -1,0 +1,116 @@
+// Helpers for engine tests and benchmarks: a sink that records a request's output, and
+// a one-call way to build an engine over a backend.
+#ifndef KVSERVE_ENGINE_ENGINE_TESTING_H_
+#define KVSERVE_ENGINE_ENGINE_TESTING_H_
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "backends/backend.h"
+#include "engine/engine.h"
+#include "engine/engine_options.h"
+
+namespace kvserve::engine::testing {
+
+// What one request produced.
+struct Result {
+  std::vector<int32_t> tokens;  // sampled token ids (text-only events excluded)
+  std::vector<float> logprobs;  // parallel to tokens
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // parallel to tokens
+  std::string text;
+  absl::Status status;
+  FinishReason reason = FinishReason::kError;
+  Usage usage;
+};
+
+// Records events; Wait() blocks until OnFinish. `on_token` (optional) runs on the step
+// thread after each recorded token event with the number of tokens so far.
+// Threading: thread-safe.
+class CollectingSink : public RequestSink {
+ public:
+  explicit CollectingSink(std::function<void(int)> on_token = nullptr)
+      : on_token_(std::move(on_token)) {}
+
+  void OnToken(const TokenEvent& event) override {
+    int n = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      result_.text += event.text;
+      if (event.token != kTextOnlyToken) {
+        result_.tokens.push_back(event.token);
+        result_.logprobs.push_back(event.logprob);
+        result_.top_logprobs.push_back(event.top_logprobs);
+      }
+      n = static_cast<int>(result_.tokens.size());
+      if (finished_) bad_order_ = true;
+    }
+    if (on_token_) on_token_(n);
+  }
+  void OnFinish(const absl::Status& status, FinishReason reason, const Usage& usage) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) bad_order_ = true;
+    result_.status = status;
+    result_.reason = reason;
+    result_.usage = usage;
+    finished_ = true;
+    ++finish_calls_;
+    cv_.notify_all();
+  }
+
+  Result Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return finished_; });
+    return result_;
+  }
+  bool finished() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finished_;
+  }
+  // True when OnToken came after OnFinish or OnFinish came twice.
+  bool bad_order() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return bad_order_ || finish_calls_ > 1;
+  }
+
+ private:
+  std::function<void(int)> on_token_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Result result_;
+  bool finished_ = false;
+  bool bad_order_ = false;
+  int finish_calls_ = 0;
+};
+
+// An engine over a backend `backend_name` for `model` with `options`.
+inline absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const model::Model& model,
+                                                          const Engine::Options& options,
+                                                          const std::string& backend_name = "reference") {
+  auto backend = backends::CreateBackend(backend_name, model, options.KvLayoutFor(model.config()),
+                                         backends::BackendOptions{});
+  if (!backend.ok()) return backend.status();
+  return CreateEngine(options, model, *std::move(backend));
+}
+
+// Submits and waits. Submit errors come back as Result::status with reason kError.
+inline Result RunRequest(Engine& engine, Request request) {
+  auto sink = std::make_shared<CollectingSink>();
+  auto id = engine.Submit(std::move(request), sink);
+  if (!id.ok()) {
+    Result r;
+    r.status = id.status();
+    return r;
+  }
+  return sink->Wait();
+}
+
+}  // namespace kvserve::engine::testing
+
+#endif  // KVSERVE_ENGINE_ENGINE_TESTING_H_

@@ -1,0 +1,66 @@
+// The engine's per-request state while a request is queued or running.
+#ifndef KVSERVE_ENGINE_SEQUENCE_H_
+#define KVSERVE_ENGINE_SEQUENCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "cache/block_hash.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+#include "model/tokenizer.h"
+
+namespace kvserve::engine {
+
+// Invariants (between steps):
+//   * 0 <= num_computed < tokens.size(): the KV of positions [0, num_computed) is in the
+//     sequence's blocks; the last token always still has to be fed to produce logits.
+//   * has_table == (the KV cache manager holds a block table for `id`).
+//   * prompt_len <= tokens.size(); tokens past prompt_len were sampled by this request.
+// Threading: owned and touched by the engine's step thread only.
+struct Sequence {
+  Sequence(RequestId id, Sampler sampler, std::vector<std::string> stop_strings)
+      : id(id), sampler(std::move(sampler)), stop(std::move(stop_strings)) {}
+
+  RequestId id;
+  std::shared_ptr<RequestSink> sink;
+  std::vector<int32_t> tokens;  // context (history + prompt) then generated tokens
+  int32_t prompt_len = 0;       // tokens of the context the request started from
+  int32_t max_total_tokens = 0; // finish with kLength when tokens.size() reaches it
+  int32_t max_new_tokens = 0;   // sampling.max_tokens
+  cache::BlockHash root;        // prefix-cache chain root (model + salt)
+  std::string session_id;       // empty: stateless
+
+  // Scheduling state.
+  int32_t num_computed = 0;
+  bool has_table = false;
+  bool admitted_once = false;   // left the submission queue (queue limits no longer count it)
+  int64_t arrival = 0;          // submission order; larger = younger
+
+  // Usage.
+  int32_t cached_tokens = 0;
+  int32_t computed_prompt_tokens = 0;
+  absl::Time submit_time;
+  std::optional<absl::Time> first_scheduled;
+  std::optional<absl::Time> first_token;
+  absl::Time deadline = absl::InfiniteFuture();
+
+  // Output.
+  Sampler sampler;
+  StopMatcher stop;
+  std::optional<model::TokenStreamDecoder> decoder;  // when the engine has a tokenizer
+
+  int32_t remaining_tokens() const {
+    return static_cast<int32_t>(tokens.size()) - num_computed;
+  }
+  int32_t completion_tokens() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
+};
+
+}  // namespace kvserve::engine
+
+#endif  // KVSERVE_ENGINE_SEQUENCE_H_

@@ -1,0 +1,178 @@
+#include "engine/session_store.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvserve::engine {
+
+SessionStore::SessionStore(const Options& options, uint64_t id_seed)
+    : options_(options), id_rng_(id_seed) {}
+
+absl::StatusOr<absl::Duration> SessionStore::CheckTtl(absl::Duration ttl) const {
+  if (ttl <= absl::ZeroDuration()) return options_.default_ttl;
+  if (ttl > options_.max_ttl) {
+    return absl::InvalidArgumentError(absl::StrCat("ttl must be <= ",
+                                                   absl::FormatDuration(options_.max_ttl),
+                                                   ", got ", absl::FormatDuration(ttl)));
+  }
+  return ttl;
+}
+
+std::string SessionStore::NewIdLocked() {
+  while (true) {
+    char buf[40];
+    std::snprintf(buf, sizeof(buf), "s-%016" PRIx64 "%016" PRIx64, id_rng_(), id_rng_());
+    std::string id(buf);
+    if (!sessions_.contains(id)) return id;
+  }
+}
+
+SessionInfo SessionStore::Info(const std::string& id, const Session& s) {
+  SessionInfo info;
+  info.id = id;
+  info.history_tokens = static_cast<int32_t>(s.history.size());
+  info.expires_at = s.busy ? absl::InfiniteFuture() : s.expires_at;
+  info.busy = s.busy;
+  return info;
+}
+
+void SessionStore::RemoveLocked(const std::string& id) {
+  if (sessions_.erase(id) > 0) events_.push_back({Event::Kind::kRemoved, id, ""});
+}
+
+SessionStore::Session* SessionStore::FindLive(const std::string& id, absl::Time now) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return nullptr;
+  if (!it->second.busy && now >= it->second.expires_at) {
+    RemoveLocked(id);
+    return nullptr;
+  }
+  return &it->second;
+}
+
+absl::StatusOr<SessionInfo> SessionStore::Open(absl::Duration ttl, absl::Time now) {
+  absl::StatusOr<absl::Duration> checked = CheckTtl(ttl);
+  if (!checked.ok()) return checked.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (static_cast<int32_t>(sessions_.size()) >= options_.max_sessions) {
+    // Purge expired sessions before refusing.
+    std::vector<std::string> expired;
+    for (const auto& [id, s] : sessions_) {
+      if (!s.busy && now >= s.expires_at) expired.push_back(id);
+    }
+    for (const auto& id : expired) RemoveLocked(id);
+    if (static_cast<int32_t>(sessions_.size()) >= options_.max_sessions) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("too many open sessions (limit ", options_.max_sessions, ")"));
+    }
+  }
+  const std::string id = NewIdLocked();
+  Session& s = sessions_[id];
+  s.ttl = *checked;
+  s.expires_at = now + s.ttl;
+  return Info(id, s);
+}
+
+absl::StatusOr<SessionInfo> SessionStore::Fork(const std::string& parent_id, absl::Duration ttl,
+                                               absl::Time now) {
+  absl::StatusOr<absl::Duration> checked = CheckTtl(ttl);
+  if (!checked.ok()) return checked.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  Session* parent = FindLive(parent_id, now);
+  if (parent == nullptr) return absl::NotFoundError(absl::StrCat("session ", parent_id, " not found"));
+  if (static_cast<int32_t>(sessions_.size()) >= options_.max_sessions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many open sessions (limit ", options_.max_sessions, ")"));
+  }
+  std::vector<int32_t> history = parent->history;  // `parent` may move on insertion
+  const std::string id = NewIdLocked();
+  Session& s = sessions_[id];
+  s.history = std::move(history);
+  s.ttl = *checked;
+  s.expires_at = now + s.ttl;
+  events_.push_back({Event::Kind::kForked, id, parent_id});
+  return Info(id, s);
+}
+
+absl::Status SessionStore::Close(const std::string& id, absl::Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (FindLive(id, now) == nullptr) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+  RemoveLocked(id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id, absl::Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Session* s = FindLive(id, now);
+  if (s == nullptr) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+  return Info(id, *s);
+}
+
+absl::StatusOr<std::vector<int32_t>> SessionStore::BeginTurn(const std::string& id,
+                                                             const std::vector<int32_t>& new_tokens,
+                                                             absl::Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Session* s = FindLive(id, now);
+  if (s == nullptr) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+  if (s->busy) {
+    return absl::FailedPreconditionError(absl::StrCat("session ", id, " has a turn running"));
+  }
+  const size_t total = s->history.size() + new_tokens.size();
+  if (total >= static_cast<size_t>(options_.max_session_tokens)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "session ", id, " would hold ", total, " tokens; the limit is ", options_.max_session_tokens));
+  }
+  std::vector<int32_t> context;
+  context.reserve(total);
+  context.insert(context.end(), s->history.begin(), s->history.end());
+  context.insert(context.end(), new_tokens.begin(), new_tokens.end());
+  s->busy = true;
+  return context;
+}
+
+bool SessionStore::EndTurn(const std::string& id, const std::vector<int32_t>* history,
+                           absl::Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return false;
+  Session& s = it->second;
+  s.busy = false;
+  if (history != nullptr) s.history = *history;
+  s.expires_at = now + s.ttl;
+  return true;
+}
+
+void SessionStore::ExpireIdle(absl::Time now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> expired;
+  for (const auto& [id, s] : sessions_) {
+    if (!s.busy && now >= s.expires_at) expired.push_back(id);
+  }
+  for (const auto& id : expired) RemoveLocked(id);
+}
+
+std::vector<SessionStore::Event> SessionStore::TakeEvents() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Event> out;
+  out.swap(events_);
+  return out;
+}
+
+int32_t SessionStore::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int32_t>(sessions_.size());
+}
+
+std::optional<absl::Time> SessionStore::NextExpiry() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::optional<absl::Time> next;
+  for (const auto& [id, s] : sessions_) {
+    if (!s.busy && (!next.has_value() || s.expires_at < *next)) next = s.expires_at;
+  }
+  return next;
+}
+
+}  // namespace kvserve::engine

@@ -1,0 +1,99 @@
+// Conversation sessions: token history, time-to-live and the one-turn-at-a-time rule.
+#ifndef KVSERVE_ENGINE_SESSION_STORE_H_
+#define KVSERVE_ENGINE_SESSION_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+
+namespace kvserve::engine {
+
+// Holds each open session's token history (every prompt and generated token of its
+// completed turns, so a turn never re-tokenizes history) and its expiry. A session
+// expires `ttl` after its last activity (open, fork, end of a turn) unless a turn is
+// running. KV pins are not kept here: the engine's step thread owns them and learns
+// about forks and removals through TakeEvents().
+//
+// Threading: every method is thread-safe (one internal mutex).
+class SessionStore {
+ public:
+  struct Options {
+    int32_t max_sessions = 4096;        // open sessions; more -> RESOURCE_EXHAUSTED
+    int32_t max_session_tokens = 8192;  // history limit; a turn beyond -> RESOURCE_EXHAUSTED
+    absl::Duration default_ttl = absl::Minutes(10);  // used when Open/Fork get ttl <= 0
+    absl::Duration max_ttl = absl::Hours(24);        // larger ttl -> INVALID_ARGUMENT
+  };
+
+  // What the step thread must do with pins, in order.
+  struct Event {
+    enum class Kind { kForked, kRemoved };
+    Kind kind;
+    std::string id;         // the new child (kForked) or the removed session
+    std::string parent_id;  // kForked only
+  };
+
+  SessionStore(const Options& options, uint64_t id_seed);
+
+  absl::StatusOr<SessionInfo> Open(absl::Duration ttl, absl::Time now);
+  // A new session with a copy of the parent's history (as of its last completed turn).
+  absl::StatusOr<SessionInfo> Fork(const std::string& parent_id, absl::Duration ttl,
+                                   absl::Time now);
+  // NOT_FOUND when unknown or expired. A running turn finishes but is not recorded.
+  absl::Status Close(const std::string& id, absl::Time now);
+  absl::StatusOr<SessionInfo> Get(const std::string& id, absl::Time now);
+
+  // Starts a turn that appends `new_tokens`: returns history + new_tokens and marks the
+  // session busy. NOT_FOUND (unknown or expired), FAILED_PRECONDITION (a turn is
+  // running), RESOURCE_EXHAUSTED (history would exceed max_session_tokens).
+  absl::StatusOr<std::vector<int32_t>> BeginTurn(const std::string& id,
+                                                 const std::vector<int32_t>& new_tokens,
+                                                 absl::Time now);
+  // Ends the turn started by BeginTurn. With `history`, it becomes the stored history
+  // (the turn completed); without, the history is unchanged (cancelled or failed).
+  // Returns false when the session was closed meanwhile.
+  bool EndTurn(const std::string& id, const std::vector<int32_t>* history, absl::Time now);
+
+  // Removes idle sessions whose expiry has passed (each yields a kRemoved event).
+  void ExpireIdle(absl::Time now);
+  // Forks and removals since the last call, in the order they happened.
+  std::vector<Event> TakeEvents();
+  int32_t size() const;
+  // The earliest expiry among idle sessions, if any.
+  std::optional<absl::Time> NextExpiry() const;
+
+ private:
+  struct Session {
+    std::vector<int32_t> history;
+    absl::Duration ttl;
+    absl::Time expires_at;
+    bool busy = false;
+  };
+  absl::StatusOr<absl::Duration> CheckTtl(absl::Duration ttl) const;
+  // Finds a live session, removing it first if it has expired.
+  Session* FindLive(const std::string& id, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string NewIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static SessionInfo Info(const std::string& id, const Session& s);
+
+  const Options options_;
+  mutable std::mutex mu_;
+  absl::flat_hash_map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
+  std::mt19937_64 id_rng_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kvserve::engine
+
+#endif  // KVSERVE_ENGINE_SESSION_STORE_H_

@@ -1,0 +1,46 @@
+// Maps a parsed GGUF container of architecture "llama" onto ModelConfig, ModelWeights
+// and Vocabulary (llama.cpp's key and tensor names).
+#ifndef KVSERVE_MODEL_GGUF_LLAMA_H_
+#define KVSERVE_MODEL_GGUF_LLAMA_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/model_config.h"
+#include "model/vocabulary.h"
+#include "model/weights.h"
+
+namespace kvserve::model {
+
+// general.architecture must be "llama". Reads llama.embedding_length, block_count,
+// attention.head_count, feed_forward_length, context_length,
+// attention.layer_norm_rms_epsilon (required); attention.head_count_kv (default
+// head_count), attention.key_length (default embedding_length / head_count),
+// rope.freq_base (default 10000), rope.dimension_count (default head_dim),
+// vocab_size (if present, must equal the length of tokenizer.ggml.tokens, which is
+// required). RoPE on adjacent pairs.
+// tied_embeddings is set when output.weight is absent. Integer keys accept any
+// integer type, float keys float32/float64. INVALID_ARGUMENT naming the key.
+absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file);
+
+// tokenizer.ggml.model must be "llama". tokens (required), scores (default 0),
+// token_type (default normal) must have equal lengths; bos/eos/unknown_token_id
+// default to 1/2/0, add_bos_token and add_space_prefix to true.
+absl::StatusOr<Vocabulary> VocabularyFromGguf(const GgufFile& file);
+
+// Views of token_embd, output_norm, output (token_embd when absent) and
+// blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,ffn_norm,ffn_gate,ffn_up,ffn_down}.
+// GGUF ne[0] is the column count, the other dims multiply into rows. A missing tensor
+// stays an empty view (Model::FromParts reports it); other tensors are ignored.
+ModelWeights LlamaWeightsFromGguf(const GgufFile& file, int n_layers);
+
+// All of the above, then Model::FromParts (which checks every shape). `storage`
+// keeps the bytes `file` points into alive for the model's lifetime.
+absl::StatusOr<std::unique_ptr<Model>> ModelFromGguf(const GgufFile& file,
+                                                     std::shared_ptr<const void> storage);
+
+}  // namespace kvserve::model
+
+#endif  // KVSERVE_MODEL_GGUF_LLAMA_H_

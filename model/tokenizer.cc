@@ -1,0 +1,332 @@
+#include "model/tokenizer.h"
+
+#include <cmath>
+#include <queue>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace kvserve::model {
+namespace {
+
+constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581 "▁"
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+// What the bytes at the start of a non-empty string hold.
+enum class Utf8Kind {
+  kChar,        // a well-formed character of n bytes
+  kIllFormed,   // n bytes (n >= 1) that are a maximal ill-formed subpart
+  kIncomplete,  // all n bytes are a well-formed prefix, but the string ends
+};
+struct Utf8Step {
+  Utf8Kind kind;
+  size_t n;
+};
+
+// Classifies the UTF-8 sequence at the start of `s` (Unicode table 3-7: no
+// overlong forms, no surrogates, nothing above U+10FFFF).
+Utf8Step ScanUtf8(std::string_view s) {
+  const auto b0 = static_cast<uint8_t>(s[0]);
+  if (b0 < 0x80) return {Utf8Kind::kChar, 1};
+  size_t need = 0;
+  uint8_t lo = 0x80;  // allowed range of the second byte
+  uint8_t hi = 0xBF;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    need = 2;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    need = 3;
+    if (b0 == 0xE0) lo = 0xA0;
+    if (b0 == 0xED) hi = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    need = 4;
+    if (b0 == 0xF0) lo = 0x90;
+    if (b0 == 0xF4) hi = 0x8F;
+  } else {
+    return {Utf8Kind::kIllFormed, 1};
+  }
+  for (size_t i = 1; i < need; ++i) {
+    if (i >= s.size()) return {Utf8Kind::kIncomplete, i};
+    const auto b = static_cast<uint8_t>(s[i]);
+    if (b < lo || b > hi) return {Utf8Kind::kIllFormed, i};
+    lo = 0x80;
+    hi = 0xBF;
+  }
+  return {Utf8Kind::kChar, need};
+}
+
+// Appends `bytes` to `out` as valid UTF-8, each ill-formed subpart replaced by
+// U+FFFD. An incomplete character at the end is replaced too when `final`, and
+// otherwise left unconsumed. Returns the number of bytes consumed.
+size_t AppendValidUtf8(std::string_view bytes, bool final, std::string& out) {
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const Utf8Step step = ScanUtf8(bytes.substr(i));
+    switch (step.kind) {
+      case Utf8Kind::kChar:
+        out.append(bytes.substr(i, step.n));
+        break;
+      case Utf8Kind::kIllFormed:
+        out.append(kReplacement);
+        break;
+      case Utf8Kind::kIncomplete:
+        if (!final) return i;
+        out.append(kReplacement);
+        break;
+    }
+    i += step.n;
+  }
+  return i;
+}
+
+// Parses "<0xNN>" (either case of hex digits); -1 when `piece` is not of that form.
+int ParseBytePiece(std::string_view piece) {
+  if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') return -1;
+  int value = 0;
+  for (char c : piece.substr(3, 2)) {
+    int digit;
+    if (c >= '0' && c <= '9') {
+      digit = c - '0';
+    } else if (c >= 'A' && c <= 'F') {
+      digit = c - 'A' + 10;
+    } else if (c >= 'a' && c <= 'f') {
+      digit = c - 'a' + 10;
+    } else {
+      return -1;
+    }
+    value = value * 16 + digit;
+  }
+  return value;
+}
+
+// Debian's Abseil is built with its own string_view, which the map's hasher takes.
+absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+std::string ReplaceSpaceMarkers(std::string_view piece) {
+  std::string out;
+  out.reserve(piece.size());
+  size_t i = 0;
+  while (i < piece.size()) {
+    if (piece.substr(i, kSpaceMarker.size()) == kSpaceMarker) {
+      out.push_back(' ');
+      i += kSpaceMarker.size();
+    } else {
+      out.push_back(piece[i++]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(const Vocabulary& vocab) {
+  const size_t n = vocab.pieces.size();
+  if (n == 0) return absl::InvalidArgumentError("vocabulary is empty");
+  if (vocab.scores.size() != n || vocab.kinds.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("vocabulary has ", n, " pieces but ",
+                                                   vocab.scores.size(), " scores and ",
+                                                   vocab.kinds.size(), " token kinds"));
+  }
+  if (vocab.pieces.size() > static_cast<size_t>(INT32_MAX)) {
+    return absl::InvalidArgumentError("vocabulary has more than 2^31-1 pieces");
+  }
+  const int32_t size = vocab.size();
+  if (vocab.bos_id < 0 || vocab.bos_id >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BOS id ", vocab.bos_id, " is outside the vocabulary of ", size));
+  }
+  if (vocab.eos_id < 0 || vocab.eos_id >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EOS id ", vocab.eos_id, " is outside the vocabulary of ", size));
+  }
+  if (vocab.unk_id < -1 || vocab.unk_id >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("UNK id ", vocab.unk_id, " is outside the vocabulary of ", size));
+  }
+
+  auto tok = std::unique_ptr<Tokenizer>(new Tokenizer(vocab));
+  tok->byte_ids_.fill(-1);
+  tok->decoded_.resize(n);
+  for (int32_t id = 0; id < size; ++id) {
+    const std::string& piece = vocab.pieces[id];
+    if (std::isnan(vocab.scores[id])) {
+      return absl::InvalidArgumentError(absl::StrCat("token ", id, " has a NaN score"));
+    }
+    switch (vocab.kinds[id]) {
+      case TokenKind::kNormal:
+        tok->piece_ids_.try_emplace(piece, id);  // the lower id wins
+        tok->decoded_[id] = ReplaceSpaceMarkers(piece);
+        break;
+      case TokenKind::kUserDefined:
+        tok->piece_ids_.try_emplace(piece, id);
+        tok->decoded_[id] = piece;
+        break;
+      case TokenKind::kByte: {
+        const int byte = ParseBytePiece(piece);
+        if (byte < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "byte token ", id, " has piece \"", piece, "\", expected <0xNN>"));
+        }
+        if (tok->byte_ids_[byte] != -1) {
+          return absl::InvalidArgumentError(absl::StrCat("byte token ", id, " repeats ", piece,
+                                                         " (token ", tok->byte_ids_[byte], ")"));
+        }
+        tok->byte_ids_[byte] = id;
+        tok->decoded_[id] = std::string(1, static_cast<char>(byte));
+        break;
+      }
+      default:  // control, unknown, unused and undefined kinds decode to nothing
+        break;
+    }
+  }
+  for (int byte = 0; byte < 256; ++byte) {
+    if (tok->byte_ids_[byte] == -1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "vocabulary lacks the byte-fallback token <0x",
+          absl::Hex(byte, absl::kZeroPad2), ">"));
+    }
+  }
+  return tok;
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) const {
+  std::vector<int32_t> out;
+  if (add_bos) out.push_back(vocab_.bos_id);
+  if (text.empty()) return out;
+
+  // Steps 1 and 2: dummy prefix, spaces as "▁".
+  std::string norm;
+  norm.reserve(text.size() + kSpaceMarker.size() * 4);
+  if (vocab_.add_space_prefix) norm.append(kSpaceMarker);
+  for (char c : text) {
+    if (c == ' ') {
+      norm.append(kSpaceMarker);
+    } else {
+      norm.push_back(c);
+    }
+  }
+
+  // Step 3: one symbol per character; a doubly linked list over `symbols`.
+  // Invariant: live symbols (len > 0) tile `norm` in list order.
+  struct Symbol {
+    size_t offset;
+    size_t len;     // 0 once merged into its left neighbour
+    int64_t prev;   // -1: none
+    int64_t next;   // -1: none
+  };
+  std::vector<Symbol> symbols;
+  symbols.reserve(norm.size());
+  for (size_t i = 0; i < norm.size();) {
+    const Utf8Step step = ScanUtf8(std::string_view(norm).substr(i));
+    const size_t len = step.kind == Utf8Kind::kChar ? step.n : 1;
+    const auto index = static_cast<int64_t>(symbols.size());
+    symbols.push_back({i, len, index - 1, -1});
+    if (index > 0) symbols[index - 1].next = index;
+    i += len;
+  }
+
+  // Step 4: merge candidates, best first (higher score, then leftmost). Entries
+  // go stale when a side merges elsewhere; they are checked when popped.
+  struct Bigram {
+    float score;
+    int64_t left;
+    int64_t right;
+    size_t len;  // bytes of left + right when the entry was made
+  };
+  auto worse = [](const Bigram& a, const Bigram& b) {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  };
+  std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
+  auto try_add = [&](int64_t left, int64_t right) {
+    if (left < 0 || right < 0) return;
+    const size_t len = symbols[left].len + symbols[right].len;
+    const auto it = piece_ids_.find(AbslView(std::string_view(norm).substr(symbols[left].offset, len)));
+    if (it == piece_ids_.end()) return;
+    queue.push({vocab_.scores[it->second], left, right, len});
+  };
+  for (int64_t i = 1; i < static_cast<int64_t>(symbols.size()); ++i) try_add(i - 1, i);
+
+  while (!queue.empty()) {
+    const Bigram b = queue.top();
+    queue.pop();
+    Symbol& left = symbols[b.left];
+    Symbol& right = symbols[b.right];
+    if (left.len == 0 || right.len == 0 || left.next != b.right || left.len + right.len != b.len) {
+      continue;  // stale
+    }
+    left.len += right.len;
+    right.len = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = b.left;
+    try_add(left.prev, b.left);
+    try_add(b.left, left.next);
+  }
+
+  // Step 5: pieces, or bytes for symbols that are no piece.
+  for (int64_t i = 0; i >= 0; i = symbols[i].next) {
+    const std::string_view s = std::string_view(norm).substr(symbols[i].offset, symbols[i].len);
+    const auto it = piece_ids_.find(AbslView(s));
+    if (it != piece_ids_.end()) {
+      out.push_back(it->second);
+    } else {
+      for (char c : s) out.push_back(byte_ids_[static_cast<uint8_t>(c)]);
+    }
+  }
+  return out;
+}
+
+std::string_view Tokenizer::PieceBytes(int32_t prev_id, int32_t id) const {
+  std::string_view s = decoded_[id];
+  if (prev_id == vocab_.bos_id && vocab_.add_space_prefix && vocab_.kinds[id] == TokenKind::kNormal &&
+      !s.empty() && s[0] == ' ') {
+    s.remove_prefix(1);
+  }
+  return s;
+}
+
+std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
+  std::string bytes;
+  int32_t prev = -1;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_.size()) continue;
+    bytes.append(PieceBytes(prev, id));
+    prev = id;
+  }
+  std::string out;
+  out.reserve(bytes.size());
+  AppendValidUtf8(bytes, /*final=*/true, out);
+  return out;
+}
+
+absl::StatusOr<std::string> Tokenizer::DecodeChecked(std::span<const int32_t> ids) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", ids[i], " at index ", i,
+                                                     " is outside the vocabulary of ",
+                                                     vocab_.size()));
+    }
+  }
+  return Decode(ids);
+}
+
+TokenStreamDecoder::TokenStreamDecoder(const Tokenizer& tok, int32_t prev_token)
+    : tok_(tok), prev_token_(prev_token) {}
+
+std::string TokenStreamDecoder::Push(int32_t id) {
+  if (id < 0 || id >= tok_.vocab_.size()) return "";
+  pending_.append(tok_.PieceBytes(prev_token_, id));
+  prev_token_ = id;
+  std::string out;
+  const size_t consumed = AppendValidUtf8(pending_, /*final=*/false, out);
+  pending_.erase(0, consumed);
+  return out;
+}
+
+std::string TokenStreamDecoder::Flush() {
+  std::string out;
+  AppendValidUtf8(pending_, /*final=*/true, out);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace kvserve::model

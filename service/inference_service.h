@@ -1,0 +1,125 @@
+// kvserve.v1.Inference over gRPC's callback API: stateless plumbing in front of the
+// engine. Every method: admission (model attached, not draining) -> validate ->
+// call the engine -> convert the status once -> record metrics.
+#ifndef KVSERVE_SERVICE_INFERENCE_SERVICE_H_
+#define KVSERVE_SERVICE_INFERENCE_SERVICE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "grpcpp/grpcpp.h"
+#include "kvserve/v1/inference.grpc.pb.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "service/metrics.h"
+#include "service/request_convert.h"
+
+namespace kvserve::service {
+
+// What the service serves once the model is loaded. Not owned by the service.
+struct ServingCore {
+  const model::Model* model = nullptr;
+  const model::Tokenizer* tokenizer = nullptr;
+  engine::Engine* engine = nullptr;
+  std::string backend_name;
+};
+
+// Threading: RPC methods run on gRPC's callback threads and never block; engine sinks
+// run on the engine's step thread and only queue writes. Attach/StartDraining/WaitIdle
+// may be called from any thread.
+class InferenceService final : public v1::Inference::CallbackService {
+ public:
+  struct Options {
+    // Per-request limits (max tokens, prompt bytes...). vocab_size and context_length
+    // are taken from the attached model. Keep max_tokens_limit and max_cache_salt_bytes
+    // equal to the engine's options. Session TTL defaults and limits are the engine's.
+    RequestLimits limits;
+    // Hint sent with RESOURCE_EXHAUSTED and UNAVAILABLE answers. Default 1 second.
+    absl::Duration retry_after = absl::Seconds(1);
+  };
+
+  // `metrics` must outlive the service.
+  InferenceService(Options options, Metrics* metrics);
+
+  // Starts serving `core` (which must outlive every call; call once). Before it every
+  // method answers UNAVAILABLE ("model is loading").
+  void Attach(const ServingCore* core);
+  // From now on new calls answer UNAVAILABLE; calls in flight go on. Idempotent.
+  void StartDraining();
+  bool draining() const { return draining_.load(); }
+  // Blocks until no generation is in flight or `deadline` passes; true when idle.
+  bool WaitIdle(absl::Time deadline);
+  // Generations (Generate/GenerateStream) in flight.
+  int inflight_generations() const;
+
+  grpc::ServerUnaryReactor* Generate(grpc::CallbackServerContext* context,
+                                     const v1::GenerateRequest* request,
+                                     v1::GenerateResponse* response) override;
+  grpc::ServerWriteReactor<v1::GenerateStreamResponse>* GenerateStream(
+      grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context,
+                                       const v1::DetokenizeRequest* request,
+                                       v1::DetokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const v1::GetModelInfoRequest* request,
+                                         v1::ModelInfo* response) override;
+  grpc::ServerUnaryReactor* OpenSession(grpc::CallbackServerContext* context,
+                                        const v1::OpenSessionRequest* request,
+                                        v1::Session* response) override;
+  grpc::ServerUnaryReactor* ForkSession(grpc::CallbackServerContext* context,
+                                        const v1::ForkSessionRequest* request,
+                                        v1::Session* response) override;
+  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
+                                         const v1::CloseSessionRequest* request,
+                                         v1::CloseSessionResponse* response) override;
+  grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* context,
+                                       const v1::GetSessionRequest* request,
+                                       v1::Session* response) override;
+
+  // Used by the generation calls (implementation details, public for them).
+  // The core when serving, else UNAVAILABLE (not attached or draining).
+  absl::StatusOr<const ServingCore*> Admit() const;
+  // Validates `request` against the core and the call's deadline.
+  absl::StatusOr<engine::Request> PrepareGeneration(const ServingCore& core,
+                                                    grpc::CallbackServerContext* context,
+                                                    const v1::GenerateRequest& request) const;
+  // Finishes a unary call: converts `status` once, adds the retry hint where it
+  // applies, records the RPC metric.
+  void FinishUnary(grpc::ServerUnaryReactor* reactor, grpc::CallbackServerContext* context,
+                   const char* method, const absl::Status& status) const;
+  // Converts and records the final status of a generation call (adds the retry hint).
+  grpc::Status FinalStatus(grpc::CallbackServerContext* context, const char* method,
+                           const absl::Status& status) const;
+  // The status a generation ending with `reason` gives; a cancellation caused by the
+  // drain (engine shutdown) becomes UNAVAILABLE so that clients retry elsewhere.
+  absl::Status GenerationStatus(engine::FinishReason reason,
+                                const absl::Status& engine_status) const;
+  void GenerationStarted();
+  void GenerationEnded();
+  Metrics* metrics() const { return metrics_; }
+  const Options& options() const { return options_; }
+
+ private:
+  const Options options_;
+  Metrics* const metrics_;
+  std::atomic<const ServingCore*> core_{nullptr};
+  std::atomic<bool> draining_{false};
+
+  mutable std::mutex mu_;
+  std::condition_variable idle_cv_;
+  int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace kvserve::service
+
+#endif  // KVSERVE_SERVICE_INFERENCE_SERVICE_H_

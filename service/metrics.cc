@@ -1,0 +1,216 @@
+#include "service/metrics.h"
+
+#include <exception>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/text_serializer.h"
+
+namespace kvserve::service {
+namespace {
+
+using prometheus::Histogram;
+
+// Bucket upper bounds in seconds.
+Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+}
+Histogram::BucketBoundaries InterTokenBuckets() {
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+}
+
+prometheus::Counter& AddCounter(prometheus::Registry& registry, const std::string& name,
+                                const std::string& help, const prometheus::Labels& labels = {}) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add(labels);
+}
+
+Histogram& AddHistogram(prometheus::Registry& registry, const std::string& name,
+                        const std::string& help, const Histogram::BucketBoundaries& buckets) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add({}, buckets);
+}
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+}  // namespace
+
+std::string FinishReasonLabel(engine::FinishReason reason) {
+  switch (reason) {
+    case engine::FinishReason::kStop:
+      return "stop";
+    case engine::FinishReason::kStopString:
+      return "stop_string";
+    case engine::FinishReason::kLength:
+      return "length";
+    case engine::FinishReason::kCancelled:
+      return "cancelled";
+    case engine::FinishReason::kDeadline:
+      return "deadline";
+    case engine::FinishReason::kError:
+      return "error";
+  }
+  return "unknown";
+}
+
+// Turns one engine::EngineStats snapshot into gauges and counters at scrape time.
+class Metrics::EngineCollector : public prometheus::Collectable {
+ public:
+  void SetSource(EngineStatsSource source) {
+    std::lock_guard<std::mutex> lock(mu_);
+    source_ = std::move(source);
+  }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::optional<engine::EngineStats> stats;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (source_) stats = source_();
+    }
+    if (!stats.has_value()) return {};
+    std::vector<prometheus::MetricFamily> out;
+    auto add = [&out](const std::string& name, const std::string& help,
+                      prometheus::MetricType type, double value) {
+      prometheus::MetricFamily family;
+      family.name = name;
+      family.help = help;
+      family.type = type;
+      prometheus::ClientMetric metric;
+      if (type == prometheus::MetricType::Counter) {
+        metric.counter.value = value;
+      } else {
+        metric.gauge.value = value;
+      }
+      family.metric.push_back(std::move(metric));
+      out.push_back(std::move(family));
+    };
+    using prometheus::MetricType;
+    add("kvserve_engine_requests_running", "Requests in the running batch.", MetricType::Gauge,
+        stats->running);
+    add("kvserve_engine_requests_waiting", "Requests queued, not yet running.",
+        MetricType::Gauge, stats->waiting);
+    add("kvserve_kv_blocks_total", "KV blocks in the pool.", MetricType::Gauge,
+        static_cast<double>(stats->blocks_total));
+    add("kvserve_kv_blocks_used", "KV blocks referenced by a live sequence or session.",
+        MetricType::Gauge, static_cast<double>(stats->blocks_used));
+    add("kvserve_kv_blocks_cached", "Unreferenced KV blocks still findable by prefix hash.",
+        MetricType::Gauge, static_cast<double>(stats->blocks_cached));
+    add("kvserve_kv_blocks_free", "KV blocks holding nothing.", MetricType::Gauge,
+        static_cast<double>(stats->blocks_free));
+    add("kvserve_sessions_open", "Open conversation sessions.", MetricType::Gauge,
+        stats->open_sessions);
+    add("kvserve_prefix_cache_queries_total", "KV blocks looked up in the prefix cache.",
+        MetricType::Counter, static_cast<double>(stats->prefix_queries_total));
+    add("kvserve_prefix_cache_hits_total", "KV blocks found in the prefix cache.",
+        MetricType::Counter, static_cast<double>(stats->prefix_hits_total));
+    add("kvserve_engine_preemptions_total", "Running requests preempted for lack of KV blocks.",
+        MetricType::Counter, static_cast<double>(stats->preemptions_total));
+    add("kvserve_engine_steps_total", "Engine steps (batched forward passes).",
+        MetricType::Counter, static_cast<double>(stats->steps_total));
+    add("kvserve_engine_last_step_seconds", "Duration of the most recent engine step.",
+        MetricType::Gauge, stats->last_step_seconds);
+    return out;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  EngineStatsSource source_ ABSL_GUARDED_BY(mu_);
+};
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      engine_collector_(std::make_shared<EngineCollector>()),
+      rpc_requests_(prometheus::BuildCounter()
+                        .Name("kvserve_rpc_requests_total")
+                        .Help("Finished RPCs by method and gRPC status code.")
+                        .Register(*registry_)),
+      finished_(prometheus::BuildCounter()
+                    .Name("kvserve_request_finished_total")
+                    .Help("Finished generations by finish reason.")
+                    .Register(*registry_)),
+      prompt_tokens_(AddCounter(*registry_, "kvserve_request_prompt_tokens_total",
+                                "Prompt tokens of finished generations (history included).")),
+      cached_tokens_(prometheus::BuildCounter()
+                         .Name("kvserve_request_cached_tokens_total")
+                         .Help("Prompt tokens served from cached KV, by source (local, remote).")
+                         .Register(*registry_)),
+      cached_tokens_local_(cached_tokens_.Add({{"source", "local"}})),
+      cached_tokens_remote_(cached_tokens_.Add({{"source", "remote"}})),
+      computed_tokens_(AddCounter(*registry_, "kvserve_request_computed_tokens_total",
+                                  "Prompt tokens prefilled (not served from cache).")),
+      generated_tokens_(AddCounter(*registry_, "kvserve_request_generated_tokens_total",
+                                   "Completion tokens generated.")),
+      time_to_first_token_(AddHistogram(*registry_, "kvserve_request_time_to_first_token_seconds",
+                                        "From arrival to the first generated token.",
+                                        LatencyBuckets())),
+      inter_token_latency_(AddHistogram(*registry_, "kvserve_request_inter_token_latency_seconds",
+                                        "Gap between consecutive tokens of a request.",
+                                        InterTokenBuckets())),
+      e2e_latency_(AddHistogram(*registry_, "kvserve_request_e2e_latency_seconds",
+                                "From arrival to the end of generation.", LatencyBuckets())),
+      queue_time_(AddHistogram(*registry_, "kvserve_request_queue_time_seconds",
+                               "From arrival to the first engine step that ran the request.",
+                               LatencyBuckets())),
+      prefill_time_(AddHistogram(*registry_, "kvserve_request_prefill_time_seconds",
+                                 "From the first engine step to the first token.",
+                                 LatencyBuckets())) {}
+
+void Metrics::RecordRpc(const std::string& method, const std::string& code) {
+  rpc_requests_.Add({{"method", method}, {"code", code}}).Increment();
+}
+
+void Metrics::RecordGeneration(engine::FinishReason reason, const engine::Usage& usage) {
+  finished_.Add({{"reason", FinishReasonLabel(reason)}}).Increment();
+  prompt_tokens_.Increment(usage.prompt_tokens);
+  cached_tokens_local_.Increment(usage.cached_tokens);
+  cached_tokens_remote_.Increment(usage.cached_tokens_remote);
+  computed_tokens_.Increment(usage.computed_tokens);
+  generated_tokens_.Increment(usage.completion_tokens);
+  e2e_latency_.Observe(Seconds(usage.total_time));
+  queue_time_.Observe(Seconds(usage.queue_time));
+  if (usage.completion_tokens > 0) {
+    time_to_first_token_.Observe(Seconds(usage.time_to_first_token));
+    prefill_time_.Observe(Seconds(usage.time_to_first_token - usage.queue_time));
+  }
+}
+
+void Metrics::RecordInterTokenLatency(absl::Duration gap) {
+  inter_token_latency_.Observe(Seconds(gap));
+}
+
+void Metrics::SetEngineStatsSource(EngineStatsSource source) {
+  engine_collector_->SetSource(std::move(source));
+}
+
+std::vector<std::weak_ptr<prometheus::Collectable>> Metrics::collectables() const {
+  return {registry_, engine_collector_};
+}
+
+std::string Metrics::SerializeText() const {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (auto& family : engine_collector_->Collect()) families.push_back(std::move(family));
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const std::string& address, const Metrics& metrics) {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    // prometheus-cpp reports bind failures by throwing; nothing else here throws.
+    exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/1);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on ", address, ": ", e.what()));
+  }
+  for (const auto& collectable : metrics.collectables()) {
+    exposer->RegisterCollectable(collectable);
+  }
+  const std::vector<int> ports = exposer->GetListeningPorts();
+  if (ports.empty()) {
+    return absl::UnavailableError(absl::StrCat("metrics: no listening port for ", address));
+  }
+  return std::unique_ptr<MetricsHttpServer>(
+      new MetricsHttpServer(std::move(exposer), ports.front()));
+}
+
+}  // namespace kvserve::service

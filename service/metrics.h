@@ -1,0 +1,106 @@
+// Every kvserve Prometheus metric, declared in one place.
+//
+// Per-request metrics (latency histograms, token and status counters) are recorded by
+// the service as requests finish. Engine-wide state (queue depths, KV blocks, prefix
+// cache and preemption counters, open sessions) is read from engine::EngineStats at
+// scrape time by a collector: the engine knows nothing of Prometheus.
+//
+// Names follow kvserve_<subsystem>_<name>_<unit>; counters end in _total; time is in
+// seconds.
+#ifndef KVSERVE_SERVICE_METRICS_H_
+#define KVSERVE_SERVICE_METRICS_H_
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace kvserve::service {
+
+// Reads engine stats at scrape time; returns nullopt while no engine is attached.
+using EngineStatsSource = std::function<std::optional<engine::EngineStats>()>;
+
+// Threading: every method is thread-safe (prometheus-cpp metrics are internally
+// synchronized; the stats source is guarded by a mutex).
+class Metrics {
+ public:
+  Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // One finished RPC: kvserve_rpc_requests_total{method, code}.
+  void RecordRpc(const std::string& method, const std::string& code);
+  // One finished generation (any outcome): finish reason counter, token counters and
+  // the latency histograms from the engine's usage. Time to first token and prefill
+  // time are observed only when a token was generated.
+  void RecordGeneration(engine::FinishReason reason, const engine::Usage& usage);
+  // The gap between two consecutive tokens of one request.
+  void RecordInterTokenLatency(absl::Duration gap);
+
+  // Sets where engine stats come from (replaces any previous source).
+  void SetEngineStatsSource(EngineStatsSource source);
+
+  // Everything this object exports (for an Exposer or a test).
+  std::vector<std::weak_ptr<prometheus::Collectable>> collectables() const;
+  // The text exposition format of all metrics, as /metrics serves it.
+  std::string SerializeText() const;
+
+ private:
+  class EngineCollector;
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<EngineCollector> engine_collector_;
+
+  prometheus::Family<prometheus::Counter>& rpc_requests_;
+  prometheus::Family<prometheus::Counter>& finished_;
+  prometheus::Counter& prompt_tokens_;
+  prometheus::Family<prometheus::Counter>& cached_tokens_;
+  prometheus::Counter& cached_tokens_local_;
+  prometheus::Counter& cached_tokens_remote_;
+  prometheus::Counter& computed_tokens_;
+  prometheus::Counter& generated_tokens_;
+  prometheus::Histogram& time_to_first_token_;
+  prometheus::Histogram& inter_token_latency_;
+  prometheus::Histogram& e2e_latency_;
+  prometheus::Histogram& queue_time_;
+  prometheus::Histogram& prefill_time_;
+};
+
+// The /metrics HTTP endpoint (prometheus-cpp's civetweb exposer).
+class MetricsHttpServer {
+ public:
+  // Listens on `address` ("HOST:PORT", port 0 = any free port) and serves `metrics`,
+  // which must outlive the server. UNAVAILABLE when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& address,
+                                                                  const Metrics& metrics);
+  // The bound port.
+  int port() const { return port_; }
+
+ private:
+  MetricsHttpServer(std::unique_ptr<prometheus::Exposer> exposer, int port)
+      : exposer_(std::move(exposer)), port_(port) {}
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_;
+};
+
+// Name of a finish reason as used in labels ("stop", "stop_string", "length",
+// "cancelled", "deadline", "error").
+std::string FinishReasonLabel(engine::FinishReason reason);
+
+}  // namespace kvserve::service
+
+#endif  // KVSERVE_SERVICE_METRICS_H_

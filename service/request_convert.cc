@@ -1,0 +1,210 @@
+#include "service/request_convert.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace kvserve::service {
+namespace {
+
+absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// SamplingParams::Validate names engine fields; the client knows the proto's names.
+absl::Status WithProtoFieldName(const absl::Status& status) {
+  if (status.ok()) return status;
+  static constexpr std::pair<const char*, const char*> kNames[] = {
+      {"temperature", "sampling.temperature"},
+      {"top_k", "sampling.top_k"},
+      {"top_p", "sampling.top_p"},
+      {"min_p", "sampling.min_p"},
+      {"repetition_penalty", "sampling.repetition_penalty"},
+      {"frequency_penalty", "sampling.frequency_penalty"},
+      {"presence_penalty", "sampling.presence_penalty"},
+      {"stop_strings", "stop"},
+  };
+  const std::string message(status.message());
+  for (const auto& [engine_name, proto_name] : kNames) {
+    const std::string prefix = engine_name;
+    if (absl::StartsWith(message, prefix) && message.size() > prefix.size() &&
+        (message[prefix.size()] == ' ' || message[prefix.size()] == '[')) {
+      return absl::Status(status.code(), absl::StrCat(proto_name, message.substr(prefix.size())));
+    }
+  }
+  return status;
+}
+
+engine::SamplingParams ToSamplingParams(const v1::GenerateRequest& request,
+                                        const RequestLimits& limits) {
+  engine::SamplingParams params;
+  const v1::SamplingParams& s = request.sampling();
+  if (s.has_temperature()) params.temperature = s.temperature();
+  params.top_k = s.top_k();
+  if (s.has_top_p()) params.top_p = s.top_p();
+  params.min_p = s.min_p();
+  if (s.has_repetition_penalty()) params.repetition_penalty = s.repetition_penalty();
+  params.frequency_penalty = s.frequency_penalty();
+  params.presence_penalty = s.presence_penalty();
+  if (s.has_seed()) params.seed = s.seed();
+  params.max_tokens = request.has_max_tokens() ? request.max_tokens() : limits.default_max_tokens;
+  params.stop_token_ids.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
+  params.stop_strings.assign(request.stop().begin(), request.stop().end());
+  params.ignore_eos = request.ignore_eos();
+  params.top_logprobs = request.top_logprobs();
+  return params;
+}
+
+}  // namespace
+
+absl::StatusOr<engine::Request> ToEngineRequest(const v1::GenerateRequest& request,
+                                                const RequestLimits& limits,
+                                                const model::Tokenizer& tokenizer,
+                                                int32_t history_tokens, absl::Time deadline) {
+  if (static_cast<int64_t>(request.session_id().size()) > limits.max_session_id_bytes) {
+    return Invalid(absl::StrCat("session_id is ", request.session_id().size(),
+                                " bytes, at most ", limits.max_session_id_bytes, " allowed"));
+  }
+  if (static_cast<int64_t>(request.cache_salt().size()) > limits.max_cache_salt_bytes) {
+    return Invalid(absl::StrCat("cache_salt is ", request.cache_salt().size(),
+                                " bytes, at most ", limits.max_cache_salt_bytes, " allowed"));
+  }
+  engine::Request out;
+  out.sampling = ToSamplingParams(request, limits);
+  if (absl::Status s = out.sampling.Validate(limits.vocab_size, limits.max_tokens_limit);
+      !s.ok()) {
+    return WithProtoFieldName(s);
+  }
+
+  switch (request.prompt_case()) {
+    case v1::GenerateRequest::kText:
+      if (static_cast<int64_t>(request.text().size()) > limits.max_prompt_bytes) {
+        return Invalid(absl::StrCat("prompt.text is ", request.text().size(), " bytes, at most ",
+                                    limits.max_prompt_bytes, " allowed"));
+      }
+      out.prompt_tokens = tokenizer.Encode(request.text(), /*add_bos=*/history_tokens == 0);
+      break;
+    case v1::GenerateRequest::kTokens: {
+      const auto& ids = request.tokens().ids();
+      if (ids.size() >= limits.context_length) {
+        // Checked before the per-id loop so a huge list is rejected cheaply.
+        return Invalid(absl::StrCat("prompt.tokens has ", ids.size(),
+                                    " ids; the context holds at most ",
+                                    limits.context_length - 1, " prompt tokens"));
+      }
+      for (int i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0 || ids[i] >= limits.vocab_size) {
+          return Invalid(absl::StrCat("prompt.tokens.ids[", i, "] must be in [0, ",
+                                      limits.vocab_size, "), got ", ids[i]));
+        }
+      }
+      out.prompt_tokens.assign(ids.begin(), ids.end());
+      break;
+    }
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      break;
+  }
+  if (out.prompt_tokens.empty() && history_tokens == 0) {
+    return Invalid("prompt must not be empty (set prompt.text or prompt.tokens)");
+  }
+  const int64_t context_tokens = static_cast<int64_t>(history_tokens) + out.prompt_tokens.size();
+  if (context_tokens >= limits.context_length) {
+    return Invalid(absl::StrCat("prompt is ", out.prompt_tokens.size(), " tokens",
+                                history_tokens > 0
+                                    ? absl::StrCat(" after ", history_tokens,
+                                                   " tokens of session history")
+                                    : std::string(),
+                                "; the context holds ", limits.context_length,
+                                " tokens including at least one generated token"));
+  }
+  out.session_id = request.session_id();
+  out.cache_salt = request.cache_salt();
+  out.deadline = deadline;
+  return out;
+}
+
+v1::FinishReason ToProtoFinishReason(engine::FinishReason reason) {
+  switch (reason) {
+    case engine::FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case engine::FinishReason::kStopString:
+      return v1::FINISH_REASON_STOP_STRING;
+    case engine::FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case engine::FinishReason::kCancelled:
+    case engine::FinishReason::kDeadline:
+    case engine::FinishReason::kError:
+      break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+absl::Status FinishStatus(engine::FinishReason reason, const absl::Status& engine_status) {
+  switch (reason) {
+    case engine::FinishReason::kStop:
+    case engine::FinishReason::kStopString:
+    case engine::FinishReason::kLength:
+      return absl::OkStatus();
+    case engine::FinishReason::kDeadline:
+      return absl::DeadlineExceededError("deadline exceeded while generating");
+    case engine::FinishReason::kCancelled:
+      return engine_status.ok() ? absl::CancelledError("request cancelled") : engine_status;
+    case engine::FinishReason::kError:
+      break;
+  }
+  return engine_status.ok() ? absl::InternalError("generation failed") : engine_status;
+}
+
+namespace {
+void SetDuration(absl::Duration d, google::protobuf::Duration* out) {
+  const int64_t nanos = absl::ToInt64Nanoseconds(d);
+  out->set_seconds(nanos / 1000000000);
+  out->set_nanos(static_cast<int32_t>(nanos % 1000000000));
+}
+}  // namespace
+
+void ToProtoUsage(const engine::Usage& usage, v1::Usage* out) {
+  out->set_prompt_tokens(usage.prompt_tokens);
+  out->set_cached_tokens_local(usage.cached_tokens);
+  out->set_cached_tokens_remote(usage.cached_tokens_remote);
+  out->set_computed_tokens(usage.computed_tokens);
+  out->set_completion_tokens(usage.completion_tokens);
+  SetDuration(usage.queue_time, out->mutable_queue_time());
+  SetDuration(usage.time_to_first_token, out->mutable_time_to_first_token());
+  SetDuration(usage.total_time, out->mutable_total_time());
+}
+
+void AppendToken(const engine::TokenEvent& event, bool with_logprobs,
+                 google::protobuf::RepeatedField<int32_t>* token_ids,
+                 google::protobuf::RepeatedPtrField<v1::TokenLogprobs>* logprobs) {
+  token_ids->Add(event.token);
+  if (!with_logprobs) return;
+  v1::TokenLogprobs* lp = logprobs->Add();
+  lp->set_token_id(event.token);
+  lp->set_logprob(event.logprob);
+  for (const engine::TokenLogprob& top : event.top_logprobs) {
+    v1::TokenLogprob* t = lp->add_top();
+    t->set_token_id(top.token);
+    t->set_logprob(top.logprob);
+  }
+}
+
+absl::StatusOr<absl::Duration> SessionTtl(const google::protobuf::Duration& ttl,
+                                          const char* field) {
+  if (ttl.seconds() < 0 || ttl.nanos() < 0 || ttl.nanos() >= 1000000000) {
+    return Invalid(absl::StrCat(field, " must be a non-negative duration"));
+  }
+  return absl::Seconds(ttl.seconds()) + absl::Nanoseconds(ttl.nanos());
+}
+
+void ToProtoSession(const engine::SessionInfo& info, v1::Session* out) {
+  out->set_session_id(info.id);
+  out->set_history_tokens(info.history_tokens);
+  const int64_t unix_nanos = absl::ToUnixNanos(info.expires_at);
+  out->mutable_expire_time()->set_seconds(unix_nanos / 1000000000);
+  out->mutable_expire_time()->set_nanos(static_cast<int32_t>(unix_nanos % 1000000000));
+  out->set_busy(info.busy);
+}
+
+}  // namespace kvserve::service

@@ -1,0 +1,176 @@
+#include "service/server.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/impl/server_builder_option.h"
+
+namespace kvserve::service {
+namespace {
+
+// Adds the reflection service to one server (instead of the process-wide plugin
+// registration that InitProtoReflectionServerBuilderPlugin does).
+class ReflectionOption final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments* args) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->push_back(std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
+  }
+};
+
+}  // namespace
+
+absl::Status ValidateHostPort(const std::string& address, const std::string& option_name) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(option_name, " must be HOST:PORT, got \"", address, "\""));
+  }
+  const std::string host = address.substr(0, colon);
+  if (host.front() == '[' ? host.back() != ']' : host.find(':') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        option_name, ": an IPv6 host must be in brackets ([::1]:50051), got \"", address, "\""));
+  }
+  int port = -1;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        option_name, ": port must be a number in [0, 65535], got \"", address, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateServerOptions(const ServerOptions& options) {
+  if (absl::Status s = ValidateHostPort(options.listen_address, "listen"); !s.ok()) return s;
+  if (!options.metrics_address.empty()) {
+    if (absl::Status s = ValidateHostPort(options.metrics_address, "metrics-listen"); !s.ok()) {
+      return s;
+    }
+  }
+  if (options.max_receive_message_bytes < 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("max-message-bytes must be >= 1024, got ",
+                                                   options.max_receive_message_bytes));
+  }
+  const RequestLimits& limits = options.service.limits;
+  if (limits.max_tokens_limit < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max-tokens-limit must be >= 1, got ", limits.max_tokens_limit));
+  }
+  if (limits.default_max_tokens < 1 || limits.default_max_tokens > limits.max_tokens_limit) {
+    return absl::InvalidArgumentError(absl::StrCat("default-max-tokens must be in [1, ",
+                                                   limits.max_tokens_limit, "], got ",
+                                                   limits.default_max_tokens));
+  }
+  if (limits.max_prompt_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max-prompt-bytes must be >= 1, got ", limits.max_prompt_bytes));
+  }
+  if (options.service.retry_after < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("retry-after must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
+  if (absl::Status s = ValidateServerOptions(options); !s.ok()) return s;
+  std::unique_ptr<Server> server(new Server());
+  server->options_ = std::move(options);
+  server->metrics_ = std::make_unique<Metrics>();
+  server->service_ =
+      std::make_unique<InferenceService>(server->options_.service, server->metrics_.get());
+
+  // gRPC's built-in grpc.health.v1.Health. The switch is process-wide in gRPC; every
+  // kvserve server wants it on, so setting it again is harmless.
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(server->options_.listen_address, grpc::InsecureServerCredentials(),
+                           &port);
+  builder.SetMaxReceiveMessageSize(server->options_.max_receive_message_bytes);
+  builder.RegisterService(server->service_.get());
+  if (server->options_.enable_reflection) {
+    builder.SetOption(std::make_unique<ReflectionOption>());
+  }
+  server->grpc_server_ = builder.BuildAndStart();
+  if (server->grpc_server_ == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", server->options_.listen_address,
+                     " (address in use or not local?)"));
+  }
+  server->port_ = port;
+  grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService();
+  health->SetServingStatus("", true);                   // liveness
+  health->SetServingStatus(kReadinessService, false);  // readiness: not loaded yet
+
+  Server* raw = server.get();
+  server->metrics_->SetEngineStatsSource([raw]() -> std::optional<engine::EngineStats> {
+    std::lock_guard<std::mutex> lock(raw->mu_);
+    if (raw->engine_ == nullptr) return std::nullopt;
+    return raw->engine_->Stats();
+  });
+  if (!server->options_.metrics_address.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
+        MetricsHttpServer::Start(server->options_.metrics_address, *server->metrics_);
+    if (!http.ok()) return http.status();  // ~Server stops the gRPC server
+    server->metrics_http_ = *std::move(http);
+  }
+  return server;
+}
+
+absl::Status Server::Attach(std::unique_ptr<model::Model> model,
+                            std::unique_ptr<engine::Engine> engine, std::string backend_name) {
+  if (model == nullptr || engine == nullptr) {
+    return absl::InvalidArgumentError("Attach needs a model and an engine");
+  }
+  absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
+      model::Tokenizer::Create(model->vocab());
+  if (!tokenizer.ok()) return tokenizer.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (core_ != nullptr) return absl::FailedPreconditionError("a model is already attached");
+  if (service_->draining()) {
+    return absl::FailedPreconditionError("the server is draining");
+  }
+  model_ = std::move(model);
+  tokenizer_ = *std::move(tokenizer);
+  engine_ = std::move(engine);
+  core_ = std::make_unique<ServingCore>();
+  core_->model = model_.get();
+  core_->tokenizer = tokenizer_.get();
+  core_->engine = engine_.get();
+  core_->backend_name = std::move(backend_name);
+  service_->Attach(core_.get());
+  grpc_server_->GetHealthCheckService()->SetServingStatus(kReadinessService, true);
+  return absl::OkStatus();
+}
+
+engine::Engine* Server::engine() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return engine_.get();
+}
+
+bool Server::Drain(absl::Duration grace) {
+  std::lock_guard<std::mutex> drain_lock(drain_mu_);
+  if (drain_started_) return drain_result_;
+  drain_started_ = true;
+  grpc_server_->GetHealthCheckService()->SetServingStatus(kReadinessService, false);
+  service_->StartDraining();
+  const bool idle = service_->WaitIdle(absl::Now() + grace);
+  engine::Engine* engine = this->engine();
+  // Cancels whatever is left; every sink gets OnFinish, so every call finishes.
+  if (engine != nullptr) engine->Shutdown(absl::Now());
+  grpc_server_->GetHealthCheckService()->Shutdown();
+  grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  drain_result_ = idle;
+  return idle;
+}
+
+Server::~Server() {
+  if (grpc_server_ != nullptr) Drain(absl::ZeroDuration());
+  metrics_http_.reset();  // no scrape may read the engine below
+}
+
+}  // namespace kvserve::service

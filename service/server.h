@@ -1,0 +1,107 @@
+// The kvserve gRPC server: the Inference service, standard health checking, server
+// reflection and the /metrics endpoint, with a graceful drain.
+//
+// Lifecycle: Start() listens at once (liveness SERVING, readiness NOT_SERVING) so that
+// probes can see a loading replica; Attach() hands over the loaded model and engine
+// (readiness SERVING); Drain() refuses new work, lets in-flight generations finish up to
+// a grace period, shuts the engine down and stops the server.
+#ifndef KVSERVE_SERVICE_SERVER_H_
+#define KVSERVE_SERVICE_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "grpcpp/grpcpp.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+#include "service/inference_service.h"
+#include "service/metrics.h"
+
+namespace kvserve::service {
+
+// The health service name that answers readiness.
+inline constexpr char kReadinessService[] = "kvserve.v1.Inference";
+
+struct ServerOptions {
+  // gRPC listen address "HOST:PORT"; port 0 picks a free port (see Server::port()).
+  // Default 127.0.0.1:50051.
+  std::string listen_address = "127.0.0.1:50051";
+  // /metrics listen address "HOST:PORT" (port 0 = any free port); empty = no metrics
+  // endpoint. Default 127.0.0.1:9464.
+  std::string metrics_address = "127.0.0.1:9464";
+  // Largest request message accepted; larger ones fail with RESOURCE_EXHAUSTED before
+  // reaching the service. Default 4 MiB.
+  int32_t max_receive_message_bytes = 4 << 20;
+  // Serve grpc.reflection.v1alpha.ServerReflection. Default true.
+  bool enable_reflection = true;
+  // Limits and hints of the Inference service.
+  InferenceService::Options service;
+};
+
+// Checks the options (addresses are HOST:PORT, limits positive and consistent).
+// INVALID_ARGUMENT naming the option.
+absl::Status ValidateServerOptions(const ServerOptions& options);
+
+// Splits "HOST:PORT" ("[::1]:50051" for IPv6); INVALID_ARGUMENT when malformed or the
+// port is outside [0, 65535].
+absl::Status ValidateHostPort(const std::string& address, const std::string& option_name);
+
+// Threading: all methods are thread-safe. Destruction drains with no grace if Drain()
+// was not called.
+class Server {
+ public:
+  // Builds and starts the server. UNAVAILABLE when an address cannot be bound,
+  // INVALID_ARGUMENT for bad options.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(ServerOptions options);
+  ~Server();
+
+  // Serves `engine` for `model` from now on (readiness becomes SERVING). The engine must
+  // have been created for `model`. FAILED_PRECONDITION when already attached or draining.
+  absl::Status Attach(std::unique_ptr<model::Model> model, std::unique_ptr<engine::Engine> engine,
+                      std::string backend_name);
+
+  // Readiness NOT_SERVING, new calls UNAVAILABLE, waits up to `grace` for in-flight
+  // generations, then shuts the engine down (cancelling what is left) and stops the
+  // gRPC server. Returns true when every in-flight generation finished within the grace
+  // period. Idempotent (later calls return at once with the first result).
+  bool Drain(absl::Duration grace);
+
+  int port() const { return port_; }
+  // 0 when there is no metrics endpoint.
+  int metrics_port() const { return metrics_http_ ? metrics_http_->port() : 0; }
+  Metrics& metrics() { return *metrics_; }
+  // The attached engine, or null (tests read its stats).
+  engine::Engine* engine();
+  const InferenceService& service() const { return *service_; }
+
+ private:
+  Server() = default;
+
+  ServerOptions options_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<InferenceService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
+  int port_ = 0;
+
+  std::mutex mu_;
+  std::unique_ptr<model::Model> model_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<model::Tokenizer> tokenizer_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<engine::Engine> engine_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<ServingCore> core_ ABSL_GUARDED_BY(mu_);
+
+  std::mutex drain_mu_;  // serializes Drain(); taken before mu_
+  bool drain_started_ ABSL_GUARDED_BY(drain_mu_) = false;
+  bool drain_result_ ABSL_GUARDED_BY(drain_mu_) = false;
+};
+
+}  // namespace kvserve::service
+
+#endif  // KVSERVE_SERVICE_SERVER_H_

@@ -1,0 +1,243 @@
+// kvserve: the gRPC inference server. Maps flags onto ServerOptions / ModelOptions,
+// starts the server (liveness at once, readiness once the model is loaded), and drains
+// on SIGTERM or SIGINT: new work gets UNAVAILABLE, in-flight requests get up to
+// --drain-grace, then the process exits 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "engine/engine_options.h"
+#include "service/model_loading.h"
+#include "service/server.h"
+
+ABSL_FLAG(std::string, model, "", "Model file: GGUF, or a llama2.c checkpoint with --tokenizer. Required.");
+ABSL_FLAG(std::string, tokenizer, "", "llama2.c tokenizer.bin (only for llama2.c checkpoints).");
+ABSL_FLAG(std::string, backend, "cpu_blas", "Compute backend: cpu_blas or reference.");
+ABSL_FLAG(int32_t, threads, 0, "Backend worker threads; 0 = all cores.");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "gRPC listen address HOST:PORT (port 0 = any free port; 0.0.0.0 for all interfaces).");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
+          "Prometheus /metrics listen address HOST:PORT; empty = no metrics endpoint.");
+ABSL_FLAG(int64_t, kv_budget_mib, 512, "KV cache memory (block pool) in MiB.");
+ABSL_FLAG(int32_t, kv_block_tokens, 16, "KV block size in token positions.");
+ABSL_FLAG(std::string, kv_dtype, "f32", "Element type of cached K/V: f32 or f16.");
+ABSL_FLAG(int32_t, max_running, 64, "Batching: sequences decoding or prefilling at once.");
+ABSL_FLAG(int32_t, max_step_tokens, 512,
+          "Batching: tokens per engine step over all sequences (chunked prefill budget).");
+ABSL_FLAG(int32_t, max_waiting, 1024,
+          "Queue: requests waiting to run; beyond it requests get RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_waiting_prompt_tokens, int64_t{1} << 20,
+          "Queue: prompt tokens of the waiting requests; beyond it RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int32_t, max_sessions, 4096, "Sessions: open sessions; beyond it RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int32_t, max_session_tokens, 0,
+          "Sessions: tokens a session's history may hold; 0 = the model's context length.");
+ABSL_FLAG(absl::Duration, session_ttl, absl::Minutes(10),
+          "Sessions: idle time-to-live when OpenSession leaves ttl unset.");
+ABSL_FLAG(absl::Duration, max_session_ttl, absl::Hours(24), "Sessions: largest accepted ttl.");
+ABSL_FLAG(int32_t, max_tokens_limit, 4096, "Largest accepted GenerateRequest.max_tokens.");
+ABSL_FLAG(int32_t, default_max_tokens, 256, "max_tokens of a request that leaves it unset.");
+ABSL_FLAG(int64_t, max_prompt_bytes, 1 << 20, "Largest accepted text prompt, in bytes.");
+ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
+          "Largest accepted request message, in bytes (larger: RESOURCE_EXHAUSTED).");
+ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(30),
+          "On SIGTERM: how long in-flight requests may run before they are cancelled.");
+ABSL_FLAG(absl::Duration, retry_after, absl::Seconds(1),
+          "Retry hint sent with RESOURCE_EXHAUSTED and UNAVAILABLE answers.");
+ABSL_FLAG(uint64_t, seed, 0, "Seeds the sampling of requests without a seed, and session ids.");
+
+namespace kvserve::service {
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "kvserve: %s\n", std::string(status.message()).c_str());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+absl::StatusOr<model::DType> ParseKvDType(const std::string& name) {
+  if (name == "f32") return model::DType::kF32;
+  if (name == "f16") return model::DType::kF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--kv_dtype must be f32 or f16, got \"", name, "\""));
+}
+
+absl::Status CheckFlags() {
+  if (absl::GetFlag(FLAGS_model).empty()) {
+    return absl::InvalidArgumentError("--model is required (see --help)");
+  }
+  if (absl::GetFlag(FLAGS_threads) < 0) {
+    return absl::InvalidArgumentError("--threads must be >= 0 (0 = all cores)");
+  }
+  if (absl::GetFlag(FLAGS_kv_budget_mib) < 1 ||
+      absl::GetFlag(FLAGS_kv_budget_mib) > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError("--kv_budget_mib must be in [1, 16777216]");
+  }
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend != "cpu_blas" && backend != "reference") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend must be cpu_blas or reference, got \"", backend, "\""));
+  }
+  struct Positive {
+    const char* name;
+    int64_t value;
+  };
+  for (const Positive& p : std::vector<Positive>{
+           {"--kv_block_tokens", absl::GetFlag(FLAGS_kv_block_tokens)},
+           {"--max_running", absl::GetFlag(FLAGS_max_running)},
+           {"--max_step_tokens", absl::GetFlag(FLAGS_max_step_tokens)},
+           {"--max_waiting", absl::GetFlag(FLAGS_max_waiting)},
+           {"--max_waiting_prompt_tokens", absl::GetFlag(FLAGS_max_waiting_prompt_tokens)},
+           {"--max_sessions", absl::GetFlag(FLAGS_max_sessions)}}) {
+    if (p.value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(p.name, " must be >= 1, got ", p.value));
+    }
+  }
+  if (absl::GetFlag(FLAGS_max_session_tokens) < 0) {
+    return absl::InvalidArgumentError("--max_session_tokens must be >= 0 (0 = context length)");
+  }
+  if (absl::GetFlag(FLAGS_drain_grace) < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--drain_grace must be >= 0");
+  }
+  if (absl::GetFlag(FLAGS_session_ttl) <= absl::ZeroDuration() ||
+      absl::GetFlag(FLAGS_session_ttl) > absl::GetFlag(FLAGS_max_session_ttl)) {
+    return absl::InvalidArgumentError("--session_ttl must be > 0 and <= --max_session_ttl");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
+  ServerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.metrics_address = absl::GetFlag(FLAGS_metrics_listen);
+  options.max_receive_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.service.limits.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
+  options.service.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
+  options.service.limits.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
+  options.service.retry_after = absl::GetFlag(FLAGS_retry_after);
+  if (absl::Status s = ValidateServerOptions(options); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", std::string(s.message())));
+  }
+  return options;
+}
+
+absl::StatusOr<ModelOptions> ModelOptionsFromFlags(const ServerOptions& server) {
+  ModelOptions options;
+  options.model_path = absl::GetFlag(FLAGS_model);
+  options.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  options.backend = absl::GetFlag(FLAGS_backend);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  engine::Engine::Options& e = options.engine;
+  e.kv_budget_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_kv_budget_mib)) << 20;
+  e.block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
+  absl::StatusOr<model::DType> dtype = ParseKvDType(absl::GetFlag(FLAGS_kv_dtype));
+  if (!dtype.ok()) return dtype.status();
+  e.kv_dtype = *dtype;
+  e.max_running_sequences = absl::GetFlag(FLAGS_max_running);
+  e.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
+  e.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting);
+  e.max_waiting_prompt_tokens = absl::GetFlag(FLAGS_max_waiting_prompt_tokens);
+  e.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  e.max_session_tokens = absl::GetFlag(FLAGS_max_session_tokens);
+  e.default_session_ttl = absl::GetFlag(FLAGS_session_ttl);
+  e.max_session_ttl = absl::GetFlag(FLAGS_max_session_ttl);
+  // The service and the engine enforce the same limits.
+  e.max_tokens_limit = server.service.limits.max_tokens_limit;
+  e.max_cache_salt_bytes = server.service.limits.max_cache_salt_bytes;
+  e.seed = absl::GetFlag(FLAGS_seed);
+  return options;
+}
+
+int Run() {
+  if (absl::Status s = CheckFlags(); !s.ok()) return Fail(s);
+  absl::StatusOr<ServerOptions> server_options = ServerOptionsFromFlags();
+  if (!server_options.ok()) return Fail(server_options.status());
+  absl::StatusOr<ModelOptions> model_options = ModelOptionsFromFlags(*server_options);
+  if (!model_options.ok()) return Fail(model_options.status());
+
+  // Block the shutdown signals in every thread (gRPC's and the engine's threads inherit
+  // the mask); this thread waits for them with sigwait.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(*server_options);
+  if (!server.ok()) return Fail(server.status());
+  std::printf("kvserve: listening on %s (port %d), metrics on %s (port %d); loading %s\n",
+              server_options->listen_address.c_str(), (*server)->port(),
+              server_options->metrics_address.c_str(), (*server)->metrics_port(),
+              model_options->model_path.c_str());
+  std::fflush(stdout);
+
+  absl::StatusOr<LoadedModel> loaded = LoadModel(*model_options);
+  if (!loaded.ok()) return Fail(loaded.status());
+  if (absl::Status s = (*server)->Attach(std::move(loaded->model), std::move(loaded->engine),
+                                         loaded->backend);
+      !s.ok()) {
+    return Fail(s);
+  }
+  std::printf("kvserve: ready (backend %s)\n", model_options->backend.c_str());
+  std::fflush(stdout);
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  const absl::Duration grace = absl::GetFlag(FLAGS_drain_grace);
+  std::printf("kvserve: signal %d, draining (grace %s)\n", signal_number,
+              absl::FormatDuration(grace).c_str());
+  std::fflush(stdout);
+  const bool clean = (*server)->Drain(grace);
+  std::printf("kvserve: stopped (%s)\n",
+              clean ? "all requests finished" : "grace period over, the rest cancelled");
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvserve::service
+
+int main(int argc, char** argv) {
+  absl::FlagsUsageConfig config;
+  // --help lists this file's flags (absl's default matches files named after the binary).
+  config.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "server_main.cc");
+  };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  absl::SetFlagsUsageConfig(config);
+  absl::SetProgramUsageMessage(
+      "kvserve: LLM inference over gRPC (kvserve.v1.Inference), with health, reflection "
+      "and Prometheus metrics.\nUsage: kvserve --model models/stories260K.gguf "
+      "[--listen 127.0.0.1:50051] [--metrics-listen 127.0.0.1:9464] [flags]\n"
+      "Flags accept - or _ (--metrics-listen or --metrics_listen). SIGTERM drains and "
+      "exits 0.");
+  // absl flag names use '_'; accept the dashed spelling too (--metrics-listen).
+  std::vector<std::string> normalized(argv, argv + argc);
+  std::vector<char*> normalized_argv;
+  for (std::string& arg : normalized) {
+    if (arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
+      const size_t name_end = std::min(arg.find('='), arg.size());
+      for (size_t i = 2; i < name_end; ++i) {
+        if (arg[i] == '-') arg[i] = '_';
+      }
+    }
+    normalized_argv.push_back(arg.data());
+  }
+  std::vector<char*> args =
+      absl::ParseCommandLine(static_cast<int>(normalized_argv.size()), normalized_argv.data());
+  if (args.size() > 1) {
+    std::fprintf(stderr, "kvserve: unexpected argument \"%s\" (see --help)\n", args[1]);
+    return 2;
+  }
+  return kvserve::service::Run();
+}

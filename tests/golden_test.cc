@@ -1,0 +1,232 @@
+// Golden: greedy generation from "Once upon a time" on stories260K prints exactly what
+// llama2.c's run prints, from the GGUF file and from the llama2.c files, on every backend
+// CreateBackend knows.
+//
+// testdata/stories260K_once_upon_a_time.golden.txt is the stdout of llama2.c
+// (karpathy/llama2.c run.c, gcc -O3 -march=native) for
+//   run stories260K.bin -z tok512.bin -t 0 -n 256 -i "Once upon a time"
+// Its first line is the text quoted in the design document. run's -n counts positions,
+// the prompt's included: BOS + 4 prompt tokens, then 252 sampled tokens (the last one
+// printed but never fed back), and a final newline.
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "backends/backend.h"
+#include "engine/offline_generate.h"
+#include "gtest/gtest.h"
+#include "model/kv_layout.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+
+namespace kvserve {
+namespace {
+
+// The first line of llama2.c's output, as quoted in the design document.
+constexpr char kDesignQuote[] =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+    "park. One day, she saw a big, red ball. She wanted to play with it, but it was too high.";
+constexpr int kLlama2cSampledTokens = 252;  // -n 256 with a 5-token prompt
+
+std::string SourceDir() {
+  const char* dir = std::getenv("KVSERVE_SOURCE_DIR");
+  return dir != nullptr ? dir : ".";
+}
+
+// llama2.c's stdout without its final newline (run prints "\n" after the loop).
+std::string Llama2cGolden() {
+  std::ifstream in(SourceDir() + "/tests/testdata/stories260K_once_upon_a_time.golden.txt",
+                   std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string text = buffer.str();
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+std::string ModelsDir() {
+  const char* dir = std::getenv("KVSERVE_MODELS_DIR");
+  return dir != nullptr ? dir : "models";
+}
+
+struct LoadedModel {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<model::Tokenizer> tokenizer;
+};
+
+LoadedModel Load(const std::string& path, const std::string& tokenizer_path) {
+  LoadedModel loaded;
+  absl::StatusOr<std::unique_ptr<model::Model>> model = model::Model::Load(path, tokenizer_path);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return loaded;
+  loaded.model = std::move(*model);
+  absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
+      model::Tokenizer::Create(loaded.model->vocab());
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  if (tokenizer.ok()) loaded.tokenizer = std::move(*tokenizer);
+  return loaded;
+}
+
+// The backends CreateBackend knows, of those we compare: "reference" always.
+std::vector<std::string> AvailableBackends(const model::Model& model) {
+  std::vector<std::string> names;
+  const model::KvLayout layout = model::KvLayout::ForModel(model.config(), 16, model::DType::kF32);
+  for (const char* name : {"reference", "cpu_blas"}) {
+    if (backends::CreateBackend(name, model, layout, backends::BackendOptions{}).ok()) {
+      names.push_back(name);
+    }
+  }
+  return names;
+}
+
+struct Generated {
+  std::string text;
+  engine::OfflineGenerateResult result;
+};
+
+Generated GenerateGreedy(const LoadedModel& loaded, const std::string& backend,
+                         model::DType kv_dtype = model::DType::kF32) {
+  engine::OfflineGenerateOptions options;
+  options.backend = backend;
+  options.threads = 1;
+  options.kv_dtype = kv_dtype;
+  options.sampling.temperature = 0.0f;
+  options.sampling.max_tokens = kLlama2cSampledTokens;
+  Generated out;
+  absl::StatusOr<engine::OfflineGenerateResult> result = engine::GenerateOffline(
+      *loaded.model, *loaded.tokenizer, "Once upon a time", options,
+      [&out](std::string_view text) { out.text.append(text); });
+  EXPECT_TRUE(result.ok()) << result.status();
+  if (result.ok()) out.result = *std::move(result);
+  return out;
+}
+
+void ExpectGolden(const LoadedModel& loaded) {
+  const std::string golden = Llama2cGolden();
+  ASSERT_EQ(golden.substr(0, golden.find('\n')), kDesignQuote);
+  const std::vector<std::string> backends = AvailableBackends(*loaded.model);
+  ASSERT_FALSE(backends.empty());
+  EXPECT_EQ(backends.front(), "reference");
+  for (const std::string& backend : backends) {
+    SCOPED_TRACE("backend " + backend);
+    const Generated out = GenerateGreedy(loaded, backend);
+    EXPECT_EQ(out.text, golden);
+    EXPECT_EQ(out.result.finish, engine::OfflineFinish::kLength);
+    EXPECT_EQ(out.result.prompt_tokens, (std::vector<int32_t>{1, 403, 407, 261, 378}));
+    EXPECT_EQ(out.result.generated_tokens.size(), static_cast<size_t>(kLlama2cSampledTokens));
+  }
+}
+
+TEST(GoldenTest, Stories260KGguf) {
+  const LoadedModel loaded = Load(ModelsDir() + "/stories260K.gguf", "");
+  ASSERT_NE(loaded.tokenizer, nullptr);
+  ExpectGolden(loaded);
+}
+
+TEST(GoldenTest, Stories260KLlama2c) {
+  const LoadedModel loaded =
+      Load(ModelsDir() + "/stories260K.bin", ModelsDir() + "/tok512.bin");
+  ASSERT_NE(loaded.tokenizer, nullptr);
+  ExpectGolden(loaded);
+}
+
+TEST(GoldenTest, BothFormatsGiveTheSameTokens) {
+  const LoadedModel gguf = Load(ModelsDir() + "/stories260K.gguf", "");
+  const LoadedModel bin = Load(ModelsDir() + "/stories260K.bin", ModelsDir() + "/tok512.bin");
+  ASSERT_NE(gguf.tokenizer, nullptr);
+  ASSERT_NE(bin.tokenizer, nullptr);
+  const Generated a = GenerateGreedy(gguf, "reference");
+  const Generated b = GenerateGreedy(bin, "reference");
+  EXPECT_EQ(a.result.prompt_tokens, b.result.prompt_tokens);
+  EXPECT_EQ(a.result.generated_tokens, b.result.generated_tokens);
+}
+
+TEST(GoldenTest, StopStringCutsTheStory) {
+  const LoadedModel loaded = Load(ModelsDir() + "/stories260K.gguf", "");
+  ASSERT_NE(loaded.tokenizer, nullptr);
+  engine::OfflineGenerateOptions options;
+  options.sampling.temperature = 0.0f;
+  options.sampling.stop_strings = {"Lily."};
+  std::string text;
+  absl::StatusOr<engine::OfflineGenerateResult> result = engine::GenerateOffline(
+      *loaded.model, *loaded.tokenizer, "Once upon a time", options,
+      [&text](std::string_view delta) { text.append(delta); });
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->finish, engine::OfflineFinish::kStopString);
+  EXPECT_EQ(text, "Once upon a time, there was a little girl named ");
+}
+
+TEST(GoldenTest, MaxTokens) {
+  const LoadedModel loaded = Load(ModelsDir() + "/stories260K.gguf", "");
+  ASSERT_NE(loaded.tokenizer, nullptr);
+  engine::OfflineGenerateOptions options;
+  options.sampling.temperature = 0.0f;
+  options.sampling.max_tokens = 5;
+  options.echo_prompt = false;
+  std::string text;
+  absl::StatusOr<engine::OfflineGenerateResult> result = engine::GenerateOffline(
+      *loaded.model, *loaded.tokenizer, "Once upon a time", options,
+      [&text](std::string_view delta) { text.append(delta); });
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->finish, engine::OfflineFinish::kLength);
+  EXPECT_EQ(result->generated_tokens.size(), 5u);
+  EXPECT_EQ(text, std::string(kDesignQuote).substr(16, text.size()));  // continuation only
+  EXPECT_FALSE(text.empty());
+}
+
+TEST(GoldenTest, ContextCapsTheLength) {
+  // The llama2.c checkpoint has a 512-position context (the GGUF says 2048).
+  const LoadedModel loaded =
+      Load(ModelsDir() + "/stories260K.bin", ModelsDir() + "/tok512.bin");
+  ASSERT_NE(loaded.tokenizer, nullptr);
+  engine::OfflineGenerateOptions options;
+  options.sampling.temperature = 0.0f;
+  options.echo_prompt = false;
+  // This tests the loop, not the math: the fastest backend will do.
+  options.backend = AvailableBackends(*loaded.model).back();
+  absl::StatusOr<engine::OfflineGenerateResult> result;
+
+  // A long prompt leaves little room: generation stops when the context is full.
+  const size_t context = static_cast<size_t>(loaded.model->config().context_length);
+  auto prompt_tokens = [&](const std::string& text) {
+    return loaded.tokenizer->Encode(text, /*add_bos=*/true).size();
+  };
+  std::string long_prompt = "Once upon a time";
+  while (prompt_tokens(long_prompt) + 10 < context) long_prompt += " Once upon a time";
+  options.sampling.max_tokens = 100000;
+  options.sampling.ignore_eos = true;
+  result = engine::GenerateOffline(*loaded.model, *loaded.tokenizer, long_prompt, options,
+                                   [](std::string_view) {});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_LT(result->prompt_tokens.size(), context);
+  EXPECT_EQ(result->finish, engine::OfflineFinish::kLength);
+  EXPECT_EQ(result->prompt_tokens.size() + result->generated_tokens.size(), context);
+
+  // A prompt that fills the context leaves no room at all.
+  while (prompt_tokens(long_prompt) < context) long_prompt += " Once upon a time";
+  result = engine::GenerateOffline(*loaded.model, *loaded.tokenizer, long_prompt, options,
+                                   [](std::string_view) {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(GoldenTest, BadParametersAreRejected) {
+  const LoadedModel loaded = Load(ModelsDir() + "/stories260K.gguf", "");
+  ASSERT_NE(loaded.tokenizer, nullptr);
+  engine::OfflineGenerateOptions options;
+  options.sampling.top_p = 0.0f;
+  absl::StatusOr<engine::OfflineGenerateResult> result = engine::GenerateOffline(
+      *loaded.model, *loaded.tokenizer, "x", options, [](std::string_view) {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  options = engine::OfflineGenerateOptions{};
+  options.backend = "no-such-backend";
+  result = engine::GenerateOffline(*loaded.model, *loaded.tokenizer, "x", options,
+                                   [](std::string_view) {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace kvserve

@@ -1,0 +1,512 @@
+// The KV cache's central claim (seeds 000/002/004): decoding with cached K/V gives the same
+// logits as recomputing the whole sequence without a cache. Checked against
+//  (a) the backend itself run from scratch on the whole sequence (fresh blocks, no cache),
+//  (b) an independent textbook forward pass: all positions at once, explicit causal mask,
+//      double precision, its own RoPE, no KV cache at all.
+// Plus the properties the engine relies on: sequences in one batch do not affect each
+// other, chunked prefill equals one-shot prefill, the block size does not matter, f16 KV
+// stays close to f32 KV, and both stories260K files give the same logits.
+//
+// Tests run for every backend name in kBackends (the reference is the oracle; an
+// optimized backend joins the list to inherit every check).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <ostream>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/kernels/matvec.h"
+#include "backends/kv_arena.h"
+#include "backends/testing/random_model.h"
+#include "gtest/gtest.h"
+#include "model/model.h"
+
+namespace kvserve {
+namespace {
+
+using backends::Batch;
+using backends::KvArena;
+using backends::SequenceInput;
+using model::DType;
+using model::KvLayout;
+
+// Tolerances (max absolute difference of logits).
+// Cached decode vs the same backend recomputing without cache, batch vs alone, chunked vs
+// one-shot, different block sizes: the same arithmetic in a different schedule.
+constexpr double kSameBackendTolerance = 1e-4;
+// Backend (float) vs the double-precision textbook pass: float rounding over a few layers
+// (measured for the reference: 2.6e-5 on stories260K, under 5e-6 on the random models).
+constexpr double kTextbookTolerance = 2e-4;
+// f16 KV vs f32 KV: K and V rounded to 11 significant bits before attention
+// (measured for the reference: 1.7e-2 on stories260K, under 1e-3 on the random models).
+constexpr double kF16KvTolerance = 5e-2;
+
+// Backend names passed to backends::CreateBackend; add an optimized backend here.
+const std::vector<std::string> kBackends = {"reference"};
+
+// ---------------------------------------------------------------------------------------
+// The textbook forward pass, without any cache.
+
+struct Dense {  // a weight matrix dequantised to double, [rows, cols]
+  int64_t rows = 0, cols = 0;
+  std::vector<double> w;
+};
+
+Dense ToDense(const model::TensorView& t) {
+  Dense d{t.rows, t.cols, std::vector<double>(static_cast<size_t>(t.rows * t.cols))};
+  std::vector<float> row(static_cast<size_t>(t.cols));
+  for (int64_t r = 0; r < t.rows; ++r) {
+    backends::kernels::RowToFloat(t, r, row);
+    for (int64_t c = 0; c < t.cols; ++c) d.w[r * t.cols + c] = row[c];
+  }
+  return d;
+}
+
+// y = W x
+std::vector<double> Apply(const Dense& m, const std::vector<double>& x) {
+  std::vector<double> y(m.rows, 0.0);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    for (int64_t c = 0; c < m.cols; ++c) y[r] += m.w[r * m.cols + c] * x[c];
+  }
+  return y;
+}
+
+std::vector<double> RmsNormed(const std::vector<double>& x, const Dense& gain, double eps) {
+  double ms = 0;
+  for (double v : x) ms += v * v;
+  ms /= static_cast<double>(x.size());
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] / std::sqrt(ms + eps) * gain.w[i];
+  return y;
+}
+
+void RotateInPlace(std::vector<double>& v, const model::ModelConfig& c, int pos) {
+  const int half = c.rope_dim / 2;
+  for (size_t h = 0; h < v.size() / c.head_dim; ++h) {
+    double* head = v.data() + h * c.head_dim;
+    for (int i = 0; i < half; ++i) {
+      const double theta = pos * std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.rope_dim);
+      const bool adjacent = c.rope_style == model::RopeStyle::kAdjacentPairs;
+      double& a = head[adjacent ? 2 * i : i];
+      double& b = head[adjacent ? 2 * i + 1 : i + half];
+      const double a0 = a, b0 = b;
+      a = a0 * std::cos(theta) - b0 * std::sin(theta);
+      b = a0 * std::sin(theta) + b0 * std::cos(theta);
+    }
+  }
+}
+
+class TextbookModel {
+ public:
+  explicit TextbookModel(const model::Model& m) : c_(m.config()) {
+    const model::ModelWeights& w = m.weights();
+    embedding_ = ToDense(w.token_embedding);
+    output_ = ToDense(w.output);
+    output_norm_ = ToDense(w.output_norm);
+    for (const model::LayerWeights& L : w.layers) {
+      layers_.push_back({ToDense(L.attn_norm), ToDense(L.wq), ToDense(L.wk), ToDense(L.wv),
+                         ToDense(L.wo), ToDense(L.ffn_norm), ToDense(L.w_gate), ToDense(L.w_up),
+                         ToDense(L.w_down)});
+    }
+  }
+
+  // Logits of the last position of `tokens`, computing every position from scratch.
+  std::vector<double> LastLogits(const std::vector<int32_t>& tokens) const {
+    const int T = static_cast<int>(tokens.size());
+    std::vector<std::vector<double>> x(T);  // [T, dim]
+    for (int t = 0; t < T; ++t) {
+      x[t].assign(embedding_.w.begin() + tokens[t] * c_.dim,
+                  embedding_.w.begin() + (tokens[t] + 1) * c_.dim);
+    }
+    const int group = c_.n_heads / c_.n_kv_heads;
+    for (const Layer& L : layers_) {
+      std::vector<std::vector<double>> q(T), k(T), v(T);
+      for (int t = 0; t < T; ++t) {
+        const std::vector<double> xb = RmsNormed(x[t], L.attn_norm, c_.rms_eps);
+        q[t] = Apply(L.wq, xb);
+        k[t] = Apply(L.wk, xb);
+        v[t] = Apply(L.wv, xb);
+        RotateInPlace(q[t], c_, t);
+        RotateInPlace(k[t], c_, t);
+      }
+      for (int t = 0; t < T; ++t) {
+        std::vector<double> att_out(c_.q_dim(), 0.0);
+        for (int h = 0; h < c_.n_heads; ++h) {
+          const int kvh = h / group;
+          // Scores against every position, then the causal mask (u > t excluded).
+          std::vector<double> s(T, -INFINITY);
+          double max_s = -INFINITY;
+          for (int u = 0; u <= t; ++u) {
+            double dot = 0;
+            for (int i = 0; i < c_.head_dim; ++i) {
+              dot += q[t][h * c_.head_dim + i] * k[u][kvh * c_.head_dim + i];
+            }
+            s[u] = dot / std::sqrt(static_cast<double>(c_.head_dim));
+            max_s = std::max(max_s, s[u]);
+          }
+          double z = 0;
+          for (double& e : s) z += (e = std::exp(e - max_s));
+          for (int u = 0; u < T; ++u) {
+            for (int i = 0; i < c_.head_dim; ++i) {
+              att_out[h * c_.head_dim + i] += s[u] / z * v[u][kvh * c_.head_dim + i];
+            }
+          }
+        }
+        const std::vector<double> o = Apply(L.wo, att_out);
+        for (int i = 0; i < c_.dim; ++i) x[t][i] += o[i];
+      }
+      for (int t = 0; t < T; ++t) {
+        const std::vector<double> xb = RmsNormed(x[t], L.ffn_norm, c_.rms_eps);
+        std::vector<double> gate = Apply(L.w_gate, xb);
+        const std::vector<double> up = Apply(L.w_up, xb);
+        for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+        const std::vector<double> down = Apply(L.w_down, gate);
+        for (int i = 0; i < c_.dim; ++i) x[t][i] += down[i];
+      }
+    }
+    return Apply(output_, RmsNormed(x[T - 1], output_norm_, c_.rms_eps));
+  }
+
+ private:
+  struct Layer {
+    Dense attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+  };
+  model::ModelConfig c_;
+  Dense embedding_, output_, output_norm_;
+  std::vector<Layer> layers_;
+};
+
+// ---------------------------------------------------------------------------------------
+// Models under test.
+
+struct ModelCase {
+  std::string name;
+  std::function<absl::StatusOr<std::unique_ptr<model::Model>>()> make;
+};
+
+void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
+
+std::string ModelsDir() {
+  const char* dir = std::getenv("KVSERVE_MODELS_DIR");
+  return dir != nullptr ? dir : "models";
+}
+
+absl::StatusOr<std::unique_ptr<model::Model>> Random(model::DType dtype, bool tied,
+                                                     std::function<void(model::ModelConfig&)> edit) {
+  backends::testing::RandomModelOptions o;
+  o.dtype = dtype;
+  o.tied = tied;
+  o.seed = 1234;
+  edit(o.config);
+  return backends::testing::MakeRandomModel(o);
+}
+
+std::vector<ModelCase> ModelCases() {
+  auto keep = [](model::ModelConfig&) {};
+  return {
+      {"stories260K_gguf",
+       [] { return model::Model::Load(ModelsDir() + "/stories260K.gguf"); }},
+      {"random_gqa_f32", [=] { return Random(DType::kF32, false, keep); }},
+      {"random_gqa_f16_tied", [=] { return Random(DType::kF16, true, keep); }},
+      {"random_gqa_bf16", [=] { return Random(DType::kBF16, false, keep); }},
+      {"random_gqa_q8_0", [=] { return Random(DType::kQ8_0, false, keep); }},
+      {"random_mqa_halves_partial_rope", [] {
+         return Random(DType::kF32, true, [](model::ModelConfig& c) {
+           c.n_heads = 4;
+           c.n_kv_heads = 1;
+           c.head_dim = 16;
+           c.rope_dim = 8;
+           c.rope_style = model::RopeStyle::kRotateHalves;
+           c.rope_base = 500.0f;
+         });
+       }},
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// Driving a backend.
+
+// One sequence's KV and history.
+struct Sequence {
+  Sequence(const KvLayout& layout, int64_t capacity) : arena(layout) {
+    blocks = arena.Allocate(capacity);
+  }
+  KvArena arena;
+  std::span<uint8_t* const> blocks;
+  std::vector<int32_t> history;  // tokens already in the KV blocks
+
+  // A batch entry feeding `tokens` after the history. Call Commit after Forward.
+  SequenceInput Input(const std::vector<int32_t>& tokens, bool want_logits = true) const {
+    return SequenceInput{tokens, static_cast<int32_t>(history.size()), blocks, want_logits};
+  }
+  void Commit(const std::vector<int32_t>& tokens) {
+    history.insert(history.end(), tokens.begin(), tokens.end());
+  }
+};
+
+double MaxAbsDiff(std::span<const float> a, std::span<const double> b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+double MaxAbsDiff(std::span<const float> a, std::span<const float> b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double{a[i]} - b[i]));
+  return m;
+}
+
+std::vector<int32_t> PromptTokens(int n, int vocab, uint32_t seed) {
+  std::vector<int32_t> t = {1};  // BOS
+  uint32_t s = seed;
+  while (static_cast<int>(t.size()) < n) {
+    s = s * 1664525u + 1013904223u;
+    t.push_back(static_cast<int32_t>(3 + (s >> 8) % static_cast<uint32_t>(vocab - 3)));
+  }
+  return t;
+}
+
+class KvEquivalenceTest
+    : public ::testing::TestWithParam<std::tuple<std::string, ModelCase>> {
+ protected:
+  void SetUp() override {
+    auto m = std::get<1>(GetParam()).make();
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+    vocab_ = model_->config().vocab_size;
+  }
+
+  std::unique_ptr<backends::Backend> MakeBackend(int block_tokens, DType kv_dtype = DType::kF32) {
+    auto b = backends::CreateBackend(std::get<0>(GetParam()), *model_,
+                                     KvLayout::ForModel(model_->config(), block_tokens, kv_dtype),
+                                     backends::BackendOptions{});
+    EXPECT_TRUE(b.ok()) << b.status();
+    return b.ok() ? std::move(*b) : nullptr;
+  }
+
+  // Runs `tokens` through `backend` on fresh blocks in one Forward (no cache) and
+  // returns the logits of the last token.
+  std::vector<float> FromScratch(backends::Backend& backend, const std::vector<int32_t>& tokens) {
+    Sequence seq(backend.kv_layout(), static_cast<int64_t>(tokens.size()));
+    Batch batch;
+    batch.sequences.push_back(seq.Input(tokens));
+    std::vector<float> logits(vocab_);
+    EXPECT_TRUE(backend.Forward(batch, logits).ok());
+    return logits;
+  }
+
+  // Prefill `prompt`, then `steps` greedy decode steps, one token each. Returns the
+  // logits after the prefill and after each step; `tokens` receives the whole sequence.
+  std::vector<std::vector<float>> PrefillAndDecode(backends::Backend& backend,
+                                                   const std::vector<int32_t>& prompt, int steps,
+                                                   std::vector<int32_t>* tokens) {
+    Sequence seq(backend.kv_layout(), static_cast<int64_t>(prompt.size()) + steps);
+    std::vector<std::vector<float>> out;
+    std::vector<int32_t> next = prompt;
+    for (int step = 0; step <= steps; ++step) {
+      Batch batch;
+      batch.sequences.push_back(seq.Input(next));
+      std::vector<float> logits(vocab_);
+      absl::Status s = backend.Forward(batch, logits);
+      EXPECT_TRUE(s.ok()) << s;
+      seq.Commit(next);
+      out.push_back(logits);
+      next = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+    }
+    *tokens = seq.history;
+    return out;
+  }
+
+  std::unique_ptr<model::Model> model_;
+  int vocab_ = 0;
+};
+
+TEST_P(KvEquivalenceTest, CachedDecodeEqualsRecomputeAtEveryStep) {
+  auto backend = MakeBackend(16);
+  ASSERT_NE(backend, nullptr);
+  const TextbookModel textbook(*model_);
+  const std::vector<int32_t> prompt = PromptTokens(6, vocab_, 7);
+  const int steps = 24;
+  std::vector<int32_t> tokens;
+  const auto cached = PrefillAndDecode(*backend, prompt, steps, &tokens);
+  double worst_same = 0, worst_textbook = 0;
+  for (int step = 0; step <= steps; ++step) {
+    const std::vector<int32_t> prefix(tokens.begin(), tokens.begin() + prompt.size() + step);
+    const std::vector<float> recomputed = FromScratch(*backend, prefix);
+    const std::vector<double> reference = textbook.LastLogits(prefix);
+    const double same = MaxAbsDiff(cached[step], recomputed);
+    const double tb = MaxAbsDiff(cached[step], reference);
+    EXPECT_LE(same, kSameBackendTolerance) << "step " << step;
+    EXPECT_LE(tb, kTextbookTolerance) << "step " << step;
+    worst_same = std::max(worst_same, same);
+    worst_textbook = std::max(worst_textbook, tb);
+  }
+  RecordProperty("max_abs_diff_vs_recompute", std::to_string(worst_same));
+  RecordProperty("max_abs_diff_vs_textbook", std::to_string(worst_textbook));
+  std::printf("max |cached - recomputed| = %.3g, max |cached - textbook| = %.3g\n", worst_same,
+              worst_textbook);
+}
+
+TEST_P(KvEquivalenceTest, SequencesInOneBatchEqualEachAlone) {
+  auto backend = MakeBackend(4);
+  ASSERT_NE(backend, nullptr);
+  const KvLayout& layout = backend->kv_layout();
+  // Three sequences in different phases: a decode step after 9 cached tokens, a fresh
+  // 7-token prompt, and a 3-token prefill chunk after 5 cached tokens.
+  const std::vector<int32_t> history_a = PromptTokens(9, vocab_, 1);
+  const std::vector<int32_t> history_c = PromptTokens(5, vocab_, 3);
+  const std::vector<int32_t> new_a = {5}, new_b = PromptTokens(7, vocab_, 2),
+                             new_c = {7, 8, 9};
+
+  auto prepare = [&](Sequence& seq, const std::vector<int32_t>& history) {
+    if (history.empty()) return;
+    Batch batch;
+    batch.sequences.push_back(seq.Input(history, false));
+    std::vector<float> unused(vocab_);
+    ASSERT_TRUE(backend->Forward(batch, unused).ok());
+    seq.Commit(history);
+  };
+  // Together.
+  Sequence a(layout, 16), b(layout, 16), c(layout, 16);
+  prepare(a, history_a);
+  prepare(c, history_c);
+  Batch together;
+  together.sequences = {a.Input(new_a), b.Input(new_b), c.Input(new_c)};
+  std::vector<float> logits(3 * vocab_);
+  ASSERT_TRUE(backend->Forward(together, logits).ok());
+
+  // Alone.
+  int index = 0;
+  for (auto [history, fresh] : {std::pair{&history_a, &new_a}, std::pair{&new_a, &new_b},
+                                std::pair{&history_c, &new_c}}) {
+    Sequence alone(layout, 16);
+    if (index != 1) prepare(alone, *history);
+    Batch batch;
+    batch.sequences = {alone.Input(*fresh)};
+    std::vector<float> row(vocab_);
+    ASSERT_TRUE(backend->Forward(batch, row).ok());
+    EXPECT_LE(MaxAbsDiff(std::span<const float>(logits).subspan(index * vocab_, vocab_), row),
+              kSameBackendTolerance)
+        << "sequence " << index;
+    ++index;
+  }
+}
+
+TEST_P(KvEquivalenceTest, ChunkedPrefillEqualsOneShot) {
+  auto backend = MakeBackend(4);
+  ASSERT_NE(backend, nullptr);
+  const std::vector<int32_t> prompt = PromptTokens(13, vocab_, 11);
+  const std::vector<float> one_shot = FromScratch(*backend, prompt);
+  for (std::vector<int> chunks : {std::vector<int>{5, 5, 3}, std::vector<int>{1, 12},
+                                  std::vector<int>{4, 4, 4, 1}}) {
+    Sequence seq(backend->kv_layout(), 13);
+    std::vector<float> logits(vocab_, 0.0f);
+    size_t begin = 0;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const std::vector<int32_t> chunk(prompt.begin() + begin, prompt.begin() + begin + chunks[i]);
+      const bool last = i + 1 == chunks.size();
+      Batch batch;
+      batch.sequences = {seq.Input(chunk, last)};
+      ASSERT_TRUE(backend->Forward(batch, logits).ok());
+      seq.Commit(chunk);
+      begin += chunks[i];
+    }
+    EXPECT_LE(MaxAbsDiff(logits, one_shot), kSameBackendTolerance) << chunks.size() << " chunks";
+  }
+}
+
+TEST_P(KvEquivalenceTest, BlockSizesAgree) {
+  const std::vector<int32_t> prompt = PromptTokens(5, vocab_, 5);
+  const int steps = 15;  // 20 positions in all
+  std::vector<std::vector<float>> baseline;
+  for (int block_tokens : {16, 1, 64}) {
+    auto backend = MakeBackend(block_tokens);
+    ASSERT_NE(backend, nullptr);
+    std::vector<int32_t> tokens;
+    const auto logits = PrefillAndDecode(*backend, prompt, steps, &tokens);
+    if (baseline.empty()) {
+      baseline = logits;
+      continue;
+    }
+    for (int step = 0; step <= steps; ++step) {
+      EXPECT_LE(MaxAbsDiff(logits[step], baseline[step]), kSameBackendTolerance)
+          << "block_tokens " << block_tokens << " step " << step;
+    }
+  }
+}
+
+TEST_P(KvEquivalenceTest, F16KvStaysCloseToF32Kv) {
+  auto f32 = MakeBackend(16, DType::kF32);
+  auto f16 = MakeBackend(16, DType::kF16);
+  ASSERT_NE(f32, nullptr);
+  ASSERT_NE(f16, nullptr);
+  const std::vector<int32_t> prompt = PromptTokens(6, vocab_, 9);
+  std::vector<int32_t> tokens32, tokens16;
+  const auto l32 = PrefillAndDecode(*f32, prompt, 12, &tokens32);
+  const auto l16 = PrefillAndDecode(*f16, prompt, 12, &tokens16);
+  double worst = 0, worst_recompute = 0;
+  // Compare while both decoded the same tokens (greedy may diverge on a near tie).
+  for (size_t step = 0; step < l32.size(); ++step) {
+    if (tokens32[prompt.size() + step - (step > 0)] != tokens16[prompt.size() + step - (step > 0)]) {
+      break;
+    }
+    worst = std::max(worst, MaxAbsDiff(l16[step], l32[step]));
+    // f16 KV: cached decode still equals recomputing with f16 KV.
+    const std::vector<int32_t> prefix(tokens16.begin(), tokens16.begin() + prompt.size() + step);
+    worst_recompute = std::max(worst_recompute, MaxAbsDiff(l16[step], FromScratch(*f16, prefix)));
+  }
+  EXPECT_LE(worst, kF16KvTolerance);
+  EXPECT_GT(worst, 0.0) << "f16 rounding should be visible";
+  EXPECT_LE(worst_recompute, kSameBackendTolerance);
+  std::printf("max |f16 KV - f32 KV| = %.3g\n", worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, KvEquivalenceTest,
+    ::testing::Combine(::testing::ValuesIn(kBackends), ::testing::ValuesIn(ModelCases())),
+    [](const ::testing::TestParamInfo<KvEquivalenceTest::ParamType>& info) {
+      return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
+    });
+
+// stories260K.gguf and stories260K.bin (+ tok512.bin) hold the same weights: the same
+// tokens give the same logits.
+TEST(ModelFilesTest, GgufAndLlama2cGiveSameLogits) {
+  auto gguf = model::Model::Load(ModelsDir() + "/stories260K.gguf");
+  auto bin = model::Model::Load(ModelsDir() + "/stories260K.bin", ModelsDir() + "/tok512.bin");
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  ASSERT_TRUE(bin.ok()) << bin.status();
+  const int vocab = (*gguf)->config().vocab_size;
+  ASSERT_EQ(vocab, (*bin)->config().vocab_size);
+  std::vector<std::vector<float>> logits[2];
+  int which = 0;
+  for (const model::Model* m : {gguf->get(), bin->get()}) {
+    const KvLayout layout = KvLayout::ForModel(m->config(), 16, DType::kF32);
+    auto backend = backends::CreateBackend("reference", *m, layout, backends::BackendOptions{});
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    Sequence seq(layout, 32);
+    std::vector<int32_t> next = PromptTokens(8, vocab, 3);
+    for (int step = 0; step < 16; ++step) {
+      Batch batch;
+      batch.sequences = {seq.Input(next)};
+      std::vector<float> l(vocab);
+      ASSERT_TRUE((*backend)->Forward(batch, l).ok());
+      seq.Commit(next);
+      logits[which].push_back(l);
+      next = {static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin())};
+    }
+    ++which;
+  }
+  for (size_t step = 0; step < logits[0].size(); ++step) {
+    EXPECT_LE(MaxAbsDiff(logits[0][step], logits[1][step]), 1e-5) << "step " << step;
+  }
+}
+
+}  // namespace
+}  // namespace kvserve
