@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <barrier>
 #include <chrono>
 #include <cstdint>
@@ -115,10 +116,15 @@ absl::StatusOr<BandwidthResult> MeasureReadBandwidth(const BandwidthOptions& opt
     result.kernel = "avx2";
   }
 
-  // Workers and this thread meet at the barrier before and after every pass, so a pass
-  // is timed from the moment all readers start until the last one finishes.
+  // Workers and this thread meet at the barrier before and after every pass. Each worker
+  // stamps its own start and end, and a pass lasts from the first start to the last end:
+  // timestamps taken by this thread could come late when it is descheduled.
+  using Clock = std::chrono::steady_clock;
   std::barrier sync(threads + 1);
   std::vector<uint64_t> sinks(static_cast<size_t>(threads), 0);
+  // [passes, threads] start and end of each worker's read.
+  std::vector<Clock::time_point> starts(static_cast<size_t>(threads * options.passes));
+  std::vector<Clock::time_point> ends(starts.size());
   std::vector<std::thread> workers;
   const size_t slice_bytes = region_bytes * static_cast<size_t>(streams);
   for (int t = 0; t < threads; ++t) {
@@ -128,23 +134,30 @@ absl::StatusOr<BandwidthResult> MeasureReadBandwidth(const BandwidthOptions& opt
       std::memset(slice, 0x5a + t, slice_bytes);
       sync.arrive_and_wait();
       for (int pass = 0; pass < options.passes; ++pass) {
+        const size_t slot = static_cast<size_t>(pass * threads + t);
         sync.arrive_and_wait();
+        starts[slot] = Clock::now();
         sinks[static_cast<size_t>(t)] += kernel(slice, region_bytes, streams);
+        ends[slot] = Clock::now();
         sync.arrive_and_wait();
       }
     });
   }
   sync.arrive_and_wait();  // buffer filled
-  std::vector<double> gbs;
   for (int pass = 0; pass < options.passes; ++pass) {
     sync.arrive_and_wait();
-    const auto start = std::chrono::steady_clock::now();
     sync.arrive_and_wait();
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    gbs.push_back(static_cast<double>(total_bytes) / seconds / 1e9);
   }
   for (std::thread& w : workers) w.join();
+  std::vector<double> gbs;
+  for (int pass = 0; pass < options.passes; ++pass) {
+    const auto first = starts.begin() + pass * threads;
+    const auto last = ends.begin() + pass * threads;
+    const Clock::time_point start = *std::min_element(first, first + threads);
+    const Clock::time_point end = *std::max_element(last, last + threads);
+    const double seconds = std::chrono::duration<double>(end - start).count();
+    gbs.push_back(static_cast<double>(total_bytes) / seconds / 1e9);
+  }
   // Every byte was read: the sums must be non-zero (the fill pattern is non-zero).
   for (uint64_t s : sinks) {
     if (s == 0) return absl::InternalError("bandwidth probe: reader returned no data");

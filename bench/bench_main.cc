@@ -43,10 +43,11 @@ ratios between backends, to the bandwidth bound and between batch sizes.
   --decode-tokens N         decode steps per measurement (default 32)
   --prefix-tokens N         tokens each sequence holds before decoding (default 4)
   --batches LIST            concurrent sequences for decode (default 1,4,16,64)
-  --reference-repeats R     the reference backend is scalar and slow on real shapes:
-  --reference-decode-tokens N   it uses these instead of --repeats / --decode-tokens /
-  --reference-prompt-tokens N   --prompt-tokens (defaults 1, 4, 64; each capped by the
-                            general value)
+  --reference-repeats R     the reference backend is scalar and slow on real shapes
+  --reference-decode-tokens N   (s110m: a few tokens/s), so it uses these instead of
+  --reference-prompt-tokens N   --repeats / --decode-tokens / --prompt-tokens / --batches
+  --reference-batches LIST      (defaults 1, 4, 64 and 1,16; counts are capped by the
+                            general values)
   --kv-dtype f32|f16        KV cache element type (default f32)
   --block-tokens N          positions per KV block (default 16)
   --bandwidth-mib N         bandwidth probe buffer, 0 to skip the probe (default 1024)
@@ -66,6 +67,7 @@ struct Flags {
   int decode_tokens = 32;
   int prefix_tokens = 4;
   std::vector<int> batches = {1, 4, 16, 64};
+  std::vector<int> reference_batches = {1, 16};
   int reference_repeats = 1;
   int reference_decode_tokens = 4;
   int reference_prompt_tokens = 64;
@@ -126,13 +128,15 @@ absl::Status ParseFlags(int argc, char** argv, Flags& f) {
       f.tokenizer = value;
     } else if (arg == "backends") {
       f.backends = absl::StrSplit(value, ',', absl::SkipEmpty());
-    } else if (arg == "batches") {
-      f.batches.clear();
-      for (const std::string& b : std::vector<std::string>(absl::StrSplit(value, ',', absl::SkipEmpty()))) {
+    } else if (arg == "batches" || arg == "reference-batches") {
+      std::vector<int>& list = arg == "batches" ? f.batches : f.reference_batches;
+      list.clear();
+      for (const std::string& b :
+           std::vector<std::string>(absl::StrSplit(value, ',', absl::SkipEmpty()))) {
         if (!ParseInt(b, n) || n <= 0 || n > 4096) {
-          return absl::InvalidArgumentError(absl::StrCat("--batches: bad batch size ", b));
+          return absl::InvalidArgumentError(absl::StrCat("--", arg, ": bad batch size ", b));
         }
-        f.batches.push_back(static_cast<int>(n));
+        list.push_back(static_cast<int>(n));
       }
     } else if (arg == "kv-dtype") {
       f.kv_dtype = value;
@@ -160,10 +164,11 @@ void Emit(const Flags& flags, const Measurement& m, std::vector<Measurement>& al
   if (flags.json) {
     std::printf("%s\n", kvserve::bench::MeasurementJson(m).c_str());
     std::fflush(stdout);
+  } else if (m.test == "bandwidth") {
+    std::fprintf(stderr, "  read bandwidth: %.1f GB/s (best of %d)\n", m.summary.max, m.repeats);
   } else {
-    std::fprintf(stderr, "  %s %s batch %d: %.1f %s (median of %d)\n", m.backend.c_str(),
-                 m.test.c_str(), m.batch, m.summary.median,
-                 m.test == "bandwidth" ? "GB/s" : "tok/s", m.repeats);
+    std::fprintf(stderr, "  %s %s batch %d: %.1f tok/s (median of %d)\n", m.backend.c_str(),
+                 m.test.c_str(), m.batch, m.summary.median, m.repeats);
   }
   all.push_back(m);
 }
@@ -224,8 +229,13 @@ absl::Status Run(const Flags& flags) {
     const int repeats = reference ? std::min(flags.reference_repeats, flags.repeats) : flags.repeats;
     const int decode_tokens =
         reference ? std::min(flags.reference_decode_tokens, flags.decode_tokens) : flags.decode_tokens;
-    const int prompt_tokens =
+    int prompt_tokens =
         reference ? std::min(flags.reference_prompt_tokens, flags.prompt_tokens) : flags.prompt_tokens;
+    if (prompt_tokens > mdl.config().context_length) {
+      std::fprintf(stderr, "kvserve-bench: prompt capped at the context length %d\n",
+                   mdl.config().context_length);
+      prompt_tokens = mdl.config().context_length;
+    }
 
     Measurement base;
     base.model = BaseName(flags.model);
@@ -246,7 +256,7 @@ absl::Status Run(const Flags& flags) {
       m.summary = bench::Summarize(*s);
       Emit(flags, m, all);
     }
-    for (int batch : flags.batches) {
+    for (int batch : reference ? flags.reference_batches : flags.batches) {
       absl::StatusOr<std::vector<double>> s = bench::MeasureDecode(
           **backend, mdl, batch, flags.prefix_tokens, decode_tokens, repeats, flags.seed + 1);
       if (!s.ok()) return s.status();

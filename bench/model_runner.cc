@@ -64,13 +64,15 @@ absl::StatusOr<std::vector<double>> MeasurePrefill(backends::Backend& backend,
   std::span<uint8_t* const> blocks = arena.Allocate(prompt_tokens);
   std::vector<float> logits(static_cast<size_t>(vocab));  // [1, vocab]
   std::vector<double> samples;
-  for (int r = 0; r < repeats; ++r) {
+  // Run 0 is an untimed warm-up: it faults in the mapped weights and lets the backend
+  // size its scratch buffers.
+  for (int r = 0; r <= repeats; ++r) {
     const std::vector<int32_t> prompt = RandomTokens(rng, prompt_tokens, vocab);
     backends::Batch batch;
     batch.sequences.push_back(backends::SequenceInput{prompt, 0, blocks, true});
     const auto start = std::chrono::steady_clock::now();
     if (absl::Status s = backend.Forward(batch, logits); !s.ok()) return s;
-    samples.push_back(prompt_tokens / Seconds(start));
+    if (r > 0) samples.push_back(prompt_tokens / Seconds(start));
   }
   return samples;
 }
@@ -79,7 +81,7 @@ absl::StatusOr<std::vector<double>> MeasureDecode(backends::Backend& backend,
                                                   const model::Model& model, int batch,
                                                   int prefix_tokens, int decode_tokens,
                                                   int repeats, uint64_t seed) {
-  if (absl::Status s = CheckCounts(model, batch, prefix_tokens + decode_tokens, repeats);
+  if (absl::Status s = CheckCounts(model, batch, prefix_tokens + decode_tokens + 1, repeats);
       !s.ok()) {
     return s;
   }
@@ -91,7 +93,7 @@ absl::StatusOr<std::vector<double>> MeasureDecode(backends::Backend& backend,
   std::mt19937_64 rng(seed);
   backends::KvArena arena(backend.kv_layout());
   std::vector<std::span<uint8_t* const>> blocks;  // [batch]
-  for (size_t i = 0; i < n; ++i) blocks.push_back(arena.Allocate(prefix_tokens + decode_tokens));
+  for (size_t i = 0; i < n; ++i) blocks.push_back(arena.Allocate(prefix_tokens + decode_tokens + 1));
   std::vector<float> logits(n * static_cast<size_t>(vocab));  // [batch, vocab]
   std::vector<double> samples;
   for (int r = 0; r < repeats; ++r) {
@@ -106,19 +108,22 @@ absl::StatusOr<std::vector<double>> MeasureDecode(backends::Backend& backend,
     if (absl::Status s = backend.Forward(prefill, logits); !s.ok()) return s;
 
     // The decode tokens are drawn up front so the timed loop does only Forward calls.
-    const std::vector<int32_t> next = RandomTokens(rng, batch * decode_tokens, vocab);  // [steps, batch]
+    // Step 0 is an untimed warm-up of the decode shape.
+    const std::vector<int32_t> next =
+        RandomTokens(rng, batch * (decode_tokens + 1), vocab);  // [steps + 1, batch]
     backends::Batch step;
     for (size_t i = 0; i < n; ++i) {
       step.sequences.push_back(backends::SequenceInput{{}, prefix_tokens, blocks[i], true});
     }
-    const auto start = std::chrono::steady_clock::now();
-    for (int t = 0; t < decode_tokens; ++t) {
+    auto start = std::chrono::steady_clock::now();
+    for (int t = 0; t <= decode_tokens; ++t) {
       for (size_t i = 0; i < n; ++i) {
         backends::SequenceInput& seq = step.sequences[i];
         seq.tokens = std::span<const int32_t>(&next[static_cast<size_t>(t) * n + i], 1);
         seq.cached_tokens = prefix_tokens + t;
       }
       if (absl::Status s = backend.Forward(step, logits); !s.ok()) return s;
+      if (t == 0) start = std::chrono::steady_clock::now();
     }
     samples.push_back(static_cast<double>(batch) * decode_tokens / Seconds(start));
   }

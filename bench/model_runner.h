@@ -23,7 +23,8 @@ uint64_t WeightBytesPerToken(const model::ModelWeights& weights);
 model::DType MatrixDType(const model::ModelWeights& weights);
 
 // Tokens/s of one Forward over a `prompt_tokens`-token prompt of one fresh sequence, once
-// per repeat (returns `repeats` samples). The KV blocks are allocated once and reused.
+// per repeat (returns `repeats` samples) after one untimed warm-up run. The KV blocks are
+// allocated once and reused.
 // INVALID_ARGUMENT for non-positive counts or a prompt beyond the context length; any
 // error from the backend.
 absl::StatusOr<std::vector<double>> MeasurePrefill(backends::Backend& backend,
@@ -31,11 +32,11 @@ absl::StatusOr<std::vector<double>> MeasurePrefill(backends::Backend& backend,
                                                    int repeats, uint64_t seed);
 
 // Aggregate decode tokens/s of `batch` concurrent sequences: each first gets its own
-// random prefix of `prefix_tokens` tokens (one untimed Forward for all), then
-// `decode_tokens` timed steps, each one Batch holding one new token per sequence.
-// Tokens/s = batch * decode_tokens / seconds, once per repeat (each repeat starts the
-// sequences over). INVALID_ARGUMENT for non-positive counts or when prefix + decode
-// exceeds the context length; any error from the backend.
+// random prefix of `prefix_tokens` tokens (one untimed Forward for all), then one untimed
+// warm-up step and `decode_tokens` timed steps, each step one Batch holding one new token
+// per sequence. Tokens/s = batch * decode_tokens / seconds, once per repeat (each repeat
+// starts the sequences over). INVALID_ARGUMENT for non-positive counts or when
+// prefix + decode + 1 exceeds the context length; any error from the backend.
 absl::StatusOr<std::vector<double>> MeasureDecode(backends::Backend& backend,
                                                   const model::Model& model, int batch,
                                                   int prefix_tokens, int decode_tokens,

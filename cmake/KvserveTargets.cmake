@@ -58,7 +58,11 @@ function(kvserve_fuzzer name)
   endif()
   kvserve_binary(${name} SRCS ${ARG_SRCS} DEPS ${ARG_DEPS})
   target_link_options(${name} PRIVATE -fsanitize=fuzzer)
-  add_test(NAME ${name} COMMAND ${name} -max_total_time=20 -rss_limit_mb=2048 ${ARG_CORPUS})
+  # libFuzzer writes new inputs into its first corpus folder: give it one in the build
+  # tree so the committed seed corpus (read-only input, second folder) stays untouched.
+  set(scratch ${CMAKE_CURRENT_BINARY_DIR}/${name}_corpus)
+  file(MAKE_DIRECTORY ${scratch})
+  add_test(NAME ${name} COMMAND ${name} -max_total_time=20 -rss_limit_mb=2048 ${scratch} ${ARG_CORPUS})
   set_tests_properties(${name} PROPERTIES LABELS "fuzz")
   set_property(GLOBAL APPEND PROPERTY KVSERVE_TESTS_fuzz ${name})
 endfunction()

@@ -159,8 +159,7 @@ void WriteText(std::string_view text) {
 int main(int argc, char** argv) {
   Flags flags;
   if (absl::Status status = ParseFlags(argc, argv, &flags); !status.ok()) {
-    std::fprintf(stderr, "kvserve-generate: %s\n%s", std::string(status.message()).c_str(),
-                 kUsage);
+    std::fprintf(stderr, "kvserve-generate: %s\n%s", std::string(status.message()).c_str(), kUsage);
     return 2;
   }
   if (flags.help) {
@@ -185,16 +184,14 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  absl::StatusOr<kvserve::engine::OfflineGenerateResult> result =
-      kvserve::engine::GenerateOffline(**model, **tokenizer, flags.prompt, flags.options,
-                                       WriteText);
+  absl::StatusOr<kvserve::engine::OfflineGenerateResult> result = kvserve::engine::GenerateOffline(
+      **model, **tokenizer, flags.prompt, flags.options, WriteText);
   if (!result.ok()) {
     std::fprintf(stderr, "kvserve-generate: %s\n", result.status().ToString().c_str());
     // Bad parameters or an unknown backend are the caller's input; the rest is ours.
     const absl::StatusCode code = result.status().code();
-    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound
-               ? 2
-               : 1;
+    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ? 2
+                                                                                             : 1;
   }
   WriteText("\n");
 

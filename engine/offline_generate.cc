@@ -40,9 +40,8 @@ absl::StatusOr<OfflineGenerateResult> GenerateOffline(
     return absl::InvalidArgumentError("prompt is empty and the vocabulary adds no BOS");
   }
   if (prompt_len >= config.context_length) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt has ", prompt_len,
-                                                   " tokens; the model's context holds ",
-                                                   config.context_length));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt has ", prompt_len, " tokens; the model's context holds ", config.context_length));
   }
   // Every token, the last sampled one included, must have a position in the context.
   const int32_t max_generated =
@@ -70,7 +69,7 @@ absl::StatusOr<OfflineGenerateResult> GenerateOffline(
   }
   StopMatcher stop_matcher(options.sampling.stop_strings);
 
-  std::vector<int32_t> context = result.prompt_tokens;  // prompt + generated
+  std::vector<int32_t> context = result.prompt_tokens;         // prompt + generated
   std::vector<float> logits(static_cast<size_t>(vocab_size));  // [1, vocab]
   backends::Batch batch;
   batch.sequences.resize(1);

@@ -18,13 +18,13 @@
 namespace kvserve::engine {
 
 struct OfflineGenerateOptions {
-  std::string backend = "reference";  // backends::CreateBackend name
-  int threads = 0;                    // BackendOptions::threads; 0 = all cores
+  std::string backend = "reference";           // backends::CreateBackend name
+  int threads = 0;                             // BackendOptions::threads; 0 = all cores
   model::DType kv_dtype = model::DType::kF32;  // kF32 or kF16
-  int kv_block_tokens = 16;           // positions per KV block
-  SamplingParams sampling;            // max_tokens counts generated tokens
-  uint64_t fallback_seed = 0;         // RNG seed when sampling.seed is empty
-  bool echo_prompt = true;            // pass the decoded prompt to on_text first
+  int kv_block_tokens = 16;                    // positions per KV block
+  SamplingParams sampling;                     // max_tokens counts generated tokens
+  uint64_t fallback_seed = 0;                  // RNG seed when sampling.seed is empty
+  bool echo_prompt = true;                     // pass the decoded prompt to on_text first
 };
 
 enum class OfflineFinish {

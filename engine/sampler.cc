@@ -32,9 +32,7 @@ Sampler::Sampler(const SamplingParams& params, int32_t vocab_size, uint64_t seed
       counts_(static_cast<size_t>(vocab_size), 0),
       seen_(static_cast<size_t>(vocab_size), 0) {}
 
-double Sampler::NextUniform() {
-  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
-}
+double Sampler::NextUniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> context,
                         int32_t prompt_len, SampleInfo* info) {

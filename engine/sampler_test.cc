@@ -337,8 +337,7 @@ TEST(SamplerTest, TopKThenTopPThenMinPCombine) {
 // Distribution and determinism
 
 // Pearson's chi-square of `counts` against `expected` probabilities.
-double ChiSquare(const std::map<int32_t, int>& counts, const std::vector<double>& expected,
-                 int n) {
+double ChiSquare(const std::map<int32_t, int>& counts, const std::vector<double>& expected, int n) {
   double chi2 = 0.0;
   for (size_t i = 0; i < expected.size(); ++i) {
     const auto it = counts.find(static_cast<int32_t>(i));

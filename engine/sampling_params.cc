@@ -80,13 +80,13 @@ absl::Status SamplingParams::Validate(int32_t vocab_size, int32_t max_tokens_lim
         absl::StrCat("max_tokens must be in [1, ", max_tokens_limit, "], got ", max_tokens));
   }
   if (stop_token_ids.size() > static_cast<size_t>(kMaxStopTokenIds)) {
-    return Invalid(absl::StrCat("stop_token_ids has ", stop_token_ids.size(),
-                                " entries, at most ", kMaxStopTokenIds, " allowed"));
+    return Invalid(absl::StrCat("stop_token_ids has ", stop_token_ids.size(), " entries, at most ",
+                                kMaxStopTokenIds, " allowed"));
   }
   for (size_t i = 0; i < stop_token_ids.size(); ++i) {
     if (stop_token_ids[i] < 0 || stop_token_ids[i] >= vocab_size) {
-      return Invalid(absl::StrCat("stop_token_ids[", i, "] must be in [0, ", vocab_size,
-                                  "), got ", stop_token_ids[i]));
+      return Invalid(absl::StrCat("stop_token_ids[", i, "] must be in [0, ", vocab_size, "), got ",
+                                  stop_token_ids[i]));
     }
   }
   if (stop_strings.size() > static_cast<size_t>(kMaxStopStrings)) {

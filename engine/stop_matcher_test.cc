@@ -11,7 +11,7 @@ namespace {
 // Feeds `deltas` and returns everything emitted (including Flush when not stopped),
 // plus whether it stopped.
 std::pair<std::string, bool> FeedAll(std::vector<std::string> stops,
-                                 const std::vector<std::string>& deltas) {
+                                     const std::vector<std::string>& deltas) {
   StopMatcher matcher(std::move(stops));
   std::string out;
   for (const std::string& d : deltas) {
@@ -66,9 +66,11 @@ TEST(StopMatcherTest, FalseStartIsReleased) {
 
 TEST(StopMatcherTest, OverlappingPrefixes) {
   // "aab" after "aaa...": the tail "aa" is a prefix; an extra 'a' shifts the window.
-  EXPECT_EQ(FeedAll({"aab"}, {"xaa", "a", "a", "b", "tail"}), std::make_pair(std::string("xaa"), true));
+  EXPECT_EQ(FeedAll({"aab"}, {"xaa", "a", "a", "b", "tail"}),
+            std::make_pair(std::string("xaa"), true));
   // Self-overlapping stop: "abab" in "abaabab".
-  EXPECT_EQ(FeedAll({"abab"}, {"ab", "a", "ab", "ab", "z"}), std::make_pair(std::string("aba"), true));
+  EXPECT_EQ(FeedAll({"abab"}, {"ab", "a", "ab", "ab", "z"}),
+            std::make_pair(std::string("aba"), true));
   // One byte at a time.
   std::vector<std::string> bytes;
   for (char c : std::string("hello world</s>ignored")) bytes.push_back(std::string(1, c));

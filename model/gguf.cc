@@ -20,17 +20,22 @@ size_t ScalarSize(GgufType t) {
   switch (t) {
     case GgufType::kUint8:
     case GgufType::kInt8:
-    case GgufType::kBool: return 1;
+    case GgufType::kBool:
+      return 1;
     case GgufType::kUint16:
-    case GgufType::kInt16: return 2;
+    case GgufType::kInt16:
+      return 2;
     case GgufType::kUint32:
     case GgufType::kInt32:
-    case GgufType::kFloat32: return 4;
+    case GgufType::kFloat32:
+      return 4;
     case GgufType::kUint64:
     case GgufType::kInt64:
-    case GgufType::kFloat64: return 8;
+    case GgufType::kFloat64:
+      return 8;
     case GgufType::kString:
-    case GgufType::kArray: return 0;
+    case GgufType::kArray:
+      return 0;
   }
   return 0;
 }
@@ -38,8 +43,8 @@ size_t ScalarSize(GgufType t) {
 // The fewest bytes one element of type `t` takes in the file; bounds counts before
 // anything is allocated.
 size_t MinEncodedSize(GgufType t) {
-  if (t == GgufType::kString) return 8;   // u64 length
-  if (t == GgufType::kArray) return 12;   // u32 type + u64 count
+  if (t == GgufType::kString) return 8;  // u64 length
+  if (t == GgufType::kArray) return 12;  // u32 type + u64 count
   return ScalarSize(t);
 }
 
@@ -52,19 +57,27 @@ T Load(const uint8_t* p) {
 
 std::optional<int64_t> IntFromRaw(GgufType t, const uint8_t* p) {
   switch (t) {
-    case GgufType::kUint8: return Load<uint8_t>(p);
-    case GgufType::kInt8: return Load<int8_t>(p);
-    case GgufType::kUint16: return Load<uint16_t>(p);
-    case GgufType::kInt16: return Load<int16_t>(p);
-    case GgufType::kUint32: return Load<uint32_t>(p);
-    case GgufType::kInt32: return Load<int32_t>(p);
-    case GgufType::kInt64: return Load<int64_t>(p);
+    case GgufType::kUint8:
+      return Load<uint8_t>(p);
+    case GgufType::kInt8:
+      return Load<int8_t>(p);
+    case GgufType::kUint16:
+      return Load<uint16_t>(p);
+    case GgufType::kInt16:
+      return Load<int16_t>(p);
+    case GgufType::kUint32:
+      return Load<uint32_t>(p);
+    case GgufType::kInt32:
+      return Load<int32_t>(p);
+    case GgufType::kInt64:
+      return Load<int64_t>(p);
     case GgufType::kUint64: {
       const uint64_t v = Load<uint64_t>(p);
       if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
       return static_cast<int64_t>(v);
     }
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -76,9 +89,9 @@ std::optional<double> FloatFromRaw(GgufType t, const uint8_t* p) {
 
 std::string_view GgmlTypeName(uint32_t id) {
   static constexpr std::string_view kNames[] = {
-      "f32",     "f16",    "q4_0",    "q4_1",  "type 4", "type 5", "q5_0",   "q5_1",
-      "q8_0",    "q8_1",   "q2_K",    "q3_K",  "q4_K",   "q5_K",   "q6_K",   "q8_K",
-      "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq4_nl", "iq3_s",  "iq2_s",  "iq4_xs",
+      "f32",     "f16",    "q4_0",    "q4_1",  "type 4", "type 5", "q5_0",  "q5_1",
+      "q8_0",    "q8_1",   "q2_K",    "q3_K",  "q4_K",   "q5_K",   "q6_K",  "q8_K",
+      "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq4_nl", "iq3_s",  "iq2_s", "iq4_xs",
       "i8",      "i16",    "i32",     "i64",   "f64",    "iq1_m",  "bf16"};
   if (id < std::size(kNames)) return kNames[id];
   return "unknown";
@@ -86,11 +99,16 @@ std::string_view GgmlTypeName(uint32_t id) {
 
 std::optional<DType> DTypeFromGgml(uint32_t id) {
   switch (id) {
-    case kGgmlTypeF32: return DType::kF32;
-    case kGgmlTypeF16: return DType::kF16;
-    case kGgmlTypeQ8_0: return DType::kQ8_0;
-    case kGgmlTypeBF16: return DType::kBF16;
-    default: return std::nullopt;
+    case kGgmlTypeF32:
+      return DType::kF32;
+    case kGgmlTypeF16:
+      return DType::kF16;
+    case kGgmlTypeQ8_0:
+      return DType::kQ8_0;
+    case kGgmlTypeBF16:
+      return DType::kBF16;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -107,9 +125,9 @@ bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 }  // namespace
 
 std::string_view GgufTypeName(GgufType t) {
-  static constexpr std::string_view kNames[] = {"uint8", "int8",    "uint16", "int16", "uint32",
-                                                "int32", "float32", "bool",   "string", "array",
-                                                "uint64", "int64",  "float64"};
+  static constexpr std::string_view kNames[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                                "int32",  "float32", "bool",   "string", "array",
+                                                "uint64", "int64",   "float64"};
   const auto i = static_cast<uint32_t>(t);
   return i <= kMaxGgufType ? kNames[i] : "invalid";
 }
@@ -200,39 +218,49 @@ class GgufParser {
   absl::Status Invalid(std::string msg) { return absl::InvalidArgumentError(std::move(msg)); }
 
   absl::Status EndOfFile(std::string_view what) {
-    return Invalid(absl::StrCat("unexpected end of file reading ", std::string(what),
-                                " at offset ", r_.offset(), " (file size ", r_.size(), ")"));
+    return Invalid(absl::StrCat("unexpected end of file reading ", std::string(what), " at offset ",
+                                r_.offset(), " (file size ", r_.size(), ")"));
   }
 
   absl::Status ParseHeader(GgufFile& f) {
     std::span<const uint8_t> magic;
     if (!r_.ReadBytes(4, &magic)) return EndOfFile("magic");
     if (std::memcmp(magic.data(), "GGUF", 4) != 0) {
-      return Invalid(absl::StrFormat("not a GGUF file (magic %02x %02x %02x %02x, expected \"GGUF\")",
-                                     magic[0], magic[1], magic[2], magic[3]));
+      return Invalid(
+          absl::StrFormat("not a GGUF file (magic %02x %02x %02x %02x, expected \"GGUF\")",
+                          magic[0], magic[1], magic[2], magic[3]));
     }
     if (!r_.Read(&f.version)) return EndOfFile("version");
     if (f.version == 1) return Invalid("GGUF version 1 is not supported (only versions 2 and 3)");
     if (f.version != 2 && f.version != 3) {
       if ((f.version & 0xffffu) == 0) {
-        return Invalid(absl::StrFormat("GGUF file is big-endian (version field 0x%08x); only "
-                                       "little-endian files are supported",
-                                       f.version));
+        return Invalid(
+            absl::StrFormat("GGUF file is big-endian (version field 0x%08x); only "
+                            "little-endian files are supported",
+                            f.version));
       }
-      return Invalid(absl::StrCat("unsupported GGUF version ", f.version,
-                                  " (only versions 2 and 3)"));
+      return Invalid(
+          absl::StrCat("unsupported GGUF version ", f.version, " (only versions 2 and 3)"));
     }
     return absl::OkStatus();
   }
 
-  // Reads a u64-length-prefixed string; `what` names it for errors.
-  absl::Status ReadString(std::string_view what, std::string_view* out) {
+  static constexpr uint64_t kNoIndex = ~uint64_t{0};
+
+  static std::string Indexed(std::string_view what, uint64_t index) {
+    if (index == kNoIndex) return std::string(what);
+    return absl::StrCat(std::string(what), "[", index, "]");
+  }
+
+  // Reads a u64-length-prefixed string; `what` (element `index` of it, if given)
+  // names it for errors. Builds no message on success: vocabularies have 100k+ strings.
+  absl::Status ReadString(std::string_view what, std::string_view* out, uint64_t index = kNoIndex) {
     uint64_t len = 0;
-    if (!r_.Read(&len)) return EndOfFile(absl::StrCat(std::string(what), " length"));
+    if (!r_.Read(&len)) return EndOfFile(absl::StrCat(Indexed(what, index), " length"));
     if (len > r_.remaining()) {
-      return Invalid(absl::StrCat(std::string(what), " length ", len, " at offset ",
-                                  r_.offset() - 8, " extends past end of file (",
-                                  r_.remaining(), " bytes left)"));
+      return Invalid(absl::StrCat(Indexed(what, index), " length ", len, " at offset ",
+                                  r_.offset() - 8, " extends past end of file (", r_.remaining(),
+                                  " bytes left)"));
     }
     r_.ReadString(len, out);
     return absl::OkStatus();
@@ -284,16 +312,14 @@ class GgufParser {
     if (v.elem_type_ == GgufType::kString) {
       v.strings_.resize(v.count_);
       for (uint64_t i = 0; i < v.count_; ++i) {
-        if (absl::Status s = ReadString(absl::StrCat(ctx, "[", i, "]"), &v.strings_[i]); !s.ok()) {
-          return s;
-        }
+        if (absl::Status s = ReadString(ctx, &v.strings_[i], i); !s.ok()) return s;
       }
     } else if (v.elem_type_ == GgufType::kArray) {
       v.arrays_.resize(v.count_);
       for (uint64_t i = 0; i < v.count_; ++i) {
         GgufValue& e = v.arrays_[i];
-        if (absl::Status s = ParseValue(absl::StrCat(ctx, "[", i, "]"), GgufType::kArray,
-                                        depth + 1, e);
+        if (absl::Status s =
+                ParseValue(absl::StrCat(ctx, "[", i, "]"), GgufType::kArray, depth + 1, e);
             !s.ok()) {
           return s;
         }
@@ -313,8 +339,8 @@ class GgufParser {
                                   ", expected an integer"));
     }
     if (*v <= 0 || !IsPowerOfTwo(static_cast<uint64_t>(*v)) || *v > (int64_t{1} << 30)) {
-      return Invalid(absl::StrCat("general.alignment ", *v,
-                                  " is not a power of two between 1 and 2^30"));
+      return Invalid(
+          absl::StrCat("general.alignment ", *v, " is not a power of two between 1 and 2^30"));
     }
     f.alignment = static_cast<uint64_t>(*v);
     return absl::OkStatus();
@@ -357,9 +383,8 @@ class GgufParser {
                                   " is not a multiple of ", kQ8_0BlockElems));
     }
     // elements < 2^63, so bytes per element (<= 4) or 34/32 fits after the division.
-    t.size_bytes = t.dtype == DType::kQ8_0
-                       ? elements / kQ8_0BlockElems * kQ8_0BlockBytes
-                       : DTypeBytes(t.dtype, 1) * elements;
+    t.size_bytes = t.dtype == DType::kQ8_0 ? elements / kQ8_0BlockElems * kQ8_0BlockBytes
+                                           : DTypeBytes(t.dtype, 1) * elements;
     if (t.dtype != DType::kQ8_0 && t.size_bytes / DTypeBytes(t.dtype, 1) != elements) {
       return Invalid(absl::StrCat("tensor ", name, " is too large"));
     }
@@ -396,8 +421,8 @@ class GgufParser {
       t.data = bytes_.data() + f.data_offset + t.offset;
       const size_t natural = t.dtype == DType::kF32 ? 4 : 2;
       if (reinterpret_cast<uintptr_t>(t.data) % natural != 0) {
-        return Invalid(absl::StrCat("tensor ", name, " data is not aligned to ", natural,
-                                    " bytes in memory"));
+        return Invalid(
+            absl::StrCat("tensor ", name, " data is not aligned to ", natural, " bytes in memory"));
       }
     }
     return f;
@@ -417,8 +442,7 @@ absl::StatusOr<MappedGguf> OpenGguf(const std::string& path) {
   std::shared_ptr<const MappedFile> shared = std::move(*file);
   absl::StatusOr<GgufFile> gguf = ParseGguf(shared->bytes());
   if (!gguf.ok()) {
-    return absl::Status(gguf.status().code(),
-                        absl::StrCat(path, ": ", gguf.status().message()));
+    return absl::Status(gguf.status().code(), absl::StrCat(path, ": ", gguf.status().message()));
   }
   return MappedGguf{std::move(shared), *std::move(gguf)};
 }

@@ -57,7 +57,7 @@ class GgufValue {
   GgufType type() const { return type_; }
 
   // Scalar accessors: nullopt when the value is not of that kind.
-  std::optional<int64_t> AsInt() const;  // any integer type whose value fits in int64
+  std::optional<int64_t> AsInt() const;   // any integer type whose value fits in int64
   std::optional<double> AsFloat() const;  // float32, float64
   std::optional<bool> AsBool() const;
   std::optional<std::string_view> AsString() const;
@@ -80,8 +80,8 @@ class GgufValue {
   GgufType type_ = GgufType::kUint8;
   GgufType elem_type_ = GgufType::kUint8;  // arrays only
   uint64_t count_ = 0;                     // arrays only
-  std::span<const uint8_t> raw_;  // a scalar's bytes, or an array of scalars' bytes
-  std::string_view str_;          // kString
+  std::span<const uint8_t> raw_;           // a scalar's bytes, or an array of scalars' bytes
+  std::string_view str_;                   // kString
   std::vector<std::string_view> strings_;  // array of strings
   std::vector<GgufValue> arrays_;          // array of arrays
 };
@@ -92,7 +92,7 @@ struct GgufTensorInfo {
   DType dtype = DType::kF32;
   int n_dims = 0;
   std::array<int64_t, 4> ne = {1, 1, 1, 1};  // ne[0] varies fastest (columns)
-  uint64_t offset = 0;     // from the start of the tensor data section
+  uint64_t offset = 0;                       // from the start of the tensor data section
   uint64_t size_bytes = 0;
   const uint8_t* data = nullptr;  // into the parsed bytes
 
@@ -106,7 +106,7 @@ struct GgufFile {
   uint64_t alignment = 32;
   uint64_t data_offset = 0;  // absolute offset of the tensor data section
   std::vector<std::pair<std::string_view, GgufValue>> metadata;  // file order
-  std::vector<GgufTensorInfo> tensors;                            // file order
+  std::vector<GgufTensorInfo> tensors;                           // file order
 
   const GgufValue* FindMetadata(std::string_view key) const;
   const GgufTensorInfo* FindTensor(std::string_view name) const;

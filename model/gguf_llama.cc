@@ -67,8 +67,8 @@ absl::StatusOr<std::string_view> RequiredString(const GgufFile& f, std::string_v
 
 // The array at `key` (nullptr when absent) after checking its element kind and length.
 absl::StatusOr<const GgufValue*> OptionalArray(const GgufFile& f, std::string_view key,
-                                               std::string_view expected,
-                                               bool (*elem_ok)(GgufType), uint64_t length) {
+                                               std::string_view expected, bool (*elem_ok)(GgufType),
+                                               uint64_t length) {
   const GgufValue* v = f.FindMetadata(key);
   if (v == nullptr) return v;
   if (v->type() != GgufType::kArray || !elem_ok(v->elem_type())) {
@@ -76,8 +76,8 @@ absl::StatusOr<const GgufValue*> OptionalArray(const GgufFile& f, std::string_vi
   }
   if (v->size() != length) {
     return absl::InvalidArgumentError(absl::StrCat("metadata key ", std::string(key), " has ",
-                                                   v->size(), " entries, tokenizer.ggml.tokens has ",
-                                                   length));
+                                                   v->size(),
+                                                   " entries, tokenizer.ggml.tokens has ", length));
   }
   return v;
 }
@@ -85,8 +85,14 @@ absl::StatusOr<const GgufValue*> OptionalArray(const GgufFile& f, std::string_vi
 bool IsFloatType(GgufType t) { return t == GgufType::kFloat32 || t == GgufType::kFloat64; }
 bool IsIntType(GgufType t) {
   switch (t) {
-    case GgufType::kUint8: case GgufType::kInt8: case GgufType::kUint16: case GgufType::kInt16:
-    case GgufType::kUint32: case GgufType::kInt32: case GgufType::kUint64: case GgufType::kInt64:
+    case GgufType::kUint8:
+    case GgufType::kInt8:
+    case GgufType::kUint16:
+    case GgufType::kInt16:
+    case GgufType::kUint32:
+    case GgufType::kInt32:
+    case GgufType::kUint64:
+    case GgufType::kInt64:
       return true;
     default:
       return false;
@@ -146,9 +152,8 @@ absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file) {
     c.head_dim = **key_len;
   } else {
     if (c.n_heads <= 0 || c.dim % c.n_heads != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("llama.embedding_length ", c.dim,
-                                                     " is not a multiple of head_count ",
-                                                     c.n_heads));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "llama.embedding_length ", c.dim, " is not a multiple of head_count ", c.n_heads));
     }
     c.head_dim = c.dim / c.n_heads;
   }
@@ -195,11 +200,11 @@ absl::StatusOr<Vocabulary> VocabularyFromGguf(const GgufFile& file) {
     return WrongType("tokenizer.ggml.tokens", *tokens, "array of string");
   }
   const uint64_t n = tokens->size();
-  absl::StatusOr<const GgufValue*> scores = OptionalArray(
-      file, "tokenizer.ggml.scores", "array of float32", IsFloatType, n);
+  absl::StatusOr<const GgufValue*> scores =
+      OptionalArray(file, "tokenizer.ggml.scores", "array of float32", IsFloatType, n);
   if (!scores.ok()) return scores.status();
-  absl::StatusOr<const GgufValue*> types = OptionalArray(
-      file, "tokenizer.ggml.token_type", "array of int32", IsIntType, n);
+  absl::StatusOr<const GgufValue*> types =
+      OptionalArray(file, "tokenizer.ggml.token_type", "array of int32", IsIntType, n);
   if (!types.ok()) return types.status();
 
   Vocabulary v;
@@ -213,8 +218,8 @@ absl::StatusOr<Vocabulary> VocabularyFromGguf(const GgufFile& file) {
     if (*types != nullptr) {
       const std::optional<int64_t> t = (*types)->IntAt(i);
       if (!t.has_value() || *t < 0 || *t > static_cast<int64_t>(TokenKind::kByte)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tokenizer.ggml.token_type[", i, "] is not a valid token type"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tokenizer.ggml.token_type[", i, "] is not a valid token type"));
       }
       if (*t != 0) kind = static_cast<TokenKind>(*t);
     }
@@ -241,8 +246,8 @@ ModelWeights LlamaWeightsFromGguf(const GgufFile& file, int n_layers) {
   ModelWeights w;
   w.token_embedding = View(file, "token_embd.weight");
   w.output_norm = View(file, "output_norm.weight");
-  w.output = file.FindTensor("output.weight") != nullptr ? View(file, "output.weight")
-                                                           : w.token_embedding;
+  w.output =
+      file.FindTensor("output.weight") != nullptr ? View(file, "output.weight") : w.token_embedding;
   w.layers.resize(n_layers > 0 ? n_layers : 0);
   for (int l = 0; l < n_layers; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");

@@ -15,8 +15,8 @@
 namespace kvserve::model {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::GgufBuilder;
+using ::testing::HasSubstr;
 using testing::MakeTinyLlamaGguf;
 using S = testing::TinyLlamaShape;
 
@@ -68,11 +68,13 @@ TEST(GgufLlamaTest, MapsTinyLlama) {
 
   const Vocabulary& v = (*m)->vocab();
   EXPECT_EQ(v.pieces, (std::vector<std::string>{"<unk>", "<s>", "</s>", "<0x41>",
-                                                "\xe2\x96\x81" "a", "b"}));
+                                                "\xe2\x96\x81"
+                                                "a",
+                                                "b"}));
   EXPECT_EQ(v.scores, (std::vector<float>{0, 0, 0, 0, -1, -2}));
-  EXPECT_EQ(v.kinds, (std::vector<TokenKind>{TokenKind::kUnknown, TokenKind::kControl,
-                                             TokenKind::kControl, TokenKind::kByte,
-                                             TokenKind::kNormal, TokenKind::kNormal}));
+  EXPECT_EQ(v.kinds,
+            (std::vector<TokenKind>{TokenKind::kUnknown, TokenKind::kControl, TokenKind::kControl,
+                                    TokenKind::kByte, TokenKind::kNormal, TokenKind::kNormal}));
   EXPECT_EQ(v.bos_id, 1);
   EXPECT_EQ(v.eos_id, 2);
   EXPECT_EQ(v.unk_id, 0);
@@ -82,7 +84,8 @@ TEST(GgufLlamaTest, MapsTinyLlama) {
 
 TEST(GgufLlamaTest, UntiedWhenOutputPresent) {
   GgufBuilder b = MakeTinyLlamaGguf();
-  b.AddF32Tensor("output.weight", {S::kDim, S::kVocab}, testing::TestValues(S::kDim * S::kVocab, 9));
+  b.AddF32Tensor("output.weight", {S::kDim, S::kVocab},
+                 testing::TestValues(S::kDim * S::kVocab, 9));
   const std::vector<uint8_t> bytes = b.Build();
   absl::StatusOr<std::unique_ptr<Model>> m = Build(bytes);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -134,8 +137,9 @@ TEST(GgufLlamaTest, MissingMetadata) {
 TEST(GgufLlamaTest, WrongMetadataType) {
   ExpectError(MakeTinyLlamaGguf().SetString("llama.embedding_length", "8"),
               "metadata key llama.embedding_length has type string, expected an integer");
-  ExpectError(MakeTinyLlamaGguf().SetU32("llama.attention.layer_norm_rms_epsilon", 1),
-              "metadata key llama.attention.layer_norm_rms_epsilon has type uint32, expected a float");
+  ExpectError(
+      MakeTinyLlamaGguf().SetU32("llama.attention.layer_norm_rms_epsilon", 1),
+      "metadata key llama.attention.layer_norm_rms_epsilon has type uint32, expected a float");
   ExpectError(MakeTinyLlamaGguf().SetU32("general.architecture", 1),
               "metadata key general.architecture has type uint32, expected string");
   ExpectError(MakeTinyLlamaGguf().SetU32("tokenizer.ggml.add_bos_token", 1),
@@ -177,8 +181,13 @@ TEST(GgufLlamaTest, ShapeMismatchAndMissingTensor) {
               "tensor token_embd.weight has shape [6, 8], expected [6, 16]");
   ExpectError(MakeTinyLlamaGguf().SetU32("llama.attention.head_count", 3),
               "llama.embedding_length 8 is not a multiple of head_count 3");
-  ExpectError(MakeTinyLlamaGguf().SetU32("llama.block_count", 0),
-              "n_layers must be positive");
+  ExpectError(MakeTinyLlamaGguf().SetU32("llama.block_count", 0), "n_layers must be positive");
+  ExpectError(MakeTinyLlamaGguf().SetU32("llama.attention.key_length", 8),
+              "tensor blk.0.attn_q.weight has shape [8, 8], expected [16, 8]");
+  ExpectError(MakeTinyLlamaGguf().SetU32("llama.attention.key_length", 1 << 16),
+              "n_heads * head_dim exceeds the supported maximum");
+  ExpectError(MakeTinyLlamaGguf().SetU32("llama.attention.value_length", 3),
+              "llama.attention.value_length 3 differs from the key length 4");
 }
 
 TEST(GgufLlamaTest, NormWeightsMustBeF32) {

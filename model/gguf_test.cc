@@ -11,9 +11,9 @@
 namespace kvserve::model {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ByteWriter;
 using testing::GgufBuilder;
+using ::testing::HasSubstr;
 using testing::MakeTinyLlamaGguf;
 using testing::TinyLlamaShape;
 
@@ -73,7 +73,8 @@ TEST(GgufTest, ParsesTinyLlama) {
 }
 
 TEST(GgufTest, AcceptsVersion2) {
-  absl::StatusOr<GgufFile> f = Parse(MakeTinyLlamaGguf().SetVersion(2).Build());
+  const std::vector<uint8_t> bytes = MakeTinyLlamaGguf().SetVersion(2).Build();  // outlives f
+  absl::StatusOr<GgufFile> f = Parse(bytes);
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->version, 2u);
 }
@@ -91,12 +92,22 @@ TEST(GgufTest, RejectsWrongMagic) {
   ExpectError({}, "end of file reading magic");
 }
 
-// Every proper prefix of a valid file fails cleanly (each prefix is copied into an
-// exactly-sized buffer so AddressSanitizer sees any read past its end).
+// Truncation anywhere fails cleanly: every prefix that ends in the header, metadata
+// or tensor infos, and prefixes around each tensor's data (inside the data section
+// all other prefixes take the same path). Each prefix is copied into an exactly-sized
+// buffer so AddressSanitizer sees any read past its end.
 TEST(GgufTest, EveryTruncationFailsWithEndOfFile) {
   const std::vector<uint8_t> full = MakeTinyLlamaGguf().Build();
-  ASSERT_TRUE(Parse(full).ok());
-  for (size_t n = 0; n < full.size(); ++n) {
+  absl::StatusOr<GgufFile> parsed = Parse(full);
+  ASSERT_TRUE(parsed.ok());
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= parsed->data_offset; ++n) lengths.push_back(n);
+  for (const GgufTensorInfo& t : parsed->tensors) {
+    const size_t begin = parsed->data_offset + t.offset, end = begin + t.size_bytes;
+    for (size_t n : {begin + 1, begin + 4, end - 1}) lengths.push_back(n);
+  }
+  for (size_t n : lengths) {
+    ASSERT_LT(n, full.size());
     const std::vector<uint8_t> prefix(full.begin(), full.begin() + n);
     absl::StatusOr<GgufFile> f = Parse(prefix);
     ASSERT_FALSE(f.ok()) << "prefix of " << n << " bytes parsed";
@@ -143,7 +154,9 @@ ByteWriter NestedArrays(int depth) {
 
 TEST(GgufTest, ParsesNestedArraysAndBoundsDepth) {
   ByteWriter ok = NestedArrays(2);  // value = [[[7, 9]]]
-  absl::StatusOr<GgufFile> f = Parse(MakeTinyLlamaGguf().SetRaw("x.nested", 9, ok.bytes()).Build());
+  const std::vector<uint8_t> bytes =
+      MakeTinyLlamaGguf().SetRaw("x.nested", 9, ok.bytes()).Build();  // outlives f
+  absl::StatusOr<GgufFile> f = Parse(bytes);
   ASSERT_TRUE(f.ok()) << f.status();
   const GgufValue* v = f->FindMetadata("x.nested");
   ASSERT_NE(v, nullptr);
@@ -168,7 +181,8 @@ TEST(GgufTest, ReadsEveryScalarType) {
   bad_u64.Put<uint64_t>(~uint64_t{0});
   b.SetRaw("x.u64", 10, u64.bytes()).SetRaw("x.i8", 1, i8.bytes()).SetRaw("x.f64", 12, f64.bytes());
   b.SetRaw("x.big", 10, bad_u64.bytes()).SetBool("x.flag", true);
-  absl::StatusOr<GgufFile> f = Parse(b.Build());
+  const std::vector<uint8_t> bytes = b.Build();  // outlives f
+  absl::StatusOr<GgufFile> f = Parse(bytes);
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->FindMetadata("x.u64")->AsInt(), 123);
   EXPECT_EQ(f->FindMetadata("x.i8")->AsInt(), -5);
@@ -195,7 +209,8 @@ TEST(GgufTest, RejectsDuplicates) {
 TEST(GgufTest, RejectsTensorOffsetPastEnd) {
   GgufBuilder b = MakeTinyLlamaGguf();
   b.FindTensor("blk.1.attn_k.weight")->offset_override = 1 << 20;
-  ExpectError(b.Build(), "tensor blk.1.attn_k.weight (offset 1048576, 128 bytes) extends past end of file");
+  ExpectError(b.Build(),
+              "tensor blk.1.attn_k.weight (offset 1048576, 128 bytes) extends past end of file");
   // The last tensor running one element past the end.
   GgufBuilder c = MakeTinyLlamaGguf();
   std::vector<uint8_t> bytes = c.Build();
@@ -206,13 +221,15 @@ TEST(GgufTest, RejectsTensorOffsetPastEnd) {
 TEST(GgufTest, RejectsMisalignedOffset) {
   GgufBuilder b = MakeTinyLlamaGguf();
   b.FindTensor("output_norm.weight")->offset_override = 4;
-  ExpectError(b.Build(), "tensor output_norm.weight offset 4 is not a multiple of the alignment 32");
+  ExpectError(b.Build(),
+              "tensor output_norm.weight offset 4 is not a multiple of the alignment 32");
 }
 
 TEST(GgufTest, HonoursGeneralAlignment) {
   GgufBuilder b = MakeTinyLlamaGguf();
   b.SetU32("general.alignment", 64).SetLayoutAlignment(64);
-  absl::StatusOr<GgufFile> f = Parse(b.Build());
+  const std::vector<uint8_t> bytes = b.Build();  // outlives f
+  absl::StatusOr<GgufFile> f = Parse(bytes);
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->alignment, 64u);
   EXPECT_EQ(f->data_offset % 64, 0u);
@@ -255,7 +272,8 @@ TEST(GgufTest, SizesHalfAndQuantizedTensors) {
   b.AddTensor({"h", kGgmlTypeF16, {4, 2}, std::vector<uint8_t>(16), std::nullopt});
   b.AddTensor({"bf", kGgmlTypeBF16, {4}, std::vector<uint8_t>(8), std::nullopt});
   b.AddTensor({"q", kGgmlTypeQ8_0, {64, 3}, std::vector<uint8_t>(2 * 34 * 3), std::nullopt});
-  absl::StatusOr<GgufFile> f = Parse(b.Build());
+  const std::vector<uint8_t> bytes = b.Build();  // outlives f
+  absl::StatusOr<GgufFile> f = Parse(bytes);
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->FindTensor("h")->dtype, DType::kF16);
   EXPECT_EQ(f->FindTensor("h")->size_bytes, 16u);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "gtest/gtest.h"
+#include "model/gguf.h"
 
 namespace kvserve::model {
 namespace {
@@ -305,6 +306,83 @@ TEST(GgufWriterTest, WritesFilesAndRemovesThemOnFailure) {
   EXPECT_EQ(GgufWriter().WriteToFile((dir / "no" / "such" / "dir.gguf").string()).code(),
             absl::StatusCode::kNotFound);
   std::filesystem::remove_all(dir);
+}
+
+
+// Round trip through the project's GGUF reader.
+TEST(GgufWriterTest, RoundTripsThroughTheReader) {
+  GgufWriter w;
+  w.SetUint8("u8", 200);
+  w.SetInt16("i16", -300);
+  w.SetUint32("u32", 4000000000u);
+  w.SetInt64("i64", -(1ll << 40));
+  w.SetFloat32("f32", 1.5f);
+  w.SetFloat64("f64", -2.25);
+  w.SetBool("b", true);
+  w.SetString("s", "h\xc3\xa9llo");
+  const std::vector<std::string> strings = {"a", "", "\xe2\x96\x81x"};
+  w.SetStringArray("as", strings);
+  const std::vector<float> floats = {0.5f, -1.0f};
+  w.SetFloat32Array("af", floats);
+  const std::vector<int32_t> ints = {1, -2, 3};
+  w.SetInt32Array("ai", ints);
+  const std::vector<uint8_t> f32 = Iota(3 * 5 * 4);
+  ASSERT_TRUE(w.AddTensorBytes("m.f32", DType::kF32, {5, 3}, f32).ok());
+  const std::vector<uint8_t> bf16 = Iota(2 * 7 * 2);
+  ASSERT_TRUE(w.AddTensorBytes("m.bf16", DType::kBF16, {7, 2}, bf16).ok());
+  const std::vector<uint8_t> q8 = Iota(4 * 34);
+  ASSERT_TRUE(w.AddTensorBytes("m.q8_0", DType::kQ8_0, {64, 2}, q8).ok());
+  const std::vector<uint8_t> f16 = Iota(6 * 2);
+  ASSERT_TRUE(w.AddTensorBytes("v.f16", DType::kF16, {6}, f16).ok());
+  absl::StatusOr<std::string> bytes = w.WriteToString();
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+
+  // The parser wants 4-byte aligned input: copy into a vector of u32.
+  std::vector<uint32_t> aligned((bytes->size() + 3) / 4);
+  std::memcpy(aligned.data(), bytes->data(), bytes->size());
+  absl::StatusOr<GgufFile> f = ParseGguf(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(aligned.data()), bytes->size()));
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->version, 3u);
+  EXPECT_EQ(f->alignment, 32u);
+  EXPECT_EQ(f->FindMetadata("u8")->AsInt(), 200);
+  EXPECT_EQ(f->FindMetadata("i16")->AsInt(), -300);
+  EXPECT_EQ(f->FindMetadata("u32")->AsInt(), 4000000000ll);
+  EXPECT_EQ(f->FindMetadata("i64")->AsInt(), -(1ll << 40));
+  EXPECT_EQ(f->FindMetadata("f32")->AsFloat(), 1.5);
+  EXPECT_EQ(f->FindMetadata("f64")->AsFloat(), -2.25);
+  EXPECT_EQ(f->FindMetadata("b")->AsBool(), true);
+  EXPECT_EQ(f->FindMetadata("s")->AsString(), "h\xc3\xa9llo");
+  const GgufValue* as = f->FindMetadata("as");
+  ASSERT_NE(as, nullptr);
+  ASSERT_EQ(as->size(), 3u);
+  EXPECT_EQ(as->StringAt(0), "a");
+  EXPECT_EQ(as->StringAt(1), "");
+  EXPECT_EQ(as->StringAt(2), "\xe2\x96\x81x");
+  EXPECT_EQ(f->FindMetadata("af")->FloatAt(1), -1.0);
+  EXPECT_EQ(f->FindMetadata("ai")->IntAt(1), -2);
+  EXPECT_EQ(f->FindMetadata("general.alignment")->AsInt(), 32);
+
+  struct Expect {
+    const char* name;
+    DType dtype;
+    int64_t rows, cols;
+    const std::vector<uint8_t>* bytes;
+  };
+  for (const Expect& e : {Expect{"m.f32", DType::kF32, 3, 5, &f32},
+                          Expect{"m.bf16", DType::kBF16, 2, 7, &bf16},
+                          Expect{"m.q8_0", DType::kQ8_0, 2, 64, &q8},
+                          Expect{"v.f16", DType::kF16, 1, 6, &f16}}) {
+    const GgufTensorInfo* t = f->FindTensor(e.name);
+    ASSERT_NE(t, nullptr) << e.name;
+    EXPECT_EQ(t->dtype, e.dtype) << e.name;
+    EXPECT_EQ(t->rows(), e.rows) << e.name;
+    EXPECT_EQ(t->cols(), e.cols) << e.name;
+    ASSERT_EQ(t->size_bytes, e.bytes->size()) << e.name;
+    EXPECT_EQ(std::memcmp(t->data, e.bytes->data(), e.bytes->size()), 0) << e.name;
+    const auto* base = reinterpret_cast<const uint8_t*>(aligned.data());
+    EXPECT_EQ(static_cast<size_t>(t->data - base) % 32, 0u) << e.name;
+  }
 }
 
 }  // namespace

@@ -43,15 +43,16 @@ bool IsByteToken(std::string_view p) {
 absl::StatusOr<Llama2cCheckpoint> ParseLlama2cCheckpoint(std::span<const uint8_t> bytes) {
   ByteReader r(bytes);
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), "ak42", 4) == 0) {
-    return Invalid("llama2.c checkpoint in the versioned \"ak42\" export format is not "
-                   "supported (only the legacy run.c format)");
+    return Invalid(
+        "llama2.c checkpoint in the versioned \"ak42\" export format is not "
+        "supported (only the legacy run.c format)");
   }
   int32_t h[7];
   for (int32_t& v : h) {
     if (!r.Read(&v)) return Invalid("llama2.c checkpoint: file ends inside the 28-byte header");
   }
-  const int32_t dim = h[0], hidden_dim = h[1], n_layers = h[2], n_heads = h[3],
-                n_kv_heads = h[4], vocab_signed = h[5], seq_len = h[6];
+  const int32_t dim = h[0], hidden_dim = h[1], n_layers = h[2], n_heads = h[3], n_kv_heads = h[4],
+                vocab_signed = h[5], seq_len = h[6];
   if (n_heads <= 0 || dim <= 0 || dim % n_heads != 0) {
     return Invalid(absl::StrCat("llama2.c checkpoint: dim ", dim,
                                 " is not a positive multiple of n_heads ", n_heads));
@@ -85,11 +86,10 @@ absl::StatusOr<Llama2cCheckpoint> ParseLlama2cCheckpoint(std::span<const uint8_t
                           3 * L * H * D + D + freq_floats + (c.tied_embeddings ? 0 : V * D);
   const uint64_t expected = 28 + 4 * floats;
   if (bytes.size() != expected) {
-    return Invalid(absl::StrCat("llama2.c checkpoint has ", bytes.size(), " bytes, its header (dim ",
-                                dim, ", hidden_dim ", hidden_dim, ", n_layers ", n_layers,
-                                ", n_heads ", n_heads, ", n_kv_heads ", n_kv_heads,
-                                ", vocab_size ", vocab_signed, ", seq_len ", seq_len,
-                                ") implies ", expected));
+    return Invalid(absl::StrCat(
+        "llama2.c checkpoint has ", bytes.size(), " bytes, its header (dim ", dim, ", hidden_dim ",
+        hidden_dim, ", n_layers ", n_layers, ", n_heads ", n_heads, ", n_kv_heads ", n_kv_heads,
+        ", vocab_size ", vocab_signed, ", seq_len ", seq_len, ") implies ", expected));
   }
   if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) != 0) {
     return Invalid("llama2.c checkpoint bytes are not 4-byte aligned in memory");
@@ -137,8 +137,8 @@ absl::StatusOr<Vocabulary> ParseLlama2cTokenizer(std::span<const uint8_t> bytes,
   if (vocab_size <= 0) return Invalid("llama2.c tokenizer: vocab_size must be positive");
   // Each token takes at least 8 bytes: bound the count before reserving.
   if (static_cast<uint64_t>(vocab_size) > r.remaining() / 8) {
-    return Invalid(absl::StrCat("llama2.c tokenizer: file is too short for ", vocab_size,
-                                " tokens"));
+    return Invalid(
+        absl::StrCat("llama2.c tokenizer: file is too short for ", vocab_size, " tokens"));
   }
   Vocabulary v;
   v.pieces.reserve(vocab_size);
@@ -175,9 +175,8 @@ absl::StatusOr<Vocabulary> ParseLlama2cTokenizer(std::span<const uint8_t> bytes,
     v.kinds.push_back(kind);
   }
   if (r.remaining() != 0) {
-    return Invalid(absl::StrCat("llama2.c tokenizer: ", r.remaining(),
-                                " bytes left after ", vocab_size,
-                                " tokens (a tokenizer for another vocabulary size?)"));
+    return Invalid(absl::StrCat("llama2.c tokenizer: ", r.remaining(), " bytes left after ",
+                                vocab_size, " tokens (a tokenizer for another vocabulary size?)"));
   }
   v.bos_id = 1;
   v.eos_id = 2;

@@ -13,8 +13,8 @@
 namespace kvserve::model {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ByteWriter;
+using ::testing::HasSubstr;
 
 std::string ModelsDir() {
   const char* dir = std::getenv("KVSERVE_MODELS_DIR");
@@ -119,9 +119,10 @@ TEST(Llama2cTest, RejectsBadCheckpoints) {
   s = SmallCheckpoint();
   s.kv_heads = 0;
   ExpectCheckpointError(s.Build(), "n_kv_heads must be positive");
-  s = SmallCheckpoint();
-  s.layers = 1 << 30;  // absurd: rejected before any size arithmetic
-  ExpectCheckpointError(s.Build(), "exceeds the supported maximum");
+  std::vector<uint8_t> absurd = good;
+  const int32_t layers = 1 << 30;  // rejected before any size arithmetic
+  std::memcpy(absurd.data() + 8, &layers, 4);
+  ExpectCheckpointError(absurd, "exceeds the supported maximum");
   ExpectCheckpointError({'a', 'k', '4', '2', 1, 0, 0, 0}, "\"ak42\" export format");
 }
 
@@ -142,9 +143,9 @@ TEST(Llama2cTest, ConvertsTokenizerPieces) {
   ASSERT_TRUE(v.ok()) << v.status();
   EXPECT_EQ(v->pieces, (std::vector<std::string>{"<unk>", "<s>", "</s>", "<0x0A>",
                                                  "\xe2\x96\x81the", "<0x0a>"}));
-  EXPECT_EQ(v->kinds, (std::vector<TokenKind>{TokenKind::kUnknown, TokenKind::kControl,
-                                              TokenKind::kControl, TokenKind::kByte,
-                                              TokenKind::kNormal, TokenKind::kNormal}));
+  EXPECT_EQ(v->kinds,
+            (std::vector<TokenKind>{TokenKind::kUnknown, TokenKind::kControl, TokenKind::kControl,
+                                    TokenKind::kByte, TokenKind::kNormal, TokenKind::kNormal}));
   EXPECT_EQ(v->scores[4], -3.0f);
   EXPECT_EQ(v->bos_id, 1);
   EXPECT_EQ(v->eos_id, 2);
@@ -194,9 +195,13 @@ TEST(Llama2cTest, Stories260KBinMatchesGguf) {
   EXPECT_EQ(a.vocab_size, 512);
   EXPECT_EQ(a.context_length, 512);  // llama2.c seq_len; the GGUF says 2048
   EXPECT_TRUE(a.tied_embeddings);
-  for (auto [x, y] : {std::pair{a.dim, b.dim}, {a.n_layers, b.n_layers}, {a.n_heads, b.n_heads},
-                      {a.n_kv_heads, b.n_kv_heads}, {a.head_dim, b.head_dim},
-                      {a.ffn_dim, b.ffn_dim}, {a.vocab_size, b.vocab_size},
+  for (auto [x, y] : {std::pair{a.dim, b.dim},
+                      {a.n_layers, b.n_layers},
+                      {a.n_heads, b.n_heads},
+                      {a.n_kv_heads, b.n_kv_heads},
+                      {a.head_dim, b.head_dim},
+                      {a.ffn_dim, b.ffn_dim},
+                      {a.vocab_size, b.vocab_size},
                       {a.rope_dim, b.rope_dim}}) {
     EXPECT_EQ(x, y);
   }

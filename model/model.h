@@ -20,6 +20,9 @@ class Model {
   // (or the file does not start with the GGUF magic and a sibling tokenizer exists).
   // Every error names the file and the problem (INVALID_ARGUMENT for malformed
   // content, NOT_FOUND for missing files).
+  // Sibling tokenizers tried beside a llama2.c checkpoint, in order: tokenizer.bin,
+  // tok<vocab_size>.bin (e.g. tok512.bin). A tokenizer_path given with a GGUF file is
+  // INVALID_ARGUMENT (GGUF carries its own vocabulary). Implemented in model_load.cc.
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& path,
                                                      const std::string& tokenizer_path = "");
 

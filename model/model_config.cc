@@ -36,6 +36,11 @@ absl::Status ModelConfig::Validate() const {
       n_layers > kMaxLayers || vocab_size > kMaxVocab || context_length > kMaxContext) {
     return absl::InvalidArgumentError("model config: a dimension exceeds the supported maximum");
   }
+  // head_dim may be set apart from dim / n_heads (GGUF attention.key_length): keep q_dim() in range.
+  if (static_cast<int64_t>(n_heads) * head_dim > kMaxDim) {
+    return absl::InvalidArgumentError(
+        "model config: n_heads * head_dim exceeds the supported maximum");
+  }
   if (!(rms_eps > 0.0f) || !std::isfinite(rms_eps)) {
     return absl::InvalidArgumentError("model config: rms_eps must be a positive finite number");
   }

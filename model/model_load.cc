@@ -28,7 +28,8 @@ bool HasGgufMagic(std::span<const uint8_t> b) {
 // (llama2.c's own naming, e.g. tok512.bin). Empty when neither exists.
 std::string FindSiblingTokenizer(const std::string& model_path, int vocab_size) {
   const std::filesystem::path dir = std::filesystem::path(model_path).parent_path();
-  for (const std::string& name : {std::string("tokenizer.bin"), absl::StrCat("tok", vocab_size, ".bin")}) {
+  for (const std::string& name :
+       {std::string("tokenizer.bin"), absl::StrCat("tok", vocab_size, ".bin")}) {
     const std::filesystem::path candidate = dir / name;
     std::error_code ec;
     if (std::filesystem::is_regular_file(candidate, ec)) return candidate.string();
@@ -48,9 +49,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadLlama2c(std::shared_ptr<const MappedF
   if (tok_path.empty()) {
     tok_path = FindSiblingTokenizer(path, ck->config.vocab_size);
     if (tok_path.empty()) {
-      return absl::NotFoundError(absl::StrCat(
-          path, ": llama2.c checkpoint without a tokenizer: pass a tokenizer path or put "
-          "tokenizer.bin or tok", ck->config.vocab_size, ".bin beside it"));
+      return absl::NotFoundError(
+          absl::StrCat(path,
+                       ": llama2.c checkpoint without a tokenizer: pass a tokenizer path or put "
+                       "tokenizer.bin or tok",
+                       ck->config.vocab_size, ".bin beside it"));
     }
   }
   absl::StatusOr<std::unique_ptr<MappedFile>> tok_file = MappedFile::Open(tok_path);
@@ -73,9 +76,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path,
   std::shared_ptr<const MappedFile> file = *std::move(mapped);
   if (!HasGgufMagic(file->bytes())) return LoadLlama2c(std::move(file), tokenizer_path);
   if (!tokenizer_path.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": a GGUF file carries its own tokenizer; tokenizer path ", tokenizer_path,
-        " is only for llama2.c checkpoints"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": a GGUF file carries its own tokenizer; tokenizer path ",
+                     tokenizer_path, " is only for llama2.c checkpoints"));
   }
   absl::StatusOr<GgufFile> gguf = ParseGguf(file->bytes());
   if (!gguf.ok()) return Prefixed(path, gguf.status());

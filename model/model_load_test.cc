@@ -24,9 +24,8 @@ std::string ModelsDir() {
 // A fresh directory per test under gtest's temp dir.
 fs::path TestDir() {
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(::testing::TempDir()) /
-                 (std::string("kvserve_model_load_") + info->name() + "_" +
-                  std::to_string(::getpid()));
+  fs::path dir = fs::path(::testing::TempDir()) / (std::string("kvserve_model_load_") +
+                                                   info->name() + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -34,7 +33,8 @@ fs::path TestDir() {
 
 void WriteFile(const fs::path& p, const std::vector<uint8_t>& bytes) {
   std::ofstream out(p, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 void ExpectError(const absl::StatusOr<std::unique_ptr<Model>>& m, absl::StatusCode code,

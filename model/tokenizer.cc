@@ -164,8 +164,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(const Vocabulary& v
       case TokenKind::kByte: {
         const int byte = ParseBytePiece(piece);
         if (byte < 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "byte token ", id, " has piece \"", piece, "\", expected <0xNN>"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("byte token ", id, " has piece \"", piece, "\", expected <0xNN>"));
         }
         if (tok->byte_ids_[byte] != -1) {
           return absl::InvalidArgumentError(absl::StrCat("byte token ", id, " repeats ", piece,
@@ -181,9 +181,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(const Vocabulary& v
   }
   for (int byte = 0; byte < 256; ++byte) {
     if (tok->byte_ids_[byte] == -1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "vocabulary lacks the byte-fallback token <0x",
-          absl::Hex(byte, absl::kZeroPad2), ">"));
+      return absl::InvalidArgumentError(absl::StrCat("vocabulary lacks the byte-fallback token <0x",
+                                                     absl::Hex(byte, absl::kZeroPad2), ">"));
     }
   }
   return tok;
@@ -210,9 +209,9 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) cons
   // Invariant: live symbols (len > 0) tile `norm` in list order.
   struct Symbol {
     size_t offset;
-    size_t len;     // 0 once merged into its left neighbour
-    int64_t prev;   // -1: none
-    int64_t next;   // -1: none
+    size_t len;    // 0 once merged into its left neighbour
+    int64_t prev;  // -1: none
+    int64_t next;  // -1: none
   };
   std::vector<Symbol> symbols;
   symbols.reserve(norm.size());
@@ -240,7 +239,8 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) cons
   auto try_add = [&](int64_t left, int64_t right) {
     if (left < 0 || right < 0) return;
     const size_t len = symbols[left].len + symbols[right].len;
-    const auto it = piece_ids_.find(AbslView(std::string_view(norm).substr(symbols[left].offset, len)));
+    const auto it =
+        piece_ids_.find(AbslView(std::string_view(norm).substr(symbols[left].offset, len)));
     if (it == piece_ids_.end()) return;
     queue.push({vocab_.scores[it->second], left, right, len});
   };
@@ -277,8 +277,8 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) cons
 
 std::string_view Tokenizer::PieceBytes(int32_t prev_id, int32_t id) const {
   std::string_view s = decoded_[id];
-  if (prev_id == vocab_.bos_id && vocab_.add_space_prefix && vocab_.kinds[id] == TokenKind::kNormal &&
-      !s.empty() && s[0] == ' ') {
+  if (prev_id == vocab_.bos_id && vocab_.add_space_prefix &&
+      vocab_.kinds[id] == TokenKind::kNormal && !s.empty() && s[0] == ' ') {
     s.remove_prefix(1);
   }
   return s;
@@ -301,9 +301,8 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
 absl::StatusOr<std::string> Tokenizer::DecodeChecked(std::span<const int32_t> ids) const {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab_.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("token id ", ids[i], " at index ", i,
-                                                     " is outside the vocabulary of ",
-                                                     vocab_.size()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token id ", ids[i], " at index ", i, " is outside the vocabulary of ", vocab_.size()));
     }
   }
   return Decode(ids);

@@ -112,12 +112,13 @@ TEST(TokenizerCreate, RejectsMalformedVocabularies) {
 
 TEST(TokenizerEncode, HigherScoreMergesFirst) {
   // "bc" outscores "ab": "abc" -> a, bc.
-  auto tok = MustCreate(WithPieces(ByteVocab(), {{"a", -10}, {"b", -10}, {"c", -10}, {"ab", -2},
-                                                 {"bc", -1}}));
+  auto tok = MustCreate(
+      WithPieces(ByteVocab(), {{"a", -10}, {"b", -10}, {"c", -10}, {"ab", -2}, {"bc", -1}}));
   ASSERT_NE(tok, nullptr);
   const int32_t a = kFirstPiece, c = kFirstPiece + 2, ab = kFirstPiece + 3, bc = kFirstPiece + 4;
   Vocabulary no_prefix = tok->vocab();
-  EXPECT_THAT(tok->Encode("abc", false), ElementsAre(ByteId(0xE2), ByteId(0x96), ByteId(0x81), a, bc));
+  EXPECT_THAT(tok->Encode("abc", false),
+              ElementsAre(ByteId(0xE2), ByteId(0x96), ByteId(0x81), a, bc));
   no_prefix.add_space_prefix = false;
   auto tok2 = MustCreate(no_prefix);
   ASSERT_NE(tok2, nullptr);
@@ -154,16 +155,24 @@ TEST(TokenizerEncode, MergedSymbolsMergeFurther) {
 
 TEST(TokenizerEncode, ControlAndByteTokensAreNeverProducedFromText) {
   // "<s" + ">" would form the control piece "<s>", "<0x" + "41>" a byte piece.
-  Vocabulary v = WithPieces(ByteVocab(), {{"<", -9}, {"s", -9}, {">", -9}, {"<s", -1},
-                                          {"0", -9}, {"x", -9}, {"4", -9}, {"1", -9},
-                                          {"<0", -1}, {"<0x", -1}, {"41", -1}, {"41>", -1}});
+  Vocabulary v = WithPieces(ByteVocab(), {{"<", -9},
+                                          {"s", -9},
+                                          {">", -9},
+                                          {"<s", -1},
+                                          {"0", -9},
+                                          {"x", -9},
+                                          {"4", -9},
+                                          {"1", -9},
+                                          {"<0", -1},
+                                          {"<0x", -1},
+                                          {"41", -1},
+                                          {"41>", -1}});
   v.add_space_prefix = false;
   auto tok = MustCreate(v);
   ASSERT_NE(tok, nullptr);
   const int32_t gt = kFirstPiece + 2, lt_s = kFirstPiece + 3;
   EXPECT_THAT(tok->Encode("<s>", false), ElementsAre(lt_s, gt));
-  EXPECT_THAT(tok->Encode("<0x41>", false),
-              ElementsAre(kFirstPiece + 9, kFirstPiece + 11));
+  EXPECT_THAT(tok->Encode("<0x41>", false), ElementsAre(kFirstPiece + 9, kFirstPiece + 11));
   EXPECT_EQ(tok->Decode(tok->Encode("<s>", true)), "<s>");
 }
 
@@ -180,13 +189,15 @@ TEST(TokenizerEncode, IllFormedUtf8FallsBackToBytes) {
   v.add_space_prefix = false;
   auto tok = MustCreate(v);
   ASSERT_NE(tok, nullptr);
-  const std::string text = "\xC3" "a\xC3\xA9\x80\xF0\x9F";
-  EXPECT_THAT(tok->Encode(text, false),
-              ElementsAre(ByteId(0xC3), kFirstPiece, kFirstPiece + 1, ByteId(0x80), ByteId(0xF0),
-                          ByteId(0x9F)));
+  const std::string text =
+      "\xC3"
+      "a\xC3\xA9\x80\xF0\x9F";
+  EXPECT_THAT(tok->Encode(text, false), ElementsAre(ByteId(0xC3), kFirstPiece, kFirstPiece + 1,
+                                                    ByteId(0x80), ByteId(0xF0), ByteId(0x9F)));
   // Decoding repairs: each maximal ill-formed subpart becomes one U+FFFD.
   EXPECT_EQ(tok->Decode(tok->Encode(text, false)),
-            "\xEF\xBF\xBD" "a\xC3\xA9\xEF\xBF\xBD\xEF\xBF\xBD");
+            "\xEF\xBF\xBD"
+            "a\xC3\xA9\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_THAT(tok->Encode(std::string(1, '\0'), false), ElementsAre(ByteId(0)));
 }
 
@@ -234,7 +245,9 @@ TEST(TokenStreamDecoder, HoldsBackIncompleteCharacters) {
   EXPECT_EQ(dec.Push(ByteId('!')), "!");
   // A character cut short by an ASCII byte: U+FFFD for the prefix, then the byte.
   EXPECT_EQ(dec.Push(ByteId(0xE4)), "");
-  EXPECT_EQ(dec.Push(ByteId('a')), "\xEF\xBF\xBD" "a");
+  EXPECT_EQ(dec.Push(ByteId('a')),
+            "\xEF\xBF\xBD"
+            "a");
   // Pending bytes at the end come out of Flush as U+FFFD.
   EXPECT_EQ(dec.Push(ByteId(0xE4)), "");
   EXPECT_EQ(dec.Push(ByteId(0xB8)), "");
@@ -282,8 +295,8 @@ const std::vector<Golden>& GoldenEncodings() {
       {"", {1}},
       {"\ttab\r\n", {1, 410, 12, 413, 412, 430, 16, 13}},
       {"Lily and Tom went to the park. They saw a big dog!",
-       {1, 317, 269, 274, 287, 263, 377, 267, 265, 282, 295, 433, 426, 342, 394, 261, 370, 400,
-        428, 443}},
+       {1,   317, 269, 274, 287, 263, 377, 267, 265, 282,
+        295, 433, 426, 342, 394, 261, 370, 400, 428, 443}},
       {"unbelievable supercalifragilistic",
        {1,   318, 416, 430, 411, 421, 417, 411, 435, 412, 430, 305, 262, 425, 427,
         285, 429, 412, 421, 417, 431, 420, 412, 428, 290, 293, 413, 417, 429}},
@@ -296,11 +309,11 @@ const std::vector<Golden>& GoldenEncodings() {
         413, 290, 418, 411, 495, 410, 97,  429, 412, 276, 413, 410, 506, 282, 417, 427,
         411, 410, 500, 268, 412, 340, 492, 419, 421, 412, 419, 415}},
       {"Ünïcödé ñ ß 日本語 한국어 Ελληνικά кириллица",
-       {1,   410, 198, 159, 416, 198, 178, 429, 198, 185, 418, 485, 410, 493, 410, 198, 162,
-        410, 233, 154, 168, 233, 159, 175, 235, 173, 161, 410, 240, 152, 159, 237, 184, 176,
-        239, 153, 183, 410, 209, 152, 209, 190, 209, 190, 209, 186, 209, 192, 209, 188, 209,
-        189, 209, 175, 410, 211, 189, 211, 187, 212, 131, 211, 187, 211, 190, 211, 190, 211,
-        187, 212, 137, 211, 179}},
+       {1,   410, 198, 159, 416, 198, 178, 429, 198, 185, 418, 485, 410, 493, 410,
+        198, 162, 410, 233, 154, 168, 233, 159, 175, 235, 173, 161, 410, 240, 152,
+        159, 237, 184, 176, 239, 153, 183, 410, 209, 152, 209, 190, 209, 190, 209,
+        186, 209, 192, 209, 188, 209, 189, 209, 175, 410, 211, 189, 211, 187, 212,
+        131, 211, 187, 211, 190, 211, 190, 211, 187, 212, 137, 211, 179}},
   };
   return *kGolden;
 }
@@ -349,12 +362,24 @@ std::string RandomValidText(std::mt19937& rng, int n_chars) {
   for (int i = 0; i < n_chars; ++i) {
     uint32_t cp = 0;
     switch (rng() % 6) {
-      case 0: cp = ' '; break;
-      case 1: cp = "\n\t.,!?'\"0123456789"[rng() % 18]; break;
-      case 2: cp = 0x80 + rng() % (0x800 - 0x80); break;
-      case 3: cp = 0x800 + rng() % (0x10000 - 0x800); break;
-      case 4: cp = 0x10000 + rng() % (0x110000 - 0x10000); break;
-      default: cp = 'a' + rng() % 26; break;
+      case 0:
+        cp = ' ';
+        break;
+      case 1:
+        cp = "\n\t.,!?'\"0123456789"[rng() % 18];
+        break;
+      case 2:
+        cp = 0x80 + rng() % (0x800 - 0x80);
+        break;
+      case 3:
+        cp = 0x800 + rng() % (0x10000 - 0x800);
+        break;
+      case 4:
+        cp = 0x10000 + rng() % (0x110000 - 0x10000);
+        break;
+      default:
+        cp = 'a' + rng() % 26;
+        break;
     }
     if ((cp >= 0xD800 && cp <= 0xDFFF) || cp == 0x2581) cp = 'x';  // no surrogates, no "▁"
     AppendCodePoint(cp, s);
@@ -466,7 +491,8 @@ TEST_P(StoriesTokenizerTest, LongPromptEncodes) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<int32_t> ids = tok_->Encode(text, true);
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
-                      std::chrono::steady_clock::now() - start).count();
+                      std::chrono::steady_clock::now() - start)
+                      .count();
   std::printf("encoded %zu bytes into %zu tokens in %lld us\n", text.size(), ids.size(),
               static_cast<long long>(us));
   EXPECT_GT(ids.size(), 4000u);

@@ -8,23 +8,8 @@
 #include "absl/time/clock.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "grpcpp/impl/server_builder_option.h"
 
 namespace kvserve::service {
-namespace {
-
-// Adds the reflection service to one server (instead of the process-wide plugin
-// registration that InitProtoReflectionServerBuilderPlugin does).
-class ReflectionOption final : public grpc::ServerBuilderOption {
- public:
-  void UpdateArguments(grpc::ChannelArguments* args) override {}
-  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
-    plugins->push_back(std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
-  }
-};
-
-}  // namespace
-
 absl::Status ValidateHostPort(const std::string& address, const std::string& option_name) {
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0) {
@@ -83,18 +68,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   server->service_ =
       std::make_unique<InferenceService>(server->options_.service, server->metrics_.get());
 
-  // gRPC's built-in grpc.health.v1.Health. The switch is process-wide in gRPC; every
-  // kvserve server wants it on, so setting it again is harmless.
+  // gRPC's built-in grpc.health.v1.Health and server reflection. Both switches are
+  // process-wide in gRPC (linking grpc++_reflection already registers reflection for
+  // every server); every kvserve server wants them on, so repeating them is harmless.
   grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(server->options_.listen_address, grpc::InsecureServerCredentials(),
                            &port);
   builder.SetMaxReceiveMessageSize(server->options_.max_receive_message_bytes);
   builder.RegisterService(server->service_.get());
-  if (server->options_.enable_reflection) {
-    builder.SetOption(std::make_unique<ReflectionOption>());
-  }
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || port == 0) {
     return absl::UnavailableError(

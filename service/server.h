@@ -1,5 +1,6 @@
 // The kvserve gRPC server: the Inference service, standard health checking, server
-// reflection and the /metrics endpoint, with a graceful drain.
+// reflection (grpc.reflection.v1alpha, always on) and the /metrics endpoint, with a
+// graceful drain.
 //
 // Lifecycle: Start() listens at once (liveness SERVING, readiness NOT_SERVING) so that
 // probes can see a loading replica; Attach() hands over the loaded model and engine
@@ -39,8 +40,6 @@ struct ServerOptions {
   // Largest request message accepted; larger ones fail with RESOURCE_EXHAUSTED before
   // reaching the service. Default 4 MiB.
   int32_t max_receive_message_bytes = 4 << 20;
-  // Serve grpc.reflection.v1alpha.ServerReflection. Default true.
-  bool enable_reflection = true;
   // Limits and hints of the Inference service.
   InferenceService::Options service;
 };

@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
   config.contains_helpshort_flags = config.contains_help_flags;
   absl::SetFlagsUsageConfig(config);
   absl::SetProgramUsageMessage(
-      "kvserve: LLM inference over gRPC (kvserve.v1.Inference), with health, reflection "
+      "LLM inference over gRPC (kvserve.v1.Inference), with health, reflection "
       "and Prometheus metrics.\nUsage: kvserve --model models/stories260K.gguf "
       "[--listen 127.0.0.1:50051] [--metrics-listen 127.0.0.1:9464] [flags]\n"
       "Flags accept - or _ (--metrics-listen or --metrics_listen). SIGTERM drains and "

@@ -452,11 +452,11 @@ TEST_P(KvEquivalenceTest, F16KvStaysCloseToF32Kv) {
   const auto l32 = PrefillAndDecode(*f32, prompt, 12, &tokens32);
   const auto l16 = PrefillAndDecode(*f16, prompt, 12, &tokens16);
   double worst = 0, worst_recompute = 0;
-  // Compare while both decoded the same tokens (greedy may diverge on a near tie).
+  // Compare while both were fed the same tokens (greedy may diverge on a near tie): the
+  // logits of step s >= 1 follow the token at index prompt.size() + s - 1.
   for (size_t step = 0; step < l32.size(); ++step) {
-    if (tokens32[prompt.size() + step - (step > 0)] != tokens16[prompt.size() + step - (step > 0)]) {
-      break;
-    }
+    const size_t fed = prompt.size() + step - 1;
+    if (step > 0 && tokens32[fed] != tokens16[fed]) break;
     worst = std::max(worst, MaxAbsDiff(l16[step], l32[step]));
     // f16 KV: cached decode still equals recomputing with f16 KV.
     const std::vector<int32_t> prefix(tokens16.begin(), tokens16.begin() + prompt.size() + step);

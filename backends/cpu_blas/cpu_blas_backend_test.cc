@@ -34,7 +34,7 @@ using cpu_blas::Isa;
 using model::DType;
 using model::KvLayout;
 
-constexpr float kLogitTolerance = 0.0f;
+constexpr float kLogitTolerance = 1e-4f;
 
 // max |a - b| / max(1, max |b|) over the first n elements.
 float RelativeDiff(std::span<const float> a, std::span<const float> b) {

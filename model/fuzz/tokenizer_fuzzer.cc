@@ -36,11 +36,9 @@ std::unique_ptr<Tokenizer> MakeTokenizer() {
   }
   // Equal scores on purpose: ties must resolve leftmost-first.
   const std::pair<const char*, float> pieces[] = {
-      {"\xE2\x96\x81", -1},  {"\xE2\x96\x81t", -2}, {"he", -2},         {"\xE2\x96\x81the", -3},
-      {"in", -4},            {"er", -4},            {"an", -5},         {"\xE2\x96\x81" "a", -6},
-      {"\xC3\xA9", -7},      {"\xE4\xB8\xAD", -8},  {"\xE5\x8D\x8E", -8}, {"\xE4\xB8\xAD\xE5\x8D\x8E", -1},
-      {"\xF0\x9F\x99\x82", -9}, {"<s", -2},         {">", -10},         {"\xE2\x96\x81\xE2\x96\x81", -3},
-      {"\n", -10},           {"ing", -3},           {"th", -1},
+      {"▁", -1},  {"▁t", -2}, {"he", -2},  {"▁the", -3}, {"in", -4},   {"er", -4},   {"an", -5},
+      {"▁a", -6}, {"é", -7},  {"中", -8},  {"华", -8},   {"中华", -1}, {"🙂", -9}, {"<s", -2},
+      {">", -10}, {"▁▁", -3}, {"\n", -10}, {"ing", -3},  {"th", -1},
   };
   for (const auto& [piece, score] : pieces) add(piece, score, TokenKind::kNormal);
   for (char c = 'a'; c <= 'z'; ++c) add(std::string(1, c), -20, TokenKind::kNormal);

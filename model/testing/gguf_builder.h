@@ -43,14 +43,20 @@ class GgufBuilder {
   struct Tensor {
     std::string name;
     uint32_t ggml_type = 0;
-    std::vector<uint64_t> ne;               // ne[0] = columns
+    std::vector<uint64_t> ne;  // ne[0] = columns
     std::vector<uint8_t> data;
     std::optional<uint64_t> offset_override;  // default: next aligned offset
   };
 
-  GgufBuilder& SetVersion(uint32_t v) { version_ = v; return *this; }
+  GgufBuilder& SetVersion(uint32_t v) {
+    version_ = v;
+    return *this;
+  }
   // Used for padding and offsets; also write general.alignment to change it in the file.
-  GgufBuilder& SetLayoutAlignment(uint64_t a) { alignment_ = a; return *this; }
+  GgufBuilder& SetLayoutAlignment(uint64_t a) {
+    alignment_ = a;
+    return *this;
+  }
 
   // Sets `key` to an encoded value of GGUF type `type` (replacing an earlier value
   // of the same key in place).
@@ -186,7 +192,8 @@ struct TinyLlamaShape {
 // Deterministic, distinct values so views can be checked element by element.
 inline std::vector<float> TestValues(size_t n, float seed) {
   std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = seed + static_cast<float>(static_cast<int>(i % 29) - 14) / 64.0f;
+  for (size_t i = 0; i < n; ++i)
+    v[i] = seed + static_cast<float>(static_cast<int>(i % 29) - 14) / 64.0f;
   return v;
 }
 
@@ -205,8 +212,10 @@ inline GgufBuilder MakeTinyLlamaGguf() {
       .SetU32("llama.rope.dimension_count", S::kHeadDim)
       .SetF32("llama.attention.layer_norm_rms_epsilon", 1e-5f)
       .SetString("tokenizer.ggml.model", "llama")
-      .SetStringArray("tokenizer.ggml.tokens",
-                      {"<unk>", "<s>", "</s>", "<0x41>", "\xe2\x96\x81" "a", "b"})
+      .SetStringArray("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "<0x41>",
+                                                "\xe2\x96\x81"
+                                                "a",
+                                                "b"})
       .SetF32Array("tokenizer.ggml.scores", {0, 0, 0, 0, -1, -2})
       .SetI32Array("tokenizer.ggml.token_type", {2, 3, 3, 6, 1, 1})
       .SetU32("tokenizer.ggml.bos_token_id", 1)

@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Smoke test: kvserve-mkmodel --preset tiny, then kvserve-bench --json on it with tiny
+sizes; every stdout line must be a JSON object with the documented fields."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+REQUIRED = {"model": str, "backend": str, "dtype": str, "threads": int, "test": str,
+            "batch": int, "tokens_per_s": (int, float), "bytes_per_token": int,
+            "bandwidth_gbs": (int, float), "repeats": int, "median": (int, float),
+            "min": (int, float), "max": (int, float)}
+
+
+def main():
+    mkmodel, bench = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "tiny.gguf")
+        subprocess.run([mkmodel, "--preset", "tiny", "--dtype", "f32", "--out", path, "--seed", "7"],
+                       check=True)
+        out = subprocess.run([bench, "--model", path, "--backends", "reference,cpu_blas",
+                              "--threads", "2", "--repeats", "1", "--prompt-tokens", "16",
+                              "--reference-prompt-tokens", "16", "--decode-tokens", "3",
+                              "--reference-batches", "1,4",
+                              "--batches", "1,4", "--bandwidth-mib", "16", "--bandwidth-passes", "2",
+                              "--json"], check=True, capture_output=True, text=True).stdout
+    lines = [json.loads(line) for line in out.splitlines()]
+    for obj in lines:
+        for field, kind in REQUIRED.items():
+            assert field in obj, f"missing {field} in {obj}"
+            assert isinstance(obj[field], kind), f"{field} has type {type(obj[field])} in {obj}"
+        assert obj["test"] in ("prefill", "decode", "bandwidth"), obj
+        assert obj["model"] == "tiny.gguf", obj
+    tests = [(o["backend"], o["test"], o["batch"]) for o in lines if o["test"] != "bandwidth"]
+    assert ("reference", "prefill", 1) in tests, tests
+    assert ("reference", "decode", 1) in tests, tests
+    assert ("reference", "decode", 4) in tests, tests
+    bandwidth = [o for o in lines if o["test"] == "bandwidth"]
+    assert len(bandwidth) == 1 and bandwidth[0]["bandwidth_gbs"] > 0, bandwidth
+    for o in lines:
+        if o["test"] == "bandwidth":
+            continue
+        assert o["tokens_per_s"] > 0 and o["min"] <= o["median"] <= o["max"], o
+        assert o["dtype"] == "f32" and o["threads"] == 2 and o["repeats"] == 1, o
+        assert o["bandwidth_gbs"] == bandwidth[0]["bandwidth_gbs"], o
+        # tiny: 2 layers x (q 64x64 + k,v 32x64 + o 64x64 + 3 x 128x64) + lm head 512x64 + one row, f32.
+        assert o["bytes_per_token"] == 4 * (2 * (64 * 64 * 2 + 32 * 64 * 2 + 3 * 128 * 64) + 512 * 64 + 64), o
+    print(f"ok: {len(lines)} JSON lines")
+
+
+if __name__ == "__main__":
+    main()

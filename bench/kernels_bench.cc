@@ -1,0 +1,304 @@
+// Micro-benchmarks of the cpu_blas kernels and of whole cpu_blas steps on a random model
+// with the s110m shape (dim 768, 12 layers, 12 heads, FFN 2048, vocab 32000).
+//
+//   kernels_bench --benchmark_filter=Bandwidth|Decode
+//
+// Counters: GB/s is bytes read from weights (or the buffer) per second; tok/s counts
+// tokens processed per second; bound% is the decode rate as a share of the measured
+// two-thread read bandwidth (BM_ReadBandwidth) divided by the weight bytes per token.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cblas.h>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "backends/backend.h"
+#include "backends/cpu_blas/cpu_blas_backend.h"
+#include "backends/cpu_blas/gemm.h"
+#include "backends/cpu_blas/simd_kernels.h"
+#include "backends/cpu_blas/thread_pool.h"
+#include "backends/kv_arena.h"
+#include "backends/testing/random_model.h"
+#include "benchmark/benchmark.h"
+#include "model/dtype.h"
+
+namespace kvserve::bench {
+namespace {
+
+using backends::cpu_blas::Isa;
+using model::DType;
+
+DType DTypeArg(int64_t v) { return static_cast<DType>(v); }
+
+// ---------------------------------------------------------------------------------------
+// Read bandwidth: `threads` threads each sum their share of a 1 GiB buffer with four
+// independent AVX2 accumulators (a naive single stream underestimates the bus).
+
+__attribute__((target("avx2"))) double SumAvx2(const float* p, size_t n) {
+  __m256 a = _mm256_setzero_ps(), b = a, c = a, d = a;
+  for (size_t i = 0; i + 32 <= n; i += 32) {
+    a = _mm256_add_ps(a, _mm256_loadu_ps(p + i));
+    b = _mm256_add_ps(b, _mm256_loadu_ps(p + i + 8));
+    c = _mm256_add_ps(c, _mm256_loadu_ps(p + i + 16));
+    d = _mm256_add_ps(d, _mm256_loadu_ps(p + i + 24));
+  }
+  float out[8];
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
+  double s = 0;
+  for (float v : out) s += v;
+  return s;
+}
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const size_t n = (size_t{1} << 30) / sizeof(float);
+  std::vector<float> buffer(n, 1.0f);
+  for (auto _ : state) {
+    std::vector<std::thread> workers;
+    std::vector<double> sums(threads);
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        const size_t chunk = n / threads;
+        sums[t] = SumAvx2(buffer.data() + t * chunk, chunk);
+      });
+    }
+    for (std::thread& w : workers) w.join();
+    benchmark::DoNotOptimize(sums);
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(n * sizeof(float)) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_ReadBandwidth)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// ---------------------------------------------------------------------------------------
+// One projection Y[n, rows] = X[n, cols] · W^T through cpu_blas::Gemm, with a weight set
+// larger than the caches (the matrices cycle), as in a decode step.
+
+struct MatrixSet {
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<model::TensorView> views;
+};
+
+MatrixSet MakeMatrices(DType dtype, int64_t rows, int64_t cols, size_t total_bytes) {
+  MatrixSet set;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-0.05f, 0.05f);
+  std::vector<float> row(static_cast<size_t>(cols));
+  const size_t one = model::DTypeBytes(dtype, static_cast<size_t>(rows * cols));
+  for (size_t made = 0; made < total_bytes; made += one) {
+    std::vector<uint8_t>& b = set.bytes.emplace_back();
+    b.reserve(one);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (float& v : row) v = u(rng);
+      std::vector<uint8_t> enc = backends::testing::EncodeRow(row, dtype);
+      b.insert(b.end(), enc.begin(), enc.end());
+    }
+    set.views.push_back(model::TensorView{dtype, b.data(), rows, cols});
+  }
+  return set;
+}
+
+// Args: dtype, activation rows n, threads, sgemm_min_rows.
+void BM_Gemm(benchmark::State& state) {
+  const DType dtype = DTypeArg(state.range(0));
+  const int n = static_cast<int>(state.range(1));
+  const int threads = static_cast<int>(state.range(2));
+  backends::cpu_blas::GemmOptions options;
+  options.sgemm_min_rows = static_cast<int>(state.range(3));
+  const int64_t rows = 2048, cols = 768;
+  const MatrixSet set = MakeMatrices(dtype, rows, cols, size_t{256} << 20);
+  backends::cpu_blas::SetOpenBlasSingleThreaded();
+  backends::cpu_blas::ThreadPool pool(threads);
+  backends::cpu_blas::Gemm gemm(&pool, &backends::cpu_blas::KernelsFor(
+                                           backends::cpu_blas::BestIsa()),
+                                options);
+  std::vector<float> x(static_cast<size_t>(n * cols), 0.5f), y(static_cast<size_t>(n * rows));
+  size_t i = 0;
+  for (auto _ : state) {
+    gemm.Run(set.views[i], x.data(), n, y.data());
+    i = (i + 1) % set.views.size();
+    benchmark::ClobberMemory();
+  }
+  const double bytes = static_cast<double>(model::DTypeBytes(dtype, rows * cols));
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * n * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+void GemmArgs(benchmark::internal::Benchmark* b) {
+  for (int64_t dtype : {0, 1, 2}) {
+    for (int64_t n : {1, 2, 4, 8, 16, 32, 64}) {
+      b->Args({dtype, n, 2, 1 << 20});  // streaming kernels
+      b->Args({dtype, n, 2, 1});        // sgemm tiles
+    }
+  }
+  b->ArgNames({"dtype", "n", "threads", "sgemm_min"});
+}
+BENCHMARK(BM_Gemm)->Apply(GemmArgs)->UseRealTime();
+
+// A prefill-sized product, f32: one multi-threaded OpenBLAS call versus cpu_blas's tiles
+// (one single-threaded OpenBLAS call per tile on each pool thread). Arg: 0 = OpenBLAS
+// threads, 1 = pool tiles.
+void BM_PrefillSgemm(benchmark::State& state) {
+  const bool tiles = state.range(0) == 1;
+  const int n = 512;
+  const int64_t rows = 2048, cols = 768;
+  const MatrixSet set = MakeMatrices(DType::kF32, rows, cols, 1);
+  std::vector<float> x(static_cast<size_t>(n * cols), 0.5f), y(static_cast<size_t>(n * rows));
+  backends::cpu_blas::ThreadPool pool(2);
+  backends::cpu_blas::GemmOptions options;
+  options.sgemm_min_rows = 1;
+  backends::cpu_blas::Gemm gemm(&pool, &backends::cpu_blas::KernelsFor(
+                                           backends::cpu_blas::BestIsa()),
+                                options);
+  openblas_set_num_threads(tiles ? 1 : 2);
+  for (auto _ : state) {
+    if (tiles) {
+      gemm.Run(set.views[0], x.data(), n, y.data());
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, x.data(), cols,
+                  static_cast<const float*>(set.views[0].data), cols, 0.0f, y.data(), rows);
+    }
+    benchmark::ClobberMemory();
+  }
+  openblas_set_num_threads(1);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * n * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_PrefillSgemm)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// ---------------------------------------------------------------------------------------
+// Whole steps of cpu_blas on an s110m-shaped random model.
+
+model::ModelConfig S110m() {
+  model::ModelConfig c;
+  c.dim = 768;
+  c.n_layers = 12;
+  c.n_heads = 12;
+  c.n_kv_heads = 12;
+  c.head_dim = 64;
+  c.rope_dim = 64;
+  c.ffn_dim = 2048;
+  c.vocab_size = 32000;
+  c.context_length = 1024;
+  return c;
+}
+
+// The model of the last dtype asked for (one at a time: 440 MB in f32).
+const model::Model& ModelFor(DType dtype) {
+  static std::unique_ptr<model::Model> model;
+  static DType made = DType::kQ8_0;
+  if (!model || made != dtype) {
+    model.reset();
+    backends::testing::RandomModelOptions options;
+    options.config = S110m();
+    options.dtype = dtype;
+    auto m = backends::testing::MakeRandomModel(options);
+    if (!m.ok()) std::abort();
+    model = std::move(*m);
+    made = dtype;
+  }
+  return *model;
+}
+
+// Bytes of weights one decode step reads: every matrix once plus one embedding row.
+double WeightBytesPerToken(const model::Model& m) {
+  const model::ModelWeights& w = m.weights();
+  double bytes = static_cast<double>(w.token_embedding.row_bytes());
+  auto add = [&](const model::TensorView& t) { bytes += static_cast<double>(t.rows * t.row_bytes()); };
+  for (const model::LayerWeights& L : w.layers) {
+    for (const model::TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+      add(*t);
+    }
+  }
+  add(w.output);
+  return bytes;
+}
+
+// Args: dtype, batch (concurrent sequences, one new token each), threads.
+// Positions cycle through [64, 320) so attention cost is that of a short chat.
+void BM_Decode(benchmark::State& state) {
+  const DType dtype = DTypeArg(state.range(0));
+  const int batch_size = static_cast<int>(state.range(1));
+  const int threads = static_cast<int>(state.range(2));
+  const model::Model& m = ModelFor(dtype);
+  const model::KvLayout layout = model::KvLayout::ForModel(m.config(), 16, DType::kF16);
+  backends::CpuBlasOptions options;
+  options.threads = threads;
+  auto backend = backends::CpuBlasBackend::Create(m, layout, options);
+  if (!backend.ok()) std::abort();
+  backends::KvArena arena(layout);
+  std::vector<std::span<uint8_t* const>> blocks;
+  for (int i = 0; i < batch_size; ++i) blocks.push_back(arena.Allocate(320));
+  std::vector<std::vector<int32_t>> tokens(batch_size, std::vector<int32_t>{1});
+  std::vector<float> logits(static_cast<size_t>(batch_size) * m.config().vocab_size);
+  int pos = 64;
+  for (auto _ : state) {
+    backends::Batch batch;
+    for (int i = 0; i < batch_size; ++i) {
+      tokens[i][0] = (pos * 31 + i * 7) % m.config().vocab_size;
+      batch.sequences.push_back(backends::SequenceInput{tokens[i], pos, blocks[i], true});
+    }
+    if (!(*backend)->Forward(batch, logits).ok()) std::abort();
+    pos = pos + 1 == 320 ? 64 : pos + 1;
+  }
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(batch_size),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] = benchmark::Counter(WeightBytesPerToken(m) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(model::DTypeName(dtype)) + " " +
+                 std::string(backends::cpu_blas::IsaName((*backend)->isa())));
+}
+void DecodeArgs(benchmark::internal::Benchmark* b) {
+  for (int64_t dtype : {0, 1, 2}) {
+    for (int64_t batch : {1, 4, 16}) b->Args({dtype, batch, 2});
+  }
+  b->Args({0, 1, 1});
+  b->Args({2, 1, 1});
+  b->ArgNames({"dtype", "batch", "threads"});
+}
+BENCHMARK(BM_Decode)->Apply(DecodeArgs)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Args: dtype, prompt tokens, threads: one prefill chunk from position 0.
+void BM_Prefill(benchmark::State& state) {
+  const DType dtype = DTypeArg(state.range(0));
+  const int n = static_cast<int>(state.range(1));
+  const int threads = static_cast<int>(state.range(2));
+  const model::Model& m = ModelFor(dtype);
+  const model::KvLayout layout = model::KvLayout::ForModel(m.config(), 16, DType::kF16);
+  backends::CpuBlasOptions options;
+  options.threads = threads;
+  auto backend = backends::CpuBlasBackend::Create(m, layout, options);
+  if (!backend.ok()) std::abort();
+  backends::KvArena arena(layout);
+  std::span<uint8_t* const> blocks = arena.Allocate(n);
+  std::vector<int32_t> tokens(n);
+  for (int i = 0; i < n; ++i) tokens[i] = (i * 131 + 7) % m.config().vocab_size;
+  std::vector<float> logits(m.config().vocab_size);
+  for (auto _ : state) {
+    backends::Batch batch;
+    batch.sequences.push_back(backends::SequenceInput{tokens, 0, blocks, true});
+    if (!(*backend)->Forward(batch, logits).ok()) std::abort();
+  }
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(n),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(model::DTypeName(dtype)));
+}
+BENCHMARK(BM_Prefill)
+    ->Args({0, 512, 2})
+    ->Args({1, 512, 2})
+    ->Args({2, 512, 2})
+    ->ArgNames({"dtype", "tokens", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace kvserve::bench
+
+BENCHMARK_MAIN();

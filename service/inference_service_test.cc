@@ -1,0 +1,383 @@
+// Service-layer tests over real gRPC with a scripted fake engine: admission, validation,
+// status mapping, overload, streaming, cancellation, deadlines, health and drain.
+// (The end-to-end tests with the real engine are tests/service_integration_test.cc.)
+#include "service/inference_service.h"
+
+#include <cstdlib>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "kvserve/v1/inference.grpc.pb.h"
+#include "model/model.h"
+#include "service/server.h"
+#include "tests/fakes/fake_engine.h"
+
+namespace kvserve::service {
+namespace {
+
+using ::grpc::health::v1::HealthCheckRequest;
+using ::grpc::health::v1::HealthCheckResponse;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::unique_ptr<model::Model> LoadStories() {
+  const char* dir = std::getenv("KVSERVE_MODELS_DIR");
+  std::string path = std::string(dir == nullptr ? "models" : dir) + "/stories260K.gguf";
+  auto model = model::Model::Load(path);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+std::string Trailer(const grpc::ClientContext& ctx, const std::string& key) {
+  auto it = ctx.GetServerTrailingMetadata().find(key);
+  if (it == ctx.GetServerTrailingMetadata().end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+class InferenceServiceTest : public ::testing::Test {
+ protected:
+  void StartServer(bool attach = true, int32_t max_message_bytes = 4 << 20) {
+    ServerOptions options;
+    options.listen_address = "127.0.0.1:0";
+    options.metrics_address = "";
+    options.max_receive_message_bytes = max_message_bytes;
+    options.service.limits.max_tokens_limit = 100;
+    options.service.limits.default_max_tokens = 10;
+    auto server = Server::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                       grpc::InsecureChannelCredentials());
+    stub_ = v1::Inference::NewStub(channel);
+    health_ = grpc::health::v1::Health::NewStub(channel);
+    if (attach) Attach();
+  }
+
+  void Attach() {
+    auto engine = std::make_unique<testing::FakeEngine>();
+    engine_ = engine.get();
+    auto model = LoadStories();
+    ASSERT_NE(model, nullptr);
+    ASSERT_TRUE(server_->Attach(std::move(model), std::move(engine), "fake").ok());
+  }
+
+  HealthCheckResponse::ServingStatus Health(const std::string& service) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    HealthCheckRequest req;
+    req.set_service(service);
+    HealthCheckResponse resp;
+    grpc::Status s = health_->Check(&ctx, req, &resp);
+    if (!s.ok()) return HealthCheckResponse::UNKNOWN;
+    return resp.status();
+  }
+
+  // Polls readiness until it equals `want` (bounded: 5 s).
+  bool WaitReadiness(HealthCheckResponse::ServingStatus want) {
+    const absl::Time end = absl::Now() + absl::Seconds(5);
+    while (absl::Now() < end) {
+      if (Health(kReadinessService) == want) return true;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return false;
+  }
+
+  grpc::Status Generate(const v1::GenerateRequest& req, v1::GenerateResponse* resp,
+                        grpc::ClientContext* ctx = nullptr) {
+    grpc::ClientContext local;
+    if (ctx == nullptr) ctx = &local;
+    if (ctx->deadline() == std::chrono::system_clock::time_point::max()) {
+      ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    }
+    return stub_->Generate(ctx, req, resp);
+  }
+
+  static v1::GenerateRequest TextRequest(const std::string& text) {
+    v1::GenerateRequest req;
+    req.set_text(text);
+    req.mutable_sampling()->set_temperature(0);
+    return req;
+  }
+
+  std::unique_ptr<Server> server_;
+  testing::FakeEngine* engine_ = nullptr;
+  std::unique_ptr<v1::Inference::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+};
+
+TEST_F(InferenceServiceTest, NotReadyUntilAttached) {
+  StartServer(/*attach=*/false);
+  EXPECT_EQ(Health(""), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Health(kReadinessService), HealthCheckResponse::NOT_SERVING);
+  grpc::ClientContext ctx;
+  v1::GenerateResponse resp;
+  grpc::Status s = Generate(TextRequest("Once"), &resp, &ctx);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(Trailer(ctx, "retry-after"), "1");
+  Attach();
+  EXPECT_EQ(Health(kReadinessService), HealthCheckResponse::SERVING);
+}
+
+TEST_F(InferenceServiceTest, ValidationErrorsNameTheFieldAndNeverReachTheEngine) {
+  StartServer();
+  struct Case {
+    std::function<void(v1::GenerateRequest*)> mutate;
+    std::string field;
+  };
+  std::vector<Case> cases = {
+      {[](auto* r) { r->mutable_sampling()->set_temperature(-0.5f); }, "sampling.temperature"},
+      {[](auto* r) { r->mutable_sampling()->set_temperature(std::nanf("")); },
+       "sampling.temperature"},
+      {[](auto* r) { r->mutable_sampling()->set_top_p(0.0f); }, "sampling.top_p"},
+      {[](auto* r) { r->mutable_sampling()->set_top_p(1.01f); }, "sampling.top_p"},
+      {[](auto* r) { r->set_max_tokens(0); }, "max_tokens"},
+      {[](auto* r) { r->set_max_tokens(101); }, "max_tokens"},
+      {[](auto* r) { r->mutable_tokens()->add_ids(512); }, "prompt.tokens.ids[0]"},
+      {[](auto* r) { r->set_text(std::string(5000, 'x')); }, "prompt"},
+      {[](auto* r) { r->clear_text(); }, "prompt"},
+      {[](auto* r) { r->set_top_logprobs(50); }, "top_logprobs"},
+      {[](auto* r) { r->add_stop_token_ids(-1); }, "stop_token_ids[0]"},
+  };
+  for (const Case& c : cases) {
+    v1::GenerateRequest req = TextRequest("Once upon a time");
+    c.mutate(&req);
+    v1::GenerateResponse resp;
+    grpc::Status s = Generate(req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field;
+    EXPECT_THAT(s.error_message(), StartsWith(c.field));
+  }
+  EXPECT_TRUE(engine_->submitted().empty());
+}
+
+TEST_F(InferenceServiceTest, UnknownSessionIsNotFound) {
+  StartServer();
+  v1::GenerateRequest req = TextRequest("Once");
+  req.set_session_id("no-such-session");
+  v1::GenerateResponse resp;
+  EXPECT_EQ(Generate(req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  grpc::ClientContext ctx;
+  v1::GetSessionRequest get;
+  get.set_session_id("no-such-session");
+  v1::Session session;
+  EXPECT_EQ(stub_->GetSession(&ctx, get, &session).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(InferenceServiceTest, OversizedMessageIsRejectedBeforeTheService) {
+  StartServer(/*attach=*/true, /*max_message_bytes=*/16 << 10);
+  v1::GenerateResponse resp;
+  grpc::Status s = Generate(TextRequest(std::string(32 << 10, 'a')), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(engine_->submitted().empty());
+}
+
+TEST_F(InferenceServiceTest, OverloadIsResourceExhaustedWithRetryHint) {
+  StartServer();
+  engine_->FailNextSubmit(absl::ResourceExhaustedError("queue is full (1024 waiting)"));
+  grpc::ClientContext ctx;
+  v1::GenerateResponse resp;
+  grpc::Status s = Generate(TextRequest("Once"), &resp, &ctx);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("queue is full"));
+  EXPECT_EQ(Trailer(ctx, "grpc-retry-pushback-ms"), "1000");
+  EXPECT_EQ(Trailer(ctx, "retry-after"), "1");
+}
+
+TEST_F(InferenceServiceTest, UnaryAndStreamingDeliverTheEngineOutput) {
+  StartServer();
+  std::vector<engine::TokenEvent> tokens(3);
+  tokens[0] = {.token = 10, .text = "Once"};
+  tokens[1] = {.token = 11, .text = " upon"};
+  tokens[2] = {.token = 12, .text = " a"};
+  engine_->SetImmediateTokens(tokens);
+
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(Generate(TextRequest("x"), &resp).ok());
+  EXPECT_EQ(resp.text(), "Once upon a");
+  EXPECT_THAT(resp.token_ids(), ::testing::ElementsAre(10, 11, 12));
+  EXPECT_EQ(resp.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(resp.usage().completion_tokens(), 3);
+
+  grpc::ClientContext ctx;
+  auto reader = stub_->GenerateStream(&ctx, TextRequest("x"));
+  v1::GenerateStreamResponse msg;
+  std::string text;
+  std::vector<int32_t> ids;
+  v1::GenerateStreamResponse last;
+  while (reader->Read(&msg)) {
+    text += msg.text();
+    ids.insert(ids.end(), msg.token_ids().begin(), msg.token_ids().end());
+    last = msg;
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(text, "Once upon a");
+  EXPECT_EQ(ids, (std::vector<int32_t>{10, 11, 12}));
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(last.usage().completion_tokens(), 3);
+}
+
+TEST_F(InferenceServiceTest, StreamDeliversTokensAsTheyArrive) {
+  StartServer();
+  grpc::ClientContext ctx;
+  auto reader = stub_->GenerateStream(&ctx, TextRequest("x"));
+  auto id = engine_->WaitSubmitted(1, absl::Seconds(5));
+  ASSERT_TRUE(id.has_value());
+  ASSERT_TRUE(engine_->Emit(*id, 7, "Hello"));
+  v1::GenerateStreamResponse msg;
+  ASSERT_TRUE(reader->Read(&msg));  // arrives before the request finishes
+  EXPECT_EQ(msg.text(), "Hello");
+  EXPECT_EQ(msg.finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
+  ASSERT_TRUE(engine_->Emit(*id, 8, " world"));
+  engine::Usage usage;
+  usage.completion_tokens = 2;
+  ASSERT_TRUE(engine_->Finish(*id, absl::OkStatus(), engine::FinishReason::kStop, usage));
+  std::string rest;
+  v1::GenerateStreamResponse last;
+  while (reader->Read(&msg)) {
+    rest += msg.text();
+    last = msg;
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(rest, " world");
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(last.usage().completion_tokens(), 2);
+}
+
+TEST_F(InferenceServiceTest, ClientCancellationReachesTheEngine) {
+  StartServer();
+  grpc::ClientContext ctx;
+  auto reader = stub_->GenerateStream(&ctx, TextRequest("x"));
+  auto id = engine_->WaitSubmitted(1, absl::Seconds(5));
+  ASSERT_TRUE(id.has_value());
+  ASSERT_TRUE(engine_->Emit(*id, 7, "Hello"));
+  v1::GenerateStreamResponse msg;
+  ASSERT_TRUE(reader->Read(&msg));
+  ctx.TryCancel();
+  EXPECT_TRUE(engine_->WaitReleased(*id, absl::Seconds(5)));
+  EXPECT_THAT(engine_->cancelled(), ::testing::Contains(*id));
+  while (reader->Read(&msg)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST_F(InferenceServiceTest, DeadlineReachesTheEngine) {
+  StartServer();
+  grpc::ClientContext ctx;
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(300);
+  ctx.set_deadline(deadline);
+  v1::GenerateResponse resp;
+  grpc::Status s = Generate(TextRequest("x"), &resp, &ctx);  // the fake never finishes
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  auto requests = engine_->submitted();
+  ASSERT_EQ(requests.size(), 1u);
+  // The engine got the client's deadline, and the expired call cancelled the request.
+  EXPECT_LE(absl::AbsDuration(requests[0].deadline - absl::FromChrono(deadline)),
+            absl::Milliseconds(50));
+  EXPECT_TRUE(engine_->WaitReleased(1, absl::Seconds(5)));
+}
+
+TEST_F(InferenceServiceTest, EngineErrorsMapToTheirCodes) {
+  StartServer();
+  std::promise<grpc::Status> result;
+  std::thread client([&] {
+    v1::GenerateResponse resp;
+    result.set_value(Generate(TextRequest("x"), &resp));
+  });
+  auto id = engine_->WaitSubmitted(1, absl::Seconds(5));
+  ASSERT_TRUE(id.has_value());
+  engine_->Finish(*id, absl::ResourceExhaustedError("KV budget exhausted"),
+                  engine::FinishReason::kError);
+  client.join();
+  grpc::Status s = result.get_future().get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("KV budget"));
+}
+
+TEST_F(InferenceServiceTest, DrainFinishesInFlightWorkAndRefusesNewWork) {
+  StartServer();
+  ASSERT_EQ(Health(kReadinessService), HealthCheckResponse::SERVING);
+  std::promise<grpc::Status> first;
+  std::thread client([&] {
+    v1::GenerateResponse resp;
+    first.set_value(Generate(TextRequest("x"), &resp));
+  });
+  auto id = engine_->WaitSubmitted(1, absl::Seconds(5));
+  ASSERT_TRUE(id.has_value());
+  std::future<bool> drained =
+      std::async(std::launch::async, [this] { return server_->Drain(absl::Seconds(20)); });
+  ASSERT_TRUE(WaitReadiness(HealthCheckResponse::NOT_SERVING));
+  EXPECT_EQ(Health(""), HealthCheckResponse::SERVING);  // still alive while draining
+  grpc::ClientContext ctx;
+  v1::GenerateResponse resp;
+  EXPECT_EQ(Generate(TextRequest("y"), &resp, &ctx).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(Trailer(ctx, "grpc-retry-pushback-ms"), "1000");
+  // The in-flight request finishes normally.
+  ASSERT_TRUE(engine_->Finish(*id, absl::OkStatus(), engine::FinishReason::kLength));
+  client.join();
+  EXPECT_TRUE(first.get_future().get().ok());
+  EXPECT_TRUE(drained.get());
+}
+
+TEST_F(InferenceServiceTest, DrainGracePeriodCancelsWhatIsLeft) {
+  StartServer();
+  std::promise<grpc::Status> first;
+  std::thread client([&] {
+    v1::GenerateResponse resp;
+    first.set_value(Generate(TextRequest("x"), &resp));
+  });
+  ASSERT_TRUE(engine_->WaitSubmitted(1, absl::Seconds(5)).has_value());
+  EXPECT_FALSE(server_->Drain(absl::Milliseconds(100)));
+  client.join();
+  EXPECT_EQ(first.get_future().get().error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(InferenceServiceTest, SessionsAndModelInfo) {
+  StartServer();
+  grpc::ClientContext c1;
+  v1::OpenSessionRequest open;
+  v1::Session session;
+  ASSERT_TRUE(stub_->OpenSession(&c1, open, &session).ok());
+  EXPECT_FALSE(session.session_id().empty());
+
+  // A turn of a session with history gets no BOS and carries the session id.
+  engine_->SetHistory(session.session_id(), 5);
+  engine_->SetImmediateTokens({});
+  v1::GenerateRequest turn = TextRequest("Hello");
+  turn.set_session_id(session.session_id());
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(Generate(turn, &resp).ok());
+  ASSERT_EQ(engine_->submitted().size(), 1u);
+  EXPECT_EQ(engine_->submitted()[0].session_id, session.session_id());
+  EXPECT_NE(engine_->submitted()[0].prompt_tokens.front(), 1);
+
+  grpc::ClientContext c2;
+  v1::OpenSessionRequest bad;
+  bad.mutable_ttl()->set_seconds(-5);
+  EXPECT_EQ(stub_->OpenSession(&c2, bad, &session).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  grpc::ClientContext c3;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub_->GetModelInfo(&c3, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.vocab_size(), 512);
+  EXPECT_EQ(info.backend(), "fake");
+  EXPECT_EQ(info.max_tokens_limit(), 100);
+  EXPECT_EQ(info.fingerprint().size(), 16u);
+
+  grpc::ClientContext c4;
+  v1::DetokenizeRequest detok;
+  detok.add_token_ids(100000);
+  v1::DetokenizeResponse text;
+  grpc::Status s = stub_->Detokenize(&c4, detok, &text);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), StartsWith("token_ids"));
+}
+
+}  // namespace
+}  // namespace kvserve::service

@@ -1,0 +1,390 @@
+// End-to-end tests of the gRPC service with the real engine and the real stories260K
+// model: a Server on an ephemeral loopback port, called through the generated C++ stub.
+#include <chrono>
+#include <cstdlib>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "kvserve/v1/inference.grpc.pb.h"
+#include "service/model_loading.h"
+#include "service/server.h"
+
+namespace kvserve::service {
+namespace {
+
+using ::grpc::health::v1::HealthCheckRequest;
+using ::grpc::health::v1::HealthCheckResponse;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr char kPrompt[] = "Once upon a time";
+
+std::string ModelPath() {
+  const char* dir = std::getenv("KVSERVE_MODELS_DIR");
+  return std::string(dir == nullptr ? "models" : dir) + "/stories260K.gguf";
+}
+
+std::chrono::system_clock::time_point In(absl::Duration d) {
+  return std::chrono::system_clock::now() +
+         std::chrono::microseconds(absl::ToInt64Microseconds(d));
+}
+
+class ServiceIntegrationTest : public ::testing::Test {
+ protected:
+  // Starts a server; attaches the real engine unless `attach` is false.
+  void StartServer(bool attach = true) {
+    ServerOptions options;
+    options.listen_address = "127.0.0.1:0";
+    options.metrics_address = "";
+    options.service.limits.max_tokens_limit = 1000;
+    auto server = Server::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::Inference::NewStub(channel_);
+    health_ = grpc::health::v1::Health::NewStub(channel_);
+    if (attach) AttachEngine();
+  }
+
+  void AttachEngine() {
+    ModelOptions model_options;
+    model_options.model_path = ModelPath();
+    model_options.backend = "cpu_blas";
+    model_options.threads = 1;
+    model_options.engine = engine_options_;
+    model_options.engine.max_tokens_limit = 1000;
+    auto loaded = LoadModel(model_options);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    ASSERT_TRUE(server_
+                    ->Attach(std::move(loaded->model), std::move(loaded->engine),
+                             loaded->backend)
+                    .ok());
+  }
+
+  static v1::GenerateRequest Greedy(const std::string& text, int max_tokens) {
+    v1::GenerateRequest req;
+    req.set_text(text);
+    req.mutable_sampling()->set_temperature(0);
+    req.set_max_tokens(max_tokens);
+    return req;
+  }
+
+  grpc::Status Generate(const v1::GenerateRequest& req, v1::GenerateResponse* resp,
+                        absl::Duration timeout = absl::Seconds(30)) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(timeout));
+    return stub_->Generate(&ctx, req, resp);
+  }
+
+  // Streams `req`; returns the concatenated text (and the last message in `last`).
+  grpc::Status Stream(const v1::GenerateRequest& req, std::string* text,
+                      v1::GenerateStreamResponse* last, int* messages = nullptr) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(absl::Seconds(30)));
+    auto reader = stub_->GenerateStream(&ctx, req);
+    v1::GenerateStreamResponse msg;
+    int n = 0;
+    while (reader->Read(&msg)) {
+      *text += msg.text();
+      *last = msg;
+      ++n;
+    }
+    if (messages != nullptr) *messages = n;
+    return reader->Finish();
+  }
+
+  HealthCheckResponse::ServingStatus Health(const std::string& service) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(absl::Seconds(5)));
+    HealthCheckRequest req;
+    req.set_service(service);
+    HealthCheckResponse resp;
+    if (!health_->Check(&ctx, req, &resp).ok()) return HealthCheckResponse::UNKNOWN;
+    return resp.status();
+  }
+
+  // Polls engine stats until nothing runs, waits or holds blocks for a request
+  // (bounded: 10 s).
+  bool WaitEngineIdle() {
+    const absl::Time end = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < end) {
+      engine::EngineStats stats = server_->engine()->Stats();
+      if (stats.running == 0 && stats.waiting == 0 && stats.blocks_used == 0) return true;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    return false;
+  }
+
+  engine::Engine::Options engine_options_;
+  std::unique_ptr<Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Inference::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+};
+
+TEST_F(ServiceIntegrationTest, GreedyUnaryMatchesStreamAndTheReferenceStory) {
+  StartServer();
+  v1::GenerateResponse unary;
+  ASSERT_TRUE(Generate(Greedy(kPrompt, 40), &unary).ok());
+  // llama2.c's greedy continuation of the prompt (DESIGN.md).
+  EXPECT_THAT(unary.text(), StartsWith(", there was a little girl named Lily."));
+  EXPECT_EQ(unary.usage().completion_tokens(), unary.token_ids_size());
+  EXPECT_EQ(unary.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(unary.usage().completion_tokens(), 40);
+
+  std::string streamed;
+  v1::GenerateStreamResponse last;
+  int messages = 0;
+  ASSERT_TRUE(Stream(Greedy(kPrompt, 40), &streamed, &last, &messages).ok());
+  EXPECT_EQ(streamed, unary.text());
+  EXPECT_GE(messages, 2);
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(last.usage().completion_tokens(), 40);
+  EXPECT_EQ(last.usage().prompt_tokens(), unary.usage().prompt_tokens());
+
+  // Token-id prompts give the same continuation as the text they encode.
+  grpc::ClientContext ctx;
+  v1::TokenizeRequest tok;
+  tok.set_text(kPrompt);
+  tok.set_add_bos(true);
+  v1::TokenizeResponse ids;
+  ASSERT_TRUE(stub_->Tokenize(&ctx, tok, &ids).ok());
+  v1::GenerateRequest by_ids = Greedy("", 40);
+  by_ids.mutable_tokens()->mutable_ids()->CopyFrom(ids.token_ids());
+  v1::GenerateResponse from_ids;
+  ASSERT_TRUE(Generate(by_ids, &from_ids).ok());
+  EXPECT_EQ(from_ids.text(), unary.text());
+}
+
+TEST_F(ServiceIntegrationTest, SessionTurnTwoReportsCachedTokens) {
+  StartServer();
+  grpc::ClientContext ctx;
+  v1::Session session;
+  ASSERT_TRUE(stub_->OpenSession(&ctx, v1::OpenSessionRequest(), &session).ok());
+
+  v1::GenerateRequest turn1 = Greedy(kPrompt, 30);
+  turn1.set_session_id(session.session_id());
+  v1::GenerateResponse r1;
+  ASSERT_TRUE(Generate(turn1, &r1).ok());
+  EXPECT_EQ(r1.usage().cached_tokens_local(), 0);
+
+  v1::GenerateRequest turn2 = Greedy(" She was happy.", 10);
+  turn2.set_session_id(session.session_id());
+  v1::GenerateResponse r2;
+  ASSERT_TRUE(Generate(turn2, &r2).ok());
+  // Turn 2 starts from turn 1's whole history; its full blocks come from the cache.
+  EXPECT_GT(r2.usage().prompt_tokens(),
+            r1.usage().prompt_tokens() + r1.usage().completion_tokens());
+  EXPECT_GE(r2.usage().cached_tokens_local(), 16);
+  EXPECT_EQ(r2.usage().computed_tokens(),
+            r2.usage().prompt_tokens() - r2.usage().cached_tokens_local() -
+                r2.usage().cached_tokens_remote());
+
+  grpc::ClientContext get_ctx;
+  v1::GetSessionRequest get;
+  get.set_session_id(session.session_id());
+  v1::Session info;
+  ASSERT_TRUE(stub_->GetSession(&get_ctx, get, &info).ok());
+  EXPECT_GT(info.history_tokens(), r1.usage().prompt_tokens());
+
+  grpc::ClientContext close_ctx;
+  v1::CloseSessionRequest close;
+  close.set_session_id(session.session_id());
+  v1::CloseSessionResponse closed;
+  ASSERT_TRUE(stub_->CloseSession(&close_ctx, close, &closed).ok());
+  v1::GenerateResponse r3;
+  EXPECT_EQ(Generate(turn2, &r3).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServiceIntegrationTest, ExpiredSessionIsNotFound) {
+  StartServer();
+  grpc::ClientContext ctx;
+  v1::OpenSessionRequest open;
+  open.mutable_ttl()->set_nanos(1000000);  // 1 ms
+  v1::Session session;
+  ASSERT_TRUE(stub_->OpenSession(&ctx, open, &session).ok());
+  absl::SleepFor(absl::Milliseconds(20));  // outlive the TTL (real clock in this test)
+  v1::GenerateRequest turn = Greedy(kPrompt, 5);
+  turn.set_session_id(session.session_id());
+  v1::GenerateResponse resp;
+  EXPECT_EQ(Generate(turn, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServiceIntegrationTest, CancellationMidStreamFreesTheRequest) {
+  StartServer();
+  grpc::ClientContext ctx;
+  v1::GenerateRequest req = Greedy(kPrompt, 450);
+  req.set_ignore_eos(true);
+  auto reader = stub_->GenerateStream(&ctx, req);
+  v1::GenerateStreamResponse msg;
+  ASSERT_TRUE(reader->Read(&msg));  // generation is under way
+  ctx.TryCancel();
+  while (reader->Read(&msg)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitEngineIdle());
+}
+
+TEST_F(ServiceIntegrationTest, ExpiredDeadlineIsDeadlineExceeded) {
+  StartServer();
+  v1::GenerateRequest req = Greedy(kPrompt, 450);
+  req.set_ignore_eos(true);
+  v1::GenerateResponse resp;
+  // Far shorter than 450 tokens take: the deadline passes mid-generation.
+  EXPECT_EQ(Generate(req, &resp, absl::Milliseconds(5)).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  // Already expired on arrival.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() - std::chrono::seconds(1));
+  EXPECT_EQ(stub_->Generate(&ctx, req, &resp).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(WaitEngineIdle());
+}
+
+TEST_F(ServiceIntegrationTest, FullQueueIsResourceExhaustedWithRetryHint) {
+  engine_options_.max_running_sequences = 1;
+  engine_options_.max_waiting_requests = 1;
+  StartServer();
+  constexpr int kClients = 8;
+  std::vector<std::thread> clients;
+  std::vector<grpc::Status> statuses(kClients);
+  std::vector<std::string> pushback(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      v1::GenerateRequest req = Greedy(kPrompt, 400);
+      req.set_ignore_eos(true);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(In(absl::Seconds(60)));
+      v1::GenerateResponse resp;
+      statuses[i] = stub_->Generate(&ctx, req, &resp);
+      auto it = ctx.GetServerTrailingMetadata().find("grpc-retry-pushback-ms");
+      if (it != ctx.GetServerTrailingMetadata().end()) {
+        pushback[i] = std::string(it->second.data(), it->second.size());
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  int ok = 0, exhausted = 0;
+  for (int i = 0; i < kClients; ++i) {
+    if (statuses[i].ok()) {
+      ++ok;
+    } else {
+      EXPECT_EQ(statuses[i].error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+          << statuses[i].error_message();
+      EXPECT_EQ(pushback[i], "1000");
+      ++exhausted;
+    }
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(exhausted, 1);
+}
+
+TEST_F(ServiceIntegrationTest, EveryValidationErrorNamesItsField) {
+  StartServer();
+  auto expect_invalid = [&](v1::GenerateRequest req, const std::string& field) {
+    v1::GenerateResponse resp;
+    grpc::Status s = Generate(req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
+    EXPECT_THAT(s.error_message(), StartsWith(field));
+  };
+  v1::GenerateRequest r = Greedy(kPrompt, 5);
+  r.mutable_sampling()->set_temperature(-1);
+  expect_invalid(r, "sampling.temperature");
+  r = Greedy(kPrompt, 5);
+  r.mutable_sampling()->set_temperature(std::nanf(""));
+  expect_invalid(r, "sampling.temperature");
+  r = Greedy(kPrompt, 5);
+  r.mutable_sampling()->set_top_p(0);
+  expect_invalid(r, "sampling.top_p");
+  r = Greedy(kPrompt, 5);
+  r.mutable_sampling()->set_top_p(1.5f);
+  expect_invalid(r, "sampling.top_p");
+  expect_invalid(Greedy(kPrompt, 0), "max_tokens");
+  expect_invalid(Greedy(kPrompt, 1001), "max_tokens");
+  r = Greedy("", 5);
+  r.mutable_tokens()->add_ids(1);
+  r.mutable_tokens()->add_ids(512);  // vocab is 512
+  expect_invalid(r, "prompt.tokens.ids[1]");
+  r = Greedy("", 5);
+  for (int i = 0; i < 600; ++i) r.mutable_tokens()->add_ids(100);  // context is 512
+  expect_invalid(r, "prompt");
+  std::string long_text;
+  for (int i = 0; i < 300; ++i) long_text += " Once upon a time";
+  expect_invalid(Greedy(long_text, 5), "prompt");
+
+  v1::GenerateRequest unknown = Greedy(kPrompt, 5);
+  unknown.set_session_id("no-such-session");
+  v1::GenerateResponse resp;
+  EXPECT_EQ(Generate(unknown, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // Garbage bytes where a message belongs: the server answers, it does not crash.
+  grpc::GenericStub generic(channel_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(absl::Seconds(5)));
+  grpc::Slice garbage(std::string("\xff\xff\xff\xff\x0f garbage", 13));
+  grpc::ByteBuffer request(&garbage, 1), response;
+  std::promise<grpc::Status> done;
+  generic.UnaryCall(&ctx, "/kvserve.v1.Inference/Generate", grpc::StubOptions(), &request,
+                    &response, [&done](grpc::Status s) { done.set_value(s); });
+  grpc::Status garbage_status = done.get_future().get();
+  EXPECT_FALSE(garbage_status.ok());
+  v1::GenerateResponse after;
+  EXPECT_TRUE(Generate(Greedy(kPrompt, 3), &after).ok());
+}
+
+TEST_F(ServiceIntegrationTest, HealthGoesNotServingServingNotServing) {
+  StartServer(/*attach=*/false);
+  EXPECT_EQ(Health(""), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Health(kReadinessService), HealthCheckResponse::NOT_SERVING);
+  AttachEngine();
+  EXPECT_EQ(Health(kReadinessService), HealthCheckResponse::SERVING);
+
+  // A long generation is in flight while the server drains.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(absl::Seconds(30)));
+  v1::GenerateRequest req = Greedy(kPrompt, 450);
+  req.set_ignore_eos(true);
+  auto reader = stub_->GenerateStream(&ctx, req);
+  v1::GenerateStreamResponse msg;
+  ASSERT_TRUE(reader->Read(&msg));
+  std::future<bool> drained =
+      std::async(std::launch::async, [this] { return server_->Drain(absl::Seconds(20)); });
+  bool saw_not_serving = false;
+  for (const absl::Time end = absl::Now() + absl::Seconds(5); absl::Now() < end;) {
+    if (Health(kReadinessService) == HealthCheckResponse::NOT_SERVING) {
+      saw_not_serving = true;
+      break;
+    }
+  }
+  EXPECT_TRUE(saw_not_serving);
+  std::string rest;
+  while (reader->Read(&msg)) rest += msg.text();
+  EXPECT_TRUE(reader->Finish().ok());  // the in-flight stream completed
+  EXPECT_EQ(msg.usage().completion_tokens(), 450);
+  EXPECT_TRUE(drained.get());
+}
+
+TEST_F(ServiceIntegrationTest, MetricsCountGenerationsAndReadEngineStats) {
+  StartServer();
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(Generate(Greedy(kPrompt, 12), &resp).ok());
+  const std::string text = server_->metrics().SerializeText();
+  EXPECT_THAT(text, HasSubstr("kvserve_request_generated_tokens_total 12"));
+  EXPECT_THAT(text, HasSubstr("kvserve_rpc_requests_total{code=\"ok\",method=\"Generate\"} 1"));
+  EXPECT_THAT(text, HasSubstr("kvserve_request_time_to_first_token_seconds_count 1"));
+  EXPECT_THAT(text, HasSubstr("kvserve_kv_blocks_free "));
+  EXPECT_THAT(text, HasSubstr("kvserve_engine_requests_running 0"));
+}
+
+}  // namespace
+}  // namespace kvserve::service
