@@ -25,8 +25,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
     return std::unique_ptr<Backend>(std::move(*backend));
   }
   // Other backends register here, one `if (name == ...)` each.
-  return absl::NotFoundError(absl::StrCat("unknown backend \"", name,
-                                          "\" (known: reference, cpu_blas)"));
+  return absl::NotFoundError(
+      absl::StrCat("unknown backend \"", name, "\" (known: reference, cpu_blas)"));
 }
 
 }  // namespace kvserve::backends

@@ -11,9 +11,9 @@ absl::Status ValidateBatch(const model::ModelConfig& config, const model::KvLayo
                            const Batch& batch, size_t logits_size) {
   const size_t needed_logits = batch.sequences.size() * static_cast<size_t>(config.vocab_size);
   if (logits_size < needed_logits) {
-    return absl::InvalidArgumentError(absl::StrCat("logits holds ", logits_size, " floats, batch of ",
-                                                   batch.sequences.size(), " sequences needs ",
-                                                   needed_logits));
+    return absl::InvalidArgumentError(absl::StrCat("logits holds ", logits_size,
+                                                   " floats, batch of ", batch.sequences.size(),
+                                                   " sequences needs ", needed_logits));
   }
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     const SequenceInput& seq = batch.sequences[i];
@@ -25,17 +25,15 @@ absl::Status ValidateBatch(const model::ModelConfig& config, const model::KvLayo
     }
     for (size_t t = 0; t < seq.tokens.size(); ++t) {
       if (seq.tokens[t] < 0 || seq.tokens[t] >= config.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "token ", t, " has id ",
-                                                       seq.tokens[t], ", vocab size is ",
-                                                       config.vocab_size));
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, "token ", t, " has id ", seq.tokens[t], ", vocab size is ", config.vocab_size));
       }
     }
-    const int64_t end = static_cast<int64_t>(seq.cached_tokens) +
-                        static_cast<int64_t>(seq.tokens.size());
+    const int64_t end =
+        static_cast<int64_t>(seq.cached_tokens) + static_cast<int64_t>(seq.tokens.size());
     if (end > config.context_length) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "positions up to ", end,
-                                                     " exceed the context length ",
-                                                     config.context_length));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "positions up to ", end, " exceed the context length ", config.context_length));
     }
     const int64_t blocks_needed = (end + layout.block_tokens - 1) / layout.block_tokens;
     if (static_cast<int64_t>(seq.blocks.size()) < blocks_needed) {
@@ -54,8 +52,8 @@ absl::Status ValidateBatch(const model::ModelConfig& config, const model::KvLayo
 
 absl::Status ValidateKvLayout(const model::ModelConfig& config, const model::KvLayout& layout) {
   if (layout.n_layers != config.n_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("kv layout: n_layers ", layout.n_layers,
-                                                   " != model's ", config.n_layers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv layout: n_layers ", layout.n_layers, " != model's ", config.n_layers));
   }
   if (layout.kv_dim != config.kv_dim()) {
     return absl::InvalidArgumentError(

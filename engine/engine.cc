@@ -186,6 +186,7 @@ class EngineImpl final : public Engine {
   absl::flat_hash_map<std::string, Pins> pins_;
   std::vector<float> logits_;  // [batch, vocab]
   int64_t steps_total_ = 0;
+  absl::Time next_session_sweep_ = absl::InfinitePast();
 
   // The inbox.
   std::mutex mu_;
@@ -339,7 +340,10 @@ void EngineImpl::Run() {
       Finish(id, absl::CancelledError("request cancelled"), FinishReason::kCancelled);
     }
     const absl::Time now = clock_();
-    sessions_.ExpireIdle(now);
+    if (now >= next_session_sweep_) {  // O(sessions): at most once a second of clock time
+      sessions_.ExpireIdle(now);
+      next_session_sweep_ = now + absl::Seconds(1);
+    }
     ApplySessionEvents(now);
     ExpireDeadlines(now);
 

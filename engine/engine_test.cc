@@ -79,18 +79,20 @@ void ExpectSameOutput(const Result& got, const Result& want) {
   }
 }
 
-class EngineTest : public ::testing::Test {
+// Every engine test runs on both backends: reuse, preemption and batching must give the
+// same results on each.
+class EngineTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { model_ = RandomModel(); }
   std::unique_ptr<Engine> NewEngine(const Engine::Options& o = SmallOptions()) {
-    auto e = MakeEngine(*model_, o);
+    auto e = MakeEngine(*model_, o, GetParam());
     EXPECT_TRUE(e.ok()) << e.status();
     return *std::move(e);
   }
   std::unique_ptr<model::Model> model_;
 };
 
-TEST_F(EngineTest, CachedPrefixGivesTheColdResult) {
+TEST_P(EngineTest, CachedPrefixGivesTheColdResult) {
   auto warm = NewEngine();
   const std::vector<int32_t> shared = Prompt(70);
   const Result first = RunRequest(*warm, Greedy(Concat(shared, Prompt(5, 1)), 6, 5));
@@ -112,7 +114,7 @@ TEST_F(EngineTest, CachedPrefixGivesTheColdResult) {
   EXPECT_EQ(reused.reason, FinishReason::kLength);
 }
 
-TEST_F(EngineTest, SessionTurnReusesHistoryAndMatchesColdRequest) {
+TEST_P(EngineTest, SessionTurnReusesHistoryAndMatchesColdRequest) {
   auto engine = NewEngine();
   auto session = engine->OpenSession(absl::ZeroDuration());
   ASSERT_TRUE(session.ok()) << session.status();
@@ -145,7 +147,7 @@ TEST_F(EngineTest, SessionTurnReusesHistoryAndMatchesColdRequest) {
   EXPECT_EQ(engine->GetSession(session->id).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(EngineTest, ForkSharesTheParentsBlocksAndDiverges) {
+TEST_P(EngineTest, ForkSharesTheParentsBlocksAndDiverges) {
   auto engine = NewEngine();
   auto parent = engine->OpenSession(absl::Minutes(1));
   ASSERT_TRUE(parent.ok());
@@ -170,7 +172,7 @@ TEST_F(EngineTest, ForkSharesTheParentsBlocksAndDiverges) {
   ExpectSameOutput(out2, RunRequest(*cold, Greedy(Concat(Concat(turn1, out1.tokens), turn2), 5, 3)));
 }
 
-TEST_F(EngineTest, DifferentSaltsNeverShareBlocks) {
+TEST_P(EngineTest, DifferentSaltsNeverShareBlocks) {
   auto engine = NewEngine();
   const std::vector<int32_t> p = Prompt(50, 7);
   Request a = Greedy(p, 2);
@@ -186,7 +188,7 @@ TEST_F(EngineTest, DifferentSaltsNeverShareBlocks) {
   EXPECT_EQ(RunRequest(*engine, b).usage.cached_tokens, 48);
 }
 
-TEST_F(EngineTest, TinyBudgetEvictsAndPreemptsButKeepsResults) {
+TEST_P(EngineTest, TinyBudgetEvictsAndPreemptsButKeepsResults) {
   // Reference outputs, one request at a time on a roomy engine.
   std::vector<Request> requests;
   for (int i = 0; i < 6; ++i) {
@@ -217,7 +219,7 @@ TEST_F(EngineTest, TinyBudgetEvictsAndPreemptsButKeepsResults) {
   EXPECT_EQ(stats.blocks_used, 0);
 }
 
-TEST_F(EngineTest, SequenceLongerThanThePoolStopsWithLength) {
+TEST_P(EngineTest, SequenceLongerThanThePoolStopsWithLength) {
   Engine::Options o = SmallOptions();
   o.kv_budget_bytes = 2 * o.KvLayoutFor(model_->config()).block_bytes();
   auto engine = NewEngine(o);
@@ -228,7 +230,7 @@ TEST_F(EngineTest, SequenceLongerThanThePoolStopsWithLength) {
   EXPECT_EQ(RunRequest(*engine, Greedy(Prompt(40), 1)).status.code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(EngineTest, CancelReturnsEveryBlock) {
+TEST_P(EngineTest, CancelReturnsEveryBlock) {
   auto engine = NewEngine();
   std::atomic<RequestId> victim{0};
   Engine* e = engine.get();
@@ -251,7 +253,7 @@ TEST_F(EngineTest, CancelReturnsEveryBlock) {
   EXPECT_FALSE(cancelled->bad_order());
 }
 
-TEST_F(EngineTest, DeadlineExpiryReturnsEveryBlock) {
+TEST_P(EngineTest, DeadlineExpiryReturnsEveryBlock) {
   std::mutex mu;
   absl::Time now = absl::UnixEpoch();
   Engine::Options o = SmallOptions();
@@ -308,7 +310,7 @@ class Gate {
   bool open_ = false;
 };
 
-TEST_F(EngineTest, FullQueueIsOverloaded) {
+TEST_P(EngineTest, FullQueueIsOverloaded) {
   Engine::Options o = SmallOptions();
   o.max_waiting_requests = 2;
   o.max_waiting_prompt_tokens = 100;
@@ -344,7 +346,7 @@ TEST_F(EngineTest, FullQueueIsOverloaded) {
   EXPECT_TRUE(big->Wait().status.ok());
 }
 
-TEST_F(EngineTest, SessionRulesAndExpiry) {
+TEST_P(EngineTest, SessionRulesAndExpiry) {
   std::mutex mu;
   absl::Time now = absl::UnixEpoch();
   Engine::Options o = SmallOptions();
@@ -401,7 +403,7 @@ TEST_F(EngineTest, SessionRulesAndExpiry) {
   EXPECT_EQ(engine->Stats().open_sessions, 0);
 }
 
-TEST_F(EngineTest, IdleSessionPinsAreReclaimedUnderPressure) {
+TEST_P(EngineTest, IdleSessionPinsAreReclaimedUnderPressure) {
   Engine::Options o = SmallOptions();
   o.kv_budget_bytes = 8 * o.KvLayoutFor(model_->config()).block_bytes();
   auto engine = NewEngine(o);
@@ -423,7 +425,7 @@ TEST_F(EngineTest, IdleSessionPinsAreReclaimedUnderPressure) {
   EXPECT_EQ(r2.usage.prompt_tokens, 77);
 }
 
-TEST_F(EngineTest, SeededSamplingDoesNotDependOnOtherRequests) {
+TEST_P(EngineTest, SeededSamplingDoesNotDependOnOtherRequests) {
   Request r;
   r.prompt_tokens = Prompt(25, 8);
   r.sampling.temperature = 0.9f;
@@ -451,7 +453,7 @@ TEST_F(EngineTest, SeededSamplingDoesNotDependOnOtherRequests) {
   for (auto& n : noise) n->Wait();
 }
 
-TEST_F(EngineTest, RejectsBadRequests) {
+TEST_P(EngineTest, RejectsBadRequests) {
   auto engine = NewEngine();
   auto code = [&](Request r) {
     return engine->Submit(std::move(r), std::make_shared<CollectingSink>()).status().code();
@@ -473,7 +475,7 @@ TEST_F(EngineTest, RejectsBadRequests) {
   engine->Shutdown(absl::InfiniteFuture());  // idempotent
 }
 
-TEST_F(EngineTest, ShutdownLetsRunningRequestsFinish) {
+TEST_P(EngineTest, ShutdownLetsRunningRequestsFinish) {
   auto engine = NewEngine();
   auto sink = std::make_shared<CollectingSink>();
   ASSERT_TRUE(engine->Submit(Greedy(Prompt(10), 20), sink).ok());
@@ -482,6 +484,8 @@ TEST_F(EngineTest, ShutdownLetsRunningRequestsFinish) {
   EXPECT_TRUE(r.status.ok());
   EXPECT_EQ(r.tokens.size(), 20u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, EngineTest, ::testing::Values("reference", "cpu_blas"));
 
 TEST(EngineCreateTest, RejectsMismatchedBackendAndBadOptions) {
   auto model = RandomModel();

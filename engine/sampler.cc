@@ -211,11 +211,14 @@ int32_t Sampler::SampleStochastic(std::span<float> logits) {
   for (float p : probs_) mass += p;
   const double u = NextUniform() * mass;
   double cumulative = 0.0;
+  int32_t last_possible = candidates_.front();  // the maximum: weight 1 (or at least > 0)
   for (size_t i = 0; i < candidates_.size(); ++i) {
+    if (probs_[i] <= 0.0f) continue;  // underflowed to 0 at a low temperature
     cumulative += probs_[i];
+    last_possible = candidates_[i];
     if (u < cumulative) return candidates_[i];
   }
-  return candidates_.back();  // rounding: u landed on the very end
+  return last_possible;  // rounding: u landed on the very end
 }
 
 void Sampler::FillLogprobs(std::span<const float> original, int32_t token, SampleInfo* info) {

@@ -1,6 +1,7 @@
 // Model::Load: picks the reader from the file's content and wires mmap storage.
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <system_error>
 #include <utility>

@@ -153,7 +153,16 @@ Metrics::Metrics()
                                LatencyBuckets())),
       prefill_time_(AddHistogram(*registry_, "kvserve_request_prefill_time_seconds",
                                  "From the first engine step to the first token.",
-                                 LatencyBuckets())) {}
+                                 LatencyBuckets())) {
+  // Export every finish reason from the start (at 0), so that rates over them work
+  // before the first occurrence.
+  for (engine::FinishReason reason :
+       {engine::FinishReason::kStop, engine::FinishReason::kStopString,
+        engine::FinishReason::kLength, engine::FinishReason::kCancelled,
+        engine::FinishReason::kDeadline, engine::FinishReason::kError}) {
+    finished_.Add({{"reason", FinishReasonLabel(reason)}});
+  }
+}
 
 void Metrics::RecordRpc(const std::string& method, const std::string& code) {
   rpc_requests_.Add({{"method", method}, {"code", code}}).Increment();

@@ -51,6 +51,8 @@ TEST(MetricsTest, NoTokenMeansNoTtftObservation) {
   EXPECT_THAT(text, HasSubstr("kvserve_request_time_to_first_token_seconds_count 0"));
   EXPECT_THAT(text, HasSubstr("kvserve_request_e2e_latency_seconds_count 1"));
   EXPECT_THAT(text, HasSubstr("kvserve_request_finished_total{reason=\"cancelled\"} 1"));
+  // Every finish reason is exported from the start.
+  EXPECT_THAT(text, HasSubstr("kvserve_request_finished_total{reason=\"deadline\"} 0"));
 }
 
 TEST(MetricsTest, EngineStatsAreReadAtScrapeTime) {

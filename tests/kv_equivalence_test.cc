@@ -15,8 +15,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <ostream>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -48,9 +48,14 @@ constexpr double kTextbookTolerance = 2e-4;
 // f16 KV vs f32 KV: K and V rounded to 11 significant bits before attention
 // (measured for the reference: 1.7e-2 on stories260K, under 1e-3 on the random models).
 constexpr double kF16KvTolerance = 5e-2;
+// Cached decode vs recompute, both with f16 KV. Exact for the reference (same arithmetic);
+// for a backend whose prefill and decode schedules differ by a float ulp, one ulp can
+// flip an f16 rounding of a K/V element (2^-11 relative). Measured for cpu_blas: 1.2e-3
+// on stories260K.
+constexpr double kF16SameBackendTolerance = 1e-2;
 
-// Backend names passed to backends::CreateBackend; add an optimized backend here.
-const std::vector<std::string> kBackends = {"reference"};
+// Backend names passed to backends::CreateBackend: every backend must pass every check.
+const std::vector<std::string> kBackends = {"reference", "cpu_blas"};
 
 // ---------------------------------------------------------------------------------------
 // The textbook forward pass, without any cache.
@@ -167,7 +172,8 @@ class TextbookModel {
         const std::vector<double> xb = RmsNormed(x[t], L.ffn_norm, c_.rms_eps);
         std::vector<double> gate = Apply(L.w_gate, xb);
         const std::vector<double> up = Apply(L.w_up, xb);
-        for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+        for (size_t i = 0; i < gate.size(); ++i)
+          gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
         const std::vector<double> down = Apply(L.w_down, gate);
         for (int i = 0; i < c_.dim; ++i) x[t][i] += down[i];
       }
@@ -199,8 +205,8 @@ std::string ModelsDir() {
   return dir != nullptr ? dir : "models";
 }
 
-absl::StatusOr<std::unique_ptr<model::Model>> Random(model::DType dtype, bool tied,
-                                                     std::function<void(model::ModelConfig&)> edit) {
+absl::StatusOr<std::unique_ptr<model::Model>> Random(
+    model::DType dtype, bool tied, std::function<void(model::ModelConfig&)> edit) {
   backends::testing::RandomModelOptions o;
   o.dtype = dtype;
   o.tied = tied;
@@ -212,13 +218,13 @@ absl::StatusOr<std::unique_ptr<model::Model>> Random(model::DType dtype, bool ti
 std::vector<ModelCase> ModelCases() {
   auto keep = [](model::ModelConfig&) {};
   return {
-      {"stories260K_gguf",
-       [] { return model::Model::Load(ModelsDir() + "/stories260K.gguf"); }},
+      {"stories260K_gguf", [] { return model::Model::Load(ModelsDir() + "/stories260K.gguf"); }},
       {"random_gqa_f32", [=] { return Random(DType::kF32, false, keep); }},
       {"random_gqa_f16_tied", [=] { return Random(DType::kF16, true, keep); }},
       {"random_gqa_bf16", [=] { return Random(DType::kBF16, false, keep); }},
       {"random_gqa_q8_0", [=] { return Random(DType::kQ8_0, false, keep); }},
-      {"random_mqa_halves_partial_rope", [] {
+      {"random_mqa_halves_partial_rope",
+       [] {
          return Random(DType::kF32, true, [](model::ModelConfig& c) {
            c.n_heads = 4;
            c.n_kv_heads = 1;
@@ -273,8 +279,7 @@ std::vector<int32_t> PromptTokens(int n, int vocab, uint32_t seed) {
   return t;
 }
 
-class KvEquivalenceTest
-    : public ::testing::TestWithParam<std::tuple<std::string, ModelCase>> {
+class KvEquivalenceTest : public ::testing::TestWithParam<std::tuple<std::string, ModelCase>> {
  protected:
   void SetUp() override {
     auto m = std::get<1>(GetParam()).make();
@@ -318,7 +323,8 @@ class KvEquivalenceTest
       EXPECT_TRUE(s.ok()) << s;
       seq.Commit(next);
       out.push_back(logits);
-      next = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+      next = {
+          static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
     }
     *tokens = seq.history;
     return out;
@@ -362,8 +368,7 @@ TEST_P(KvEquivalenceTest, SequencesInOneBatchEqualEachAlone) {
   // 7-token prompt, and a 3-token prefill chunk after 5 cached tokens.
   const std::vector<int32_t> history_a = PromptTokens(9, vocab_, 1);
   const std::vector<int32_t> history_c = PromptTokens(5, vocab_, 3);
-  const std::vector<int32_t> new_a = {5}, new_b = PromptTokens(7, vocab_, 2),
-                             new_c = {7, 8, 9};
+  const std::vector<int32_t> new_a = {5}, new_b = PromptTokens(7, vocab_, 2), new_c = {7, 8, 9};
 
   auto prepare = [&](Sequence& seq, const std::vector<int32_t>& history) {
     if (history.empty()) return;
@@ -384,8 +389,8 @@ TEST_P(KvEquivalenceTest, SequencesInOneBatchEqualEachAlone) {
 
   // Alone.
   int index = 0;
-  for (auto [history, fresh] : {std::pair{&history_a, &new_a}, std::pair{&new_a, &new_b},
-                                std::pair{&history_c, &new_c}}) {
+  for (auto [history, fresh] :
+       {std::pair{&history_a, &new_a}, std::pair{&new_a, &new_b}, std::pair{&history_c, &new_c}}) {
     Sequence alone(layout, 16);
     if (index != 1) prepare(alone, *history);
     Batch batch;
@@ -404,8 +409,8 @@ TEST_P(KvEquivalenceTest, ChunkedPrefillEqualsOneShot) {
   ASSERT_NE(backend, nullptr);
   const std::vector<int32_t> prompt = PromptTokens(13, vocab_, 11);
   const std::vector<float> one_shot = FromScratch(*backend, prompt);
-  for (std::vector<int> chunks : {std::vector<int>{5, 5, 3}, std::vector<int>{1, 12},
-                                  std::vector<int>{4, 4, 4, 1}}) {
+  for (std::vector<int> chunks :
+       {std::vector<int>{5, 5, 3}, std::vector<int>{1, 12}, std::vector<int>{4, 4, 4, 1}}) {
     Sequence seq(backend->kv_layout(), 13);
     std::vector<float> logits(vocab_, 0.0f);
     size_t begin = 0;
@@ -464,16 +469,16 @@ TEST_P(KvEquivalenceTest, F16KvStaysCloseToF32Kv) {
   }
   EXPECT_LE(worst, kF16KvTolerance);
   EXPECT_GT(worst, 0.0) << "f16 rounding should be visible";
-  EXPECT_LE(worst_recompute, kSameBackendTolerance);
+  EXPECT_LE(worst_recompute, kF16SameBackendTolerance);
   std::printf("max |f16 KV - f32 KV| = %.3g\n", worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Models, KvEquivalenceTest,
-    ::testing::Combine(::testing::ValuesIn(kBackends), ::testing::ValuesIn(ModelCases())),
-    [](const ::testing::TestParamInfo<KvEquivalenceTest::ParamType>& info) {
-      return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
-    });
+INSTANTIATE_TEST_SUITE_P(Models, KvEquivalenceTest,
+                         ::testing::Combine(::testing::ValuesIn(kBackends),
+                                            ::testing::ValuesIn(ModelCases())),
+                         [](const ::testing::TestParamInfo<KvEquivalenceTest::ParamType>& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
+                         });
 
 // stories260K.gguf and stories260K.bin (+ tok512.bin) hold the same weights: the same
 // tokens give the same logits.

@@ -9,10 +9,12 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvserve/v1/inference.grpc.pb.h"
@@ -315,11 +317,15 @@ TEST_F(ServiceIntegrationTest, EveryValidationErrorNamesItsField) {
   r.mutable_tokens()->add_ids(1);
   r.mutable_tokens()->add_ids(512);  // vocab is 512
   expect_invalid(r, "prompt.tokens.ids[1]");
+  grpc::ClientContext info_ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub_->GetModelInfo(&info_ctx, v1::GetModelInfoRequest(), &info).ok());
+  ASSERT_GT(info.context_length(), 0);
   r = Greedy("", 5);
-  for (int i = 0; i < 600; ++i) r.mutable_tokens()->add_ids(100);  // context is 512
+  for (int i = 0; i < info.context_length(); ++i) r.mutable_tokens()->add_ids(100);
   expect_invalid(r, "prompt");
-  std::string long_text;
-  for (int i = 0; i < 300; ++i) long_text += " Once upon a time";
+  std::string long_text;  // 4+ tokens per repetition
+  for (int i = 0; i < info.context_length() / 4 + 1; ++i) long_text += " Once upon a time";
   expect_invalid(Greedy(long_text, 5), "prompt");
 
   v1::GenerateRequest unknown = Greedy(kPrompt, 5);
@@ -384,6 +390,68 @@ TEST_F(ServiceIntegrationTest, MetricsCountGenerationsAndReadEngineStats) {
   EXPECT_THAT(text, HasSubstr("kvserve_request_time_to_first_token_seconds_count 1"));
   EXPECT_THAT(text, HasSubstr("kvserve_kv_blocks_free "));
   EXPECT_THAT(text, HasSubstr("kvserve_engine_requests_running 0"));
+}
+
+// Lists the services through grpc.reflection.v1alpha.ServerReflection with a generic
+// bidi call (the reflection protos are not installed; the few fields needed are
+// encoded and decoded by hand: request field 7 list_services, response field 6
+// list_services_response { repeated service = 1 { name = 1 } }).
+std::vector<std::string> ListServicesByReflection(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(absl::Seconds(10)));
+  std::vector<std::string> names;
+  auto next = [&cq](void* want) {
+    void* tag = nullptr;
+    bool ok = false;
+    return cq.Next(&tag, &ok) && tag == want && ok;
+  };
+  int tag = 0;
+  auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  call->StartCall(&tag);
+  if (!next(&tag)) return names;
+  const std::string request_bytes("\x3a\x00", 2);  // list_services: ""
+  grpc::Slice slice(request_bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  call->Write(request, &tag);
+  if (!next(&tag)) return names;
+  call->WritesDone(&tag);
+  if (!next(&tag)) return names;
+  grpc::ByteBuffer response;
+  call->Read(&response, &tag);
+  const bool got = next(&tag);
+  grpc::Status status;
+  call->Finish(&status, &tag);
+  next(&tag);
+  if (!got) return names;
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return names;
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  google::protobuf::UnknownFieldSet top;
+  if (!top.ParseFromString(bytes)) return names;
+  for (int i = 0; i < top.field_count(); ++i) {
+    if (top.field(i).number() != 6) continue;
+    google::protobuf::UnknownFieldSet list;
+    if (!list.ParseFromString(top.field(i).length_delimited())) continue;
+    for (int j = 0; j < list.field_count(); ++j) {
+      google::protobuf::UnknownFieldSet service;
+      if (list.field(j).number() != 1 || !service.ParseFromString(list.field(j).length_delimited())) continue;
+      for (int k = 0; k < service.field_count(); ++k) {
+        if (service.field(k).number() == 1) names.push_back(service.field(k).length_delimited());
+      }
+    }
+  }
+  return names;
+}
+
+TEST_F(ServiceIntegrationTest, ReflectionListsTheServices) {
+  StartServer();
+  EXPECT_THAT(ListServicesByReflection(channel_),
+              ::testing::IsSupersetOf({std::string("kvserve.v1.Inference"),
+                                       std::string("grpc.health.v1.Health"),
+                                       std::string("grpc.reflection.v1alpha.ServerReflection")}));
 }
 
 }  // namespace

@@ -15,8 +15,8 @@ void AttentionScores(const SequenceKv& kv, int layer, int kv_head, int head_dim,
   }
 }
 
-void WeightedValues(const SequenceKv& kv, int layer, int kv_head,
-                    std::span<const float> weights, std::span<float> out) {
+void WeightedValues(const SequenceKv& kv, int layer, int kv_head, std::span<const float> weights,
+                    std::span<float> out) {
   std::fill(out.begin(), out.end(), 0.0f);
   const int offset = kv_head * static_cast<int>(out.size());
   for (size_t t = 0; t < weights.size(); ++t) {

@@ -27,8 +27,8 @@ void AttentionScores(const SequenceKv& kv, int layer, int kv_head, int head_dim,
 
 // out[i] = sum_t weights[t] * V[t][kv_head][i]  for t in [0, weights.size())
 // out: [head_dim] (overwritten).
-void WeightedValues(const SequenceKv& kv, int layer, int kv_head,
-                    std::span<const float> weights, std::span<float> out);
+void WeightedValues(const SequenceKv& kv, int layer, int kv_head, std::span<const float> weights,
+                    std::span<float> out);
 
 // One query head over positions [0, att.size()): att = softmax(scores), out = att · V.
 // q_head, out: [head_dim]; att: [n_pos] scratch that holds the softmax weights on return.

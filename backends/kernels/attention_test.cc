@@ -21,8 +21,10 @@ using model::KvLayout;
 // error in the source), so V is our own here and the output is checked against a direct sum.
 constexpr float kEmbedding[3] = {0.20f, -0.10f, 0.70f};
 // W_Q and W_K as printed ([in, out], x · W), transposed below into [out, in] rows.
-constexpr float kWq[3][3] = {{-0.74f, 0.91f, -0.21f}, {-0.51f, 0.43f, 0.18f}, {-0.56f, -0.21f, 0.76f}};
-constexpr float kWk[3][3] = {{0.13f, -0.51f, -0.63f}, {-0.79f, 0.54f, -0.04f}, {0.33f, -0.10f, -0.87f}};
+constexpr float kWq[3][3] = {
+    {-0.74f, 0.91f, -0.21f}, {-0.51f, 0.43f, 0.18f}, {-0.56f, -0.21f, 0.76f}};
+constexpr float kWk[3][3] = {
+    {0.13f, -0.51f, -0.63f}, {-0.79f, 0.54f, -0.04f}, {0.33f, -0.10f, -0.87f}};
 constexpr float kQ[3] = {-0.49f, -0.01f, 0.48f};
 constexpr float kK[5][3] = {{-0.21f, 0.13f, 0.29f},
                             {0.30f, -0.68f, -0.03f},

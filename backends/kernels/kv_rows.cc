@@ -25,8 +25,7 @@ inline float LoadElement(const uint8_t* row, model::DType dtype, size_t i) {
 uint8_t* SequenceKv::Row(int layer, KvKind kind, int64_t pos) const {
   const int64_t block = pos / layout_->block_tokens;
   const int row = static_cast<int>(pos % layout_->block_tokens);
-  return blocks_[static_cast<size_t>(block)] +
-         layout_->offset(layer, static_cast<int>(kind), row);
+  return blocks_[static_cast<size_t>(block)] + layout_->offset(layer, static_cast<int>(kind), row);
 }
 
 void SequenceKv::Write(int layer, KvKind kind, int64_t pos, std::span<const float> row) const {

@@ -25,9 +25,7 @@ inline float LoadF32(const uint8_t* p, size_t i) {
 
 // One q8_0 block: f16 scale d, then 32 int8 quants q; element j is d * q[j].
 inline float Q8Scale(const uint8_t* block) { return model::HalfToFloat(Load16(block, 0)); }
-inline int8_t Q8Quant(const uint8_t* block, int j) {
-  return static_cast<int8_t>(block[2 + j]);
-}
+inline int8_t Q8Quant(const uint8_t* block, int j) { return static_cast<int8_t>(block[2 + j]); }
 
 }  // namespace
 

@@ -27,9 +27,9 @@ struct Matrix {
 // logits = [4, 2, 1, -3], greedy picks token 0. Our weights are stored one row per output
 // (TensorView convention), so the LM head tensor is W_LM transposed: [V=4, H=3].
 TEST(LmHeadSeedTest, WorkedExampleFromSeed000) {
-  const std::vector<float> w_lm_t = {1, 1, -1,   // token 0 (民)
-                                     0, 2, 0,    // token 1 (工)
-                                     1, 0, 1,    // token 2 (们)
+  const std::vector<float> w_lm_t = {1,  1, -1,  // token 0 (民)
+                                     0,  2, 0,   // token 1 (工)
+                                     1,  0, 1,   // token 2 (们)
                                      -1, 0, 1};  // token 3 (生)
   const std::vector<float> h = {2, 1, -1};
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {  // all exact for these values

@@ -56,12 +56,11 @@ TEST_P(RopeFormulaTest, MatchesDirectFormula) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Styles, RopeFormulaTest,
-    ::testing::Values(RopeCase{RopeStyle::kAdjacentPairs, 8, 8},
-                      RopeCase{RopeStyle::kAdjacentPairs, 8, 4},
-                      RopeCase{RopeStyle::kRotateHalves, 8, 8},
-                      RopeCase{RopeStyle::kRotateHalves, 16, 8}));
+INSTANTIATE_TEST_SUITE_P(Styles, RopeFormulaTest,
+                         ::testing::Values(RopeCase{RopeStyle::kAdjacentPairs, 8, 8},
+                                           RopeCase{RopeStyle::kAdjacentPairs, 8, 4},
+                                           RopeCase{RopeStyle::kRotateHalves, 8, 8},
+                                           RopeCase{RopeStyle::kRotateHalves, 16, 8}));
 
 TEST(RopeTest, StylesPairDifferentDimensions) {
   // Position 1, one head of 4: adjacent pairs rotate (0,1) by 1 rad and (2,3) by 0.01 rad;

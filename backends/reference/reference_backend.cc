@@ -25,8 +25,15 @@ namespace {
 // Scratch buffers for one token, reused across tokens (llama2.c's RunState).
 struct RunState {
   explicit RunState(const model::ModelConfig& c)
-      : x(c.dim), xb(c.dim), xb2(c.dim), q(c.q_dim()), k(c.kv_dim()), v(c.kv_dim()),
-        att_out(c.q_dim()), hb(c.ffn_dim), hb2(c.ffn_dim) {}
+      : x(c.dim),
+        xb(c.dim),
+        xb2(c.dim),
+        q(c.q_dim()),
+        k(c.kv_dim()),
+        v(c.kv_dim()),
+        att_out(c.q_dim()),
+        hb(c.ffn_dim),
+        hb2(c.ffn_dim) {}
   std::vector<float> x;        // [dim] residual stream of the current token
   std::vector<float> xb;       // [dim] normalised input of a sub-layer
   std::vector<float> xb2;      // [dim] output of a sub-layer, before the residual add
@@ -43,8 +50,11 @@ struct RunState {
 
 struct ReferenceBackend::State {
   State(const model::Model& m, const model::KvLayout& l)
-      : config(m.config()), weights(m.weights()), layout(l),
-        rope(kernels::Rope::ForModel(m.config())), run(m.config()) {}
+      : config(m.config()),
+        weights(m.weights()),
+        layout(l),
+        rope(kernels::Rope::ForModel(m.config())),
+        run(m.config()) {}
   const model::ModelConfig& config;    // dims (llama2.c's Config)
   const model::ModelWeights& weights;  // one view per tensor, shapes in model/weights.h
   const model::KvLayout layout;
@@ -69,8 +79,8 @@ namespace {
 // Runs one token at absolute position `pos` through every layer, writing its K/V into
 // `kv`. On return s.x holds the token's final hidden state (before the final norm).
 void ForwardToken(const model::ModelConfig& c, const model::ModelWeights& w,
-                  const kernels::Rope& rope, const kernels::SequenceKv& kv, int32_t token,
-                  int pos, RunState& s) {
+                  const kernels::Rope& rope, const kernels::SequenceKv& kv, int32_t token, int pos,
+                  RunState& s) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, scale};
   const int n_pos = pos + 1;

@@ -15,9 +15,9 @@
 namespace kvserve::backends {
 namespace {
 
-using ::testing::HasSubstr;
 using model::DType;
 using model::KvLayout;
+using ::testing::HasSubstr;
 
 std::unique_ptr<model::Model> RandomModel(bool tied = false) {
   testing::RandomModelOptions options;
@@ -28,7 +28,7 @@ std::unique_ptr<model::Model> RandomModel(bool tied = false) {
   return std::move(*m);
 }
 
-TEST(CreateBackendTest, KnowsReferenceOnly) {
+TEST(CreateBackendTest, CreatesReferenceAndRejectsUnknownNames) {
   auto m = RandomModel();
   const KvLayout layout = KvLayout::ForModel(m->config(), 16, DType::kF32);
   auto backend = CreateBackend("reference", *m, layout, BackendOptions{});
@@ -87,7 +87,7 @@ class InvalidBatchTest : public ::testing::Test {
   KvLayout layout_;
   std::unique_ptr<ReferenceBackend> backend_;
   std::unique_ptr<KvArena> arena_;
-  std::span<uint8_t* const> good_blocks_, bad_blocks_;
+  std::span<uint8_t*const> good_blocks_, bad_blocks_;
   std::vector<int32_t> good_tokens_ = {1, 5, 9};
   std::vector<float> logits_;
 };

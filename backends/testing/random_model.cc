@@ -25,7 +25,9 @@ class Random {
     return z ^ (z >> 31);
   }
   // Uniform in [-1, 1).
-  float Symmetric() { return static_cast<float>(static_cast<double>(Next() >> 11) * 0x1.0p-52 - 1.0); }
+  float Symmetric() {
+    return static_cast<float>(static_cast<double>(Next() >> 11) * 0x1.0p-52 - 1.0);
+  }
 
  private:
   uint64_t state_;

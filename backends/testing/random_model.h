@@ -24,7 +24,9 @@ struct RandomModelOptions {
   model::DType dtype = model::DType::kF32;
   // When true, output aliases token_embedding (and config.tied_embeddings is set).
   bool tied = false;
-  // Weights are uniform in [-scale, scale] / sqrt(fan_in), norm gains in [0.5, 1.5].
+  // Projections are uniform in [-scale, scale] / sqrt(fan_in), the embedding in [-1, 1],
+  // norm gains in [0.5, 1.5]. Values come from `seed` through splitmix64, so they are the
+  // same on every platform.
   uint64_t seed = 1;
   float scale = 1.0f;
 

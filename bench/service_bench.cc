@@ -1,0 +1,225 @@
+// kvserve-service-bench: what the gRPC layer costs. Runs the same workload (concurrent
+// greedy streams of a fixed length) twice over one model: straight into an in-process
+// engine, then through a kvserve Server on a loopback port with the generated C++ stub
+// (GenerateStream). Also times one-token requests one after another (unary Generate vs
+// an engine Submit). Prints one JSON line.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "kvserve/v1/inference.grpc.pb.h"
+#include "model/tokenizer.h"
+#include "service/model_loading.h"
+#include "service/server.h"
+
+ABSL_FLAG(std::string, model, "models/stories260K.gguf", "Model file (GGUF).");
+ABSL_FLAG(std::string, backend, "cpu_blas", "Backend: cpu_blas or reference.");
+ABSL_FLAG(int32_t, threads, 0, "Backend threads; 0 = all cores.");
+ABSL_FLAG(int32_t, streams, 4, "Concurrent streams.");
+ABSL_FLAG(int32_t, requests, 16, "Requests per run.");
+ABSL_FLAG(int32_t, max_tokens, 256, "Tokens generated per request (ignore_eos).");
+ABSL_FLAG(int32_t, latency_calls, 50, "One-token requests timed one after another.");
+ABSL_FLAG(std::string, prompt, "Once upon a time", "Prompt text.");
+ABSL_FLAG(int32_t, rounds, 9,
+          "Alternating engine/gRPC rounds; medians are reported (and the ratio's range).");
+
+namespace kvserve::bench {
+namespace {
+
+using service::LoadedModel;
+using service::ModelOptions;
+
+struct RunResult {
+  int64_t tokens = 0;
+  double seconds = 0.0;
+  int failures = 0;
+};
+
+// Runs `requests` calls of `one_request` (returns tokens, or -1 on failure) on `streams`
+// threads.
+RunResult RunConcurrent(int streams, int requests, const std::function<int64_t()>& one_request) {
+  std::atomic<int> next{0};
+  std::atomic<int64_t> tokens{0};
+  std::atomic<int> failures{0};
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> workers;
+  for (int w = 0; w < streams; ++w) {
+    workers.emplace_back([&] {
+      while (next.fetch_add(1) < requests) {
+        const int64_t n = one_request();
+        if (n < 0) {
+          failures.fetch_add(1);
+        } else {
+          tokens.fetch_add(n);
+        }
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  return {tokens.load(), absl::ToDoubleSeconds(absl::Now() - start), failures.load()};
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
+}
+
+// Counts tokens and signals the finish.
+class CountingSink final : public engine::RequestSink {
+ public:
+  void OnToken(const engine::TokenEvent&) override { ++tokens_; }
+  void OnFinish(const absl::Status& status, engine::FinishReason, const engine::Usage&) override {
+    done_.set_value(status.ok() ? tokens_ : -1);
+  }
+  std::future<int64_t> result() { return done_.get_future(); }
+
+ private:
+  int64_t tokens_ = 0;
+  std::promise<int64_t> done_;
+};
+
+int64_t EngineRequest(engine::Engine& engine, const std::vector<int32_t>& prompt, int max_tokens) {
+  engine::Request request;
+  request.prompt_tokens = prompt;
+  request.sampling.temperature = 0.0f;
+  request.sampling.max_tokens = max_tokens;
+  request.sampling.ignore_eos = true;
+  auto sink = std::make_shared<CountingSink>();
+  std::future<int64_t> result = sink->result();
+  if (!engine.Submit(std::move(request), sink).ok()) return -1;
+  return result.get();
+}
+
+int Run() {
+  ModelOptions options;
+  options.model_path = absl::GetFlag(FLAGS_model);
+  options.backend = absl::GetFlag(FLAGS_backend);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  const int streams = absl::GetFlag(FLAGS_streams);
+  const int requests = absl::GetFlag(FLAGS_requests);
+  const int max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  const int latency_calls = absl::GetFlag(FLAGS_latency_calls);
+  const std::string prompt_text = absl::GetFlag(FLAGS_prompt);
+
+  // Two engines over the same file: one called directly, one behind a gRPC server. The
+  // runs alternate (medians of --rounds each) so that machine noise hits both alike.
+  absl::StatusOr<LoadedModel> direct = service::LoadModel(options);
+  if (!direct.ok()) {
+    std::fprintf(stderr, "kvserve-service-bench: %s\n", direct.status().ToString().c_str());
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
+      model::Tokenizer::Create(direct->model->vocab());
+  if (!tokenizer.ok()) return 1;
+  const std::vector<int32_t> prompt = (*tokenizer)->Encode(prompt_text, /*add_bos=*/true);
+  engine::Engine& engine = *direct->engine;
+
+  service::ServerOptions server_options;
+  server_options.listen_address = "127.0.0.1:0";
+  server_options.metrics_address = "";
+  server_options.service.limits.max_tokens_limit = std::max(4096, max_tokens);
+  options.engine.max_tokens_limit = server_options.service.limits.max_tokens_limit;
+  absl::StatusOr<std::unique_ptr<service::Server>> server = service::Server::Start(server_options);
+  absl::StatusOr<LoadedModel> served = service::LoadModel(options);
+  if (!server.ok() || !served.ok()) {
+    std::fprintf(stderr, "kvserve-service-bench: cannot start the server\n");
+    return 1;
+  }
+  if (!(*server)->Attach(std::move(served->model), std::move(served->engine), served->backend)
+           .ok()) {
+    return 1;
+  }
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Inference::NewStub(channel);
+  v1::GenerateRequest request;
+  request.mutable_tokens()->mutable_ids()->Add(prompt.begin(), prompt.end());
+  request.mutable_sampling()->set_temperature(0.0f);
+  request.set_max_tokens(max_tokens);
+  request.set_ignore_eos(true);
+  auto grpc_request = [&]() -> int64_t {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
+    auto reader = stub->GenerateStream(&ctx, request);
+    v1::GenerateStreamResponse msg;
+    int64_t n = 0;
+    while (reader->Read(&msg)) n += msg.token_ids_size();
+    return reader->Finish().ok() ? n : -1;
+  };
+  auto engine_request = [&] { return EngineRequest(engine, prompt, max_tokens); };
+  engine_request();  // warm-up
+  grpc_request();    // warm-up (connection, lazy init)
+
+  RunResult in_process, over_grpc;
+  std::vector<double> engine_runs, grpc_runs, ratios;
+  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    // Alternate which goes first, too.
+    RunResult e, g;
+    if (round % 2 == 0) {
+      e = RunConcurrent(streams, requests, engine_request);
+      g = RunConcurrent(streams, requests, grpc_request);
+    } else {
+      g = RunConcurrent(streams, requests, grpc_request);
+      e = RunConcurrent(streams, requests, engine_request);
+    }
+    in_process.failures += e.failures;
+    over_grpc.failures += g.failures;
+    engine_runs.push_back(e.tokens / e.seconds);
+    grpc_runs.push_back(g.tokens / g.seconds);
+    ratios.push_back(grpc_runs.back() / engine_runs.back());
+  }
+  const double engine_tps = Percentile(engine_runs, 0.5);
+  const double grpc_tps = Percentile(grpc_runs, 0.5);
+
+  std::vector<double> engine_latency;
+  std::vector<double> grpc_latency;
+  v1::GenerateRequest one = request;
+  one.set_max_tokens(1);
+  for (int i = 0; i < latency_calls; ++i) {
+    absl::Time t = absl::Now();
+    EngineRequest(engine, prompt, 1);
+    engine_latency.push_back(absl::ToDoubleSeconds(absl::Now() - t));
+    grpc::ClientContext ctx;
+    v1::GenerateResponse resp;
+    t = absl::Now();
+    if (!stub->Generate(&ctx, one, &resp).ok()) return 1;
+    grpc_latency.push_back(absl::ToDoubleSeconds(absl::Now() - t));
+  }
+  (*server)->Drain(absl::ZeroDuration());
+
+  std::printf(
+      "{\"bench\":\"service\",\"model\":\"%s\",\"backend\":\"%s\",\"streams\":%d,"
+      "\"requests\":%d,\"rounds\":%d,\"max_tokens\":%d,\"engine_tokens_per_second\":%.1f,"
+      "\"grpc_tokens_per_second\":%.1f,\"grpc_over_engine_median\":%.3f,"
+      "\"grpc_over_engine_min\":%.3f,\"grpc_over_engine_max\":%.3f,\"failures\":%d,"
+      "\"engine_one_token_p50_ms\":%.3f,\"grpc_one_token_generate_p50_ms\":%.3f,"
+      "\"grpc_one_token_generate_p99_ms\":%.3f}\n",
+      options.model_path.c_str(), options.backend.c_str(), streams, requests, absl::GetFlag(FLAGS_rounds), max_tokens,
+      engine_tps, grpc_tps, Percentile(ratios, 0.5), Percentile(ratios, 0.0),
+      Percentile(ratios, 1.0), in_process.failures + over_grpc.failures,
+      Percentile(engine_latency, 0.5) * 1e3, Percentile(grpc_latency, 0.5) * 1e3,
+      Percentile(grpc_latency, 0.99) * 1e3);
+  return in_process.failures + over_grpc.failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace kvserve::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return kvserve::bench::Run();
+}

@@ -1,0 +1,77 @@
+#include "engine/session_store.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace kvserve::engine {
+namespace {
+
+SessionStore::Options Opts() {
+  SessionStore::Options o;
+  o.max_sessions = 3;
+  o.max_session_tokens = 20;
+  o.default_ttl = absl::Seconds(10);
+  o.max_ttl = absl::Minutes(1);
+  return o;
+}
+
+const absl::Time kT0 = absl::UnixEpoch();
+
+TEST(SessionStoreTest, TurnsAppendHistoryOneAtATime) {
+  SessionStore store(Opts(), 1);
+  auto s = store.Open(absl::ZeroDuration(), kT0);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->expires_at, kT0 + absl::Seconds(10));
+  auto ctx = store.BeginTurn(s->id, {1, 2, 3}, kT0);
+  ASSERT_TRUE(ctx.ok());
+  EXPECT_EQ(*ctx, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(store.BeginTurn(s->id, {4}, kT0).status().code(), absl::StatusCode::kFailedPrecondition);
+  // Busy sessions never expire.
+  EXPECT_TRUE(store.Get(s->id, kT0 + absl::Hours(1)).ok());
+  const std::vector<int32_t> history = {1, 2, 3, 9, 9};
+  EXPECT_TRUE(store.EndTurn(s->id, &history, kT0 + absl::Hours(1)));
+  ctx = store.BeginTurn(s->id, {4}, kT0 + absl::Hours(1));
+  ASSERT_TRUE(ctx.ok());
+  EXPECT_EQ(*ctx, (std::vector<int32_t>{1, 2, 3, 9, 9, 4}));
+  EXPECT_TRUE(store.EndTurn(s->id, nullptr, kT0 + absl::Hours(1)));  // cancelled: unchanged
+  EXPECT_EQ(store.Get(s->id, kT0 + absl::Hours(1))->history_tokens, 5);
+  // History limit.
+  EXPECT_EQ(store.BeginTurn(s->id, std::vector<int32_t>(15, 1), kT0 + absl::Hours(1)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST(SessionStoreTest, ForkCloseExpiryAndEvents) {
+  SessionStore store(Opts(), 2);
+  auto a = store.Open(absl::Seconds(5), kT0);
+  ASSERT_TRUE(a.ok());
+  const std::vector<int32_t> h = {5, 6};
+  ASSERT_TRUE(store.BeginTurn(a->id, {5}, kT0).ok());
+  store.EndTurn(a->id, &h, kT0);
+  auto b = store.Fork(a->id, absl::Seconds(30), kT0);
+  ASSERT_TRUE(b.ok());
+  EXPECT_NE(a->id, b->id);
+  EXPECT_EQ(b->history_tokens, 2);
+  EXPECT_EQ(store.Fork("missing", absl::ZeroDuration(), kT0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.Open(absl::Minutes(2), kT0).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(store.Open(absl::ZeroDuration(), kT0).ok());
+  EXPECT_EQ(store.Open(absl::ZeroDuration(), kT0).status().code(), absl::StatusCode::kResourceExhausted);
+  store.ExpireIdle(kT0 + absl::Seconds(6));  // a expires, b does not
+  EXPECT_EQ(store.Get(a->id, kT0 + absl::Seconds(6)).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(store.Close(b->id, kT0 + absl::Seconds(6)).ok());
+  EXPECT_EQ(store.Close(b->id, kT0 + absl::Seconds(6)).code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(store.EndTurn(b->id, nullptr, kT0));
+  const auto events = store.TakeEvents();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].kind, SessionStore::Event::Kind::kForked);
+  EXPECT_EQ(events[0].id, b->id);
+  EXPECT_EQ(events[0].parent_id, a->id);
+  EXPECT_EQ(events[1].kind, SessionStore::Event::Kind::kRemoved);
+  EXPECT_EQ(events[1].id, a->id);
+  EXPECT_EQ(events[2].id, b->id);
+  EXPECT_TRUE(store.TakeEvents().empty());
+  EXPECT_EQ(store.size(), 1);
+}
+
+}  // namespace
+}  // namespace kvserve::engine
