@@ -134,26 +134,30 @@ void BM_Gemm(benchmark::State& state) {
 void GemmArgs(benchmark::internal::Benchmark* b) {
   for (int64_t dtype : {0, 1, 2}) {
     for (int64_t n : {1, 2, 4, 8, 16, 32, 64}) {
-      b->Args({dtype, n, 2, 1 << 20});  // streaming kernels
-      b->Args({dtype, n, 2, 1});        // sgemm tiles
+      for (int64_t threads : {1, 2}) {
+        b->Args({dtype, n, threads, 1 << 20});  // streaming kernels
+        b->Args({dtype, n, threads, 1});        // sgemm tiles
+      }
     }
   }
   b->ArgNames({"dtype", "n", "threads", "sgemm_min"});
 }
 BENCHMARK(BM_Gemm)->Apply(GemmArgs)->UseRealTime();
 
-// A prefill-sized product, f32: one multi-threaded OpenBLAS call versus cpu_blas's tiles
-// (one single-threaded OpenBLAS call per tile on each pool thread). Arg: 0 = OpenBLAS
-// threads, 1 = pool tiles.
+// A prefill-sized product Y[512, 2048] = X[512, 768] · W^T: one multi-threaded OpenBLAS
+// call (f32 only) versus cpu_blas's tiles (one single-threaded OpenBLAS call per tile on
+// each pool thread). Args: dtype, mode (0 = OpenBLAS threads, 1 = pool tiles), tile KiB.
 void BM_PrefillSgemm(benchmark::State& state) {
-  const bool tiles = state.range(0) == 1;
+  const DType dtype = DTypeArg(state.range(0));
+  const bool tiles = state.range(1) == 1;
   const int n = 512;
   const int64_t rows = 2048, cols = 768;
-  const MatrixSet set = MakeMatrices(DType::kF32, rows, cols, 1);
+  const MatrixSet set = MakeMatrices(dtype, rows, cols, 1);
   std::vector<float> x(static_cast<size_t>(n * cols), 0.5f), y(static_cast<size_t>(n * rows));
   backends::cpu_blas::ThreadPool pool(2);
   backends::cpu_blas::GemmOptions options;
   options.sgemm_min_rows = 1;
+  options.tile_bytes = state.range(2) * 1024;
   backends::cpu_blas::Gemm gemm(&pool, &backends::cpu_blas::KernelsFor(
                                            backends::cpu_blas::BestIsa()),
                                 options);
@@ -171,7 +175,12 @@ void BM_PrefillSgemm(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * n * 1e-9,
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_PrefillSgemm)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PrefillSgemm)
+    ->Args({0, 0, 0})
+    ->ArgsProduct({{0, 1, 2}, {1}, {256, 1024, 4096}})
+    ->ArgNames({"dtype", "tiles", "tile_kib"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // ---------------------------------------------------------------------------------------
 // Whole steps of cpu_blas on an s110m-shaped random model.

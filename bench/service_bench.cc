@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <ctime>
 #include <functional>
 #include <future>
 #include <memory>
@@ -45,8 +46,15 @@ using service::ModelOptions;
 struct RunResult {
   int64_t tokens = 0;
   double seconds = 0.0;
+  double cpu_seconds = 0.0;  // of the whole process (engine, gRPC server and client)
   int failures = 0;
 };
+
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 // Runs `requests` calls of `one_request` (returns tokens, or -1 on failure) on `streams`
 // threads.
@@ -55,6 +63,7 @@ RunResult RunConcurrent(int streams, int requests, const std::function<int64_t()
   std::atomic<int64_t> tokens{0};
   std::atomic<int> failures{0};
   const absl::Time start = absl::Now();
+  const double cpu_start = ProcessCpuSeconds();
   std::vector<std::thread> workers;
   for (int w = 0; w < streams; ++w) {
     workers.emplace_back([&] {
@@ -69,7 +78,8 @@ RunResult RunConcurrent(int streams, int requests, const std::function<int64_t()
     });
   }
   for (auto& t : workers) t.join();
-  return {tokens.load(), absl::ToDoubleSeconds(absl::Now() - start), failures.load()};
+  return {tokens.load(), absl::ToDoubleSeconds(absl::Now() - start),
+          ProcessCpuSeconds() - cpu_start, failures.load()};
 }
 
 double Percentile(std::vector<double> v, double p) {
@@ -165,7 +175,7 @@ int Run() {
   grpc_request();    // warm-up (connection, lazy init)
 
   RunResult in_process, over_grpc;
-  std::vector<double> engine_runs, grpc_runs, ratios;
+  std::vector<double> engine_runs, grpc_runs, ratios, engine_cpu, grpc_cpu;
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     // Alternate which goes first, too.
     RunResult e, g;
@@ -181,6 +191,8 @@ int Run() {
     engine_runs.push_back(e.tokens / e.seconds);
     grpc_runs.push_back(g.tokens / g.seconds);
     ratios.push_back(grpc_runs.back() / engine_runs.back());
+    engine_cpu.push_back(e.cpu_seconds / e.tokens * 1e6);
+    grpc_cpu.push_back(g.cpu_seconds / g.tokens * 1e6);
   }
   const double engine_tps = Percentile(engine_runs, 0.5);
   const double grpc_tps = Percentile(grpc_runs, 0.5);
@@ -205,12 +217,14 @@ int Run() {
       "{\"bench\":\"service\",\"model\":\"%s\",\"backend\":\"%s\",\"streams\":%d,"
       "\"requests\":%d,\"rounds\":%d,\"max_tokens\":%d,\"engine_tokens_per_second\":%.1f,"
       "\"grpc_tokens_per_second\":%.1f,\"grpc_over_engine_median\":%.3f,"
-      "\"grpc_over_engine_min\":%.3f,\"grpc_over_engine_max\":%.3f,\"failures\":%d,"
+      "\"grpc_over_engine_min\":%.3f,\"grpc_over_engine_max\":%.3f,"
+      "\"engine_cpu_us_per_token\":%.1f,\"grpc_cpu_us_per_token\":%.1f,\"failures\":%d,"
       "\"engine_one_token_p50_ms\":%.3f,\"grpc_one_token_generate_p50_ms\":%.3f,"
       "\"grpc_one_token_generate_p99_ms\":%.3f}\n",
       options.model_path.c_str(), options.backend.c_str(), streams, requests, absl::GetFlag(FLAGS_rounds), max_tokens,
       engine_tps, grpc_tps, Percentile(ratios, 0.5), Percentile(ratios, 0.0),
-      Percentile(ratios, 1.0), in_process.failures + over_grpc.failures,
+      Percentile(ratios, 1.0), Percentile(engine_cpu, 0.5), Percentile(grpc_cpu, 0.5),
+      in_process.failures + over_grpc.failures,
       Percentile(engine_latency, 0.5) * 1e3, Percentile(grpc_latency, 0.5) * 1e3,
       Percentile(grpc_latency, 0.99) * 1e3);
   return in_process.failures + over_grpc.failures == 0 ? 0 : 1;

@@ -1,6 +1,7 @@
 // The engine loop: one step thread owns the scheduler, the KV cache manager and the
 // backend; API calls from any thread talk to it through a mutex-protected inbox.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -196,13 +197,13 @@ class EngineImpl final : public Engine {
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time shutdown_deadline_ ABSL_GUARDED_BY(mu_);
-  RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   int32_t queued_requests_ ABSL_GUARDED_BY(mu_) = 0;  // submitted, not yet admitted
   int64_t queued_tokens_ ABSL_GUARDED_BY(mu_) = 0;
 
   mutable std::mutex stats_mu_;
   EngineStats stats_ ABSL_GUARDED_BY(stats_mu_);
 
+  std::atomic<RequestId> next_id_{1};
   std::mutex join_mu_;
   std::thread thread_;
 };
@@ -255,6 +256,28 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
                                                    kv_capacity_tokens_, " tokens"));
   }
 
+  // Build the sequence before taking the inbox lock (the sampler allocates [vocab]).
+  const RequestId id = next_id_.fetch_add(1);
+  auto sampler = Sampler::Create(request.sampling, config.vocab_size, Mix64(options_.seed ^ Mix64(id)));
+  if (!sampler.ok()) {
+    undo_turn();
+    return sampler.status();
+  }
+  auto seq = std::make_unique<Sequence>(id, *std::move(sampler), request.sampling.stop_strings);
+  seq->sink = std::move(sink);
+  seq->prompt_len = static_cast<int32_t>(n);
+  seq->max_new_tokens = request.sampling.max_tokens;
+  int64_t max_total = std::min<int64_t>(config.context_length, kv_capacity_tokens_);
+  if (is_turn) max_total = std::min<int64_t>(max_total, max_session_tokens_);
+  seq->max_total_tokens = static_cast<int32_t>(max_total);
+  seq->root = cache::RootBlockHash(model_.fingerprint(), request.cache_salt);
+  seq->session_id = request.session_id;
+  seq->arrival = static_cast<int64_t>(id);
+  seq->submit_time = now;
+  seq->deadline = request.deadline;
+  if (tokenizer_ != nullptr) seq->decoder.emplace(*tokenizer_, context.back());
+  seq->tokens = std::move(context);
+
   std::unique_lock<std::mutex> lock(mu_);
   if (shutting_down_) {
     lock.unlock();
@@ -271,27 +294,6 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
         "engine overloaded: ", q, " requests with ", qt, " prompt tokens are waiting (limits ",
         options_.max_waiting_requests, " and ", options_.max_waiting_prompt_tokens, ")"));
   }
-  const RequestId id = next_id_++;
-  auto sampler = Sampler::Create(request.sampling, config.vocab_size, Mix64(options_.seed ^ Mix64(id)));
-  if (!sampler.ok()) {
-    lock.unlock();
-    undo_turn();
-    return sampler.status();
-  }
-  auto seq = std::make_unique<Sequence>(id, *std::move(sampler), request.sampling.stop_strings);
-  seq->sink = std::move(sink);
-  seq->prompt_len = static_cast<int32_t>(n);
-  seq->max_new_tokens = request.sampling.max_tokens;
-  int64_t max_total = std::min<int64_t>(config.context_length, kv_capacity_tokens_);
-  if (is_turn) max_total = std::min<int64_t>(max_total, max_session_tokens_);
-  seq->max_total_tokens = static_cast<int32_t>(max_total);
-  seq->root = cache::RootBlockHash(model_.fingerprint(), request.cache_salt);
-  seq->session_id = std::move(request.session_id);
-  seq->arrival = static_cast<int64_t>(id);
-  seq->submit_time = now;
-  seq->deadline = request.deadline;
-  if (tokenizer_ != nullptr) seq->decoder.emplace(*tokenizer_, context.back());
-  seq->tokens = std::move(context);
   ++queued_requests_;
   queued_tokens_ += n;
   inbox_.push_back(std::move(seq));
@@ -409,6 +411,7 @@ void EngineImpl::Step() {
     return;
   }
 
+  const absl::Time sampled_at = clock_();
   std::vector<std::pair<RequestId, FinishReason>> finished;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     Sequence& seq = *plan.chunks[i].seq;
@@ -421,7 +424,7 @@ void EngineImpl::Step() {
     if (!batch.sequences[i].want_logits) continue;
     HandleSample(seq, std::span<float>(logits_).subspan(i * static_cast<size_t>(vocab),
                                                        static_cast<size_t>(vocab)),
-                 now, &finished);
+                 sampled_at, &finished);
   }
   for (const auto& [id, reason] : finished) Finish(id, absl::OkStatus(), reason);
 }

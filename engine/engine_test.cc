@@ -114,6 +114,19 @@ TEST_P(EngineTest, CachedPrefixGivesTheColdResult) {
   EXPECT_EQ(reused.reason, FinishReason::kLength);
 }
 
+TEST_P(EngineTest, F16KvReuseIsExact) {
+  Engine::Options o = SmallOptions();
+  o.kv_dtype = model::DType::kF16;
+  auto warm = NewEngine(o);
+  const std::vector<int32_t> shared = Prompt(48, 9);
+  ASSERT_TRUE(RunRequest(*warm, Greedy(Concat(shared, Prompt(3, 1)), 2)).status.ok());
+  const Request second = Greedy(Concat(shared, Prompt(6, 2)), 10, 4);
+  const Result reused = RunRequest(*warm, second);
+  EXPECT_EQ(reused.usage.cached_tokens, 48);
+  auto cold = NewEngine(o);
+  ExpectSameOutput(reused, RunRequest(*cold, second));
+}
+
 TEST_P(EngineTest, SessionTurnReusesHistoryAndMatchesColdRequest) {
   auto engine = NewEngine();
   auto session = engine->OpenSession(absl::ZeroDuration());
@@ -451,6 +464,20 @@ TEST_P(EngineTest, SeededSamplingDoesNotDependOnOtherRequests) {
   const Result busy = sink->Wait();
   EXPECT_EQ(busy.tokens, alone.tokens);
   for (auto& n : noise) n->Wait();
+}
+
+TEST_P(EngineTest, UsageTimesFollowTheRequest) {
+  // A clock that moves 1 ms every time it is read.
+  std::atomic<int64_t> ticks{0};
+  Engine::Options o = SmallOptions();
+  o.clock = [&] { return absl::UnixEpoch() + absl::Milliseconds(ticks.fetch_add(1)); };
+  auto engine = NewEngine(o);
+  const Result r = RunRequest(*engine, Greedy(Prompt(20), 3));
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_GT(r.usage.queue_time, absl::ZeroDuration());
+  EXPECT_GT(r.usage.time_to_first_token, r.usage.queue_time);  // sampled after the forward pass
+  EXPECT_GT(r.usage.total_time, r.usage.time_to_first_token);
+  EXPECT_EQ(r.usage.completion_tokens, 3);
 }
 
 TEST_P(EngineTest, RejectsBadRequests) {

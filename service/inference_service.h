@@ -107,7 +107,6 @@ class InferenceService final : public v1::Inference::CallbackService {
   void GenerationStarted();
   void GenerationEnded();
   Metrics* metrics() const { return metrics_; }
-  const Options& options() const { return options_; }
 
  private:
   const Options options_;

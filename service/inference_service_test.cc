@@ -4,6 +4,7 @@
 #include "service/inference_service.h"
 
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -309,6 +310,7 @@ TEST_F(InferenceServiceTest, DrainFinishesInFlightWorkAndRefusesNewWork) {
   });
   auto id = engine_->WaitSubmitted(1, absl::Seconds(5));
   ASSERT_TRUE(id.has_value());
+  EXPECT_EQ(server_->service().inflight_generations(), 1);
   std::future<bool> drained =
       std::async(std::launch::async, [this] { return server_->Drain(absl::Seconds(20)); });
   ASSERT_TRUE(WaitReadiness(HealthCheckResponse::NOT_SERVING));
@@ -322,6 +324,7 @@ TEST_F(InferenceServiceTest, DrainFinishesInFlightWorkAndRefusesNewWork) {
   client.join();
   EXPECT_TRUE(first.get_future().get().ok());
   EXPECT_TRUE(drained.get());
+  EXPECT_EQ(server_->service().inflight_generations(), 0);
 }
 
 TEST_F(InferenceServiceTest, DrainGracePeriodCancelsWhatIsLeft) {

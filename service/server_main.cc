@@ -2,10 +2,12 @@
 // starts the server (liveness at once, readiness once the model is loaded), and drains
 // on SIGTERM or SIGINT: new work gets UNAVAILABLE, in-flight requests get up to
 // --drain-grace, then the process exits 0.
-#include <pthread.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -59,6 +61,44 @@ ABSL_FLAG(uint64_t, seed, 0, "Seeds the sampling of requests without a seed, and
 
 namespace kvserve::service {
 namespace {
+
+// Write end of the self-pipe through which the signal handler wakes main(). A handler
+// can reach nothing but a global; this is the binary's only one, set once in Run().
+int signal_pipe_write_fd = -1;
+
+extern "C" void OnShutdownSignal(int signal_number) {
+  const unsigned char byte = static_cast<unsigned char>(signal_number);
+  // Async-signal-safe; a full pipe means a signal is already pending, which is enough.
+  [[maybe_unused]] const ssize_t n = write(signal_pipe_write_fd, &byte, 1);
+}
+
+// Routes SIGTERM and SIGINT to the self-pipe. A handler (rather than sigwait with a
+// blocked mask) works whichever thread gets the signal, including threads that
+// libraries start before main() (OpenBLAS does).
+absl::StatusOr<int> InstallShutdownSignals() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("cannot create the signal pipe");
+  signal_pipe_write_fd = fds[1];
+  struct sigaction action = {};
+  action.sa_handler = OnShutdownSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  if (sigaction(SIGTERM, &action, nullptr) != 0 || sigaction(SIGINT, &action, nullptr) != 0) {
+    return absl::InternalError("cannot install the SIGTERM/SIGINT handlers");
+  }
+  return fds[0];
+}
+
+// Blocks until a shutdown signal arrives; returns its number.
+int WaitForShutdownSignal(int read_fd) {
+  unsigned char byte = 0;
+  for (;;) {
+    const ssize_t n = read(read_fd, &byte, 1);
+    if (n == 1) return byte;
+    if (n < 0 && errno == EINTR) continue;
+    return 0;  // cannot happen while we hold the write end; drain anyway
+  }
+}
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "kvserve: %s\n", std::string(status.message()).c_str());
@@ -165,13 +205,9 @@ int Run() {
   absl::StatusOr<ModelOptions> model_options = ModelOptionsFromFlags(*server_options);
   if (!model_options.ok()) return Fail(model_options.status());
 
-  // Block the shutdown signals in every thread (gRPC's and the engine's threads inherit
-  // the mask); this thread waits for them with sigwait.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // From here on SIGTERM/SIGINT drain (also when they arrive while the model loads).
+  absl::StatusOr<int> signal_fd = InstallShutdownSignals();
+  if (!signal_fd.ok()) return Fail(signal_fd.status());
 
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(*server_options);
   if (!server.ok()) return Fail(server.status());
@@ -191,8 +227,7 @@ int Run() {
   std::printf("kvserve: ready (backend %s)\n", model_options->backend.c_str());
   std::fflush(stdout);
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number = WaitForShutdownSignal(*signal_fd);
   const absl::Duration grace = absl::GetFlag(FLAGS_drain_grace);
   std::printf("kvserve: signal %d, draining (grace %s)\n", signal_number,
               absl::FormatDuration(grace).c_str());

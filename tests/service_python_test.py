@@ -1,16 +1,23 @@
 """An independent client: Debian's python3-grpcio with protoc --python_out stubs drives the
 real `kvserve` binary (Generate, GenerateStream, validation, health, SIGTERM drain).
 
-Usage: /usr/bin/python3 service_python_test.py KVSERVE_BIN MODEL_PATH PYTHON_STUBS_DIR
+Also drives the kvserve-cli binary and scripts/run-main.sh (the README's main job).
+
+Usage: /usr/bin/python3 service_python_test.py KVSERVE_BIN MODEL_PATH PYTHON_STUBS_DIR CLI_BIN
 """
+import json
+import os
+import signal
+import subprocess
 import sys
 import threading
 import unittest
 
 import grpc
 
-KVSERVE, MODEL, PYDIR = sys.argv[1:4]
-del sys.argv[1:4]
+KVSERVE, MODEL, PYDIR, CLI = sys.argv[1:5]
+del sys.argv[1:5]
+SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import kvserve_testlib as lib  # noqa: E402
@@ -100,8 +107,59 @@ class PythonClientTest(unittest.TestCase):
                 self.assertEqual(received[-1].usage.completion_tokens, 400)
                 self.assertTrue(any("stopped" in l for l in server.lines), server.lines)
 
+    def test_cli_generate_chat_and_bench(self):
+        with lib.KvserveProcess(KVSERVE, MODEL) as server:
+            target = ["--target", server.target()]
+            out = subprocess.run([CLI, "generate"] + target + ["--prompt", PROMPT,
+                                  "--max-tokens", "24", "--stream"],
+                                 capture_output=True, text=True, timeout=60)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertTrue(out.stdout.startswith(PROMPT + ", there was a little girl"),
+                            out.stdout)
+            self.assertIn("FINISH_REASON_LENGTH", out.stderr)
+            chat = subprocess.run([CLI, "chat"] + target + ["--max-tokens", "20"],
+                                  input="Once upon a time\nShe was happy.\n",
+                                  capture_output=True, text=True, timeout=60)
+            self.assertEqual(chat.returncode, 0, chat.stderr)
+            usages = [l for l in chat.stderr.splitlines() if l.startswith("[FINISH")]
+            self.assertEqual(len(usages), 2, chat.stderr)
+            # Turn 2 reuses the full KV blocks (16 tokens) of turn 1's 25-token history.
+            self.assertNotIn("cached local 0,", usages[1])
+            bench = subprocess.run([CLI, "bench"] + target + ["--streams", "2", "--requests",
+                                   "4", "--max-tokens", "16", "--ignore-eos",
+                                   "--latency-calls", "5"],
+                                   capture_output=True, text=True, timeout=120)
+            self.assertEqual(bench.returncode, 0, bench.stderr)
+            report = json.loads(bench.stdout.strip().splitlines()[-1])
+            self.assertEqual(report["tokens"], 4 * 16)
+            self.assertEqual(report["failures"], 0)
+            self.assertGreater(report["tokens_per_second"], 0)
+
+    def test_run_main_script_serves_and_stops_on_sigterm(self):
+        build_dir = os.path.dirname(os.path.dirname(os.path.abspath(KVSERVE)))
+        env = dict(os.environ, KVSERVE_LISTEN="127.0.0.1:0", KVSERVE_METRICS_LISTEN="127.0.0.1:0")
+        proc = subprocess.Popen([os.path.join(SOURCE_DIR, "scripts", "run-main.sh"), build_dir,
+                                 MODEL, "--threads", "1"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        try:
+            lines = []
+            for line in proc.stdout:  # bounded by the ready line or the process ending
+                lines.append(line)
+                if "kvserve: ready" in line:
+                    break
+            text = "".join(lines)
+            self.assertIn("kvserve-cli", text)
+            self.assertIn("generate --prompt", text)
+            self.assertIn("kvserve: ready", text)
+            proc.send_signal(signal.SIGTERM)
+            self.assertEqual(proc.wait(timeout=30), 0)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+            proc.stdout.close()
+
     def test_bad_flags_fail_with_a_clear_message(self):
-        import subprocess
         for args, needle in ((["--listen", "nonsense"], "--listen must be HOST:PORT"),
                              (["--threads", "-2"], "--threads must be >= 0"),
                              (["--kv-dtype", "q4"], "--kv_dtype must be f32 or f16")):

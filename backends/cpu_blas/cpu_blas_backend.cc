@@ -291,9 +291,8 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
     });
 
     // Q, K, V of all new rows.
-    st.gemm.Run(L.wq, st.xb.data(), n, st.q.data());
-    st.gemm.Run(L.wk, st.xb.data(), n, st.k.data());
-    st.gemm.Run(L.wv, st.xb.data(), n, st.v.data());
+    st.gemm.Run({{&L.wq, st.q.data()}, {&L.wk, st.k.data()}, {&L.wv, st.v.data()}},
+                st.xb.data(), n);
 
     // RoPE at each row's position; append K and V to its sequence's blocks.
     st.ForRows(n, c.q_dim() + 2 * c.kv_dim(), [&](int b, int e) {
@@ -322,8 +321,7 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
     });
 
     // SwiGLU FFN.
-    st.gemm.Run(L.w_gate, st.xb.data(), n, st.hb.data());
-    st.gemm.Run(L.w_up, st.xb.data(), n, st.hb2.data());
+    st.gemm.Run({{&L.w_gate, st.hb.data()}, {&L.w_up, st.hb2.data()}}, st.xb.data(), n);
     st.ForRows(n, c.ffn_dim, [&](int b, int e) {
       for (int r = b; r < e; ++r) kernels::SwiGlu(row(st.hb, ffn, r), row(st.hb2, ffn, r));
     });

@@ -10,17 +10,11 @@
 namespace kvserve::backends::cpu_blas {
 namespace {
 
-// Below this many multiply-adds a projection runs on the calling thread: waking the pool
-// would cost more than it saves (tiny models such as stories260K).
+// Below this many multiply-adds a Run stays on the calling thread: waking the pool would
+// cost more than it saves (tiny models such as stories260K).
 constexpr int64_t kMinParallelMacs = 64 * 1024;
 
-// Output rows per streaming task: enough tasks to balance, each a multiple of 4 rows
-// (the kernels' register blocking) and at least 16.
-int64_t StreamingChunkRows(int64_t rows, int threads) {
-  int64_t chunk = rows / (static_cast<int64_t>(threads) * 8);
-  chunk = std::max<int64_t>(16, (chunk + 3) / 4 * 4);
-  return chunk;
-}
+int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 }  // namespace
 
@@ -30,79 +24,99 @@ Gemm::Gemm(ThreadPool* pool, const KernelSet* kernels, const GemmOptions& option
     : pool_(pool), kernels_(kernels), options_(options), tiles_(pool->size()) {}
 
 void Gemm::Run(const model::TensorView& w, const float* x, int n, float* y) {
-  if (n >= options_.sgemm_min_rows && w.type != model::DType::kQ8_0) {
-    RunSgemm(w, x, n, y);
+  Run({Product{&w, y}}, x, n);
+}
+
+void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
+  int64_t total_rows = 0;
+  int64_t macs = 0;
+  for (const Product& p : products) {
+    total_rows += p.w->rows;
+    macs += p.w->rows * p.w->cols * n;
+  }
+  const int threads = pool_->size();
+  const bool sgemm = n >= options_.sgemm_min_rows;
+  // Rows per slice. Streaming: enough slices to balance (about 8 per thread), a multiple
+  // of 4 rows (the kernels' register blocking), at least 16. sgemm: tiles of about
+  // tile_bytes of f32, a multiple of 16 rows, no more than a thread's share.
+  int64_t chunk;
+  if (macs < kMinParallelMacs) {
+    chunk = total_rows;
+  } else if (!sgemm) {
+    chunk = std::max<int64_t>(16, RoundUp(total_rows / (threads * 8), 4));
   } else {
-    RunStreaming(w, x, n, y);
+    const int64_t cols = products.begin()->w->cols;
+    chunk = std::max<int64_t>(16, options_.tile_bytes / (cols * 4) / 16 * 16);
+    chunk = std::min(chunk, std::max<int64_t>(16, RoundUp((total_rows + threads - 1) / threads, 16)));
+  }
+  tasks_.clear();
+  for (const Product& p : products) {
+    for (int64_t r0 = 0; r0 < p.w->rows; r0 += chunk) {
+      tasks_.push_back(Task{p.w, p.y, r0, std::min(p.w->rows, r0 + chunk)});
+    }
+  }
+  pool_->Run(static_cast<int64_t>(tasks_.size()), [&](int64_t t, int thread) {
+    const Task& task = tasks_[static_cast<size_t>(t)];
+    if (sgemm && task.w->type != model::DType::kQ8_0) {
+      RunSgemm(task, x, n, thread);
+    } else {
+      RunStreaming(task, x, n);
+    }
+  });
+}
+
+void Gemm::RunStreaming(const Task& task, const float* x, int n) {
+  const model::TensorView& w = *task.w;
+  const int64_t rows = w.rows;
+  const int64_t cols = w.cols;
+  const KernelSet& k = *kernels_;
+  switch (w.type) {
+    case model::DType::kF32:
+      k.matmul_f32(static_cast<const float*>(w.data), cols, task.r0, task.r1, x, cols, n, task.y,
+                   rows);
+      break;
+    case model::DType::kF16:
+      k.matmul_f16(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1, x, cols, n,
+                   task.y, rows);
+      break;
+    case model::DType::kBF16:
+      k.matmul_bf16(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1, x, cols, n,
+                    task.y, rows);
+      break;
+    case model::DType::kQ8_0:
+      for (int64_t r = task.r0; r < task.r1; ++r) {
+        for (int i = 0; i < n; ++i) {
+          task.y[i * rows + r] = kernels::DotRow(
+              w, r, std::span<const float>(x + i * cols, static_cast<size_t>(cols)));
+        }
+      }
+      break;
   }
 }
 
-void Gemm::RunStreaming(const model::TensorView& w, const float* x, int n, float* y) {
+void Gemm::RunSgemm(const Task& task, const float* x, int n, int thread) {
+  const model::TensorView& w = *task.w;
   const int64_t rows = w.rows;
   const int64_t cols = w.cols;
-  const int64_t macs = rows * cols * n;
-  const int64_t chunk =
-      macs < kMinParallelMacs ? rows : StreamingChunkRows(rows, pool_->size());
-  const int64_t n_tasks = (rows + chunk - 1) / chunk;
-  const KernelSet& k = *kernels_;
-  pool_->Run(n_tasks, [&](int64_t task, int /*thread*/) {
-    const int64_t r0 = task * chunk;
-    const int64_t r1 = std::min(rows, r0 + chunk);
-    switch (w.type) {
-      case model::DType::kF32:
-        k.matmul_f32(static_cast<const float*>(w.data), cols, r0, r1, x, cols, n, y, rows);
-        break;
-      case model::DType::kF16:
-        k.matmul_f16(static_cast<const uint16_t*>(w.data), cols, r0, r1, x, cols, n, y, rows);
-        break;
-      case model::DType::kBF16:
-        k.matmul_bf16(static_cast<const uint16_t*>(w.data), cols, r0, r1, x, cols, n, y, rows);
-        break;
-      case model::DType::kQ8_0:
-        for (int64_t r = r0; r < r1; ++r) {
-          for (int i = 0; i < n; ++i) {
-            y[i * rows + r] = kernels::DotRow(
-                w, r, std::span<const float>(x + i * cols, static_cast<size_t>(cols)));
-          }
-        }
-        break;
-    }
-  });
-}
-
-void Gemm::RunSgemm(const model::TensorView& w, const float* x, int n, float* y) {
-  const int64_t rows = w.rows;
-  const int64_t cols = w.cols;
-  // Tile rows: a multiple of 16, at least 16, about kTileBytes of f32.
-  int64_t tile_rows = kTileBytes / (cols * static_cast<int64_t>(sizeof(float)));
-  tile_rows = std::max<int64_t>(16, tile_rows / 16 * 16);
-  // Keep every thread busy on small matrices.
-  const int64_t per_thread = (rows + pool_->size() - 1) / pool_->size();
-  tile_rows = std::min(tile_rows, std::max<int64_t>(16, (per_thread + 15) / 16 * 16));
-  const int64_t n_tasks = (rows + tile_rows - 1) / tile_rows;
-  const KernelSet& k = *kernels_;
-  pool_->Run(n_tasks, [&](int64_t task, int thread) {
-    const int64_t r0 = task * tile_rows;
-    const int64_t nr = std::min(rows, r0 + tile_rows) - r0;
-    const float* tile;  // [nr, cols]
-    if (w.type == model::DType::kF32) {
-      tile = static_cast<const float*>(w.data) + r0 * cols;
+  const int64_t nr = task.r1 - task.r0;
+  const float* tile;  // [nr, cols]
+  if (w.type == model::DType::kF32) {
+    tile = static_cast<const float*>(w.data) + task.r0 * cols;
+  } else {
+    std::vector<float>& scratch = tiles_[static_cast<size_t>(thread)];
+    if (scratch.size() < static_cast<size_t>(nr * cols)) scratch.resize(nr * cols);
+    const uint16_t* src = static_cast<const uint16_t*>(w.data) + task.r0 * cols;
+    if (w.type == model::DType::kF16) {
+      kernels_->f16_to_f32(src, scratch.data(), nr * cols);
     } else {
-      std::vector<float>& scratch = tiles_[static_cast<size_t>(thread)];
-      if (scratch.size() < static_cast<size_t>(nr * cols)) scratch.resize(nr * cols);
-      const uint16_t* src = static_cast<const uint16_t*>(w.data) + r0 * cols;
-      if (w.type == model::DType::kF16) {
-        k.f16_to_f32(src, scratch.data(), nr * cols);
-      } else {
-        k.bf16_to_f32(src, scratch.data(), nr * cols);
-      }
-      tile = scratch.data();
+      kernels_->bf16_to_f32(src, scratch.data(), nr * cols);
     }
-    // Y[:, r0:r0+nr] = X[n, cols] · tile[nr, cols]^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, static_cast<int>(nr),
-                static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), tile,
-                static_cast<int>(cols), 0.0f, y + r0, static_cast<int>(rows));
-  });
+    tile = scratch.data();
+  }
+  // Y[:, r0:r1] = X[n, cols] · tile[nr, cols]^T
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, static_cast<int>(nr),
+              static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), tile,
+              static_cast<int>(cols), 0.0f, task.y + task.r0, static_cast<int>(rows));
 }
 
 }  // namespace kvserve::backends::cpu_blas

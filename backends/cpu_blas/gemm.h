@@ -4,6 +4,7 @@
 #define KVSERVE_BACKENDS_CPU_BLAS_GEMM_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "backends/cpu_blas/simd_kernels.h"
@@ -15,9 +16,13 @@ namespace kvserve::backends::cpu_blas {
 struct GemmOptions {
   // Products with at least this many activation rows run as OpenBLAS sgemm over weight
   // tiles (16-bit tiles are first converted to f32 in a per-thread scratch of about
-  // kTileBytes); fewer rows use the streaming SIMD kernels, which read each weight once
+  // tile_bytes); fewer rows use the streaming SIMD kernels, which read each weight once
   // for all rows. The crossover was measured with bench/kernels_bench.cc. Default 8.
   int sgemm_min_rows = 8;
+  // Target size of one f32 weight tile handed to sgemm (16-bit tiles are converted into a
+  // per-thread scratch of this size). Larger tiles repack the activations less often.
+  // Default 1 MiB.
+  int64_t tile_bytes = 1 << 20;
 };
 
 // Runs projections for one backend. OpenBLAS is called only from inside pool tasks, each
@@ -27,11 +32,14 @@ struct GemmOptions {
 // Threading: like ThreadPool::Run, one caller thread at a time.
 class Gemm {
  public:
-  // Target size of one f32 weight tile: fits the L2 cache next to the activations.
-  static constexpr int64_t kTileBytes = 256 * 1024;
-
   // `pool` and `kernels` must outlive the Gemm.
   Gemm(ThreadPool* pool, const KernelSet* kernels, const GemmOptions& options);
+
+  // One product of a Run: y = x · w^T.
+  struct Product {
+    const model::TensorView* w;
+    float* y;  // [n, w->rows]
+  };
 
   // y[i, r] = sum_c W[r, c] * x[i, c]    for i in [0, n), r in [0, w.rows)
   // x: [n, w.cols] row-major; y: [n, w.rows] row-major. Precondition: n >= 1, y does not
@@ -39,13 +47,26 @@ class Gemm {
   // through the shared scalar kernel, split across the pool).
   void Run(const model::TensorView& w, const float* x, int n, float* y);
 
+  // Several products of the same x (e.g. Q, K and V) in one parallel loop, so the pool
+  // synchronises once. Precondition: as Run, for each product; at least one product;
+  // all w->cols are equal.
+  void Run(std::initializer_list<Product> products, const float* x, int n);
+
  private:
-  void RunStreaming(const model::TensorView& w, const float* x, int n, float* y);
-  void RunSgemm(const model::TensorView& w, const float* x, int n, float* y);
+  // A slice of output rows [r0, r1) of one product.
+  struct Task {
+    const model::TensorView* w;
+    float* y;
+    int64_t r0;
+    int64_t r1;
+  };
+  void RunStreaming(const Task& task, const float* x, int n);
+  void RunSgemm(const Task& task, const float* x, int n, int thread);
 
   ThreadPool* pool_;
   const KernelSet* kernels_;
   GemmOptions options_;
+  std::vector<Task> tasks_;                // the current Run's slices
   std::vector<std::vector<float>> tiles_;  // per pool thread: [tile_rows, cols] f32
 };
 

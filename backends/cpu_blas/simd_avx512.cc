@@ -67,8 +67,20 @@ KVSERVE_AVX512 inline void Block(const typename W::T* w, int64_t cols, const flo
 #pragma GCC unroll 4
     for (int i = 0; i < N; ++i) acc[r][i] = _mm512_setzero_ps();
   }
+  // The R rows are contiguous in memory. While reading them, prefetch the block two
+  // blocks ahead at the same pace (one prefetch per 64-byte line); see simd_avx2.cc.
+  using T = typename W::T;
+  // (Integer arithmetic: the address may lie past the end of the weights.)
+  const uintptr_t ahead =
+      reinterpret_cast<uintptr_t>(w) + static_cast<uintptr_t>(2 * R * cols) * sizeof(T);
+  constexpr int kStepBytes = 16 * R * static_cast<int>(sizeof(T));
   int64_t c = 0;
   for (; c + 16 <= cols; c += 16) {
+#pragma GCC unroll 8
+    for (int b = 0; b < kStepBytes; b += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(c * R) * sizeof(T) + b),
+                   _MM_HINT_T0);
+    }
     __m512 wv[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) wv[r] = W::Load(w + r * cols + c);
