@@ -22,7 +22,8 @@ class KvArena {
   KvArena& operator=(const KvArena&) = delete;
 
   // Blocks for a sequence of up to `capacity_tokens` positions:
-  // ceil(capacity_tokens / block_tokens) blocks (none for 0). Precondition: >= 0.
+  // ceil(capacity_tokens / block_tokens) blocks; none when capacity_tokens <= 0 or the
+  // layout has block_tokens <= 0 (a layout ValidateKvLayout rejects). Never fails.
   std::span<uint8_t* const> Allocate(int64_t capacity_tokens);
 
   const model::KvLayout& layout() const { return layout_; }

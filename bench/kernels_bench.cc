@@ -6,11 +6,11 @@
 // Counters: GB/s is bytes read from weights (or the buffer) per second; tok/s counts
 // tokens processed per second; bound% is the decode rate as a share of the measured
 // two-thread read bandwidth (BM_ReadBandwidth) divided by the weight bytes per token.
+#include <cblas.h>
 #include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cblas.h>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -115,9 +115,8 @@ void BM_Gemm(benchmark::State& state) {
   const MatrixSet set = MakeMatrices(dtype, rows, cols, size_t{256} << 20);
   backends::cpu_blas::SetOpenBlasSingleThreaded();
   backends::cpu_blas::ThreadPool pool(threads);
-  backends::cpu_blas::Gemm gemm(&pool, &backends::cpu_blas::KernelsFor(
-                                           backends::cpu_blas::BestIsa()),
-                                options);
+  backends::cpu_blas::Gemm gemm(
+      &pool, &backends::cpu_blas::KernelsFor(backends::cpu_blas::BestIsa()), options);
   std::vector<float> x(static_cast<size_t>(n * cols), 0.5f), y(static_cast<size_t>(n * rows));
   size_t i = 0;
   for (auto _ : state) {
@@ -158,9 +157,8 @@ void BM_PrefillSgemm(benchmark::State& state) {
   backends::cpu_blas::GemmOptions options;
   options.sgemm_min_rows = 1;
   options.tile_bytes = state.range(2) * 1024;
-  backends::cpu_blas::Gemm gemm(&pool, &backends::cpu_blas::KernelsFor(
-                                           backends::cpu_blas::BestIsa()),
-                                options);
+  backends::cpu_blas::Gemm gemm(
+      &pool, &backends::cpu_blas::KernelsFor(backends::cpu_blas::BestIsa()), options);
   openblas_set_num_threads(tiles ? 1 : 2);
   for (auto _ : state) {
     if (tiles) {
@@ -220,7 +218,9 @@ const model::Model& ModelFor(DType dtype) {
 double WeightBytesPerToken(const model::Model& m) {
   const model::ModelWeights& w = m.weights();
   double bytes = static_cast<double>(w.token_embedding.row_bytes());
-  auto add = [&](const model::TensorView& t) { bytes += static_cast<double>(t.rows * t.row_bytes()); };
+  auto add = [&](const model::TensorView& t) {
+    bytes += static_cast<double>(t.rows * t.row_bytes());
+  };
   for (const model::LayerWeights& L : w.layers) {
     for (const model::TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
       add(*t);
@@ -295,8 +295,8 @@ void BM_Prefill(benchmark::State& state) {
     batch.sequences.push_back(backends::SequenceInput{tokens, 0, blocks, true});
     if (!(*backend)->Forward(batch, logits).ok()) std::abort();
   }
-  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(n),
-                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(model::DTypeName(dtype)));
 }
 BENCHMARK(BM_Prefill)

@@ -40,7 +40,7 @@ const KvCacheManager::Table& KvCacheManager::table(SequenceId seq) const {
 }
 
 int32_t KvCacheManager::Open(SequenceId seq, const BlockHash& root, std::span<const int32_t> tokens,
-                             int32_t max_cached_tokens) {
+                             int32_t max_cached_tokens, bool record_stats) {
   auto [it, inserted] = tables_.try_emplace(seq);
   assert(inserted);
   (void)inserted;
@@ -49,7 +49,6 @@ int32_t KvCacheManager::Open(SequenceId seq, const BlockHash& root, std::span<co
   const size_t bt = static_cast<size_t>(block_tokens());
   const size_t limit = std::min(tokens.size(), static_cast<size_t>(std::max(max_cached_tokens, 0)));
   const size_t candidates = limit / bt;
-  prefix_queries_total_ += static_cast<int64_t>(candidates);
   BlockHash parent = root;
   for (size_t i = 0; i < candidates; ++i) {
     std::span<const int32_t> block_tokens = tokens.subspan(i * bt, bt);
@@ -62,7 +61,9 @@ int32_t KvCacheManager::Open(SequenceId seq, const BlockHash& root, std::span<co
     t.hashes.push_back(h);
     parent = h;
   }
-  prefix_hits_total_ += static_cast<int64_t>(t.blocks.size());
+  if (record_stats) {
+    RecordPrefixLookup(static_cast<int64_t>(candidates), static_cast<int64_t>(t.blocks.size()));
+  }
   return static_cast<int32_t>(t.blocks.size() * bt);
 }
 

@@ -73,9 +73,15 @@ class KvCacheManager {
   // Opens the table of a new sequence whose tokens start with `tokens`, and fills it
   // with the longest run of cached full blocks matching tokens[0, max_cached_tokens)
   // (taking a reference on each). Returns the number of positions found (a multiple of
-  // block_tokens). Precondition: `seq` is not open.
+  // block_tokens). The lookup counts in stats() (full blocks queried, blocks found)
+  // when `record_stats`; a caller that may retry can record it later instead, once, with
+  // RecordPrefixLookup. Precondition: `seq` is not open.
   int32_t Open(SequenceId seq, const BlockHash& root, std::span<const int32_t> tokens,
-               int32_t max_cached_tokens);
+               int32_t max_cached_tokens, bool record_stats = true);
+  void RecordPrefixLookup(int64_t queried_blocks, int64_t hit_blocks) {
+    prefix_queries_total_ += queried_blocks;
+    prefix_hits_total_ += hit_blocks;
+  }
 
   // Grows the table of open `seq` to cover `num_tokens` positions. Returns false, and
   // allocates nothing, when the pool cannot supply the blocks.

@@ -91,6 +91,7 @@ class EngineImpl final : public Engine {
                    kv_.get(), [this] { return ReclaimSessionPins(); }) {
     PublishStats(0.0);
     thread_ = std::thread([this] { Run(); });
+    step_thread_id_ = thread_.get_id();
   }
 
   ~EngineImpl() override { Shutdown(absl::InfinitePast()); }
@@ -140,6 +141,9 @@ class EngineImpl final : public Engine {
       }
       cv_.notify_one();
     }
+    // From a sink callback (the step thread itself) only ask: the loop ends after the
+    // current step and the destructor joins.
+    if (std::this_thread::get_id() == step_thread_id_) return;
     std::lock_guard<std::mutex> lock(join_mu_);
     if (thread_.joinable()) thread_.join();
   }
@@ -206,6 +210,7 @@ class EngineImpl final : public Engine {
   std::atomic<RequestId> next_id_{1};
   std::mutex join_mu_;
   std::thread thread_;
+  std::thread::id step_thread_id_;  // set once in the constructor
 };
 
 absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<RequestSink> sink) {

@@ -123,8 +123,11 @@ class Engine {
   virtual absl::StatusOr<SessionInfo> GetSession(const std::string& id) = 0;
 
   virtual EngineStats Stats() const = 0;
-  // Stops accepting work (Submit -> UNAVAILABLE), lets running requests finish until
-  // `deadline`, cancels the rest, and stops the step thread. Idempotent.
+  // Stops accepting work (Submit -> UNAVAILABLE), lets running and queued requests
+  // finish until `deadline`, then finishes the rest with kCancelled (status UNAVAILABLE),
+  // releases session pins and stops the step thread; returns once it has stopped.
+  // Idempotent; a later call may bring the deadline forward. Called from a sink callback
+  // it only starts the shutdown (the engine's destructor waits for the thread).
   virtual void Shutdown(absl::Time deadline) = 0;
 };
 

@@ -514,6 +514,20 @@ TEST_P(EngineTest, ShutdownLetsRunningRequestsFinish) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, EngineTest, ::testing::Values("reference", "cpu_blas"));
 
+TEST_P(EngineTest, ShutdownFromASinkCallback) {
+  auto engine = NewEngine();
+  Engine* e = engine.get();
+  auto sink = std::make_shared<CollectingSink>([e](int n) {
+    if (n == 2) e->Shutdown(absl::InfinitePast());
+  });
+  ASSERT_TRUE(engine->Submit(Greedy(Prompt(10), 50), sink).ok());
+  const Result r = sink->Wait();
+  EXPECT_EQ(r.reason, FinishReason::kCancelled);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(r.tokens.size(), 2u);
+  engine.reset();  // joins the step thread
+}
+
 TEST(EngineCreateTest, RejectsMismatchedBackendAndBadOptions) {
   auto model = RandomModel();
   Engine::Options o;

@@ -49,6 +49,9 @@ struct OfflineGenerateResult {
 // passed to `on_text` as it becomes final: UTF-8 safe (model::TokenStreamDecoder) and
 // with any stop string (and text after it) removed. Stop tokens produce no text.
 // Generation is capped so that prompt + generated tokens fit the model's context.
+// Runs entirely on the calling thread (on_text included) and blocks until the end; it
+// creates its own backend and KV blocks, so concurrent calls share only `model` and
+// `tokenizer`, which are immutable.
 // Errors: INVALID_ARGUMENT for bad sampling parameters (the message names the field),
 // or a prompt that leaves no room in the context; NOT_FOUND for an unknown backend;
 // whatever the backend's Forward returns.

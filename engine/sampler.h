@@ -93,9 +93,13 @@ class Sampler {
   int32_t vocab_size_ = 0;
   std::mt19937_64 rng_;
   // Scratch, reused across calls to avoid per-token allocation.
-  std::vector<float> original_;      // [vocab] copy of the incoming logits
-  std::vector<int32_t> counts_;      // [vocab] occurrences in generated tokens; kept all-zero
-  std::vector<uint8_t> seen_;        // [vocab] token in context; kept all-zero between calls
+  std::vector<float> original_;  // [vocab] copy of the incoming logits
+  // [vocab] occurrences in generated tokens, all-zero between calls; empty unless a
+  // frequency or presence penalty is set.
+  std::vector<int32_t> counts_;
+  // [vocab] token seen in context, all-zero between calls; empty unless
+  // repetition_penalty != 1.
+  std::vector<uint8_t> seen_;
   std::vector<int32_t> candidates_;  // token ids still in play
   std::vector<float> probs_;         // [candidates] probabilities, parallel to candidates_
 };

@@ -5,48 +5,12 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "model/utf8.h"
 
 namespace kvserve::engine {
 namespace {
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
-
-// True when `s` is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
-bool IsValidUtf8(const std::string& s) {
-  size_t i = 0;
-  const size_t n = s.size();
-  while (i < n) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return false;
-    }
-    if (i + len > n) return false;
-    const unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
-    if (c1 < lo || c1 > hi) return false;
-    for (size_t k = 2; k < len; ++k) {
-      const unsigned char ck = static_cast<unsigned char>(s[i + k]);
-      if (ck < 0x80 || ck > 0xBF) return false;
-    }
-    i += len;
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -102,7 +66,7 @@ absl::Status SamplingParams::Validate(int32_t vocab_size, int32_t max_tokens_lim
       return Invalid(absl::StrCat("stop_strings[", i, "] is ", s.size(), " bytes, at most ",
                                   kMaxStopStringBytes, " allowed"));
     }
-    if (!IsValidUtf8(s)) {
+    if (!model::IsValidUtf8(s)) {
       return Invalid(absl::StrCat("stop_strings[", i, "] is not valid UTF-8"));
     }
   }

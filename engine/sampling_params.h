@@ -21,19 +21,19 @@ inline constexpr float kMaxAbsTokenPenalty = 2.0f;   // |frequency_penalty|, |pr
 // Defaults follow common practice (OpenAI / vLLM): sampling at temperature 1 with no
 // truncation. Temperature 0 means greedy (argmax, ties to the lowest id).
 struct SamplingParams {
-  float temperature = 1.0f;         // >= 0; 0 = greedy
-  int32_t top_k = 0;                // 0 = off; else keep the k most likely tokens
-  float top_p = 1.0f;               // (0, 1]; 1 = off (nucleus sampling)
-  float min_p = 0.0f;               // [0, 1]; drop tokens with p < min_p * p_max
-  float repetition_penalty = 1.0f;  // > 0; 1 = off (CTRL-style, over prompt + output)
-  float frequency_penalty = 0.0f;   // [-2, 2]; subtract f * count(token in output)
-  float presence_penalty = 0.0f;    // [-2, 2]; subtract p if token occurred in output
-  std::optional<uint64_t> seed;     // same seed + same logits -> same tokens
-  int32_t max_tokens = 256;         // >= 1 completion tokens
-  std::vector<int32_t> stop_token_ids;  // finish when one is sampled (not emitted)
+  float temperature = 1.0f;               // >= 0; 0 = greedy
+  int32_t top_k = 0;                      // 0 = off; else keep the k most likely tokens
+  float top_p = 1.0f;                     // (0, 1]; 1 = off (nucleus sampling)
+  float min_p = 0.0f;                     // [0, 1]; drop tokens with p < min_p * p_max
+  float repetition_penalty = 1.0f;        // > 0; 1 = off (CTRL-style, over prompt + output)
+  float frequency_penalty = 0.0f;         // [-2, 2]; subtract f * count(token in output)
+  float presence_penalty = 0.0f;          // [-2, 2]; subtract p if token occurred in output
+  std::optional<uint64_t> seed;           // same seed + same logits -> same tokens
+  int32_t max_tokens = 256;               // >= 1 completion tokens
+  std::vector<int32_t> stop_token_ids;    // finish when one is sampled (not emitted)
   std::vector<std::string> stop_strings;  // finish when the text contains one (not emitted)
-  bool ignore_eos = false;          // keep going past EOS (benchmarks on random weights)
-  int32_t top_logprobs = 0;         // [0, 20]: report the N most likely tokens per step
+  bool ignore_eos = false;                // keep going past EOS (benchmarks on random weights)
+  int32_t top_logprobs = 0;               // [0, 20]: report the N most likely tokens per step
 
   // OK, or INVALID_ARGUMENT whose message starts with the parameter's name
   // (e.g. "temperature must be >= 0 and finite, got nan").

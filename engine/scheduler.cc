@@ -18,7 +18,7 @@ void Scheduler::OpenTable(Sequence& seq) {
   // At most tokens.size() - 1 positions come from the cache: the last token must run
   // to produce logits.
   const int32_t n = static_cast<int32_t>(seq.tokens.size());
-  seq.num_computed = kv_->Open(seq.id, seq.root, seq.tokens, n - 1);
+  seq.num_computed = kv_->Open(seq.id, seq.root, seq.tokens, n - 1, /*record_stats=*/false);
   seq.has_table = true;
 }
 
@@ -89,6 +89,10 @@ StepPlan Scheduler::Schedule() {
       if (running_.empty() && plan.chunks.empty()) plan.out_of_blocks.push_back(&seq);
       break;
     }
+    // The lookup counts once per admission, not once per attempt.
+    const int32_t bt = kv_->block_tokens();
+    kv_->RecordPrefixLookup((static_cast<int32_t>(seq.tokens.size()) - 1) / bt,
+                            seq.num_computed / bt);
     plan.chunks.push_back({&seq, n});
     budget -= n;
     running_.push_back(std::move(waiting_.front()));

@@ -120,6 +120,31 @@ TEST_F(SchedulerTest, PreemptsTheYoungestAndResumesFromCachedBlocks) {
   EXPECT_EQ(p.chunks[0].seq->id, 2u);
   EXPECT_EQ(p.chunks[0].seq->num_computed, 4);
   EXPECT_EQ(p.chunks[0].num_tokens, 4);
+  // Three admissions looked up one full block each; b's second found it.
+  EXPECT_EQ(kv_->stats().prefix_queries_total, 3);
+  EXPECT_EQ(kv_->stats().prefix_hits_total, 1);
+}
+
+TEST_F(SchedulerTest, AHeadThatDoesNotFitWaitsAndIsCountedOnce) {
+  Init(4, 4, 100);
+  Add(1, 11);
+  StepPlan p = scheduler_->Schedule();  // 3 blocks
+  Execute(p);
+  Add(2, 9, 50);  // needs 3 blocks: only 1 is free
+  for (int step = 0; step < 3; ++step) {
+    p = scheduler_->Schedule();
+    ASSERT_EQ(p.chunks.size(), 1u);
+    EXPECT_EQ(p.chunks[0].seq->id, 1u);
+    EXPECT_TRUE(p.preempted.empty());
+    Execute(p);
+  }
+  EXPECT_EQ(scheduler_->waiting().size(), 1u);
+  EXPECT_EQ(kv_->stats().prefix_queries_total, 2);  // only a's admission so far
+  scheduler_->Remove(1);
+  p = scheduler_->Schedule();
+  ASSERT_EQ(p.chunks.size(), 1u);
+  EXPECT_EQ(p.chunks[0].seq->id, 2u);
+  EXPECT_EQ(kv_->stats().prefix_queries_total, 4);
 }
 
 TEST_F(SchedulerTest, ASequenceLargerThanThePoolIsReported) {

@@ -6,10 +6,14 @@ namespace kvserve::model {
 
 std::string_view DTypeName(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kQ8_0: return "q8_0";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kQ8_0:
+      return "q8_0";
   }
   return "unknown";
 }
@@ -47,8 +51,8 @@ uint16_t FloatToHalf(float f) {
     return sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u);
   }
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: overflow to inf
-  if (abs < 0x38800000u) {                         // result is subnormal or zero
-    if (abs < 0x33000000u) return sign;            // < half of smallest subnormal
+  if (abs < 0x38800000u) {                        // result is subnormal or zero
+    if (abs < 0x33000000u) return sign;           // < half of smallest subnormal
     const uint32_t e = abs >> 23;
     const uint32_t m = (abs & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126 - e;  // 14..24

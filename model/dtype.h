@@ -26,10 +26,14 @@ std::string_view DTypeName(DType t);
 // multiple of kQ8_0BlockElems (callers check shapes before asking).
 inline size_t DTypeBytes(DType t, size_t n) {
   switch (t) {
-    case DType::kF32: return n * 4;
-    case DType::kF16: return n * 2;
-    case DType::kBF16: return n * 2;
-    case DType::kQ8_0: return n / kQ8_0BlockElems * kQ8_0BlockBytes;
+    case DType::kF32:
+      return n * 4;
+    case DType::kF16:
+      return n * 2;
+    case DType::kBF16:
+      return n * 2;
+    case DType::kQ8_0:
+      return n / kQ8_0BlockElems * kQ8_0BlockBytes;
   }
   return 0;
 }

@@ -315,14 +315,17 @@ class GgufParser {
         if (absl::Status s = ReadString(ctx, &v.strings_[i], i); !s.ok()) return s;
       }
     } else if (v.elem_type_ == GgufType::kArray) {
-      v.arrays_.resize(v.count_);
+      // Grown as elements parse, not sized to count_ up front: a GgufValue is ~8x larger
+      // than the 12 bytes that bound count_, and with nesting the up-front sizes would
+      // multiply (up to 64x the file) before the data proves to be there.
       for (uint64_t i = 0; i < v.count_; ++i) {
-        GgufValue& e = v.arrays_[i];
+        GgufValue e;
         if (absl::Status s =
                 ParseValue(absl::StrCat(ctx, "[", i, "]"), GgufType::kArray, depth + 1, e);
             !s.ok()) {
           return s;
         }
+        v.arrays_.push_back(std::move(e));
       }
     } else {
       r_.ReadBytes(v.count_ * min_size, &v.raw_);  // fits: checked above

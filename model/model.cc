@@ -17,7 +17,9 @@ class Fnv64 {
     for (size_t i = 0; i < n; ++i) h_ = (h_ ^ p[i]) * 0x100000001b3ull;
   }
   template <typename T>
-  void AddValue(const T& v) { Add(&v, sizeof(v)); }
+  void AddValue(const T& v) {
+    Add(&v, sizeof(v));
+  }
   uint64_t value() const { return h_; }
 
  private:
@@ -43,7 +45,8 @@ void HashTensor(Fnv64& h, const TensorView& t) {
 }
 
 absl::Status CheckShape(const std::string& name, const TensorView& t, int64_t rows, int64_t cols) {
-  if (t.data == nullptr) return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is missing"));
+  if (t.data == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is missing"));
   if (t.rows != rows || t.cols != cols) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has shape [", t.rows, ", ",
                                                    t.cols, "], expected [", rows, ", ", cols, "]"));
@@ -58,8 +61,8 @@ absl::Status CheckShape(const std::string& name, const TensorView& t, int64_t ro
 absl::Status CheckNorm(const std::string& name, const TensorView& t, int64_t dim) {
   if (absl::Status s = CheckShape(name, t, 1, dim); !s.ok()) return s;
   if (t.type != DType::kF32) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " must be f32, is ",
-                                                   std::string(DTypeName(t.type))));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", name, " must be f32, is ", std::string(DTypeName(t.type))));
   }
   return absl::OkStatus();
 }
@@ -97,15 +100,15 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromParts(ModelConfig config, Mode
   if (absl::Status s = CheckWeights(config, weights); !s.ok()) return s;
   if (vocab.size() != config.vocab_size || vocab.scores.size() != vocab.pieces.size() ||
       vocab.kinds.size() != vocab.pieces.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("vocabulary has ", vocab.size(),
-                                                   " tokens, model has vocab_size ",
-                                                   config.vocab_size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocabulary has ", vocab.size(), " tokens, model has vocab_size ", config.vocab_size));
   }
   for (auto [name, id] : {std::pair<const char*, int32_t>{"bos", vocab.bos_id},
-                          {"eos", vocab.eos_id}, {"unk", vocab.unk_id}}) {
+                          {"eos", vocab.eos_id},
+                          {"unk", vocab.unk_id}}) {
     if (id < 0 || id >= vocab.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("vocabulary: ", name, " token id ", id,
-                                                     " is out of range"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("vocabulary: ", name, " token id ", id, " is out of range"));
     }
   }
 
@@ -123,8 +126,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromParts(ModelConfig config, Mode
   HashTensor(h, weights.output);
   HashTensor(h, weights.output_norm);
   for (const LayerWeights& L : weights.layers) {
-    for (const TensorView* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.w_gate,
-                                &L.w_up, &L.w_down}) {
+    for (const TensorView* t :
+         {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down}) {
       HashTensor(h, *t);
     }
   }

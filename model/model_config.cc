@@ -9,16 +9,22 @@ namespace {
 
 absl::Status Positive(const char* name, int v) {
   if (v > 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("model config: ", name, " must be positive, got ", v));
+  return absl::InvalidArgumentError(
+      absl::StrCat("model config: ", name, " must be positive, got ", v));
 }
 
 }  // namespace
 
 absl::Status ModelConfig::Validate() const {
-  for (auto [name, v] : {std::pair<const char*, int>{"dim", dim}, {"n_layers", n_layers},
-                         {"n_heads", n_heads}, {"n_kv_heads", n_kv_heads}, {"head_dim", head_dim},
-                         {"ffn_dim", ffn_dim}, {"vocab_size", vocab_size},
-                         {"context_length", context_length}, {"rope_dim", rope_dim}}) {
+  for (auto [name, v] : {std::pair<const char*, int>{"dim", dim},
+                         {"n_layers", n_layers},
+                         {"n_heads", n_heads},
+                         {"n_kv_heads", n_kv_heads},
+                         {"head_dim", head_dim},
+                         {"ffn_dim", ffn_dim},
+                         {"vocab_size", vocab_size},
+                         {"context_length", context_length},
+                         {"rope_dim", rope_dim}}) {
     if (absl::Status s = Positive(name, v); !s.ok()) return s;
   }
   if (n_heads % n_kv_heads != 0) {
@@ -27,8 +33,8 @@ absl::Status ModelConfig::Validate() const {
                                                    n_kv_heads, ")"));
   }
   if (rope_dim > head_dim || rope_dim % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("model config: rope_dim ", rope_dim,
-                                                   " must be even and at most head_dim ", head_dim));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: rope_dim ", rope_dim, " must be even and at most head_dim ", head_dim));
   }
   // Caps that keep every size computation far from overflow; real models are far below.
   constexpr int kMaxDim = 1 << 16, kMaxLayers = 1024, kMaxVocab = 1 << 22, kMaxContext = 1 << 22;
@@ -36,7 +42,8 @@ absl::Status ModelConfig::Validate() const {
       n_layers > kMaxLayers || vocab_size > kMaxVocab || context_length > kMaxContext) {
     return absl::InvalidArgumentError("model config: a dimension exceeds the supported maximum");
   }
-  // head_dim may be set apart from dim / n_heads (GGUF attention.key_length): keep q_dim() in range.
+  // head_dim may be set apart from dim / n_heads (GGUF attention.key_length): keep q_dim() in
+  // range.
   if (static_cast<int64_t>(n_heads) * head_dim > kMaxDim) {
     return absl::InvalidArgumentError(
         "model config: n_heads * head_dim exceeds the supported maximum");

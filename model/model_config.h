@@ -17,17 +17,17 @@ enum class RopeStyle : uint8_t {
 
 struct ModelConfig {
   std::string architecture = "llama";
-  int dim = 0;             // hidden size (embedding length)
+  int dim = 0;  // hidden size (embedding length)
   int n_layers = 0;
-  int n_heads = 0;         // query heads
-  int n_kv_heads = 0;      // key/value heads; n_heads % n_kv_heads == 0 (GQA/MQA)
-  int head_dim = 0;        // usually dim / n_heads
-  int ffn_dim = 0;         // SwiGLU hidden size
+  int n_heads = 0;     // query heads
+  int n_kv_heads = 0;  // key/value heads; n_heads % n_kv_heads == 0 (GQA/MQA)
+  int head_dim = 0;    // usually dim / n_heads
+  int ffn_dim = 0;     // SwiGLU hidden size
   int vocab_size = 0;
   int context_length = 0;  // maximum positions the model was trained for
   float rms_eps = 1e-5f;
   float rope_base = 10000.0f;
-  int rope_dim = 0;        // dimensions of each head that RoPE rotates (<= head_dim, even)
+  int rope_dim = 0;  // dimensions of each head that RoPE rotates (<= head_dim, even)
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
   bool tied_embeddings = false;  // LM head is the token embedding table
 

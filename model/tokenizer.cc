@@ -6,54 +6,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "model/utf8.h"
 
 namespace kvserve::model {
 namespace {
 
 constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // U+2581 "▁"
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
-
-// What the bytes at the start of a non-empty string hold.
-enum class Utf8Kind {
-  kChar,        // a well-formed character of n bytes
-  kIllFormed,   // n bytes (n >= 1) that are a maximal ill-formed subpart
-  kIncomplete,  // all n bytes are a well-formed prefix, but the string ends
-};
-struct Utf8Step {
-  Utf8Kind kind;
-  size_t n;
-};
-
-// Classifies the UTF-8 sequence at the start of `s` (Unicode table 3-7: no
-// overlong forms, no surrogates, nothing above U+10FFFF).
-Utf8Step ScanUtf8(std::string_view s) {
-  const auto b0 = static_cast<uint8_t>(s[0]);
-  if (b0 < 0x80) return {Utf8Kind::kChar, 1};
-  size_t need = 0;
-  uint8_t lo = 0x80;  // allowed range of the second byte
-  uint8_t hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    need = 2;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    need = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    need = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return {Utf8Kind::kIllFormed, 1};
-  }
-  for (size_t i = 1; i < need; ++i) {
-    if (i >= s.size()) return {Utf8Kind::kIncomplete, i};
-    const auto b = static_cast<uint8_t>(s[i]);
-    if (b < lo || b > hi) return {Utf8Kind::kIllFormed, i};
-    lo = 0x80;
-    hi = 0xBF;
-  }
-  return {Utf8Kind::kChar, need};
-}
 
 // Appends `bytes` to `out` as valid UTF-8, each ill-formed subpart replaced by
 // U+FFFD. An incomplete character at the end is replaced too when `final`, and

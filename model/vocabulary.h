@@ -12,10 +12,10 @@ namespace kvserve::model {
 enum class TokenKind : int32_t {
   kNormal = 1,
   kUnknown = 2,
-  kControl = 3,       // <s>, </s>: never produced from plain text
+  kControl = 3,  // <s>, </s>: never produced from plain text
   kUserDefined = 4,
   kUnused = 5,
-  kByte = 6,          // <0xNN> byte fallback
+  kByte = 6,  // <0xNN> byte fallback
 };
 
 struct Vocabulary {
@@ -25,8 +25,8 @@ struct Vocabulary {
   int32_t bos_id = 1;
   int32_t eos_id = 2;
   int32_t unk_id = 0;
-  bool add_bos = true;              // prepend BOS when encoding a prompt
-  bool add_space_prefix = true;     // prepend "▁" to the text (SentencePiece dummy prefix)
+  bool add_bos = true;           // prepend BOS when encoding a prompt
+  bool add_space_prefix = true;  // prepend "▁" to the text (SentencePiece dummy prefix)
 
   int32_t size() const { return static_cast<int32_t>(pieces.size()); }
 };

@@ -23,8 +23,8 @@ struct LayerWeights {
 struct ModelWeights {
   TensorView token_embedding;  // [vocab, dim]
   std::vector<LayerWeights> layers;
-  TensorView output_norm;      // [1, dim] (F32)
-  TensorView output;           // [vocab, dim]; same view as token_embedding when tied
+  TensorView output_norm;  // [1, dim] (F32)
+  TensorView output;       // [vocab, dim]; same view as token_embedding when tied
 };
 
 }  // namespace kvserve::model

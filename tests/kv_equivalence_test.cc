@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -258,15 +259,35 @@ struct Sequence {
   }
 };
 
-double MaxAbsDiff(std::span<const float> a, std::span<const double> b) {
+// max_i |a[i] - b[i]|, or +infinity when the sizes differ, either side is empty, or any
+// difference is NaN: std::max(m, NaN) would keep m and let NaN logits pass a tolerance.
+template <typename T>
+double MaxAbsDiff(std::span<const float> a, std::span<const T> b) {
+  if (a.size() != b.size() || a.empty()) return std::numeric_limits<double>::infinity();
   double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    if (std::isnan(d)) return std::numeric_limits<double>::infinity();
+    m = std::max(m, d);
+  }
   return m;
 }
+double MaxAbsDiff(std::span<const float> a, std::span<const double> b) {
+  return MaxAbsDiff<double>(a, b);
+}
 double MaxAbsDiff(std::span<const float> a, std::span<const float> b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double{a[i]} - b[i]));
-  return m;
+  return MaxAbsDiff<float>(a, b);
+}
+
+TEST(MaxAbsDiffTest, NanAndSizeMismatchNeverPass) {
+  const std::vector<float> a = {1.0f, 2.0f};
+  const std::vector<float> nan = {1.0f, std::numeric_limits<float>::quiet_NaN()};
+  const std::vector<double> close = {1.0, 2.5};
+  EXPECT_EQ(MaxAbsDiff(a, close), 0.5);
+  EXPECT_TRUE(std::isinf(MaxAbsDiff(a, nan)));
+  EXPECT_TRUE(std::isinf(MaxAbsDiff(nan, a)));
+  EXPECT_TRUE(std::isinf(MaxAbsDiff(a, std::vector<float>{1.0f})));
+  EXPECT_TRUE(std::isinf(MaxAbsDiff(std::vector<float>{}, std::vector<float>{})));
 }
 
 std::vector<int32_t> PromptTokens(int n, int vocab, uint32_t seed) {

@@ -53,9 +53,13 @@ constexpr int64_t kMinParallelElements = 32 * 1024;
 struct CpuBlasBackend::State {
   State(const model::Model& m, const model::KvLayout& l, int n_threads, Isa level,
         const cpu_blas::GemmOptions& gemm_options)
-      : config(m.config()), weights(m.weights()), layout(l),
-        rope(kernels::Rope::ForModel(m.config())), isa(level),
-        kernels(&cpu_blas::KernelsFor(level)), pool(n_threads),
+      : config(m.config()),
+        weights(m.weights()),
+        layout(l),
+        rope(kernels::Rope::ForModel(m.config())),
+        isa(level),
+        kernels(&cpu_blas::KernelsFor(level)),
+        pool(n_threads),
         gemm(&pool, kernels, gemm_options),
         scores(static_cast<size_t>(n_threads)) {}
 
@@ -75,17 +79,17 @@ struct CpuBlasBackend::State {
   std::vector<int> logit_seqs;  // ... and that sequence's index
 
   // Activations; n = rows.size(). Grown as needed, never shrunk.
-  std::vector<float> x;        // [n, dim] residual stream
-  std::vector<float> xb;       // [n, dim] normalised input of a sub-layer
-  std::vector<float> xb2;      // [n, dim] sub-layer output before the residual add
-  std::vector<float> q;        // [n, q_dim] queries (after RoPE)
-  std::vector<float> k;        // [n, kv_dim] keys (after RoPE)
-  std::vector<float> v;        // [n, kv_dim] values
-  std::vector<float> att_out;  // [n, q_dim] attention output, heads concatenated
-  std::vector<float> hb;       // [n, ffn_dim] gate, then silu(gate) * up
-  std::vector<float> hb2;      // [n, ffn_dim] up
-  std::vector<float> xf;       // [n_logits, dim] final hidden states of logit rows
-  std::vector<float> out;      // [n_logits, vocab] logits before scattering
+  std::vector<float> x;                    // [n, dim] residual stream
+  std::vector<float> xb;                   // [n, dim] normalised input of a sub-layer
+  std::vector<float> xb2;                  // [n, dim] sub-layer output before the residual add
+  std::vector<float> q;                    // [n, q_dim] queries (after RoPE)
+  std::vector<float> k;                    // [n, kv_dim] keys (after RoPE)
+  std::vector<float> v;                    // [n, kv_dim] values
+  std::vector<float> att_out;              // [n, q_dim] attention output, heads concatenated
+  std::vector<float> hb;                   // [n, ffn_dim] gate, then silu(gate) * up
+  std::vector<float> hb2;                  // [n, ffn_dim] up
+  std::vector<float> xf;                   // [n_logits, dim] final hidden states of logit rows
+  std::vector<float> out;                  // [n_logits, vocab] logits before scattering
   std::vector<std::vector<float>> scores;  // per pool thread: [positions] attention weights
 
   // Calls fn(row_begin, row_end) over [0, n) in chunks on the pool, or once on the
@@ -119,8 +123,7 @@ absl::StatusOr<std::unique_ptr<CpuBlasBackend>> CpuBlasBackend::Create(
   const Isa level = options.isa.value_or(cpu_blas::BestIsa());
   if (!cpu_blas::IsaSupported(level)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "cpu_blas: this CPU does not support ", std::string(cpu_blas::IsaName(level)),
-        " kernels"));
+        "cpu_blas: this CPU does not support ", std::string(cpu_blas::IsaName(level)), " kernels"));
   }
   int n_threads = options.threads;
   if (n_threads == 0) n_threads = std::max(1u, std::thread::hardware_concurrency());
@@ -217,8 +220,8 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     for (uint8_t* block : batch.sequences[i].blocks) {
       if (reinterpret_cast<uintptr_t>(block) % kv_align != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "sequence ", i, ": KV block is not aligned to ", kv_align, " bytes"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence ", i, ": KV block is not aligned to ", kv_align, " bytes"));
       }
     }
   }
@@ -291,8 +294,8 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
     });
 
     // Q, K, V of all new rows.
-    st.gemm.Run({{&L.wq, st.q.data()}, {&L.wk, st.k.data()}, {&L.wv, st.v.data()}},
-                st.xb.data(), n);
+    st.gemm.Run({{&L.wq, st.q.data()}, {&L.wk, st.k.data()}, {&L.wv, st.v.data()}}, st.xb.data(),
+                n);
 
     // RoPE at each row's position; append K and V to its sequence's blocks.
     st.ForRows(n, c.q_dim() + 2 * c.kv_dim(), [&](int b, int e) {
@@ -338,8 +341,8 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
   grow(st.xf, static_cast<size_t>(n_logits) * dim);
   grow(st.out, static_cast<size_t>(n_logits) * vocab);
   for (int i = 0; i < n_logits; ++i) {
-    kernels::RmsNorm(row(st.x, dim, st.logit_rows[i]), kernels::F32Values(w.output_norm),
-                     c.rms_eps, row(st.xf, dim, i));
+    kernels::RmsNorm(row(st.x, dim, st.logit_rows[i]), kernels::F32Values(w.output_norm), c.rms_eps,
+                     row(st.xf, dim, i));
   }
   st.gemm.Run(w.output, st.xf.data(), n_logits, st.out.data());
   for (int i = 0; i < n_logits; ++i) {

@@ -29,7 +29,7 @@ struct CpuBlasOptions {
   // Kernel level. Default (nullopt): the best the CPU supports. Tests force lower levels;
   // forcing a level the CPU lacks is FAILED_PRECONDITION.
   std::optional<cpu_blas::Isa> isa;
-  // Crossover between streaming kernels and OpenBLAS (see GemmOptions). Default 8 rows.
+  // Crossover between streaming kernels and OpenBLAS, tile size (see GemmOptions).
   cpu_blas::GemmOptions gemm;
 };
 

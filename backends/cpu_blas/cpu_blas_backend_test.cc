@@ -29,10 +29,10 @@
 namespace kvserve::backends {
 namespace {
 
-using ::testing::HasSubstr;
 using cpu_blas::Isa;
 using model::DType;
 using model::KvLayout;
+using ::testing::HasSubstr;
 
 constexpr float kLogitTolerance = 1e-4f;
 
@@ -80,8 +80,10 @@ std::unique_ptr<model::Model> MakeModel(DType dtype, bool tied, model::ModelConf
 class Driver {
  public:
   Driver(std::unique_ptr<Backend> backend, const model::Model& m)
-      : backend_(std::move(backend)), arena_(backend_->kv_layout()),
-        vocab_(m.config().vocab_size), context_(m.config().context_length) {}
+      : backend_(std::move(backend)),
+        arena_(backend_->kv_layout()),
+        vocab_(m.config().vocab_size),
+        context_(m.config().context_length) {}
 
   int AddSequence() {
     blocks_.push_back(arena_.Allocate(context_));
@@ -152,7 +154,8 @@ float MaxDiffOverSchedule(Driver& a, Driver& b, int vocab) {
       {{0, Tokens(4, vocab, 4)}},
   };
   for (int step = 0; step < 6; ++step) {
-    schedule.push_back({{0, {(step * 7 + 1) % vocab}}, {1, {(step * 5 + 2) % vocab}},
+    schedule.push_back({{0, {(step * 7 + 1) % vocab}},
+                        {1, {(step * 5 + 2) % vocab}},
                         {2, {(step * 3 + 3) % vocab}}});
   }
   for (const auto& steps : schedule) {
@@ -190,21 +193,21 @@ TEST_P(ParityTest, LogitsMatchReference) {
   EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size), kLogitTolerance);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Dtypes, ParityTest,
-    ::testing::Values(ParityCase{DType::kF32, false, DType::kF32, false},
-                      ParityCase{DType::kF32, false, DType::kF32, true},
-                      ParityCase{DType::kF32, true, DType::kF16, true},
-                      ParityCase{DType::kF16, false, DType::kF32, true},
-                      ParityCase{DType::kF16, true, DType::kF16, true},
-                      ParityCase{DType::kBF16, false, DType::kF16, true},
-                      ParityCase{DType::kBF16, true, DType::kF32, true},
-                      ParityCase{DType::kQ8_0, false, DType::kF32, false}),
-    [](const ::testing::TestParamInfo<ParityCase>& info) {
-      const ParityCase& p = info.param;
-      return std::string(model::DTypeName(p.dtype)) + (p.tied ? "_tied" : "") + "_kv" +
-             std::string(model::DTypeName(p.kv_dtype)) + (p.wide ? "_wide" : "_default");
-    });
+INSTANTIATE_TEST_SUITE_P(Dtypes, ParityTest,
+                         ::testing::Values(ParityCase{DType::kF32, false, DType::kF32, false},
+                                           ParityCase{DType::kF32, false, DType::kF32, true},
+                                           ParityCase{DType::kF32, true, DType::kF16, true},
+                                           ParityCase{DType::kF16, false, DType::kF32, true},
+                                           ParityCase{DType::kF16, true, DType::kF16, true},
+                                           ParityCase{DType::kBF16, false, DType::kF16, true},
+                                           ParityCase{DType::kBF16, true, DType::kF32, true},
+                                           ParityCase{DType::kQ8_0, false, DType::kF32, false}),
+                         [](const ::testing::TestParamInfo<ParityCase>& info) {
+                           const ParityCase& p = info.param;
+                           return std::string(model::DTypeName(p.dtype)) + (p.tied ? "_tied" : "") +
+                                  "_kv" + std::string(model::DTypeName(p.kv_dtype)) +
+                                  (p.wide ? "_wide" : "_default");
+                         });
 
 // Each kernel level (forced), each product path (streaming kernels only; sgemm only),
 // and several thread counts agree with the reference.
@@ -262,11 +265,12 @@ TEST(CpuBlasBackendTest, BatchInvariance) {
       l = alone.Run({{0, {alone_tokens.back()}}});
     }
 
-    // Shared: the same, with sequence 1 prefilling 40 tokens in chunks of 10 and
-    // sequence 2 decoding beside it.
+    // Shared: the same, with sequence 1 prefilling 97 tokens in chunks (so the steps have
+    // more than GemmOptions::sgemm_min_rows rows and take the sgemm path, while A alone
+    // takes the streaming kernels) and sequence 2 decoding beside it.
     Driver shared(MakeCpuBlas(*m, layout, options), *m);
     for (int i = 0; i < 3; ++i) shared.AddSequence();
-    l = shared.Run({{1, Tokens(3, vocab, 1)}, {0, Tokens(6, vocab, 9)}, {2, Tokens(2, vocab, 2)}});
+    l = shared.Run({{1, Tokens(17, vocab, 1)}, {0, Tokens(6, vocab, 9)}, {2, Tokens(2, vocab, 2)}});
     std::vector<float> a(l.begin() + vocab, l.begin() + 2 * vocab);
     for (int step = 0; step < 12; ++step) {
       SCOPED_TRACE(step);
@@ -274,7 +278,7 @@ TEST(CpuBlasBackendTest, BatchInvariance) {
       const int32_t token = static_cast<int32_t>(kernels::ArgMax(a));
       ASSERT_EQ(token, alone_tokens[step]);
       std::vector<Driver::Step> steps = {{2, {(step * 3 + 1) % vocab}}, {0, {token}}};
-      if (step < 4) steps.push_back({1, Tokens(10, vocab, step), step == 3});
+      if (step < 4) steps.push_back({1, Tokens(20, vocab, step), step == 3});
       l = shared.Run(steps);
       a.assign(l.begin() + vocab, l.begin() + 2 * vocab);
     }
@@ -353,12 +357,30 @@ TEST(CpuBlasBackendTest, Stories260KGreedyMatchesReference) {
   const int vocab = m.config().vocab_size;
   const KvLayout layout = KvLayout::ForModel(m.config(), 16, DType::kF32);
 
-  const std::vector<std::string> prompts = {
-      "Once upon a time", "The little dog", "Lily wanted to", "One day, a big", "Tom and Sue",
-      "The sun was", "There was a girl named", "Mom said", "The cat sat on", "In the park",
-      "A bird flew", "Ben had a red", "The old man", "She looked at the", "It was a rainy day",
-      "The boy ran", "They played with", "At night, the", "The tree was very", "He found a",
-      "The fish swam", "Once there was a little car", "Sam liked to", "The flower"};
+  const std::vector<std::string> prompts = {"Once upon a time",
+                                            "The little dog",
+                                            "Lily wanted to",
+                                            "One day, a big",
+                                            "Tom and Sue",
+                                            "The sun was",
+                                            "There was a girl named",
+                                            "Mom said",
+                                            "The cat sat on",
+                                            "In the park",
+                                            "A bird flew",
+                                            "Ben had a red",
+                                            "The old man",
+                                            "She looked at the",
+                                            "It was a rainy day",
+                                            "The boy ran",
+                                            "They played with",
+                                            "At night, the",
+                                            "The tree was very",
+                                            "He found a",
+                                            "The fish swam",
+                                            "Once there was a little car",
+                                            "Sam liked to",
+                                            "The flower"};
   constexpr int kNewTokens = 64;
 
   CpuBlasOptions options;
@@ -387,10 +409,9 @@ TEST(CpuBlasBackendTest, Stories260KGreedyMatchesReference) {
   }
   EXPECT_LE(worst, kLogitTolerance);
   for (int i = 0; i < n; ++i) {
-    EXPECT_EQ(fast_out[i], ref_out[i]) << "prompt \"" << prompts[i] << "\": cpu_blas wrote \""
-                                       << (*tokenizer)->Decode(fast_out[i])
-                                       << "\", reference \"" << (*tokenizer)->Decode(ref_out[i])
-                                       << "\"";
+    EXPECT_EQ(fast_out[i], ref_out[i])
+        << "prompt \"" << prompts[i] << "\": cpu_blas wrote \"" << (*tokenizer)->Decode(fast_out[i])
+        << "\", reference \"" << (*tokenizer)->Decode(ref_out[i]) << "\"";
   }
   // The canonical continuation (llama2.c's output, see DESIGN.md) starts like this.
   EXPECT_THAT((*tokenizer)->Decode(fast_out[0]), HasSubstr("there was a little girl named Lily"));

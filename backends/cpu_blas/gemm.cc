@@ -47,7 +47,8 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   } else {
     const int64_t cols = products.begin()->w->cols;
     chunk = std::max<int64_t>(16, options_.tile_bytes / (cols * 4) / 16 * 16);
-    chunk = std::min(chunk, std::max<int64_t>(16, RoundUp((total_rows + threads - 1) / threads, 16)));
+    chunk =
+        std::min(chunk, std::max<int64_t>(16, RoundUp((total_rows + threads - 1) / threads, 16)));
   }
   tasks_.clear();
   for (const Product& p : products) {
@@ -76,8 +77,8 @@ void Gemm::RunStreaming(const Task& task, const float* x, int n) {
                    rows);
       break;
     case model::DType::kF16:
-      k.matmul_f16(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1, x, cols, n,
-                   task.y, rows);
+      k.matmul_f16(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1, x, cols, n, task.y,
+                   rows);
       break;
     case model::DType::kBF16:
       k.matmul_bf16(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1, x, cols, n,
@@ -115,8 +116,8 @@ void Gemm::RunSgemm(const Task& task, const float* x, int n, int thread) {
   }
   // Y[:, r0:r1] = X[n, cols] · tile[nr, cols]^T
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, static_cast<int>(nr),
-              static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), tile,
-              static_cast<int>(cols), 0.0f, task.y + task.r0, static_cast<int>(rows));
+              static_cast<int>(cols), 1.0f, x, static_cast<int>(cols), tile, static_cast<int>(cols),
+              0.0f, task.y + task.r0, static_cast<int>(rows));
 }
 
 }  // namespace kvserve::backends::cpu_blas

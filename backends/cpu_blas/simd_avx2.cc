@@ -70,8 +70,9 @@ KVSERVE_AVX2 inline void Block(const typename W::T* w, int64_t cols, const float
   for (; c + 8 <= cols; c += 8) {
 #pragma GCC unroll 4
     for (int b = 0; b < kStepBytes; b += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(c * R) * sizeof(T) + b),
-                   _MM_HINT_T0);
+      _mm_prefetch(
+          reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(c * R) * sizeof(T) + b),
+          _MM_HINT_T0);
     }
     __m256 wv[R];
 #pragma GCC unroll 4
@@ -97,17 +98,24 @@ template <typename W, int R>
 KVSERVE_AVX2 inline void BlockN(int nn, const typename W::T* w, int64_t cols, const float* x,
                                 int64_t ldx, float* y, int64_t ldy) {
   switch (nn) {
-    case 1: Block<W, R, 1>(w, cols, x, ldx, y, ldy); break;
-    case 2: Block<W, R, 2>(w, cols, x, ldx, y, ldy); break;
-    case 3: Block<W, R, 3>(w, cols, x, ldx, y, ldy); break;
-    default: Block<W, R, 4>(w, cols, x, ldx, y, ldy); break;
+    case 1:
+      Block<W, R, 1>(w, cols, x, ldx, y, ldy);
+      break;
+    case 2:
+      Block<W, R, 2>(w, cols, x, ldx, y, ldy);
+      break;
+    case 3:
+      Block<W, R, 3>(w, cols, x, ldx, y, ldy);
+      break;
+    default:
+      Block<W, R, 4>(w, cols, x, ldx, y, ldy);
+      break;
   }
 }
 
 template <typename W>
-KVSERVE_AVX2 void MatMul(const typename W::T* w, int64_t cols, int64_t row_begin,
-                         int64_t row_end, const float* x, int64_t ldx, int n, float* y,
-                         int64_t ldy) {
+KVSERVE_AVX2 void MatMul(const typename W::T* w, int64_t cols, int64_t row_begin, int64_t row_end,
+                         const float* x, int64_t ldx, int n, float* y, int64_t ldy) {
   if (n == 1) {
     // Decode: four weight rows at a time keep four independent FMA chains in flight.
     int64_t r = row_begin;
@@ -137,7 +145,8 @@ KVSERVE_AVX2 float DotF32(const float* a, const float* b, int n) {
     s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
     s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
   }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  for (; i + 8 <= n; i += 8)
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
   float s = HSum(_mm256_add_ps(s0, s1));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
@@ -183,16 +192,8 @@ KVSERVE_AVX2 void Convert(const uint16_t* in, float* out, int64_t n) {
 }
 
 constexpr KernelSet kAvx2Set = {
-    Isa::kAvx2,
-    &MatMul<F32W>,
-    &MatMul<F16W>,
-    &MatMul<BF16W>,
-    &DotF32,
-    &DotF16,
-    &AxpyF32,
-    &AxpyF16,
-    &Convert<F16W>,
-    &Convert<BF16W>,
+    Isa::kAvx2, &MatMul<F32W>, &MatMul<F16W>, &MatMul<BF16W>, &DotF32,
+    &DotF16,    &AxpyF32,      &AxpyF16,      &Convert<F16W>, &Convert<BF16W>,
 };
 
 }  // namespace

@@ -59,8 +59,8 @@ KVSERVE_AVX512 inline float HSum(__m512 v) {
 // y[i * ldy + r] = W[r, :] · x[i, :] for r in [0, R), i in [0, N): R weight rows against
 // N activation rows, R * N accumulators held in registers (32 zmm registers).
 template <typename W, int R, int N>
-KVSERVE_AVX512 inline void Block(const typename W::T* w, int64_t cols, const float* x,
-                                 int64_t ldx, float* y, int64_t ldy) {
+KVSERVE_AVX512 inline void Block(const typename W::T* w, int64_t cols, const float* x, int64_t ldx,
+                                 float* y, int64_t ldy) {
   __m512 acc[R][N];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
@@ -78,8 +78,9 @@ KVSERVE_AVX512 inline void Block(const typename W::T* w, int64_t cols, const flo
   for (; c + 16 <= cols; c += 16) {
 #pragma GCC unroll 8
     for (int b = 0; b < kStepBytes; b += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(c * R) * sizeof(T) + b),
-                   _MM_HINT_T0);
+      _mm_prefetch(
+          reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(c * R) * sizeof(T) + b),
+          _MM_HINT_T0);
     }
     __m512 wv[R];
 #pragma GCC unroll 4
@@ -105,29 +106,34 @@ template <typename W, int R>
 KVSERVE_AVX512 inline void BlockN(int nn, const typename W::T* w, int64_t cols, const float* x,
                                   int64_t ldx, float* y, int64_t ldy) {
   switch (nn) {
-    case 1: Block<W, R, 1>(w, cols, x, ldx, y, ldy); break;
-    case 2: Block<W, R, 2>(w, cols, x, ldx, y, ldy); break;
-    case 3: Block<W, R, 3>(w, cols, x, ldx, y, ldy); break;
-    default: Block<W, R, 4>(w, cols, x, ldx, y, ldy); break;
+    case 1:
+      Block<W, R, 1>(w, cols, x, ldx, y, ldy);
+      break;
+    case 2:
+      Block<W, R, 2>(w, cols, x, ldx, y, ldy);
+      break;
+    case 3:
+      Block<W, R, 3>(w, cols, x, ldx, y, ldy);
+      break;
+    default:
+      Block<W, R, 4>(w, cols, x, ldx, y, ldy);
+      break;
   }
 }
 
 // Four weight rows (hot in L1) against activation rows in groups of four.
 template <typename W>
-KVSERVE_AVX512 void MatMul(const typename W::T* w, int64_t cols, int64_t row_begin,
-                           int64_t row_end, const float* x, int64_t ldx, int n, float* y,
-                           int64_t ldy) {
+KVSERVE_AVX512 void MatMul(const typename W::T* w, int64_t cols, int64_t row_begin, int64_t row_end,
+                           const float* x, int64_t ldx, int n, float* y, int64_t ldy) {
   int64_t r = row_begin;
   for (; r + 4 <= row_end; r += 4) {
     for (int i = 0; i < n; i += 4) {
-      BlockN<W, 4>(std::min(4, n - i), w + r * cols, cols, x + i * ldx, ldx, y + i * ldy + r,
-                   ldy);
+      BlockN<W, 4>(std::min(4, n - i), w + r * cols, cols, x + i * ldx, ldx, y + i * ldy + r, ldy);
     }
   }
   for (; r < row_end; ++r) {
     for (int i = 0; i < n; i += 4) {
-      BlockN<W, 1>(std::min(4, n - i), w + r * cols, cols, x + i * ldx, ldx, y + i * ldy + r,
-                   ldy);
+      BlockN<W, 1>(std::min(4, n - i), w + r * cols, cols, x + i * ldx, ldx, y + i * ldy + r, ldy);
     }
   }
 }
@@ -135,7 +141,8 @@ KVSERVE_AVX512 void MatMul(const typename W::T* w, int64_t cols, int64_t row_beg
 KVSERVE_AVX512 float DotF32(const float* a, const float* b, int n) {
   __m512 s0 = _mm512_setzero_ps();
   int i = 0;
-  for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+  for (; i + 16 <= n; i += 16)
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
   float s = HSum(s0);
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
@@ -176,16 +183,8 @@ KVSERVE_AVX512 void Convert(const uint16_t* in, float* out, int64_t n) {
 }
 
 constexpr KernelSet kAvx512Set = {
-    Isa::kAvx512,
-    &MatMul<F32W>,
-    &MatMul<F16W>,
-    &MatMul<BF16W>,
-    &DotF32,
-    &DotF16,
-    &AxpyF32,
-    &AxpyF16,
-    &Convert<F16W>,
-    &Convert<BF16W>,
+    Isa::kAvx512, &MatMul<F32W>, &MatMul<F16W>, &MatMul<BF16W>, &DotF32,
+    &DotF16,      &AxpyF32,      &AxpyF16,      &Convert<F16W>, &Convert<BF16W>,
 };
 
 }  // namespace

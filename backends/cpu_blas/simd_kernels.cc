@@ -4,9 +4,12 @@ namespace kvserve::backends::cpu_blas {
 
 std::string_view IsaName(Isa isa) {
   switch (isa) {
-    case Isa::kScalar: return "scalar";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
   }
   return "unknown";
 }
@@ -15,7 +18,8 @@ bool IsaSupported(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
   // __builtin_cpu_supports also checks that the OS saves the wider registers (XCR0).
   switch (isa) {
-    case Isa::kScalar: return true;
+    case Isa::kScalar:
+      return true;
     case Isa::kAvx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
              __builtin_cpu_supports("f16c");
@@ -36,9 +40,12 @@ Isa BestIsa() {
 
 const KernelSet& KernelsFor(Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return Avx512Kernels();
-    case Isa::kAvx2: return Avx2Kernels();
-    case Isa::kScalar: break;
+    case Isa::kAvx512:
+      return Avx512Kernels();
+    case Isa::kAvx2:
+      return Avx2Kernels();
+    case Isa::kScalar:
+      break;
   }
   return ScalarKernels();
 }

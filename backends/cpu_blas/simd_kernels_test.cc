@@ -46,10 +46,17 @@ Weights RandomWeights(std::mt19937& rng, DType dtype, size_t n) {
 void CallMatMul(const KernelSet& k, DType dtype, const Weights& w, int64_t cols, int64_t r0,
                 int64_t r1, const float* x, int64_t ldx, int n, float* y, int64_t ldy) {
   switch (dtype) {
-    case DType::kF32: k.matmul_f32(w.f32.data(), cols, r0, r1, x, ldx, n, y, ldy); break;
-    case DType::kF16: k.matmul_f16(w.bits.data(), cols, r0, r1, x, ldx, n, y, ldy); break;
-    case DType::kBF16: k.matmul_bf16(w.bits.data(), cols, r0, r1, x, ldx, n, y, ldy); break;
-    case DType::kQ8_0: FAIL() << "no q8_0 kernel";
+    case DType::kF32:
+      k.matmul_f32(w.f32.data(), cols, r0, r1, x, ldx, n, y, ldy);
+      break;
+    case DType::kF16:
+      k.matmul_f16(w.bits.data(), cols, r0, r1, x, ldx, n, y, ldy);
+      break;
+    case DType::kBF16:
+      k.matmul_bf16(w.bits.data(), cols, r0, r1, x, ldx, n, y, ldy);
+      break;
+    case DType::kQ8_0:
+      FAIL() << "no q8_0 kernel";
   }
 }
 
@@ -90,8 +97,7 @@ TEST_P(SimdKernelsTest, MatMulMatchesScalarForEveryDtypeAndShape) {
           std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
           std::vector<float> y_ref(y.size(), kSentinel);
           CallMatMul(kernels(), dtype, w, cols, r0, r1, x.data(), ldx, n, y.data(), ldy);
-          CallMatMul(ScalarKernels(), dtype, w, cols, r0, r1, x.data(), ldx, n, y_ref.data(),
-                     ldy);
+          CallMatMul(ScalarKernels(), dtype, w, cols, r0, r1, x.data(), ldx, n, y_ref.data(), ldy);
           for (int i = 0; i < n; ++i) {
             for (int64_t r = 0; r < ldy; ++r) {
               const size_t at = static_cast<size_t>(i * ldy + r);
@@ -157,8 +163,8 @@ TEST_P(SimdKernelsTest, ConversionsAreExactForEveryBitPattern) {
     for (size_t i = 0; i < bits.size(); ++i) {
       const float want =
           dtype == DType::kF16 ? model::HalfToFloat(bits[i]) : model::BF16ToFloat(bits[i]);
-      const bool same = std::isnan(want) ? std::isnan(out[i])
-                                         : std::memcmp(&want, &out[i], sizeof(float)) == 0;
+      const bool same =
+          std::isnan(want) ? std::isnan(out[i]) : std::memcmp(&want, &out[i], sizeof(float)) == 0;
       if (!same && ++mismatches <= 5) {
         ADD_FAILURE() << model::DTypeName(dtype) << " bits 0x" << std::hex << bits[i] << ": got "
                       << out[i] << ", want " << want;

@@ -97,9 +97,8 @@ void ThreadPool::WorkerLoop(int thread) {
     }
     if (epoch == seen) {
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] {
-        return stop_ || EpochOf(state_.load(std::memory_order_acquire)) != seen;
-      });
+      work_cv_.wait(
+          lock, [&] { return stop_ || EpochOf(state_.load(std::memory_order_acquire)) != seen; });
       if (stop_) return;
       epoch = EpochOf(state_.load(std::memory_order_acquire));
     }

@@ -32,8 +32,9 @@ TEST(ThreadPoolTest, ManyShortLoopsPublishTheirResults) {
   ThreadPool pool(3);
   std::vector<int64_t> out(64);
   for (int iteration = 0; iteration < 2000; ++iteration) {
-    pool.Run(static_cast<int64_t>(out.size()),
-             [&](int64_t task, int /*thread*/) { out[static_cast<size_t>(task)] = task + iteration; });
+    pool.Run(static_cast<int64_t>(out.size()), [&](int64_t task, int /*thread*/) {
+      out[static_cast<size_t>(task)] = task + iteration;
+    });
     for (size_t t = 0; t < out.size(); ++t) {
       ASSERT_EQ(out[t], static_cast<int64_t>(t) + iteration);
     }

@@ -108,5 +108,13 @@ TEST(KvArenaTest, BlocksAreZeroedAlignedAndDistinct) {
   a[2][layout.block_bytes() - 1] = 7;  // whole block is writable (ASan checks)
 }
 
+TEST(KvArenaTest, NothingForNegativeCapacityOrInvalidLayout) {
+  KvArena arena(KvLayout{2, 3, 5, DType::kF16});
+  EXPECT_TRUE(arena.Allocate(-5).empty());
+  KvArena bad(KvLayout{2, 3, /*block_tokens=*/0, DType::kF16});  // divided by zero before
+  EXPECT_TRUE(bad.Allocate(10).empty());
+  EXPECT_EQ(bad.block_count(), 0);
+}
+
 }  // namespace
 }  // namespace kvserve::backends::kernels
