@@ -178,6 +178,8 @@ void ToProtoUsage(const engine::Usage& usage, v1::Usage* out) {
 void AppendToken(const engine::TokenEvent& event, bool with_logprobs,
                  google::protobuf::RepeatedField<int32_t>* token_ids,
                  google::protobuf::RepeatedPtrField<v1::TokenLogprobs>* logprobs) {
+  // The held-back text flushed at a stop carries no token of its own.
+  if (event.token == engine::kTextOnlyToken) return;
   token_ids->Add(event.token);
   if (!with_logprobs) return;
   v1::TokenLogprobs* lp = logprobs->Add();

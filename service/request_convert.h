@@ -45,6 +45,8 @@ v1::FinishReason ToProtoFinishReason(engine::FinishReason reason);
 absl::Status FinishStatus(engine::FinishReason reason, const absl::Status& engine_status);
 
 void ToProtoUsage(const engine::Usage& usage, v1::Usage* out);
+// Appends the token id (and logprobs when asked) of `event`; an event that carries only
+// text (token == engine::kTextOnlyToken) adds nothing here: its text is the caller's.
 void AppendToken(const engine::TokenEvent& event, bool with_logprobs,
                  google::protobuf::RepeatedField<int32_t>* token_ids,
                  google::protobuf::RepeatedPtrField<v1::TokenLogprobs>* logprobs);

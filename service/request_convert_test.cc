@@ -266,3 +266,26 @@ TEST_F(RequestConvertTest, UsageAndTtl) {
 
 }  // namespace
 }  // namespace kvserve::service
+
+namespace kvserve::service {
+namespace {
+
+TEST(AppendTokenTest, TextOnlyEventAddsNoTokenId) {
+  google::protobuf::RepeatedField<int32_t> ids;
+  google::protobuf::RepeatedPtrField<v1::TokenLogprobs> logprobs;
+  engine::TokenEvent sampled;
+  sampled.token = 7;
+  sampled.logprob = -0.5f;
+  AppendToken(sampled, /*with_logprobs=*/true, &ids, &logprobs);
+  engine::TokenEvent text_only;
+  text_only.token = engine::kTextOnlyToken;
+  text_only.text = "held back";
+  AppendToken(text_only, /*with_logprobs=*/true, &ids, &logprobs);
+  ASSERT_EQ(ids.size(), 1);
+  EXPECT_EQ(ids[0], 7);
+  ASSERT_EQ(logprobs.size(), 1);
+  EXPECT_EQ(logprobs[0].token_id(), 7);
+}
+
+}  // namespace
+}  // namespace kvserve::service

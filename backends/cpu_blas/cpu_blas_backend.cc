@@ -5,6 +5,8 @@
 // logits goes through the final norm and the LM head, stacked into one product.
 #include "backends/cpu_blas/cpu_blas_backend.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -45,6 +47,24 @@ struct AttentionTask {
 
 // Query rows per attention task: bounds the imbalance of a long prefill chunk.
 constexpr int kAttentionRowsPerTask = 32;
+// Tasks with at least this many query rows (a prefill chunk) attend with two sgemm
+// products over the task's gathered K/V head slice; fewer rows (decode) use the
+// per-position SIMD dot/axpy kernels, which read K/V in place without a gather.
+constexpr int kAttentionSgemmMinRows = 4;
+
+// Per pool thread scratch of the attention kernels.
+struct AttentionScratch {
+  std::vector<float> scores;  // [positions] weights of one query head (per-row path)
+  std::vector<float> q;       // [rows * group, head_dim] stacked queries (sgemm path)
+  std::vector<float> k;       // [positions, head_dim] keys of one KV head (sgemm path)
+  std::vector<float> v;       // [positions, head_dim] values of one KV head (sgemm path)
+  std::vector<float> s;       // [rows * group, positions] scores, then weights (sgemm path)
+  std::vector<float> o;       // [rows * group, head_dim] outputs (sgemm path)
+};
+
+void Grow(std::vector<float>& v, size_t size) {
+  if (v.size() < size) v.resize(size);
+}
 // Elementwise work (norms, RoPE, SwiGLU) below this many elements stays on the caller.
 constexpr int64_t kMinParallelElements = 32 * 1024;
 
@@ -61,7 +81,7 @@ struct CpuBlasBackend::State {
         kernels(&cpu_blas::KernelsFor(level)),
         pool(n_threads),
         gemm(&pool, kernels, gemm_options),
-        scores(static_cast<size_t>(n_threads)) {}
+        scratch(static_cast<size_t>(n_threads)) {}
 
   const model::ModelConfig& config;
   const model::ModelWeights& weights;
@@ -90,7 +110,7 @@ struct CpuBlasBackend::State {
   std::vector<float> hb2;                  // [n, ffn_dim] up
   std::vector<float> xf;                   // [n_logits, dim] final hidden states of logit rows
   std::vector<float> out;                  // [n_logits, vocab] logits before scattering
-  std::vector<std::vector<float>> scores;  // per pool thread: [positions] attention weights
+  std::vector<AttentionScratch> scratch;   // per pool thread
 
   // Calls fn(row_begin, row_end) over [0, n) in chunks on the pool, or once on the
   // caller when the work (n * elements_per_row) is small.
@@ -111,6 +131,13 @@ struct CpuBlasBackend::State {
   void Attention(const Batch& batch, int layer);
   void AttendRows(const Batch& batch, const AttentionTask& task, int layer,
                   std::vector<float>& att);
+  void AttendRowsSgemm(const Batch& batch, const AttentionTask& task, int layer,
+                       AttentionScratch& scratch);
+  void AttendTask(const Batch& batch, const AttentionTask& task, int layer,
+                  AttentionScratch& scratch);
+  // out[t, 0:head_dim) = K or V of `kv_head` at position t, as f32, for t in [0, n_pos).
+  void GatherHead(const kernels::SequenceKv& kv, int layer, KvKind kind, int kv_head, int n_pos,
+                  float* out) const;
 };
 
 absl::StatusOr<std::unique_ptr<CpuBlasBackend>> CpuBlasBackend::Create(
@@ -192,6 +219,90 @@ void CpuBlasBackend::State::AttendRows(const Batch& batch, const AttentionTask& 
   }
 }
 
+void CpuBlasBackend::State::GatherHead(const kernels::SequenceKv& kv, int layer, KvKind kind,
+                                       int kv_head, int n_pos, float* out) const {
+  const int hd = config.head_dim;
+  const bool f16 = layout.dtype == model::DType::kF16;
+  const size_t head_offset_bytes =
+      static_cast<size_t>(kv_head) * static_cast<size_t>(hd) * (f16 ? 2 : 4);
+  const size_t row_bytes = layout.row_bytes();
+  const int bt = layout.block_tokens;
+  for (int t0 = 0; t0 < n_pos; t0 += bt) {
+    const uint8_t* plane = kv.Row(layer, kind, t0) + head_offset_bytes;
+    const int t1 = std::min(n_pos, t0 + bt);
+    for (int t = t0; t < t1; ++t) {
+      const uint8_t* src = plane + static_cast<size_t>(t - t0) * row_bytes;
+      float* dst = out + static_cast<size_t>(t) * hd;
+      if (f16) {
+        kernels->f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, hd);
+      } else {
+        std::memcpy(dst, src, static_cast<size_t>(hd) * sizeof(float));
+      }
+    }
+  }
+}
+
+// All rows of the task belong to one sequence at consecutive positions, so the last row
+// sees the most positions (n_ctx); every row r sees [0, pos_r]. With the query heads of
+// the KV head stacked as rows (row i = query row j, head g: i = (j - row_begin) * group + g):
+//   S = scale * Q · K[0:n_ctx]^T,  causal mask and softmax per row,  O = S · V[0:n_ctx].
+void CpuBlasBackend::State::AttendRowsSgemm(const Batch& batch, const AttentionTask& task,
+                                            int layer, AttentionScratch& sc) {
+  const model::ModelConfig& c = config;
+  const kernels::SequenceKv kv(layout, batch.sequences[task.seq].blocks);
+  const int hd = c.head_dim;
+  const int group = c.n_heads / c.n_kv_heads;
+  const size_t q_dim = static_cast<size_t>(c.q_dim());
+  const size_t head_bytes = static_cast<size_t>(hd) * sizeof(float);
+  const int m = (task.row_end - task.row_begin) * group;
+  const int n_ctx = rows[task.row_end - 1].pos + 1;
+  const size_t um = static_cast<size_t>(m);
+  const size_t un_ctx = static_cast<size_t>(n_ctx);
+  const size_t uhd = static_cast<size_t>(hd);
+  Grow(sc.q, um * uhd);
+  Grow(sc.k, un_ctx * uhd);
+  Grow(sc.v, un_ctx * uhd);
+  Grow(sc.s, um * un_ctx);
+  Grow(sc.o, um * uhd);
+
+  // The group's query heads are adjacent within a row: copy each row's slice at once.
+  const size_t first_head = static_cast<size_t>(task.kv_head) * group * uhd;
+  for (int j = task.row_begin; j < task.row_end; ++j) {
+    std::memcpy(sc.q.data() + static_cast<size_t>(j - task.row_begin) * group * uhd,
+                q.data() + static_cast<size_t>(j) * q_dim + first_head, head_bytes * group);
+  }
+  GatherHead(kv, layer, KvKind::kKey, task.kv_head, n_ctx, sc.k.data());
+  GatherHead(kv, layer, KvKind::kValue, task.kv_head, n_ctx, sc.v.data());
+
+  // S[m, n_ctx] = scale * Q[m, hd] · K[n_ctx, hd]^T
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n_ctx, hd, scale, sc.q.data(), hd,
+              sc.k.data(), hd, 0.0f, sc.s.data(), n_ctx);
+  for (int i = 0; i < m; ++i) {
+    const int n_pos = rows[task.row_begin + i / group].pos + 1;
+    float* s_row = sc.s.data() + static_cast<size_t>(i) * un_ctx;
+    kernels::Softmax(std::span<float>(s_row, static_cast<size_t>(n_pos)));
+    std::fill(s_row + n_pos, s_row + n_ctx, 0.0f);  // causal mask
+  }
+  // O[m, hd] = P[m, n_ctx] · V[n_ctx, hd]
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, n_ctx, 1.0f, sc.s.data(), n_ctx,
+              sc.v.data(), hd, 0.0f, sc.o.data(), hd);
+  for (int j = task.row_begin; j < task.row_end; ++j) {
+    std::memcpy(att_out.data() + static_cast<size_t>(j) * q_dim + first_head,
+                sc.o.data() + static_cast<size_t>(j - task.row_begin) * group * uhd,
+                head_bytes * group);
+  }
+}
+
+void CpuBlasBackend::State::AttendTask(const Batch& batch, const AttentionTask& task, int layer,
+                                       AttentionScratch& sc) {
+  if (task.row_end - task.row_begin >= kAttentionSgemmMinRows) {
+    AttendRowsSgemm(batch, task, layer, sc);
+  } else {
+    AttendRows(batch, task, layer, sc.scores);
+  }
+}
+
 void CpuBlasBackend::State::Attention(const Batch& batch, int layer) {
   // Small steps (tiny models, one decode row) run on the caller: waking the pool costs
   // more than the work.
@@ -201,12 +312,12 @@ void CpuBlasBackend::State::Attention(const Batch& batch, int layer) {
   }
   work *= static_cast<int64_t>(config.head_dim) * (config.n_heads / config.n_kv_heads) * 2;
   if (work < kMinParallelElements) {
-    for (const AttentionTask& t : attention_tasks) AttendRows(batch, t, layer, scores[0]);
+    for (const AttentionTask& t : attention_tasks) AttendTask(batch, t, layer, scratch[0]);
     return;
   }
   pool.Run(static_cast<int64_t>(attention_tasks.size()), [&](int64_t task, int thread) {
-    AttendRows(batch, attention_tasks[static_cast<size_t>(task)], layer,
-               scores[static_cast<size_t>(thread)]);
+    AttendTask(batch, attention_tasks[static_cast<size_t>(task)], layer,
+               scratch[static_cast<size_t>(thread)]);
   });
 }
 
@@ -257,18 +368,15 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
   const size_t kv_dim = static_cast<size_t>(c.kv_dim());
   const size_t ffn = static_cast<size_t>(c.ffn_dim);
   const size_t un = static_cast<size_t>(n);
-  auto grow = [](std::vector<float>& v, size_t size) {
-    if (v.size() < size) v.resize(size);
-  };
-  grow(st.x, un * dim);
-  grow(st.xb, un * dim);
-  grow(st.xb2, un * dim);
-  grow(st.q, un * q_dim);
-  grow(st.k, un * kv_dim);
-  grow(st.v, un * kv_dim);
-  grow(st.att_out, un * q_dim);
-  grow(st.hb, un * ffn);
-  grow(st.hb2, un * ffn);
+  Grow(st.x, un * dim);
+  Grow(st.xb, un * dim);
+  Grow(st.xb2, un * dim);
+  Grow(st.q, un * q_dim);
+  Grow(st.k, un * kv_dim);
+  Grow(st.v, un * kv_dim);
+  Grow(st.att_out, un * q_dim);
+  Grow(st.hb, un * ffn);
+  Grow(st.hb2, un * ffn);
   auto row = [](std::vector<float>& v, size_t width, int r) {
     return std::span<float>(v.data() + static_cast<size_t>(r) * width, width);
   };
@@ -338,8 +446,8 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
   const int n_logits = static_cast<int>(st.logit_rows.size());
   if (n_logits == 0) return absl::OkStatus();
   const size_t vocab = static_cast<size_t>(c.vocab_size);
-  grow(st.xf, static_cast<size_t>(n_logits) * dim);
-  grow(st.out, static_cast<size_t>(n_logits) * vocab);
+  Grow(st.xf, static_cast<size_t>(n_logits) * dim);
+  Grow(st.out, static_cast<size_t>(n_logits) * vocab);
   for (int i = 0; i < n_logits; ++i) {
     kernels::RmsNorm(row(st.x, dim, st.logit_rows[i]), kernels::F32Values(w.output_norm), c.rms_eps,
                      row(st.xf, dim, i));
