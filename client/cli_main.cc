@@ -13,14 +13,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "common/flags.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address HOST:PORT.");
 ABSL_FLAG(std::string, prompt, "Once upon a time", "generate/bench: the prompt text.");
@@ -194,32 +192,15 @@ int RunInfo(const Client& client) {
 }  // namespace kvserve::client
 
 int main(int argc, char** argv) {
-  absl::FlagsUsageConfig config;
-  config.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "cli_main.cc");
-  };
-  config.contains_helpshort_flags = config.contains_help_flags;
-  absl::SetFlagsUsageConfig(config);
-  absl::SetProgramUsageMessage(
+  const std::vector<std::string> args = kvserve::common::ParseFlags(
+      argc, argv,
       "talk to a kvserve server.\n"
       "  kvserve-cli generate --prompt TEXT [--stream] [--max_tokens N] [--temperature T]\n"
       "  kvserve-cli chat     (opens a session; each stdin line is a turn)\n"
       "  kvserve-cli bench    [--streams N] [--requests M] [--max_tokens K] [--ignore_eos]\n"
       "  kvserve-cli info\n"
-      "Common: --target HOST:PORT (default 127.0.0.1:50051). Flags accept - or _.");
-  std::vector<std::string> normalized(argv, argv + argc);
-  std::vector<char*> normalized_argv;
-  for (std::string& arg : normalized) {
-    if (arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
-      const size_t name_end = std::min(arg.find('='), arg.size());
-      for (size_t i = 2; i < name_end; ++i) {
-        if (arg[i] == '-') arg[i] = '_';
-      }
-    }
-    normalized_argv.push_back(arg.data());
-  }
-  std::vector<char*> args =
-      absl::ParseCommandLine(static_cast<int>(normalized_argv.size()), normalized_argv.data());
+      "Common: --target HOST:PORT (default 127.0.0.1:50051). Flags accept - or _.",
+      "cli_main.cc");
   if (args.size() != 2) {
     std::fprintf(stderr, "%s", absl::ProgramUsageMessage().data());
     std::fprintf(stderr, "\n");

@@ -14,12 +14,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/flags.h"
 #include "engine/engine_options.h"
 #include "service/model_loading.h"
 #include "service/server.h"
@@ -243,35 +240,16 @@ int Run() {
 }  // namespace kvserve::service
 
 int main(int argc, char** argv) {
-  absl::FlagsUsageConfig config;
-  // --help lists this file's flags (absl's default matches files named after the binary).
-  config.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "server_main.cc");
-  };
-  config.contains_helpshort_flags = config.contains_help_flags;
-  absl::SetFlagsUsageConfig(config);
-  absl::SetProgramUsageMessage(
+  const std::vector<std::string> args = kvserve::common::ParseFlags(
+      argc, argv,
       "LLM inference over gRPC (kvserve.v1.Inference), with health, reflection "
       "and Prometheus metrics.\nUsage: kvserve --model models/stories260K.gguf "
       "[--listen 127.0.0.1:50051] [--metrics-listen 127.0.0.1:9464] [flags]\n"
       "Flags accept - or _ (--metrics-listen or --metrics_listen). SIGTERM drains and "
-      "exits 0.");
-  // absl flag names use '_'; accept the dashed spelling too (--metrics-listen).
-  std::vector<std::string> normalized(argv, argv + argc);
-  std::vector<char*> normalized_argv;
-  for (std::string& arg : normalized) {
-    if (arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
-      const size_t name_end = std::min(arg.find('='), arg.size());
-      for (size_t i = 2; i < name_end; ++i) {
-        if (arg[i] == '-') arg[i] = '_';
-      }
-    }
-    normalized_argv.push_back(arg.data());
-  }
-  std::vector<char*> args =
-      absl::ParseCommandLine(static_cast<int>(normalized_argv.size()), normalized_argv.data());
+      "exits 0.",
+      "server_main.cc");
   if (args.size() > 1) {
-    std::fprintf(stderr, "kvserve: unexpected argument \"%s\" (see --help)\n", args[1]);
+    std::fprintf(stderr, "kvserve: unexpected argument \"%s\" (see --help)\n", args[1].c_str());
     return 2;
   }
   return kvserve::service::Run();
