@@ -280,7 +280,7 @@ class GgufParser {
     std::string_view key;
     if (absl::Status s = ReadString(absl::StrCat("metadata key ", index), &key); !s.ok()) return s;
     const std::string ctx = absl::StrCat("metadata key ", Printable(key));
-    GgufType type;
+    GgufType type = GgufType::kUint8;
     if (absl::Status s = ReadType(ctx + " type", &type); !s.ok()) return s;
     GgufValue value;
     if (absl::Status s = ParseValue(ctx, type, 0, value); !s.ok()) return s;

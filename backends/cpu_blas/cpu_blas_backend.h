@@ -2,8 +2,9 @@
 // into one activation matrix, so each projection is one matrix product over all rows
 // (OpenBLAS sgemm for many rows; for few rows, SIMD kernels that stream each weight row
 // once for all of them, reading f16/bf16 weights as stored). Attention runs per
-// (sequence, KV head, chunk of query rows) in parallel with vectorised dot products over
-// the sequence's paged K/V.
+// (sequence, KV head, chunk of query rows) in parallel: prefill chunks as two sgemm
+// products over the KV head's positions gathered to f32 (the query heads sharing the KV
+// head stacked as rows), decode rows with vectorised dot products over the paged K/V.
 #ifndef KVSERVE_BACKENDS_CPU_BLAS_CPU_BLAS_BACKEND_H_
 #define KVSERVE_BACKENDS_CPU_BLAS_CPU_BLAS_BACKEND_H_
 
