@@ -1,7 +1,6 @@
 // The engine: continuous batching over one model, one backend and one KV block pool.
-//
-// CONTRACT DRAFT (written before the implementation; the engine owner may extend it,
-// keeping existing names source-compatible because service/ builds against it).
+// The implementation is created by CreateEngine (engine/engine_options.h); service/ and
+// the benchmarks program against this interface only.
 #ifndef KVSERVE_ENGINE_ENGINE_H_
 #define KVSERVE_ENGINE_ENGINE_H_
 
