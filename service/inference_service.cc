@@ -109,10 +109,14 @@ class UnarySink final : public engine::RequestSink {
 };
 
 // Streams a generation with exactly one write in flight: tokens that arrive while a
-// write is in flight accumulate into the next message. The last message carries the
-// finish reason and usage. Threading: PushToken/Complete run on the engine's step
-// thread, the reactions on gRPC threads; state is guarded by mu_, and gRPC is called
-// after unlocking (a reaction may run, and OnDone delete this, at once).
+// write (or a kick) is pending accumulate into the next message. The last message
+// carries the finish reason and usage. Threading: PushToken/Complete run on the
+// engine's step thread; the first token's write starts there, after it they only
+// append under mu_ and, when nothing is pending, schedule one Kick on the service's
+// writer thread, which starts the write or the finish. OnWriteDone (gRPC thread)
+// starts the next one. State is guarded by mu_, and gRPC is called after unlocking (a reaction may run, and OnDone delete this, at
+// once). Lifetime: Finish is only called while no kick is scheduled, so OnDone (which
+// deletes this) cannot run before a scheduled kick has run.
 class StreamGenerateReactor final
     : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
  public:
@@ -130,7 +134,14 @@ class StreamGenerateReactor final
     pending_.mutable_text()->append(event.text);
     AppendToken(event, logprobs, pending_.mutable_token_ids(), pending_.mutable_logprobs());
     has_pending_ = true;
-    Advance(std::move(lock));
+    if (!first_write_started_) {
+      // The first token goes out at once (time to first token); it is one write per
+      // call, and later ones are started by the writer thread or OnWriteDone.
+      first_write_started_ = true;
+      Advance(std::move(lock));
+      return;
+    }
+    ScheduleKick(std::move(lock));
   }
 
   // The engine finished the request (called once; the sink calls nothing after it).
@@ -144,7 +155,14 @@ class StreamGenerateReactor final
     }
     final_status_ = final_status;
     completed_ = true;
-    Advance(std::move(lock));
+    ScheduleKick(std::move(lock));
+  }
+
+  // Writer thread: starts the write or finish scheduled by ScheduleKick.
+  void Kick() {
+    std::unique_lock<std::mutex> lock(mu_);
+    kick_scheduled_ = false;
+    Advance(std::move(lock));  // `this` may be deleted from here on
   }
 
   void OnWriteDone(bool ok) override {
@@ -163,9 +181,19 @@ class StreamGenerateReactor final
   void OnDone() override { delete this; }
 
  private:
+  // Engine thread: hands the next write to the writer thread unless a write or a kick
+  // is already pending (OnWriteDone/Kick then pick up what was appended). Releases
+  // `lock`; after it, only the kick may end the call.
+  void ScheduleKick(std::unique_lock<std::mutex> lock) {
+    if (finish_called_ || writing_ || kick_scheduled_) return;
+    kick_scheduled_ = true;
+    lock.unlock();
+    service_->RunOnWriter([this] { Kick(); });
+  }
+
   // Starts the next write or the finish, if any is due. Releases `lock`.
   void Advance(std::unique_lock<std::mutex> lock) {
-    if (finish_called_ || writing_) return;
+    if (finish_called_ || writing_ || kick_scheduled_) return;
     if (completed_) {
       finish_called_ = true;
       const bool write_last = final_status_.ok() && !write_failed_;
@@ -202,6 +230,8 @@ class StreamGenerateReactor final
   // The message being written; touched only while writing_ (or after finish_called_).
   v1::GenerateStreamResponse in_flight_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool kick_scheduled_ ABSL_GUARDED_BY(mu_) = false;
+  bool first_write_started_ ABSL_GUARDED_BY(mu_) = false;
   bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
   bool completed_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
@@ -237,7 +267,39 @@ class StreamSink final : public engine::RequestSink {
 }  // namespace
 
 InferenceService::InferenceService(Options options, Metrics* metrics)
-    : options_(std::move(options)), metrics_(metrics) {}
+    : options_(std::move(options)), metrics_(metrics), writer_([this] { WriterLoop(); }) {}
+
+InferenceService::~InferenceService() {
+  {
+    std::lock_guard<std::mutex> lock(writer_mu_);
+    writer_stop_ = true;
+  }
+  writer_cv_.notify_one();
+  writer_.join();
+}
+
+void InferenceService::RunOnWriter(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(writer_mu_);
+    writer_tasks_.push_back(std::move(task));
+  }
+  writer_cv_.notify_one();
+}
+
+void InferenceService::WriterLoop() {
+  std::unique_lock<std::mutex> lock(writer_mu_);
+  while (true) {
+    writer_cv_.wait(lock, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return writer_stop_ || !writer_tasks_.empty();
+    });
+    if (writer_tasks_.empty()) return;  // stopping, and every task has run
+    std::function<void()> task = std::move(writer_tasks_.front());
+    writer_tasks_.pop_front();
+    lock.unlock();
+    task();
+    lock.lock();
+  }
+}
 
 void InferenceService::Attach(const ServingCore* core) { core_.store(core); }
 

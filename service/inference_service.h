@@ -7,8 +7,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -32,8 +35,10 @@ struct ServingCore {
 };
 
 // Threading: RPC methods run on gRPC's callback threads and never block; engine sinks
-// run on the engine's step thread and only queue writes. Attach/StartDraining/WaitIdle
-// may be called from any thread.
+// run on the engine's step thread and only queue writes: stream writes are started on
+// the service's own writer thread, so gRPC's write work never slows the engine.
+// Attach/StartDraining/WaitIdle may be called from any thread. The service must
+// outlive the grpc::Server it is registered with (its destructor joins the writer).
 class InferenceService final : public v1::Inference::CallbackService {
  public:
   struct Options {
@@ -47,6 +52,10 @@ class InferenceService final : public v1::Inference::CallbackService {
 
   // `metrics` must outlive the service.
   InferenceService(Options options, Metrics* metrics);
+  // Runs the queued writer tasks, then joins the writer thread.
+  ~InferenceService() override;
+  InferenceService(const InferenceService&) = delete;
+  InferenceService& operator=(const InferenceService&) = delete;
 
   // Starts serving `core` (which must outlive every call; call once). Before it every
   // method answers UNAVAILABLE ("model is loading").
@@ -107,8 +116,13 @@ class InferenceService final : public v1::Inference::CallbackService {
   void GenerationStarted();
   void GenerationEnded();
   Metrics* metrics() const { return metrics_; }
+  // Runs `task` on the writer thread, in submission order. Never blocks for long
+  // (used by the engine's step thread). Thread-safe.
+  void RunOnWriter(std::function<void()> task);
 
  private:
+  void WriterLoop();
+
   const Options options_;
   Metrics* const metrics_;
   std::atomic<const ServingCore*> core_{nullptr};
@@ -117,6 +131,13 @@ class InferenceService final : public v1::Inference::CallbackService {
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;
   int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::mutex writer_mu_;
+  std::condition_variable writer_cv_;
+  std::deque<std::function<void()>> writer_tasks_ ABSL_GUARDED_BY(writer_mu_);
+  bool writer_stop_ ABSL_GUARDED_BY(writer_mu_) = false;
+  // Last member: started after everything it uses, joined in the destructor.
+  std::thread writer_;
 };
 
 }  // namespace kvserve::service
