@@ -114,9 +114,10 @@ class UnarySink final : public engine::RequestSink {
 // engine's step thread; the first token's write starts there, after it they only
 // append under mu_ and, when nothing is pending, schedule one Kick on the service's
 // writer thread, which starts the write or the finish. OnWriteDone (gRPC thread)
-// starts the next one. State is guarded by mu_, and gRPC is called after unlocking (a reaction may run, and OnDone delete this, at
-// once). Lifetime: Finish is only called while no kick is scheduled, so OnDone (which
-// deletes this) cannot run before a scheduled kick has run.
+// starts the next one. State is guarded by mu_, and gRPC is called after unlocking
+// (a reaction may run, and OnDone delete this, at once). Lifetime: Finish is only called
+// while no kick is scheduled, so OnDone (which deletes this) cannot run before a
+// scheduled kick has run.
 class StreamGenerateReactor final
     : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
  public:
