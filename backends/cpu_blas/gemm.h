@@ -16,12 +16,11 @@ namespace kvserve::backends::cpu_blas {
 struct GemmOptions {
   // Products with at least this many activation rows run as OpenBLAS sgemm over weight
   // tiles (16-bit tiles are first converted to f32 in a per-thread scratch of about
-  // tile_bytes); fewer rows use the streaming SIMD kernels, which read each weight once
-  // for all rows. Crossover measured with bench/kernels_bench.cc (BM_Gemm, 2048x768, one
-  // thread, AVX2): streaming wins up to 8 rows for every dtype (f16 at 8 rows: 0.57 ms vs
-  // 1.15 ms), the two are even at 16, sgemm wins from 32 (f32: 1.77 ms vs 2.30 ms).
-  // Default 16.
-  int sgemm_min_rows = 16;
+  // tile_bytes); fewer rows use the SIMD kernels, which read each weight once for all
+  // rows. Crossover measured with bench/kernels_bench.cc (BM_Gemm, 2048x768, two threads,
+  // AVX2, GFLOP/s SIMD vs sgemm): 16 rows f32 79 vs 63, bf16 100 vs 63; 32 rows f32 93 vs
+  // 94, bf16 77 vs 97; 64 rows f32 101 vs 103, bf16 72 vs 109. Default 32.
+  int sgemm_min_rows = 32;
   // Target size of one f32 weight tile handed to sgemm (16-bit tiles are converted into a
   // per-thread scratch of this size). Larger tiles repack the activations less often.
   // Default 1 MiB.

@@ -81,9 +81,13 @@ TEST_P(SimdKernelsTest, ReportsItsLevel) { EXPECT_EQ(kernels().isa, GetParam());
 TEST_P(SimdKernelsTest, MatMulMatchesScalarForEveryDtypeAndShape) {
   std::mt19937 rng(42);
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
-    for (int64_t cols : {1, 7, 8, 15, 16, 17, 33, 64, 100, 768}) {
-      for (int64_t rows : {1, 3, 4, 5, 9, 13}) {
-        for (int n : {1, 2, 3, 4, 5, 7, 9}) {
+    // Shapes cover every path of MatMul (simd_kernels_inl.h): n = 1; 2..8 rows streamed
+    // (groups 4 + 4 and 4 + 3 included); 9+ rows blocked in column chunks of 512 (1030 =
+    // two chunks and a tail that is no multiple of the lanes) and row tiles of 32 (37, 70),
+    // groups of 6 + 6 + 5 (17); odd row counts leave a single-row block.
+    for (int64_t cols : {1, 7, 8, 15, 16, 17, 33, 64, 100, 768, 1030}) {
+      for (int64_t rows : {1, 3, 4, 5, 9, 13, 37, 70}) {
+        for (int n : {1, 2, 3, 4, 5, 7, 8, 9, 13, 17}) {
           SCOPED_TRACE(::testing::Message() << model::DTypeName(dtype) << " cols=" << cols
                                             << " rows=" << rows << " n=" << n);
           const Weights w = RandomWeights(rng, dtype, static_cast<size_t>(rows * cols));

@@ -1,0 +1,274 @@
+// The loop structure of the vectorised kernels, shared by every instruction-set level.
+// Not a normal header: simd_avx2.cc and simd_avx512.cc each include it inside their own
+// anonymous namespace, after defining
+//   KVSERVE_SIMD_TARGET  the function attribute of their level, e.g.
+//                        __attribute__((target("avx2,fma,f16c")))
+//   struct V             the float vector of their level:
+//       using Reg;                       the register type (__m256, __m512)
+//       static constexpr int kLanes;     floats per register
+//       Reg Zero(); Reg Broadcast(float); Reg Load(const float*); void Store(float*, Reg);
+//       Reg Fma(Reg a, Reg b, Reg c) (a * b + c); Reg Add(Reg, Reg); float HSum(Reg);
+//       void Pin(Reg&)                   keeps a value in a register (see Block)
+//   struct F32W, F16W, BF16W   weight element types: using T; Reg Load(const T*) converts
+//                              kLanes consecutive elements exactly; float One(T).
+// so each level compiles the same, tested logic with its own intrinsics; only the traits
+// differ. (A level this machine lacks still runs this logic through the levels it has.)
+//
+// The contracts of the functions defined here are those of KernelSet (simd_kernels.h).
+
+// How a Block finishes its outputs.
+enum class Out { kStore, kAdd };
+
+// What a Block prefetches while it reads its R weight rows (a hint never faults, so
+// addresses past the end of the matrix are harmless).
+//   kContiguous: the R rows are contiguous (ldw == len) and so are the blocks after them,
+//     as in batch-1 decode, which streams each weight once from memory: prefetch the block
+//     two blocks ahead at the same pace (one prefetch per 64-byte line). With the hardware
+//     prefetcher alone one core reads about 9 GB/s of 16-bit weights (AVX2), with this 13.
+//   kRows: the same two blocks ahead, row by row (rows 2R..3R-1 after this block, same
+//     columns), for a block that is one column chunk of strided rows.
+//   kNone: the rows are already in cache.
+enum class Prefetch { kNone, kContiguous, kRows };
+
+// y[i * ldy + r] (= or +=) W[r, 0:len] · x[i, 0:len] for r in [0, R), i in [0, N): R weight
+// rows (row stride ldw) against N activation rows, R * N accumulators in registers.
+template <typename W, int R, int N, Prefetch kPrefetch, Out kOut>
+KVSERVE_SIMD_TARGET inline void Block(const typename W::T* w, int64_t ldw, int64_t len,
+                                      const float* x, int64_t ldx, float* y, int64_t ldy) {
+  using T = typename W::T;
+  constexpr int kLanes = V::kLanes;
+  typename V::Reg acc[R][N];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) acc[r][i] = V::Zero();
+  }
+  // (Integer arithmetic: the address may lie past the end of the weights.)
+  const uintptr_t ahead =
+      reinterpret_cast<uintptr_t>(w) + static_cast<uintptr_t>(2 * R * ldw) * sizeof(T);
+  constexpr int kStepBytes = kLanes * R * static_cast<int>(sizeof(T));
+  int64_t c = 0;
+  for (; c + kLanes <= len; c += kLanes) {
+    if constexpr (kPrefetch == Prefetch::kContiguous) {
+#pragma GCC unroll 8
+      for (int b = 0; b < kStepBytes; b += 64) {
+        _mm_prefetch(
+            reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(c * R) * sizeof(T) + b),
+            _MM_HINT_T0);
+      }
+    } else if constexpr (kPrefetch == Prefetch::kRows) {
+      if ((c * static_cast<int64_t>(sizeof(T))) % 64 == 0) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          _mm_prefetch(reinterpret_cast<const char*>(
+                           ahead + static_cast<uintptr_t>(r * ldw + c) * sizeof(T)),
+                       _MM_HINT_T0);
+        }
+      }
+    }
+    typename V::Reg wv[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) wv[r] = W::Load(w + r * ldw + c);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      typename V::Reg xv = V::Load(x + i * ldx + c);
+      // Keep xv in a register for its R FMAs: left alone, GCC folds the load into each FMA,
+      // and R * N loads per step instead of N make the loop load-bound, not FMA-bound
+      // (2 x 6 f32 block in L2, AVX2: 61 -> 73 GFLOP/s on one core).
+      if constexpr (R > 1) V::Pin(xv);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][i] = V::Fma(wv[r], xv, acc[r][i]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < N; ++i) {
+      float s = V::HSum(acc[r][i]);
+      for (int64_t t = c; t < len; ++t) s += W::One(w[r * ldw + t]) * x[i * ldx + t];
+      if constexpr (kOut == Out::kAdd) {
+        y[i * ldy + r] += s;
+      } else {
+        y[i * ldy + r] = s;
+      }
+    }
+  }
+}
+
+// The batched path's blocking (see MatMul). A group of activation rows is at most
+// kMaxGroup rows (2 x 6 accumulators: 12 of AVX2's 16 registers); the columns are taken
+// kChunkCols at a time so a group's slice of x (6 x 512 floats, 12 KiB) stays in L1; the
+// rows kTileRows at a time so a tile's slice of W (32 x 512 x 4 B = 64 KiB at most) stays
+// in L2 while every group passes over it.
+constexpr int kMaxGroup = 6;
+constexpr int64_t kChunkCols = 512;
+constexpr int64_t kTileRows = 32;
+constexpr int64_t kPackedStride = kChunkCols + 16;
+// Up to this many activation rows MatMul streams whole rows instead (bench/kernels_bench.cc
+// BM_Gemm, AVX2, one thread: at 4 and 8 rows the row-after-row order is as fast or up to
+// 40 % faster on 16-bit weights, from 16 rows the blocked order is).
+constexpr int kStreamMaxRows = 8;
+
+// Block over R rows and any 1 <= nn <= kMaxGroup activation rows.
+template <typename W, int R, Prefetch kPrefetch, Out kOut>
+KVSERVE_SIMD_TARGET inline void BlockN(int nn, const typename W::T* w, int64_t ldw, int64_t len,
+                                       const float* x, int64_t ldx, float* y, int64_t ldy) {
+  switch (nn) {
+    case 1:
+      Block<W, R, 1, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy);
+      break;
+    case 2:
+      Block<W, R, 2, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy);
+      break;
+    case 3:
+      Block<W, R, 3, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy);
+      break;
+    case 4:
+      Block<W, R, 4, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy);
+      break;
+    case 5:
+      Block<W, R, 5, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy);
+      break;
+    default:
+      Block<W, R, 6, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy);
+      break;
+  }
+}
+
+// Rows [r0, r1) of the column chunk [c0, c0 + len) against the activation rows of one
+// group (x: the group's slice of that chunk, from its column c0).
+template <typename W, Prefetch kPrefetch, Out kOut>
+KVSERVE_SIMD_TARGET void Group(int nn, const typename W::T* w, int64_t cols, int64_t r0,
+                               int64_t r1, int64_t c0, int64_t len, const float* x, int64_t ldx,
+                               float* y, int64_t ldy) {
+  int64_t r = r0;
+  for (; r + 2 <= r1; r += 2) {
+    BlockN<W, 2, kPrefetch, kOut>(nn, w + r * cols + c0, cols, len, x, ldx, y + r, ldy);
+  }
+  if (r < r1) BlockN<W, 1, kPrefetch, kOut>(nn, w + r * cols + c0, cols, len, x, ldx, y + r, ldy);
+}
+
+// Activation rows split into even groups of at most kMaxGroup (16 rows: 6 + 5 + 5; 8 rows:
+// 4 + 4) so no group is left short of FMA chains.
+inline int GroupSize(int n) {
+  const int groups = (n + kMaxGroup - 1) / kMaxGroup;
+  return (n + groups - 1) / groups;
+}
+
+// One tile of rows [r0, r1) in one column chunk against all activation rows. The first
+// group brings the tile from memory (kRows prefetch); the others find it in L2.
+template <typename W, Out kOut>
+KVSERVE_SIMD_TARGET void Tile(const typename W::T* w, int64_t cols, int64_t r0, int64_t r1,
+                              int64_t c0, int64_t len, const float* x, int64_t ldx, int n,
+                              float* y, int64_t ldy) {
+  const int group = GroupSize(n);
+  // The group's slice of x, copied to a padded stride: rows of x whose stride is a multiple
+  // of 4 KiB (cols = 2048 floats) map to the same L1 sets and evict one another
+  // (f32 [64, 2048] x 16 rows: 48 -> 66 GFLOP/s on one core).
+  alignas(64) float xs[kMaxGroup * kPackedStride];
+  for (int i = 0; i < n; i += group) {
+    const int nn = std::min(group, n - i);
+    for (int j = 0; j < nn; ++j) {
+      std::copy_n(x + (i + j) * ldx + c0, len, xs + j * kPackedStride);
+    }
+    if (i == 0) {
+      Group<W, Prefetch::kRows, kOut>(nn, w, cols, r0, r1, c0, len, xs, kPackedStride, y, ldy);
+    } else {
+      Group<W, Prefetch::kNone, kOut>(nn, w, cols, r0, r1, c0, len, xs, kPackedStride,
+                                      y + i * ldy, ldy);
+    }
+  }
+}
+
+template <typename W>
+KVSERVE_SIMD_TARGET void MatMul(const typename W::T* w, int64_t cols, int64_t row_begin,
+                                int64_t row_end, const float* x, int64_t ldx, int n, float* y,
+                                int64_t ldy) {
+  if (n == 1) {
+    // Decode: four weight rows at a time keep four independent FMA chains in flight; the
+    // weights stream from memory once, so the kernel is bound by bandwidth, not FMAs.
+    int64_t r = row_begin;
+    for (; r + 4 <= row_end; r += 4) {
+      Block<W, 4, 1, Prefetch::kContiguous, Out::kStore>(w + r * cols, cols, cols, x, ldx, y + r,
+                                                         ldy);
+    }
+    for (; r < row_end; ++r) {
+      Block<W, 1, 1, Prefetch::kContiguous, Out::kStore>(w + r * cols, cols, cols, x, ldx, y + r,
+                                                         ldy);
+    }
+    return;
+  }
+  const int group = GroupSize(n);
+  if (n <= kStreamMaxRows) {
+    // A few rows: still mostly bound by the weight stream, which flows best row after row
+    // with the contiguous prefetch. Two weight rows (hot in L1) against each group.
+    for (int64_t r = row_begin; r < row_end; r += 2) {
+      const bool pair = r + 2 <= row_end;
+      for (int i = 0; i < n; i += group) {
+        const int nn = std::min(group, n - i);
+        const typename W::T* wr = w + r * cols;
+        const float* xi = x + i * ldx;
+        float* yi = y + i * ldy + r;
+        if (!pair) {
+          BlockN<W, 1, Prefetch::kNone, Out::kStore>(nn, wr, cols, cols, xi, ldx, yi, ldy);
+        } else if (i == 0) {
+          BlockN<W, 2, Prefetch::kContiguous, Out::kStore>(nn, wr, cols, cols, xi, ldx, yi, ldy);
+        } else {
+          BlockN<W, 2, Prefetch::kNone, Out::kStore>(nn, wr, cols, cols, xi, ldx, yi, ldy);
+        }
+      }
+    }
+    return;
+  }
+  // More rows: bound by FMAs once the weights are in cache, so the loops are blocked for
+  // the caches (see kChunkCols and kTileRows); each weight is still read from memory once.
+  for (int64_t c0 = 0; c0 < cols; c0 += kChunkCols) {
+    const int64_t len = std::min(kChunkCols, cols - c0);
+    for (int64_t t0 = row_begin; t0 < row_end; t0 += kTileRows) {
+      const int64_t t1 = std::min(row_end, t0 + kTileRows);
+      if (c0 == 0) {
+        Tile<W, Out::kStore>(w, cols, t0, t1, c0, len, x, ldx, n, y, ldy);
+      } else {
+        Tile<W, Out::kAdd>(w, cols, t0, t1, c0, len, x, ldx, n, y, ldy);
+      }
+    }
+  }
+}
+
+// Two accumulators hide the FMA latency of a single dot product.
+template <typename W>
+KVSERVE_SIMD_TARGET float Dot(const float* a, const typename W::T* b, int n) {
+  constexpr int kLanes = V::kLanes;
+  typename V::Reg s0 = V::Zero();
+  typename V::Reg s1 = V::Zero();
+  int i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    s0 = V::Fma(V::Load(a + i), W::Load(b + i), s0);
+    s1 = V::Fma(V::Load(a + i + kLanes), W::Load(b + i + kLanes), s1);
+  }
+  for (; i + kLanes <= n; i += kLanes) s0 = V::Fma(V::Load(a + i), W::Load(b + i), s0);
+  float s = V::HSum(V::Add(s0, s1));
+  for (; i < n; ++i) s += a[i] * W::One(b[i]);
+  return s;
+}
+
+template <typename W>
+KVSERVE_SIMD_TARGET void Axpy(float w, const typename W::T* x, float* y, int n) {
+  constexpr int kLanes = V::kLanes;
+  const typename V::Reg wv = V::Broadcast(w);
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) V::Store(y + i, V::Fma(wv, W::Load(x + i), V::Load(y + i)));
+  for (; i < n; ++i) y[i] += w * W::One(x[i]);
+}
+
+template <typename W>
+KVSERVE_SIMD_TARGET void Convert(const uint16_t* in, float* out, int64_t n) {
+  constexpr int kLanes = V::kLanes;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) V::Store(out + i, W::Load(in + i));
+  for (; i < n; ++i) out[i] = W::One(in[i]);
+}
+
+// The kernel set of the including level.
+constexpr KernelSet MakeKernelSet(Isa isa) {
+  return KernelSet{isa,          &MatMul<F32W>, &MatMul<F16W>,  &MatMul<BF16W>,  &Dot<F32W>,
+                   &Dot<F16W>,   &Axpy<F32W>,   &Axpy<F16W>,    &Convert<F16W>, &Convert<BF16W>};
+}
