@@ -34,6 +34,8 @@ ABSL_FLAG(int32_t, requests, 16, "Requests per run.");
 ABSL_FLAG(int32_t, max_tokens, 256, "Tokens generated per request (ignore_eos).");
 ABSL_FLAG(int32_t, latency_calls, 50, "One-token requests timed one after another.");
 ABSL_FLAG(std::string, prompt, "Once upon a time", "Prompt text.");
+ABSL_FLAG(absl::Duration, stream_flush_interval, absl::Milliseconds(1),
+          "The server's --stream-flush-interval (its default: 1ms); 0 = a message per token.");
 ABSL_FLAG(int32_t, rounds, 9,
           "Alternating engine/gRPC rounds; medians are reported (and the ratio's range).");
 
@@ -142,6 +144,7 @@ int Run() {
   server_options.listen_address = "127.0.0.1:0";
   server_options.metrics_address = "";
   server_options.service.limits.max_tokens_limit = std::max(4096, max_tokens);
+  server_options.service.stream_flush_interval = absl::GetFlag(FLAGS_stream_flush_interval);
   options.engine.max_tokens_limit = server_options.service.limits.max_tokens_limit;
   absl::StatusOr<std::unique_ptr<service::Server>> server = service::Server::Start(server_options);
   absl::StatusOr<LoadedModel> served = service::LoadModel(options);
@@ -161,18 +164,29 @@ int Run() {
   request.mutable_sampling()->set_temperature(0.0f);
   request.set_max_tokens(max_tokens);
   request.set_ignore_eos(true);
+  // Stream messages and tokens received, over all timed gRPC runs.
+  std::atomic<int64_t> messages{0};
+  std::atomic<int64_t> streamed_tokens{0};
   auto grpc_request = [&]() -> int64_t {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
     auto reader = stub->GenerateStream(&ctx, request);
     v1::GenerateStreamResponse msg;
     int64_t n = 0;
-    while (reader->Read(&msg)) n += msg.token_ids_size();
+    int64_t m = 0;
+    while (reader->Read(&msg)) {
+      n += msg.token_ids_size();
+      ++m;
+    }
+    messages += m;
+    streamed_tokens += n;
     return reader->Finish().ok() ? n : -1;
   };
   auto engine_request = [&] { return EngineRequest(engine, prompt, max_tokens); };
   engine_request();  // warm-up
   grpc_request();    // warm-up (connection, lazy init)
+  messages = 0;
+  streamed_tokens = 0;
 
   RunResult in_process, over_grpc;
   std::vector<double> engine_runs, grpc_runs, ratios, engine_cpu, grpc_cpu;
@@ -220,13 +234,17 @@ int Run() {
       "\"grpc_over_engine_min\":%.3f,\"grpc_over_engine_max\":%.3f,"
       "\"engine_cpu_us_per_token\":%.1f,\"grpc_cpu_us_per_token\":%.1f,\"failures\":%d,"
       "\"engine_one_token_p50_ms\":%.3f,\"grpc_one_token_generate_p50_ms\":%.3f,"
-      "\"grpc_one_token_generate_p99_ms\":%.3f}\n",
+      "\"grpc_one_token_generate_p99_ms\":%.3f,\"stream_flush_interval_us\":%lld,"
+      "\"tokens_per_stream_message\":%.2f}\n",
       options.model_path.c_str(), options.backend.c_str(), streams, requests, absl::GetFlag(FLAGS_rounds), max_tokens,
       engine_tps, grpc_tps, Percentile(ratios, 0.5), Percentile(ratios, 0.0),
       Percentile(ratios, 1.0), Percentile(engine_cpu, 0.5), Percentile(grpc_cpu, 0.5),
       in_process.failures + over_grpc.failures,
       Percentile(engine_latency, 0.5) * 1e3, Percentile(grpc_latency, 0.5) * 1e3,
-      Percentile(grpc_latency, 0.99) * 1e3);
+      Percentile(grpc_latency, 0.99) * 1e3,
+      static_cast<long long>(absl::ToInt64Microseconds(absl::GetFlag(FLAGS_stream_flush_interval))),
+      messages.load() > 0 ? static_cast<double>(streamed_tokens.load()) / static_cast<double>(messages.load())
+                          : 0.0);
   return in_process.failures + over_grpc.failures == 0 ? 0 : 1;
 }
 

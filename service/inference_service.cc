@@ -109,7 +109,8 @@ class UnarySink final : public engine::RequestSink {
 };
 
 // Streams a generation with exactly one write in flight: tokens that arrive while a
-// write (or a kick) is pending accumulate into the next message. The last message
+// write (or a kick) is pending, or before the flush interval since the last write has
+// passed, accumulate into the next message. The last message
 // carries the finish reason and usage. Threading: PushToken/Complete run on the
 // engine's step thread; the first token's write starts there, after it they only
 // append under mu_ and, when nothing is pending, schedule one Kick on the service's
@@ -159,7 +160,8 @@ class StreamGenerateReactor final
     ScheduleKick(std::move(lock));
   }
 
-  // Writer thread: starts the write or finish scheduled by ScheduleKick.
+  // Writer thread: starts the write or finish scheduled by ScheduleKick or delayed by
+  // Advance.
   void Kick() {
     std::unique_lock<std::mutex> lock(mu_);
     kick_scheduled_ = false;
@@ -213,6 +215,17 @@ class StreamGenerateReactor final
       return;
     }
     if (!has_pending_ || write_failed_) return;
+    const absl::Time now = absl::Now();
+    if (now < next_write_) {
+      // Too soon after the last write (Options::stream_flush_interval): come back when it
+      // is due; tokens that arrive meanwhile join this message.
+      kick_scheduled_ = true;
+      const absl::Time when = next_write_;
+      lock.unlock();
+      service_->RunOnWriterAt(when, [this] { Kick(); });
+      return;
+    }
+    next_write_ = now + service_->options().stream_flush_interval;
     in_flight_.Swap(&pending_);
     pending_.Clear();
     has_pending_ = false;
@@ -231,6 +244,8 @@ class StreamGenerateReactor final
   // The message being written; touched only while writing_ (or after finish_called_).
   v1::GenerateStreamResponse in_flight_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  // The earliest time the next (not last) write may start.
+  absl::Time next_write_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool kick_scheduled_ ABSL_GUARDED_BY(mu_) = false;
   bool first_write_started_ ABSL_GUARDED_BY(mu_) = false;
   bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
@@ -287,13 +302,33 @@ void InferenceService::RunOnWriter(std::function<void()> task) {
   writer_cv_.notify_one();
 }
 
+void InferenceService::RunOnWriterAt(absl::Time when, std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(writer_mu_);
+    writer_timed_.emplace(when, std::move(task));
+  }
+  writer_cv_.notify_one();
+}
+
 void InferenceService::WriterLoop() {
   std::unique_lock<std::mutex> lock(writer_mu_);
   while (true) {
-    writer_cv_.wait(lock, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      return writer_stop_ || !writer_tasks_.empty();
-    });
-    if (writer_tasks_.empty()) return;  // stopping, and every task has run
+    // Move the timed tasks that are due (all of them when stopping) behind the others.
+    const absl::Time now = absl::Now();
+    while (!writer_timed_.empty() &&
+           (writer_stop_ || writer_timed_.begin()->first <= now)) {
+      writer_tasks_.push_back(std::move(writer_timed_.begin()->second));
+      writer_timed_.erase(writer_timed_.begin());
+    }
+    if (writer_tasks_.empty()) {
+      if (writer_stop_) return;  // every task has run
+      if (writer_timed_.empty()) {
+        writer_cv_.wait(lock);
+      } else {
+        writer_cv_.wait_until(lock, absl::ToChronoTime(writer_timed_.begin()->first));
+      }
+      continue;
+    }
     std::function<void()> task = std::move(writer_tasks_.front());
     writer_tasks_.pop_front();
     lock.unlock();

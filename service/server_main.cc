@@ -52,6 +52,10 @@ ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
           "Largest accepted request message, in bytes (larger: RESOURCE_EXHAUSTED).");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(30),
           "On SIGTERM: how long in-flight requests may run before they are cancelled.");
+ABSL_FLAG(absl::Duration, stream_flush_interval, absl::Milliseconds(1),
+          "GenerateStream: least time between two messages of a stream; tokens produced "
+          "meanwhile go out together (the first token never waits). 0 = one message per "
+          "token when the client keeps up.");
 ABSL_FLAG(absl::Duration, retry_after, absl::Seconds(1),
           "Retry hint sent with RESOURCE_EXHAUSTED and UNAVAILABLE answers.");
 ABSL_FLAG(uint64_t, seed, 0, "Seeds the sampling of requests without a seed, and session ids.");
@@ -162,6 +166,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   options.service.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   options.service.limits.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
   options.service.retry_after = absl::GetFlag(FLAGS_retry_after);
+  options.service.stream_flush_interval = absl::GetFlag(FLAGS_stream_flush_interval);
   if (absl::Status s = ValidateServerOptions(options); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--", std::string(s.message())));
   }

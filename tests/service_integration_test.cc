@@ -48,6 +48,7 @@ class ServiceIntegrationTest : public ::testing::Test {
     ServerOptions options;
     options.listen_address = "127.0.0.1:0";
     options.metrics_address = "";
+    options.service = service_options_;
     options.service.limits.max_tokens_limit = 1000;
     auto server = Server::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -129,6 +130,7 @@ class ServiceIntegrationTest : public ::testing::Test {
   }
 
   engine::Engine::Options engine_options_;
+  InferenceService::Options service_options_;
   std::unique_ptr<Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Inference::Stub> stub_;
@@ -167,6 +169,50 @@ TEST_F(ServiceIntegrationTest, GreedyUnaryMatchesStreamAndTheReferenceStory) {
   v1::GenerateResponse from_ids;
   ASSERT_TRUE(Generate(by_ids, &from_ids).ok());
   EXPECT_EQ(from_ids.text(), unary.text());
+}
+
+// Tokens produced within the flush interval after a write share the next message; the
+// first token never waits, and nothing is lost or reordered.
+TEST_F(ServiceIntegrationTest, StreamFlushIntervalCoalescesAllButTheFirstToken) {
+  // 64 tokens of stories260K take milliseconds (well under a second even under a
+  // sanitizer), so a 300 ms interval leaves them to a few messages.
+  service_options_.stream_flush_interval = absl::Milliseconds(300);
+  StartServer();
+  v1::GenerateResponse unary;
+  ASSERT_TRUE(Generate(Greedy(kPrompt, 64), &unary).ok());
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(absl::Seconds(30)));
+  auto reader = stub_->GenerateStream(&ctx, Greedy(kPrompt, 64));
+  v1::GenerateStreamResponse msg;
+  std::vector<int> tokens_per_message;
+  std::vector<int32_t> ids;
+  std::string text;
+  while (reader->Read(&msg)) {
+    tokens_per_message.push_back(msg.token_ids_size());
+    ids.insert(ids.end(), msg.token_ids().begin(), msg.token_ids().end());
+    text += msg.text();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_FALSE(tokens_per_message.empty());
+  EXPECT_EQ(tokens_per_message.front(), 1);  // time to first token is not delayed
+  EXPECT_LT(tokens_per_message.size(), 10u);
+  EXPECT_EQ(ids, std::vector<int32_t>(unary.token_ids().begin(), unary.token_ids().end()));
+  EXPECT_EQ(text, unary.text());
+  EXPECT_EQ(msg.usage().completion_tokens(), 64);
+}
+
+TEST(ServerOptionsTest, StreamFlushIntervalMustBeWithinBounds) {
+  for (absl::Duration bad : {absl::Milliseconds(-1), absl::Seconds(2)}) {
+    ServerOptions options;
+    options.listen_address = "127.0.0.1:0";
+    options.metrics_address = "";
+    options.service.stream_flush_interval = bad;
+    auto server = Server::Start(options);
+    ASSERT_FALSE(server.ok());
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(server.status().message()), HasSubstr("stream-flush-interval"));
+  }
 }
 
 TEST_F(ServiceIntegrationTest, SessionTurnTwoReportsCachedTokens) {
