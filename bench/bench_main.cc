@@ -52,6 +52,12 @@ ratios between backends, to the bandwidth bound and between batch sizes.
   --block-tokens N          positions per KV block (default 16)
   --bandwidth-mib N         bandwidth probe buffer, 0 to skip the probe (default 1024)
   --bandwidth-passes N      probe passes, the best counts (default 5)
+  --paired-probe-mib N      before each timed decode repeat, probe the bandwidth again
+                            (N MiB, best of 2 passes) and report the median of the
+                            per-repeat ratios as "% of bw": on a shared machine the
+                            bandwidth left to us drifts within a minute (default 256;
+                            0 = compare against the one probe at the start; off when
+                            --bandwidth-mib is 0)
   --seed N                  token id seed (default 1)
   --json                    one JSON object per measurement and line, nothing else on stdout
   --ignore-eos              accepted; always in effect
@@ -75,6 +81,7 @@ struct Flags {
   int block_tokens = 16;
   int bandwidth_mib = 1024;
   int bandwidth_passes = 5;
+  int paired_probe_mib = 256;
   uint64_t seed = 1;
   bool json = false;
 };
@@ -97,6 +104,7 @@ absl::Status ParseFlags(int argc, char** argv, Flags& f) {
       {"block-tokens", &f.block_tokens},
       {"bandwidth-mib", &f.bandwidth_mib},
       {"bandwidth-passes", &f.bandwidth_passes},
+      {"paired-probe-mib", &f.paired_probe_mib},
   };
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -257,14 +265,36 @@ absl::Status Run(const Flags& flags) {
       Emit(flags, m, all);
     }
     for (int batch : reference ? flags.reference_batches : flags.batches) {
-      absl::StatusOr<std::vector<double>> s = bench::MeasureDecode(
-          **backend, mdl, batch, flags.prefix_tokens, decode_tokens, repeats, flags.seed + 1);
-      if (!s.ok()) return s.status();
       Measurement m = base;
       m.test = "decode";
       m.batch = batch;
       m.tokens = decode_tokens;
-      m.summary = bench::Summarize(*s);
+      if (flags.paired_probe_mib > 0 && flags.bandwidth_mib > 0) {
+        std::vector<double> tps, probes, fractions;
+        for (int r = 0; r < repeats; ++r) {
+          bench::BandwidthOptions bo;
+          bo.threads = flags.threads;
+          bo.buffer_bytes = static_cast<size_t>(flags.paired_probe_mib) << 20;
+          bo.passes = 2;
+          absl::StatusOr<bench::BandwidthResult> bw = bench::MeasureReadBandwidth(bo);
+          if (!bw.ok()) return bw.status();
+          absl::StatusOr<std::vector<double>> s = bench::MeasureDecode(
+              **backend, mdl, batch, flags.prefix_tokens, decode_tokens, 1, flags.seed + 1);
+          if (!s.ok()) return s.status();
+          tps.push_back(s->front());
+          probes.push_back(bw->best_gbs);
+          fractions.push_back(s->front() / batch * static_cast<double>(bytes_per_token) / 1e9 /
+                              bw->best_gbs);
+        }
+        m.summary = bench::Summarize(tps);
+        m.bandwidth_gbs = bench::Summarize(probes).median;
+        m.paired_fraction = bench::Summarize(fractions).median;
+      } else {
+        absl::StatusOr<std::vector<double>> s = bench::MeasureDecode(
+            **backend, mdl, batch, flags.prefix_tokens, decode_tokens, repeats, flags.seed + 1);
+        if (!s.ok()) return s.status();
+        m.summary = bench::Summarize(*s);
+      }
       Emit(flags, m, all);
     }
   }

@@ -24,6 +24,7 @@ def main():
                               "--reference-prompt-tokens", "16", "--decode-tokens", "3",
                               "--reference-batches", "1,4",
                               "--batches", "1,4", "--bandwidth-mib", "16", "--bandwidth-passes", "2",
+                              "--paired-probe-mib", "16",
                               "--json"], check=True, capture_output=True, text=True).stdout
     lines = [json.loads(line) for line in out.splitlines()]
     for obj in lines:
@@ -43,7 +44,11 @@ def main():
             continue
         assert o["tokens_per_s"] > 0 and o["min"] <= o["median"] <= o["max"], o
         assert o["dtype"] == "f32" and o["threads"] == 2 and o["repeats"] == 1, o
-        assert o["bandwidth_gbs"] == bandwidth[0]["bandwidth_gbs"], o
+        if o["test"] == "decode":
+            # Paired probes: the median probe of the repeats, and the median of the ratios.
+            assert o["paired"] == 1 and o["bandwidth_gbs"] > 0 and o["fraction_of_bound"] > 0, o
+        else:
+            assert o["paired"] == 0 and o["bandwidth_gbs"] == bandwidth[0]["bandwidth_gbs"], o
         # tiny: 2 layers x (q 64x64 + k,v 32x64 + o 64x64 + 3 x 128x64) + lm head 512x64 + one row, f32.
         assert o["bytes_per_token"] == 4 * (2 * (64 * 64 * 2 + 32 * 64 * 2 + 3 * 128 * 64) + 512 * 64 + 64), o
     print(f"ok: {len(lines)} JSON lines")

@@ -37,6 +37,7 @@ double Measurement::weight_gbs() const {
 }
 
 double Measurement::fraction_of_bound() const {
+  if (paired_fraction > 0.0) return paired_fraction;
   return bandwidth_gbs > 0.0 ? weight_gbs() / bandwidth_gbs : 0.0;
 }
 
@@ -114,6 +115,7 @@ std::string MeasurementJson(const Measurement& m) {
       .Add("bandwidth_gbs", m.bandwidth_gbs)
       .Add("weight_gbs", m.weight_gbs())
       .Add("fraction_of_bound", m.fraction_of_bound())
+      .Add("paired", m.paired_fraction > 0.0 ? 1 : 0)
       .Add("detail", m.detail);
   return j.str();
 }
@@ -200,7 +202,9 @@ std::string FormatReport(const std::vector<Measurement>& ms) {
   for (const std::string& b : backends) {
     for (const Measurement& m : ms) {
       if (m.backend == b && m.test == "decode" && m.bandwidth_gbs > 0.0) {
-        ratio_rows.push_back({absl::StrCat(b, " weight GB/s / measured GB/s"), Label(m),
+        ratio_rows.push_back({absl::StrCat(b, " weight GB/s / measured GB/s",
+                                           m.paired_fraction > 0.0 ? " (paired)" : ""),
+                              Label(m),
                               Fixed(100.0 * m.fraction_of_bound(), 1) + "%"});
       }
     }

@@ -25,12 +25,18 @@ struct Measurement {
   Summary summary;
   uint64_t bytes_per_token = 0;  // weight bytes one decode step streams
   double bandwidth_gbs = 0.0;    // the machine's measured read bandwidth (best pass)
+  // Decode only, when probes were paired with repeats (--paired-probe-mib): the median
+  // over repeats of (that repeat's weight GB/s / the probe run just before it). On a
+  // shared machine the bandwidth left to us drifts by tens of percent within a minute;
+  // pairing keeps each ratio to one moment. 0 when not measured.
+  double paired_fraction = 0.0;
   std::string detail;            // free text, e.g. the bandwidth probe's load width
 
   // Weight bytes streamed per second by decode steps (median steps/s * bytes_per_token;
   // steps/s = tokens/s / batch), in GB/s; 0 unless test == "decode".
   double weight_gbs() const;
-  // weight_gbs() / bandwidth_gbs: how close decode runs to the bandwidth bound.
+  // How close decode runs to the bandwidth bound: paired_fraction when measured, else
+  // weight_gbs() / bandwidth_gbs.
   double fraction_of_bound() const;
 };
 
@@ -57,7 +63,7 @@ class JsonLine {
 // The JSON object of one measurement: model, backend, dtype, threads, test, batch,
 // tokens, repeats, tokens_per_s (the median; 0 for bandwidth), median, min, max, unit
 // ("tokens/s" or "GB/s"), bytes_per_token, bandwidth_gbs, weight_gbs, fraction_of_bound,
-// detail.
+// paired (whether fraction_of_bound came from paired probes), detail.
 std::string MeasurementJson(const Measurement& m);
 
 // Formats rows as columns separated by two spaces, each as wide as its widest cell;

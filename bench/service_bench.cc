@@ -236,15 +236,16 @@ int Run() {
       "\"engine_one_token_p50_ms\":%.3f,\"grpc_one_token_generate_p50_ms\":%.3f,"
       "\"grpc_one_token_generate_p99_ms\":%.3f,\"stream_flush_interval_us\":%lld,"
       "\"tokens_per_stream_message\":%.2f}\n",
-      options.model_path.c_str(), options.backend.c_str(), streams, requests, absl::GetFlag(FLAGS_rounds), max_tokens,
-      engine_tps, grpc_tps, Percentile(ratios, 0.5), Percentile(ratios, 0.0),
-      Percentile(ratios, 1.0), Percentile(engine_cpu, 0.5), Percentile(grpc_cpu, 0.5),
-      in_process.failures + over_grpc.failures,
+      options.model_path.c_str(), options.backend.c_str(), streams, requests,
+      absl::GetFlag(FLAGS_rounds), max_tokens, engine_tps, grpc_tps, Percentile(ratios, 0.5),
+      Percentile(ratios, 0.0), Percentile(ratios, 1.0), Percentile(engine_cpu, 0.5),
+      Percentile(grpc_cpu, 0.5), in_process.failures + over_grpc.failures,
       Percentile(engine_latency, 0.5) * 1e3, Percentile(grpc_latency, 0.5) * 1e3,
       Percentile(grpc_latency, 0.99) * 1e3,
       static_cast<long long>(absl::ToInt64Microseconds(absl::GetFlag(FLAGS_stream_flush_interval))),
-      messages.load() > 0 ? static_cast<double>(streamed_tokens.load()) / static_cast<double>(messages.load())
-                          : 0.0);
+      messages.load() > 0
+          ? static_cast<double>(streamed_tokens.load()) / static_cast<double>(messages.load())
+          : 0.0);
   return in_process.failures + over_grpc.failures == 0 ? 0 : 1;
 }
 

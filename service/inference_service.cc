@@ -315,8 +315,7 @@ void InferenceService::WriterLoop() {
   while (true) {
     // Move the timed tasks that are due (all of them when stopping) behind the others.
     const absl::Time now = absl::Now();
-    while (!writer_timed_.empty() &&
-           (writer_stop_ || writer_timed_.begin()->first <= now)) {
+    while (!writer_timed_.empty() && (writer_stop_ || writer_timed_.begin()->first <= now)) {
       writer_tasks_.push_back(std::move(writer_timed_.begin()->second));
       writer_timed_.erase(writer_timed_.begin());
     }

@@ -60,8 +60,8 @@ KVSERVE_SIMD_TARGET inline void Block(const typename W::T* w, int64_t ldw, int64
       if ((c * static_cast<int64_t>(sizeof(T))) % 64 == 0) {
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
-          _mm_prefetch(reinterpret_cast<const char*>(
-                           ahead + static_cast<uintptr_t>(r * ldw + c) * sizeof(T)),
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(r * ldw + c) *
+                                                                 sizeof(T)),
                        _MM_HINT_T0);
         }
       }
@@ -102,6 +102,9 @@ constexpr int kMaxGroup = 6;
 constexpr int64_t kChunkCols = 512;
 constexpr int64_t kTileRows = 32;
 constexpr int64_t kPackedStride = kChunkCols + 16;
+// Activation rows packed at once (32 x 528 floats: 66 KiB of stack). More rows run as
+// several passes over the weights; cpu_blas hands 32 rows or more to sgemm anyway.
+constexpr int kMaxPackedRows = 32;
 // Up to this many activation rows MatMul streams whole rows instead (bench/kernels_bench.cc
 // BM_Gemm, AVX2, one thread: at 4 and 8 rows the row-after-row order is as fast or up to
 // 40 % faster on 16-bit weights, from 16 rows the blocked order is).
@@ -136,9 +139,9 @@ KVSERVE_SIMD_TARGET inline void BlockN(int nn, const typename W::T* w, int64_t l
 // Rows [r0, r1) of the column chunk [c0, c0 + len) against the activation rows of one
 // group (x: the group's slice of that chunk, from its column c0).
 template <typename W, Prefetch kPrefetch, Out kOut>
-KVSERVE_SIMD_TARGET void Group(int nn, const typename W::T* w, int64_t cols, int64_t r0,
-                               int64_t r1, int64_t c0, int64_t len, const float* x, int64_t ldx,
-                               float* y, int64_t ldy) {
+KVSERVE_SIMD_TARGET void Group(int nn, const typename W::T* w, int64_t cols, int64_t r0, int64_t r1,
+                               int64_t c0, int64_t len, const float* x, int64_t ldx, float* y,
+                               int64_t ldy) {
   int64_t r = r0;
   for (; r + 2 <= r1; r += 2) {
     BlockN<W, 2, kPrefetch, kOut>(nn, w + r * cols + c0, cols, len, x, ldx, y + r, ldy);
@@ -146,34 +149,59 @@ KVSERVE_SIMD_TARGET void Group(int nn, const typename W::T* w, int64_t cols, int
   if (r < r1) BlockN<W, 1, kPrefetch, kOut>(nn, w + r * cols + c0, cols, len, x, ldx, y + r, ldy);
 }
 
-// Activation rows split into even groups of at most kMaxGroup (16 rows: 6 + 5 + 5; 8 rows:
-// 4 + 4) so no group is left short of FMA chains.
-inline int GroupSize(int n) {
-  const int groups = (n + kMaxGroup - 1) / kMaxGroup;
-  return (n + groups - 1) / groups;
-}
+// n >= 1 activation rows split into groups of at most kMaxGroup whose sizes differ by at
+// most one (16 rows: 6 + 5 + 5; 8 rows: 4 + 4), so no group is left short of FMA chains.
+struct Groups {
+  explicit Groups(int n)
+      : count((n + kMaxGroup - 1) / kMaxGroup), base(n / count), extra(n % count) {}
+  int Begin(int g) const { return g * base + std::min(g, extra); }
+  int Size(int g) const { return base + (g < extra ? 1 : 0); }
+  int count;
+  int base;
+  int extra;
+};
 
-// One tile of rows [r0, r1) in one column chunk against all activation rows. The first
-// group brings the tile from memory (kRows prefetch); the others find it in L2.
+// One tile of rows [r0, r1) in one column chunk against n packed activation rows (xs:
+// their slice of the chunk, row stride kPackedStride). The first group brings the tile
+// from memory (kRows prefetch); the others find it in L2.
 template <typename W, Out kOut>
 KVSERVE_SIMD_TARGET void Tile(const typename W::T* w, int64_t cols, int64_t r0, int64_t r1,
-                              int64_t c0, int64_t len, const float* x, int64_t ldx, int n,
-                              float* y, int64_t ldy) {
-  const int group = GroupSize(n);
-  // The group's slice of x, copied to a padded stride: rows of x whose stride is a multiple
-  // of 4 KiB (cols = 2048 floats) map to the same L1 sets and evict one another
-  // (f32 [64, 2048] x 16 rows: 48 -> 66 GFLOP/s on one core).
-  alignas(64) float xs[kMaxGroup * kPackedStride];
-  for (int i = 0; i < n; i += group) {
-    const int nn = std::min(group, n - i);
-    for (int j = 0; j < nn; ++j) {
-      std::copy_n(x + (i + j) * ldx + c0, len, xs + j * kPackedStride);
-    }
-    if (i == 0) {
-      Group<W, Prefetch::kRows, kOut>(nn, w, cols, r0, r1, c0, len, xs, kPackedStride, y, ldy);
+                              int64_t c0, int64_t len, const float* xs, int n, float* y,
+                              int64_t ldy) {
+  const Groups groups(n);
+  for (int g = 0; g < groups.count; ++g) {
+    const int i = groups.Begin(g);
+    const int nn = groups.Size(g);
+    const float* xg = xs + i * kPackedStride;
+    if (g == 0) {
+      Group<W, Prefetch::kRows, kOut>(nn, w, cols, r0, r1, c0, len, xg, kPackedStride, y, ldy);
     } else {
-      Group<W, Prefetch::kNone, kOut>(nn, w, cols, r0, r1, c0, len, xs, kPackedStride,
+      Group<W, Prefetch::kNone, kOut>(nn, w, cols, r0, r1, c0, len, xg, kPackedStride,
                                       y + i * ldy, ldy);
+    }
+  }
+}
+
+// Rows [row_begin, row_end) against n <= kMaxPackedRows activation rows, blocked for the
+// caches (see kChunkCols and kTileRows); each weight is still read from memory once.
+template <typename W>
+KVSERVE_SIMD_TARGET void Blocked(const typename W::T* w, int64_t cols, int64_t row_begin,
+                                 int64_t row_end, const float* x, int64_t ldx, int n, float* y,
+                                 int64_t ldy) {
+  // The chunk's slice of x, copied once per chunk to a padded stride: rows of x whose
+  // stride is a multiple of 4 KiB (cols = 2048 floats) map to the same L1 sets and evict
+  // one another (f32 [64, 2048] x 16 rows: 48 -> 66 GFLOP/s on one core).
+  alignas(64) float xs[kMaxPackedRows * kPackedStride];
+  for (int64_t c0 = 0; c0 < cols; c0 += kChunkCols) {
+    const int64_t len = std::min(kChunkCols, cols - c0);
+    for (int i = 0; i < n; ++i) std::copy_n(x + i * ldx + c0, len, xs + i * kPackedStride);
+    for (int64_t t0 = row_begin; t0 < row_end; t0 += kTileRows) {
+      const int64_t t1 = std::min(row_end, t0 + kTileRows);
+      if (c0 == 0) {
+        Tile<W, Out::kStore>(w, cols, t0, t1, c0, len, xs, n, y, ldy);
+      } else {
+        Tile<W, Out::kAdd>(w, cols, t0, t1, c0, len, xs, n, y, ldy);
+      }
     }
   }
 }
@@ -196,20 +224,21 @@ KVSERVE_SIMD_TARGET void MatMul(const typename W::T* w, int64_t cols, int64_t ro
     }
     return;
   }
-  const int group = GroupSize(n);
   if (n <= kStreamMaxRows) {
+    const Groups groups(n);
     // A few rows: still mostly bound by the weight stream, which flows best row after row
     // with the contiguous prefetch. Two weight rows (hot in L1) against each group.
     for (int64_t r = row_begin; r < row_end; r += 2) {
       const bool pair = r + 2 <= row_end;
-      for (int i = 0; i < n; i += group) {
-        const int nn = std::min(group, n - i);
+      for (int g = 0; g < groups.count; ++g) {
+        const int i = groups.Begin(g);
+        const int nn = groups.Size(g);
         const typename W::T* wr = w + r * cols;
         const float* xi = x + i * ldx;
         float* yi = y + i * ldy + r;
         if (!pair) {
           BlockN<W, 1, Prefetch::kNone, Out::kStore>(nn, wr, cols, cols, xi, ldx, yi, ldy);
-        } else if (i == 0) {
+        } else if (g == 0) {
           BlockN<W, 2, Prefetch::kContiguous, Out::kStore>(nn, wr, cols, cols, xi, ldx, yi, ldy);
         } else {
           BlockN<W, 2, Prefetch::kNone, Out::kStore>(nn, wr, cols, cols, xi, ldx, yi, ldy);
@@ -219,17 +248,10 @@ KVSERVE_SIMD_TARGET void MatMul(const typename W::T* w, int64_t cols, int64_t ro
     return;
   }
   // More rows: bound by FMAs once the weights are in cache, so the loops are blocked for
-  // the caches (see kChunkCols and kTileRows); each weight is still read from memory once.
-  for (int64_t c0 = 0; c0 < cols; c0 += kChunkCols) {
-    const int64_t len = std::min(kChunkCols, cols - c0);
-    for (int64_t t0 = row_begin; t0 < row_end; t0 += kTileRows) {
-      const int64_t t1 = std::min(row_end, t0 + kTileRows);
-      if (c0 == 0) {
-        Tile<W, Out::kStore>(w, cols, t0, t1, c0, len, x, ldx, n, y, ldy);
-      } else {
-        Tile<W, Out::kAdd>(w, cols, t0, t1, c0, len, x, ldx, n, y, ldy);
-      }
-    }
+  // the caches, kMaxPackedRows activation rows at a time.
+  for (int i = 0; i < n; i += kMaxPackedRows) {
+    Blocked<W>(w, cols, row_begin, row_end, x + i * ldx, ldx, std::min(kMaxPackedRows, n - i),
+               y + i * ldy, ldy);
   }
 }
 
@@ -269,6 +291,6 @@ KVSERVE_SIMD_TARGET void Convert(const uint16_t* in, float* out, int64_t n) {
 
 // The kernel set of the including level.
 constexpr KernelSet MakeKernelSet(Isa isa) {
-  return KernelSet{isa,          &MatMul<F32W>, &MatMul<F16W>,  &MatMul<BF16W>,  &Dot<F32W>,
-                   &Dot<F16W>,   &Axpy<F32W>,   &Axpy<F16W>,    &Convert<F16W>, &Convert<BF16W>};
+  return KernelSet{isa,        &MatMul<F32W>, &MatMul<F16W>, &MatMul<BF16W>, &Dot<F32W>,
+                   &Dot<F16W>, &Axpy<F32W>,   &Axpy<F16W>,   &Convert<F16W>, &Convert<BF16W>};
 }
