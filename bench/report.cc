@@ -204,8 +204,7 @@ std::string FormatReport(const std::vector<Measurement>& ms) {
       if (m.backend == b && m.test == "decode" && m.bandwidth_gbs > 0.0) {
         ratio_rows.push_back({absl::StrCat(b, " weight GB/s / measured GB/s",
                                            m.paired_fraction > 0.0 ? " (paired)" : ""),
-                              Label(m),
-                              Fixed(100.0 * m.fraction_of_bound(), 1) + "%"});
+                              Label(m), Fixed(100.0 * m.fraction_of_bound(), 1) + "%"});
       }
     }
     const Measurement* one = Find(ms, b, "decode", 1);

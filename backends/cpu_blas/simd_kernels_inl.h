@@ -176,8 +176,8 @@ KVSERVE_SIMD_TARGET void Tile(const typename W::T* w, int64_t cols, int64_t r0, 
     if (g == 0) {
       Group<W, Prefetch::kRows, kOut>(nn, w, cols, r0, r1, c0, len, xg, kPackedStride, y, ldy);
     } else {
-      Group<W, Prefetch::kNone, kOut>(nn, w, cols, r0, r1, c0, len, xg, kPackedStride,
-                                      y + i * ldy, ldy);
+      Group<W, Prefetch::kNone, kOut>(nn, w, cols, r0, r1, c0, len, xg, kPackedStride, y + i * ldy,
+                                      ldy);
     }
   }
 }
