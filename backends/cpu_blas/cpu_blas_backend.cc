@@ -191,13 +191,9 @@ void CpuBlasBackend::State::AttendRows(const Batch& batch, const AttentionTask& 
       // scores[t] = scale * q_h · K[t][kv_head], block by block.
       for (int t0 = 0; t0 < n_pos; t0 += bt) {
         const uint8_t* plane = kv.Row(layer, KvKind::kKey, t0) + head_offset_bytes;
-        const int t1 = std::min(n_pos, t0 + bt);
-        for (int t = t0; t < t1; ++t) {
-          const uint8_t* key = plane + static_cast<size_t>(t - t0) * row_bytes;
-          const float dot = f16 ? kr.dot_f16(qh, reinterpret_cast<const uint16_t*>(key), hd)
-                                : kr.dot_f32(qh, reinterpret_cast<const float*>(key), hd);
-          att[t] = scale * dot;
-        }
+        const int count = std::min(n_pos, t0 + bt) - t0;
+        (f16 ? kr.dot_rows_f16 : kr.dot_rows_f32)(qh, plane, row_bytes, count, hd, scale,
+                                                  att.data() + t0);
       }
       kernels::Softmax(std::span<float>(att.data(), static_cast<size_t>(n_pos)));
 
@@ -205,15 +201,9 @@ void CpuBlasBackend::State::AttendRows(const Batch& batch, const AttentionTask& 
       std::fill(oh, oh + hd, 0.0f);
       for (int t0 = 0; t0 < n_pos; t0 += bt) {
         const uint8_t* plane = kv.Row(layer, KvKind::kValue, t0) + head_offset_bytes;
-        const int t1 = std::min(n_pos, t0 + bt);
-        for (int t = t0; t < t1; ++t) {
-          const uint8_t* value = plane + static_cast<size_t>(t - t0) * row_bytes;
-          if (f16) {
-            kr.axpy_f16(att[t], reinterpret_cast<const uint16_t*>(value), oh, hd);
-          } else {
-            kr.axpy_f32(att[t], reinterpret_cast<const float*>(value), oh, hd);
-          }
-        }
+        const int count = std::min(n_pos, t0 + bt) - t0;
+        (f16 ? kr.axpy_rows_f16 : kr.axpy_rows_f32)(att.data() + t0, plane, row_bytes, count, hd,
+                                                    oh);
       }
     }
   }

@@ -23,7 +23,6 @@ struct V {
   KVSERVE_SIMD_TARGET static Reg Load(const float* p) { return _mm256_loadu_ps(p); }
   KVSERVE_SIMD_TARGET static void Store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
   KVSERVE_SIMD_TARGET static Reg Fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
-  KVSERVE_SIMD_TARGET static Reg Add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
   KVSERVE_SIMD_TARGET static float HSum(Reg v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     __m128 sh = _mm_movehdup_ps(s);

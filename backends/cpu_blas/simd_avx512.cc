@@ -30,7 +30,6 @@ struct V {
   KVSERVE_SIMD_TARGET static Reg Load(const float* p) { return _mm512_loadu_ps(p); }
   KVSERVE_SIMD_TARGET static void Store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
   KVSERVE_SIMD_TARGET static Reg Fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
-  KVSERVE_SIMD_TARGET static Reg Add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
   KVSERVE_SIMD_TARGET static float HSum(Reg v) {
     const __m256 lo = _mm512_castps512_ps256(v);
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));

@@ -11,6 +11,7 @@
 #ifndef KVSERVE_BACKENDS_CPU_BLAS_SIMD_KERNELS_H_
 #define KVSERVE_BACKENDS_CPU_BLAS_SIMD_KERNELS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -47,12 +48,22 @@ struct KernelSet {
   MatMulFn<float> matmul_f32;
   MatMulFn<uint16_t> matmul_f16;
   MatMulFn<uint16_t> matmul_bf16;
-  // sum_i a[i] * b[i], b as f32 or f16 bits.
-  float (*dot_f32)(const float* a, const float* b, int n);
-  float (*dot_f16)(const float* a, const uint16_t* b, int n);
-  // y[i] += w * x[i], x as f32 or f16 bits.
-  void (*axpy_f32)(float w, const float* x, float* y, int n);
-  void (*axpy_f16)(float w, const uint16_t* x, float* y, int n);
+  // Attention over `count` cached rows of one head (K or V rows of a KV block), row t at
+  // rows + t * stride bytes, `hd` elements each, as f32 or f16 bits (an f32 row starts
+  // on a 4-byte boundary):
+  //   dot_rows:  out[t] = scale * sum_i q[i] * row_t[i]          for t in [0, count)
+  //   axpy_rows: y[i] += sum_t a[t] * row_t[i]                   for i in [0, hd)
+  // Several rows per pass, with the accumulators in registers, instead of one call per
+  // position: decode attention at long contexts is otherwise bound by call and reduction
+  // overhead, not by reading the cache.
+  void (*dot_rows_f32)(const float* q, const void* rows, size_t stride, int count, int hd,
+                       float scale, float* out);
+  void (*dot_rows_f16)(const float* q, const void* rows, size_t stride, int count, int hd,
+                       float scale, float* out);
+  void (*axpy_rows_f32)(const float* a, const void* rows, size_t stride, int count, int hd,
+                        float* y);
+  void (*axpy_rows_f16)(const float* a, const void* rows, size_t stride, int count, int hd,
+                        float* y);
   // out[i] = float(in[i]) for f16 or bf16 bits.
   void (*f16_to_f32)(const uint16_t* in, float* out, int64_t n);
   void (*bf16_to_f32)(const uint16_t* in, float* out, int64_t n);

@@ -7,7 +7,7 @@
 //       using Reg;                       the register type (__m256, __m512)
 //       static constexpr int kLanes;     floats per register
 //       Reg Zero(); Reg Broadcast(float); Reg Load(const float*); void Store(float*, Reg);
-//       Reg Fma(Reg a, Reg b, Reg c) (a * b + c); Reg Add(Reg, Reg); float HSum(Reg);
+//       Reg Fma(Reg a, Reg b, Reg c) (a * b + c); float HSum(Reg);
 //       void Pin(Reg&)                   keeps a value in a register (see Block)
 //   struct F32W, F16W, BF16W   weight element types: using T; Reg Load(const T*) converts
 //                              kLanes consecutive elements exactly; float One(T).
@@ -255,30 +255,104 @@ KVSERVE_SIMD_TARGET void MatMul(const typename W::T* w, int64_t cols, int64_t ro
   }
 }
 
-// Two accumulators hide the FMA latency of a single dot product.
+// Row t of a KV block (see KernelSet::dot_rows).
 template <typename W>
-KVSERVE_SIMD_TARGET float Dot(const float* a, const typename W::T* b, int n) {
+inline const typename W::T* KvRow(const void* rows, size_t stride, int t) {
+  return reinterpret_cast<const typename W::T*>(static_cast<const uint8_t*>(rows) +
+                                                static_cast<size_t>(t) * stride);
+}
+
+// out[t..t+R) = scale * q · row_t: R rows at once, R independent FMA chains, each q
+// vector loaded once for all R rows.
+template <typename W, int R>
+KVSERVE_SIMD_TARGET inline void DotRowsBlock(const float* q, const void* rows, size_t stride, int t,
+                                             int hd, float scale, float* out) {
   constexpr int kLanes = V::kLanes;
-  typename V::Reg s0 = V::Zero();
-  typename V::Reg s1 = V::Zero();
-  int i = 0;
-  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
-    s0 = V::Fma(V::Load(a + i), W::Load(b + i), s0);
-    s1 = V::Fma(V::Load(a + i + kLanes), W::Load(b + i + kLanes), s1);
+  const typename W::T* r[R];
+  typename V::Reg acc[R];
+#pragma GCC unroll 8
+  for (int k = 0; k < R; ++k) {
+    r[k] = KvRow<W>(rows, stride, t + k);
+    acc[k] = V::Zero();
   }
-  for (; i + kLanes <= n; i += kLanes) s0 = V::Fma(V::Load(a + i), W::Load(b + i), s0);
-  float s = V::HSum(V::Add(s0, s1));
-  for (; i < n; ++i) s += a[i] * W::One(b[i]);
-  return s;
+  int i = 0;
+  for (; i + kLanes <= hd; i += kLanes) {
+    const typename V::Reg qv = V::Load(q + i);
+#pragma GCC unroll 8
+    for (int k = 0; k < R; ++k) acc[k] = V::Fma(W::Load(r[k] + i), qv, acc[k]);
+  }
+  for (int k = 0; k < R; ++k) {
+    float s = V::HSum(acc[k]);
+    for (int j = i; j < hd; ++j) s += q[j] * W::One(r[k][j]);
+    out[t + k] = scale * s;
+  }
 }
 
 template <typename W>
-KVSERVE_SIMD_TARGET void Axpy(float w, const typename W::T* x, float* y, int n) {
+KVSERVE_SIMD_TARGET void DotRows(const float* q, const void* rows, size_t stride, int count, int hd,
+                                 float scale, float* out) {
+  int t = 0;
+  for (; t + 8 <= count; t += 8) DotRowsBlock<W, 8>(q, rows, stride, t, hd, scale, out);
+  for (; t < count; ++t) DotRowsBlock<W, 1>(q, rows, stride, t, hd, scale, out);
+}
+
+// y[i..i + NV * kLanes) += sum_t a[t] * row_t[same]: NV accumulators stay in registers
+// over all rows (one load and store of y per call instead of one per row).
+template <typename W, int NV>
+KVSERVE_SIMD_TARGET inline void AxpyRowsChunk(const float* a, const void* rows, size_t stride,
+                                              int count, int i, float* y) {
   constexpr int kLanes = V::kLanes;
-  const typename V::Reg wv = V::Broadcast(w);
+  typename V::Reg acc[NV];
+#pragma GCC unroll 8
+  for (int k = 0; k < NV; ++k) acc[k] = V::Load(y + i + k * kLanes);
+  for (int t = 0; t < count; ++t) {
+    const typename W::T* r = KvRow<W>(rows, stride, t) + i;
+    const typename V::Reg at = V::Broadcast(a[t]);
+#pragma GCC unroll 8
+    for (int k = 0; k < NV; ++k) acc[k] = V::Fma(at, W::Load(r + k * kLanes), acc[k]);
+  }
+#pragma GCC unroll 8
+  for (int k = 0; k < NV; ++k) V::Store(y + i + k * kLanes, acc[k]);
+}
+
+template <typename W>
+KVSERVE_SIMD_TARGET void AxpyRows(const float* a, const void* rows, size_t stride, int count,
+                                  int hd, float* y) {
+  constexpr int kLanes = V::kLanes;
   int i = 0;
-  for (; i + kLanes <= n; i += kLanes) V::Store(y + i, V::Fma(wv, W::Load(x + i), V::Load(y + i)));
-  for (; i < n; ++i) y[i] += w * W::One(x[i]);
+  // Up to 8 vectors per pass: 8 FMA chains cover the latency on both pipes.
+  for (; i + 8 * kLanes <= hd; i += 8 * kLanes) AxpyRowsChunk<W, 8>(a, rows, stride, count, i, y);
+  switch ((hd - i) / kLanes) {
+    case 7:
+      AxpyRowsChunk<W, 7>(a, rows, stride, count, i, y);
+      break;
+    case 6:
+      AxpyRowsChunk<W, 6>(a, rows, stride, count, i, y);
+      break;
+    case 5:
+      AxpyRowsChunk<W, 5>(a, rows, stride, count, i, y);
+      break;
+    case 4:
+      AxpyRowsChunk<W, 4>(a, rows, stride, count, i, y);
+      break;
+    case 3:
+      AxpyRowsChunk<W, 3>(a, rows, stride, count, i, y);
+      break;
+    case 2:
+      AxpyRowsChunk<W, 2>(a, rows, stride, count, i, y);
+      break;
+    case 1:
+      AxpyRowsChunk<W, 1>(a, rows, stride, count, i, y);
+      break;
+    default:
+      break;
+  }
+  i += (hd - i) / kLanes * kLanes;
+  for (; i < hd; ++i) {
+    float s = y[i];
+    for (int t = 0; t < count; ++t) s += a[t] * W::One(KvRow<W>(rows, stride, t)[i]);
+    y[i] = s;
+  }
 }
 
 template <typename W>
@@ -291,6 +365,14 @@ KVSERVE_SIMD_TARGET void Convert(const uint16_t* in, float* out, int64_t n) {
 
 // The kernel set of the including level.
 constexpr KernelSet MakeKernelSet(Isa isa) {
-  return KernelSet{isa,        &MatMul<F32W>, &MatMul<F16W>, &MatMul<BF16W>, &Dot<F32W>,
-                   &Dot<F16W>, &Axpy<F32W>,   &Axpy<F16W>,   &Convert<F16W>, &Convert<BF16W>};
+  return KernelSet{isa,
+                   &MatMul<F32W>,
+                   &MatMul<F16W>,
+                   &MatMul<BF16W>,
+                   &DotRows<F32W>,
+                   &DotRows<F16W>,
+                   &AxpyRows<F32W>,
+                   &AxpyRows<F16W>,
+                   &Convert<F16W>,
+                   &Convert<BF16W>};
 }

@@ -122,32 +122,50 @@ TEST_P(SimdKernelsTest, MatMulMatchesScalarForEveryDtypeAndShape) {
   }
 }
 
-TEST_P(SimdKernelsTest, DotAndAxpyMatchScalar) {
+// Attention over a KV block: rows of `hd` elements at a padded stride, as in the cache
+// (where a head's row is one slice of a position's row).
+TEST_P(SimdKernelsTest, DotRowsAndAxpyRowsMatchScalar) {
   std::mt19937 rng(7);
-  for (int n : {1, 5, 8, 9, 16, 31, 64, 128, 130}) {
-    SCOPED_TRACE(::testing::Message() << "n=" << n);
-    const std::vector<float> a = RandomFloats(rng, n);
-    const Weights b32 = RandomWeights(rng, DType::kF32, n);
-    const Weights b16 = RandomWeights(rng, DType::kF16, n);
-    double abs32 = 0.0, abs16 = 0.0;
-    for (int i = 0; i < n; ++i) {
-      abs32 += std::fabs(a[i] * b32.f32[i]);
-      abs16 += std::fabs(a[i] * b16.f32[i]);
-    }
-    EXPECT_NEAR(kernels().dot_f32(a.data(), b32.f32.data(), n),
-                ScalarKernels().dot_f32(a.data(), b32.f32.data(), n), SumTolerance(n, abs32));
-    EXPECT_NEAR(kernels().dot_f16(a.data(), b16.bits.data(), n),
-                ScalarKernels().dot_f16(a.data(), b16.bits.data(), n), SumTolerance(n, abs16));
+  for (DType dtype : {DType::kF32, DType::kF16}) {
+    const size_t elem = dtype == DType::kF32 ? 4 : 2;
+    for (int hd : {1, 5, 8, 9, 16, 31, 64, 72, 128, 130, 256}) {
+      for (int count : {1, 3, 8, 9, 16, 17}) {
+        SCOPED_TRACE(::testing::Message()
+                     << model::DTypeName(dtype) << " hd=" << hd << " count=" << count);
+        const size_t stride = static_cast<size_t>(hd + 3) * elem;  // padded rows
+        const size_t per_row = stride / elem;
+        const Weights kv = RandomWeights(rng, dtype, per_row * static_cast<size_t>(count));
+        const void* rows = dtype == DType::kF32 ? static_cast<const void*>(kv.f32.data())
+                                                : static_cast<const void*>(kv.bits.data());
+        const std::vector<float> q = RandomFloats(rng, static_cast<size_t>(hd));
+        const auto dot = dtype == DType::kF32 ? &KernelSet::dot_rows_f32 : &KernelSet::dot_rows_f16;
+        std::vector<float> out(static_cast<size_t>(count) + 1, 7.0f);
+        std::vector<float> out_ref = out;
+        (kernels().*dot)(q.data(), rows, stride, count, hd, 0.5f, out.data());
+        (ScalarKernels().*dot)(q.data(), rows, stride, count, hd, 0.5f, out_ref.data());
+        for (int t = 0; t < count; ++t) {
+          double abs_sum = 0.0;
+          for (int i = 0; i < hd; ++i) abs_sum += std::fabs(q[i] * kv.f32[t * per_row + i]);
+          EXPECT_NEAR(out[t], out_ref[t], 0.5f * SumTolerance(hd, abs_sum)) << "t=" << t;
+        }
+        EXPECT_EQ(out[count], 7.0f) << "wrote past count";
 
-    // One multiply-add per element: results are equal up to FMA's single rounding.
-    std::vector<float> y = RandomFloats(rng, n);
-    std::vector<float> y_ref = y;
-    kernels().axpy_f32(0.75f, b32.f32.data(), y.data(), n);
-    ScalarKernels().axpy_f32(0.75f, b32.f32.data(), y_ref.data(), n);
-    for (int i = 0; i < n; ++i) EXPECT_NEAR(y[i], y_ref[i], 1e-6f) << i;
-    kernels().axpy_f16(-1.5f, b16.bits.data(), y.data(), n);
-    ScalarKernels().axpy_f16(-1.5f, b16.bits.data(), y_ref.data(), n);
-    for (int i = 0; i < n; ++i) EXPECT_NEAR(y[i], y_ref[i], 1e-6f) << i;
+        const auto axpy =
+            dtype == DType::kF32 ? &KernelSet::axpy_rows_f32 : &KernelSet::axpy_rows_f16;
+        const std::vector<float> a = RandomFloats(rng, static_cast<size_t>(count));
+        std::vector<float> y = RandomFloats(rng, static_cast<size_t>(hd) + 1);
+        y[hd] = 7.0f;
+        std::vector<float> y_ref = y;
+        (kernels().*axpy)(a.data(), rows, stride, count, hd, y.data());
+        (ScalarKernels().*axpy)(a.data(), rows, stride, count, hd, y_ref.data());
+        for (int i = 0; i < hd; ++i) {
+          double abs_sum = std::fabs(y_ref[i]);
+          for (int t = 0; t < count; ++t) abs_sum += std::fabs(a[t] * kv.f32[t * per_row + i]);
+          EXPECT_NEAR(y[i], y_ref[i], SumTolerance(count + 1, abs_sum)) << "i=" << i;
+        }
+        EXPECT_EQ(y[hd], 7.0f) << "wrote past hd";
+      }
+    }
   }
 }
 

@@ -32,24 +32,28 @@ void MatMul(const WeightT* w, int64_t cols, int64_t row_begin, int64_t row_end, 
   }
 }
 
-float DotF32(const float* a, const float* b, int n) {
-  float s = 0.0f;
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+template <typename Conv, typename ElemT>
+const ElemT* Row(const void* rows, size_t stride, int t) {
+  return reinterpret_cast<const ElemT*>(static_cast<const uint8_t*>(rows) + t * stride);
 }
 
-float DotF16(const float* a, const uint16_t* b, int n) {
-  float s = 0.0f;
-  for (int i = 0; i < n; ++i) s += a[i] * model::HalfToFloat(b[i]);
-  return s;
+template <typename Conv, typename ElemT>
+void DotRows(const float* q, const void* rows, size_t stride, int count, int hd, float scale,
+             float* out) {
+  for (int t = 0; t < count; ++t) {
+    const ElemT* r = Row<Conv, ElemT>(rows, stride, t);
+    float s = 0.0f;
+    for (int i = 0; i < hd; ++i) s += q[i] * Conv::ToFloat(r[i]);
+    out[t] = scale * s;
+  }
 }
 
-void AxpyF32(float w, const float* x, float* y, int n) {
-  for (int i = 0; i < n; ++i) y[i] += w * x[i];
-}
-
-void AxpyF16(float w, const uint16_t* x, float* y, int n) {
-  for (int i = 0; i < n; ++i) y[i] += w * model::HalfToFloat(x[i]);
+template <typename Conv, typename ElemT>
+void AxpyRows(const float* a, const void* rows, size_t stride, int count, int hd, float* y) {
+  for (int t = 0; t < count; ++t) {
+    const ElemT* r = Row<Conv, ElemT>(rows, stride, t);
+    for (int i = 0; i < hd; ++i) y[i] += a[t] * Conv::ToFloat(r[i]);
+  }
 }
 
 void F16ToF32(const uint16_t* in, float* out, int64_t n) {
@@ -65,10 +69,10 @@ constexpr KernelSet kScalarSet = {
     &MatMul<F32, float>,
     &MatMul<F16, uint16_t>,
     &MatMul<BF16, uint16_t>,
-    &DotF32,
-    &DotF16,
-    &AxpyF32,
-    &AxpyF16,
+    &DotRows<F32, float>,
+    &DotRows<F16, uint16_t>,
+    &AxpyRows<F32, float>,
+    &AxpyRows<F16, uint16_t>,
     &F16ToF32,
     &BF16ToF32,
 };
