@@ -37,10 +37,12 @@ struct RowInfo {
 };
 
 // One unit of attention work: query rows [row_begin, row_end) (all of sequence `seq`)
-// times the query heads that share KV head `kv_head`.
+// times the query heads that share KV heads [kv_head, kv_head + kv_heads). Prefill tasks
+// (kAttentionSgemmMinRows rows or more) hold one KV head.
 struct AttentionTask {
   int seq = 0;
   int kv_head = 0;
+  int kv_heads = 1;
   int row_begin = 0;
   int row_end = 0;
 };
@@ -52,9 +54,39 @@ constexpr int kAttentionRowsPerTask = 32;
 // per-position SIMD dot/axpy kernels, which read K/V in place without a gather.
 constexpr int kAttentionSgemmMinRows = 4;
 
+// Decode tasks (fewer than kAttentionSgemmMinRows rows) of one row range take adjacent KV
+// heads together, so a task reads a contiguous slice of each cached row: about two tasks
+// per thread overall (s110m, 2 threads: one sequence -> 4 tasks of 3 heads; 16 sequences
+// -> one task per sequence). `tasks` holds one task per (row range, KV head), heads in
+// order, as Forward plans them.
+void MergeDecodeAttentionTasks(int n_kv_heads, int threads, std::vector<AttentionTask>& tasks) {
+  int64_t decode_units = 0;  // (sequence, row range) pairs of decode rows
+  for (const AttentionTask& t : tasks) {
+    if (t.kv_head == 0 && t.row_end - t.row_begin < kAttentionSgemmMinRows) ++decode_units;
+  }
+  if (decode_units == 0) return;
+  const int64_t target = 2 * static_cast<int64_t>(threads);
+  const int per_task = static_cast<int>(
+      std::clamp<int64_t>((n_kv_heads * decode_units + target - 1) / target, 1, n_kv_heads));
+  if (per_task == 1) return;
+  std::vector<AttentionTask> merged;
+  merged.reserve(tasks.size());
+  for (const AttentionTask& t : tasks) {
+    const bool decode = t.row_end - t.row_begin < kAttentionSgemmMinRows;
+    if (!decode) {
+      merged.push_back(t);
+    } else if (t.kv_head % per_task == 0) {
+      AttentionTask m = t;
+      m.kv_heads = std::min(per_task, n_kv_heads - t.kv_head);
+      merged.push_back(m);
+    }
+  }
+  tasks.swap(merged);
+}
+
 // Per pool thread scratch of the attention kernels.
 struct AttentionScratch {
-  std::vector<float> scores;  // [positions] weights of one query head (per-row path)
+  std::vector<float> scores;  // [heads, positions] weights of the task's heads (per-row path)
   std::vector<float> q;       // [rows * group, head_dim] stacked queries (sgemm path)
   std::vector<float> k;       // [positions, head_dim] keys of one KV head (sgemm path)
   std::vector<float> v;       // [positions, head_dim] values of one KV head (sgemm path)
@@ -175,35 +207,51 @@ void CpuBlasBackend::State::AttendRows(const Batch& batch, const AttentionTask& 
   const int q_dim = c.q_dim();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const bool f16 = layout.dtype == model::DType::kF16;
-  const size_t elem_bytes = f16 ? 2 : 4;
-  const size_t head_offset_bytes = static_cast<size_t>(task.kv_head) * hd * elem_bytes;
+  const size_t head_bytes = static_cast<size_t>(hd) * (f16 ? 2 : 4);
   const size_t row_bytes = layout.row_bytes();
   const int bt = layout.block_tokens;
   const cpu_blas::KernelSet& kr = *kernels;
+  const auto dot_rows = f16 ? kr.dot_rows_f16 : kr.dot_rows_f32;
+  const auto axpy_rows = f16 ? kr.axpy_rows_f16 : kr.axpy_rows_f32;
+  // The task's query heads: [h_begin, h_begin + n_heads), adjacent within a row, and their
+  // KV heads adjacent within a cached row. Blocks are the outer loop and heads the inner
+  // one, so each pass reads one contiguous slice of every cached row (all the task's
+  // heads) instead of one head's 64 floats per row across the whole context.
+  const int h_begin = task.kv_head * group;
+  const int n_heads = task.kv_heads * group;
 
   for (int j = task.row_begin; j < task.row_end; ++j) {
     const int n_pos = rows[j].pos + 1;  // causal: positions [0, pos]
-    if (att.size() < static_cast<size_t>(n_pos)) att.resize(static_cast<size_t>(n_pos));
-    for (int h = task.kv_head * group; h < (task.kv_head + 1) * group; ++h) {
-      const float* qh = q.data() + static_cast<size_t>(j) * q_dim + static_cast<size_t>(h) * hd;
-      float* oh = att_out.data() + static_cast<size_t>(j) * q_dim + static_cast<size_t>(h) * hd;
+    const size_t un_pos = static_cast<size_t>(n_pos);
+    Grow(att, static_cast<size_t>(n_heads) * un_pos);  // [n_heads, n_pos]
+    const float* qj = q.data() + static_cast<size_t>(j) * q_dim;
+    float* oj = att_out.data() + static_cast<size_t>(j) * q_dim;
 
-      // scores[t] = scale * q_h · K[t][kv_head], block by block.
-      for (int t0 = 0; t0 < n_pos; t0 += bt) {
-        const uint8_t* plane = kv.Row(layer, KvKind::kKey, t0) + head_offset_bytes;
-        const int count = std::min(n_pos, t0 + bt) - t0;
-        (f16 ? kr.dot_rows_f16 : kr.dot_rows_f32)(qh, plane, row_bytes, count, hd, scale,
-                                                  att.data() + t0);
+    // scores[h][t] = scale * q_h · K[t][kv_head(h)]
+    for (int t0 = 0; t0 < n_pos; t0 += bt) {
+      const uint8_t* plane = kv.Row(layer, KvKind::kKey, t0);
+      const int count = std::min(n_pos, t0 + bt) - t0;
+      for (int i = 0; i < n_heads; ++i) {
+        const int h = h_begin + i;
+        dot_rows(qj + static_cast<size_t>(h) * hd,
+                 plane + static_cast<size_t>(h / group) * head_bytes, row_bytes, count, hd, scale,
+                 att.data() + static_cast<size_t>(i) * un_pos + t0);
       }
-      kernels::Softmax(std::span<float>(att.data(), static_cast<size_t>(n_pos)));
-
-      // out_h = sum_t att[t] * V[t][kv_head]
-      std::fill(oh, oh + hd, 0.0f);
-      for (int t0 = 0; t0 < n_pos; t0 += bt) {
-        const uint8_t* plane = kv.Row(layer, KvKind::kValue, t0) + head_offset_bytes;
-        const int count = std::min(n_pos, t0 + bt) - t0;
-        (f16 ? kr.axpy_rows_f16 : kr.axpy_rows_f32)(att.data() + t0, plane, row_bytes, count, hd,
-                                                    oh);
+    }
+    for (int i = 0; i < n_heads; ++i) {
+      kernels::Softmax(std::span<float>(att.data() + static_cast<size_t>(i) * un_pos, un_pos));
+    }
+    // out_h = sum_t att[h][t] * V[t][kv_head(h)]
+    std::fill(oj + static_cast<size_t>(h_begin) * hd,
+              oj + static_cast<size_t>(h_begin + n_heads) * hd, 0.0f);
+    for (int t0 = 0; t0 < n_pos; t0 += bt) {
+      const uint8_t* plane = kv.Row(layer, KvKind::kValue, t0);
+      const int count = std::min(n_pos, t0 + bt) - t0;
+      for (int i = 0; i < n_heads; ++i) {
+        const int h = h_begin + i;
+        axpy_rows(att.data() + static_cast<size_t>(i) * un_pos + t0,
+                  plane + static_cast<size_t>(h / group) * head_bytes, row_bytes, count, hd,
+                  oj + static_cast<size_t>(h) * hd);
       }
     }
   }
@@ -298,7 +346,7 @@ void CpuBlasBackend::State::Attention(const Batch& batch, int layer) {
   // more than the work.
   int64_t work = 0;
   for (const AttentionTask& t : attention_tasks) {
-    for (int j = t.row_begin; j < t.row_end; ++j) work += rows[j].pos + 1;
+    for (int j = t.row_begin; j < t.row_end; ++j) work += int64_t{rows[j].pos + 1} * t.kv_heads;
   }
   work *= static_cast<int64_t>(config.head_dim) * (config.n_heads / config.n_kv_heads) * 2;
   if (work < kMinParallelElements) {
@@ -340,9 +388,10 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
     }
     const int last = static_cast<int>(st.rows.size());
     for (int r = first; r < last; r += kAttentionRowsPerTask) {
+      // One KV head per task for now; decode tasks are merged below.
       for (int h = 0; h < c.n_kv_heads; ++h) {
         st.attention_tasks.push_back(
-            {static_cast<int>(i), h, r, std::min(last, r + kAttentionRowsPerTask)});
+            {static_cast<int>(i), h, 1, r, std::min(last, r + kAttentionRowsPerTask)});
       }
     }
     if (seq.want_logits) {
@@ -352,6 +401,7 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
   }
   const int n = static_cast<int>(st.rows.size());
   if (n == 0) return absl::OkStatus();
+  MergeDecodeAttentionTasks(c.n_kv_heads, st.pool.size(), st.attention_tasks);
 
   const size_t dim = static_cast<size_t>(c.dim);
   const size_t q_dim = static_cast<size_t>(c.q_dim());
