@@ -8,12 +8,15 @@
 #include <span>
 #include <vector>
 
+#include "common/huge_page_memory.h"
 #include "model/kv_layout.h"
 
 namespace kvserve::backends {
 
 // Allocates zero-filled blocks of layout.block_bytes() (64-byte aligned) and hands out,
-// per sequence, a span of block pointers that stays valid for the arena's lifetime.
+// per sequence, a span of block pointers that stays valid for the arena's lifetime. A
+// sequence of 2 MiB or more gets its blocks in one huge-page region, as the engine's
+// block pool does (common/huge_page_memory.h), so benchmarks see the same TLB behaviour.
 // Threading: not thread-safe; use from one thread.
 class KvArena {
  public:
@@ -28,11 +31,14 @@ class KvArena {
 
   const model::KvLayout& layout() const { return layout_; }
   // Blocks handed out so far.
-  int64_t block_count() const { return static_cast<int64_t>(storage_.size()); }
+  int64_t block_count() const { return block_count_; }
 
  private:
   model::KvLayout layout_;
-  std::vector<std::vector<uint8_t>> storage_;  // one per block, over-allocated to align
+  int64_t block_count_ = 0;
+  std::vector<std::vector<uint8_t>>
+      storage_;  // small sequences: one per block, over-allocated to align
+  std::vector<common::HugePageMemory> regions_;  // large sequences: one per sequence
   std::vector<std::unique_ptr<std::vector<uint8_t*>>> sequences_;  // stable spans
 };
 

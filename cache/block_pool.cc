@@ -27,13 +27,15 @@ absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(const Options& opti
     return absl::InvalidArgumentError(absl::StrCat("kv budget gives too many blocks: ", n));
   }
   std::unique_ptr<BlockPool> pool(new BlockPool(l, static_cast<int32_t>(n)));
-  pool->memory_.reset(new (std::nothrow) uint8_t[n * block_bytes + 64]);
-  if (pool->memory_ == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate ", n * block_bytes, " bytes of kv blocks"));
+  // Huge pages: attention reads rows scattered over the whole pool every step, which on
+  // 4 KiB pages is a TLB miss per row (see common/huge_page_memory.h).
+  absl::StatusOr<common::HugePageMemory> memory = common::HugePageMemory::Allocate(n * block_bytes);
+  if (!memory.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate ", n * block_bytes, " bytes of kv blocks: ", memory.status().message()));
   }
-  const uintptr_t raw = reinterpret_cast<uintptr_t>(pool->memory_.get());
-  pool->base_ = pool->memory_.get() + ((64 - raw % 64) % 64);
+  pool->memory_ = *std::move(memory);
+  pool->base_ = pool->memory_.data();
   return pool;
 }
 

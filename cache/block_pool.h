@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "cache/block_hash.h"
+#include "common/huge_page_memory.h"
 #include "model/kv_layout.h"
 
 namespace kvserve::cache {
@@ -113,8 +114,8 @@ class BlockPool {
 
   model::KvLayout layout_;
   size_t block_bytes_ = 0;
-  std::unique_ptr<uint8_t[]> memory_;  // num_blocks * block_bytes_ + 64 alignment slack
-  uint8_t* base_ = nullptr;            // 64-byte aligned start of block 0
+  common::HugePageMemory memory_;      // num_blocks * block_bytes_, huge pages where possible
+  uint8_t* base_ = nullptr;            // start of block 0 (2 MiB aligned)
   std::vector<Meta> meta_;             // [num_blocks]
   std::vector<BlockId> free_;          // stack of free, unregistered blocks
   absl::flat_hash_map<BlockHash, BlockId> index_;
