@@ -248,7 +248,12 @@ TEST_P(EngineTest, CancelReturnsEveryBlock) {
   std::atomic<RequestId> victim{0};
   Engine* e = engine.get();
   auto cancelled = std::make_shared<CollectingSink>([&](int n) {
-    if (n == 3) e->Cancel(victim.load());
+    if (n != 3) return;
+    // The engine may reach the third token before Submit has returned the id to this
+    // thread (ids start at 1): wait for it, so the cancel is never a no-op.
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (victim.load() == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+    e->Cancel(victim.load());
   });
   auto other = std::make_shared<CollectingSink>();
   auto id = engine->Submit(Greedy(Prompt(40), 200), cancelled);
