@@ -76,6 +76,45 @@ void BM_ReadBandwidth(benchmark::State& state) {
 }
 BENCHMARK(BM_ReadBandwidth)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// FMA peak: `threads` threads each run 12 independent AVX2 FMA chains on registers (no
+// memory traffic). The ceiling the batched decode kernels are held against (2-vCPU EPYC,
+// 2026-11-29: 99-101 GFLOP/s on one thread, 194-198 on two).
+__attribute__((target("avx2,fma"))) float FmaChains(int64_t iterations) {
+  __m256 a[12];
+  for (int k = 0; k < 12; ++k) a[k] = _mm256_set1_ps(0.1f + 0.01f * static_cast<float>(k));
+  const __m256 b = _mm256_set1_ps(0.9999f);
+  const __m256 c = _mm256_set1_ps(0.0001f);
+  for (int64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 12
+    for (int k = 0; k < 12; ++k) a[k] = _mm256_fmadd_ps(a[k], b, c);
+  }
+  float sum = 0.0f;
+  for (int k = 0; k < 12; ++k) sum += _mm_cvtss_f32(_mm256_castps256_ps128(a[k]));
+  return sum;
+}
+
+void BM_FmaPeak(benchmark::State& state) {
+  if (!backends::cpu_blas::IsaSupported(Isa::kAvx2)) {
+    state.SkipWithError("needs AVX2 + FMA");
+    return;
+  }
+  const int threads = static_cast<int>(state.range(0));
+  constexpr int64_t kIterations = 10'000'000;  // 12 FMAs x 8 lanes x 2 flops each
+  for (auto _ : state) {
+    std::vector<std::thread> workers;
+    std::vector<float> sums(threads);
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] { sums[t] = FmaChains(kIterations); });
+    }
+    for (std::thread& w : workers) w.join();
+    benchmark::DoNotOptimize(sums);
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(static_cast<double>(threads) * kIterations * 12 * 8 * 2 * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // ---------------------------------------------------------------------------------------
 // One projection Y[n, rows] = X[n, cols] · W^T through cpu_blas::Gemm, with a weight set
 // larger than the caches (the matrices cycle), as in a decode step.

@@ -67,6 +67,19 @@ void PrintUsage(const v1::Usage& u, v1::FinishReason reason) {
                Seconds(u.total_time()) * 1e3);
 }
 
+// Streams `request`, printing each text delta as it arrives, then a newline; the last
+// message (finish reason and usage) goes to `last`.
+absl::Status StreamToStdout(const Client& client, const v1::GenerateRequest& request,
+                            v1::GenerateStreamResponse* last) {
+  absl::Status status = client.GenerateStream(request, [&](const v1::GenerateStreamResponse& m) {
+    std::printf("%s", m.text().c_str());
+    std::fflush(stdout);
+    *last = m;
+  });
+  std::printf("\n");
+  return status;
+}
+
 int RunGenerate(const Client& client) {
   v1::GenerateRequest request = RequestFromFlags(absl::GetFlag(FLAGS_prompt));
   if (!absl::GetFlag(FLAGS_stream)) {
@@ -78,13 +91,9 @@ int RunGenerate(const Client& client) {
   }
   std::printf("%s", request.text().c_str());
   v1::GenerateStreamResponse last;
-  absl::Status status = client.GenerateStream(request, [&](const v1::GenerateStreamResponse& m) {
-    std::printf("%s", m.text().c_str());
-    std::fflush(stdout);
-    last = m;
-  });
-  std::printf("\n");
-  if (!status.ok()) return Fail(status);
+  if (absl::Status status = StreamToStdout(client, request, &last); !status.ok()) {
+    return Fail(status);
+  }
   PrintUsage(last.usage(), last.finish_reason());
   return 0;
 }
@@ -99,13 +108,7 @@ int RunChat(const Client& client) {
     v1::GenerateRequest request = RequestFromFlags(line);
     request.set_session_id(session->session_id());
     v1::GenerateStreamResponse last;
-    absl::Status status = client.GenerateStream(request, [&](const v1::GenerateStreamResponse& m) {
-      std::printf("%s", m.text().c_str());
-      std::fflush(stdout);
-      last = m;
-    });
-    std::printf("\n");
-    if (!status.ok()) {
+    if (absl::Status status = StreamToStdout(client, request, &last); !status.ok()) {
       Fail(status);
       continue;
     }

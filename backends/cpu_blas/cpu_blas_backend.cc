@@ -54,34 +54,24 @@ constexpr int kAttentionRowsPerTask = 32;
 // per-position SIMD dot/axpy kernels, which read K/V in place without a gather.
 constexpr int kAttentionSgemmMinRows = 4;
 
-// Decode tasks (fewer than kAttentionSgemmMinRows rows) of one row range take adjacent KV
-// heads together, so a task reads a contiguous slice of each cached row: about two tasks
-// per thread overall (s110m, 2 threads: one sequence -> 4 tasks of 3 heads; 16 sequences
-// -> one task per sequence). `tasks` holds one task per (row range, KV head), heads in
-// order, as Forward plans them.
-void MergeDecodeAttentionTasks(int n_kv_heads, int threads, std::vector<AttentionTask>& tasks) {
-  int64_t decode_units = 0;  // (sequence, row range) pairs of decode rows
-  for (const AttentionTask& t : tasks) {
-    if (t.kv_head == 0 && t.row_end - t.row_begin < kAttentionSgemmMinRows) ++decode_units;
-  }
-  if (decode_units == 0) return;
-  const int64_t target = 2 * static_cast<int64_t>(threads);
-  const int per_task = static_cast<int>(
-      std::clamp<int64_t>((n_kv_heads * decode_units + target - 1) / target, 1, n_kv_heads));
-  if (per_task == 1) return;
-  std::vector<AttentionTask> merged;
-  merged.reserve(tasks.size());
-  for (const AttentionTask& t : tasks) {
-    const bool decode = t.row_end - t.row_begin < kAttentionSgemmMinRows;
-    if (!decode) {
-      merged.push_back(t);
-    } else if (t.kv_head % per_task == 0) {
-      AttentionTask m = t;
-      m.kv_heads = std::min(per_task, n_kv_heads - t.kv_head);
-      merged.push_back(m);
+// KV heads per decode attention task. Decode row ranges (fewer than
+// kAttentionSgemmMinRows rows) take adjacent KV heads together, so a task reads a
+// contiguous slice of each cached row: about two tasks per thread overall (s110m, 2
+// threads: one sequence -> 4 tasks of 3 heads; 16 sequences -> one task per sequence).
+// Prefill ranges keep one head per task (the sgemm path gathers one head).
+int DecodeKvHeadsPerTask(const Batch& batch, int n_kv_heads, int threads) {
+  int64_t decode_ranges = 0;
+  for (const SequenceInput& seq : batch.sequences) {
+    const int64_t n = static_cast<int64_t>(seq.tokens.size());
+    for (int64_t r = 0; r < n; r += kAttentionRowsPerTask) {
+      if (std::min<int64_t>(kAttentionRowsPerTask, n - r) < kAttentionSgemmMinRows) {
+        ++decode_ranges;
+      }
     }
   }
-  tasks.swap(merged);
+  const int64_t target = 2 * static_cast<int64_t>(threads);
+  return static_cast<int>(
+      std::clamp<int64_t>((n_kv_heads * decode_ranges + target - 1) / target, 1, n_kv_heads));
 }
 
 // Per pool thread scratch of the attention kernels.
@@ -380,6 +370,7 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
   st.attention_tasks.clear();
   st.logit_rows.clear();
   st.logit_seqs.clear();
+  const int decode_heads = DecodeKvHeadsPerTask(batch, c.n_kv_heads, st.pool.size());
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     const SequenceInput& seq = batch.sequences[i];
     const int first = static_cast<int>(st.rows.size());
@@ -388,10 +379,11 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
     }
     const int last = static_cast<int>(st.rows.size());
     for (int r = first; r < last; r += kAttentionRowsPerTask) {
-      // One KV head per task for now; decode tasks are merged below.
-      for (int h = 0; h < c.n_kv_heads; ++h) {
+      const int end = std::min(last, r + kAttentionRowsPerTask);
+      const int heads = end - r < kAttentionSgemmMinRows ? decode_heads : 1;
+      for (int h = 0; h < c.n_kv_heads; h += heads) {
         st.attention_tasks.push_back(
-            {static_cast<int>(i), h, 1, r, std::min(last, r + kAttentionRowsPerTask)});
+            {static_cast<int>(i), h, std::min(heads, c.n_kv_heads - h), r, end});
       }
     }
     if (seq.want_logits) {
@@ -401,7 +393,6 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
   }
   const int n = static_cast<int>(st.rows.size());
   if (n == 0) return absl::OkStatus();
-  MergeDecodeAttentionTasks(c.n_kv_heads, st.pool.size(), st.attention_tasks);
 
   const size_t dim = static_cast<size_t>(c.dim);
   const size_t q_dim = static_cast<size_t>(c.q_dim());

@@ -320,34 +320,21 @@ KVSERVE_SIMD_TARGET void AxpyRows(const float* a, const void* rows, size_t strid
                                   int hd, float* y) {
   constexpr int kLanes = V::kLanes;
   int i = 0;
-  // Up to 8 vectors per pass: 8 FMA chains cover the latency on both pipes.
+  // Up to 8 vectors per pass (8 FMA chains cover the latency on both pipes), then what is
+  // left in passes of 4, 2 and 1 vectors (head_dim 64 on AVX2: one pass).
   for (; i + 8 * kLanes <= hd; i += 8 * kLanes) AxpyRowsChunk<W, 8>(a, rows, stride, count, i, y);
-  switch ((hd - i) / kLanes) {
-    case 7:
-      AxpyRowsChunk<W, 7>(a, rows, stride, count, i, y);
-      break;
-    case 6:
-      AxpyRowsChunk<W, 6>(a, rows, stride, count, i, y);
-      break;
-    case 5:
-      AxpyRowsChunk<W, 5>(a, rows, stride, count, i, y);
-      break;
-    case 4:
-      AxpyRowsChunk<W, 4>(a, rows, stride, count, i, y);
-      break;
-    case 3:
-      AxpyRowsChunk<W, 3>(a, rows, stride, count, i, y);
-      break;
-    case 2:
-      AxpyRowsChunk<W, 2>(a, rows, stride, count, i, y);
-      break;
-    case 1:
-      AxpyRowsChunk<W, 1>(a, rows, stride, count, i, y);
-      break;
-    default:
-      break;
+  if (i + 4 * kLanes <= hd) {
+    AxpyRowsChunk<W, 4>(a, rows, stride, count, i, y);
+    i += 4 * kLanes;
   }
-  i += (hd - i) / kLanes * kLanes;
+  if (i + 2 * kLanes <= hd) {
+    AxpyRowsChunk<W, 2>(a, rows, stride, count, i, y);
+    i += 2 * kLanes;
+  }
+  if (i + kLanes <= hd) {
+    AxpyRowsChunk<W, 1>(a, rows, stride, count, i, y);
+    i += kLanes;
+  }
   for (; i < hd; ++i) {
     float s = y[i];
     for (int t = 0; t < count; ++t) s += a[t] * W::One(KvRow<W>(rows, stride, t)[i]);

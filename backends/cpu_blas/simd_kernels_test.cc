@@ -128,7 +128,7 @@ TEST_P(SimdKernelsTest, DotRowsAndAxpyRowsMatchScalar) {
   std::mt19937 rng(7);
   for (DType dtype : {DType::kF32, DType::kF16}) {
     const size_t elem = dtype == DType::kF32 ? 4 : 2;
-    for (int hd : {1, 5, 8, 9, 16, 31, 64, 72, 128, 130, 256}) {
+    for (int hd : {1, 5, 8, 9, 16, 31, 40, 64, 72, 112, 128, 130, 256}) {
       for (int count : {1, 3, 8, 9, 16, 17}) {
         SCOPED_TRACE(::testing::Message()
                      << model::DTypeName(dtype) << " hd=" << hd << " count=" << count);
