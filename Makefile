@@ -6,10 +6,13 @@
 JOBS ?= 2
 BUILD ?= build
 CMAKE_FLAGS ?=
+# The test builds treat warnings as errors (we control this compiler); a plain
+# `cmake` build does not (see KVSERVE_WERROR in CMakeLists.txt).
+TEST_FLAGS = -DKVSERVE_WERROR=ON
 MODEL ?= models/stories260K.gguf
 PROMPT ?= Once upon a time
 
-.PHONY: run test deps models build build-asan build-tsan build-fuzz test-plain test-asan test-tsan test-fuzz bench clean
+.PHONY: run test deps models configure build build-run build-asan build-tsan build-fuzz test-plain test-asan test-tsan test-fuzz bench clean
 
 deps:
 	./scripts/install-deps.sh
@@ -17,11 +20,18 @@ deps:
 models:
 	./models/fetch.sh
 
-build: deps models
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+# The plain build is a standard Release build (what users and packagers get).
+configure: deps models
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(TEST_FLAGS) $(CMAKE_FLAGS)
+
+build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
-run: build
+# Only what the main job runs: the server and the CLI it prints commands for.
+build-run: configure
+	cmake --build $(BUILD) -j$(JOBS) --target kvserve kvserve-cli
+
+run: build-run
 	./scripts/run-main.sh $(BUILD) $(MODEL)
 
 test-plain: build
@@ -29,7 +39,7 @@ test-plain: build
 
 # AddressSanitizer + UBSan over the layers that parse untrusted input and do the math.
 build-asan: deps models
-	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVSERVE_SANITIZE=address $(CMAKE_FLAGS)
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVSERVE_SANITIZE=address $(TEST_FLAGS) $(CMAKE_FLAGS)
 	cmake --build build-asan -j$(JOBS) --target kvserve_asan_tests
 
 test-asan: build-asan
@@ -37,7 +47,7 @@ test-asan: build-asan
 
 # ThreadSanitizer over the concurrent engine.
 build-tsan: deps models
-	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_SANITIZE=thread $(CMAKE_FLAGS)
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_SANITIZE=thread $(TEST_FLAGS) $(CMAKE_FLAGS)
 	cmake --build build-tsan -j$(JOBS) --target kvserve_tsan_tests
 
 test-tsan: build-tsan
@@ -45,7 +55,7 @@ test-tsan: build-tsan
 
 # libFuzzer targets (clang), each run briefly.
 build-fuzz: deps models
-	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_FUZZ=ON $(CMAKE_FLAGS)
+	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_FUZZ=ON $(TEST_FLAGS) $(CMAKE_FLAGS)
 	cmake --build build-fuzz -j$(JOBS) --target kvserve_fuzzers
 
 test-fuzz: build-fuzz

@@ -142,7 +142,7 @@ int Run() {
 
   service::ServerOptions server_options;
   server_options.listen_address = "127.0.0.1:0";
-  server_options.metrics_address = "";
+  server_options.metrics.address = "";
   server_options.service.limits.max_tokens_limit = std::max(4096, max_tokens);
   server_options.service.stream_flush_interval = absl::GetFlag(FLAGS_stream_flush_interval);
   options.engine.max_tokens_limit = server_options.service.limits.max_tokens_limit;

@@ -206,9 +206,9 @@ TEST(WriteSyntheticModelTest, RejectsBadInput) {
   o.config.rope_dim = 12;
   o.dtype = model::DType::kQ8_0;
   EXPECT_EQ(WriteSyntheticModel(o, dir.File("y.gguf")).code(), absl::StatusCode::kInvalidArgument);
-  o = SyntheticModelOptions{};
-  o.config = *PresetConfig("tiny");
-  EXPECT_FALSE(WriteSyntheticModel(o, dir.File("missing/dir/z.gguf")).ok());
+  SyntheticModelOptions fresh;
+  fresh.config = *PresetConfig("tiny");
+  EXPECT_FALSE(WriteSyntheticModel(fresh, dir.File("missing/dir/z.gguf")).ok());
 }
 
 }  // namespace

@@ -10,4 +10,6 @@ find_package(prometheus-cpp CONFIG REQUIRED)
 # Debian's gRPC ships no usable CMake config: use pkg-config.
 pkg_check_modules(GRPCPP REQUIRED IMPORTED_TARGET grpc++)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+# The /metrics HTTP endpoint (GNU libmicrohttpd).
+pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)

@@ -1,6 +1,12 @@
 # Helpers that give every kvserve target the same warnings, sanitizers and test wiring.
 
-set(KVSERVE_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers)
+set(KVSERVE_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
+# Warnings become errors only where we control the compiler (CI, `make test`, developers
+# who ask): compilers and their versions warn differently, and a packager's or user's
+# build with its own flags must not fail on a new false positive.
+if(KVSERVE_WERROR)
+  list(APPEND KVSERVE_WARNINGS -Werror)
+endif()
 
 if(KVSERVE_SANITIZE STREQUAL "address")
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
@@ -36,18 +42,23 @@ endfunction()
 
 # kvserve_test(NAME SRCS ... DEPS ... [LABELS ...]): a GoogleTest binary registered with CTest.
 # Tests run from the build directory; KVSERVE_MODELS_DIR points at the fetched model files.
+# Every test has a timeout (KVSERVE_TEST_TIMEOUT seconds, default 600: the slowest suite
+# under AddressSanitizer takes a few minutes), so a deadlock fails CI instead of hanging it.
 function(kvserve_test name)
   cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS" ${ARGN})
   kvserve_binary(${name} SRCS ${ARG_SRCS} DEPS ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES
     ENVIRONMENT "KVSERVE_MODELS_DIR=${PROJECT_SOURCE_DIR}/models;KVSERVE_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
-    LABELS "${ARG_LABELS}")
+    LABELS "${ARG_LABELS}"
+    TIMEOUT ${KVSERVE_TEST_TIMEOUT})
   # Labels "asan" / "tsan" put the test into the sanitizer suites (make test-asan / test-tsan).
   foreach(label IN LISTS ARG_LABELS)
     set_property(GLOBAL APPEND PROPERTY KVSERVE_TESTS_${label} ${name})
   endforeach()
 endfunction()
+
+set(KVSERVE_TEST_TIMEOUT 600 CACHE STRING "CTest timeout of each GoogleTest binary, in seconds")
 
 # kvserve_fuzzer(NAME SRCS ... DEPS ... CORPUS dir): a libFuzzer target, built only with
 # KVSERVE_FUZZ=ON (clang). The test suite runs each briefly (see tests/CMakeLists.txt).
@@ -63,7 +74,7 @@ function(kvserve_fuzzer name)
   set(scratch ${CMAKE_CURRENT_BINARY_DIR}/${name}_corpus)
   file(MAKE_DIRECTORY ${scratch})
   add_test(NAME ${name} COMMAND ${name} -max_total_time=20 -rss_limit_mb=2048 ${scratch} ${ARG_CORPUS})
-  set_tests_properties(${name} PROPERTIES LABELS "fuzz")
+  set_tests_properties(${name} PROPERTIES LABELS "fuzz" TIMEOUT 300)
   set_property(GLOBAL APPEND PROPERTY KVSERVE_TESTS_fuzz ${name})
 endfunction()
 

@@ -85,8 +85,7 @@ class EngineImpl final : public Engine {
         kv_(std::move(kv)),
         tokenizer_(std::move(tokenizer)),
         sessions_(SessionStore::Options{options.max_sessions, max_session_tokens_,
-                                        options.default_session_ttl, options.max_session_ttl},
-                  Mix64(options.seed ^ 0x5e55101d5e55101dULL)),
+                                        options.default_session_ttl, options.max_session_ttl}),
         scheduler_(Scheduler::Options{options.max_running_sequences, options.max_step_tokens},
                    kv_.get(), [this] { return ReclaimSessionPins(); }) {
     PublishStats(0.0);
@@ -216,7 +215,6 @@ class EngineImpl final : public Engine {
 absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<RequestSink> sink) {
   const model::ModelConfig& config = model_.config();
   if (sink == nullptr) return absl::InvalidArgumentError("sink must not be null");
-  if (request.prompt_tokens.empty()) return absl::InvalidArgumentError("prompt_tokens must not be empty");
   for (size_t i = 0; i < request.prompt_tokens.size(); ++i) {
     const int32_t t = request.prompt_tokens[i];
     if (t < 0 || t >= config.vocab_size) {
@@ -249,6 +247,12 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   auto undo_turn = [&] {
     if (is_turn) sessions_.EndTurn(request.session_id, nullptr, now);
   };
+  if (context.empty()) {
+    // A session turn may be empty when the session has history: generation continues it.
+    undo_turn();
+    return absl::InvalidArgumentError(
+        "prompt must not be empty (only a turn of a session with history may be)");
+  }
   const int64_t n = static_cast<int64_t>(context.size());
   if (n >= config.context_length) {
     undo_turn();

@@ -71,7 +71,8 @@ class RequestSink {
 
 struct Request {
   // The prompt as token ids. For a session turn: only the new turn's tokens; the
-  // engine prepends the session's stored history (prompt + generated tokens).
+  // engine prepends the session's stored history (prompt + generated tokens). Empty
+  // only for a turn of a session with history (generation continues the history).
   std::vector<int32_t> prompt_tokens;
   std::string session_id;  // empty: stateless request
   SamplingParams sampling;

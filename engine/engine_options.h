@@ -52,7 +52,7 @@ struct Engine::Options {
   // Longest cache_salt accepted, in bytes; more -> INVALID_ARGUMENT. Default 256.
   int32_t max_cache_salt_bytes = 256;
   // Seeds the fallback sampling seed of requests without one (mixed with the request
-  // id) and session ids. Default 0.
+  // id). Session ids never depend on it (see SessionStore). Default 0.
   uint64_t seed = 0;
   // The clock for deadlines, session expiry and usage times. Empty = absl::Now. Tests
   // inject a fake clock; it must be thread-safe.

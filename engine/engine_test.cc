@@ -160,6 +160,33 @@ TEST_P(EngineTest, SessionTurnReusesHistoryAndMatchesColdRequest) {
   EXPECT_EQ(engine->GetSession(session->id).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_P(EngineTest, EmptyTurnContinuesASessionWithHistoryOnly) {
+  auto engine = NewEngine();
+  // Stateless, and a session without history: nothing to continue.
+  EXPECT_EQ(engine->Submit(Greedy({}, 4), std::make_shared<CollectingSink>()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto session = engine->OpenSession(absl::ZeroDuration());
+  ASSERT_TRUE(session.ok()) << session.status();
+  Request empty = Greedy({}, 6, 2);
+  empty.session_id = session->id;
+  EXPECT_EQ(engine->Submit(empty, std::make_shared<CollectingSink>()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // The refused turn left the session usable (not busy).
+  EXPECT_FALSE(engine->GetSession(session->id)->busy);
+
+  const std::vector<int32_t> turn1 = Prompt(20, 5);
+  Request r1 = Greedy(turn1, 5, 2);
+  r1.session_id = session->id;
+  const Result out1 = RunRequest(*engine, r1);
+  ASSERT_TRUE(out1.status.ok()) << out1.status;
+  const Result out2 = RunRequest(*engine, empty);
+  ASSERT_TRUE(out2.status.ok()) << out2.status;
+  EXPECT_EQ(out2.usage.prompt_tokens, 25);
+  ASSERT_EQ(out2.tokens.size(), 6u);
+  auto cold = NewEngine();
+  ExpectSameOutput(out2, RunRequest(*cold, Greedy(Concat(turn1, out1.tokens), 6, 2)));
+}
+
 TEST_P(EngineTest, ForkSharesTheParentsBlocksAndDiverges) {
   auto engine = NewEngine();
   auto parent = engine->OpenSession(absl::Minutes(1));

@@ -36,7 +36,7 @@ constexpr char kUsage[] =
     "         [--seed S] [--stop STR]... [--backend reference|cpu_blas] [--threads N]\n"
     "         [--ignore-eos] [--kv-dtype f32|f16] [--no-echo]\n"
     "Defaults: --max-tokens 256 --temperature 1 (0 = greedy) --top-k 0 --top-p 1\n"
-    "          --min-p 0 --backend reference --threads 0 (all cores) --kv-dtype f32;\n"
+    "          --min-p 0 --backend cpu_blas --threads 0 (all cores) --kv-dtype f32;\n"
     "          without --seed the RNG is seeded randomly.\n";
 
 struct Flags {

@@ -18,7 +18,7 @@
 namespace kvserve::engine {
 
 struct OfflineGenerateOptions {
-  std::string backend = "reference";           // backends::CreateBackend name
+  std::string backend = "cpu_blas";            // backends::CreateBackend name
   int threads = 0;                             // BackendOptions::threads; 0 = all cores
   model::DType kv_dtype = model::DType::kF32;  // kF32 or kF16
   int kv_block_tokens = 16;                    // positions per KV block

@@ -1,15 +1,13 @@
 #include "engine/session_store.h"
 
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/secure_random.h"
 
 namespace kvserve::engine {
 
-SessionStore::SessionStore(const Options& options, uint64_t id_seed)
-    : options_(options), id_rng_(id_seed) {}
+SessionStore::SessionStore(const Options& options) : options_(options) {}
 
 absl::StatusOr<absl::Duration> SessionStore::CheckTtl(absl::Duration ttl) const {
   if (ttl <= absl::ZeroDuration()) return options_.default_ttl;
@@ -21,12 +19,12 @@ absl::StatusOr<absl::Duration> SessionStore::CheckTtl(absl::Duration ttl) const 
   return ttl;
 }
 
-std::string SessionStore::NewIdLocked() {
+absl::StatusOr<std::string> SessionStore::NewIdLocked() {
   while (true) {
-    char buf[40];
-    std::snprintf(buf, sizeof(buf), "s-%016" PRIx64 "%016" PRIx64, id_rng_(), id_rng_());
-    std::string id(buf);
-    if (!sessions_.contains(id)) return id;
+    absl::StatusOr<std::string> hex = common::SecureRandomHex(16);
+    if (!hex.ok()) return hex.status();
+    std::string id = absl::StrCat("s-", *hex);
+    if (!sessions_.contains(id)) return id;  // a collision has probability ~n / 2^128
   }
 }
 
@@ -69,7 +67,9 @@ absl::StatusOr<SessionInfo> SessionStore::Open(absl::Duration ttl, absl::Time no
           absl::StrCat("too many open sessions (limit ", options_.max_sessions, ")"));
     }
   }
-  const std::string id = NewIdLocked();
+  absl::StatusOr<std::string> new_id = NewIdLocked();
+  if (!new_id.ok()) return new_id.status();
+  const std::string& id = *new_id;
   Session& s = sessions_[id];
   s.ttl = *checked;
   s.expires_at = now + s.ttl;
@@ -88,7 +88,9 @@ absl::StatusOr<SessionInfo> SessionStore::Fork(const std::string& parent_id, abs
         absl::StrCat("too many open sessions (limit ", options_.max_sessions, ")"));
   }
   std::vector<int32_t> history = parent->history;  // `parent` may move on insertion
-  const std::string id = NewIdLocked();
+  absl::StatusOr<std::string> new_id = NewIdLocked();
+  if (!new_id.ok()) return new_id.status();
+  const std::string& id = *new_id;
   Session& s = sessions_[id];
   s.history = std::move(history);
   s.ttl = *checked;

@@ -6,7 +6,6 @@
 #include <functional>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,8 +43,12 @@ class SessionStore {
     std::string parent_id;  // kForked only
   };
 
-  SessionStore(const Options& options, uint64_t id_seed);
+  // Session ids are "s-" + 32 hex digits (128 bits) from the operating system's secure
+  // random source: they are the only credential a session has, so they depend on no
+  // seed and differ across restarts and replicas.
+  explicit SessionStore(const Options& options);
 
+  // INTERNAL if the secure random source fails (no id is ever made up without it).
   absl::StatusOr<SessionInfo> Open(absl::Duration ttl, absl::Time now);
   // A new session with a copy of the parent's history (as of its last completed turn).
   absl::StatusOr<SessionInfo> Fork(const std::string& parent_id, absl::Duration ttl,
@@ -84,14 +87,13 @@ class SessionStore {
   // Finds a live session, removing it first if it has expired.
   Session* FindLive(const std::string& id, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string NewIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::string> NewIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static SessionInfo Info(const std::string& id, const Session& s);
 
   const Options options_;
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
   std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
-  std::mt19937_64 id_rng_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvserve::engine

@@ -19,7 +19,7 @@ SessionStore::Options Opts() {
 const absl::Time kT0 = absl::UnixEpoch();
 
 TEST(SessionStoreTest, TurnsAppendHistoryOneAtATime) {
-  SessionStore store(Opts(), 1);
+  SessionStore store(Opts());
   auto s = store.Open(absl::ZeroDuration(), kT0);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->expires_at, kT0 + absl::Seconds(10));
@@ -42,7 +42,7 @@ TEST(SessionStoreTest, TurnsAppendHistoryOneAtATime) {
 }
 
 TEST(SessionStoreTest, ForkCloseExpiryAndEvents) {
-  SessionStore store(Opts(), 2);
+  SessionStore store(Opts());
   auto a = store.Open(absl::Seconds(5), kT0);
   ASSERT_TRUE(a.ok());
   const std::vector<int32_t> h = {5, 6};

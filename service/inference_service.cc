@@ -342,8 +342,18 @@ void InferenceService::StartDraining() { draining_.store(true); }
 
 bool InferenceService::WaitIdle(absl::Time deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  return idle_cv_.wait_until(lock, absl::ToChronoTime(deadline),
-                             [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return inflight_ == 0; });
+  idle_cv_.wait_until(lock, absl::ToChronoTime(deadline), [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return inflight_ == 0 || wait_idle_ended_;
+  });
+  return inflight_ == 0;
+}
+
+void InferenceService::EndWaitIdle() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    wait_idle_ended_ = true;
+  }
+  idle_cv_.notify_all();
 }
 
 int InferenceService::inflight_generations() const {
@@ -559,8 +569,10 @@ grpc::ServerUnaryReactor* InferenceService::ForkSession(grpc::CallbackServerCont
   absl::Status status = [&]() -> absl::Status {
     absl::StatusOr<const ServingCore*> core = Admit();
     if (!core.ok()) return core.status();
-    if (request->parent_session_id().empty()) {
-      return absl::InvalidArgumentError("parent_session_id must not be empty");
+    if (absl::Status s =
+            CheckSessionId(request->parent_session_id(), options_.limits, "parent_session_id");
+        !s.ok()) {
+      return s;
     }
     absl::StatusOr<absl::Duration> ttl = SessionTtl(request->ttl(), "ttl");
     if (!ttl.ok()) return ttl.status();
@@ -581,8 +593,9 @@ grpc::ServerUnaryReactor* InferenceService::CloseSession(grpc::CallbackServerCon
   absl::Status status = [&]() -> absl::Status {
     absl::StatusOr<const ServingCore*> core = Admit();
     if (!core.ok()) return core.status();
-    if (request->session_id().empty()) {
-      return absl::InvalidArgumentError("session_id must not be empty");
+    if (absl::Status s = CheckSessionId(request->session_id(), options_.limits, "session_id");
+        !s.ok()) {
+      return s;
     }
     return (*core)->engine->CloseSession(request->session_id());
   }();
@@ -597,8 +610,9 @@ grpc::ServerUnaryReactor* InferenceService::GetSession(grpc::CallbackServerConte
   absl::Status status = [&]() -> absl::Status {
     absl::StatusOr<const ServingCore*> core = Admit();
     if (!core.ok()) return core.status();
-    if (request->session_id().empty()) {
-      return absl::InvalidArgumentError("session_id must not be empty");
+    if (absl::Status s = CheckSessionId(request->session_id(), options_.limits, "session_id");
+        !s.ok()) {
+      return s;
     }
     absl::StatusOr<engine::SessionInfo> info = (*core)->engine->GetSession(request->session_id());
     if (!info.ok()) return info.status();

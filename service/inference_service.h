@@ -72,8 +72,12 @@ class InferenceService final : public v1::Inference::CallbackService {
   // From now on new calls answer UNAVAILABLE; calls in flight go on. Idempotent.
   void StartDraining();
   bool draining() const { return draining_.load(); }
-  // Blocks until no generation is in flight or `deadline` passes; true when idle.
+  // Blocks until no generation is in flight, `deadline` passes or EndWaitIdle() is
+  // called; true when idle.
   bool WaitIdle(absl::Time deadline);
+  // Makes every current and later WaitIdle return at once (a second shutdown signal
+  // ends the drain's grace period). Idempotent.
+  void EndWaitIdle();
   // Generations (Generate/GenerateStream) in flight.
   int inflight_generations() const;
 
@@ -144,6 +148,7 @@ class InferenceService final : public v1::Inference::CallbackService {
   mutable std::mutex mu_;
   std::condition_variable idle_cv_;
   int inflight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool wait_idle_ended_ ABSL_GUARDED_BY(mu_) = false;
 
   std::mutex writer_mu_;
   std::condition_variable writer_cv_;

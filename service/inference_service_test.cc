@@ -47,7 +47,7 @@ class InferenceServiceTest : public ::testing::Test {
   void StartServer(bool attach = true, int32_t max_message_bytes = 4 << 20) {
     ServerOptions options;
     options.listen_address = "127.0.0.1:0";
-    options.metrics_address = "";
+    options.metrics.address = "";
     options.max_receive_message_bytes = max_message_bytes;
     options.service.limits.max_tokens_limit = 100;
     options.service.limits.default_max_tokens = 10;

@@ -1,6 +1,5 @@
 #include "service/metrics.h"
 
-#include <exception>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -199,27 +198,6 @@ std::string Metrics::SerializeText() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   for (auto& family : engine_collector_->Collect()) families.push_back(std::move(family));
   return prometheus::TextSerializer().Serialize(families);
-}
-
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const std::string& address, const Metrics& metrics) {
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    // prometheus-cpp reports bind failures by throwing; nothing else here throws.
-    exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/1);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("metrics: cannot listen on ", address, ": ", e.what()));
-  }
-  for (const auto& collectable : metrics.collectables()) {
-    exposer->RegisterCollectable(collectable);
-  }
-  const std::vector<int> ports = exposer->GetListeningPorts();
-  if (ports.empty()) {
-    return absl::UnavailableError(absl::StrCat("metrics: no listening port for ", address));
-  }
-  return std::unique_ptr<MetricsHttpServer>(
-      new MetricsHttpServer(std::move(exposer), ports.front()));
 }
 
 }  // namespace kvserve::service

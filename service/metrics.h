@@ -23,7 +23,6 @@
 #include "engine/engine.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -78,23 +77,6 @@ class Metrics {
   prometheus::Histogram& e2e_latency_;
   prometheus::Histogram& queue_time_;
   prometheus::Histogram& prefill_time_;
-};
-
-// The /metrics HTTP endpoint (prometheus-cpp's civetweb exposer).
-class MetricsHttpServer {
- public:
-  // Listens on `address` ("HOST:PORT", port 0 = any free port) and serves `metrics`,
-  // which must outlive the server. UNAVAILABLE when the address cannot be bound.
-  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& address,
-                                                                  const Metrics& metrics);
-  // The bound port.
-  int port() const { return port_; }
-
- private:
-  MetricsHttpServer(std::unique_ptr<prometheus::Exposer> exposer, int port)
-      : exposer_(std::move(exposer)), port_(port) {}
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  int port_;
 };
 
 // Name of a finish reason as used in labels ("stop", "stop_string", "length",

@@ -76,16 +76,5 @@ TEST(MetricsTest, EngineStatsAreReadAtScrapeTime) {
   EXPECT_THAT(text, HasSubstr("kvserve_engine_requests_running 0"));
 }
 
-TEST(MetricsTest, HttpEndpointServesOnAnEphemeralPort) {
-  Metrics metrics;
-  auto http = MetricsHttpServer::Start("127.0.0.1:0", metrics);
-  ASSERT_TRUE(http.ok()) << http.status();
-  EXPECT_GT((*http)->port(), 0);
-  // The same port cannot be bound twice: a clear UNAVAILABLE, not an exception.
-  auto second =
-      MetricsHttpServer::Start("127.0.0.1:" + std::to_string((*http)->port()), metrics);
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
-}
-
 }  // namespace
 }  // namespace kvserve::service

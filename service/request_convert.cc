@@ -58,13 +58,23 @@ engine::SamplingParams ToSamplingParams(const v1::GenerateRequest& request,
 
 }  // namespace
 
+absl::Status CheckSessionId(const std::string& id, const RequestLimits& limits, const char* field) {
+  if (id.empty()) return Invalid(absl::StrCat(field, " must not be empty"));
+  if (static_cast<int64_t>(id.size()) > limits.max_session_id_bytes) {
+    return Invalid(absl::StrCat(field, " is ", id.size(), " bytes, at most ",
+                                limits.max_session_id_bytes, " allowed"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<engine::Request> ToEngineRequest(const v1::GenerateRequest& request,
                                                 const RequestLimits& limits,
                                                 const model::Tokenizer& tokenizer,
                                                 int32_t history_tokens, absl::Time deadline) {
-  if (static_cast<int64_t>(request.session_id().size()) > limits.max_session_id_bytes) {
-    return Invalid(absl::StrCat("session_id is ", request.session_id().size(),
-                                " bytes, at most ", limits.max_session_id_bytes, " allowed"));
+  if (!request.session_id().empty()) {
+    if (absl::Status s = CheckSessionId(request.session_id(), limits, "session_id"); !s.ok()) {
+      return s;
+    }
   }
   if (static_cast<int64_t>(request.cache_salt().size()) > limits.max_cache_salt_bytes) {
     return Invalid(absl::StrCat("cache_salt is ", request.cache_salt().size(),

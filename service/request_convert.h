@@ -5,6 +5,7 @@
 #define KVSERVE_SERVICE_REQUEST_CONVERT_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -50,6 +51,11 @@ void ToProtoUsage(const engine::Usage& usage, v1::Usage* out);
 void AppendToken(const engine::TokenEvent& event, bool with_logprobs,
                  google::protobuf::RepeatedField<int32_t>* token_ids,
                  google::protobuf::RepeatedPtrField<v1::TokenLogprobs>* logprobs);
+
+// Checks a session id field of a session RPC: INVALID_ARGUMENT naming `field` when it is
+// empty or longer than limits.max_session_id_bytes (the id is not echoed then, so an
+// error never carries a client's megabyte back).
+absl::Status CheckSessionId(const std::string& id, const RequestLimits& limits, const char* field);
 
 // Converts a session TTL (unset = 0 = the engine's default; the engine enforces its
 // maximum). INVALID_ARGUMENT naming `field` when negative or malformed.

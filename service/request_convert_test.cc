@@ -217,6 +217,19 @@ TEST_F(RequestConvertTest, EveryInvalidFieldIsNamed) {
   }
 }
 
+TEST(CheckSessionIdTest, EmptyAndOverlongIdsAreNamedNotEchoed) {
+  RequestLimits limits;
+  EXPECT_TRUE(CheckSessionId("s-0123", limits, "session_id").ok());
+  EXPECT_TRUE(CheckSessionId(std::string(128, 'a'), limits, "session_id").ok());
+  absl::Status empty = CheckSessionId("", limits, "parent_session_id");
+  EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(empty.message(), StartsWith("parent_session_id must not be empty"));
+  const std::string huge(1 << 20, 'x');
+  absl::Status long_id = CheckSessionId(huge, limits, "session_id");
+  EXPECT_EQ(long_id.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(long_id.message(), "session_id is 1048576 bytes, at most 128 allowed");
+}
+
 TEST_F(RequestConvertTest, HistoryCountsAgainstTheContext) {
   v1::GenerateRequest r;
   for (int i = 0; i < 10; ++i) r.mutable_tokens()->add_ids(3);

@@ -3,38 +3,33 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
+#include "service/host_port.h"
 
 namespace kvserve::service {
 absl::Status ValidateHostPort(const std::string& address, const std::string& option_name) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(option_name, " must be HOST:PORT, got \"", address, "\""));
-  }
-  const std::string host = address.substr(0, colon);
-  if (host.front() == '[' ? host.back() != ']' : host.find(':') != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        option_name, ": an IPv6 host must be in brackets ([::1]:50051), got \"", address, "\""));
-  }
-  int port = -1;
-  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        option_name, ": port must be a number in [0, 65535], got \"", address, "\""));
-  }
-  return absl::OkStatus();
+  return ParseHostPort(address, option_name).status();
 }
 
 absl::Status ValidateServerOptions(const ServerOptions& options) {
   if (absl::Status s = ValidateHostPort(options.listen_address, "listen"); !s.ok()) return s;
-  if (!options.metrics_address.empty()) {
-    if (absl::Status s = ValidateHostPort(options.metrics_address, "metrics-listen"); !s.ok()) {
-      return s;
-    }
+  if (!options.metrics.address.empty()) {
+    if (absl::Status s = ValidateMetricsHttpOptions(options.metrics); !s.ok()) return s;
+  }
+  if (options.grpc_memory_quota_bytes < (int64_t{16} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("grpc-memory-quota-mib must be >= 16, got ",
+                                                   options.grpc_memory_quota_bytes >> 20));
+  }
+  if (options.max_concurrent_streams < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max-concurrent-streams must be >= 1, got ", options.max_concurrent_streams));
+  }
+  if (options.malloc_trim_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("malloc-trim-interval must be >= 0");
   }
   if (options.max_receive_message_bytes < 1024) {
     return absl::InvalidArgumentError(absl::StrCat("max-message-bytes must be >= 1024, got ",
@@ -82,6 +77,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   builder.AddListeningPort(server->options_.listen_address, grpc::InsecureServerCredentials(),
                            &port);
   builder.SetMaxReceiveMessageSize(server->options_.max_receive_message_bytes);
+  builder.SetResourceQuota(
+      grpc::ResourceQuota("kvserve").Resize(server->options_.grpc_memory_quota_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             server->options_.max_concurrent_streams);
   builder.RegisterService(server->service_.get());
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || port == 0) {
@@ -90,6 +89,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
                      " (address in use or not local?)"));
   }
   server->port_ = port;
+  if (server->options_.malloc_trim_interval > absl::ZeroDuration()) {
+    server->memory_trimmer_ =
+        std::make_unique<MemoryTrimmer>(server->options_.malloc_trim_interval);
+  }
   grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService();
   health->SetServingStatus("", true);                   // liveness
   health->SetServingStatus(kReadinessService, false);  // readiness: not loaded yet
@@ -100,9 +103,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     if (raw->engine_ == nullptr) return std::nullopt;
     return raw->engine_->Stats();
   });
-  if (!server->options_.metrics_address.empty()) {
+  if (!server->options_.metrics.address.empty()) {
     absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
-        MetricsHttpServer::Start(server->options_.metrics_address, *server->metrics_);
+        MetricsHttpServer::Start(server->options_.metrics, *server->metrics_);
     if (!http.ok()) return http.status();  // ~Server stops the gRPC server
     server->metrics_http_ = *std::move(http);
   }

@@ -23,7 +23,9 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "service/inference_service.h"
+#include "service/memory_trimmer.h"
 #include "service/metrics.h"
+#include "service/metrics_http_server.h"
 
 namespace kvserve::service {
 
@@ -34,12 +36,22 @@ struct ServerOptions {
   // gRPC listen address "HOST:PORT"; port 0 picks a free port (see Server::port()).
   // Default 127.0.0.1:50051.
   std::string listen_address = "127.0.0.1:50051";
-  // /metrics listen address "HOST:PORT" (port 0 = any free port); empty = no metrics
-  // endpoint. Default 127.0.0.1:9464.
-  std::string metrics_address = "127.0.0.1:9464";
+  // The /metrics endpoint (listen address 127.0.0.1:9464 by default, port 0 = any free
+  // port); an empty metrics.address = no metrics endpoint.
+  MetricsHttpOptions metrics;
   // Largest request message accepted; larger ones fail with RESOURCE_EXHAUSTED before
   // reaching the service. Default 4 MiB.
   int32_t max_receive_message_bytes = 4 << 20;
+  // Memory gRPC may use for its connections and calls (a grpc::ResourceQuota): under
+  // pressure it stops reading and refuses new streams rather than growing. Default
+  // 256 MiB.
+  int64_t grpc_memory_quota_bytes = int64_t{256} << 20;
+  // Streams (calls) open at once on one HTTP/2 connection; a client asking for more
+  // waits (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). Default 256.
+  int32_t max_concurrent_streams = 256;
+  // How often freed heap memory is returned to the OS (see MemoryTrimmer); zero = never.
+  // Default 2 s.
+  absl::Duration malloc_trim_interval = absl::Seconds(2);
   // Limits and hints of the Inference service.
   InferenceService::Options service;
 };
@@ -71,6 +83,9 @@ class Server {
   // gRPC server. Returns true when every in-flight generation finished within the grace
   // period. Idempotent (later calls return at once with the first result).
   bool Drain(absl::Duration grace);
+  // Ends a running (or the next) Drain's grace period now: what is still in flight is
+  // cancelled at once. Thread-safe; for a second SIGTERM.
+  void EndGrace() { service_->EndWaitIdle(); }
 
   int port() const { return port_; }
   // 0 when there is no metrics endpoint.
@@ -88,6 +103,7 @@ class Server {
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;
+  std::unique_ptr<MemoryTrimmer> memory_trimmer_;
   int port_ = 0;
 
   std::mutex mu_;

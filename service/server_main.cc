@@ -1,7 +1,8 @@
 // kvserve: the gRPC inference server. Maps flags onto ServerOptions / ModelOptions,
 // starts the server (liveness at once, readiness once the model is loaded), and drains
 // on SIGTERM or SIGINT: new work gets UNAVAILABLE, in-flight requests get up to
-// --drain-grace, then the process exits 0.
+// --drain-grace, then the process exits 0. A second signal during the drain ends the
+// grace period at once (what is still running is cancelled).
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -50,6 +52,18 @@ ABSL_FLAG(int32_t, default_max_tokens, 256, "max_tokens of a request that leaves
 ABSL_FLAG(int64_t, max_prompt_bytes, 1 << 20, "Largest accepted text prompt, in bytes.");
 ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
           "Largest accepted request message, in bytes (larger: RESOURCE_EXHAUSTED).");
+ABSL_FLAG(int64_t, grpc_memory_quota_mib, 256,
+          "Memory gRPC may use for connections and calls, in MiB; under pressure it refuses "
+          "new streams instead of growing.");
+ABSL_FLAG(int32_t, max_concurrent_streams, 256,
+          "Calls open at once on one HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS).");
+ABSL_FLAG(absl::Duration, malloc_trim_interval, absl::Seconds(2),
+          "How often freed heap memory is returned to the OS (malloc_trim); 0 = never.");
+ABSL_FLAG(int32_t, metrics_threads, 2, "Worker threads of the /metrics endpoint.");
+ABSL_FLAG(absl::Duration, metrics_timeout, absl::Seconds(10),
+          "/metrics: a connection idle or stalled this long is closed (whole seconds).");
+ABSL_FLAG(int32_t, metrics_max_connections, 256,
+          "/metrics: open connections at once; more are refused.");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(30),
           "On SIGTERM: how long in-flight requests may run before they are cancelled.");
 ABSL_FLAG(absl::Duration, stream_flush_interval, absl::Milliseconds(1),
@@ -58,7 +72,8 @@ ABSL_FLAG(absl::Duration, stream_flush_interval, absl::Milliseconds(1),
           "token when the client keeps up.");
 ABSL_FLAG(absl::Duration, retry_after, absl::Seconds(1),
           "Retry hint sent with RESOURCE_EXHAUSTED and UNAVAILABLE answers.");
-ABSL_FLAG(uint64_t, seed, 0, "Seeds the sampling of requests without a seed, and session ids.");
+ABSL_FLAG(uint64_t, seed, 0,
+          "Seeds the sampling of requests without a seed (session ids never depend on it).");
 
 namespace kvserve::service {
 namespace {
@@ -90,14 +105,18 @@ absl::StatusOr<int> InstallShutdownSignals() {
   return fds[0];
 }
 
-// Blocks until a shutdown signal arrives; returns its number.
+// The byte the drain thread writes into the signal pipe when it is done (signals are
+// never 0).
+constexpr unsigned char kDrainDone = 0;
+
+// Blocks until a byte arrives in the signal pipe: a signal number or kDrainDone.
 int WaitForShutdownSignal(int read_fd) {
   unsigned char byte = 0;
   for (;;) {
     const ssize_t n = read(read_fd, &byte, 1);
     if (n == 1) return byte;
     if (n < 0 && errno == EINTR) continue;
-    return 0;  // cannot happen while we hold the write end; drain anyway
+    return kDrainDone;  // cannot happen while we hold the write end
   }
 }
 
@@ -160,8 +179,19 @@ absl::Status CheckFlags() {
 absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   ServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
-  options.metrics_address = absl::GetFlag(FLAGS_metrics_listen);
+  options.metrics.address = absl::GetFlag(FLAGS_metrics_listen);
+  options.metrics.worker_threads = absl::GetFlag(FLAGS_metrics_threads);
+  options.metrics.idle_timeout = absl::GetFlag(FLAGS_metrics_timeout);
+  options.metrics.max_connections = absl::GetFlag(FLAGS_metrics_max_connections);
   options.max_receive_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  const int64_t quota_mib = absl::GetFlag(FLAGS_grpc_memory_quota_mib);
+  if (quota_mib < 16 || quota_mib > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--grpc_memory_quota_mib must be in [16, 2^30], got ", quota_mib));
+  }
+  options.grpc_memory_quota_bytes = quota_mib << 20;
+  options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  options.malloc_trim_interval = absl::GetFlag(FLAGS_malloc_trim_interval);
   options.service.limits.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
   options.service.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   options.service.limits.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
@@ -215,7 +245,7 @@ int Run() {
   if (!server.ok()) return Fail(server.status());
   std::printf("kvserve: listening on %s (port %d), metrics on %s (port %d); loading %s\n",
               server_options->listen_address.c_str(), (*server)->port(),
-              server_options->metrics_address.c_str(), (*server)->metrics_port(),
+              server_options->metrics.address.c_str(), (*server)->metrics_port(),
               model_options->model_path.c_str());
   std::fflush(stdout);
 
@@ -231,10 +261,20 @@ int Run() {
 
   const int signal_number = WaitForShutdownSignal(*signal_fd);
   const absl::Duration grace = absl::GetFlag(FLAGS_drain_grace);
-  std::printf("kvserve: signal %d, draining (grace %s)\n", signal_number,
-              absl::FormatDuration(grace).c_str());
+  std::printf("kvserve: signal %d, draining (grace %s; a second signal ends it now)\n",
+              signal_number, absl::FormatDuration(grace).c_str());
   std::fflush(stdout);
-  const bool clean = (*server)->Drain(grace);
+  bool clean = false;
+  std::thread drain([&server, &clean, grace] {
+    clean = (*server)->Drain(grace);
+    [[maybe_unused]] const ssize_t n = write(signal_pipe_write_fd, &kDrainDone, 1);
+  });
+  while (WaitForShutdownSignal(*signal_fd) != kDrainDone) {
+    std::printf("kvserve: second signal, cancelling what is still running\n");
+    std::fflush(stdout);
+    (*server)->EndGrace();
+  }
+  drain.join();
   std::printf("kvserve: stopped (%s)\n",
               clean ? "all requests finished" : "grace period over, the rest cancelled");
   std::fflush(stdout);

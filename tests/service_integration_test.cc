@@ -47,7 +47,7 @@ class ServiceIntegrationTest : public ::testing::Test {
   void StartServer(bool attach = true) {
     ServerOptions options;
     options.listen_address = "127.0.0.1:0";
-    options.metrics_address = "";
+    options.metrics.address = "";
     options.service = service_options_;
     options.service.limits.max_tokens_limit = 1000;
     auto server = Server::Start(options);
@@ -206,7 +206,7 @@ TEST(ServerOptionsTest, StreamFlushIntervalMustBeWithinBounds) {
   for (absl::Duration bad : {absl::Milliseconds(-1), absl::Seconds(2)}) {
     ServerOptions options;
     options.listen_address = "127.0.0.1:0";
-    options.metrics_address = "";
+    options.metrics.address = "";
     options.service.stream_flush_interval = bad;
     auto server = Server::Start(options);
     ASSERT_FALSE(server.ok());

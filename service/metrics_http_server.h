@@ -1,0 +1,76 @@
+// The /metrics HTTP endpoint, on GNU libmicrohttpd.
+//
+// Serves Metrics::SerializeText() at GET (and HEAD) /metrics. Every other request gets a
+// proper HTTP status and nothing else happens: another path 404, another method on
+// /metrics 405 (with Allow), a malformed request 400, an over-long request line or
+// header 414/431 (libmicrohttpd answers those itself).
+//
+// Robustness (the port is reachable by whatever reaches the pod): connections are
+// multiplexed with epoll on a small pool of worker threads, so a client that opens a
+// connection and never finishes its request holds a socket, not a worker; such a
+// connection is closed after `idle_timeout`. The workers get `thread_stack_bytes` of
+// stack, set explicitly, so libraries with large thread-local storage (glibc takes
+// static TLS out of each new thread's stack) cannot overflow them.
+//
+// Threading: Start and the destructor from one thread; scrapes call metrics on the
+// worker threads (Metrics is thread-safe).
+#ifndef KVSERVE_SERVICE_METRICS_HTTP_SERVER_H_
+#define KVSERVE_SERVICE_METRICS_HTTP_SERVER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "service/metrics.h"
+
+struct MHD_Daemon;
+
+namespace kvserve::service {
+
+struct MetricsHttpOptions {
+  // "HOST:PORT" (port 0 = any free port; "[::1]:9464" for IPv6). Default 127.0.0.1:9464.
+  std::string address = "127.0.0.1:9464";
+  // Worker threads, each polling its share of the connections. Default 2.
+  int32_t worker_threads = 2;
+  // A connection idle this long (no request, or a request that stalls) is closed.
+  // Whole seconds, >= 1 s. Default 10 s (Prometheus' default scrape timeout).
+  absl::Duration idle_timeout = absl::Seconds(10);
+  // Open connections at once; more are refused at accept. Default 256.
+  int32_t max_connections = 256;
+  // Stack of each worker thread. Default 8 MiB (glibc's usual default).
+  size_t thread_stack_bytes = size_t{8} << 20;
+};
+
+// INVALID_ARGUMENT naming the option ("metrics-threads", ...) when out of range.
+absl::Status ValidateMetricsHttpOptions(const MetricsHttpOptions& options);
+
+class MetricsHttpServer {
+ public:
+  // Listens on options.address and serves `metrics`, which must outlive the server.
+  // INVALID_ARGUMENT for bad options or an unresolvable host, UNAVAILABLE when the
+  // address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const MetricsHttpOptions& options,
+                                                                  const Metrics& metrics);
+  // Stops accepting, closes every connection and joins the workers.
+  ~MetricsHttpServer();
+  MetricsHttpServer(const MetricsHttpServer&) = delete;
+  MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
+
+  // The bound port.
+  int port() const { return port_; }
+
+ private:
+  MetricsHttpServer(const Metrics& metrics) : metrics_(metrics) {}
+
+  const Metrics& metrics_;
+  MHD_Daemon* daemon_ = nullptr;
+  int port_ = 0;
+};
+
+}  // namespace kvserve::service
+
+#endif  // KVSERVE_SERVICE_METRICS_HTTP_SERVER_H_
