@@ -1,6 +1,6 @@
 # The two commands of the README:
 #   make run    install dependencies, build, fetch the default model and run the main job
-#   make test   install dependencies, build and run every test (plain, ASan, TSan, fuzz)
+#   make test   install dependencies, check formatting, build and run every test (plain, ASan, TSan, fuzz)
 # Everything else here is a step of those two.
 
 JOBS ?= 2
@@ -12,7 +12,7 @@ TEST_FLAGS = -DKVSERVE_WERROR=ON
 MODEL ?= models/stories260K.gguf
 PROMPT ?= Once upon a time
 
-.PHONY: run test deps models configure build build-run build-asan build-tsan build-fuzz test-plain test-asan test-tsan test-fuzz bench clean
+.PHONY: run test deps models configure build build-run test-format build-asan build-tsan build-fuzz test-plain test-asan test-tsan test-fuzz bench clean
 
 deps:
 	./scripts/install-deps.sh
@@ -61,7 +61,11 @@ build-fuzz: deps models
 test-fuzz: build-fuzz
 	cd build-fuzz && ctest --output-on-failure -L fuzz
 
-test: test-plain test-asan test-tsan test-fuzz
+# Every C++ file matches .clang-format.
+test-format: deps
+	./scripts/check-format.sh
+
+test: test-format test-plain test-asan test-tsan test-fuzz
 	@echo "make test: all suites passed"
 
 bench: build

@@ -462,6 +462,10 @@ TEST_P(EngineTest, IdleSessionPinsAreReclaimedUnderPressure) {
   const Result big = RunRequest(*engine, Greedy(Prompt(90, 3), 2));
   ASSERT_TRUE(big.status.ok()) << big.status;
   EXPECT_EQ(big.reason, FinishReason::kLength);
+  // Both tokens generated: a request that ran out of blocks would also end kLength, but
+  // with fewer tokens.
+  EXPECT_EQ(big.tokens.size(), 2u);
+  EXPECT_EQ(big.usage.completion_tokens, 2);
   // The session still works (recomputing what was evicted).
   Request t2 = Greedy(Prompt(5, 1), 2);
   t2.session_id = s->id;

@@ -36,14 +36,16 @@ using ::testing::HasSubstr;
 
 constexpr float kLogitTolerance = 1e-4f;
 
-// max |a - b| / max(1, max |b|) over the first n elements.
+// max |a - b| / max(1, max |b|); infinite when the sizes differ or either side holds
+// a NaN or an infinity (a NaN never equals a NaN here).
 float RelativeDiff(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size()) return INFINITY;
   float max_abs = 1.0f;
   float max_diff = 0.0f;
   for (size_t i = 0; i < b.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
     max_abs = std::max(max_abs, std::fabs(b[i]));
     max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
-    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
   }
   return max_diff / max_abs;
 }
