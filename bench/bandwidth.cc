@@ -26,7 +26,7 @@ constexpr size_t kLine = 64;
 using ReadKernel = uint64_t (*)(const uint8_t* base, size_t region_bytes, int streams);
 
 __attribute__((target("avx512f"))) uint64_t ReadAvx512(const uint8_t* base, size_t region_bytes,
-                                                      int streams) {
+                                                       int streams) {
   __m512i acc[8];
   for (__m512i& a : acc) a = _mm512_setzero_si512();
   for (size_t off = 0; off < region_bytes; off += kLine) {
@@ -101,8 +101,8 @@ absl::StatusOr<BandwidthResult> MeasureReadBandwidth(const BandwidthOptions& opt
   std::unique_ptr<uint8_t, FreeDeleter> buffer(
       static_cast<uint8_t*>(std::aligned_alloc(kLine, total_bytes)));
   if (buffer == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat("bandwidth probe: cannot allocate ", total_bytes,
-                                                     " bytes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("bandwidth probe: cannot allocate ", total_bytes, " bytes"));
   }
 
   BandwidthResult result;

@@ -214,11 +214,13 @@ absl::Status Run(const Flags& flags) {
     Emit(flags, m, all);
   }
 
-  absl::StatusOr<std::unique_ptr<model::Model>> loaded = model::Model::Load(flags.model, flags.tokenizer);
+  absl::StatusOr<std::unique_ptr<model::Model>> loaded =
+      model::Model::Load(flags.model, flags.tokenizer);
   if (!loaded.ok()) return loaded.status();
   const model::Model& mdl = **loaded;
-  const model::KvLayout layout = model::KvLayout::ForModel(
-      mdl.config(), flags.block_tokens, flags.kv_dtype == "f16" ? model::DType::kF16 : model::DType::kF32);
+  const model::KvLayout layout =
+      model::KvLayout::ForModel(mdl.config(), flags.block_tokens,
+                                flags.kv_dtype == "f16" ? model::DType::kF16 : model::DType::kF32);
   const uint64_t bytes_per_token = bench::WeightBytesPerToken(mdl.weights());
   const std::string dtype(model::DTypeName(bench::MatrixDType(mdl.weights())));
 
@@ -234,11 +236,13 @@ absl::Status Run(const Flags& flags) {
     }
     if (!backend.ok()) return backend.status();
     const bool reference = name == "reference";
-    const int repeats = reference ? std::min(flags.reference_repeats, flags.repeats) : flags.repeats;
-    const int decode_tokens =
-        reference ? std::min(flags.reference_decode_tokens, flags.decode_tokens) : flags.decode_tokens;
-    int prompt_tokens =
-        reference ? std::min(flags.reference_prompt_tokens, flags.prompt_tokens) : flags.prompt_tokens;
+    const int repeats =
+        reference ? std::min(flags.reference_repeats, flags.repeats) : flags.repeats;
+    const int decode_tokens = reference
+                                  ? std::min(flags.reference_decode_tokens, flags.decode_tokens)
+                                  : flags.decode_tokens;
+    int prompt_tokens = reference ? std::min(flags.reference_prompt_tokens, flags.prompt_tokens)
+                                  : flags.prompt_tokens;
     if (prompt_tokens > mdl.config().context_length) {
       std::fprintf(stderr, "kvserve-bench: prompt capped at the context length %d\n",
                    mdl.config().context_length);

@@ -80,7 +80,8 @@ absl::Status ParseInts(std::string_view value, std::vector<int>& out) {
 absl::Status ParseFlags(int argc, char** argv, Flags& f) {
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
-    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat("missing value for ", std::string(arg)));
+    if (i + 1 >= argc)
+      return absl::InvalidArgumentError(absl::StrCat("missing value for ", std::string(arg)));
     std::string_view value = argv[++i];
     int v = 0;
     auto as_int = [&](int& dst) -> absl::Status {
@@ -133,7 +134,8 @@ class TimingSink : public engine::RequestSink {
     std::lock_guard<std::mutex> lock(mu_);
     times_.push_back(Clock::now());
   }
-  void OnFinish(const absl::Status& status, engine::FinishReason, const engine::Usage& usage) override {
+  void OnFinish(const absl::Status& status, engine::FinishReason,
+                const engine::Usage& usage) override {
     std::lock_guard<std::mutex> lock(mu_);
     status_ = status;
     usage_ = usage;
@@ -208,12 +210,14 @@ absl::Status RunTtft(const Flags& f, const model::Model& m) {
   const int vocab = m.config().vocab_size;
   std::mt19937_64 rng(7);
   constexpr int kTurnTokens = 16;
-  std::printf("| history | cold TTFT ms | follow-up TTFT ms | speedup | cached / prompt tokens |\n");
+  std::printf(
+      "| history | cold TTFT ms | follow-up TTFT ms | speedup | cached / prompt tokens |\n");
   std::printf("|---|---|---|---|---|\n");
   for (int h : f.history) {
     if (h + (kTurnTokens + 1) * (f.reps + 1) + 2 >= m.config().context_length) {
       return absl::InvalidArgumentError(absl::StrCat("history ", h, " does not fit the context of ",
-                                                     m.config().context_length, " (see --make_ctx)"));
+                                                     m.config().context_length,
+                                                     " (see --make_ctx)"));
     }
     auto e = NewEngine(f, m);
     if (!e.ok()) return e.status();
@@ -248,12 +252,14 @@ absl::Status RunTtft(const Flags& f, const model::Model& m) {
       cold.cache_salt = absl::StrCat("cold-", h, "-", rep);
       auto r = RunOne(engine, cold);
       if (!r.ok()) return r.status();
-      if ((*r)->usage().cached_tokens != 0) return absl::InternalError("cold request hit the cache");
+      if ((*r)->usage().cached_tokens != 0)
+        return absl::InternalError("cold request hit the cache");
       cold_ms.push_back(absl::ToDoubleMilliseconds((*r)->usage().time_to_first_token));
     }
     const double warm = Percentile(warm_ms, 0.5);
     const double cold = Percentile(cold_ms, 0.5);
-    std::printf("| %d | %.1f | %.1f | %.1fx | %d / %d |\n", h, cold, warm, cold / warm, cached, prompt);
+    std::printf("| %d | %.1f | %.1f | %.1fx | %d / %d |\n", h, cold, warm, cold / warm, cached,
+                prompt);
     std::fflush(stdout);
     engine.Shutdown(absl::InfiniteFuture());
   }
@@ -262,7 +268,9 @@ absl::Status RunTtft(const Flags& f, const model::Model& m) {
 
 absl::Status RunThroughput(const Flags& f, const model::Model& m) {
   const int vocab = m.config().vocab_size;
-  std::printf("| system prompt | streams | tokens/s | p50 ITL ms | p99 ITL ms | p50 TTFT ms | cached/prompt (mean) |\n");
+  std::printf(
+      "| system prompt | streams | tokens/s | p50 ITL ms | p99 ITL ms | p50 TTFT ms | "
+      "cached/prompt (mean) |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (int sys : {0, f.system_prompt}) {
     for (int n : f.streams) {
@@ -324,7 +332,8 @@ absl::Status Main(const Flags& f) {
     o.config = *config;
     o.config.context_length = f.make_ctx;
     o.name = absl::StrCat("kvserve-synthetic-s110m-ctx", f.make_ctx);
-    std::fprintf(stderr, "writing %s (s110m shape, context %d, f32)\n", f.model.c_str(), f.make_ctx);
+    std::fprintf(stderr, "writing %s (s110m shape, context %d, f32)\n", f.model.c_str(),
+                 f.make_ctx);
     if (absl::Status s = WriteSyntheticModel(o, f.model); !s.ok()) return s;
   }
   auto m = model::Model::Load(f.model);

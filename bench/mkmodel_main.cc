@@ -12,7 +12,8 @@
 
 namespace {
 
-constexpr char kUsage[] = R"(usage: kvserve-mkmodel --preset NAME --dtype f32|f16|bf16|q8_0 --out FILE [--seed N]
+constexpr char kUsage[] =
+    R"(usage: kvserve-mkmodel --preset NAME --dtype f32|f16|bf16|q8_0 --out FILE [--seed N]
 
 Writes a valid llama GGUF (loadable by kvserve and llama.cpp) with random weights,
 approximately N(0, 0.02^2), norm gains 1.0, and a byte-fallback SentencePiece vocabulary.

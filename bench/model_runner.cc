@@ -32,8 +32,8 @@ absl::Status CheckCounts(const model::Model& model, int sequences, int positions
     return absl::InvalidArgumentError("batch, token counts and repeats must be positive");
   }
   if (positions > model.config().context_length) {
-    return absl::InvalidArgumentError(absl::StrCat(positions, " positions exceed the context length ",
-                                                   model.config().context_length));
+    return absl::InvalidArgumentError(absl::StrCat(
+        positions, " positions exceed the context length ", model.config().context_length));
   }
   return absl::OkStatus();
 }
@@ -79,8 +79,8 @@ absl::StatusOr<std::vector<double>> MeasurePrefill(backends::Backend& backend,
 
 absl::StatusOr<std::vector<double>> MeasureDecode(backends::Backend& backend,
                                                   const model::Model& model, int batch,
-                                                  int prefix_tokens, int decode_tokens,
-                                                  int repeats, uint64_t seed) {
+                                                  int prefix_tokens, int decode_tokens, int repeats,
+                                                  uint64_t seed) {
   if (absl::Status s = CheckCounts(model, batch, prefix_tokens + decode_tokens + 1, repeats);
       !s.ok()) {
     return s;
@@ -93,13 +93,14 @@ absl::StatusOr<std::vector<double>> MeasureDecode(backends::Backend& backend,
   std::mt19937_64 rng(seed);
   backends::KvArena arena(backend.kv_layout());
   std::vector<std::span<uint8_t* const>> blocks;  // [batch]
-  for (size_t i = 0; i < n; ++i) blocks.push_back(arena.Allocate(prefix_tokens + decode_tokens + 1));
+  for (size_t i = 0; i < n; ++i)
+    blocks.push_back(arena.Allocate(prefix_tokens + decode_tokens + 1));
   std::vector<float> logits(n * static_cast<size_t>(vocab));  // [batch, vocab]
   std::vector<double> samples;
   for (int r = 0; r < repeats; ++r) {
     // Every sequence's own prefix, all in one untimed step.
     std::vector<std::vector<int32_t>> prefixes;  // [batch][prefix_tokens]
-    prefixes.reserve(n);  // the spans below point into the inner vectors
+    prefixes.reserve(n);                         // the spans below point into the inner vectors
     backends::Batch prefill;
     for (size_t i = 0; i < n; ++i) {
       prefixes.push_back(RandomTokens(rng, prefix_tokens, vocab));

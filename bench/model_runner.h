@@ -39,8 +39,8 @@ absl::StatusOr<std::vector<double>> MeasurePrefill(backends::Backend& backend,
 // prefix + decode + 1 exceeds the context length; any error from the backend.
 absl::StatusOr<std::vector<double>> MeasureDecode(backends::Backend& backend,
                                                   const model::Model& model, int batch,
-                                                  int prefix_tokens, int decode_tokens,
-                                                  int repeats, uint64_t seed);
+                                                  int prefix_tokens, int decode_tokens, int repeats,
+                                                  uint64_t seed);
 
 }  // namespace kvserve::bench
 

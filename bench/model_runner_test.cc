@@ -23,8 +23,8 @@ TEST(WeightBytesPerTokenTest, CountsEveryMatrixOnceAndOneEmbeddingRow) {
     std::unique_ptr<model::Model> m = TinyModel(model::DType::kBF16, tied);
     ASSERT_NE(m, nullptr);
     const model::ModelConfig& c = m->config();
-    const uint64_t per_layer = static_cast<uint64_t>(c.dim) * (2 * c.q_dim() + 2 * c.kv_dim()) +
-                               3ull * c.dim * c.ffn_dim;
+    const uint64_t per_layer =
+        static_cast<uint64_t>(c.dim) * (2 * c.q_dim() + 2 * c.kv_dim()) + 3ull * c.dim * c.ffn_dim;
     const uint64_t elements = c.n_layers * per_layer + uint64_t(c.vocab_size) * c.dim + c.dim;
     EXPECT_EQ(WeightBytesPerToken(m->weights()), 2 * elements) << "tied=" << tied;
     EXPECT_EQ(MatrixDType(m->weights()), model::DType::kBF16);

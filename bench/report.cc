@@ -26,7 +26,8 @@ const Measurement* Find(const std::vector<Measurement>& ms, std::string_view bac
 }
 
 std::string Label(const Measurement& m) {
-  return m.test == "prefill" ? absl::StrCat("prefill ", m.tokens) : absl::StrCat("decode b", m.batch);
+  return m.test == "prefill" ? absl::StrCat("prefill ", m.tokens)
+                             : absl::StrCat("decode b", m.batch);
 }
 
 }  // namespace
@@ -46,11 +47,21 @@ std::string JsonString(std::string_view s) {
   for (char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -181,11 +192,11 @@ std::string FormatReport(const std::vector<Measurement>& ms) {
                     decode ? Fixed(m.weight_gbs(), 2) : "",
                     decode && m.bandwidth_gbs > 0 ? Fixed(100.0 * m.fraction_of_bound(), 1) : ""});
   }
-  out += FormatTable({"model", "backend", "dtype", "threads", "test", "batch", "tokens", "repeats",
-                      "tok/s", "min", "max", "MB/token", "weight GB/s", "% of bw"},
-                     rows,
-                     {false, false, false, true, false, true, true, true, true, true, true, true,
-                      true, true});
+  out += FormatTable(
+      {"model", "backend", "dtype", "threads", "test", "batch", "tokens", "repeats", "tok/s", "min",
+       "max", "MB/token", "weight GB/s", "% of bw"},
+      rows,
+      {false, false, false, true, false, true, true, true, true, true, true, true, true, true});
 
   // Ratios against the reference backend, test by test.
   std::vector<std::vector<std::string>> ratio_rows;

@@ -18,9 +18,9 @@ struct Measurement {
   std::string backend;  // "reference", "cpu_blas", ...
   std::string dtype;    // matrix element type: "f32", "f16", "bf16", "q8_0"
   int threads = 0;
-  std::string test;     // "prefill", "decode" or "bandwidth"
-  int batch = 0;        // concurrent sequences (1 for prefill)
-  int tokens = 0;       // prompt tokens (prefill) or decode steps per sequence (decode)
+  std::string test;  // "prefill", "decode" or "bandwidth"
+  int batch = 0;     // concurrent sequences (1 for prefill)
+  int tokens = 0;    // prompt tokens (prefill) or decode steps per sequence (decode)
   int repeats = 0;
   Summary summary;
   uint64_t bytes_per_token = 0;  // weight bytes one decode step streams
@@ -30,7 +30,7 @@ struct Measurement {
   // shared machine the bandwidth left to us drifts by tens of percent within a minute;
   // pairing keeps each ratio to one moment. 0 when not measured.
   double paired_fraction = 0.0;
-  std::string detail;            // free text, e.g. the bandwidth probe's load width
+  std::string detail;  // free text, e.g. the bandwidth probe's load width
 
   // Weight bytes streamed per second by decode steps (median steps/s * bytes_per_token;
   // steps/s = tokens/s / batch), in GB/s; 0 unless test == "decode".
@@ -48,7 +48,9 @@ std::string JsonString(std::string_view s);
 class JsonLine {
  public:
   JsonLine& Add(std::string_view key, std::string_view value);
-  JsonLine& Add(std::string_view key, const char* value) { return Add(key, std::string_view(value)); }
+  JsonLine& Add(std::string_view key, const char* value) {
+    return Add(key, std::string_view(value));
+  }
   JsonLine& Add(std::string_view key, double value);
   JsonLine& Add(std::string_view key, int64_t value);
   JsonLine& Add(std::string_view key, int value) { return Add(key, static_cast<int64_t>(value)); }

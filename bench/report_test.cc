@@ -20,8 +20,8 @@ TEST(JsonTest, EscapesStringsAndWritesNumbers) {
 }
 
 TEST(FormatTableTest, AlignsColumns) {
-  const std::string t = FormatTable({"name", "n"}, {{"a", "1"}, {"long name", "123"}, {"b"}},
-                                    {false, true});
+  const std::string t =
+      FormatTable({"name", "n"}, {{"a", "1"}, {"long name", "123"}, {"b"}}, {false, true});
   EXPECT_EQ(t,
             "name         n\n"
             "--------------\n"
@@ -75,8 +75,9 @@ TEST(FormatReportTest, PrintsRatios) {
   bw.repeats = 5;
   bw.summary = Summary{5, 30.0, 28.0, 32.0, 30.0};
   bw.detail = "avx2 loads";
-  const std::vector<Measurement> ms = {bw, Decode("reference", 1, 4.0), Decode("reference", 16, 8.0),
-                                       Decode("cpu_blas", 1, 64.0), Decode("cpu_blas", 16, 512.0)};
+  const std::vector<Measurement> ms = {bw, Decode("reference", 1, 4.0),
+                                       Decode("reference", 16, 8.0), Decode("cpu_blas", 1, 64.0),
+                                       Decode("cpu_blas", 16, 512.0)};
   const std::string r = FormatReport(ms);
   EXPECT_THAT(r, HasSubstr("read bandwidth, 2 threads: 32.0 GB/s best of 5 passes"));
   EXPECT_THAT(r, ContainsRegex("cpu_blas / reference +decode b1 +16.00x\n"));
@@ -85,7 +86,8 @@ TEST(FormatReportTest, PrintsRatios) {
   EXPECT_THAT(r, ContainsRegex("cpu_blas batch-16 / batch-1 +decode b16 +8.00x\n"));
   EXPECT_THAT(r, ContainsRegex("reference batch-16 / batch-1 +decode b16 +2.00x\n"));
   // The table row of cpu_blas batch 1: median, min, max, MB/token, GB/s, % of bound.
-  EXPECT_THAT(r, ContainsRegex("cpu_blas +f32 +2 +decode +1 +8 +3 +64.0 +63.0 +65.0 +400.0 +25.60 +80.0\n"));
+  EXPECT_THAT(r, ContainsRegex(
+                     "cpu_blas +f32 +2 +decode +1 +8 +3 +64.0 +63.0 +65.0 +400.0 +25.60 +80.0\n"));
 }
 
 }  // namespace

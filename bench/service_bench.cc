@@ -152,7 +152,8 @@ int Run() {
     std::fprintf(stderr, "kvserve-service-bench: cannot start the server\n");
     return 1;
   }
-  if (!(*server)->Attach(std::move(served->model), std::move(served->engine), served->backend)
+  if (!(*server)
+           ->Attach(std::move(served->model), std::move(served->engine), served->backend)
            .ok()) {
     return 1;
   }

@@ -62,7 +62,8 @@ class NormalStream {
     state_ ^= state_ << 25;
     state_ ^= state_ >> 27;
     const uint64_t r = state_ * 0x2545f4914f6cdd1dull;
-    const uint32_t sum = static_cast<uint32_t>(r & 0xffff) + static_cast<uint32_t>((r >> 16) & 0xffff) +
+    const uint32_t sum = static_cast<uint32_t>(r & 0xffff) +
+                         static_cast<uint32_t>((r >> 16) & 0xffff) +
                          static_cast<uint32_t>((r >> 32) & 0xffff) + static_cast<uint32_t>(r >> 48);
     // sum / 65536 is in [0, 4) with mean ~2: center it.
     return (static_cast<float>(sum) + 2.0f - 131072.0f) * scale_;
@@ -111,19 +112,19 @@ void EncodeRow(const std::vector<float>& values, DType dtype, std::vector<uint8_
 // A [rows, cols] matrix of random weights, generated and encoded one row at a time.
 absl::Status AddMatrix(GgufWriter& w, const std::string& name, DType dtype, int64_t rows,
                        int64_t cols, uint64_t seed, float stddev) {
-  return w.AddTensor(
-      name, dtype, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)},
-      [=](GgufByteSink& sink) {
-        NormalStream rng(seed ^ HashName(name), stddev);
-        std::vector<float> row(static_cast<size_t>(cols));  // [cols]
-        std::vector<uint8_t> bytes;
-        for (int64_t r = 0; r < rows; ++r) {
-          for (float& v : row) v = rng.Next();
-          EncodeRow(row, dtype, bytes);
-          if (absl::Status s = sink.Append(bytes.data(), bytes.size()); !s.ok()) return s;
-        }
-        return absl::OkStatus();
-      });
+  return w.AddTensor(name, dtype, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)},
+                     [=](GgufByteSink& sink) {
+                       NormalStream rng(seed ^ HashName(name), stddev);
+                       std::vector<float> row(static_cast<size_t>(cols));  // [cols]
+                       std::vector<uint8_t> bytes;
+                       for (int64_t r = 0; r < rows; ++r) {
+                         for (float& v : row) v = rng.Next();
+                         EncodeRow(row, dtype, bytes);
+                         if (absl::Status s = sink.Append(bytes.data(), bytes.size()); !s.ok())
+                           return s;
+                       }
+                       return absl::OkStatus();
+                     });
 }
 
 // A [dim] f32 RMSNorm gain of ones.
@@ -137,10 +138,14 @@ absl::Status AddNorm(GgufWriter& w, const std::string& name, int64_t dim) {
 // llama.cpp's general.file_type (LLAMA_FTYPE_*).
 uint32_t FileType(DType t) {
   switch (t) {
-    case DType::kF32: return 0;
-    case DType::kF16: return 1;
-    case DType::kQ8_0: return 7;
-    case DType::kBF16: return 32;
+    case DType::kF32:
+      return 0;
+    case DType::kF16:
+      return 1;
+    case DType::kQ8_0:
+      return 7;
+    case DType::kBF16:
+      return 32;
   }
   return 0;
 }
@@ -154,8 +159,8 @@ absl::StatusOr<model::ModelConfig> PresetConfig(std::string_view name) {
   if (name == "s110m") return Shape(768, 12, 12, 12, 2048, 32000, 2048, false);
   if (name == "smol135m") return Shape(576, 30, 9, 3, 1536, 49152, 2048, true);
   if (name == "tl1b") return Shape(2048, 22, 32, 4, 5632, 32000, 2048, false);
-  return absl::NotFoundError(absl::StrCat("unknown preset '", std::string(name),
-                                          "' (tiny, s110m, smol135m, tl1b)"));
+  return absl::NotFoundError(
+      absl::StrCat("unknown preset '", std::string(name), "' (tiny, s110m, smol135m, tl1b)"));
 }
 
 absl::StatusOr<model::Vocabulary> SyntheticVocabulary(int vocab_size) {

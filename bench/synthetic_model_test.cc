@@ -1,5 +1,7 @@
 #include "bench/synthetic_model.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -7,8 +9,6 @@
 #include <iterator>
 #include <set>
 #include <string>
-
-#include <unistd.h>
 
 #include "gtest/gtest.h"
 #include "model/model.h"
@@ -19,8 +19,9 @@ namespace {
 
 class TempDir {
  public:
-  TempDir() : path_(std::filesystem::temp_directory_path() /
-                    ("synthetic_model_test_" + std::to_string(::getpid()))) {
+  TempDir()
+      : path_(std::filesystem::temp_directory_path() /
+              ("synthetic_model_test_" + std::to_string(::getpid()))) {
     std::filesystem::create_directories(path_);
   }
   ~TempDir() { std::filesystem::remove_all(path_); }

@@ -13,15 +13,15 @@ namespace kvserve::cache {
 absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(const Options& options) {
   const model::KvLayout& l = options.layout;
   if (l.n_layers <= 0 || l.kv_dim <= 0 || l.block_tokens <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("kv layout must have positive n_layers, kv_dim and block_tokens, got ",
-                                                   l.n_layers, ", ", l.kv_dim, ", ", l.block_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv layout must have positive n_layers, kv_dim and block_tokens, got ",
+                     l.n_layers, ", ", l.kv_dim, ", ", l.block_tokens));
   }
   const size_t block_bytes = l.block_bytes();
   const size_t n = options.budget_bytes / block_bytes;
   if (n == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("kv budget of ", options.budget_bytes,
-                                                   " bytes holds no block of ", block_bytes,
-                                                   " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv budget of ", options.budget_bytes, " bytes holds no block of ", block_bytes, " bytes"));
   }
   if (n > static_cast<size_t>(INT32_MAX / 2)) {
     return absl::InvalidArgumentError(absl::StrCat("kv budget gives too many blocks: ", n));
@@ -78,7 +78,8 @@ std::optional<BlockId> BlockPool::Find(const BlockHash& hash, const BlockHash& p
   auto it = index_.find(hash);
   if (it == index_.end()) return std::nullopt;
   const Meta& m = meta_[static_cast<size_t>(it->second)];
-  if (m.parent != parent || !std::equal(m.tokens.begin(), m.tokens.end(), tokens.begin(), tokens.end())) {
+  if (m.parent != parent ||
+      !std::equal(m.tokens.begin(), m.tokens.end(), tokens.begin(), tokens.end())) {
     return std::nullopt;  // a hash collision: never share
   }
   return it->second;

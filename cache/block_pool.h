@@ -114,10 +114,10 @@ class BlockPool {
 
   model::KvLayout layout_;
   size_t block_bytes_ = 0;
-  common::HugePageMemory memory_;      // num_blocks * block_bytes_, huge pages where possible
-  uint8_t* base_ = nullptr;            // start of block 0 (2 MiB aligned)
-  std::vector<Meta> meta_;             // [num_blocks]
-  std::vector<BlockId> free_;          // stack of free, unregistered blocks
+  common::HugePageMemory memory_;  // num_blocks * block_bytes_, huge pages where possible
+  uint8_t* base_ = nullptr;        // start of block 0 (2 MiB aligned)
+  std::vector<Meta> meta_;         // [num_blocks]
+  std::vector<BlockId> free_;      // stack of free, unregistered blocks
   absl::flat_hash_map<BlockHash, BlockId> index_;
   int32_t lru_head_ = -1;  // least recently released cached block (evicted first)
   int32_t lru_tail_ = -1;

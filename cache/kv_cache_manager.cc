@@ -78,14 +78,16 @@ bool KvCacheManager::Reserve(SequenceId seq, int32_t num_tokens) {
   if (need == 0) return true;
   const size_t old_size = t.blocks.size();
   if (!pool_->Allocate(need, &t.blocks)) return false;
-  for (size_t i = old_size; i < t.blocks.size(); ++i) t.pointers.push_back(pool_->data(t.blocks[i]));
+  for (size_t i = old_size; i < t.blocks.size(); ++i)
+    t.pointers.push_back(pool_->data(t.blocks[i]));
   return true;
 }
 
 void KvCacheManager::Commit(SequenceId seq, std::span<const int32_t> tokens, int32_t num_computed) {
   Table& t = table(seq);
   const size_t bt = static_cast<size_t>(block_tokens());
-  const size_t full = std::min(static_cast<size_t>(std::max(num_computed, 0)) / bt, t.blocks.size());
+  const size_t full =
+      std::min(static_cast<size_t>(std::max(num_computed, 0)) / bt, t.blocks.size());
   for (size_t i = t.hashes.size(); i < full; ++i) {
     const BlockHash parent = i == 0 ? t.root : t.hashes[i - 1];
     std::span<const int32_t> block_tokens = tokens.subspan(i * bt, bt);

@@ -23,9 +23,9 @@ using SequenceId = uint64_t;
 
 struct KvCacheStats {
   int64_t blocks_total = 0;
-  int64_t blocks_used = 0;    // ref_count > 0
-  int64_t blocks_cached = 0;  // ref_count 0, findable by key
-  int64_t blocks_free = 0;    // ref_count 0, not registered
+  int64_t blocks_used = 0;           // ref_count > 0
+  int64_t blocks_cached = 0;         // ref_count 0, findable by key
+  int64_t blocks_free = 0;           // ref_count 0, not registered
   int64_t prefix_queries_total = 0;  // full blocks looked up by Open()
   int64_t prefix_hits_total = 0;     // of those, found cached
   int64_t evictions_total = 0;       // cached blocks reused for new data

@@ -27,9 +27,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
 }
 
 Client::Client(std::shared_ptr<grpc::Channel> channel, Options options)
-    : channel_(std::move(channel)),
-      stub_(v1::Inference::NewStub(channel_)),
-      options_(options) {}
+    : channel_(std::move(channel)), stub_(v1::Inference::NewStub(channel_)), options_(options) {}
 
 void Client::Prepare(grpc::ClientContext* context) const {
   context->set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
@@ -56,8 +54,7 @@ absl::Status Client::GenerateStream(
   return FromGrpcStatus(reader->Finish());
 }
 
-absl::StatusOr<std::vector<int32_t>> Client::Tokenize(const std::string& text,
-                                                      bool add_bos) const {
+absl::StatusOr<std::vector<int32_t>> Client::Tokenize(const std::string& text, bool add_bos) const {
   grpc::ClientContext ctx;
   Prepare(&ctx);
   v1::TokenizeRequest request;

@@ -1,5 +1,7 @@
 // The engine loop: one step thread owns the scheduler, the KV cache manager and the
 // backend; API calls from any thread talk to it through a mutex-protected inbox.
+#include "engine/engine.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -22,7 +24,6 @@
 #include "absl/time/time.h"
 #include "backends/backend.h"
 #include "cache/kv_cache_manager.h"
-#include "engine/engine.h"
 #include "engine/engine_options.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -180,9 +181,9 @@ class EngineImpl final : public Engine {
   const std::function<absl::Time()> clock_;
   const int32_t max_session_tokens_;
   const int64_t kv_capacity_tokens_;
-  std::unique_ptr<backends::Backend> backend_;        // step thread
-  std::unique_ptr<cache::KvCacheManager> kv_;         // step thread
-  const std::unique_ptr<model::Tokenizer> tokenizer_; // immutable; may be null
+  std::unique_ptr<backends::Backend> backend_;         // step thread
+  std::unique_ptr<cache::KvCacheManager> kv_;          // step thread
+  const std::unique_ptr<model::Tokenizer> tokenizer_;  // immutable; may be null
   SessionStore sessions_;                              // thread-safe
   Scheduler scheduler_;                                // step thread
 
@@ -229,8 +230,8 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
     return absl::InvalidArgumentError("stop_strings need a model with a tokenizer");
   }
   if (request.cache_salt.size() > static_cast<size_t>(options_.max_cache_salt_bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("cache_salt must be at most ",
-                                                   options_.max_cache_salt_bytes, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cache_salt must be at most ", options_.max_cache_salt_bytes, " bytes"));
   }
   if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
 
@@ -256,18 +257,20 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   const int64_t n = static_cast<int64_t>(context.size());
   if (n >= config.context_length) {
     undo_turn();
-    return absl::InvalidArgumentError(absl::StrCat("prompt of ", n, " tokens leaves no room in the context of ",
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", n,
+                                                   " tokens leaves no room in the context of ",
                                                    config.context_length, " tokens"));
   }
   if (n >= kv_capacity_tokens_) {
     undo_turn();
-    return absl::InvalidArgumentError(absl::StrCat("prompt of ", n, " tokens does not fit the KV cache of ",
-                                                   kv_capacity_tokens_, " tokens"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt of ", n, " tokens does not fit the KV cache of ", kv_capacity_tokens_, " tokens"));
   }
 
   // Build the sequence before taking the inbox lock (the sampler allocates [vocab]).
   const RequestId id = next_id_.fetch_add(1);
-  auto sampler = Sampler::Create(request.sampling, config.vocab_size, Mix64(options_.seed ^ Mix64(id)));
+  auto sampler =
+      Sampler::Create(request.sampling, config.vocab_size, Mix64(options_.seed ^ Mix64(id)));
   if (!sampler.ok()) {
     undo_turn();
     return sampler.status();
@@ -376,7 +379,8 @@ void EngineImpl::Run() {
     if (has_work) {
       const auto start = std::chrono::steady_clock::now();
       Step();
-      step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      step_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ++steps_total_;
     }
     PublishStats(step_seconds);
@@ -404,8 +408,9 @@ void EngineImpl::Step() {
       ReleaseQueueSlot(seq);
     }
     backends::SequenceInput in;
-    in.tokens = std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(seq.num_computed),
-                                                             static_cast<size_t>(c.num_tokens));
+    in.tokens =
+        std::span<const int32_t>(seq.tokens)
+            .subspan(static_cast<size_t>(seq.num_computed), static_cast<size_t>(c.num_tokens));
     in.cached_tokens = seq.num_computed;
     in.blocks = kv_->BlockPointers(seq.id);
     in.want_logits = seq.num_computed + c.num_tokens == static_cast<int32_t>(seq.tokens.size());
@@ -431,8 +436,9 @@ void EngineImpl::Step() {
     }
     kv_->Commit(seq.id, seq.tokens, seq.num_computed);
     if (!batch.sequences[i].want_logits) continue;
-    HandleSample(seq, std::span<float>(logits_).subspan(i * static_cast<size_t>(vocab),
-                                                       static_cast<size_t>(vocab)),
+    HandleSample(seq,
+                 std::span<float>(logits_).subspan(i * static_cast<size_t>(vocab),
+                                                   static_cast<size_t>(vocab)),
                  sampled_at, &finished);
   }
   for (const auto& [id, reason] : finished) Finish(id, absl::OkStatus(), reason);
@@ -444,10 +450,9 @@ void EngineImpl::HandleSample(Sequence& seq, std::span<float> logits, absl::Time
   const int32_t token = seq.sampler.Sample(logits, seq.tokens, seq.prompt_len, &info);
   if (!seq.first_token.has_value()) seq.first_token = now;
   const SamplingParams& params = seq.sampler.params();
-  const bool stop_token =
-      (!params.ignore_eos && token == model_.vocab().eos_id) ||
-      std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) !=
-          params.stop_token_ids.end();
+  const bool stop_token = (!params.ignore_eos && token == model_.vocab().eos_id) ||
+                          std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(),
+                                    token) != params.stop_token_ids.end();
   seq.tokens.push_back(token);
 
   // Text still held back (an incomplete character, a possible stop-string prefix).
@@ -471,7 +476,8 @@ void EngineImpl::HandleSample(Sequence& seq, std::span<float> logits, absl::Time
   event.token = token;
   event.logprob = info.logprob;
   event.top_logprobs.reserve(info.top_logprobs.size());
-  for (const LogprobEntry& e : info.top_logprobs) event.top_logprobs.push_back({e.token, e.logprob});
+  for (const LogprobEntry& e : info.top_logprobs)
+    event.top_logprobs.push_back({e.token, e.logprob});
   StopMatcher::Result r = seq.stop.Feed(seq.decoder.has_value() ? seq.decoder->Push(token) : "");
   event.text = std::move(r.text);
   if (r.stopped) {
@@ -493,7 +499,8 @@ void EngineImpl::Finish(RequestId id, const absl::Status& status, FinishReason r
   if (!found->session_id.empty()) {
     const bool completed = reason == FinishReason::kStop || reason == FinishReason::kStopString ||
                            reason == FinishReason::kLength;
-    const bool alive = sessions_.EndTurn(found->session_id, completed ? &found->tokens : nullptr, now);
+    const bool alive =
+        sessions_.EndTurn(found->session_id, completed ? &found->tokens : nullptr, now);
     if (alive) {
       Pins& pins = pins_[found->session_id];
       if (completed && found->has_table) {
@@ -518,7 +525,8 @@ void EngineImpl::Finish(RequestId id, const absl::Status& status, FinishReason r
       seq->first_token.has_value() ? *seq->first_token - seq->submit_time : absl::ZeroDuration();
   usage.total_time = now - seq->submit_time;
   absl::Status final_status = status;
-  if (reason == FinishReason::kDeadline) final_status = absl::DeadlineExceededError("request deadline passed");
+  if (reason == FinishReason::kDeadline)
+    final_status = absl::DeadlineExceededError("request deadline passed");
   // Stats() reflects the released blocks before the sink hears of the finish.
   PublishStats(0.0);
   seq->sink->OnFinish(final_status, reason, usage);
@@ -538,7 +546,8 @@ void EngineImpl::ApplySessionEvents(absl::Time now) {
   for (const SessionStore::Event& e : sessions_.TakeEvents()) {
     if (e.kind == SessionStore::Event::Kind::kForked) {
       std::vector<cache::BlockId> blocks;
-      if (auto parent = pins_.find(e.parent_id); parent != pins_.end()) blocks = parent->second.blocks;
+      if (auto parent = pins_.find(e.parent_id); parent != pins_.end())
+        blocks = parent->second.blocks;
       kv_->Pin(blocks);
       Pins& child = pins_[e.id];
       kv_->Unpin(child.blocks);

@@ -22,12 +22,12 @@ namespace kvserve::engine {
 using RequestId = uint64_t;
 
 enum class FinishReason {
-  kStop,       // EOS or a stop token id
-  kStopString, // a stop string matched
-  kLength,     // max_tokens reached or the context is full
-  kCancelled,  // Cancel() or the sink asked to stop
-  kDeadline,   // the request deadline passed
-  kError,      // see the status passed to OnFinish
+  kStop,        // EOS or a stop token id
+  kStopString,  // a stop string matched
+  kLength,      // max_tokens reached or the context is full
+  kCancelled,   // Cancel() or the sink asked to stop
+  kDeadline,    // the request deadline passed
+  kError,       // see the status passed to OnFinish
 };
 
 struct Usage {
@@ -36,9 +36,9 @@ struct Usage {
   int32_t cached_tokens_remote = 0;  // of those, fetched from the session cache service
   int32_t computed_tokens = 0;       // prompt tokens actually prefilled
   int32_t completion_tokens = 0;
-  absl::Duration queue_time;          // submit -> first scheduled
-  absl::Duration time_to_first_token; // submit -> first token sampled
-  absl::Duration total_time;          // submit -> finish
+  absl::Duration queue_time;           // submit -> first scheduled
+  absl::Duration time_to_first_token;  // submit -> first token sampled
+  absl::Duration total_time;           // submit -> finish
 };
 
 struct TokenLogprob {

@@ -209,7 +209,8 @@ TEST_P(EngineTest, ForkSharesTheParentsBlocksAndDiverges) {
   const Result out2 = RunRequest(*engine, r2);
   EXPECT_EQ(out2.usage.cached_tokens, 32);
   auto cold = NewEngine();
-  ExpectSameOutput(out2, RunRequest(*cold, Greedy(Concat(Concat(turn1, out1.tokens), turn2), 5, 3)));
+  ExpectSameOutput(out2,
+                   RunRequest(*cold, Greedy(Concat(Concat(turn1, out1.tokens), turn2), 5, 3)));
 }
 
 TEST_P(EngineTest, DifferentSaltsNeverShareBlocks) {
@@ -267,7 +268,8 @@ TEST_P(EngineTest, SequenceLongerThanThePoolStopsWithLength) {
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(r.reason, FinishReason::kLength);
   EXPECT_EQ(r.tokens.size(), 12u);  // 32 positions in the pool
-  EXPECT_EQ(RunRequest(*engine, Greedy(Prompt(40), 1)).status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunRequest(*engine, Greedy(Prompt(40), 1)).status.code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_P(EngineTest, CancelReturnsEveryBlock) {
@@ -385,8 +387,9 @@ TEST_P(EngineTest, FullQueueIsOverloaded) {
   gate2.WaitEntered();
   auto big = std::make_shared<CollectingSink>();
   ASSERT_TRUE(engine->Submit(Greedy(Prompt(90), 1), big).ok());
-  EXPECT_EQ(engine->Submit(Greedy(Prompt(20), 1), std::make_shared<CollectingSink>()).status().code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(
+      engine->Submit(Greedy(Prompt(20), 1), std::make_shared<CollectingSink>()).status().code(),
+      absl::StatusCode::kResourceExhausted);
   gate2.Open();
   EXPECT_TRUE(big->Wait().status.ok());
 }
@@ -569,7 +572,8 @@ TEST(EngineCreateTest, RejectsMismatchedBackendAndBadOptions) {
   Engine::Options o;
   Engine::Options other = o;
   other.block_tokens = 32;
-  auto backend = backends::CreateBackend("reference", *model, other.KvLayoutFor(model->config()), {});
+  auto backend =
+      backends::CreateBackend("reference", *model, other.KvLayoutFor(model->config()), {});
   ASSERT_TRUE(backend.ok());
   EXPECT_EQ(CreateEngine(o, *model, *std::move(backend)).status().code(),
             absl::StatusCode::kInvalidArgument);

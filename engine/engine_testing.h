@@ -90,9 +90,9 @@ class CollectingSink : public RequestSink {
 };
 
 // An engine over a backend `backend_name` for `model` with `options`.
-inline absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const model::Model& model,
-                                                          const Engine::Options& options,
-                                                          const std::string& backend_name = "reference") {
+inline absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(
+    const model::Model& model, const Engine::Options& options,
+    const std::string& backend_name = "reference") {
   auto backend = backends::CreateBackend(backend_name, model, options.KvLayoutFor(model.config()),
                                          backends::BackendOptions{});
   if (!backend.ok()) return backend.status();

@@ -77,8 +77,7 @@ StepPlan Scheduler::Schedule() {
 
   // 2. Waiting sequences, FIFO (preempted ones were put at the front). Skipped when a
   // running sequence was just preempted: memory is short this step.
-  while (plan.preempted.empty() && plan.out_of_blocks.empty() && budget > 0 &&
-         !waiting_.empty() &&
+  while (plan.preempted.empty() && plan.out_of_blocks.empty() && budget > 0 && !waiting_.empty() &&
          static_cast<int32_t>(running_.size()) < options_.max_running_sequences) {
     Sequence& seq = *waiting_.front();
     if (!seq.has_table) OpenTable(seq);

@@ -26,7 +26,8 @@ class SchedulerTest : public ::testing::Test {
 
   Sequence* Add(RequestId id, int n_tokens, int32_t first = 0) {
     SamplingParams p;
-    auto seq = std::make_unique<Sequence>(id, *Sampler::Create(p, 100, 1), std::vector<std::string>{});
+    auto seq =
+        std::make_unique<Sequence>(id, *Sampler::Create(p, 100, 1), std::vector<std::string>{});
     seq->tokens.resize(static_cast<size_t>(n_tokens));
     std::iota(seq->tokens.begin(), seq->tokens.end(), first);
     seq->prompt_len = n_tokens;
@@ -102,8 +103,8 @@ TEST_F(SchedulerTest, PreemptsTheYoungestAndResumesFromCachedBlocks) {
   Execute(p);                      // tokens: 8 and 7, both still inside 2 blocks
   p = scheduler_->Schedule();
   ASSERT_EQ(p.chunks.size(), 2u);
-  Execute(p);                      // tokens: 9 and 8
-  p = scheduler_->Schedule();      // a's position 8 needs a 3rd block: b is preempted
+  Execute(p);                  // tokens: 9 and 8
+  p = scheduler_->Schedule();  // a's position 8 needs a 3rd block: b is preempted
   ASSERT_EQ(p.chunks.size(), 1u);
   EXPECT_EQ(p.chunks[0].seq->id, 1u);
   ASSERT_EQ(p.preempted.size(), 1u);

@@ -29,18 +29,18 @@ struct Sequence {
 
   RequestId id;
   std::shared_ptr<RequestSink> sink;
-  std::vector<int32_t> tokens;  // context (history + prompt) then generated tokens
-  int32_t prompt_len = 0;       // tokens of the context the request started from
-  int32_t max_total_tokens = 0; // finish with kLength when tokens.size() reaches it
-  int32_t max_new_tokens = 0;   // sampling.max_tokens
-  cache::BlockHash root;        // prefix-cache chain root (model + salt)
-  std::string session_id;       // empty: stateless
+  std::vector<int32_t> tokens;   // context (history + prompt) then generated tokens
+  int32_t prompt_len = 0;        // tokens of the context the request started from
+  int32_t max_total_tokens = 0;  // finish with kLength when tokens.size() reaches it
+  int32_t max_new_tokens = 0;    // sampling.max_tokens
+  cache::BlockHash root;         // prefix-cache chain root (model + salt)
+  std::string session_id;        // empty: stateless
 
   // Scheduling state.
   int32_t num_computed = 0;
   bool has_table = false;
-  bool admitted_once = false;   // left the submission queue (queue limits no longer count it)
-  int64_t arrival = 0;          // submission order; larger = younger
+  bool admitted_once = false;  // left the submission queue (queue limits no longer count it)
+  int64_t arrival = 0;         // submission order; larger = younger
 
   // Usage.
   int32_t cached_tokens = 0;
@@ -55,9 +55,7 @@ struct Sequence {
   StopMatcher stop;
   std::optional<model::TokenStreamDecoder> decoder;  // when the engine has a tokenizer
 
-  int32_t remaining_tokens() const {
-    return static_cast<int32_t>(tokens.size()) - num_computed;
-  }
+  int32_t remaining_tokens() const { return static_cast<int32_t>(tokens.size()) - num_computed; }
   int32_t completion_tokens() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
 };
 

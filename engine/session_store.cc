@@ -12,9 +12,9 @@ SessionStore::SessionStore(const Options& options) : options_(options) {}
 absl::StatusOr<absl::Duration> SessionStore::CheckTtl(absl::Duration ttl) const {
   if (ttl <= absl::ZeroDuration()) return options_.default_ttl;
   if (ttl > options_.max_ttl) {
-    return absl::InvalidArgumentError(absl::StrCat("ttl must be <= ",
-                                                   absl::FormatDuration(options_.max_ttl),
-                                                   ", got ", absl::FormatDuration(ttl)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ttl must be <= ", absl::FormatDuration(options_.max_ttl), ", got ",
+                     absl::FormatDuration(ttl)));
   }
   return ttl;
 }
@@ -82,7 +82,8 @@ absl::StatusOr<SessionInfo> SessionStore::Fork(const std::string& parent_id, abs
   if (!checked.ok()) return checked.status();
   std::lock_guard<std::mutex> lock(mu_);
   Session* parent = FindLive(parent_id, now);
-  if (parent == nullptr) return absl::NotFoundError(absl::StrCat("session ", parent_id, " not found"));
+  if (parent == nullptr)
+    return absl::NotFoundError(absl::StrCat("session ", parent_id, " not found"));
   if (static_cast<int32_t>(sessions_.size()) >= options_.max_sessions) {
     return absl::ResourceExhaustedError(
         absl::StrCat("too many open sessions (limit ", options_.max_sessions, ")"));
@@ -101,7 +102,8 @@ absl::StatusOr<SessionInfo> SessionStore::Fork(const std::string& parent_id, abs
 
 absl::Status SessionStore::Close(const std::string& id, absl::Time now) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (FindLive(id, now) == nullptr) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+  if (FindLive(id, now) == nullptr)
+    return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
   RemoveLocked(id);
   return absl::OkStatus();
 }
@@ -124,8 +126,9 @@ absl::StatusOr<std::vector<int32_t>> SessionStore::BeginTurn(const std::string& 
   }
   const size_t total = s->history.size() + new_tokens.size();
   if (total >= static_cast<size_t>(options_.max_session_tokens)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "session ", id, " would hold ", total, " tokens; the limit is ", options_.max_session_tokens));
+    return absl::ResourceExhaustedError(absl::StrCat("session ", id, " would hold ", total,
+                                                     " tokens; the limit is ",
+                                                     options_.max_session_tokens));
   }
   std::vector<int32_t> context;
   context.reserve(total);

@@ -26,7 +26,8 @@ TEST(SessionStoreTest, TurnsAppendHistoryOneAtATime) {
   auto ctx = store.BeginTurn(s->id, {1, 2, 3}, kT0);
   ASSERT_TRUE(ctx.ok());
   EXPECT_EQ(*ctx, (std::vector<int32_t>{1, 2, 3}));
-  EXPECT_EQ(store.BeginTurn(s->id, {4}, kT0).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.BeginTurn(s->id, {4}, kT0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   // Busy sessions never expire.
   EXPECT_TRUE(store.Get(s->id, kT0 + absl::Hours(1)).ok());
   const std::vector<int32_t> history = {1, 2, 3, 9, 9};
@@ -37,8 +38,9 @@ TEST(SessionStoreTest, TurnsAppendHistoryOneAtATime) {
   EXPECT_TRUE(store.EndTurn(s->id, nullptr, kT0 + absl::Hours(1)));  // cancelled: unchanged
   EXPECT_EQ(store.Get(s->id, kT0 + absl::Hours(1))->history_tokens, 5);
   // History limit.
-  EXPECT_EQ(store.BeginTurn(s->id, std::vector<int32_t>(15, 1), kT0 + absl::Hours(1)).status().code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(
+      store.BeginTurn(s->id, std::vector<int32_t>(15, 1), kT0 + absl::Hours(1)).status().code(),
+      absl::StatusCode::kResourceExhausted);
 }
 
 TEST(SessionStoreTest, ForkCloseExpiryAndEvents) {
@@ -52,10 +54,12 @@ TEST(SessionStoreTest, ForkCloseExpiryAndEvents) {
   ASSERT_TRUE(b.ok());
   EXPECT_NE(a->id, b->id);
   EXPECT_EQ(b->history_tokens, 2);
-  EXPECT_EQ(store.Fork("missing", absl::ZeroDuration(), kT0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.Fork("missing", absl::ZeroDuration(), kT0).status().code(),
+            absl::StatusCode::kNotFound);
   EXPECT_EQ(store.Open(absl::Minutes(2), kT0).status().code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(store.Open(absl::ZeroDuration(), kT0).ok());
-  EXPECT_EQ(store.Open(absl::ZeroDuration(), kT0).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store.Open(absl::ZeroDuration(), kT0).status().code(),
+            absl::StatusCode::kResourceExhausted);
   store.ExpireIdle(kT0 + absl::Seconds(6));  // a expires, b does not
   EXPECT_EQ(store.Get(a->id, kT0 + absl::Seconds(6)).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(store.Close(b->id, kT0 + absl::Seconds(6)).ok());

@@ -16,11 +16,11 @@ TEST(HalfTest, KnownEncodings) {
     uint16_t bits;
     float value;
   };
-  for (const Case& c : {Case{0x0000, 0.0f}, Case{0x3C00, 1.0f}, Case{0xC000, -2.0f},
-                        Case{0x3555, 0.333251953125f}, Case{0x7BFF, 65504.0f},
-                        Case{0x0400, 6.103515625e-05f},        // smallest normal
-                        Case{0x0001, 5.9604644775390625e-08f},  // smallest subnormal
-                        Case{0x03FF, 6.097555160522461e-05f}}) {  // largest subnormal
+  for (const Case& c :
+       {Case{0x0000, 0.0f}, Case{0x3C00, 1.0f}, Case{0xC000, -2.0f}, Case{0x3555, 0.333251953125f},
+        Case{0x7BFF, 65504.0f}, Case{0x0400, 6.103515625e-05f},  // smallest normal
+        Case{0x0001, 5.9604644775390625e-08f},                   // smallest subnormal
+        Case{0x03FF, 6.097555160522461e-05f}}) {                 // largest subnormal
     EXPECT_EQ(HalfToFloat(c.bits), c.value) << std::hex << c.bits;
     EXPECT_EQ(FloatToHalf(c.value), c.bits) << c.value;
   }
@@ -28,7 +28,7 @@ TEST(HalfTest, KnownEncodings) {
   EXPECT_EQ(HalfToFloat(0xFC00), -std::numeric_limits<float>::infinity());
   EXPECT_TRUE(std::isnan(HalfToFloat(0x7E00)));
   EXPECT_EQ(FloatToHalf(-0.0f), 0x8000);
-  EXPECT_EQ(FloatToHalf(1e6f), 0x7C00);  // overflow -> infinity
+  EXPECT_EQ(FloatToHalf(1e6f), 0x7C00);   // overflow -> infinity
   EXPECT_EQ(FloatToHalf(1e-9f), 0x0000);  // underflow -> zero
   EXPECT_EQ(FloatToHalf(std::nanf("")) & 0x7C00, 0x7C00);
   EXPECT_NE(FloatToHalf(std::nanf("")) & 0x03FF, 0);

@@ -1,11 +1,11 @@
 #include "model/gguf_writer.h"
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <bit>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -37,10 +37,14 @@ constexpr char kAlignmentKey[] = "general.alignment";
 // ggml tensor type ids.
 uint32_t GgmlTypeId(DType t) {
   switch (t) {
-    case DType::kF32: return 0;
-    case DType::kF16: return 1;
-    case DType::kQ8_0: return 8;
-    case DType::kBF16: return 30;
+    case DType::kF32:
+      return 0;
+    case DType::kF16:
+      return 1;
+    case DType::kQ8_0:
+      return 8;
+    case DType::kBF16:
+      return 30;
   }
   return 0;
 }
@@ -77,7 +81,9 @@ std::string Array(uint32_t elem_type, std::span<const T> v) {
   return p;
 }
 
-uint64_t AlignUp(uint64_t n, uint64_t alignment) { return (n + alignment - 1) / alignment * alignment; }
+uint64_t AlignUp(uint64_t n, uint64_t alignment) {
+  return (n + alignment - 1) / alignment * alignment;
+}
 
 }  // namespace
 
@@ -143,8 +149,8 @@ class CountingSink : public GgufByteSink {
   absl::Status Append(const void* data, size_t n) override {
     if (!status_.ok()) return status_;
     if (n > limit_ - written_) {
-      status_ = absl::InvalidArgumentError(absl::StrCat("tensor ", name_, ": producer wrote more than ",
-                                                        limit_, " bytes"));
+      status_ = absl::InvalidArgumentError(
+          absl::StrCat("tensor ", name_, ": producer wrote more than ", limit_, " bytes"));
       return status_;
     }
     status_ = write_(data, n);
@@ -177,14 +183,22 @@ void GgufWriter::SetRaw(std::string_view key, uint32_t type, std::string payload
 
 void GgufWriter::SetUint8(std::string_view key, uint8_t v) { SetRaw(key, kGgufUint8, Scalar(v)); }
 void GgufWriter::SetInt8(std::string_view key, int8_t v) { SetRaw(key, kGgufInt8, Scalar(v)); }
-void GgufWriter::SetUint16(std::string_view key, uint16_t v) { SetRaw(key, kGgufUint16, Scalar(v)); }
+void GgufWriter::SetUint16(std::string_view key, uint16_t v) {
+  SetRaw(key, kGgufUint16, Scalar(v));
+}
 void GgufWriter::SetInt16(std::string_view key, int16_t v) { SetRaw(key, kGgufInt16, Scalar(v)); }
-void GgufWriter::SetUint32(std::string_view key, uint32_t v) { SetRaw(key, kGgufUint32, Scalar(v)); }
+void GgufWriter::SetUint32(std::string_view key, uint32_t v) {
+  SetRaw(key, kGgufUint32, Scalar(v));
+}
 void GgufWriter::SetInt32(std::string_view key, int32_t v) { SetRaw(key, kGgufInt32, Scalar(v)); }
-void GgufWriter::SetUint64(std::string_view key, uint64_t v) { SetRaw(key, kGgufUint64, Scalar(v)); }
+void GgufWriter::SetUint64(std::string_view key, uint64_t v) {
+  SetRaw(key, kGgufUint64, Scalar(v));
+}
 void GgufWriter::SetInt64(std::string_view key, int64_t v) { SetRaw(key, kGgufInt64, Scalar(v)); }
 void GgufWriter::SetFloat32(std::string_view key, float v) { SetRaw(key, kGgufFloat32, Scalar(v)); }
-void GgufWriter::SetFloat64(std::string_view key, double v) { SetRaw(key, kGgufFloat64, Scalar(v)); }
+void GgufWriter::SetFloat64(std::string_view key, double v) {
+  SetRaw(key, kGgufFloat64, Scalar(v));
+}
 void GgufWriter::SetBool(std::string_view key, bool v) {
   SetRaw(key, kGgufBool, Scalar<uint8_t>(v ? 1 : 0));
 }
@@ -260,14 +274,15 @@ absl::Status GgufWriter::AddTensor(std::string_view name, DType type, std::vecto
   }
   const uint64_t bytes = TensorBytes(type, dims);
   if (bytes == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", std::string(name), ": invalid shape (",
-                                                   dims.size(), " dims) for type ",
-                                                   std::string(DTypeName(type))));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", std::string(name), ": invalid shape (", dims.size(),
+                     " dims) for type ", std::string(DTypeName(type))));
   }
   if (!producer) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", std::string(name), ": no producer"));
   }
-  tensors_.push_back(TensorEntry{std::string(name), type, std::move(dims), bytes, std::move(producer)});
+  tensors_.push_back(
+      TensorEntry{std::string(name), type, std::move(dims), bytes, std::move(producer)});
   return absl::OkStatus();
 }
 
@@ -281,14 +296,15 @@ absl::Status GgufWriter::AddTensorBytes(std::string_view name, DType type,
 
 absl::Status GgufWriter::Validate() const {
   if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("alignment ", alignment_, " is not a power of two"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("alignment ", alignment_, " is not a power of two"));
   }
   for (const Entry& e : entries_) {
     if (e.key.empty()) return absl::InvalidArgumentError("metadata key is empty");
     if (e.key == kAlignmentKey &&
         (e.type != kGgufUint32 || e.payload != Scalar<uint32_t>(alignment_))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kAlignmentKey, " must be a u32 equal to the writer's alignment ", alignment_));
+      return absl::InvalidArgumentError(absl::StrCat(
+          kAlignmentKey, " must be a u32 equal to the writer's alignment ", alignment_));
     }
   }
   return absl::OkStatus();

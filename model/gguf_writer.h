@@ -102,8 +102,8 @@ class GgufWriter {
 
   struct Entry {
     std::string key;
-    uint32_t type = 0;      // GGUF value type id
-    std::string payload;    // serialized value (without key and type)
+    uint32_t type = 0;    // GGUF value type id
+    std::string payload;  // serialized value (without key and type)
   };
   struct TensorEntry {
     std::string name;

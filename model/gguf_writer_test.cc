@@ -1,5 +1,7 @@
 #include "model/gguf_writer.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -8,8 +10,6 @@
 #include <iterator>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "gtest/gtest.h"
 #include "model/gguf.h"
@@ -278,8 +278,8 @@ TEST(GgufWriterTest, AlignmentMustBeConsistent) {
 }
 
 TEST(GgufWriterTest, WritesFilesAndRemovesThemOnFailure) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("gguf_writer_test_" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("gguf_writer_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string good = (dir / "good.gguf").string();
   {
@@ -292,7 +292,8 @@ TEST(GgufWriterTest, WritesFilesAndRemovesThemOnFailure) {
     ASSERT_TRUE(same.AddTensorBytes("t", DType::kF32, {1}, four).ok());
     ASSERT_TRUE(w.WriteToFile(good).ok());
     std::ifstream in(good, std::ios::binary);
-    const std::string on_disk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string on_disk((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
     EXPECT_EQ(on_disk, same.WriteToString().value());
   }
   const std::string bad = (dir / "bad.gguf").string();
@@ -307,7 +308,6 @@ TEST(GgufWriterTest, WritesFilesAndRemovesThemOnFailure) {
             absl::StatusCode::kNotFound);
   std::filesystem::remove_all(dir);
 }
-
 
 // Round trip through the project's GGUF reader.
 TEST(GgufWriterTest, RoundTripsThroughTheReader) {
@@ -369,10 +369,9 @@ TEST(GgufWriterTest, RoundTripsThroughTheReader) {
     int64_t rows, cols;
     const std::vector<uint8_t>* bytes;
   };
-  for (const Expect& e : {Expect{"m.f32", DType::kF32, 3, 5, &f32},
-                          Expect{"m.bf16", DType::kBF16, 2, 7, &bf16},
-                          Expect{"m.q8_0", DType::kQ8_0, 2, 64, &q8},
-                          Expect{"v.f16", DType::kF16, 1, 6, &f16}}) {
+  for (const Expect& e :
+       {Expect{"m.f32", DType::kF32, 3, 5, &f32}, Expect{"m.bf16", DType::kBF16, 2, 7, &bf16},
+        Expect{"m.q8_0", DType::kQ8_0, 2, 64, &q8}, Expect{"v.f16", DType::kF16, 1, 6, &f16}}) {
     const GgufTensorInfo* t = f->FindTensor(e.name);
     ASSERT_NE(t, nullptr) << e.name;
     EXPECT_EQ(t->dtype, e.dtype) << e.name;

@@ -79,7 +79,8 @@ class UnarySink final : public engine::RequestSink {
 
   void OnToken(const engine::TokenEvent& event) override {
     const absl::Time now = absl::Now();
-    if (last_token_time_.has_value()) service_->metrics()->RecordInterTokenLatency(now - *last_token_time_);
+    if (last_token_time_.has_value())
+      service_->metrics()->RecordInterTokenLatency(now - *last_token_time_);
     last_token_time_ = now;
     response_->mutable_text()->append(event.text);
     AppendToken(event, logprobs_, response_->mutable_token_ids(), response_->mutable_logprobs());
@@ -119,8 +120,7 @@ class UnarySink final : public engine::RequestSink {
 // (a reaction may run, and OnDone delete this, at once). Lifetime: Finish is only called
 // while no kick is scheduled, so OnDone (which deletes this) cannot run before a
 // scheduled kick has run.
-class StreamGenerateReactor final
-    : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
+class StreamGenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateStreamResponse> {
  public:
   StreamGenerateReactor(InferenceService* service, grpc::CallbackServerContext* context,
                         std::shared_ptr<CancelLink> link)
@@ -262,7 +262,8 @@ class StreamSink final : public engine::RequestSink {
 
   void OnToken(const engine::TokenEvent& event) override {
     const absl::Time now = absl::Now();
-    if (last_token_time_.has_value()) service_->metrics()->RecordInterTokenLatency(now - *last_token_time_);
+    if (last_token_time_.has_value())
+      service_->metrics()->RecordInterTokenLatency(now - *last_token_time_);
     last_token_time_ = now;
     reactor_->PushToken(event, logprobs_);
   }
@@ -406,8 +407,8 @@ absl::Status InferenceService::GenerationStatus(engine::FinishReason reason,
   return FinishStatus(reason, engine_status);
 }
 
-grpc::Status InferenceService::FinalStatus(grpc::CallbackServerContext* context,
-                                           const char* method, const absl::Status& status) const {
+grpc::Status InferenceService::FinalStatus(grpc::CallbackServerContext* context, const char* method,
+                                           const absl::Status& status) const {
   if (WantsRetryHint(status)) AddRetryHint(context, options_.retry_after);
   grpc::Status grpc_status = ToGrpcStatus(status);
   metrics_->RecordRpc(method, GrpcCodeName(grpc_status.error_code()));
@@ -437,8 +438,8 @@ grpc::ServerUnaryReactor* InferenceService::Generate(grpc::CallbackServerContext
     return reactor;
   }
   GenerationStarted();
-  auto sink = std::make_shared<UnarySink>(this, context, reactor, response,
-                                          request->top_logprobs() > 0);
+  auto sink =
+      std::make_shared<UnarySink>(this, context, reactor, response, request->top_logprobs() > 0);
   absl::StatusOr<engine::RequestId> id =
       (*core)->engine->Submit(*std::move(engine_request), std::move(sink));
   if (!id.ok()) {

@@ -68,8 +68,8 @@ class Metrics::EngineCollector : public prometheus::Collectable {
     }
     if (!stats.has_value()) return {};
     std::vector<prometheus::MetricFamily> out;
-    auto add = [&out](const std::string& name, const std::string& help,
-                      prometheus::MetricType type, double value) {
+    auto add = [&out](const std::string& name, const std::string& help, prometheus::MetricType type,
+                      double value) {
       prometheus::MetricFamily family;
       family.name = name;
       family.help = help;
@@ -86,8 +86,8 @@ class Metrics::EngineCollector : public prometheus::Collectable {
     using prometheus::MetricType;
     add("kvserve_engine_requests_running", "Requests in the running batch.", MetricType::Gauge,
         stats->running);
-    add("kvserve_engine_requests_waiting", "Requests queued, not yet running.",
-        MetricType::Gauge, stats->waiting);
+    add("kvserve_engine_requests_waiting", "Requests queued, not yet running.", MetricType::Gauge,
+        stats->waiting);
     add("kvserve_kv_blocks_total", "KV blocks in the pool.", MetricType::Gauge,
         static_cast<double>(stats->blocks_total));
     add("kvserve_kv_blocks_used", "KV blocks referenced by a live sequence or session.",
@@ -104,8 +104,8 @@ class Metrics::EngineCollector : public prometheus::Collectable {
         MetricType::Counter, static_cast<double>(stats->prefix_hits_total));
     add("kvserve_engine_preemptions_total", "Running requests preempted for lack of KV blocks.",
         MetricType::Counter, static_cast<double>(stats->preemptions_total));
-    add("kvserve_engine_steps_total", "Engine steps (batched forward passes).",
-        MetricType::Counter, static_cast<double>(stats->steps_total));
+    add("kvserve_engine_steps_total", "Engine steps (batched forward passes).", MetricType::Counter,
+        static_cast<double>(stats->steps_total));
     add("kvserve_engine_last_step_seconds", "Duration of the most recent engine step.",
         MetricType::Gauge, stats->last_step_seconds);
     return out;

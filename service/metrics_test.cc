@@ -35,7 +35,8 @@ TEST(MetricsTest, RecordsGenerationsAndRpcs) {
   EXPECT_THAT(text, HasSubstr("kvserve_rpc_requests_total{code=\"ok\",method=\"Generate\"} 1"));
   EXPECT_THAT(text, HasSubstr("kvserve_request_time_to_first_token_seconds_count 1"));
   EXPECT_THAT(text, HasSubstr("kvserve_request_time_to_first_token_seconds_bucket{le=\"0.05\"} 1"));
-  EXPECT_THAT(text, HasSubstr("kvserve_request_time_to_first_token_seconds_bucket{le=\"0.025\"} 0"));
+  EXPECT_THAT(text,
+              HasSubstr("kvserve_request_time_to_first_token_seconds_bucket{le=\"0.025\"} 0"));
   EXPECT_THAT(text, HasSubstr("kvserve_request_inter_token_latency_seconds_count 1"));
   EXPECT_THAT(text, HasSubstr("kvserve_request_prefill_time_seconds_sum 0.028"));
   // No engine attached: no engine gauges.

@@ -22,9 +22,9 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options) {
 
   backends::BackendOptions backend_options;
   backend_options.threads = options.threads;
-  absl::StatusOr<std::unique_ptr<backends::Backend>> backend = backends::CreateBackend(
-      options.backend, *loaded.model, options.engine.KvLayoutFor(loaded.model->config()),
-      backend_options);
+  absl::StatusOr<std::unique_ptr<backends::Backend>> backend =
+      backends::CreateBackend(options.backend, *loaded.model,
+                              options.engine.KvLayoutFor(loaded.model->config()), backend_options);
   if (!backend.ok()) {
     return absl::Status(backend.status().code(),
                         absl::StrCat("backend: ", std::string(backend.status().message())));

@@ -77,13 +77,12 @@ absl::StatusOr<engine::Request> ToEngineRequest(const v1::GenerateRequest& reque
     }
   }
   if (static_cast<int64_t>(request.cache_salt().size()) > limits.max_cache_salt_bytes) {
-    return Invalid(absl::StrCat("cache_salt is ", request.cache_salt().size(),
-                                " bytes, at most ", limits.max_cache_salt_bytes, " allowed"));
+    return Invalid(absl::StrCat("cache_salt is ", request.cache_salt().size(), " bytes, at most ",
+                                limits.max_cache_salt_bytes, " allowed"));
   }
   engine::Request out;
   out.sampling = ToSamplingParams(request, limits);
-  if (absl::Status s = out.sampling.Validate(limits.vocab_size, limits.max_tokens_limit);
-      !s.ok()) {
+  if (absl::Status s = out.sampling.Validate(limits.vocab_size, limits.max_tokens_limit); !s.ok()) {
     return WithProtoFieldName(s);
   }
 
@@ -100,8 +99,8 @@ absl::StatusOr<engine::Request> ToEngineRequest(const v1::GenerateRequest& reque
       if (ids.size() >= limits.context_length) {
         // Checked before the per-id loop so a huge list is rejected cheaply.
         return Invalid(absl::StrCat("prompt.tokens has ", ids.size(),
-                                    " ids; the context holds at most ",
-                                    limits.context_length - 1, " prompt tokens"));
+                                    " ids; the context holds at most ", limits.context_length - 1,
+                                    " prompt tokens"));
       }
       for (int i = 0; i < ids.size(); ++i) {
         if (ids[i] < 0 || ids[i] >= limits.vocab_size) {
@@ -120,13 +119,12 @@ absl::StatusOr<engine::Request> ToEngineRequest(const v1::GenerateRequest& reque
   }
   const int64_t context_tokens = static_cast<int64_t>(history_tokens) + out.prompt_tokens.size();
   if (context_tokens >= limits.context_length) {
-    return Invalid(absl::StrCat("prompt is ", out.prompt_tokens.size(), " tokens",
-                                history_tokens > 0
-                                    ? absl::StrCat(" after ", history_tokens,
-                                                   " tokens of session history")
-                                    : std::string(),
-                                "; the context holds ", limits.context_length,
-                                " tokens including at least one generated token"));
+    return Invalid(absl::StrCat(
+        "prompt is ", out.prompt_tokens.size(), " tokens",
+        history_tokens > 0 ? absl::StrCat(" after ", history_tokens, " tokens of session history")
+                           : std::string(),
+        "; the context holds ", limits.context_length,
+        " tokens including at least one generated token"));
   }
   out.session_id = request.session_id();
   out.cache_salt = request.cache_salt();

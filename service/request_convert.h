@@ -17,10 +17,10 @@ namespace kvserve::service {
 
 // Limits a request is validated against.
 struct RequestLimits {
-  int32_t vocab_size = 0;      // token ids must be in [0, vocab_size)
-  int32_t context_length = 0;  // prompt tokens must be < context_length
-  int32_t max_tokens_limit = 4096;   // largest accepted max_tokens
-  int32_t default_max_tokens = 256;  // max_tokens when unset
+  int32_t vocab_size = 0;              // token ids must be in [0, vocab_size)
+  int32_t context_length = 0;          // prompt tokens must be < context_length
+  int32_t max_tokens_limit = 4096;     // largest accepted max_tokens
+  int32_t default_max_tokens = 256;    // max_tokens when unset
   int64_t max_prompt_bytes = 1 << 20;  // prompt.text size limit
   int32_t max_cache_salt_bytes = 256;
   int32_t max_session_id_bytes = 128;
@@ -59,8 +59,7 @@ absl::Status CheckSessionId(const std::string& id, const RequestLimits& limits, 
 
 // Converts a session TTL (unset = 0 = the engine's default; the engine enforces its
 // maximum). INVALID_ARGUMENT naming `field` when negative or malformed.
-absl::StatusOr<absl::Duration> SessionTtl(const google::protobuf::Duration& ttl,
-                                          const char* field);
+absl::StatusOr<absl::Duration> SessionTtl(const google::protobuf::Duration& ttl, const char* field);
 
 void ToProtoSession(const engine::SessionInfo& info, v1::Session* out);
 

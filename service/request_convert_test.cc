@@ -32,7 +32,9 @@ model::Vocabulary ByteVocab() {
     snprintf(name, sizeof(name), "<0x%02X>", b);
     add(name, model::TokenKind::kByte);
   }
-  add("\xe2\x96\x81" "a", model::TokenKind::kNormal);
+  add("\xe2\x96\x81"
+      "a",
+      model::TokenKind::kNormal);
   return v;
 }
 
@@ -241,8 +243,7 @@ TEST_F(RequestConvertTest, HistoryCountsAgainstTheContext) {
 
 TEST_F(RequestConvertTest, FinishReasonsAndStatuses) {
   EXPECT_EQ(ToProtoFinishReason(engine::FinishReason::kStop), v1::FINISH_REASON_STOP);
-  EXPECT_EQ(ToProtoFinishReason(engine::FinishReason::kStopString),
-            v1::FINISH_REASON_STOP_STRING);
+  EXPECT_EQ(ToProtoFinishReason(engine::FinishReason::kStopString), v1::FINISH_REASON_STOP_STRING);
   EXPECT_EQ(ToProtoFinishReason(engine::FinishReason::kLength), v1::FINISH_REASON_LENGTH);
   EXPECT_TRUE(FinishStatus(engine::FinishReason::kLength, absl::OkStatus()).ok());
   EXPECT_EQ(FinishStatus(engine::FinishReason::kDeadline, absl::OkStatus()).code(),

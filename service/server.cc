@@ -32,8 +32,8 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError("malloc-trim-interval must be >= 0");
   }
   if (options.max_receive_message_bytes < 1024) {
-    return absl::InvalidArgumentError(absl::StrCat("max-message-bytes must be >= 1024, got ",
-                                                   options.max_receive_message_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max-message-bytes must be >= 1024, got ", options.max_receive_message_bytes));
   }
   const RequestLimits& limits = options.service.limits;
   if (limits.max_tokens_limit < 1) {
@@ -84,9 +84,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   builder.RegisterService(server->service_.get());
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr || port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", server->options_.listen_address,
-                     " (address in use or not local?)"));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", server->options_.listen_address,
+                                               " (address in use or not local?)"));
   }
   server->port_ = port;
   if (server->options_.malloc_trim_interval > absl::ZeroDuration()) {
@@ -94,7 +93,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
         std::make_unique<MemoryTrimmer>(server->options_.malloc_trim_interval);
   }
   grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService();
-  health->SetServingStatus("", true);                   // liveness
+  health->SetServingStatus("", true);                  // liveness
   health->SetServingStatus(kReadinessService, false);  // readiness: not loaded yet
 
   Server* raw = server.get();

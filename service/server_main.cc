@@ -23,7 +23,8 @@
 #include "service/model_loading.h"
 #include "service/server.h"
 
-ABSL_FLAG(std::string, model, "", "Model file: GGUF, or a llama2.c checkpoint with --tokenizer. Required.");
+ABSL_FLAG(std::string, model, "",
+          "Model file: GGUF, or a llama2.c checkpoint with --tokenizer. Required.");
 ABSL_FLAG(std::string, tokenizer, "", "llama2.c tokenizer.bin (only for llama2.c checkpoints).");
 ABSL_FLAG(std::string, backend, "cpu_blas", "Compute backend: cpu_blas or reference.");
 ABSL_FLAG(int32_t, threads, 0, "Backend worker threads; 0 = all cores.");
@@ -251,8 +252,8 @@ int Run() {
 
   absl::StatusOr<LoadedModel> loaded = LoadModel(*model_options);
   if (!loaded.ok()) return Fail(loaded.status());
-  if (absl::Status s = (*server)->Attach(std::move(loaded->model), std::move(loaded->engine),
-                                         loaded->backend);
+  if (absl::Status s =
+          (*server)->Attach(std::move(loaded->model), std::move(loaded->engine), loaded->backend);
       !s.ok()) {
     return Fail(s);
   }

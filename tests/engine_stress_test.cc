@@ -126,7 +126,8 @@ TEST(EngineStressTest, ConcurrentSubmittersCancelsAndSessions) {
           auto id = engine.Submit(r, sink);
           if (!id.ok()) {
             const auto code = id.status().code();
-            if (code != absl::StatusCode::kResourceExhausted && code != absl::StatusCode::kNotFound) {
+            if (code != absl::StatusCode::kResourceExhausted &&
+                code != absl::StatusCode::kNotFound) {
               fail(id.status().ToString());
             }
             continue;

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "google/protobuf/unknown_field_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -37,8 +37,7 @@ std::string ModelPath() {
 }
 
 std::chrono::system_clock::time_point In(absl::Duration d) {
-  return std::chrono::system_clock::now() +
-         std::chrono::microseconds(absl::ToInt64Microseconds(d));
+  return std::chrono::system_clock::now() + std::chrono::microseconds(absl::ToInt64Microseconds(d));
 }
 
 class ServiceIntegrationTest : public ::testing::Test {
@@ -69,10 +68,8 @@ class ServiceIntegrationTest : public ::testing::Test {
     model_options.engine.max_tokens_limit = 1000;
     auto loaded = LoadModel(model_options);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
-    ASSERT_TRUE(server_
-                    ->Attach(std::move(loaded->model), std::move(loaded->engine),
-                             loaded->backend)
-                    .ok());
+    ASSERT_TRUE(
+        server_->Attach(std::move(loaded->model), std::move(loaded->engine), loaded->backend).ok());
   }
 
   static v1::GenerateRequest Greedy(const std::string& text, int max_tokens) {
@@ -235,9 +232,9 @@ TEST_F(ServiceIntegrationTest, SessionTurnTwoReportsCachedTokens) {
   EXPECT_GT(r2.usage().prompt_tokens(),
             r1.usage().prompt_tokens() + r1.usage().completion_tokens());
   EXPECT_GE(r2.usage().cached_tokens_local(), 16);
-  EXPECT_EQ(r2.usage().computed_tokens(),
-            r2.usage().prompt_tokens() - r2.usage().cached_tokens_local() -
-                r2.usage().cached_tokens_remote());
+  EXPECT_EQ(r2.usage().computed_tokens(), r2.usage().prompt_tokens() -
+                                              r2.usage().cached_tokens_local() -
+                                              r2.usage().cached_tokens_remote());
 
   grpc::ClientContext get_ctx;
   v1::GetSessionRequest get;
@@ -454,7 +451,8 @@ std::vector<std::string> ListServicesByReflection(const std::shared_ptr<grpc::Ch
     return cq.Next(&tag, &ok) && tag == want && ok;
   };
   int tag = 0;
-  auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto call =
+      stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   call->StartCall(&tag);
   if (!next(&tag)) return names;
   const std::string request_bytes("\x3a\x00", 2);  // list_services: ""
@@ -474,7 +472,8 @@ std::vector<std::string> ListServicesByReflection(const std::shared_ptr<grpc::Ch
   std::vector<grpc::Slice> slices;
   if (!response.Dump(&slices).ok()) return names;
   std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   google::protobuf::UnknownFieldSet top;
   if (!top.ParseFromString(bytes)) return names;
   for (int i = 0; i < top.field_count(); ++i) {
@@ -483,7 +482,8 @@ std::vector<std::string> ListServicesByReflection(const std::shared_ptr<grpc::Ch
     if (!list.ParseFromString(top.field(i).length_delimited())) continue;
     for (int j = 0; j < list.field_count(); ++j) {
       google::protobuf::UnknownFieldSet service;
-      if (list.field(j).number() != 1 || !service.ParseFromString(list.field(j).length_delimited())) continue;
+      if (list.field(j).number() != 1 || !service.ParseFromString(list.field(j).length_delimited()))
+        continue;
       for (int k = 0; k < service.field_count(); ++k) {
         if (service.field(k).number() == 1) names.push_back(service.field(k).length_delimited());
       }

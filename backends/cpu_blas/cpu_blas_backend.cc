@@ -121,18 +121,18 @@ struct CpuBlasBackend::State {
   std::vector<int> logit_seqs;  // ... and that sequence's index
 
   // Activations; n = rows.size(). Grown as needed, never shrunk.
-  std::vector<float> x;                    // [n, dim] residual stream
-  std::vector<float> xb;                   // [n, dim] normalised input of a sub-layer
-  std::vector<float> xb2;                  // [n, dim] sub-layer output before the residual add
-  std::vector<float> q;                    // [n, q_dim] queries (after RoPE)
-  std::vector<float> k;                    // [n, kv_dim] keys (after RoPE)
-  std::vector<float> v;                    // [n, kv_dim] values
-  std::vector<float> att_out;              // [n, q_dim] attention output, heads concatenated
-  std::vector<float> hb;                   // [n, ffn_dim] gate, then silu(gate) * up
-  std::vector<float> hb2;                  // [n, ffn_dim] up
-  std::vector<float> xf;                   // [n_logits, dim] final hidden states of logit rows
-  std::vector<float> out;                  // [n_logits, vocab] logits before scattering
-  std::vector<AttentionScratch> scratch;   // per pool thread
+  std::vector<float> x;                   // [n, dim] residual stream
+  std::vector<float> xb;                  // [n, dim] normalised input of a sub-layer
+  std::vector<float> xb2;                 // [n, dim] sub-layer output before the residual add
+  std::vector<float> q;                   // [n, q_dim] queries (after RoPE)
+  std::vector<float> k;                   // [n, kv_dim] keys (after RoPE)
+  std::vector<float> v;                   // [n, kv_dim] values
+  std::vector<float> att_out;             // [n, q_dim] attention output, heads concatenated
+  std::vector<float> hb;                  // [n, ffn_dim] gate, then silu(gate) * up
+  std::vector<float> hb2;                 // [n, ffn_dim] up
+  std::vector<float> xf;                  // [n_logits, dim] final hidden states of logit rows
+  std::vector<float> out;                 // [n_logits, vocab] logits before scattering
+  std::vector<AttentionScratch> scratch;  // per pool thread
 
   // Calls fn(row_begin, row_end) over [0, n) in chunks on the pool, or once on the
   // caller when the work (n * elements_per_row) is small.

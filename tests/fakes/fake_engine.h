@@ -121,8 +121,7 @@ class FakeEngine final : public engine::Engine {
   // Waits until request `id` is no longer held (finished or cancelled).
   bool WaitReleased(engine::RequestId id, absl::Duration timeout) {
     std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, absl::ToChronoSeconds(timeout),
-                        [&] { return held_.count(id) == 0; });
+    return cv_.wait_for(lock, absl::ToChronoSeconds(timeout), [&] { return held_.count(id) == 0; });
   }
 
   std::vector<engine::Request> submitted() const {
