@@ -275,7 +275,9 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
     undo_turn();
     return sampler.status();
   }
-  auto seq = std::make_unique<Sequence>(id, *std::move(sampler), request.sampling.stop_strings);
+  auto seq = std::make_unique<Sequence>(
+      id, *std::move(sampler),
+      OutputProcessor(request.sampling, model_.vocab().eos_id, tokenizer_.get(), context.back()));
   seq->sink = std::move(sink);
   seq->prompt_len = static_cast<int32_t>(n);
   seq->max_new_tokens = request.sampling.max_tokens;
@@ -287,7 +289,6 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   seq->arrival = static_cast<int64_t>(id);
   seq->submit_time = now;
   seq->deadline = request.deadline;
-  if (tokenizer_ != nullptr) seq->decoder.emplace(*tokenizer_, context.back());
   seq->tokens = std::move(context);
 
   std::unique_lock<std::mutex> lock(mu_);
@@ -449,47 +450,26 @@ void EngineImpl::HandleSample(Sequence& seq, std::span<float> logits, absl::Time
   SampleInfo info;
   const int32_t token = seq.sampler.Sample(logits, seq.tokens, seq.prompt_len, &info);
   if (!seq.first_token.has_value()) seq.first_token = now;
-  const SamplingParams& params = seq.sampler.params();
-  const bool stop_token = (!params.ignore_eos && token == model_.vocab().eos_id) ||
-                          std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(),
-                                    token) != params.stop_token_ids.end();
   seq.tokens.push_back(token);
+  const bool at_length_limit = seq.completion_tokens() >= seq.max_new_tokens ||
+                               static_cast<int32_t>(seq.tokens.size()) >= seq.max_total_tokens;
+  TokenOutput out = seq.output.Process(token, at_length_limit);
 
-  // Text still held back (an incomplete character, a possible stop-string prefix).
-  auto flush_text = [&seq]() {
-    std::string text;
-    if (seq.decoder.has_value()) text = seq.stop.Feed(seq.decoder->Flush()).text;
-    if (!seq.stop.stopped()) text += seq.stop.Flush();
-    return text;
-  };
-
-  if (stop_token) {
-    TokenEvent tail;
-    tail.token = kTextOnlyToken;
-    tail.text = flush_text();
-    if (!tail.text.empty()) seq.sink->OnToken(tail);
-    finished->emplace_back(seq.id, FinishReason::kStop);
-    return;
-  }
-
-  TokenEvent event;
-  event.token = token;
-  event.logprob = info.logprob;
-  event.top_logprobs.reserve(info.top_logprobs.size());
-  for (const LogprobEntry& e : info.top_logprobs)
-    event.top_logprobs.push_back({e.token, e.logprob});
-  StopMatcher::Result r = seq.stop.Feed(seq.decoder.has_value() ? seq.decoder->Push(token) : "");
-  event.text = std::move(r.text);
-  if (r.stopped) {
+  // A stop token is not emitted; only the text it flushed is, when there is some.
+  if (out.emit_token || !out.text.empty()) {
+    TokenEvent event;
+    event.token = out.emit_token ? token : kTextOnlyToken;
+    event.text = std::move(out.text);
+    if (out.emit_token) {
+      event.logprob = info.logprob;
+      event.top_logprobs.reserve(info.top_logprobs.size());
+      for (const LogprobEntry& e : info.top_logprobs) {
+        event.top_logprobs.push_back({e.token, e.logprob});
+      }
+    }
     seq.sink->OnToken(event);
-    finished->emplace_back(seq.id, FinishReason::kStopString);
-    return;
   }
-  const bool length = seq.completion_tokens() >= seq.max_new_tokens ||
-                      static_cast<int32_t>(seq.tokens.size()) >= seq.max_total_tokens;
-  if (length) event.text += flush_text();
-  seq.sink->OnToken(event);
-  if (length) finished->emplace_back(seq.id, FinishReason::kLength);
+  if (out.finish.has_value()) finished->emplace_back(seq.id, *out.finish);
 }
 
 void EngineImpl::Finish(RequestId id, const absl::Status& status, FinishReason reason) {

@@ -14,21 +14,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "backends/backend.h"
+#include "engine/finish_reason.h"
 #include "engine/sampling_params.h"
 #include "model/model.h"
 
 namespace kvserve::engine {
 
 using RequestId = uint64_t;
-
-enum class FinishReason {
-  kStop,        // EOS or a stop token id
-  kStopString,  // a stop string matched
-  kLength,      // max_tokens reached or the context is full
-  kCancelled,   // Cancel() or the sink asked to stop
-  kDeadline,    // the request deadline passed
-  kError,       // see the status passed to OnFinish
-};
 
 struct Usage {
   int32_t prompt_tokens = 0;         // tokens of the whole context the turn started from

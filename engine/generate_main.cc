@@ -26,7 +26,7 @@
 
 namespace {
 
-using kvserve::engine::OfflineFinish;
+using kvserve::engine::FinishReason;
 using kvserve::engine::OfflineGenerateOptions;
 
 constexpr char kUsage[] =
@@ -48,16 +48,18 @@ struct Flags {
   OfflineGenerateOptions options;
 };
 
-const char* FinishName(OfflineFinish finish) {
+const char* FinishName(FinishReason finish) {
   switch (finish) {
-    case OfflineFinish::kEndOfText:
-      return "end of text";
-    case OfflineFinish::kStopToken:
-      return "stop token";
-    case OfflineFinish::kStopString:
+    case FinishReason::kStop:
+      return "end of text or stop token";
+    case FinishReason::kStopString:
       return "stop string";
-    case OfflineFinish::kLength:
+    case FinishReason::kLength:
       return "length";
+    case FinishReason::kCancelled:
+    case FinishReason::kDeadline:
+    case FinishReason::kError:
+      break;  // offline generation never ends so
   }
   return "unknown";
 }

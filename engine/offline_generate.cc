@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "backends/backend.h"
 #include "backends/kv_arena.h"
+#include "engine/output_processor.h"
 #include "engine/sampler.h"
-#include "engine/stop_matcher.h"
 #include "model/kv_layout.h"
 
 namespace kvserve::engine {
@@ -57,17 +57,16 @@ absl::StatusOr<OfflineGenerateResult> GenerateOffline(
   backends::KvArena arena(layout);
   const std::span<uint8_t* const> blocks = arena.Allocate(prompt_len + max_generated);
 
-  // Echoing decodes the prompt through the same decoder, so its text is exactly what
-  // llama2.c prints; otherwise the decoder starts after the last prompt token.
-  model::TokenStreamDecoder decoder(tokenizer,
-                                    options.echo_prompt ? -1 : result.prompt_tokens.back());
+  // The echoed prompt is decoded from the start (the space after BOS dropped), so its
+  // text is exactly what llama2.c prints; generated text continues after its last token.
   if (options.echo_prompt) {
-    for (int32_t token : result.prompt_tokens) {
-      const std::string text = decoder.Push(token);
-      if (!text.empty()) on_text(text);
-    }
+    model::TokenStreamDecoder prompt_decoder(tokenizer);
+    std::string text;
+    for (int32_t token : result.prompt_tokens) text += prompt_decoder.Push(token);
+    text += prompt_decoder.Flush();
+    if (!text.empty()) on_text(text);
   }
-  StopMatcher stop_matcher(options.sampling.stop_strings);
+  OutputProcessor output(options.sampling, vocab.eos_id, &tokenizer, result.prompt_tokens.back());
 
   std::vector<int32_t> context = result.prompt_tokens;         // prompt + generated
   std::vector<float> logits(static_cast<size_t>(vocab_size));  // [1, vocab]
@@ -85,32 +84,16 @@ absl::StatusOr<OfflineGenerateResult> GenerateOffline(
   result.prefill_seconds = SecondsSince(prefill_start);
 
   const auto decode_start = std::chrono::steady_clock::now();
-  bool finished = false;
-  while (!finished) {
+  while (true) {
     const int32_t token = sampler->Sample(logits, context, prompt_len, nullptr);
     result.generated_tokens.push_back(token);
     context.push_back(token);
     result.decode_seconds = SecondsSince(decode_start);
-
-    const bool end_of_text =
-        !options.sampling.ignore_eos && (token == vocab.eos_id || token == vocab.bos_id);
-    if (end_of_text) {
-      result.finish = OfflineFinish::kEndOfText;
-      break;
-    }
-    if (std::find(options.sampling.stop_token_ids.begin(), options.sampling.stop_token_ids.end(),
-                  token) != options.sampling.stop_token_ids.end()) {
-      result.finish = OfflineFinish::kStopToken;
-      break;
-    }
-    StopMatcher::Result emitted = stop_matcher.Feed(decoder.Push(token));
-    if (!emitted.text.empty()) on_text(emitted.text);
-    if (emitted.stopped) {
-      result.finish = OfflineFinish::kStopString;
-      break;
-    }
-    if (static_cast<int32_t>(result.generated_tokens.size()) >= max_generated) {
-      result.finish = OfflineFinish::kLength;
+    TokenOutput out = output.Process(
+        token, static_cast<int32_t>(result.generated_tokens.size()) >= max_generated);
+    if (!out.text.empty()) on_text(out.text);
+    if (out.finish.has_value()) {
+      result.finish = *out.finish;
       break;
     }
 
@@ -118,17 +101,6 @@ absl::StatusOr<OfflineGenerateResult> GenerateOffline(
     sequence.tokens = std::span<const int32_t>(&context.back(), 1);
     sequence.cached_tokens = static_cast<int32_t>(context.size()) - 1;
     if (absl::Status status = (*backend)->Forward(batch, logits); !status.ok()) return status;
-  }
-
-  if (result.finish != OfflineFinish::kStopString) {
-    StopMatcher::Result tail = stop_matcher.Feed(decoder.Flush());
-    std::string text = std::move(tail.text);
-    if (tail.stopped) {
-      result.finish = OfflineFinish::kStopString;
-    } else {
-      text += stop_matcher.Flush();
-    }
-    if (!text.empty()) on_text(text);
   }
   return result;
 }

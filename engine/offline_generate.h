@@ -10,6 +10,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "engine/finish_reason.h"
 #include "engine/sampling_params.h"
 #include "model/dtype.h"
 #include "model/model.h"
@@ -27,18 +28,12 @@ struct OfflineGenerateOptions {
   bool echo_prompt = true;                     // pass the decoded prompt to on_text first
 };
 
-enum class OfflineFinish {
-  kEndOfText,   // EOS or BOS sampled (a BOS starts a new document, as llama2.c treats it);
-                // never with sampling.ignore_eos
-  kStopToken,   // one of sampling.stop_token_ids sampled
-  kStopString,  // one of sampling.stop_strings appeared in the text
-  kLength,      // max_tokens generated, or the model's context is full
-};
-
 struct OfflineGenerateResult {
   std::vector<int32_t> prompt_tokens;     // BOS (when the vocabulary adds one) + prompt
   std::vector<int32_t> generated_tokens;  // every sampled token, including a final stop token
-  OfflineFinish finish = OfflineFinish::kLength;
+  // kStop (EOS or a stop token id), kStopString or kLength (max_tokens generated, or the
+  // model's context is full); the rules are OutputProcessor's, as in the engine.
+  FinishReason finish = FinishReason::kLength;
   double prefill_seconds = 0.0;  // the one Forward over the whole prompt
   double decode_seconds = 0.0;   // first sampled token -> last sampled token
                                  // (generated_tokens.size() - 1 single-token steps)
@@ -46,8 +41,9 @@ struct OfflineGenerateResult {
 
 // Encodes `prompt` (with BOS when the vocabulary asks for it), prefills it in one
 // Forward, then samples and feeds one token at a time until a stop condition. Text is
-// passed to `on_text` as it becomes final: UTF-8 safe (model::TokenStreamDecoder) and
-// with any stop string (and text after it) removed. Stop tokens produce no text.
+// passed to `on_text` as it becomes final, exactly as the engine streams it
+// (engine/output_processor.h): UTF-8 safe, with any stop string (and text after it)
+// removed; stop tokens produce no text.
 // Generation is capped so that prompt + generated tokens fit the model's context.
 // Runs entirely on the calling thread (on_text included) and blocks until the end; it
 // creates its own backend and KV blocks, so concurrent calls share only `model` and

@@ -26,8 +26,8 @@ class SchedulerTest : public ::testing::Test {
 
   Sequence* Add(RequestId id, int n_tokens, int32_t first = 0) {
     SamplingParams p;
-    auto seq =
-        std::make_unique<Sequence>(id, *Sampler::Create(p, 100, 1), std::vector<std::string>{});
+    auto seq = std::make_unique<Sequence>(id, *Sampler::Create(p, 100, 1),
+                                          OutputProcessor(p, /*eos_id=*/2, nullptr, -1));
     seq->tokens.resize(static_cast<size_t>(n_tokens));
     std::iota(seq->tokens.begin(), seq->tokens.end(), first);
     seq->prompt_len = n_tokens;

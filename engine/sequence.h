@@ -11,9 +11,8 @@
 #include "absl/time/time.h"
 #include "cache/block_hash.h"
 #include "engine/engine.h"
+#include "engine/output_processor.h"
 #include "engine/sampler.h"
-#include "engine/stop_matcher.h"
-#include "model/tokenizer.h"
 
 namespace kvserve::engine {
 
@@ -24,8 +23,8 @@ namespace kvserve::engine {
 //   * prompt_len <= tokens.size(); tokens past prompt_len were sampled by this request.
 // Threading: owned and touched by the engine's step thread only.
 struct Sequence {
-  Sequence(RequestId id, Sampler sampler, std::vector<std::string> stop_strings)
-      : id(id), sampler(std::move(sampler)), stop(std::move(stop_strings)) {}
+  Sequence(RequestId id, Sampler sampler, OutputProcessor output)
+      : id(id), sampler(std::move(sampler)), output(std::move(output)) {}
 
   RequestId id;
   std::shared_ptr<RequestSink> sink;
@@ -52,8 +51,7 @@ struct Sequence {
 
   // Output.
   Sampler sampler;
-  StopMatcher stop;
-  std::optional<model::TokenStreamDecoder> decoder;  // when the engine has a tokenizer
+  OutputProcessor output;
 
   int32_t remaining_tokens() const { return static_cast<int32_t>(tokens.size()) - num_computed; }
   int32_t completion_tokens() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }

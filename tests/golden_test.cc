@@ -105,7 +105,7 @@ void ExpectGolden(const LoadedModel& loaded, model::DType kv_dtype = model::DTyp
     SCOPED_TRACE("backend " + backend);
     const Generated out = GenerateGreedy(loaded, backend, kv_dtype);
     EXPECT_EQ(out.text, golden);
-    EXPECT_EQ(out.result.finish, engine::OfflineFinish::kLength);
+    EXPECT_EQ(out.result.finish, engine::FinishReason::kLength);
     EXPECT_EQ(out.result.prompt_tokens, (std::vector<int32_t>{1, 403, 407, 261, 378}));
     EXPECT_EQ(out.result.generated_tokens.size(), static_cast<size_t>(kLlama2cSampledTokens));
   }
@@ -142,7 +142,7 @@ TEST(GoldenTest, StopStringCutsTheStory) {
       engine::GenerateOffline(*loaded.model, *loaded.tokenizer, "Once upon a time", options,
                               [&text](std::string_view delta) { text.append(delta); });
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->finish, engine::OfflineFinish::kStopString);
+  EXPECT_EQ(result->finish, engine::FinishReason::kStopString);
   EXPECT_EQ(text, "Once upon a time, there was a little girl named ");
 }
 
@@ -168,7 +168,7 @@ TEST(GoldenTest, StopTokenIdEndsBeforeTheToken) {
       engine::GenerateOffline(*loaded.model, *loaded.tokenizer, "Once upon a time", options,
                               [&text](std::string_view delta) { text.append(delta); });
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->finish, engine::OfflineFinish::kStopToken);
+  EXPECT_EQ(result->finish, engine::FinishReason::kStop);
   ASSERT_EQ(result->generated_tokens.size(), first + 1);
   const std::vector<int32_t> before(free_run->generated_tokens.begin(),
                                     free_run->generated_tokens.begin() + first);
@@ -187,7 +187,7 @@ TEST(GoldenTest, MaxTokens) {
       engine::GenerateOffline(*loaded.model, *loaded.tokenizer, "Once upon a time", options,
                               [&text](std::string_view delta) { text.append(delta); });
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->finish, engine::OfflineFinish::kLength);
+  EXPECT_EQ(result->finish, engine::FinishReason::kLength);
   EXPECT_EQ(result->generated_tokens.size(), 5u);
   EXPECT_EQ(text, std::string(kDesignQuote).substr(16, text.size()));  // continuation only
   EXPECT_FALSE(text.empty());
@@ -216,7 +216,7 @@ TEST(GoldenTest, ContextCapsTheLength) {
   absl::StatusOr<engine::OfflineGenerateResult> result =
       engine::GenerateOffline(**model, **tokenizer, prompt, options, [](std::string_view) {});
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->finish, engine::OfflineFinish::kLength);
+  EXPECT_EQ(result->finish, engine::FinishReason::kLength);
   EXPECT_EQ(result->prompt_tokens.size(), prompt_tokens);
   EXPECT_EQ(result->prompt_tokens.size() + result->generated_tokens.size(), 32u);
 
