@@ -77,7 +77,9 @@ bool KvCacheManager::Reserve(SequenceId seq, int32_t num_tokens) {
   const int32_t need = BlocksToReserve(seq, num_tokens);
   if (need == 0) return true;
   const size_t old_size = t.blocks.size();
-  if (!pool_->Allocate(need, &t.blocks)) return false;
+  while (!pool_->Allocate(need, &t.blocks)) {
+    if (!ReclaimOneSession()) return false;
+  }
   for (size_t i = old_size; i < t.blocks.size(); ++i)
     t.pointers.push_back(pool_->data(t.blocks[i]));
   return true;
@@ -113,26 +115,74 @@ void KvCacheManager::Close(SequenceId seq) {
   tables_.erase(it);
 }
 
-std::vector<BlockId> KvCacheManager::PinCommitted(SequenceId seq, std::span<const int32_t> tokens) {
+std::vector<BlockId> KvCacheManager::RefCommitted(SequenceId seq, std::span<const int32_t> tokens) {
   const Table& t = table(seq);
   const size_t bt = static_cast<size_t>(block_tokens());
-  std::vector<BlockId> pinned;
-  pinned.reserve(t.hashes.size());
+  std::vector<BlockId> refs;
+  refs.reserve(t.hashes.size());
   for (size_t i = 0; i < t.hashes.size(); ++i) {
     const BlockHash parent = i == 0 ? t.root : t.hashes[i - 1];
     std::optional<BlockId> id = pool_->Find(t.hashes[i], parent, tokens.subspan(i * bt, bt));
     if (!id.has_value()) break;
     pool_->Ref(*id);
-    pinned.push_back(*id);
+    refs.push_back(*id);
   }
-  return pinned;
+  return refs;
 }
 
-void KvCacheManager::Pin(std::span<const BlockId> blocks) {
+void KvCacheManager::SetSessionBlocks(const std::string& session, std::vector<BlockId> blocks) {
+  SessionBlocks& s = sessions_[session];
+  pool_->Release(s.blocks);
+  session_blocks_ += static_cast<int64_t>(blocks.size()) - static_cast<int64_t>(s.blocks.size());
+  s.blocks = std::move(blocks);
+  s.last_pinned = ++session_clock_;
+}
+
+void KvCacheManager::PinSession(const std::string& session, SequenceId seq,
+                                std::span<const int32_t> tokens) {
+  SetSessionBlocks(session, RefCommitted(seq, tokens));
+}
+
+void KvCacheManager::ForkSession(const std::string& parent, const std::string& child) {
+  std::vector<BlockId> blocks;
+  if (auto it = sessions_.find(parent); it != sessions_.end()) blocks = it->second.blocks;
   for (BlockId id : blocks) pool_->Ref(id);
+  SetSessionBlocks(child, std::move(blocks));
 }
 
-void KvCacheManager::Unpin(std::span<const BlockId> blocks) { pool_->Release(blocks); }
+void KvCacheManager::ReleaseSession(const std::string& session) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return;
+  pool_->Release(it->second.blocks);
+  session_blocks_ -= static_cast<int64_t>(it->second.blocks.size());
+  sessions_.erase(it);
+}
+
+void KvCacheManager::ReleaseAllSessions() {
+  for (auto& [id, s] : sessions_) pool_->Release(s.blocks);
+  sessions_.clear();
+  session_blocks_ = 0;
+}
+
+int32_t KvCacheManager::session_blocks(const std::string& session) const {
+  auto it = sessions_.find(session);
+  return it == sessions_.end() ? 0 : static_cast<int32_t>(it->second.blocks.size());
+}
+
+bool KvCacheManager::ReclaimOneSession() {
+  // Linear in the sessions, but only when the pool has run dry.
+  SessionBlocks* victim = nullptr;
+  for (auto& [id, s] : sessions_) {
+    if (s.blocks.empty()) continue;
+    if (victim == nullptr || s.last_pinned < victim->last_pinned) victim = &s;
+  }
+  if (victim == nullptr) return false;
+  pool_->Release(victim->blocks);  // tail first: the chain's head stays cached longest
+  session_blocks_ -= static_cast<int64_t>(victim->blocks.size());
+  victim->blocks.clear();
+  ++session_reclaims_total_;
+  return true;
+}
 
 KvCacheStats KvCacheManager::stats() const {
   KvCacheStats s;
@@ -143,6 +193,8 @@ KvCacheStats KvCacheManager::stats() const {
   s.prefix_queries_total = prefix_queries_total_;
   s.prefix_hits_total = prefix_hits_total_;
   s.evictions_total = pool_->evictions_total();
+  s.session_blocks = session_blocks_;
+  s.session_reclaims_total = session_reclaims_total_;
   return s;
 }
 

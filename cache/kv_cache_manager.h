@@ -1,5 +1,6 @@
 // Per-sequence block tables over the block pool: longest cached prefix lookup,
-// allocation as a sequence grows, registration of full blocks, release, pins.
+// allocation as a sequence grows, registration of full blocks, release, and the
+// session tier (blocks a conversation keeps between its turns).
 #ifndef KVSERVE_CACHE_KV_CACHE_MANAGER_H_
 #define KVSERVE_CACHE_KV_CACHE_MANAGER_H_
 
@@ -7,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -23,12 +25,14 @@ using SequenceId = uint64_t;
 
 struct KvCacheStats {
   int64_t blocks_total = 0;
-  int64_t blocks_used = 0;           // ref_count > 0
-  int64_t blocks_cached = 0;         // ref_count 0, findable by key
-  int64_t blocks_free = 0;           // ref_count 0, not registered
-  int64_t prefix_queries_total = 0;  // full blocks looked up by Open()
-  int64_t prefix_hits_total = 0;     // of those, found cached
-  int64_t evictions_total = 0;       // cached blocks reused for new data
+  int64_t blocks_used = 0;             // ref_count > 0
+  int64_t blocks_cached = 0;           // ref_count 0, findable by key
+  int64_t blocks_free = 0;             // ref_count 0, not registered
+  int64_t prefix_queries_total = 0;    // full blocks looked up by Open()
+  int64_t prefix_hits_total = 0;       // of those, found cached
+  int64_t evictions_total = 0;         // cached blocks reused for new data
+  int64_t session_blocks = 0;          // references held by the session tier
+  int64_t session_reclaims_total = 0;  // sessions whose blocks Reserve() took back
 };
 
 // The KV cache manager decides which blocks a sequence uses; the scheduler decides who
@@ -40,8 +44,20 @@ struct KvCacheStats {
 // in the prefix index under the chained key of its tokens (root = model fingerprint +
 // cache salt), so later sequences with the same prefix find them.
 //
-// Pins: a holder outside any sequence (a session) may keep references on blocks with
-// Pin()/PinCommitted() and drop them with Unpin(); pinned blocks are never evicted.
+// Who owns a block (exactly one answer at any time):
+//   * BlockPool owns every block's memory and its free / cached (LRU) state.
+//   * A block with references is owned by its holders, and this class holds every
+//     reference: the table of each open sequence (Open/Reserve until Close), and the
+//     session tier (PinSession/ForkSession until ReleaseSession or reclaim). The pool's
+//     refcount is the number of those holders; at 0 the block goes back to the pool,
+//     cached (evictable, findable by key) when it is full and registered, else free.
+//   * Nobody outside this class takes or drops references.
+//
+// The session tier: after a turn, a session keeps references on the committed chain of
+// its history (PinSession), so its next turn finds the whole history cached even under
+// pressure from other requests. When the pool cannot supply a Reserve, the tier gives
+// back whole sessions, least recently pinned first, until it can (or the tier is
+// empty); those sessions' next turns recompute whatever got evicted meanwhile.
 //
 // Threading: not thread-safe; owned by the engine's step thread.
 class KvCacheManager {
@@ -83,8 +99,9 @@ class KvCacheManager {
     prefix_hits_total_ += hit_blocks;
   }
 
-  // Grows the table of open `seq` to cover `num_tokens` positions. Returns false, and
-  // allocates nothing, when the pool cannot supply the blocks.
+  // Grows the table of open `seq` to cover `num_tokens` positions, reclaiming session
+  // blocks (least recently pinned session first) when the pool is short. Returns false,
+  // and allocates nothing, when the pool cannot supply the blocks even then.
   bool Reserve(SequenceId seq, int32_t num_tokens);
 
   // Blocks that Reserve(seq, num_tokens) would have to allocate.
@@ -103,13 +120,24 @@ class KvCacheManager {
   // Unknown ids are ignored.
   void Close(SequenceId seq);
 
-  // Takes a reference on the registered copy of each committed block of `seq` (a block
-  // whose key another block registered first is represented by that block) and returns
-  // them, in chain order, for a later Unpin. Stops at the first key no longer cached.
-  // `tokens` are the sequence's tokens.
-  std::vector<BlockId> PinCommitted(SequenceId seq, std::span<const int32_t> tokens);
-  void Pin(std::span<const BlockId> blocks);
-  void Unpin(std::span<const BlockId> blocks);
+  // Session tier. `session` is any caller key (the engine uses the session id).
+  //
+  // Makes `session` hold the committed chain of open sequence `seq` (whose tokens are
+  // `tokens`): the registered copy of each committed block (a block whose key another
+  // block registered first is represented by that one), in chain order, up to the first
+  // key no longer cached. Replaces what the session held (the new chain is referenced
+  // first, so a shared prefix never passes through the LRU) and makes it the most
+  // recently pinned session.
+  void PinSession(const std::string& session, SequenceId seq, std::span<const int32_t> tokens);
+  // Makes `child` hold what `parent` holds now (nothing if the parent holds nothing),
+  // replacing what the child held; the child becomes the most recently pinned.
+  void ForkSession(const std::string& parent, const std::string& child);
+  // Drops every reference `session` holds. Unknown sessions are ignored.
+  void ReleaseSession(const std::string& session);
+  // Drops every session's references (shutdown).
+  void ReleaseAllSessions();
+  // Blocks `session` holds (0 if unknown).
+  int32_t session_blocks(const std::string& session) const;
 
   int32_t num_available_blocks() const { return pool_->num_available(); }
   KvCacheStats stats() const;
@@ -123,13 +151,29 @@ class KvCacheManager {
     std::vector<BlockHash> hashes;   // keys of the committed prefix of `blocks`
   };
 
+  struct SessionBlocks {
+    std::vector<BlockId> blocks;  // chain order
+    int64_t last_pinned = 0;      // session_clock_ at the last PinSession/ForkSession
+  };
+
   KvCacheManager(const Options& options, std::unique_ptr<BlockPool> pool);
   Table& table(SequenceId seq);
   const Table& table(SequenceId seq) const;
+  // References the registered copies of `seq`'s committed blocks (see PinSession).
+  std::vector<BlockId> RefCommitted(SequenceId seq, std::span<const int32_t> tokens);
+  // Replaces what `session` holds with `blocks` (already referenced).
+  void SetSessionBlocks(const std::string& session, std::vector<BlockId> blocks);
+  // Releases the blocks of the least recently pinned session that holds any; false
+  // when no session holds blocks.
+  bool ReclaimOneSession();
 
   uint64_t model_fingerprint_;
   std::unique_ptr<BlockPool> pool_;
   absl::flat_hash_map<SequenceId, Table> tables_;
+  absl::flat_hash_map<std::string, SessionBlocks> sessions_;
+  int64_t session_clock_ = 0;  // orders sessions by their last pin
+  int64_t session_blocks_ = 0;
+  int64_t session_reclaims_total_ = 0;
   int64_t prefix_queries_total_ = 0;
   int64_t prefix_hits_total_ = 0;
 };

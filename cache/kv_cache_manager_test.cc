@@ -1,6 +1,7 @@
 #include "cache/kv_cache_manager.h"
 
 #include <numeric>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -89,27 +90,79 @@ TEST(KvCacheManagerTest, ReserveFailsCleanlyAndCloseReturnsEveryBlock) {
   EXPECT_EQ(s.blocks_cached + s.blocks_free, s.blocks_total);
 }
 
-TEST(KvCacheManagerTest, PinsKeepBlocksThroughPressure) {
+TEST(KvCacheManagerTest, SessionBlocksSurvivePressureThatOtherBlocksCanMeet) {
   auto m = MakeManager(4);
   const BlockHash root = m->RootHash("");
   const auto t = Iota(9);
   m->Open(1, root, t, 8);
   ASSERT_TRUE(m->Reserve(1, 9));
   m->Commit(1, t, 9);
-  const std::vector<BlockId> pins = m->PinCommitted(1, t);
-  EXPECT_EQ(pins.size(), 2u);
+  m->PinSession("s", 1, t);
+  EXPECT_EQ(m->session_blocks("s"), 2);
   m->Close(1);
   EXPECT_EQ(m->stats().blocks_used, 2);
-  // Fill the rest of the pool with another sequence, then release it: pinned blocks
-  // were never candidates for eviction.
+  EXPECT_EQ(m->stats().session_blocks, 2);
+  // Another sequence fills the other two blocks, then releases them: the session's
+  // blocks were never candidates for eviction.
   const auto other = Iota(8, 500);
   m->Open(2, root, other, 7);
-  EXPECT_FALSE(m->Reserve(2, 12));
   ASSERT_TRUE(m->Reserve(2, 8));
   m->Close(2);
+  EXPECT_EQ(m->stats().session_reclaims_total, 0);
   EXPECT_EQ(RunSequence(*m, 3, root, t), 8);
-  m->Unpin(pins);
+  m->ReleaseSession("s");
   EXPECT_EQ(m->stats().blocks_used, 0);
+  EXPECT_EQ(m->stats().session_blocks, 0);
+}
+
+TEST(KvCacheManagerTest, ReserveReclaimsTheLeastRecentlyPinnedSession) {
+  auto m = MakeManager(4);
+  const BlockHash root = m->RootHash("");
+  const auto a = Iota(9);
+  const auto b = Iota(9, 100);
+  for (auto [seq, tokens, name] : {std::tuple{1, &a, "old"}, std::tuple{2, &b, "new"}}) {
+    m->Open(seq, root, *tokens, 8);
+    ASSERT_TRUE(m->Reserve(seq, 8));
+    m->Commit(seq, *tokens, 8);
+    m->PinSession(name, seq, *tokens);
+    m->Close(seq);
+  }
+  EXPECT_EQ(m->stats().blocks_used, 4);
+  // Two blocks needed: "old" (pinned first) gives its two back, "new" keeps its own.
+  const auto c = Iota(8, 200);
+  m->Open(3, root, c, 7);
+  ASSERT_TRUE(m->Reserve(3, 8));
+  EXPECT_EQ(m->session_blocks("old"), 0);
+  EXPECT_EQ(m->session_blocks("new"), 2);
+  EXPECT_EQ(m->stats().session_reclaims_total, 1);
+  // 32 tokens (8 blocks) exceed the 4-block pool: "new" is reclaimed too, in vain.
+  EXPECT_FALSE(m->Reserve(3, 32));
+  EXPECT_EQ(m->session_blocks("new"), 0);
+  EXPECT_EQ(m->stats().session_reclaims_total, 2);
+  m->Close(3);
+  EXPECT_EQ(m->stats().blocks_used, 0);
+}
+
+TEST(KvCacheManagerTest, ForkHoldsTheParentsBlocksAndReleasesIndependently) {
+  auto m = MakeManager(8);
+  const BlockHash root = m->RootHash("");
+  const auto t = Iota(8);
+  m->Open(1, root, t, 7);
+  ASSERT_TRUE(m->Reserve(1, 8));
+  m->Commit(1, t, 8);
+  m->PinSession("parent", 1, t);
+  m->Close(1);
+  m->ForkSession("parent", "child");
+  EXPECT_EQ(m->session_blocks("child"), 2);
+  EXPECT_EQ(m->stats().session_blocks, 4);
+  EXPECT_EQ(m->stats().blocks_used, 2);  // shared: two references each
+  m->ReleaseSession("parent");
+  EXPECT_EQ(m->stats().blocks_used, 2);
+  m->ForkSession("gone", "orphan");  // an unknown parent holds nothing
+  EXPECT_EQ(m->session_blocks("orphan"), 0);
+  m->ReleaseAllSessions();
+  EXPECT_EQ(m->stats().blocks_used, 0);
+  EXPECT_EQ(m->stats().session_blocks, 0);
 }
 
 TEST(KvCacheManagerTest, DuplicateComputationPinsTheCanonicalBlock) {
@@ -123,14 +176,14 @@ TEST(KvCacheManagerTest, DuplicateComputationPinsTheCanonicalBlock) {
   ASSERT_TRUE(m->Reserve(2, 5));
   m->Commit(1, t, 5);
   m->Commit(2, t, 5);
-  const std::vector<BlockId> pins = m->PinCommitted(2, t);
-  ASSERT_EQ(pins.size(), 1u);
-  EXPECT_TRUE(m->pool().is_cached(pins[0]));
+  m->PinSession("s", 2, t);
+  ASSERT_EQ(m->session_blocks("s"), 1);
   m->Close(1);
   m->Close(2);
+  // Only the canonical (registered) block stays used; the duplicate went free.
   EXPECT_EQ(m->stats().blocks_used, 1);
   EXPECT_EQ(m->stats().blocks_cached, 0);
-  m->Unpin(pins);
+  m->ReleaseSession("s");
   EXPECT_EQ(m->stats().blocks_cached, 1);
 }
 

@@ -88,7 +88,7 @@ class EngineImpl final : public Engine {
         sessions_(SessionStore::Options{options.max_sessions, max_session_tokens_,
                                         options.default_session_ttl, options.max_session_ttl}),
         scheduler_(Scheduler::Options{options.max_running_sequences, options.max_step_tokens},
-                   kv_.get(), [this] { return ReclaimSessionPins(); }) {
+                   kv_.get()) {
     PublishStats(0.0);
     thread_ = std::thread([this] { Run(); });
     step_thread_id_ = thread_.get_id();
@@ -121,7 +121,7 @@ class EngineImpl final : public Engine {
   }
   absl::StatusOr<SessionInfo> GetSession(const std::string& id) override {
     auto info = sessions_.Get(id, clock_());
-    if (!info.ok()) Wake();  // it may just have expired: release its pins
+    if (!info.ok()) Wake();  // it may just have expired: release its KV blocks
     return info;
   }
 
@@ -149,11 +149,6 @@ class EngineImpl final : public Engine {
   }
 
  private:
-  struct Pins {
-    std::vector<cache::BlockId> blocks;  // chain order
-    absl::Time last_used;
-  };
-
   bool ShuttingDown() {
     std::lock_guard<std::mutex> lock(mu_);
     return shutting_down_;
@@ -171,8 +166,8 @@ class EngineImpl final : public Engine {
                     std::vector<std::pair<RequestId, FinishReason>>* finished);
   void Finish(RequestId id, const absl::Status& status, FinishReason reason);
   void ExpireDeadlines(absl::Time now);
-  void ApplySessionEvents(absl::Time now);
-  bool ReclaimSessionPins();
+  // Forks and removals from the session store, applied to kv_'s session tier.
+  void ApplySessionEvents();
   void PublishStats(double step_seconds);
   void ReleaseQueueSlot(const Sequence& seq);
 
@@ -187,8 +182,7 @@ class EngineImpl final : public Engine {
   SessionStore sessions_;                              // thread-safe
   Scheduler scheduler_;                                // step thread
 
-  // Step-thread state.
-  absl::flat_hash_map<std::string, Pins> pins_;
+  // Step-thread state. Session KV blocks live in kv_'s session tier.
   std::vector<float> logits_;  // [batch, vocab]
   int64_t steps_total_ = 0;
   absl::Time next_session_sweep_ = absl::InfinitePast();
@@ -359,7 +353,7 @@ void EngineImpl::Run() {
       sessions_.ExpireIdle(now);
       next_session_sweep_ = now + absl::Seconds(1);
     }
-    ApplySessionEvents(now);
+    ApplySessionEvents();
     ExpireDeadlines(now);
 
     const bool has_work = !scheduler_.running().empty() || !scheduler_.waiting().empty();
@@ -371,8 +365,7 @@ void EngineImpl::Run() {
       for (RequestId id : rest) {
         Finish(id, absl::UnavailableError("engine shut down"), FinishReason::kCancelled);
       }
-      for (auto& [id, pins] : pins_) kv_->Unpin(pins.blocks);
-      pins_.clear();
+      kv_->ReleaseAllSessions();
       PublishStats(0.0);
       return;
     }
@@ -481,15 +474,10 @@ void EngineImpl::Finish(RequestId id, const absl::Status& status, FinishReason r
                            reason == FinishReason::kLength;
     const bool alive =
         sessions_.EndTurn(found->session_id, completed ? &found->tokens : nullptr, now);
-    if (alive) {
-      Pins& pins = pins_[found->session_id];
-      if (completed && found->has_table) {
-        // Pin the new chain first so the shared prefix never passes through the LRU.
-        std::vector<cache::BlockId> fresh = kv_->PinCommitted(found->id, found->tokens);
-        kv_->Unpin(pins.blocks);
-        pins.blocks = std::move(fresh);
-      }
-      pins.last_used = now;
+    // The session keeps its history's blocks for the next turn (its previous blocks
+    // are released after the new chain is referenced).
+    if (alive && completed && found->has_table) {
+      kv_->PinSession(found->session_id, found->id, found->tokens);
     }
   }
   std::unique_ptr<Sequence> seq = scheduler_.Remove(id);
@@ -522,37 +510,14 @@ void EngineImpl::ExpireDeadlines(absl::Time now) {
   for (RequestId id : expired) Finish(id, absl::OkStatus(), FinishReason::kDeadline);
 }
 
-void EngineImpl::ApplySessionEvents(absl::Time now) {
+void EngineImpl::ApplySessionEvents() {
   for (const SessionStore::Event& e : sessions_.TakeEvents()) {
     if (e.kind == SessionStore::Event::Kind::kForked) {
-      std::vector<cache::BlockId> blocks;
-      if (auto parent = pins_.find(e.parent_id); parent != pins_.end())
-        blocks = parent->second.blocks;
-      kv_->Pin(blocks);
-      Pins& child = pins_[e.id];
-      kv_->Unpin(child.blocks);
-      child.blocks = std::move(blocks);
-      child.last_used = now;
+      kv_->ForkSession(e.parent_id, e.id);
     } else {
-      auto it = pins_.find(e.id);
-      if (it == pins_.end()) continue;
-      kv_->Unpin(it->second.blocks);
-      pins_.erase(it);
+      kv_->ReleaseSession(e.id);
     }
   }
-}
-
-bool EngineImpl::ReclaimSessionPins() {
-  // Whole sessions, least recently used first; Unpin walks each chain from its tail.
-  Pins* victim = nullptr;
-  for (auto& [id, pins] : pins_) {
-    if (pins.blocks.empty()) continue;
-    if (victim == nullptr || pins.last_used < victim->last_used) victim = &pins;
-  }
-  if (victim == nullptr) return false;
-  kv_->Unpin(victim->blocks);
-  victim->blocks.clear();
-  return true;
 }
 
 void EngineImpl::PublishStats(double step_seconds) {
@@ -566,6 +531,9 @@ void EngineImpl::PublishStats(double step_seconds) {
   s.blocks_free = kv.blocks_free;
   s.prefix_queries_total = kv.prefix_queries_total;
   s.prefix_hits_total = kv.prefix_hits_total;
+  s.evictions_total = kv.evictions_total;
+  s.session_blocks = kv.session_blocks;
+  s.session_reclaims_total = kv.session_reclaims_total;
   s.preemptions_total = scheduler_.preemptions_total();
   s.steps_total = steps_total_;
   s.open_sessions = sessions_.size();

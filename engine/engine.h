@@ -86,8 +86,11 @@ struct EngineStats {
   int64_t blocks_used = 0;    // referenced by a live sequence or session
   int64_t blocks_cached = 0;  // refcount 0, still findable by prefix hash
   int64_t blocks_free = 0;
-  int64_t prefix_queries_total = 0;  // blocks looked up
-  int64_t prefix_hits_total = 0;     // blocks found
+  int64_t prefix_queries_total = 0;    // blocks looked up
+  int64_t prefix_hits_total = 0;       // blocks found
+  int64_t evictions_total = 0;         // cached blocks reused for new data
+  int64_t session_blocks = 0;          // block references held by idle sessions
+  int64_t session_reclaims_total = 0;  // sessions whose blocks were taken back under pressure
   int64_t preemptions_total = 0;
   int64_t steps_total = 0;
   int32_t open_sessions = 0;
@@ -117,7 +120,7 @@ class Engine {
   virtual EngineStats Stats() const = 0;
   // Stops accepting work (Submit -> UNAVAILABLE), lets running and queued requests
   // finish until `deadline`, then finishes the rest with kCancelled (status UNAVAILABLE),
-  // releases session pins and stops the step thread; returns once it has stopped.
+  // releases session KV blocks and stops the step thread; returns once it has stopped.
   // Idempotent; a later call may bring the deadline forward. Called from a sink callback
   // it only starts the shutdown (the engine's destructor waits for the thread).
   virtual void Shutdown(absl::Time deadline) = 0;

@@ -461,6 +461,8 @@ TEST_P(EngineTest, IdleSessionPinsAreReclaimedUnderPressure) {
   t1.session_id = s->id;
   ASSERT_TRUE(RunRequest(*engine, t1).status.ok());
   EXPECT_EQ(engine->Stats().blocks_used, 4);
+  EXPECT_EQ(engine->Stats().session_blocks, 4);
+  EXPECT_EQ(engine->Stats().session_reclaims_total, 0);
   // A stateless request needing 6 blocks: the idle session's pins are released.
   const Result big = RunRequest(*engine, Greedy(Prompt(90, 3), 2));
   ASSERT_TRUE(big.status.ok()) << big.status;
@@ -469,6 +471,9 @@ TEST_P(EngineTest, IdleSessionPinsAreReclaimedUnderPressure) {
   // with fewer tokens.
   EXPECT_EQ(big.tokens.size(), 2u);
   EXPECT_EQ(big.usage.completion_tokens, 2);
+  EXPECT_EQ(engine->Stats().session_reclaims_total, 1);
+  EXPECT_EQ(engine->Stats().session_blocks, 0);
+  EXPECT_GT(engine->Stats().evictions_total, 0);
   // The session still works (recomputing what was evicted).
   Request t2 = Greedy(Prompt(5, 1), 2);
   t2.session_id = s->id;

@@ -5,9 +5,8 @@
 
 namespace kvserve::engine {
 
-Scheduler::Scheduler(const Options& options, cache::KvCacheManager* kv,
-                     std::function<bool()> reclaim)
-    : options_(options), kv_(kv), reclaim_(std::move(reclaim)) {
+Scheduler::Scheduler(const Options& options, cache::KvCacheManager* kv)
+    : options_(options), kv_(kv) {
   options_.max_running_sequences = std::max(options_.max_running_sequences, 1);
   options_.max_step_tokens = std::max(options_.max_step_tokens, 1);
 }
@@ -29,13 +28,6 @@ void Scheduler::CloseTable(Sequence& seq) {
   seq.num_computed = 0;
 }
 
-bool Scheduler::ReserveWithReclaim(Sequence& seq, int32_t num_tokens) {
-  while (!kv_->Reserve(seq.id, num_tokens)) {
-    if (!reclaim_ || !reclaim_()) return false;
-  }
-  return true;
-}
-
 void Scheduler::Preempt(std::unique_ptr<Sequence> seq, StepPlan& plan) {
   CloseTable(*seq);
   ++preemptions_total_;
@@ -52,9 +44,9 @@ StepPlan Scheduler::Schedule() {
     Sequence& seq = *running_[i];
     const int32_t n = std::min(seq.remaining_tokens(), budget);
     bool scheduled = true;
-    while (!ReserveWithReclaim(seq, seq.num_computed + n)) {
+    while (!kv_->Reserve(seq.id, seq.num_computed + n)) {
       if (running_.size() == 1) {
-        // Alone, with every pin reclaimed and every other block evictable: the pool
+        // Alone, with every session block reclaimed and every other block evictable: the pool
         // cannot hold this sequence.
         plan.out_of_blocks.push_back(&seq);
         scheduled = false;
@@ -82,7 +74,7 @@ StepPlan Scheduler::Schedule() {
     Sequence& seq = *waiting_.front();
     if (!seq.has_table) OpenTable(seq);
     const int32_t n = std::min(seq.remaining_tokens(), budget);
-    if (!ReserveWithReclaim(seq, seq.num_computed + n)) {
+    if (!kv_->Reserve(seq.id, seq.num_computed + n)) {
       // Give its cached-prefix references back so they stay evictable while it waits.
       CloseTable(seq);
       if (running_.empty() && plan.chunks.empty()) plan.out_of_blocks.push_back(&seq);

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -25,15 +24,15 @@ struct StepPlan {
   // are recomputed from their tokens, reusing whatever blocks are still cached).
   std::vector<Sequence*> preempted;
   // Sequences that cannot get the blocks for their next token even with every other
-  // sequence preempted and every pin reclaimed: the pool is too small for them. The
+  // sequence preempted and every session block reclaimed: the pool is too small. The
   // caller finishes them (kLength) and Remove()s them.
   std::vector<Sequence*> out_of_blocks;
 };
 
 // Policy (as vLLM v1, minus the knobs): running sequences first, oldest first, each
 // gets all its remaining tokens (1 when decoding; a prompt chunk when prefilling) up to
-// the step's token budget. When the pool cannot supply a running sequence's blocks,
-// first `reclaim` is asked to free some (idle session pins), then the youngest running
+// the step's token budget. When the pool cannot supply a running sequence's blocks
+// (KvCacheManager::Reserve has already taken back session blocks), the youngest running
 // sequence is preempted; a sequence that would preempt itself waits for the next step.
 // Then waiting sequences, in FIFO order with preempted ones at the front, are admitted
 // while the budget, the running limit and the pool allow: each starts from its longest
@@ -47,9 +46,8 @@ class Scheduler {
     int32_t max_step_tokens = 512;       // >= 1, chunked prefill budget
   };
 
-  // `kv` must outlive the scheduler. `reclaim` (may be empty) releases some pinned
-  // blocks to the evictable cache and returns true, or returns false when it has none.
-  Scheduler(const Options& options, cache::KvCacheManager* kv, std::function<bool()> reclaim);
+  // `kv` must outlive the scheduler.
+  Scheduler(const Options& options, cache::KvCacheManager* kv);
 
   // Queues a new sequence at the back of the waiting queue.
   void Add(std::unique_ptr<Sequence> seq);
@@ -66,14 +64,12 @@ class Scheduler {
   int64_t preemptions_total() const { return preemptions_total_; }
 
  private:
-  bool ReserveWithReclaim(Sequence& seq, int32_t num_tokens);
   void Preempt(std::unique_ptr<Sequence> seq, StepPlan& plan);
   void OpenTable(Sequence& seq);
   void CloseTable(Sequence& seq);
 
   Options options_;
   cache::KvCacheManager* kv_;
-  std::function<bool()> reclaim_;
   std::deque<std::unique_ptr<Sequence>> running_;  // admission order: oldest first
   std::deque<std::unique_ptr<Sequence>> waiting_;
   int64_t preemptions_total_ = 0;

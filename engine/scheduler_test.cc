@@ -20,8 +20,8 @@ class SchedulerTest : public ::testing::Test {
     o.budget_bytes = static_cast<size_t>(blocks) * o.layout.block_bytes();
     o.model_fingerprint = 3;
     kv_ = *cache::KvCacheManager::Create(o);
-    scheduler_ = std::make_unique<Scheduler>(Scheduler::Options{max_running, max_step_tokens},
-                                             kv_.get(), nullptr);
+    scheduler_ =
+        std::make_unique<Scheduler>(Scheduler::Options{max_running, max_step_tokens}, kv_.get());
   }
 
   Sequence* Add(RequestId id, int n_tokens, int32_t first = 0) {

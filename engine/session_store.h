@@ -22,8 +22,9 @@ namespace kvserve::engine {
 // Holds each open session's token history (every prompt and generated token of its
 // completed turns, so a turn never re-tokenizes history) and its expiry. A session
 // expires `ttl` after its last activity (open, fork, end of a turn) unless a turn is
-// running. KV pins are not kept here: the engine's step thread owns them and learns
-// about forks and removals through TakeEvents().
+// running. A session's KV blocks are not kept here: they live in the session tier of
+// cache::KvCacheManager (engine step thread), which learns of forks and removals
+// through TakeEvents(); this store never calls anyone.
 //
 // Threading: every method is thread-safe (one internal mutex).
 class SessionStore {
@@ -35,7 +36,7 @@ class SessionStore {
     absl::Duration max_ttl = absl::Hours(24);        // larger ttl -> INVALID_ARGUMENT
   };
 
-  // What the step thread must do with pins, in order.
+  // What the step thread must do with the session tier, in order.
   struct Event {
     enum class Kind { kForked, kRemoved };
     Kind kind;

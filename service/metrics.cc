@@ -102,6 +102,14 @@ class Metrics::EngineCollector : public prometheus::Collectable {
         MetricType::Counter, static_cast<double>(stats->prefix_queries_total));
     add("kvserve_prefix_cache_hits_total", "KV blocks found in the prefix cache.",
         MetricType::Counter, static_cast<double>(stats->prefix_hits_total));
+    add("kvserve_kv_evictions_total", "Cached KV blocks reused for new data.", MetricType::Counter,
+        static_cast<double>(stats->evictions_total));
+    add("kvserve_kv_blocks_session", "KV block references held by sessions between turns.",
+        MetricType::Gauge, static_cast<double>(stats->session_blocks));
+    add("kvserve_sessions_kv_reclaimed_total",
+        "Sessions whose KV blocks were taken back for other requests (their next turn "
+        "recomputes what was evicted).",
+        MetricType::Counter, static_cast<double>(stats->session_reclaims_total));
     add("kvserve_engine_preemptions_total", "Running requests preempted for lack of KV blocks.",
         MetricType::Counter, static_cast<double>(stats->preemptions_total));
     add("kvserve_engine_steps_total", "Engine steps (batched forward passes).", MetricType::Counter,

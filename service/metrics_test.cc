@@ -61,15 +61,31 @@ TEST(MetricsTest, EngineStatsAreReadAtScrapeTime) {
   engine::EngineStats stats;
   stats.running = 3;
   stats.waiting = 2;
+  stats.blocks_total = 400;
+  stats.blocks_used = 250;
+  stats.blocks_cached = 50;
   stats.blocks_free = 100;
+  stats.prefix_queries_total = 11;
   stats.prefix_hits_total = 7;
+  stats.evictions_total = 13;
+  stats.session_blocks = 17;
+  stats.session_reclaims_total = 19;
+  stats.preemptions_total = 23;
+  stats.steps_total = 29;
   stats.open_sessions = 4;
+  stats.last_step_seconds = 0.5;
   metrics.SetEngineStatsSource([&stats]() { return std::optional<engine::EngineStats>(stats); });
   std::string text = metrics.SerializeText();
-  EXPECT_THAT(text, HasSubstr("kvserve_engine_requests_running 3"));
-  EXPECT_THAT(text, HasSubstr("kvserve_engine_requests_waiting 2"));
-  EXPECT_THAT(text, HasSubstr("kvserve_kv_blocks_free 100"));
-  EXPECT_THAT(text, HasSubstr("kvserve_prefix_cache_hits_total 7"));
+  for (const char* line :
+       {"kvserve_engine_requests_running 3", "kvserve_engine_requests_waiting 2",
+        "kvserve_kv_blocks_total 400", "kvserve_kv_blocks_used 250", "kvserve_kv_blocks_cached 50",
+        "kvserve_kv_blocks_free 100", "kvserve_prefix_cache_queries_total 11",
+        "kvserve_prefix_cache_hits_total 7", "kvserve_kv_evictions_total 13",
+        "kvserve_kv_blocks_session 17", "kvserve_sessions_kv_reclaimed_total 19",
+        "kvserve_engine_preemptions_total 23", "kvserve_engine_steps_total 29",
+        "kvserve_sessions_open 4", "kvserve_engine_last_step_seconds 0.5"}) {
+    EXPECT_THAT(text, HasSubstr(std::string("\n") + line + "\n")) << line;
+  }
   EXPECT_THAT(text, HasSubstr("# TYPE kvserve_prefix_cache_hits_total counter"));
   EXPECT_THAT(text, HasSubstr("kvserve_sessions_open 4"));
   stats.running = 0;  // read again at the next scrape

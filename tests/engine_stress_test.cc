@@ -4,6 +4,7 @@
 // greedy outputs equal the solo outputs whatever ran beside them, and every block is
 // back in the pool at the end.
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -180,6 +181,15 @@ TEST(EngineStressTest, ConcurrentSubmittersCancelsAndSessions) {
   EXPECT_EQ(s.waiting, 0);
   EXPECT_EQ(s.open_sessions, 0);
   EXPECT_GT(s.prefix_hits_total, 0);
+  // What the header promises did happen (memory is tight on purpose).
+  EXPECT_GT(s.evictions_total, 0);
+  EXPECT_GT(s.preemptions_total, 0);
+  EXPECT_GT(s.session_reclaims_total, 0);
+  EXPECT_EQ(s.session_blocks, 0);
+  std::printf(
+      "stress: %lld evictions, %lld preemptions, %lld session reclaims, %lld steps\n",
+      static_cast<long long>(s.evictions_total), static_cast<long long>(s.preemptions_total),
+      static_cast<long long>(s.session_reclaims_total), static_cast<long long>(s.steps_total));
   engine.Shutdown(absl::InfiniteFuture());
 }
 
