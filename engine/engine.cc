@@ -10,6 +10,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -25,6 +26,7 @@
 #include "backends/backend.h"
 #include "cache/kv_cache_manager.h"
 #include "engine/engine_options.h"
+#include "engine/field_error.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -170,6 +172,11 @@ class EngineImpl final : public Engine {
   void ApplySessionEvents();
   void PublishStats(double step_seconds);
   void ReleaseQueueSlot(const Sequence& seq);
+  // Submit's checks of the request itself (FieldErrors, engine/field_error.h).
+  absl::Status ValidateRequest(const Request& request) const;
+  // FieldError("prompt_tokens", ...) unless a context of `context_tokens` leaves room for
+  // one generated token in the model's context and the KV cache.
+  absl::Status CheckContextFits(size_t context_tokens, int32_t history_tokens) const;
 
   const Options options_;
   const model::Model& model_;
@@ -210,56 +217,33 @@ class EngineImpl final : public Engine {
 absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<RequestSink> sink) {
   const model::ModelConfig& config = model_.config();
   if (sink == nullptr) return absl::InvalidArgumentError("sink must not be null");
-  for (size_t i = 0; i < request.prompt_tokens.size(); ++i) {
-    const int32_t t = request.prompt_tokens[i];
-    if (t < 0 || t >= config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt_tokens[", i, "] = ", t,
-                                                     " is outside the vocabulary [0, ",
-                                                     config.vocab_size, ")"));
-    }
-  }
-  absl::Status status = request.sampling.Validate(config.vocab_size, options_.max_tokens_limit);
-  if (!status.ok()) return status;
-  if (!request.sampling.stop_strings.empty() && tokenizer_ == nullptr) {
-    return absl::InvalidArgumentError("stop_strings need a model with a tokenizer");
-  }
-  if (request.cache_salt.size() > static_cast<size_t>(options_.max_cache_salt_bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cache_salt must be at most ", options_.max_cache_salt_bytes, " bytes"));
-  }
+  if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
   if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
 
   const absl::Time now = clock_();
   const bool is_turn = !request.session_id.empty();
+  const std::optional<int32_t> bos =
+      request.add_bos ? std::optional<int32_t>(model_.vocab().bos_id) : std::nullopt;
   std::vector<int32_t> context;
+  int32_t history_tokens = 0;
   if (is_turn) {
-    auto begun = sessions_.BeginTurn(request.session_id, request.prompt_tokens, now);
+    // BOS is decided under the session's lock: only an empty history gets it.
+    auto begun = sessions_.BeginTurn(request.session_id, request.prompt_tokens, bos, now);
     if (!begun.ok()) return begun.status();
-    context = *std::move(begun);
+    history_tokens = begun->history_tokens;
+    context = std::move(begun->context);
   } else {
-    context = std::move(request.prompt_tokens);
+    if (bos.has_value()) context.push_back(*bos);
+    context.insert(context.end(), request.prompt_tokens.begin(), request.prompt_tokens.end());
   }
   auto undo_turn = [&] {
     if (is_turn) sessions_.EndTurn(request.session_id, nullptr, now);
   };
-  if (context.empty()) {
-    // A session turn may be empty when the session has history: generation continues it.
+  if (absl::Status s = CheckContextFits(context.size(), history_tokens); !s.ok()) {
     undo_turn();
-    return absl::InvalidArgumentError(
-        "prompt must not be empty (only a turn of a session with history may be)");
+    return s;
   }
   const int64_t n = static_cast<int64_t>(context.size());
-  if (n >= config.context_length) {
-    undo_turn();
-    return absl::InvalidArgumentError(absl::StrCat("prompt of ", n,
-                                                   " tokens leaves no room in the context of ",
-                                                   config.context_length, " tokens"));
-  }
-  if (n >= kv_capacity_tokens_) {
-    undo_turn();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "prompt of ", n, " tokens does not fit the KV cache of ", kv_capacity_tokens_, " tokens"));
-  }
 
   // Build the sequence before taking the inbox lock (the sampler allocates [vocab]).
   const RequestId id = next_id_.fetch_add(1);
@@ -306,6 +290,53 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   inbox_.push_back(std::move(seq));
   cv_.notify_one();
   return id;
+}
+
+absl::Status EngineImpl::ValidateRequest(const Request& request) const {
+  const model::ModelConfig& config = model_.config();
+  for (size_t i = 0; i < request.prompt_tokens.size(); ++i) {
+    const int32_t t = request.prompt_tokens[i];
+    if (t < 0 || t >= config.vocab_size) {
+      return FieldError(absl::StrCat("prompt_tokens[", i, "]"),
+                        absl::StrCat("must be in [0, ", config.vocab_size, "), got ", t));
+    }
+  }
+  if (absl::Status s = request.sampling.Validate(config.vocab_size, options_.max_tokens_limit);
+      !s.ok()) {
+    return NestField("sampling", s);
+  }
+  if (!request.sampling.stop_strings.empty() && tokenizer_ == nullptr) {
+    return FieldError("sampling.stop_strings", "needs a model with a tokenizer");
+  }
+  if (request.cache_salt.size() > static_cast<size_t>(options_.max_cache_salt_bytes)) {
+    return FieldError("cache_salt",
+                      absl::StrCat("is ", request.cache_salt.size(), " bytes, at most ",
+                                   options_.max_cache_salt_bytes, " allowed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::CheckContextFits(size_t context_tokens, int32_t history_tokens) const {
+  const int32_t context_length = model_.config().context_length;
+  const std::string history =
+      history_tokens > 0 ? absl::StrCat(" (", history_tokens, " of them session history)") : "";
+  if (context_tokens == 0) {
+    // A session turn may be empty when the session has history: generation continues it.
+    return FieldError("prompt_tokens",
+                      "must not be empty (only a turn of a session with history may be)");
+  }
+  if (static_cast<int64_t>(context_tokens) >= context_length) {
+    return FieldError("prompt_tokens",
+                      absl::StrCat("makes a context of ", context_tokens, " tokens", history,
+                                   "; the model's context holds ", context_length,
+                                   " tokens including at least one generated token"));
+  }
+  if (static_cast<int64_t>(context_tokens) >= kv_capacity_tokens_) {
+    return FieldError("prompt_tokens",
+                      absl::StrCat("makes a context of ", context_tokens, " tokens", history,
+                                   "; the KV cache holds ", kv_capacity_tokens_, " tokens"));
+  }
+  return absl::OkStatus();
 }
 
 void EngineImpl::ReleaseQueueSlot(const Sequence& seq) {

@@ -66,6 +66,10 @@ struct Request {
   // engine prepends the session's stored history (prompt + generated tokens). Empty
   // only for a turn of a session with history (generation continues the history).
   std::vector<int32_t> prompt_tokens;
+  // Prepend the vocabulary's BOS when the context starts with this prompt: a stateless
+  // request, or a turn of a session whose history is empty (decided atomically with
+  // the turn, so callers never read the session first). Set for text prompts.
+  bool add_bos = false;
   std::string session_id;  // empty: stateless request
   SamplingParams sampling;
   absl::Time deadline = absl::InfiniteFuture();
@@ -103,9 +107,12 @@ class Engine {
   virtual ~Engine() = default;
 
   // Queues a request; tokens stream to `sink`. Thread-safe.
-  // Errors (the sink is not called): INVALID_ARGUMENT (bad parameters, prompt longer than
-  // the context), NOT_FOUND (unknown/expired session), FAILED_PRECONDITION (session busy),
-  // RESOURCE_EXHAUSTED (queue full), UNAVAILABLE (shutting down).
+  // Submit is where a request is validated (once): every invalid field is a FieldError
+  // (engine/field_error.h) naming its engine::Request path, e.g. "sampling.top_p",
+  // "prompt_tokens[3]", or "prompt_tokens" when the context is empty or too long.
+  // Other errors (the sink is not called): NOT_FOUND (unknown/expired session),
+  // FAILED_PRECONDITION (session busy), RESOURCE_EXHAUSTED (queue full, session history
+  // limit), UNAVAILABLE (shutting down).
   virtual absl::StatusOr<RequestId> Submit(Request request, std::shared_ptr<RequestSink> sink) = 0;
   // Cancels a queued or running request; its sink gets OnFinish(kCancelled) and its KV
   // is released. Unknown ids are ignored. Thread-safe.

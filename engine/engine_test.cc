@@ -14,6 +14,7 @@
 #include "backends/testing/random_model.h"
 #include "engine/engine_options.h"
 #include "engine/engine_testing.h"
+#include "engine/field_error.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
@@ -185,6 +186,55 @@ TEST_P(EngineTest, EmptyTurnContinuesASessionWithHistoryOnly) {
   ASSERT_EQ(out2.tokens.size(), 6u);
   auto cold = NewEngine();
   ExpectSameOutput(out2, RunRequest(*cold, Greedy(Concat(turn1, out1.tokens), 6, 2)));
+}
+
+TEST_P(EngineTest, InvalidFieldsAreNamedByTheirRequestPath) {
+  auto engine = NewEngine();
+  auto field_of = [&engine](Request r) {
+    auto submitted = engine->Submit(std::move(r), std::make_shared<CollectingSink>());
+    EXPECT_EQ(submitted.status().code(), absl::StatusCode::kInvalidArgument);
+    return ErrorField(submitted.status()).value_or("(none)");
+  };
+  Request bad_token = Greedy({1, 2, 100000}, 2);
+  EXPECT_EQ(field_of(bad_token), "prompt_tokens[2]");
+  Request bad_top_p = Greedy(Prompt(4), 2);
+  bad_top_p.sampling.top_p = 2.0f;
+  EXPECT_EQ(field_of(bad_top_p), "sampling.top_p");
+  Request bad_stop = Greedy(Prompt(4), 2);
+  bad_stop.sampling.stop_token_ids = {-1};
+  EXPECT_EQ(field_of(bad_stop), "sampling.stop_token_ids[0]");
+  Request long_salt = Greedy(Prompt(4), 2);
+  long_salt.cache_salt = std::string(10000, 's');
+  EXPECT_EQ(field_of(long_salt), "cache_salt");
+  Request too_long = Greedy(Prompt(model_->config().context_length), 2);
+  EXPECT_EQ(field_of(too_long), "prompt_tokens");
+  EXPECT_EQ(field_of(Greedy({}, 2)), "prompt_tokens");
+}
+
+TEST_P(EngineTest, AddBosOnlyWhereTheContextStarts) {
+  auto engine = NewEngine();
+  const int32_t bos = model_->vocab().bos_id;
+  Request stateless = Greedy(Prompt(6), 3);
+  stateless.add_bos = true;
+  const Result with_bos = RunRequest(*engine, stateless);
+  ASSERT_TRUE(with_bos.status.ok()) << with_bos.status;
+  EXPECT_EQ(with_bos.usage.prompt_tokens, 7);
+  std::vector<int32_t> explicit_bos = {bos};
+  const std::vector<int32_t> p = Prompt(6);
+  explicit_bos.insert(explicit_bos.end(), p.begin(), p.end());
+  ExpectSameOutput(with_bos, RunRequest(*engine, Greedy(explicit_bos, 3)));
+
+  auto session = engine->OpenSession(absl::ZeroDuration());
+  ASSERT_TRUE(session.ok());
+  Request turn = Greedy(Prompt(6), 3);
+  turn.add_bos = true;
+  turn.session_id = session->id;
+  ASSERT_TRUE(RunRequest(*engine, turn).status.ok());
+  EXPECT_EQ(engine->GetSession(session->id)->history_tokens, 1 + 6 + 3);
+  // The second turn continues the history: no second BOS.
+  const Result second = RunRequest(*engine, turn);
+  ASSERT_TRUE(second.status.ok()) << second.status;
+  EXPECT_EQ(second.usage.prompt_tokens, 10 + 6);
 }
 
 TEST_P(EngineTest, ForkSharesTheParentsBlocksAndDiverges) {

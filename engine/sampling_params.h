@@ -35,8 +35,9 @@ struct SamplingParams {
   bool ignore_eos = false;                // keep going past EOS (benchmarks on random weights)
   int32_t top_logprobs = 0;               // [0, 20]: report the N most likely tokens per step
 
-  // OK, or INVALID_ARGUMENT whose message starts with the parameter's name
-  // (e.g. "temperature must be >= 0 and finite, got nan").
+  // OK, or a FieldError (engine/field_error.h) naming the parameter relative to this
+  // struct ("temperature", "stop_strings[2]"): message "temperature must be >= 0 and
+  // finite, got nan".
   absl::Status Validate(int32_t vocab_size, int32_t max_tokens_limit) const;
 };
 

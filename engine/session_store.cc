@@ -115,27 +115,31 @@ absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id, absl::Time 
   return Info(id, *s);
 }
 
-absl::StatusOr<std::vector<int32_t>> SessionStore::BeginTurn(const std::string& id,
-                                                             const std::vector<int32_t>& new_tokens,
-                                                             absl::Time now) {
+absl::StatusOr<SessionStore::Turn> SessionStore::BeginTurn(const std::string& id,
+                                                           const std::vector<int32_t>& new_tokens,
+                                                           std::optional<int32_t> bos_if_empty,
+                                                           absl::Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   Session* s = FindLive(id, now);
   if (s == nullptr) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
   if (s->busy) {
     return absl::FailedPreconditionError(absl::StrCat("session ", id, " has a turn running"));
   }
-  const size_t total = s->history.size() + new_tokens.size();
+  const bool add_bos = bos_if_empty.has_value() && s->history.empty();
+  const size_t total = s->history.size() + new_tokens.size() + (add_bos ? 1 : 0);
   if (total >= static_cast<size_t>(options_.max_session_tokens)) {
     return absl::ResourceExhaustedError(absl::StrCat("session ", id, " would hold ", total,
                                                      " tokens; the limit is ",
                                                      options_.max_session_tokens));
   }
-  std::vector<int32_t> context;
-  context.reserve(total);
-  context.insert(context.end(), s->history.begin(), s->history.end());
-  context.insert(context.end(), new_tokens.begin(), new_tokens.end());
+  Turn turn;
+  turn.history_tokens = static_cast<int32_t>(s->history.size());
+  turn.context.reserve(total);
+  turn.context.insert(turn.context.end(), s->history.begin(), s->history.end());
+  if (add_bos) turn.context.push_back(*bos_if_empty);
+  turn.context.insert(turn.context.end(), new_tokens.begin(), new_tokens.end());
   s->busy = true;
-  return context;
+  return turn;
 }
 
 bool SessionStore::EndTurn(const std::string& id, const std::vector<int32_t>* history,

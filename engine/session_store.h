@@ -58,12 +58,16 @@ class SessionStore {
   absl::Status Close(const std::string& id, absl::Time now);
   absl::StatusOr<SessionInfo> Get(const std::string& id, absl::Time now);
 
-  // Starts a turn that appends `new_tokens`: returns history + new_tokens and marks the
-  // session busy. NOT_FOUND (unknown or expired), FAILED_PRECONDITION (a turn is
-  // running), RESOURCE_EXHAUSTED (history would exceed max_session_tokens).
-  absl::StatusOr<std::vector<int32_t>> BeginTurn(const std::string& id,
-                                                 const std::vector<int32_t>& new_tokens,
-                                                 absl::Time now);
+  struct Turn {
+    std::vector<int32_t> context;  // history [+ BOS] + new tokens
+    int32_t history_tokens = 0;    // of which history
+  };
+  // Starts a turn that appends `new_tokens` (after `bos_if_empty`, when given and the
+  // history is empty; decided under the store's lock): returns the whole context and
+  // marks the session busy. NOT_FOUND (unknown or expired), FAILED_PRECONDITION (a turn
+  // is running), RESOURCE_EXHAUSTED (history would exceed max_session_tokens).
+  absl::StatusOr<Turn> BeginTurn(const std::string& id, const std::vector<int32_t>& new_tokens,
+                                 std::optional<int32_t> bos_if_empty, absl::Time now);
   // Ends the turn started by BeginTurn. With `history`, it becomes the stored history
   // (the turn completed); without, the history is unchanged (cancelled or failed).
   // Returns false when the session was closed meanwhile.

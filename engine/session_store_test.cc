@@ -23,24 +23,29 @@ TEST(SessionStoreTest, TurnsAppendHistoryOneAtATime) {
   auto s = store.Open(absl::ZeroDuration(), kT0);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->expires_at, kT0 + absl::Seconds(10));
-  auto ctx = store.BeginTurn(s->id, {1, 2, 3}, kT0);
+  // An empty history gets the BOS (7 here) when asked.
+  auto ctx = store.BeginTurn(s->id, {1, 2, 3}, /*bos_if_empty=*/7, kT0);
   ASSERT_TRUE(ctx.ok());
-  EXPECT_EQ(*ctx, (std::vector<int32_t>{1, 2, 3}));
-  EXPECT_EQ(store.BeginTurn(s->id, {4}, kT0).status().code(),
+  EXPECT_EQ(ctx->context, (std::vector<int32_t>{7, 1, 2, 3}));
+  EXPECT_EQ(ctx->history_tokens, 0);
+  EXPECT_EQ(store.BeginTurn(s->id, {4}, std::nullopt, kT0).status().code(),
             absl::StatusCode::kFailedPrecondition);
   // Busy sessions never expire.
   EXPECT_TRUE(store.Get(s->id, kT0 + absl::Hours(1)).ok());
   const std::vector<int32_t> history = {1, 2, 3, 9, 9};
   EXPECT_TRUE(store.EndTurn(s->id, &history, kT0 + absl::Hours(1)));
-  ctx = store.BeginTurn(s->id, {4}, kT0 + absl::Hours(1));
+  // A history never gets another BOS.
+  ctx = store.BeginTurn(s->id, {4}, /*bos_if_empty=*/7, kT0 + absl::Hours(1));
   ASSERT_TRUE(ctx.ok());
-  EXPECT_EQ(*ctx, (std::vector<int32_t>{1, 2, 3, 9, 9, 4}));
+  EXPECT_EQ(ctx->context, (std::vector<int32_t>{1, 2, 3, 9, 9, 4}));
+  EXPECT_EQ(ctx->history_tokens, 5);
   EXPECT_TRUE(store.EndTurn(s->id, nullptr, kT0 + absl::Hours(1)));  // cancelled: unchanged
   EXPECT_EQ(store.Get(s->id, kT0 + absl::Hours(1))->history_tokens, 5);
   // History limit.
-  EXPECT_EQ(
-      store.BeginTurn(s->id, std::vector<int32_t>(15, 1), kT0 + absl::Hours(1)).status().code(),
-      absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store.BeginTurn(s->id, std::vector<int32_t>(15, 1), std::nullopt, kT0 + absl::Hours(1))
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 TEST(SessionStoreTest, ForkCloseExpiryAndEvents) {
@@ -48,7 +53,7 @@ TEST(SessionStoreTest, ForkCloseExpiryAndEvents) {
   auto a = store.Open(absl::Seconds(5), kT0);
   ASSERT_TRUE(a.ok());
   const std::vector<int32_t> h = {5, 6};
-  ASSERT_TRUE(store.BeginTurn(a->id, {5}, kT0).ok());
+  ASSERT_TRUE(store.BeginTurn(a->id, {5}, std::nullopt, kT0).ok());
   store.EndTurn(a->id, &h, kT0);
   auto b = store.Fork(a->id, absl::Seconds(30), kT0);
   ASSERT_TRUE(b.ok());
