@@ -16,7 +16,7 @@
 #include "backends/testing/random_model.h"
 #include "engine/engine.h"
 #include "engine/engine_options.h"
-#include "engine/engine_testing.h"
+#include "engine/testing/engine_testing.h"
 #include "gtest/gtest.h"
 
 namespace kvserve::engine {

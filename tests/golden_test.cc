@@ -19,7 +19,10 @@
 #include "absl/status/statusor.h"
 #include "backends/backend.h"
 #include "backends/testing/random_model.h"
+#include "engine/engine.h"
+#include "engine/engine_options.h"
 #include "engine/offline_generate.h"
+#include "engine/testing/engine_testing.h"
 #include "gtest/gtest.h"
 #include "model/kv_layout.h"
 #include "model/model.h"
@@ -129,6 +132,44 @@ TEST(GoldenTest, Stories260KGgufWithF16Cache) {
   const LoadedModel loaded = Load(ModelsDir() + "/stories260K.gguf", "");
   ASSERT_NE(loaded.tokenizer, nullptr);
   ExpectGolden(loaded, model::DType::kF16);
+}
+
+// The same 252 tokens through the engine (continuous batching, paged KV, the output
+// processor), then again from a prompt that extends into the story, so that part of the
+// context comes from the prefix cache: the rest of the story must not change.
+TEST(GoldenTest, Stories260KThroughTheEngineWithAndWithoutCachedPrefix) {
+  const LoadedModel loaded = Load(ModelsDir() + "/stories260K.gguf", "");
+  ASSERT_NE(loaded.tokenizer, nullptr);
+  const std::string golden = Llama2cGolden();
+  const std::string prompt = "Once upon a time";
+  for (const std::string backend : kBackends) {
+    SCOPED_TRACE("backend " + backend);
+    auto engine = engine::testing::MakeEngine(*loaded.model, engine::Engine::Options(), backend);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine::Request r;
+    r.prompt_tokens = loaded.tokenizer->Encode(prompt, /*add_bos=*/true);
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = kLlama2cSampledTokens;
+    const engine::testing::Result cold = engine::testing::RunRequest(**engine, r);
+    ASSERT_TRUE(cold.status.ok()) << cold.status;
+    EXPECT_EQ(cold.reason, engine::FinishReason::kLength);
+    ASSERT_EQ(cold.tokens.size(), static_cast<size_t>(kLlama2cSampledTokens));
+    EXPECT_EQ(prompt + cold.text, golden);
+    EXPECT_EQ(cold.usage.cached_tokens, 0);
+
+    // Prompt + the story's first 40 tokens: 45 tokens, of which 32 (two full blocks of
+    // the first request) come from the cache.
+    constexpr int kKnown = 40;
+    engine::Request warm = r;
+    warm.prompt_tokens.insert(warm.prompt_tokens.end(), cold.tokens.begin(),
+                              cold.tokens.begin() + kKnown);
+    warm.sampling.max_tokens = kLlama2cSampledTokens - kKnown;
+    const engine::testing::Result cached = engine::testing::RunRequest(**engine, warm);
+    ASSERT_TRUE(cached.status.ok()) << cached.status;
+    EXPECT_EQ(cached.usage.cached_tokens, 32);
+    EXPECT_EQ(cached.usage.computed_tokens, 45 - 32);
+    EXPECT_EQ(cached.tokens, std::vector<int32_t>(cold.tokens.begin() + kKnown, cold.tokens.end()));
+  }
 }
 
 TEST(GoldenTest, StopStringCutsTheStory) {

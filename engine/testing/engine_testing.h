@@ -1,7 +1,7 @@
 // Helpers for engine tests and benchmarks: a sink that records a request's output, and
 // a one-call way to build an engine over a backend.
-#ifndef KVSERVE_ENGINE_ENGINE_TESTING_H_
-#define KVSERVE_ENGINE_ENGINE_TESTING_H_
+#ifndef KVSERVE_ENGINE_TESTING_ENGINE_TESTING_H_
+#define KVSERVE_ENGINE_TESTING_ENGINE_TESTING_H_
 
 #include <condition_variable>
 #include <functional>
@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "backends/backend.h"
 #include "engine/engine.h"
 #include "engine/engine_options.h"
@@ -25,6 +26,8 @@ struct Result {
   std::vector<float> logprobs;  // parallel to tokens
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // parallel to tokens
   std::string text;
+  std::vector<std::string> event_texts;  // the text of each OnToken event, in order
+  std::vector<int32_t> event_tokens;     // the token of each event (kTextOnlyToken too)
   absl::Status status;
   FinishReason reason = FinishReason::kError;
   Usage usage;
@@ -43,6 +46,8 @@ class CollectingSink : public RequestSink {
     {
       std::lock_guard<std::mutex> lock(mu_);
       result_.text += event.text;
+      result_.event_texts.push_back(event.text);
+      result_.event_tokens.push_back(event.token);
       if (event.token != kTextOnlyToken) {
         result_.tokens.push_back(event.token);
         result_.logprobs.push_back(event.logprob);
@@ -64,9 +69,17 @@ class CollectingSink : public RequestSink {
     cv_.notify_all();
   }
 
-  Result Wait() {
+  // Blocks until OnFinish, at most `timeout` (then a result with status
+  // DEADLINE_EXCEEDED "test wait timed out", so a hung engine fails a test instead of
+  // hanging it).
+  Result Wait(absl::Duration timeout = absl::Seconds(120)) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return finished_; });
+    if (!cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return finished_; })) {
+      Result timed_out = result_;
+      timed_out.status = absl::DeadlineExceededError("test wait timed out");
+      timed_out.reason = FinishReason::kError;
+      return timed_out;
+    }
     return result_;
   }
   bool finished() {
@@ -113,4 +126,4 @@ inline Result RunRequest(Engine& engine, Request request) {
 
 }  // namespace kvserve::engine::testing
 
-#endif  // KVSERVE_ENGINE_ENGINE_TESTING_H_
+#endif  // KVSERVE_ENGINE_TESTING_ENGINE_TESTING_H_
