@@ -2,7 +2,6 @@
 // backend (engine/testing/scripted_backend.h): end of text, stop token ids, stop strings
 // across tokens, UTF-8 hold-back and the final flushes, event by event. (The engine
 // tests in engine_test.cc run a random model whose vocabulary has no tokenizer.)
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +10,7 @@
 #include "engine/engine_options.h"
 #include "engine/testing/engine_testing.h"
 #include "engine/testing/scripted_backend.h"
+#include "engine/testing/stories_model.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -25,14 +25,10 @@ using testing::ScriptedBackend;
 class EngineOutputTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* dir = std::getenv("KVSERVE_MODELS_DIR");
-    ASSERT_NE(dir, nullptr);
-    auto model = model::Model::Load(std::string(dir) + "/stories260K.gguf");
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = *std::move(model);
-    auto tok = model::Tokenizer::Create(model_->vocab());
-    ASSERT_TRUE(tok.ok()) << tok.status();
-    tok_ = *std::move(tok);
+    auto stories = testing::LoadStories260K();
+    ASSERT_TRUE(stories.ok()) << stories.status();
+    model_ = std::move(stories->model);
+    tok_ = std::move(stories->tokenizer);
     prompt_ = tok_->Encode("Once upon a time", /*add_bos=*/true);
   }
 

@@ -15,6 +15,7 @@
 #include "engine/engine_options.h"
 #include "engine/field_error.h"
 #include "engine/testing/engine_testing.h"
+#include "engine/testing/stories_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
@@ -642,16 +643,14 @@ TEST(EngineCreateTest, RejectsMismatchedBackendAndBadOptions) {
 // The real model: greedy from "Once upon a time" is llama2.c's text, with and without
 // a cached prefix.
 TEST(EngineStoriesTest, GreedyStoryMatchesLlama2c) {
-  const char* dir = std::getenv("KVSERVE_MODELS_DIR");
-  ASSERT_NE(dir, nullptr);
-  auto model = model::Model::Load(std::string(dir) + "/stories260K.gguf");
-  ASSERT_TRUE(model.ok()) << model.status();
-  auto tok = model::Tokenizer::Create((*model)->vocab());
-  ASSERT_TRUE(tok.ok()) << tok.status();
-  auto engine = MakeEngine(**model, Engine::Options());
+  auto stories = testing::LoadStories260K();
+  ASSERT_TRUE(stories.ok()) << stories.status();
+  auto& model = stories->model;
+  auto& tok = stories->tokenizer;
+  auto engine = MakeEngine(*model, Engine::Options());
   ASSERT_TRUE(engine.ok()) << engine.status();
   Request r;
-  r.prompt_tokens = (*tok)->Encode("Once upon a time", /*add_bos=*/true);
+  r.prompt_tokens = tok->Encode("Once upon a time", /*add_bos=*/true);
   r.sampling.temperature = 0.0f;
   r.sampling.max_tokens = 200;
   r.sampling.stop_strings = {"too high."};

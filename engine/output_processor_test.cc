@@ -3,11 +3,11 @@
 // the length limit and the final flush.
 #include "engine/output_processor.h"
 
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/testing/stories_model.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -18,14 +18,10 @@ namespace {
 class OutputProcessorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* dir = std::getenv("KVSERVE_MODELS_DIR");
-    ASSERT_NE(dir, nullptr);
-    auto model = model::Model::Load(std::string(dir) + "/stories260K.gguf");
-    ASSERT_TRUE(model.ok()) << model.status();
-    auto tok = model::Tokenizer::Create((*model)->vocab());
-    ASSERT_TRUE(tok.ok()) << tok.status();
-    vocab_ = (*model)->vocab();
-    tok_ = *std::move(tok);
+    auto stories = testing::LoadStories260K();
+    ASSERT_TRUE(stories.ok()) << stories.status();
+    vocab_ = stories->model->vocab();
+    tok_ = std::move(stories->tokenizer);
   }
 
   // Runs `tokens` through a processor until it finishes; returns the concatenated
