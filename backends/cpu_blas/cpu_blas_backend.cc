@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/batch_check.h"
+#include "backends/cpu_blas/step_plan.h"
 #include "backends/cpu_blas/thread_pool.h"
 #include "backends/kernels/kv_rows.h"
 #include "backends/kernels/matvec.h"
@@ -25,54 +26,12 @@
 
 namespace kvserve::backends {
 
+using cpu_blas::AttentionPath;
+using cpu_blas::AttentionTask;
 using cpu_blas::Isa;
 using kernels::KvKind;
 
 namespace {
-
-// Where a stacked row comes from.
-struct RowInfo {
-  int seq = 0;  // index in Batch::sequences
-  int pos = 0;  // absolute position in that sequence
-};
-
-// One unit of attention work: query rows [row_begin, row_end) (all of sequence `seq`)
-// times the query heads that share KV heads [kv_head, kv_head + kv_heads). Prefill tasks
-// (kAttentionSgemmMinRows rows or more) hold one KV head.
-struct AttentionTask {
-  int seq = 0;
-  int kv_head = 0;
-  int kv_heads = 1;
-  int row_begin = 0;
-  int row_end = 0;
-};
-
-// Query rows per attention task: bounds the imbalance of a long prefill chunk.
-constexpr int kAttentionRowsPerTask = 32;
-// Tasks with at least this many query rows (a prefill chunk) attend with two sgemm
-// products over the task's gathered K/V head slice; fewer rows (decode) use the
-// per-position SIMD dot/axpy kernels, which read K/V in place without a gather.
-constexpr int kAttentionSgemmMinRows = 4;
-
-// KV heads per decode attention task. Decode row ranges (fewer than
-// kAttentionSgemmMinRows rows) take adjacent KV heads together, so a task reads a
-// contiguous slice of each cached row: about two tasks per thread overall (s110m, 2
-// threads: one sequence -> 4 tasks of 3 heads; 16 sequences -> one task per sequence).
-// Prefill ranges keep one head per task (the sgemm path gathers one head).
-int DecodeKvHeadsPerTask(const Batch& batch, int n_kv_heads, int threads) {
-  int64_t decode_ranges = 0;
-  for (const SequenceInput& seq : batch.sequences) {
-    const int64_t n = static_cast<int64_t>(seq.tokens.size());
-    for (int64_t r = 0; r < n; r += kAttentionRowsPerTask) {
-      if (std::min<int64_t>(kAttentionRowsPerTask, n - r) < kAttentionSgemmMinRows) {
-        ++decode_ranges;
-      }
-    }
-  }
-  const int64_t target = 2 * static_cast<int64_t>(threads);
-  return static_cast<int>(
-      std::clamp<int64_t>((n_kv_heads * decode_ranges + target - 1) / target, 1, n_kv_heads));
-}
 
 // Per pool thread scratch of the attention kernels.
 struct AttentionScratch {
@@ -114,13 +73,9 @@ struct CpuBlasBackend::State {
   cpu_blas::ThreadPool pool;
   cpu_blas::Gemm gemm;
 
-  // Step bookkeeping, rebuilt by every Forward.
-  std::vector<RowInfo> rows;
-  std::vector<AttentionTask> attention_tasks;
-  std::vector<int> logit_rows;  // stacked row of each sequence that wants logits
-  std::vector<int> logit_seqs;  // ... and that sequence's index
+  cpu_blas::StepPlan plan;  // of the current step, rebuilt by every Forward
 
-  // Activations; n = rows.size(). Grown as needed, never shrunk.
+  // Activations; n = plan.rows.size(). Grown as needed, never shrunk.
   std::vector<float> x;                   // [n, dim] residual stream
   std::vector<float> xb;                  // [n, dim] normalised input of a sub-layer
   std::vector<float> xb2;                 // [n, dim] sub-layer output before the residual add
@@ -211,7 +166,7 @@ void CpuBlasBackend::State::AttendRows(const Batch& batch, const AttentionTask& 
   const int n_heads = task.kv_heads * group;
 
   for (int j = task.row_begin; j < task.row_end; ++j) {
-    const int n_pos = rows[j].pos + 1;  // causal: positions [0, pos]
+    const int n_pos = plan.rows[j].pos + 1;  // causal: positions [0, pos]
     const size_t un_pos = static_cast<size_t>(n_pos);
     Grow(att, static_cast<size_t>(n_heads) * un_pos);  // [n_heads, n_pos]
     const float* qj = q.data() + static_cast<size_t>(j) * q_dim;
@@ -283,7 +238,7 @@ void CpuBlasBackend::State::AttendRowsSgemm(const Batch& batch, const AttentionT
   const size_t q_dim = static_cast<size_t>(c.q_dim());
   const size_t head_bytes = static_cast<size_t>(hd) * sizeof(float);
   const int m = (task.row_end - task.row_begin) * group;
-  const int n_ctx = rows[task.row_end - 1].pos + 1;
+  const int n_ctx = plan.rows[task.row_end - 1].pos + 1;
   const size_t um = static_cast<size_t>(m);
   const size_t un_ctx = static_cast<size_t>(n_ctx);
   const size_t uhd = static_cast<size_t>(hd);
@@ -307,7 +262,7 @@ void CpuBlasBackend::State::AttendRowsSgemm(const Batch& batch, const AttentionT
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n_ctx, hd, scale, sc.q.data(), hd,
               sc.k.data(), hd, 0.0f, sc.s.data(), n_ctx);
   for (int i = 0; i < m; ++i) {
-    const int n_pos = rows[task.row_begin + i / group].pos + 1;
+    const int n_pos = plan.rows[task.row_begin + i / group].pos + 1;
     float* s_row = sc.s.data() + static_cast<size_t>(i) * un_ctx;
     kernels::Softmax(std::span<float>(s_row, static_cast<size_t>(n_pos)));
     std::fill(s_row + n_pos, s_row + n_ctx, 0.0f);  // causal mask
@@ -324,7 +279,7 @@ void CpuBlasBackend::State::AttendRowsSgemm(const Batch& batch, const AttentionT
 
 void CpuBlasBackend::State::AttendTask(const Batch& batch, const AttentionTask& task, int layer,
                                        AttentionScratch& sc) {
-  if (task.row_end - task.row_begin >= kAttentionSgemmMinRows) {
+  if (task.path == AttentionPath::kSgemm) {
     AttendRowsSgemm(batch, task, layer, sc);
   } else {
     AttendRows(batch, task, layer, sc.scores);
@@ -335,16 +290,18 @@ void CpuBlasBackend::State::Attention(const Batch& batch, int layer) {
   // Small steps (tiny models, one decode row) run on the caller: waking the pool costs
   // more than the work.
   int64_t work = 0;
-  for (const AttentionTask& t : attention_tasks) {
-    for (int j = t.row_begin; j < t.row_end; ++j) work += int64_t{rows[j].pos + 1} * t.kv_heads;
+  for (const AttentionTask& t : plan.attention_tasks) {
+    for (int j = t.row_begin; j < t.row_end; ++j) {
+      work += int64_t{plan.rows[j].pos + 1} * t.kv_heads;
+    }
   }
   work *= static_cast<int64_t>(config.head_dim) * (config.n_heads / config.n_kv_heads) * 2;
   if (work < kMinParallelElements) {
-    for (const AttentionTask& t : attention_tasks) AttendTask(batch, t, layer, scratch[0]);
+    for (const AttentionTask& t : plan.attention_tasks) AttendTask(batch, t, layer, scratch[0]);
     return;
   }
-  pool.Run(static_cast<int64_t>(attention_tasks.size()), [&](int64_t task, int thread) {
-    AttendTask(batch, attention_tasks[static_cast<size_t>(task)], layer,
+  pool.Run(static_cast<int64_t>(plan.attention_tasks.size()), [&](int64_t task, int thread) {
+    AttendTask(batch, plan.attention_tasks[static_cast<size_t>(task)], layer,
                scratch[static_cast<size_t>(thread)]);
   });
 }
@@ -366,32 +323,9 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
   }
 
   // Stack the rows of every sequence; plan attention and the LM head.
-  st.rows.clear();
-  st.attention_tasks.clear();
-  st.logit_rows.clear();
-  st.logit_seqs.clear();
-  const int decode_heads = DecodeKvHeadsPerTask(batch, c.n_kv_heads, st.pool.size());
-  for (size_t i = 0; i < batch.sequences.size(); ++i) {
-    const SequenceInput& seq = batch.sequences[i];
-    const int first = static_cast<int>(st.rows.size());
-    for (size_t t = 0; t < seq.tokens.size(); ++t) {
-      st.rows.push_back({static_cast<int>(i), seq.cached_tokens + static_cast<int>(t)});
-    }
-    const int last = static_cast<int>(st.rows.size());
-    for (int r = first; r < last; r += kAttentionRowsPerTask) {
-      const int end = std::min(last, r + kAttentionRowsPerTask);
-      const int heads = end - r < kAttentionSgemmMinRows ? decode_heads : 1;
-      for (int h = 0; h < c.n_kv_heads; h += heads) {
-        st.attention_tasks.push_back(
-            {static_cast<int>(i), h, std::min(heads, c.n_kv_heads - h), r, end});
-      }
-    }
-    if (seq.want_logits) {
-      st.logit_rows.push_back(last - 1);
-      st.logit_seqs.push_back(static_cast<int>(i));
-    }
-  }
-  const int n = static_cast<int>(st.rows.size());
+  cpu_blas::PlanStep(batch, {.n_kv_heads = c.n_kv_heads, .threads = st.pool.size()}, st.plan);
+  const std::vector<cpu_blas::StepRow>& rows = st.plan.rows;
+  const int n = static_cast<int>(rows.size());
   if (n == 0) return absl::OkStatus();
 
   const size_t dim = static_cast<size_t>(c.dim);
@@ -415,9 +349,7 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
   // Token embeddings.
   st.ForRows(n, c.dim, [&](int b, int e) {
     for (int r = b; r < e; ++r) {
-      const SequenceInput& seq = batch.sequences[st.rows[r].seq];
-      kernels::RowToFloat(w.token_embedding, seq.tokens[st.rows[r].pos - seq.cached_tokens],
-                          row(st.x, dim, r));
+      kernels::RowToFloat(w.token_embedding, rows[r].token, row(st.x, dim, r));
     }
   });
 
@@ -439,10 +371,10 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
     // RoPE at each row's position; append K and V to its sequence's blocks.
     st.ForRows(n, c.q_dim() + 2 * c.kv_dim(), [&](int b, int e) {
       for (int r = b; r < e; ++r) {
-        const int pos = st.rows[r].pos;
+        const int pos = rows[r].pos;
         st.rope.Apply(row(st.q, q_dim, r), pos);
         st.rope.Apply(row(st.k, kv_dim, r), pos);
-        const kernels::SequenceKv kv(st.layout, batch.sequences[st.rows[r].seq].blocks);
+        const kernels::SequenceKv kv(st.layout, batch.sequences[rows[r].seq].blocks);
         kv.Write(l, KvKind::kKey, pos, row(st.k, kv_dim, r));
         kv.Write(l, KvKind::kValue, pos, row(st.v, kv_dim, r));
       }
@@ -474,18 +406,19 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
   }
 
   // Final RMSNorm and LM head over the last row of each sequence that wants logits.
-  const int n_logits = static_cast<int>(st.logit_rows.size());
+  const std::vector<cpu_blas::LogitRow>& logit_rows = st.plan.logit_rows;
+  const int n_logits = static_cast<int>(logit_rows.size());
   if (n_logits == 0) return absl::OkStatus();
   const size_t vocab = static_cast<size_t>(c.vocab_size);
   Grow(st.xf, static_cast<size_t>(n_logits) * dim);
   Grow(st.out, static_cast<size_t>(n_logits) * vocab);
   for (int i = 0; i < n_logits; ++i) {
-    kernels::RmsNorm(row(st.x, dim, st.logit_rows[i]), kernels::F32Values(w.output_norm), c.rms_eps,
-                     row(st.xf, dim, i));
+    kernels::RmsNorm(row(st.x, dim, logit_rows[i].row), kernels::F32Values(w.output_norm),
+                     c.rms_eps, row(st.xf, dim, i));
   }
   st.gemm.Run(w.output, st.xf.data(), n_logits, st.out.data());
   for (int i = 0; i < n_logits; ++i) {
-    std::memcpy(logits.data() + static_cast<size_t>(st.logit_seqs[i]) * vocab,
+    std::memcpy(logits.data() + static_cast<size_t>(logit_rows[i].seq) * vocab,
                 st.out.data() + static_cast<size_t>(i) * vocab, vocab * sizeof(float));
   }
   return absl::OkStatus();
