@@ -3,9 +3,13 @@
 // (each row over its own sequence's positions up to its own: causal), project O, add,
 // norm, SwiGLU FFN over all rows, add. Only the last row of each sequence that wants
 // logits goes through the final norm and the LM head, stacked into one product.
+//
+// Forward validates, plans the step (step_plan.h), grows the activation buffers, then
+// runs the steps below; attention is attention.h's.
 #include "backends/cpu_blas/cpu_blas_backend.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -29,11 +33,69 @@ using kernels::KvKind;
 
 namespace {
 
+// Elementwise work (norms, RoPE, SwiGLU) below this many elements stays on the caller.
+constexpr int64_t kMinParallelElements = 32 * 1024;
+
+// OK when every KV block pointer of `batch` is aligned to the KV element of `layout`
+// (f32: 4 bytes, f16: 2); otherwise INVALID_ARGUMENT naming the first bad sequence.
+absl::Status CheckKvAlignment(const model::KvLayout& layout, const Batch& batch) {
+  const size_t kv_align = layout.dtype == model::DType::kF16 ? 2 : 4;
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    for (uint8_t* block : batch.sequences[i].blocks) {
+      if (reinterpret_cast<uintptr_t>(block) % kv_align != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence ", i, ": KV block is not aligned to ", kv_align, " bytes"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Row r of a row-major matrix of `width` columns.
+std::span<float> Row(std::vector<float>& m, size_t width, int r) {
+  return std::span<float>(m.data() + static_cast<size_t>(r) * width, width);
+}
+
 void Grow(std::vector<float>& v, size_t size) {
   if (v.size() < size) v.resize(size);
 }
-// Elementwise work (norms, RoPE, SwiGLU) below this many elements stays on the caller.
-constexpr int64_t kMinParallelElements = 32 * 1024;
+
+// The activations of one step, row-major; n = the step's stacked rows, n_logits = its
+// logit rows. Grown as needed by Reserve, never shrunk (a step reuses the last one's).
+struct Activations {
+  std::vector<float> x;        // [n, dim] residual stream
+  std::vector<float> xb;       // [n, dim] normalised input of a sub-layer
+  std::vector<float> xb2;      // [n, dim] sub-layer output before the residual add
+  std::vector<float> q;        // [n, q_dim] queries (after RoPE)
+  std::vector<float> k;        // [n, kv_dim] keys (after RoPE)
+  std::vector<float> v;        // [n, kv_dim] values
+  std::vector<float> att_out;  // [n, q_dim] attention output, heads concatenated
+  std::vector<float> hb;       // [n, ffn_dim] gate, then silu(gate) * up
+  std::vector<float> hb2;      // [n, ffn_dim] up
+  std::vector<float> xf;       // [n_logits, dim] final hidden states of logit rows
+  std::vector<float> out;      // [n_logits, vocab] logits before scattering
+
+  // Grows every buffer to at least the sizes above for `n` rows and `n_logits` logit rows.
+  void Reserve(const model::ModelConfig& c, int n, int n_logits) {
+    const size_t un = static_cast<size_t>(n);
+    const size_t ul = static_cast<size_t>(n_logits);
+    const size_t dim = static_cast<size_t>(c.dim);
+    const size_t q_dim = static_cast<size_t>(c.q_dim());
+    const size_t kv_dim = static_cast<size_t>(c.kv_dim());
+    const size_t ffn = static_cast<size_t>(c.ffn_dim);
+    Grow(x, un * dim);
+    Grow(xb, un * dim);
+    Grow(xb2, un * dim);
+    Grow(q, un * q_dim);
+    Grow(k, un * kv_dim);
+    Grow(v, un * kv_dim);
+    Grow(att_out, un * q_dim);
+    Grow(hb, un * ffn);
+    Grow(hb2, un * ffn);
+    Grow(xf, ul * dim);
+    Grow(out, ul * static_cast<size_t>(c.vocab_size));
+  }
+};
 
 }  // namespace
 
@@ -61,19 +123,28 @@ struct CpuBlasBackend::State {
   cpu_blas::PagedAttention attention;
 
   cpu_blas::StepPlan plan;  // of the current step, rebuilt by every Forward
+  Activations act;          // sized for `plan` by Forward
 
-  // Activations; n = plan.rows.size(). Grown as needed, never shrunk.
-  std::vector<float> x;        // [n, dim] residual stream
-  std::vector<float> xb;       // [n, dim] normalised input of a sub-layer
-  std::vector<float> xb2;      // [n, dim] sub-layer output before the residual add
-  std::vector<float> q;        // [n, q_dim] queries (after RoPE)
-  std::vector<float> k;        // [n, kv_dim] keys (after RoPE)
-  std::vector<float> v;        // [n, kv_dim] values
-  std::vector<float> att_out;  // [n, q_dim] attention output, heads concatenated
-  std::vector<float> hb;       // [n, ffn_dim] gate, then silu(gate) * up
-  std::vector<float> hb2;      // [n, ffn_dim] up
-  std::vector<float> xf;       // [n_logits, dim] final hidden states of logit rows
-  std::vector<float> out;      // [n_logits, vocab] logits before scattering
+  // The steps of a forward pass, in order. Each reads and writes `act` for the rows of
+  // `plan` (n of them); `batch` is the one `plan` was made from.
+
+  // x[r] = embedding of row r's token.
+  void EmbedTokens();
+  // xb[r] = RMSNorm(x[r]) with the layer's attention norm.
+  void AttentionNorm(const model::LayerWeights& L);
+  // q, k, v = xb · Wq^T, Wk^T, Wv^T for all rows at once.
+  void ProjectQkv(const model::LayerWeights& L);
+  // RoPE on q[r] and k[r] at row r's position; k[r], v[r] written into the row's
+  // sequence's blocks at that position in `layer`.
+  void RotateAndAppendKv(const Batch& batch, int layer);
+  // x += att_out · Wo^T, then xb = RMSNorm(x) with the layer's FFN norm.
+  void OutputProjectionAndFfnNorm(const model::LayerWeights& L);
+  // x += W_down · (silu(W_gate · xb) * (W_up · xb)).
+  void FeedForward(const model::LayerWeights& L);
+  // For each logit row: final RMSNorm of x[row], LM head, into logits[seq * vocab, ...).
+  void LmHead(std::span<float> logits);
+
+  int rows() const { return static_cast<int>(plan.rows.size()); }
 
   // Calls fn(row_begin, row_end) over [0, n) in chunks on the pool, or once on the
   // caller when the work (n * elements_per_row) is small.
@@ -118,121 +189,109 @@ const model::KvLayout& CpuBlasBackend::kv_layout() const { return state_->layout
 Isa CpuBlasBackend::isa() const { return state_->isa; }
 int CpuBlasBackend::threads() const { return state_->pool.size(); }
 
+void CpuBlasBackend::State::EmbedTokens() {
+  const size_t dim = static_cast<size_t>(config.dim);
+  ForRows(rows(), config.dim, [&](int b, int e) {
+    for (int r = b; r < e; ++r) {
+      kernels::RowToFloat(weights.token_embedding, plan.rows[r].token, Row(act.x, dim, r));
+    }
+  });
+}
+
+void CpuBlasBackend::State::AttentionNorm(const model::LayerWeights& L) {
+  const size_t dim = static_cast<size_t>(config.dim);
+  ForRows(rows(), config.dim, [&](int b, int e) {
+    for (int r = b; r < e; ++r) {
+      kernels::RmsNorm(Row(act.x, dim, r), kernels::F32Values(L.attn_norm), config.rms_eps,
+                       Row(act.xb, dim, r));
+    }
+  });
+}
+
+void CpuBlasBackend::State::ProjectQkv(const model::LayerWeights& L) {
+  gemm.Run({{&L.wq, act.q.data()}, {&L.wk, act.k.data()}, {&L.wv, act.v.data()}}, act.xb.data(),
+           rows());
+}
+
+void CpuBlasBackend::State::RotateAndAppendKv(const Batch& batch, int layer) {
+  const size_t q_dim = static_cast<size_t>(config.q_dim());
+  const size_t kv_dim = static_cast<size_t>(config.kv_dim());
+  ForRows(rows(), config.q_dim() + 2 * config.kv_dim(), [&](int b, int e) {
+    for (int r = b; r < e; ++r) {
+      const int pos = plan.rows[r].pos;
+      rope.Apply(Row(act.q, q_dim, r), pos);
+      rope.Apply(Row(act.k, kv_dim, r), pos);
+      const kernels::SequenceKv kv(layout, batch.sequences[plan.rows[r].seq].blocks);
+      kv.Write(layer, KvKind::kKey, pos, Row(act.k, kv_dim, r));
+      kv.Write(layer, KvKind::kValue, pos, Row(act.v, kv_dim, r));
+    }
+  });
+}
+
+void CpuBlasBackend::State::OutputProjectionAndFfnNorm(const model::LayerWeights& L) {
+  const size_t dim = static_cast<size_t>(config.dim);
+  gemm.Run(L.wo, act.att_out.data(), rows(), act.xb2.data());
+  ForRows(rows(), config.dim, [&](int b, int e) {
+    for (int r = b; r < e; ++r) {
+      kernels::AddInPlace(Row(act.x, dim, r), Row(act.xb2, dim, r));
+      kernels::RmsNorm(Row(act.x, dim, r), kernels::F32Values(L.ffn_norm), config.rms_eps,
+                       Row(act.xb, dim, r));
+    }
+  });
+}
+
+void CpuBlasBackend::State::FeedForward(const model::LayerWeights& L) {
+  const size_t dim = static_cast<size_t>(config.dim);
+  const size_t ffn = static_cast<size_t>(config.ffn_dim);
+  gemm.Run({{&L.w_gate, act.hb.data()}, {&L.w_up, act.hb2.data()}}, act.xb.data(), rows());
+  ForRows(rows(), config.ffn_dim, [&](int b, int e) {
+    for (int r = b; r < e; ++r) kernels::SwiGlu(Row(act.hb, ffn, r), Row(act.hb2, ffn, r));
+  });
+  gemm.Run(L.w_down, act.hb.data(), rows(), act.xb2.data());
+  ForRows(rows(), config.dim, [&](int b, int e) {
+    for (int r = b; r < e; ++r) kernels::AddInPlace(Row(act.x, dim, r), Row(act.xb2, dim, r));
+  });
+}
+
+void CpuBlasBackend::State::LmHead(std::span<float> logits) {
+  const std::vector<cpu_blas::LogitRow>& logit_rows = plan.logit_rows;
+  const int n_logits = static_cast<int>(logit_rows.size());
+  if (n_logits == 0) return;
+  const size_t dim = static_cast<size_t>(config.dim);
+  const size_t vocab = static_cast<size_t>(config.vocab_size);
+  for (int i = 0; i < n_logits; ++i) {
+    kernels::RmsNorm(Row(act.x, dim, logit_rows[i].row), kernels::F32Values(weights.output_norm),
+                     config.rms_eps, Row(act.xf, dim, i));
+  }
+  gemm.Run(weights.output, act.xf.data(), n_logits, act.out.data());
+  for (int i = 0; i < n_logits; ++i) {
+    std::memcpy(logits.data() + static_cast<size_t>(logit_rows[i].seq) * vocab,
+                act.out.data() + static_cast<size_t>(i) * vocab, vocab * sizeof(float));
+  }
+}
+
 absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits) {
   State& st = *state_;
   const model::ModelConfig& c = st.config;
-  const model::ModelWeights& w = st.weights;
   // Check everything before writing anything, so a rejected batch leaves KV untouched.
   if (absl::Status s = ValidateBatch(c, st.layout, batch, logits.size()); !s.ok()) return s;
-  const size_t kv_align = st.layout.dtype == model::DType::kF16 ? 2 : 4;
-  for (size_t i = 0; i < batch.sequences.size(); ++i) {
-    for (uint8_t* block : batch.sequences[i].blocks) {
-      if (reinterpret_cast<uintptr_t>(block) % kv_align != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("sequence ", i, ": KV block is not aligned to ", kv_align, " bytes"));
-      }
-    }
-  }
+  if (absl::Status s = CheckKvAlignment(st.layout, batch); !s.ok()) return s;
 
-  // Stack the rows of every sequence; plan attention and the LM head.
   cpu_blas::PlanStep(batch, {.n_kv_heads = c.n_kv_heads, .threads = st.pool.size()}, st.plan);
-  const std::vector<cpu_blas::StepRow>& rows = st.plan.rows;
-  const int n = static_cast<int>(rows.size());
-  if (n == 0) return absl::OkStatus();
+  if (st.plan.rows.empty()) return absl::OkStatus();
+  st.act.Reserve(c, st.rows(), static_cast<int>(st.plan.logit_rows.size()));
 
-  const size_t dim = static_cast<size_t>(c.dim);
-  const size_t q_dim = static_cast<size_t>(c.q_dim());
-  const size_t kv_dim = static_cast<size_t>(c.kv_dim());
-  const size_t ffn = static_cast<size_t>(c.ffn_dim);
-  const size_t un = static_cast<size_t>(n);
-  Grow(st.x, un * dim);
-  Grow(st.xb, un * dim);
-  Grow(st.xb2, un * dim);
-  Grow(st.q, un * q_dim);
-  Grow(st.k, un * kv_dim);
-  Grow(st.v, un * kv_dim);
-  Grow(st.att_out, un * q_dim);
-  Grow(st.hb, un * ffn);
-  Grow(st.hb2, un * ffn);
-  auto row = [](std::vector<float>& v, size_t width, int r) {
-    return std::span<float>(v.data() + static_cast<size_t>(r) * width, width);
-  };
-
-  // Token embeddings.
-  st.ForRows(n, c.dim, [&](int b, int e) {
-    for (int r = b; r < e; ++r) {
-      kernels::RowToFloat(w.token_embedding, rows[r].token, row(st.x, dim, r));
-    }
-  });
-
+  st.EmbedTokens();
   for (int l = 0; l < c.n_layers; ++l) {
-    const model::LayerWeights& L = w.layers[l];
-
-    // Attention RMSNorm.
-    st.ForRows(n, c.dim, [&](int b, int e) {
-      for (int r = b; r < e; ++r) {
-        kernels::RmsNorm(row(st.x, dim, r), kernels::F32Values(L.attn_norm), c.rms_eps,
-                         row(st.xb, dim, r));
-      }
-    });
-
-    // Q, K, V of all new rows.
-    st.gemm.Run({{&L.wq, st.q.data()}, {&L.wk, st.k.data()}, {&L.wv, st.v.data()}}, st.xb.data(),
-                n);
-
-    // RoPE at each row's position; append K and V to its sequence's blocks.
-    st.ForRows(n, c.q_dim() + 2 * c.kv_dim(), [&](int b, int e) {
-      for (int r = b; r < e; ++r) {
-        const int pos = rows[r].pos;
-        st.rope.Apply(row(st.q, q_dim, r), pos);
-        st.rope.Apply(row(st.k, kv_dim, r), pos);
-        const kernels::SequenceKv kv(st.layout, batch.sequences[rows[r].seq].blocks);
-        kv.Write(l, KvKind::kKey, pos, row(st.k, kv_dim, r));
-        kv.Write(l, KvKind::kValue, pos, row(st.v, kv_dim, r));
-      }
-    });
-
-    // Causal attention of every row over its own sequence.
-    st.attention.Run(batch, st.plan, l, st.q.data(), st.att_out.data());
-
-    // Output projection and residual.
-    st.gemm.Run(L.wo, st.att_out.data(), n, st.xb2.data());
-    st.ForRows(n, c.dim, [&](int b, int e) {
-      for (int r = b; r < e; ++r) {
-        kernels::AddInPlace(row(st.x, dim, r), row(st.xb2, dim, r));
-        // FFN RMSNorm.
-        kernels::RmsNorm(row(st.x, dim, r), kernels::F32Values(L.ffn_norm), c.rms_eps,
-                         row(st.xb, dim, r));
-      }
-    });
-
-    // SwiGLU FFN.
-    st.gemm.Run({{&L.w_gate, st.hb.data()}, {&L.w_up, st.hb2.data()}}, st.xb.data(), n);
-    st.ForRows(n, c.ffn_dim, [&](int b, int e) {
-      for (int r = b; r < e; ++r) kernels::SwiGlu(row(st.hb, ffn, r), row(st.hb2, ffn, r));
-    });
-    st.gemm.Run(L.w_down, st.hb.data(), n, st.xb2.data());
-    st.ForRows(n, c.dim, [&](int b, int e) {
-      for (int r = b; r < e; ++r) kernels::AddInPlace(row(st.x, dim, r), row(st.xb2, dim, r));
-    });
+    const model::LayerWeights& L = st.weights.layers[l];
+    st.AttentionNorm(L);
+    st.ProjectQkv(L);
+    st.RotateAndAppendKv(batch, l);
+    st.attention.Run(batch, st.plan, l, st.act.q.data(), st.act.att_out.data());
+    st.OutputProjectionAndFfnNorm(L);
+    st.FeedForward(L);
   }
-
-  // Final RMSNorm and LM head over the last row of each sequence that wants logits.
-  const std::vector<cpu_blas::LogitRow>& logit_rows = st.plan.logit_rows;
-  const int n_logits = static_cast<int>(logit_rows.size());
-  if (n_logits == 0) return absl::OkStatus();
-  const size_t vocab = static_cast<size_t>(c.vocab_size);
-  Grow(st.xf, static_cast<size_t>(n_logits) * dim);
-  Grow(st.out, static_cast<size_t>(n_logits) * vocab);
-  for (int i = 0; i < n_logits; ++i) {
-    kernels::RmsNorm(row(st.x, dim, logit_rows[i].row), kernels::F32Values(w.output_norm),
-                     c.rms_eps, row(st.xf, dim, i));
-  }
-  st.gemm.Run(w.output, st.xf.data(), n_logits, st.out.data());
-  for (int i = 0; i < n_logits; ++i) {
-    std::memcpy(logits.data() + static_cast<size_t>(logit_rows[i].seq) * vocab,
-                st.out.data() + static_cast<size_t>(i) * vocab, vocab * sizeof(float));
-  }
+  st.LmHead(logits);
   return absl::OkStatus();
 }
 
