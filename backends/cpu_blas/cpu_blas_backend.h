@@ -5,6 +5,10 @@
 // (sequence, KV head, chunk of query rows) in parallel: prefill chunks as two sgemm
 // products over the KV head's positions gathered to f32 (the query heads sharing the KV
 // head stacked as rows), decode rows with vectorised dot products over the paged K/V.
+//
+// Files: step_plan.h (rows, attention tasks and logit rows of a step, as data),
+// attention.h (the attention of a planned step), gemm.h (projections), simd_kernels.h,
+// thread_pool.h; cpu_blas_backend.cc runs the layers.
 #ifndef KVSERVE_BACKENDS_CPU_BLAS_CPU_BLAS_BACKEND_H_
 #define KVSERVE_BACKENDS_CPU_BLAS_CPU_BLAS_BACKEND_H_
 

@@ -1,0 +1,202 @@
+#include "backends/cpu_blas/attention.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include "backends/kernels/ops.h"
+
+namespace kvserve::backends::cpu_blas {
+
+using kernels::KvKind;
+
+namespace {
+
+// Steps with fewer multiply-adds than this (tiny models, one decode row) run on the
+// caller: waking the pool costs more than the work.
+constexpr int64_t kMinParallelWork = 32 * 1024;
+
+void Grow(std::vector<float>& v, size_t size) {
+  if (v.size() < size) v.resize(size);
+}
+
+}  // namespace
+
+PagedAttention::PagedAttention(const model::ModelConfig& config, const model::KvLayout& layout,
+                               const KernelSet* kernels, ThreadPool* pool)
+    : config_(config),
+      layout_(layout),
+      kernels_(kernels),
+      pool_(pool),
+      scratch_(static_cast<size_t>(pool->size())) {}
+
+void PagedAttention::Run(const Batch& batch, const StepPlan& plan, int layer, const float* q,
+                         float* att_out) {
+  const Step step{batch, plan, layer, q, att_out};
+  int64_t work = 0;
+  for (const AttentionTask& t : plan.attention_tasks) {
+    for (int j = t.row_begin; j < t.row_end; ++j) {
+      work += int64_t{plan.rows[j].pos + 1} * t.kv_heads;
+    }
+  }
+  work *= static_cast<int64_t>(config_.head_dim) * (config_.n_heads / config_.n_kv_heads) * 2;
+  if (work < kMinParallelWork) {
+    for (const AttentionTask& t : plan.attention_tasks) RunTask(step, t, scratch_[0]);
+    return;
+  }
+  pool_->Run(static_cast<int64_t>(plan.attention_tasks.size()), [&](int64_t task, int thread) {
+    RunTask(step, plan.attention_tasks[static_cast<size_t>(task)],
+            scratch_[static_cast<size_t>(thread)]);
+  });
+}
+
+void PagedAttention::RunTask(const Step& step, const AttentionTask& task, Scratch& sc) const {
+  switch (task.path) {
+    case AttentionPath::kSgemm:
+      AttendSgemm(step, task, sc);
+      return;
+    case AttentionPath::kPaged:
+      AttendPaged(step, task, sc.scores);
+      return;
+  }
+}
+
+void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
+                                 std::vector<float>& att) const {
+  const model::ModelConfig& c = config_;
+  const kernels::SequenceKv kv(layout_, step.batch.sequences[task.seq].blocks);
+  const int hd = c.head_dim;
+  const int group = c.n_heads / c.n_kv_heads;
+  const int q_dim = c.q_dim();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const bool f16 = layout_.dtype == model::DType::kF16;
+  const size_t head_bytes = static_cast<size_t>(hd) * (f16 ? 2 : 4);
+  const size_t row_bytes = layout_.row_bytes();
+  const int bt = layout_.block_tokens;
+  const auto dot_rows = f16 ? kernels_->dot_rows_f16 : kernels_->dot_rows_f32;
+  const auto axpy_rows = f16 ? kernels_->axpy_rows_f16 : kernels_->axpy_rows_f32;
+  // The task's query heads: [h_begin, h_begin + n_heads), adjacent within a row, and their
+  // KV heads adjacent within a cached row. Blocks are the outer loop and heads the inner
+  // one, so each pass reads one contiguous slice of every cached row (all the task's
+  // heads) instead of one head's 64 floats per row across the whole context.
+  const int h_begin = task.kv_head * group;
+  const int n_heads = task.kv_heads * group;
+
+  for (int j = task.row_begin; j < task.row_end; ++j) {
+    const int n_pos = step.plan.rows[j].pos + 1;  // causal: positions [0, pos]
+    const size_t un_pos = static_cast<size_t>(n_pos);
+    Grow(att, static_cast<size_t>(n_heads) * un_pos);  // [n_heads, n_pos]
+    const float* qj = step.q + static_cast<size_t>(j) * q_dim;
+    float* oj = step.att_out + static_cast<size_t>(j) * q_dim;
+
+    // scores[h][t] = scale * q_h · K[t][kv_head(h)]
+    for (int t0 = 0; t0 < n_pos; t0 += bt) {
+      const uint8_t* plane = kv.Row(step.layer, KvKind::kKey, t0);
+      const int count = std::min(n_pos, t0 + bt) - t0;
+      for (int i = 0; i < n_heads; ++i) {
+        const int h = h_begin + i;
+        dot_rows(qj + static_cast<size_t>(h) * hd,
+                 plane + static_cast<size_t>(h / group) * head_bytes, row_bytes, count, hd, scale,
+                 att.data() + static_cast<size_t>(i) * un_pos + t0);
+      }
+    }
+    for (int i = 0; i < n_heads; ++i) {
+      kernels::Softmax(std::span<float>(att.data() + static_cast<size_t>(i) * un_pos, un_pos));
+    }
+    // out_h = sum_t att[h][t] * V[t][kv_head(h)]
+    std::fill(oj + static_cast<size_t>(h_begin) * hd,
+              oj + static_cast<size_t>(h_begin + n_heads) * hd, 0.0f);
+    for (int t0 = 0; t0 < n_pos; t0 += bt) {
+      const uint8_t* plane = kv.Row(step.layer, KvKind::kValue, t0);
+      const int count = std::min(n_pos, t0 + bt) - t0;
+      for (int i = 0; i < n_heads; ++i) {
+        const int h = h_begin + i;
+        axpy_rows(att.data() + static_cast<size_t>(i) * un_pos + t0,
+                  plane + static_cast<size_t>(h / group) * head_bytes, row_bytes, count, hd,
+                  oj + static_cast<size_t>(h) * hd);
+      }
+    }
+  }
+}
+
+void PagedAttention::GatherHead(const kernels::SequenceKv& kv, int layer, KvKind kind, int kv_head,
+                                int n_pos, float* out) const {
+  const int hd = config_.head_dim;
+  const bool f16 = layout_.dtype == model::DType::kF16;
+  const size_t head_offset_bytes =
+      static_cast<size_t>(kv_head) * static_cast<size_t>(hd) * (f16 ? 2 : 4);
+  const size_t row_bytes = layout_.row_bytes();
+  const int bt = layout_.block_tokens;
+  for (int t0 = 0; t0 < n_pos; t0 += bt) {
+    const uint8_t* plane = kv.Row(layer, kind, t0) + head_offset_bytes;
+    const int t1 = std::min(n_pos, t0 + bt);
+    for (int t = t0; t < t1; ++t) {
+      const uint8_t* src = plane + static_cast<size_t>(t - t0) * row_bytes;
+      float* dst = out + static_cast<size_t>(t) * hd;
+      if (f16) {
+        kernels_->f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, hd);
+      } else {
+        std::memcpy(dst, src, static_cast<size_t>(hd) * sizeof(float));
+      }
+    }
+  }
+}
+
+// All rows of the task belong to one sequence at consecutive positions, so the last row
+// sees the most positions (n_ctx); every row r sees [0, pos_r]. With the query heads of
+// the KV head stacked as rows (row i = query row j, head g: i = (j - row_begin) * group + g):
+//   S = scale * Q · K[0:n_ctx]^T,  causal mask and softmax per row,  O = S · V[0:n_ctx].
+void PagedAttention::AttendSgemm(const Step& step, const AttentionTask& task, Scratch& sc) const {
+  const model::ModelConfig& c = config_;
+  const kernels::SequenceKv kv(layout_, step.batch.sequences[task.seq].blocks);
+  const std::vector<StepRow>& rows = step.plan.rows;
+  const int hd = c.head_dim;
+  const int group = c.n_heads / c.n_kv_heads;
+  const size_t q_dim = static_cast<size_t>(c.q_dim());
+  const size_t head_bytes = static_cast<size_t>(hd) * sizeof(float);
+  const int m = (task.row_end - task.row_begin) * group;
+  const int n_ctx = rows[task.row_end - 1].pos + 1;
+  const size_t um = static_cast<size_t>(m);
+  const size_t un_ctx = static_cast<size_t>(n_ctx);
+  const size_t uhd = static_cast<size_t>(hd);
+  Grow(sc.q, um * uhd);
+  Grow(sc.k, un_ctx * uhd);
+  Grow(sc.v, un_ctx * uhd);
+  Grow(sc.s, um * un_ctx);
+  Grow(sc.o, um * uhd);
+
+  // The group's query heads are adjacent within a row: copy each row's slice at once.
+  const size_t first_head = static_cast<size_t>(task.kv_head) * group * uhd;
+  for (int j = task.row_begin; j < task.row_end; ++j) {
+    std::memcpy(sc.q.data() + static_cast<size_t>(j - task.row_begin) * group * uhd,
+                step.q + static_cast<size_t>(j) * q_dim + first_head, head_bytes * group);
+  }
+  GatherHead(kv, step.layer, KvKind::kKey, task.kv_head, n_ctx, sc.k.data());
+  GatherHead(kv, step.layer, KvKind::kValue, task.kv_head, n_ctx, sc.v.data());
+
+  // S[m, n_ctx] = scale * Q[m, hd] · K[n_ctx, hd]^T
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n_ctx, hd, scale, sc.q.data(), hd,
+              sc.k.data(), hd, 0.0f, sc.s.data(), n_ctx);
+  for (int i = 0; i < m; ++i) {
+    const int n_pos = rows[task.row_begin + i / group].pos + 1;
+    float* s_row = sc.s.data() + static_cast<size_t>(i) * un_ctx;
+    kernels::Softmax(std::span<float>(s_row, static_cast<size_t>(n_pos)));
+    std::fill(s_row + n_pos, s_row + n_ctx, 0.0f);  // causal mask
+  }
+  // O[m, hd] = P[m, n_ctx] · V[n_ctx, hd]
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, n_ctx, 1.0f, sc.s.data(), n_ctx,
+              sc.v.data(), hd, 0.0f, sc.o.data(), hd);
+  for (int j = task.row_begin; j < task.row_end; ++j) {
+    std::memcpy(step.att_out + static_cast<size_t>(j) * q_dim + first_head,
+                sc.o.data() + static_cast<size_t>(j - task.row_begin) * group * uhd,
+                head_bytes * group);
+  }
+}
+
+}  // namespace kvserve::backends::cpu_blas

@@ -1,0 +1,64 @@
+#include "backends/cpu_blas/step_plan.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace kvserve::backends::cpu_blas {
+namespace {
+
+// Rows of a range that starts `begin` rows into a sequence of `n` new tokens.
+int64_t RangeRows(int64_t n, int64_t begin) {
+  return std::min<int64_t>(kAttentionRowsPerTask, n - begin);
+}
+
+// KV heads per kPaged task (see PlanStep).
+int PagedKvHeadsPerTask(const Batch& batch, int n_kv_heads, int threads) {
+  int64_t short_ranges = 0;
+  for (const SequenceInput& seq : batch.sequences) {
+    const int64_t n = static_cast<int64_t>(seq.tokens.size());
+    for (int64_t r = 0; r < n; r += kAttentionRowsPerTask) {
+      if (RangeRows(n, r) < kAttentionSgemmMinRows) ++short_ranges;
+    }
+  }
+  const int64_t target = 2 * static_cast<int64_t>(threads);
+  return static_cast<int>(
+      std::clamp<int64_t>((n_kv_heads * short_ranges + target - 1) / target, 1, n_kv_heads));
+}
+
+}  // namespace
+
+void PlanStep(const Batch& batch, const StepPlanOptions& options, StepPlan& plan) {
+  plan.rows.clear();
+  plan.attention_tasks.clear();
+  plan.logit_rows.clear();
+  const int n_kv_heads = options.n_kv_heads;
+  const int paged_heads = PagedKvHeadsPerTask(batch, n_kv_heads, options.threads);
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const SequenceInput& seq = batch.sequences[i];
+    const int s = static_cast<int>(i);
+    const int first = static_cast<int>(plan.rows.size());
+    for (size_t t = 0; t < seq.tokens.size(); ++t) {
+      plan.rows.push_back({s, seq.cached_tokens + static_cast<int>(t), seq.tokens[t]});
+    }
+    const int last = static_cast<int>(plan.rows.size());
+    for (int r = first; r < last; r += kAttentionRowsPerTask) {
+      const int end = std::min(last, r + kAttentionRowsPerTask);
+      const bool sgemm = end - r >= kAttentionSgemmMinRows;
+      const int heads = sgemm ? 1 : paged_heads;
+      const AttentionPath path = sgemm ? AttentionPath::kSgemm : AttentionPath::kPaged;
+      for (int h = 0; h < n_kv_heads; h += heads) {
+        plan.attention_tasks.push_back({s, h, std::min(heads, n_kv_heads - h), r, end, path});
+      }
+    }
+    if (seq.want_logits && last > first) plan.logit_rows.push_back({last - 1, s});
+  }
+}
+
+StepPlan PlanStep(const Batch& batch, const StepPlanOptions& options) {
+  StepPlan plan;
+  PlanStep(batch, options, plan);
+  return plan;
+}
+
+}  // namespace kvserve::backends::cpu_blas
