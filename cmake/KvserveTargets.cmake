@@ -40,14 +40,15 @@ function(kvserve_binary name)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
 endfunction()
 
-# kvserve_test(NAME SRCS ... DEPS ... [LABELS ...]): a GoogleTest binary registered with CTest.
+# kvserve_test(NAME SRCS ... DEPS ... [LABELS ...] [ARGS ...]): a GoogleTest binary
+# registered with CTest (run with ARGS).
 # Tests run from the build directory; KVSERVE_MODELS_DIR points at the fetched model files.
 # Every test has a timeout (KVSERVE_TEST_TIMEOUT seconds, default 600: the slowest suite
 # under AddressSanitizer takes a few minutes), so a deadlock fails CI instead of hanging it.
 function(kvserve_test name)
-  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS;ARGS" ${ARGN})
   kvserve_binary(${name} SRCS ${ARG_SRCS} DEPS ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
-  add_test(NAME ${name} COMMAND ${name})
+  add_test(NAME ${name} COMMAND ${name} ${ARG_ARGS})
   set_tests_properties(${name} PROPERTIES
     ENVIRONMENT "KVSERVE_MODELS_DIR=${PROJECT_SOURCE_DIR}/models;KVSERVE_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
     LABELS "${ARG_LABELS}"
@@ -59,6 +60,19 @@ function(kvserve_test name)
 endfunction()
 
 set(KVSERVE_TEST_TIMEOUT 600 CACHE STRING "CTest timeout of each GoogleTest binary, in seconds")
+
+# kvserve_test_variant(NAME TEST ARGS ... [LABELS ...]): TEST's binary again as CTest
+# test NAME with ARGS. A run whose tests all skipped itself (GTEST_SKIP, e.g. a SIMD
+# level this CPU lacks) is reported by CTest as "Skipped", never as a silent pass.
+function(kvserve_test_variant name)
+  cmake_parse_arguments(ARG "" "TEST" "ARGS;LABELS" ${ARGN})
+  add_test(NAME ${name} COMMAND ${ARG_TEST} ${ARG_ARGS})
+  set_tests_properties(${name} PROPERTIES
+    ENVIRONMENT "KVSERVE_MODELS_DIR=${PROJECT_SOURCE_DIR}/models;KVSERVE_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+    LABELS "${ARG_LABELS}"
+    TIMEOUT ${KVSERVE_TEST_TIMEOUT}
+    SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\] [0-9]+ test")
+endfunction()
 
 # kvserve_fuzzer(NAME SRCS ... DEPS ... CORPUS dir): a libFuzzer target, built only with
 # KVSERVE_FUZZ=ON (clang). The test suite runs each briefly (see tests/CMakeLists.txt).
