@@ -18,7 +18,7 @@
 #include "kvserve/v1/inference.grpc.pb.h"
 #include "model/model.h"
 #include "service/server.h"
-#include "tests/fakes/fake_engine.h"
+#include "service/testing/fake_engine.h"
 
 namespace kvserve::service {
 namespace {
