@@ -5,6 +5,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,6 +45,39 @@ void Flush(SerialExecutor& executor) {
   done.get_future().wait();
 }
 
+// Blocks until every task due by the clock has run. One flush is not enough: a task that
+// became due while the flush was queued runs after it (due tasks join the queue's end).
+void RunDue(SerialExecutor& executor) {
+  Flush(executor);
+  Flush(executor);
+}
+
+// An executor on a fake clock, with a log for its tasks.
+class FakeClockTest : public ::testing::Test {
+ protected:
+  // Posts a task that logs `entry`, to run at `when` (or at once without it).
+  void PostLog(const std::string& entry, std::optional<absl::Time> when = std::nullopt) {
+    auto task = [this, entry] { log_.Add(entry); };
+    if (when.has_value()) {
+      executor_.PostAt(*when, task);
+    } else {
+      executor_.Post(task);
+    }
+  }
+
+  // Moves the clock forward by `d`, runs what is due, returns the log so far.
+  std::vector<std::string> AdvanceAndRun(absl::Duration d) {
+    clock_.Advance(d);
+    RunDue(executor_);
+    return log_.entries();
+  }
+
+  testing::FakeClock clock_;
+  const absl::Time t0_ = clock_.Now();
+  Log log_;
+  SerialExecutor executor_{&clock_};
+};
+
 TEST(SerialExecutorTest, RunsPostedTasksInOrderOnOneOtherThread) {
   Log log;
   std::vector<std::thread::id> threads;
@@ -65,43 +99,23 @@ TEST(SerialExecutorTest, RunsPostedTasksInOrderOnOneOtherThread) {
   for (const std::thread::id& id : threads) EXPECT_EQ(id, threads.front());
 }
 
-TEST(SerialExecutorTest, TimedTasksWaitForTheirTimeThenRunInTimeOrder) {
-  testing::FakeClock clock;
-  const absl::Time t0 = clock.Now();
-  Log log;
-  SerialExecutor executor(&clock);
-  executor.PostAt(t0 + absl::Milliseconds(20), [&log] { log.Add("20ms"); });
-  executor.PostAt(t0 + absl::Milliseconds(10), [&log] { log.Add("10ms-a"); });
-  executor.PostAt(t0 + absl::Milliseconds(10), [&log] { log.Add("10ms-b"); });
-  executor.Post([&log] { log.Add("now"); });
-  Flush(executor);
-  EXPECT_THAT(log.entries(), ElementsAre("now"));
-
-  clock.Advance(absl::Milliseconds(9));
-  Flush(executor);
-  EXPECT_THAT(log.entries(), ElementsAre("now"));
-
-  clock.Advance(absl::Milliseconds(1));
-  // The executor was woken by Advance; the flush runs after the due tasks it moved.
-  Flush(executor);
-  Flush(executor);
-  EXPECT_THAT(log.entries(), ElementsAre("now", "10ms-a", "10ms-b"));
-
-  clock.Advance(absl::Milliseconds(100));
-  Flush(executor);
-  Flush(executor);
-  EXPECT_THAT(log.entries(), ElementsAre("now", "10ms-a", "10ms-b", "20ms"));
+TEST_F(FakeClockTest, TimedTasksWaitForTheirTimeThenRunInTimeOrder) {
+  PostLog("20ms", t0_ + absl::Milliseconds(20));
+  PostLog("10ms-a", t0_ + absl::Milliseconds(10));
+  PostLog("10ms-b", t0_ + absl::Milliseconds(10));
+  PostLog("now");
+  EXPECT_THAT(AdvanceAndRun(absl::ZeroDuration()), ElementsAre("now"));
+  EXPECT_THAT(AdvanceAndRun(absl::Milliseconds(9)), ElementsAre("now"));
+  // Advance wakes the executor, which waits for the first task's time.
+  EXPECT_THAT(AdvanceAndRun(absl::Milliseconds(1)), ElementsAre("now", "10ms-a", "10ms-b"));
+  EXPECT_THAT(AdvanceAndRun(absl::Milliseconds(100)),
+              ElementsAre("now", "10ms-a", "10ms-b", "20ms"));
 }
 
-TEST(SerialExecutorTest, TaskDueInThePastRunsAtOnce) {
-  testing::FakeClock clock;
-  Log log;
-  SerialExecutor executor(&clock);
-  executor.PostAt(clock.Now() - absl::Seconds(1), [&log] { log.Add("past"); });
-  executor.PostAt(clock.Now(), [&log] { log.Add("now"); });
-  Flush(executor);
-  Flush(executor);
-  EXPECT_THAT(log.entries(), ElementsAre("past", "now"));
+TEST_F(FakeClockTest, TaskDueInThePastRunsAtOnce) {
+  PostLog("past", t0_ - absl::Seconds(1));
+  PostLog("now", t0_);
+  EXPECT_THAT(AdvanceAndRun(absl::ZeroDuration()), ElementsAre("past", "now"));
 }
 
 TEST(SerialExecutorTest, RealClockTimedTaskRunsAfterItsTime) {
@@ -112,23 +126,16 @@ TEST(SerialExecutorTest, RealClockTimedTaskRunsAfterItsTime) {
   EXPECT_GE(ran.get_future().get(), when);
 }
 
-TEST(SerialExecutorTest, TasksMayPostTasks) {
-  testing::FakeClock clock;
-  Log log;
-  SerialExecutor executor(&clock);
-  executor.Post([&] {
-    log.Add("outer");
-    executor.Post([&log] { log.Add("inner"); });
-    executor.PostAt(clock.Now() + absl::Seconds(1), [&log] { log.Add("inner-timed"); });
+TEST_F(FakeClockTest, TasksMayPostTasks) {
+  executor_.Post([this] {
+    log_.Add("outer");
+    PostLog("inner");
+    PostLog("inner-timed", clock_.Now() + absl::Seconds(1));
   });
-  executor.Post([&log] { log.Add("second"); });
-  Flush(executor);
-  Flush(executor);
-  EXPECT_THAT(log.entries(), ElementsAre("outer", "second", "inner"));
-  clock.Advance(absl::Seconds(1));
-  Flush(executor);
-  Flush(executor);
-  EXPECT_THAT(log.entries(), ElementsAre("outer", "second", "inner", "inner-timed"));
+  PostLog("second");
+  EXPECT_THAT(AdvanceAndRun(absl::ZeroDuration()), ElementsAre("outer", "second", "inner"));
+  EXPECT_THAT(AdvanceAndRun(absl::Seconds(1)),
+              ElementsAre("outer", "second", "inner", "inner-timed"));
 }
 
 TEST(SerialExecutorTest, DestructorDrainsEveryTaskIncludingTimedOnesAndTheirFollowUps) {
@@ -158,11 +165,7 @@ TEST(SerialExecutorTest, DestructorDrainsEveryTaskIncludingTimedOnesAndTheirFoll
   EXPECT_THAT(log.entries(), ElementsAre("ready", "1h", "2h", "posted-while-draining"));
 }
 
-TEST(SerialExecutorTest, DestructorOfAnIdleExecutorReturns) {
-  testing::FakeClock clock;
-  SerialExecutor executor(&clock);
-  Flush(executor);
-}
+TEST_F(FakeClockTest, DestructorOfAnIdleExecutorReturns) { RunDue(executor_); }
 
 }  // namespace
 }  // namespace kvserve::service
