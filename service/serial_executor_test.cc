@@ -127,12 +127,16 @@ TEST(SerialExecutorTest, RealClockTimedTaskRunsAfterItsTime) {
 }
 
 TEST_F(FakeClockTest, TasksMayPostTasks) {
+  // Hold the thread until "second" is queued behind the outer task.
+  std::promise<void> gate;
+  executor_.Post([opened = gate.get_future().share()] { opened.wait(); });
   executor_.Post([this] {
     log_.Add("outer");
     PostLog("inner");
     PostLog("inner-timed", clock_.Now() + absl::Seconds(1));
   });
   PostLog("second");
+  gate.set_value();
   EXPECT_THAT(AdvanceAndRun(absl::ZeroDuration()), ElementsAre("outer", "second", "inner"));
   EXPECT_THAT(AdvanceAndRun(absl::Seconds(1)),
               ElementsAre("outer", "second", "inner", "inner-timed"));
