@@ -54,7 +54,6 @@ class Client {
 
  private:
   Client(std::shared_ptr<grpc::Channel> channel, Options options);
-  void Prepare(grpc::ClientContext* context) const;
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Inference::Stub> stub_;

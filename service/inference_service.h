@@ -1,29 +1,29 @@
 // kvserve.v1.Inference over gRPC's callback API: stateless plumbing in front of the
 // engine. Every method: admission (model attached, not draining) -> validate ->
-// call the engine -> convert the status once -> record metrics.
+// call the engine -> convert the status once -> record metrics. The generation calls'
+// reactors and engine sinks are in service/generate_reactors.h.
 #ifndef KVSERVE_SERVICE_INFERENCE_SERVICE_H_
 #define KVSERVE_SERVICE_INFERENCE_SERVICE_H_
 
 #include <atomic>
 #include <condition_variable>
-#include <cstdint>
-#include <deque>
-#include <functional>
-#include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "kvserve/v1/inference.grpc.pb.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "service/generate_reactors.h"
 #include "service/metrics.h"
 #include "service/request_convert.h"
+#include "service/serial_executor.h"
 
 namespace kvserve::service {
 
@@ -35,12 +35,19 @@ struct ServingCore {
   std::string backend_name;
 };
 
-// Threading: RPC methods run on gRPC's callback threads and never block; engine sinks
-// run on the engine's step thread and only queue writes: stream writes are started on
-// the service's own writer thread, so gRPC's write work never slows the engine.
-// Attach/StartDraining/WaitIdle may be called from any thread. The service must
-// outlive the grpc::Server it is registered with (its destructor joins the writer).
-class InferenceService final : public v1::Inference::CallbackService {
+// Threading:
+// - The RPC methods run on gRPC's callback threads and never wait for a generation.
+//   Every method but Generate/GenerateStream finishes its call before returning.
+// - Generate is finished by its engine sink on the engine's step thread (or on the RPC
+//   thread when rejected before reaching the engine).
+// - GenerateStream's first write starts on the engine's step thread; later writes,
+//   delayed flushes and the finish start on the service's writer executor (one
+//   thread, SerialExecutor) or from OnWriteDone on a gRPC thread. The callbacks of
+//   each reactor are listed in service/generate_reactors.h.
+// - Attach/StartDraining/WaitIdle/EndWaitIdle may be called from any thread.
+// Lifetime: the service must outlive the grpc::Server it is registered with and the
+// engine's sinks (its destructor drains the writer executor, then joins it).
+class InferenceService final : public v1::Inference::CallbackService, private GenerationHost {
  public:
   struct Options {
     // Per-request limits (max tokens, prompt bytes...). vocab_size and context_length
@@ -61,8 +68,6 @@ class InferenceService final : public v1::Inference::CallbackService {
 
   // `metrics` must outlive the service.
   InferenceService(Options options, Metrics* metrics);
-  // Runs the queued writer tasks, then joins the writer thread.
-  ~InferenceService() override;
   InferenceService(const InferenceService&) = delete;
   InferenceService& operator=(const InferenceService&) = delete;
 
@@ -108,37 +113,39 @@ class InferenceService final : public v1::Inference::CallbackService {
                                        const v1::GetSessionRequest* request,
                                        v1::Session* response) override;
 
-  // Used by the generation calls (implementation details, public for them).
+ private:
+  // GenerationHost, for the reactors and sinks of generation calls.
+  absl::Status GenerationStatus(engine::FinishReason reason,
+                                const absl::Status& engine_status) const override;
+  grpc::Status FinalStatus(grpc::CallbackServerContext* context, const char* method,
+                           const absl::Status& status) const override;
+  void GenerationEnded() override;
+  Metrics& metrics() const override { return *metrics_; }
+  SerialExecutor& writer() override { return writer_; }
+  absl::Duration stream_flush_interval() const override { return options_.stream_flush_interval; }
+
   // The core when serving, else UNAVAILABLE (not attached or draining).
   absl::StatusOr<const ServingCore*> Admit() const;
+  // A unary method that needs the serving core: admission, then `body` (validation and
+  // the call; it fills the response), then the call's finish with the status converted
+  // once, the retry hint where it applies and the RPC metric. RPC thread.
+  grpc::ServerUnaryReactor* RunUnary(
+      grpc::CallbackServerContext* context, const char* method,
+      absl::FunctionRef<absl::Status(const ServingCore& core)> body) const;
+  // RunUnary for a call on one session: `body` runs once `session_id` passed
+  // CheckSessionId (errors name it `field`).
+  grpc::ServerUnaryReactor* RunOnSession(
+      grpc::CallbackServerContext* context, const char* method, const std::string& session_id,
+      const char* field, absl::FunctionRef<absl::Status(const ServingCore& core)> body) const;
+  // Generate and GenerateStream: admission, validation, then Submit with the call's
+  // sink; rejects the call (GenerationCall::Reject) at the first failure.
+  void StartGeneration(grpc::CallbackServerContext* context, const v1::GenerateRequest& request,
+                       GenerationCall* call);
   // Validates `request` against the core and the call's deadline.
   absl::StatusOr<engine::Request> PrepareGeneration(const ServingCore& core,
                                                     grpc::CallbackServerContext* context,
                                                     const v1::GenerateRequest& request) const;
-  // Finishes a unary call: converts `status` once, adds the retry hint where it
-  // applies, records the RPC metric.
-  void FinishUnary(grpc::ServerUnaryReactor* reactor, grpc::CallbackServerContext* context,
-                   const char* method, const absl::Status& status) const;
-  // Converts and records the final status of a generation call (adds the retry hint).
-  grpc::Status FinalStatus(grpc::CallbackServerContext* context, const char* method,
-                           const absl::Status& status) const;
-  // The status a generation ending with `reason` gives; a cancellation caused by the
-  // drain (engine shutdown) becomes UNAVAILABLE so that clients retry elsewhere.
-  absl::Status GenerationStatus(engine::FinishReason reason,
-                                const absl::Status& engine_status) const;
   void GenerationStarted();
-  void GenerationEnded();
-  Metrics* metrics() const { return metrics_; }
-  // Runs `task` on the writer thread, in submission order. Never blocks for long
-  // (used by the engine's step thread). Thread-safe.
-  void RunOnWriter(std::function<void()> task);
-  // Runs `task` on the writer thread once `when` has come (tasks due at the same time in
-  // submission order); at shutdown, tasks not yet due run at once. Thread-safe.
-  void RunOnWriterAt(absl::Time when, std::function<void()> task);
-  const Options& options() const { return options_; }
-
- private:
-  void WriterLoop();
 
   const Options options_;
   Metrics* const metrics_;
@@ -150,14 +157,9 @@ class InferenceService final : public v1::Inference::CallbackService {
   int inflight_ ABSL_GUARDED_BY(mu_) = 0;
   bool wait_idle_ended_ ABSL_GUARDED_BY(mu_) = false;
 
-  std::mutex writer_mu_;
-  std::condition_variable writer_cv_;
-  std::deque<std::function<void()>> writer_tasks_ ABSL_GUARDED_BY(writer_mu_);
-  // Tasks waiting for their time (a multimap keeps equal times in insertion order).
-  std::multimap<absl::Time, std::function<void()>> writer_timed_ ABSL_GUARDED_BY(writer_mu_);
-  bool writer_stop_ ABSL_GUARDED_BY(writer_mu_) = false;
-  // Last member: started after everything it uses, joined in the destructor.
-  std::thread writer_;
+  // Last member: destroyed (drained and joined) first, while everything its tasks use
+  // is still there.
+  SerialExecutor writer_;
 };
 
 }  // namespace kvserve::service

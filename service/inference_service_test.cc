@@ -7,8 +7,8 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -18,7 +18,7 @@
 #include "kvserve/v1/inference.grpc.pb.h"
 #include "model/model.h"
 #include "service/server.h"
-#include "tests/fakes/fake_engine.h"
+#include "service/testing/fake_engine.h"
 
 namespace kvserve::service {
 namespace {
@@ -98,6 +98,51 @@ class InferenceServiceTest : public ::testing::Test {
       ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
     }
     return stub_->Generate(ctx, req, resp);
+  }
+
+  // A unary Generate on another thread (the fake engine holds requests until told).
+  std::future<grpc::Status> GenerateAsync(const v1::GenerateRequest& req) {
+    return std::async(std::launch::async, [this, req] {
+      v1::GenerateResponse resp;
+      return Generate(req, &resp);
+    });
+  }
+
+  // What a stream delivered after its first messages.
+  struct StreamOutput {
+    std::string text;
+    std::vector<int32_t> token_ids;
+    v1::GenerateStreamResponse last;
+  };
+  static StreamOutput ReadRest(grpc::ClientReader<v1::GenerateStreamResponse>* reader) {
+    StreamOutput out;
+    v1::GenerateStreamResponse msg;
+    while (reader->Read(&msg)) {
+      out.text += msg.text();
+      out.token_ids.insert(out.token_ids.end(), msg.token_ids().begin(), msg.token_ids().end());
+      out.last = msg;
+    }
+    return out;
+  }
+
+  // A stream whose engine request has emitted "Hello" (token 7), read as `first`.
+  struct StartedStream {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<v1::GenerateStreamResponse>> reader;
+    v1::GenerateStreamResponse first;
+    // The engine request's id; nullopt (and a test failure) when "Hello" did not arrive.
+    std::optional<engine::RequestId> id;
+  };
+  std::unique_ptr<StartedStream> StartStream() {
+    auto stream = std::make_unique<StartedStream>();
+    stream->reader = stub_->GenerateStream(&stream->ctx, TextRequest("x"));
+    stream->id = engine_->WaitSubmitted(1, absl::Seconds(5));
+    if (!stream->id.has_value() || !engine_->Emit(*stream->id, 7, "Hello") ||
+        !stream->reader->Read(&stream->first)) {
+      ADD_FAILURE() << "the stream's first token did not arrive";
+      stream->id.reset();
+    }
+    return stream;
   }
 
   static v1::GenerateRequest TextRequest(const std::string& text) {
@@ -207,64 +252,41 @@ TEST_F(InferenceServiceTest, UnaryAndStreamingDeliverTheEngineOutput) {
 
   grpc::ClientContext ctx;
   auto reader = stub_->GenerateStream(&ctx, TextRequest("x"));
-  v1::GenerateStreamResponse msg;
-  std::string text;
-  std::vector<int32_t> ids;
-  v1::GenerateStreamResponse last;
-  while (reader->Read(&msg)) {
-    text += msg.text();
-    ids.insert(ids.end(), msg.token_ids().begin(), msg.token_ids().end());
-    last = msg;
-  }
+  const StreamOutput out = ReadRest(reader.get());
   ASSERT_TRUE(reader->Finish().ok());
-  EXPECT_EQ(text, "Once upon a");
-  EXPECT_EQ(ids, (std::vector<int32_t>{10, 11, 12}));
-  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_LENGTH);
-  EXPECT_EQ(last.usage().completion_tokens(), 3);
+  EXPECT_EQ(out.text, "Once upon a");
+  EXPECT_EQ(out.token_ids, (std::vector<int32_t>{10, 11, 12}));
+  EXPECT_EQ(out.last.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(out.last.usage().completion_tokens(), 3);
 }
 
 TEST_F(InferenceServiceTest, StreamDeliversTokensAsTheyArrive) {
   StartServer();
-  grpc::ClientContext ctx;
-  auto reader = stub_->GenerateStream(&ctx, TextRequest("x"));
-  auto id = engine_->WaitSubmitted(1, absl::Seconds(5));
-  ASSERT_TRUE(id.has_value());
-  ASSERT_TRUE(engine_->Emit(*id, 7, "Hello"));
-  v1::GenerateStreamResponse msg;
-  ASSERT_TRUE(reader->Read(&msg));  // arrives before the request finishes
-  EXPECT_EQ(msg.text(), "Hello");
-  EXPECT_EQ(msg.finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
-  ASSERT_TRUE(engine_->Emit(*id, 8, " world"));
+  std::unique_ptr<StartedStream> stream = StartStream();
+  ASSERT_TRUE(stream->id.has_value());  // the first token arrived before the request finished
+  EXPECT_EQ(stream->first.text(), "Hello");
+  EXPECT_EQ(stream->first.finish_reason(), v1::FINISH_REASON_UNSPECIFIED);
+  ASSERT_TRUE(engine_->Emit(*stream->id, 8, " world"));
   engine::Usage usage;
   usage.completion_tokens = 2;
-  ASSERT_TRUE(engine_->Finish(*id, absl::OkStatus(), engine::FinishReason::kStop, usage));
-  std::string rest;
-  v1::GenerateStreamResponse last;
-  while (reader->Read(&msg)) {
-    rest += msg.text();
-    last = msg;
-  }
-  EXPECT_TRUE(reader->Finish().ok());
-  EXPECT_EQ(rest, " world");
-  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_STOP);
-  EXPECT_EQ(last.usage().completion_tokens(), 2);
+  ASSERT_TRUE(engine_->Finish(*stream->id, absl::OkStatus(), engine::FinishReason::kStop, usage));
+  const StreamOutput rest = ReadRest(stream->reader.get());
+  EXPECT_TRUE(stream->reader->Finish().ok());
+  EXPECT_EQ(rest.text, " world");
+  EXPECT_EQ(rest.token_ids, (std::vector<int32_t>{8}));
+  EXPECT_EQ(rest.last.finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(rest.last.usage().completion_tokens(), 2);
 }
 
 TEST_F(InferenceServiceTest, ClientCancellationReachesTheEngine) {
   StartServer();
-  grpc::ClientContext ctx;
-  auto reader = stub_->GenerateStream(&ctx, TextRequest("x"));
-  auto id = engine_->WaitSubmitted(1, absl::Seconds(5));
-  ASSERT_TRUE(id.has_value());
-  ASSERT_TRUE(engine_->Emit(*id, 7, "Hello"));
-  v1::GenerateStreamResponse msg;
-  ASSERT_TRUE(reader->Read(&msg));
-  ctx.TryCancel();
-  EXPECT_TRUE(engine_->WaitReleased(*id, absl::Seconds(5)));
-  EXPECT_THAT(engine_->cancelled(), ::testing::Contains(*id));
-  while (reader->Read(&msg)) {
-  }
-  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  std::unique_ptr<StartedStream> stream = StartStream();
+  ASSERT_TRUE(stream->id.has_value());
+  stream->ctx.TryCancel();
+  EXPECT_TRUE(engine_->WaitReleased(*stream->id, absl::Seconds(5)));
+  EXPECT_THAT(engine_->cancelled(), ::testing::Contains(*stream->id));
+  ReadRest(stream->reader.get());
+  EXPECT_EQ(stream->reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
 }
 
 TEST_F(InferenceServiceTest, DeadlineReachesTheEngine) {
@@ -285,17 +307,12 @@ TEST_F(InferenceServiceTest, DeadlineReachesTheEngine) {
 
 TEST_F(InferenceServiceTest, EngineErrorsMapToTheirCodes) {
   StartServer();
-  std::promise<grpc::Status> result;
-  std::thread client([&] {
-    v1::GenerateResponse resp;
-    result.set_value(Generate(TextRequest("x"), &resp));
-  });
+  std::future<grpc::Status> result = GenerateAsync(TextRequest("x"));
   auto id = engine_->WaitSubmitted(1, absl::Seconds(5));
   ASSERT_TRUE(id.has_value());
   engine_->Finish(*id, absl::ResourceExhaustedError("KV budget exhausted"),
                   engine::FinishReason::kError);
-  client.join();
-  grpc::Status s = result.get_future().get();
+  grpc::Status s = result.get();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(s.error_message(), HasSubstr("KV budget"));
 }
@@ -303,11 +320,7 @@ TEST_F(InferenceServiceTest, EngineErrorsMapToTheirCodes) {
 TEST_F(InferenceServiceTest, DrainFinishesInFlightWorkAndRefusesNewWork) {
   StartServer();
   ASSERT_EQ(Health(kReadinessService), HealthCheckResponse::SERVING);
-  std::promise<grpc::Status> first;
-  std::thread client([&] {
-    v1::GenerateResponse resp;
-    first.set_value(Generate(TextRequest("x"), &resp));
-  });
+  std::future<grpc::Status> first = GenerateAsync(TextRequest("x"));
   auto id = engine_->WaitSubmitted(1, absl::Seconds(5));
   ASSERT_TRUE(id.has_value());
   EXPECT_EQ(server_->service().inflight_generations(), 1);
@@ -321,23 +334,17 @@ TEST_F(InferenceServiceTest, DrainFinishesInFlightWorkAndRefusesNewWork) {
   EXPECT_EQ(Trailer(ctx, "grpc-retry-pushback-ms"), "1000");
   // The in-flight request finishes normally.
   ASSERT_TRUE(engine_->Finish(*id, absl::OkStatus(), engine::FinishReason::kLength));
-  client.join();
-  EXPECT_TRUE(first.get_future().get().ok());
+  EXPECT_TRUE(first.get().ok());
   EXPECT_TRUE(drained.get());
   EXPECT_EQ(server_->service().inflight_generations(), 0);
 }
 
 TEST_F(InferenceServiceTest, DrainGracePeriodCancelsWhatIsLeft) {
   StartServer();
-  std::promise<grpc::Status> first;
-  std::thread client([&] {
-    v1::GenerateResponse resp;
-    first.set_value(Generate(TextRequest("x"), &resp));
-  });
+  std::future<grpc::Status> first = GenerateAsync(TextRequest("x"));
   ASSERT_TRUE(engine_->WaitSubmitted(1, absl::Seconds(5)).has_value());
   EXPECT_FALSE(server_->Drain(absl::Milliseconds(100)));
-  client.join();
-  EXPECT_EQ(first.get_future().get().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(first.get().error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
 TEST_F(InferenceServiceTest, SessionsAndModelInfo) {

@@ -5,8 +5,8 @@
 // (Emit/Finish), or finished at once with `immediate_tokens` when that is set.
 // Cancel() finishes a held request with kCancelled, as the real engine does.
 // Threading: every method is thread-safe; sinks are called without the lock held.
-#ifndef KVSERVE_TESTS_FAKES_FAKE_ENGINE_H_
-#define KVSERVE_TESTS_FAKES_FAKE_ENGINE_H_
+#ifndef KVSERVE_SERVICE_TESTING_FAKE_ENGINE_H_
+#define KVSERVE_SERVICE_TESTING_FAKE_ENGINE_H_
 
 #include <condition_variable>
 #include <map>
@@ -21,7 +21,7 @@
 #include "absl/time/clock.h"
 #include "engine/engine.h"
 
-namespace kvserve::testing {
+namespace kvserve::service::testing {
 
 class FakeEngine final : public engine::Engine {
  public:
@@ -215,6 +215,6 @@ class FakeEngine final : public engine::Engine {
   std::map<std::string, engine::SessionInfo> sessions_;
 };
 
-}  // namespace kvserve::testing
+}  // namespace kvserve::service::testing
 
-#endif  // KVSERVE_TESTS_FAKES_FAKE_ENGINE_H_
+#endif  // KVSERVE_SERVICE_TESTING_FAKE_ENGINE_H_
