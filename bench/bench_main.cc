@@ -16,7 +16,7 @@
 #include "bench/bandwidth.h"
 #include "bench/model_runner.h"
 #include "bench/report.h"
-#include "bench/stats.h"
+#include "common/stats.h"
 #include "model/kv_layout.h"
 #include "model/model.h"
 
@@ -265,7 +265,7 @@ absl::Status Run(const Flags& flags) {
       m.test = "prefill";
       m.batch = 1;
       m.tokens = prompt_tokens;
-      m.summary = bench::Summarize(*s);
+      m.summary = kvserve::common::Summarize(*s);
       Emit(flags, m, all);
     }
     for (int batch : reference ? flags.reference_batches : flags.batches) {
@@ -290,14 +290,14 @@ absl::Status Run(const Flags& flags) {
           fractions.push_back(s->front() / batch * static_cast<double>(bytes_per_token) / 1e9 /
                               bw->best_gbs);
         }
-        m.summary = bench::Summarize(tps);
-        m.bandwidth_gbs = bench::Summarize(probes).median;
-        m.paired_fraction = bench::Summarize(fractions).median;
+        m.summary = kvserve::common::Summarize(tps);
+        m.bandwidth_gbs = kvserve::common::Summarize(probes).median;
+        m.paired_fraction = kvserve::common::Summarize(fractions).median;
       } else {
         absl::StatusOr<std::vector<double>> s = bench::MeasureDecode(
             **backend, mdl, batch, flags.prefix_tokens, decode_tokens, repeats, flags.seed + 1);
         if (!s.ok()) return s.status();
-        m.summary = bench::Summarize(*s);
+        m.summary = kvserve::common::Summarize(*s);
       }
       Emit(flags, m, all);
     }

@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +31,7 @@
 #include "absl/time/time.h"
 #include "backends/backend.h"
 #include "bench/synthetic_model.h"
+#include "common/stats.h"
 #include "engine/engine.h"
 #include "engine/engine_options.h"
 #include "model/model.h"
@@ -40,6 +40,7 @@ namespace kvserve::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using common::Percentile;
 
 struct Flags {
   std::string model;
@@ -159,13 +160,6 @@ class TimingSink : public engine::RequestSink {
   engine::Usage usage_;
   bool done_ = false;
 };
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t idx = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size()))) - 1;
-  return v[std::min(idx, v.size() - 1)];
-}
 
 std::vector<int32_t> RandomTokens(std::mt19937_64& rng, int n, int vocab) {
   std::vector<int32_t> t(static_cast<size_t>(n));

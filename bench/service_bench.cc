@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/stats.h"
 #include "grpcpp/grpcpp.h"
 #include "kvserve/v1/inference.grpc.pb.h"
 #include "model/tokenizer.h"
@@ -42,6 +43,7 @@ ABSL_FLAG(int32_t, rounds, 9,
 namespace kvserve::bench {
 namespace {
 
+using common::Percentile;
 using service::LoadedModel;
 using service::ModelOptions;
 
@@ -82,12 +84,6 @@ RunResult RunConcurrent(int streams, int requests, const std::function<int64_t()
   for (auto& t : workers) t.join();
   return {tokens.load(), absl::ToDoubleSeconds(absl::Now() - start),
           ProcessCpuSeconds() - cpu_start, failures.load()};
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
 }
 
 // Counts tokens and signals the finish.
