@@ -29,11 +29,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "backends/backend.h"
 #include "bench/synthetic_model.h"
 #include "common/stats.h"
 #include "engine/engine.h"
 #include "engine/engine_options.h"
+#include "engine/model_loading.h"
 #include "model/model.h"
 
 namespace kvserve::bench {
@@ -177,17 +177,15 @@ engine::Request Greedy(std::vector<int32_t> prompt, int max_tokens) {
 }
 
 absl::StatusOr<std::unique_ptr<engine::Engine>> NewEngine(const Flags& f, const model::Model& m) {
-  engine::Engine::Options o;
-  o.kv_budget_bytes = static_cast<size_t>(f.kv_budget_mb) << 20;
-  o.kv_dtype = f.kv_dtype == "f16" ? model::DType::kF16 : model::DType::kF32;
-  o.max_running_sequences = 64;
-  o.max_step_tokens = 512;
-  o.max_tokens_limit = 1 << 16;
-  backends::BackendOptions bo;
-  bo.threads = f.threads;
-  auto backend = backends::CreateBackend(f.backend, m, o.KvLayoutFor(m.config()), bo);
-  if (!backend.ok()) return backend.status();
-  return engine::CreateEngine(o, m, *std::move(backend));
+  engine::ModelOptions o;
+  o.backend = f.backend;
+  o.threads = f.threads;
+  o.engine.kv_budget_bytes = static_cast<size_t>(f.kv_budget_mb) << 20;
+  o.engine.kv_dtype = f.kv_dtype == "f16" ? model::DType::kF16 : model::DType::kF32;
+  o.engine.max_running_sequences = 64;
+  o.engine.max_step_tokens = 512;
+  o.engine.max_tokens_limit = 1 << 16;
+  return engine::StartEngine(o, m);
 }
 
 // Submits and waits; returns the finished sink.

@@ -21,10 +21,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/stats.h"
+#include "engine/model_loading.h"
 #include "grpcpp/grpcpp.h"
 #include "kvserve/v1/inference.grpc.pb.h"
 #include "model/tokenizer.h"
-#include "service/model_loading.h"
 #include "service/server.h"
 
 ABSL_FLAG(std::string, model, "models/stories260K.gguf", "Model file (GGUF).");
@@ -44,8 +44,8 @@ namespace kvserve::bench {
 namespace {
 
 using common::Percentile;
-using service::LoadedModel;
-using service::ModelOptions;
+using engine::LoadedModel;
+using engine::ModelOptions;
 
 struct RunResult {
   int64_t tokens = 0;
@@ -125,7 +125,7 @@ int Run() {
 
   // Two engines over the same file: one called directly, one behind a gRPC server. The
   // runs alternate (medians of --rounds each) so that machine noise hits both alike.
-  absl::StatusOr<LoadedModel> direct = service::LoadModel(options);
+  absl::StatusOr<LoadedModel> direct = engine::LoadModel(options);
   if (!direct.ok()) {
     std::fprintf(stderr, "kvserve-service-bench: %s\n", direct.status().ToString().c_str());
     return 1;
@@ -143,7 +143,7 @@ int Run() {
   server_options.service.stream_flush_interval = absl::GetFlag(FLAGS_stream_flush_interval);
   options.engine.max_tokens_limit = server_options.service.limits.max_tokens_limit;
   absl::StatusOr<std::unique_ptr<service::Server>> server = service::Server::Start(server_options);
-  absl::StatusOr<LoadedModel> served = service::LoadModel(options);
+  absl::StatusOr<LoadedModel> served = engine::LoadModel(options);
   if (!server.ok() || !served.ok()) {
     std::fprintf(stderr, "kvserve-service-bench: cannot start the server\n");
     return 1;

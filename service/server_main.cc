@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "common/flags.h"
 #include "engine/engine_options.h"
-#include "service/model_loading.h"
+#include "engine/model_loading.h"
 #include "service/server.h"
 
 ABSL_FLAG(std::string, model, "",
@@ -204,8 +204,8 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   return options;
 }
 
-absl::StatusOr<ModelOptions> ModelOptionsFromFlags(const ServerOptions& server) {
-  ModelOptions options;
+absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags(const ServerOptions& server) {
+  engine::ModelOptions options;
   options.model_path = absl::GetFlag(FLAGS_model);
   options.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
   options.backend = absl::GetFlag(FLAGS_backend);
@@ -235,7 +235,7 @@ int Run() {
   if (absl::Status s = CheckFlags(); !s.ok()) return Fail(s);
   absl::StatusOr<ServerOptions> server_options = ServerOptionsFromFlags();
   if (!server_options.ok()) return Fail(server_options.status());
-  absl::StatusOr<ModelOptions> model_options = ModelOptionsFromFlags(*server_options);
+  absl::StatusOr<engine::ModelOptions> model_options = ModelOptionsFromFlags(*server_options);
   if (!model_options.ok()) return Fail(model_options.status());
 
   // From here on SIGTERM/SIGINT drain (also when they arrive while the model loads).
@@ -250,7 +250,7 @@ int Run() {
               model_options->model_path.c_str());
   std::fflush(stdout);
 
-  absl::StatusOr<LoadedModel> loaded = LoadModel(*model_options);
+  absl::StatusOr<engine::LoadedModel> loaded = engine::LoadModel(*model_options);
   if (!loaded.ok()) return Fail(loaded.status());
   if (absl::Status s =
           (*server)->Attach(std::move(loaded->model), std::move(loaded->engine), loaded->backend);
