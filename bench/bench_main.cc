@@ -132,12 +132,10 @@ absl::StatusOr<Flags> FlagsFromCommandLine() {
       !s.ok()) {
     return s;
   }
-  const std::string kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
-  if (kv_dtype == "f16") {
-    f.kv_dtype = kvserve::model::DType::kF16;
-  } else if (kv_dtype != "f32") {
-    return absl::InvalidArgumentError("--kv_dtype must be f32 or f16");
-  }
+  absl::StatusOr<kvserve::model::DType> kv_dtype =
+      kvserve::model::KvDTypeFromName(absl::GetFlag(FLAGS_kv_dtype), "--kv_dtype");
+  if (!kv_dtype.ok()) return kv_dtype.status();
+  f.kv_dtype = *kv_dtype;
   f.seed = absl::GetFlag(FLAGS_seed);
   f.json = absl::GetFlag(FLAGS_json);
   return f;

@@ -37,6 +37,7 @@
 #include "engine/engine.h"
 #include "engine/engine_options.h"
 #include "engine/model_loading.h"
+#include "model/dtype.h"
 #include "model/model.h"
 
 ABSL_FLAG(std::string, model, "", "GGUF model file. Required.");
@@ -81,7 +82,7 @@ struct Flags {
   int system_prompt = 0;
   int max_tokens = 0;
   int kv_budget_mb = 0;
-  std::string kv_dtype;
+  model::DType kv_dtype = model::DType::kF32;
   int reps = 0;
   int make_ctx = 0;
 };
@@ -96,10 +97,10 @@ absl::StatusOr<Flags> FlagsFromCommandLine() {
         absl::StrCat("--mode must be ttft, throughput or all, got \"", f.mode, "\""));
   }
   f.backend = absl::GetFlag(FLAGS_backend);
-  f.kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
-  if (f.kv_dtype != "f32" && f.kv_dtype != "f16") {
-    return absl::InvalidArgumentError("--kv_dtype must be f32 or f16");
-  }
+  absl::StatusOr<model::DType> kv_dtype =
+      model::KvDTypeFromName(absl::GetFlag(FLAGS_kv_dtype), "--kv_dtype");
+  if (!kv_dtype.ok()) return kv_dtype.status();
+  f.kv_dtype = *kv_dtype;
   constexpr int kMax = 1 << 24;
   if (absl::Status s = ReadCounts({
           {"threads", absl::GetFlag(FLAGS_threads), 0, 4096, &f.threads},
@@ -177,7 +178,7 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> NewEngine(const Flags& f, const 
   o.backend = f.backend;
   o.threads = f.threads;
   o.engine.kv_budget_bytes = static_cast<size_t>(f.kv_budget_mb) << 20;
-  o.engine.kv_dtype = f.kv_dtype == "f16" ? model::DType::kF16 : model::DType::kF32;
+  o.engine.kv_dtype = f.kv_dtype;
   o.engine.max_running_sequences = 64;
   o.engine.max_step_tokens = 512;
   o.engine.max_tokens_limit = 1 << 16;
@@ -332,7 +333,7 @@ absl::Status Main() {
   const model::ModelConfig& c = (*m)->config();
   std::printf("model %s: dim %d, layers %d, vocab %d, context %d; backend %s, %d threads, kv %s\n",
               f.model.c_str(), c.dim, c.n_layers, c.vocab_size, c.context_length, f.backend.c_str(),
-              f.threads, f.kv_dtype.c_str());
+              f.threads, std::string(model::DTypeName(f.kv_dtype)).c_str());
   if (f.mode == "ttft" || f.mode == "all") {
     if (absl::Status s = RunTtft(f, **m); !s.ok()) return s;
   }

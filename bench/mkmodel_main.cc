@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -43,17 +44,11 @@ absl::Status Run() {
   options.config = *config;
   options.seed = absl::GetFlag(FLAGS_seed);
   options.name = absl::StrCat("kvserve-synthetic-", preset);
-  if (dtype == "f32") {
-    options.dtype = model::DType::kF32;
-  } else if (dtype == "f16") {
-    options.dtype = model::DType::kF16;
-  } else if (dtype == "bf16") {
-    options.dtype = model::DType::kBF16;
-  } else if (dtype == "q8_0") {
-    options.dtype = model::DType::kQ8_0;
-  } else {
+  const std::optional<model::DType> matrix_dtype = model::DTypeFromName(dtype);
+  if (!matrix_dtype.has_value()) {
     return absl::InvalidArgumentError("--dtype must be f32, f16, bf16 or q8_0, not " + dtype);
   }
+  options.dtype = *matrix_dtype;
   const auto start = std::chrono::steady_clock::now();
   if (absl::Status s = bench::WriteSyntheticModel(options, out); !s.ok()) return s;
   const double seconds =

@@ -8,9 +8,10 @@
 //
 // Prints the prompt and then the continuation as tokens arrive (like llama2.c's run);
 // token counts and tokens/s go to stderr. --help lists every flag with its default.
-// Exit status: 0 on success; 1 for an unknown flag or a value of the wrong type (Abseil);
-// 2 for a missing or out-of-range flag or an unreadable model; 1 when generation itself
-// fails. This file only maps flags onto OfflineGenerateOptions (engine/offline_generate.h).
+// Exit status: 0 on success; 2 for a missing or invalid flag value, an unreadable model or
+// bad sampling parameters; 1 for an unknown flag or a malformed value (Abseil's message)
+// and when generation itself fails. This file only maps flags onto OfflineGenerateOptions
+// (engine/offline_generate.h).
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -27,6 +28,7 @@
 #include "common/flags.h"
 #include "engine/offline_generate.h"
 #include "engine/sampling_params.h"
+#include "model/dtype.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -125,15 +127,10 @@ absl::StatusOr<OfflineGenerateOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--threads must be >= 0 (0 = all cores), got ", options.threads));
   }
-  const std::string kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
-  if (kv_dtype == "f32") {
-    options.kv_dtype = kvserve::model::DType::kF32;
-  } else if (kv_dtype == "f16") {
-    options.kv_dtype = kvserve::model::DType::kF16;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--kv_dtype must be f32 or f16, got \"", kv_dtype, "\""));
-  }
+  absl::StatusOr<kvserve::model::DType> kv_dtype =
+      kvserve::model::KvDTypeFromName(absl::GetFlag(FLAGS_kv_dtype), "--kv_dtype");
+  if (!kv_dtype.ok()) return kv_dtype.status();
+  options.kv_dtype = *kv_dtype;
   options.echo_prompt = !absl::GetFlag(FLAGS_no_echo);
   if (!sampling.seed.has_value()) {
     std::random_device device;

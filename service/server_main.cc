@@ -21,6 +21,7 @@
 #include "common/flags.h"
 #include "engine/engine_options.h"
 #include "engine/model_loading.h"
+#include "model/dtype.h"
 #include "service/server.h"
 
 ABSL_FLAG(std::string, model, "",
@@ -126,13 +127,6 @@ int Fail(const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
-absl::StatusOr<model::DType> ParseKvDType(const std::string& name) {
-  if (name == "f32") return model::DType::kF32;
-  if (name == "f16") return model::DType::kF16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--kv_dtype must be f32 or f16, got \"", name, "\""));
-}
-
 absl::Status CheckFlags() {
   if (absl::GetFlag(FLAGS_model).empty()) {
     return absl::InvalidArgumentError("--model is required (see --help)");
@@ -213,7 +207,8 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags(const ServerOptions& 
   engine::Engine::Options& e = options.engine;
   e.kv_budget_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_kv_budget_mib)) << 20;
   e.block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
-  absl::StatusOr<model::DType> dtype = ParseKvDType(absl::GetFlag(FLAGS_kv_dtype));
+  absl::StatusOr<model::DType> dtype =
+      model::KvDTypeFromName(absl::GetFlag(FLAGS_kv_dtype), "--kv_dtype");
   if (!dtype.ok()) return dtype.status();
   e.kv_dtype = *dtype;
   e.max_running_sequences = absl::GetFlag(FLAGS_max_running);
