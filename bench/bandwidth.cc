@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "bench/stats.h"
+#include "common/stats.h"
 
 namespace kvserve::bench {
 namespace {
@@ -162,7 +162,7 @@ absl::StatusOr<BandwidthResult> MeasureReadBandwidth(const BandwidthOptions& opt
   for (uint64_t s : sinks) {
     if (s == 0) return absl::InternalError("bandwidth probe: reader returned no data");
   }
-  const Summary summary = Summarize(gbs);
+  const common::Summary summary = common::Summarize(gbs);
   result.best_gbs = summary.max;
   result.median_gbs = summary.median;
   result.worst_gbs = summary.min;

@@ -1,30 +1,64 @@
 // kvserve-bench: prefill and decode throughput of each backend on one model, next to the
 // machine's measured read bandwidth. See --help.
-#include <charconv>
+#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <map>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "backends/backend.h"
 #include "bench/bandwidth.h"
 #include "bench/model_runner.h"
 #include "bench/report.h"
-#include "bench/stats.h"
+#include "bench/tool_flags.h"
+#include "bench/tool_main.h"
+#include "common/stats.h"
+#include "model/dtype.h"
 #include "model/kv_layout.h"
 #include "model/model.h"
+
+using kvserve::bench::IntListFlag;
+
+ABSL_FLAG(std::string, model, "", "GGUF or llama2.c model file. Required.");
+ABSL_FLAG(std::string, tokenizer, "", "llama2.c tokenizer, for .bin models.");
+ABSL_FLAG(std::vector<std::string>, backends, (std::vector<std::string>{"reference", "cpu_blas"}),
+          "Comma-separated backends; a backend that is not built is skipped with a warning.");
+ABSL_FLAG(int32_t, threads, 2, "Backend and bandwidth-probe threads.");
+ABSL_FLAG(int32_t, repeats, 5, "Timed runs per measurement; the median is reported.");
+ABSL_FLAG(int32_t, prompt_tokens, 512, "Prefill prompt length; 0 skips prefill.");
+ABSL_FLAG(int32_t, decode_tokens, 32, "Decode steps per measurement.");
+ABSL_FLAG(int32_t, prefix_tokens, 4, "Tokens each sequence holds before decoding.");
+ABSL_FLAG(IntListFlag, batches, IntListFlag({1, 4, 16, 64}),
+          "Concurrent sequences for decode, comma-separated.");
+ABSL_FLAG(int32_t, reference_repeats, 1,
+          "The reference backend is scalar and slow on real shapes (s110m: a few tokens/s), "
+          "so it uses the --reference-* values instead of --repeats, --decode-tokens, "
+          "--prompt-tokens and --batches (counts are capped by the general values).");
+ABSL_FLAG(int32_t, reference_decode_tokens, 4, "--decode-tokens of the reference backend.");
+ABSL_FLAG(int32_t, reference_prompt_tokens, 64, "--prompt-tokens of the reference backend.");
+ABSL_FLAG(IntListFlag, reference_batches, IntListFlag({1, 16}),
+          "--batches of the reference backend.");
+ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache element type: f32 or f16.");
+ABSL_FLAG(int32_t, block_tokens, 16, "Positions per KV block.");
+ABSL_FLAG(int32_t, bandwidth_mib, 1024, "Bandwidth probe buffer in MiB; 0 skips the probe.");
+ABSL_FLAG(int32_t, bandwidth_passes, 5, "Bandwidth probe passes; the best counts.");
+ABSL_FLAG(int32_t, paired_probe_mib, 256,
+          "Before each timed decode repeat, probe the bandwidth again (this many MiB, best of 2 "
+          "passes) and report the median of the per-repeat ratios as \"% of bw\": on a shared "
+          "machine the bandwidth left to us drifts within a minute. 0 = compare against the one "
+          "probe at the start; off when --bandwidth-mib is 0.");
+ABSL_FLAG(uint64_t, seed, 1, "Token id seed.");
+ABSL_FLAG(bool, json, false, "One JSON object per measurement and line, nothing else on stdout.");
+ABSL_FLAG(bool, ignore_eos, true, "Accepted for symmetry with kvserve-generate; always in effect.");
 
 namespace {
 
 using kvserve::bench::Measurement;
 
-constexpr char kUsage[] = R"(usage: kvserve-bench --model FILE [options]
+constexpr char kUsage[] = R"(Usage: kvserve-bench --model FILE [flags]
 
 Measures, in one run: the machine's read bandwidth, then for each backend prefill
 tokens/s (one prompt), decode tokens/s at batch 1 and aggregate decode tokens/s at
@@ -32,140 +66,79 @@ larger batches (each sequence has its own short prefix, then one token per seque
 step, all sequences in one Batch). Token ids are random: the run never stops at an
 end-of-sequence token (--ignore-eos is implied). Reports medians over repeats and the
 ratios between backends, to the bandwidth bound and between batch sizes.
+Flags accept - or _ (--prompt-tokens or --prompt_tokens).)";
 
-  --model FILE              GGUF or llama2.c model (required)
-  --tokenizer FILE          llama2.c tokenizer, for .bin models
-  --backends LIST           comma-separated (default reference,cpu_blas); a backend
-                            that is not built is skipped with a warning
-  --threads N               backend and bandwidth-probe threads (default 2)
-  --repeats R               timed runs per measurement; the median is reported (default 5)
-  --prompt-tokens N         prefill prompt length, 0 to skip prefill (default 512)
-  --decode-tokens N         decode steps per measurement (default 32)
-  --prefix-tokens N         tokens each sequence holds before decoding (default 4)
-  --batches LIST            concurrent sequences for decode (default 1,4,16,64)
-  --reference-repeats R     the reference backend is scalar and slow on real shapes
-  --reference-decode-tokens N   (s110m: a few tokens/s), so it uses these instead of
-  --reference-prompt-tokens N   --repeats / --decode-tokens / --prompt-tokens / --batches
-  --reference-batches LIST      (defaults 1, 4, 64 and 1,16; counts are capped by the
-                            general values)
-  --kv-dtype f32|f16        KV cache element type (default f32)
-  --block-tokens N          positions per KV block (default 16)
-  --bandwidth-mib N         bandwidth probe buffer, 0 to skip the probe (default 1024)
-  --bandwidth-passes N      probe passes, the best counts (default 5)
-  --paired-probe-mib N      before each timed decode repeat, probe the bandwidth again
-                            (N MiB, best of 2 passes) and report the median of the
-                            per-repeat ratios as "% of bw": on a shared machine the
-                            bandwidth left to us drifts within a minute (default 256;
-                            0 = compare against the one probe at the start; off when
-                            --bandwidth-mib is 0)
-  --seed N                  token id seed (default 1)
-  --json                    one JSON object per measurement and line, nothing else on stdout
-  --ignore-eos              accepted; always in effect
-)";
-
+// The flags, checked: counts and batch sizes in range, --kv-dtype known.
 struct Flags {
   std::string model;
   std::string tokenizer;
-  std::vector<std::string> backends = {"reference", "cpu_blas"};
-  int threads = 2;
-  int repeats = 5;
-  int prompt_tokens = 512;
-  int decode_tokens = 32;
-  int prefix_tokens = 4;
-  std::vector<int> batches = {1, 4, 16, 64};
-  std::vector<int> reference_batches = {1, 16};
-  int reference_repeats = 1;
-  int reference_decode_tokens = 4;
-  int reference_prompt_tokens = 64;
-  std::string kv_dtype = "f32";
-  int block_tokens = 16;
-  int bandwidth_mib = 1024;
-  int bandwidth_passes = 5;
-  int paired_probe_mib = 256;
-  uint64_t seed = 1;
+  std::vector<std::string> backends;
+  int threads = 0;
+  int repeats = 0;
+  int prompt_tokens = 0;
+  int decode_tokens = 0;
+  int prefix_tokens = 0;
+  std::vector<int> batches;
+  std::vector<int> reference_batches;
+  int reference_repeats = 0;
+  int reference_decode_tokens = 0;
+  int reference_prompt_tokens = 0;
+  kvserve::model::DType kv_dtype = kvserve::model::DType::kF32;
+  int block_tokens = 0;
+  int bandwidth_mib = 0;
+  int bandwidth_passes = 0;
+  int paired_probe_mib = 0;
+  uint64_t seed = 0;
   bool json = false;
 };
 
-bool ParseInt(std::string_view s, int64_t& out) {
-  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && ptr == s.data() + s.size();
-}
-
-absl::Status ParseFlags(int argc, char** argv, Flags& f) {
-  std::map<std::string, int*> ints = {
-      {"threads", &f.threads},
-      {"repeats", &f.repeats},
-      {"prompt-tokens", &f.prompt_tokens},
-      {"decode-tokens", &f.decode_tokens},
-      {"prefix-tokens", &f.prefix_tokens},
-      {"reference-repeats", &f.reference_repeats},
-      {"reference-decode-tokens", &f.reference_decode_tokens},
-      {"reference-prompt-tokens", &f.reference_prompt_tokens},
-      {"block-tokens", &f.block_tokens},
-      {"bandwidth-mib", &f.bandwidth_mib},
-      {"bandwidth-passes", &f.bandwidth_passes},
-      {"paired-probe-mib", &f.paired_probe_mib},
-  };
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg.rfind("--", 0) != 0) return absl::InvalidArgumentError("unexpected argument " + arg);
-    arg = arg.substr(2);
-    if (arg == "json") {
-      f.json = true;
-      continue;
-    }
-    if (arg == "ignore-eos") continue;
-    std::string value;
-    if (const size_t eq = arg.find('='); eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("--", arg, " needs a value"));
-    }
-    int64_t n = 0;
-    if (auto it = ints.find(arg); it != ints.end()) {
-      if (!ParseInt(value, n) || n < 0 || n > 1'000'000) {
-        return absl::InvalidArgumentError(absl::StrCat("--", arg, ": bad number ", value));
-      }
-      *it->second = static_cast<int>(n);
-    } else if (arg == "model") {
-      f.model = value;
-    } else if (arg == "tokenizer") {
-      f.tokenizer = value;
-    } else if (arg == "backends") {
-      f.backends = absl::StrSplit(value, ',', absl::SkipEmpty());
-    } else if (arg == "batches" || arg == "reference-batches") {
-      std::vector<int>& list = arg == "batches" ? f.batches : f.reference_batches;
-      list.clear();
-      for (const std::string& b :
-           std::vector<std::string>(absl::StrSplit(value, ',', absl::SkipEmpty()))) {
-        if (!ParseInt(b, n) || n <= 0 || n > 4096) {
-          return absl::InvalidArgumentError(absl::StrCat("--", arg, ": bad batch size ", b));
-        }
-        list.push_back(static_cast<int>(n));
-      }
-    } else if (arg == "kv-dtype") {
-      f.kv_dtype = value;
-    } else if (arg == "seed") {
-      if (!ParseInt(value, n) || n < 0) return absl::InvalidArgumentError("--seed: bad number");
-      f.seed = static_cast<uint64_t>(n);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", arg));
-    }
-  }
+absl::StatusOr<Flags> FlagsFromCommandLine() {
+  Flags f;
+  f.model = absl::GetFlag(FLAGS_model);
   if (f.model.empty()) return absl::InvalidArgumentError("--model is required");
-  if (f.threads <= 0 || f.repeats <= 0 || f.decode_tokens <= 0 || f.prefix_tokens <= 0 ||
-      f.reference_repeats <= 0 || f.reference_decode_tokens <= 0 || f.block_tokens <= 0) {
-    return absl::InvalidArgumentError(
-        "--threads, --repeats, --decode-tokens, --prefix-tokens, --block-tokens and the "
-        "--reference-* counts must be positive");
+  f.tokenizer = absl::GetFlag(FLAGS_tokenizer);
+  for (const std::string& name : absl::GetFlag(FLAGS_backends)) {
+    if (!name.empty()) f.backends.push_back(name);
   }
-  if (f.kv_dtype != "f32" && f.kv_dtype != "f16") {
-    return absl::InvalidArgumentError("--kv-dtype must be f32 or f16");
+  constexpr int kMax = 1'000'000;
+  if (absl::Status s = kvserve::bench::ReadCounts({
+          {"threads", absl::GetFlag(FLAGS_threads), 1, kMax, &f.threads},
+          {"repeats", absl::GetFlag(FLAGS_repeats), 1, kMax, &f.repeats},
+          {"prompt_tokens", absl::GetFlag(FLAGS_prompt_tokens), 0, kMax, &f.prompt_tokens},
+          {"decode_tokens", absl::GetFlag(FLAGS_decode_tokens), 1, kMax, &f.decode_tokens},
+          {"prefix_tokens", absl::GetFlag(FLAGS_prefix_tokens), 1, kMax, &f.prefix_tokens},
+          {"reference_repeats", absl::GetFlag(FLAGS_reference_repeats), 1, kMax,
+           &f.reference_repeats},
+          {"reference_decode_tokens", absl::GetFlag(FLAGS_reference_decode_tokens), 1, kMax,
+           &f.reference_decode_tokens},
+          {"reference_prompt_tokens", absl::GetFlag(FLAGS_reference_prompt_tokens), 0, kMax,
+           &f.reference_prompt_tokens},
+          {"block_tokens", absl::GetFlag(FLAGS_block_tokens), 1, kMax, &f.block_tokens},
+          {"bandwidth_mib", absl::GetFlag(FLAGS_bandwidth_mib), 0, kMax, &f.bandwidth_mib},
+          {"bandwidth_passes", absl::GetFlag(FLAGS_bandwidth_passes), 0, kMax, &f.bandwidth_passes},
+          {"paired_probe_mib", absl::GetFlag(FLAGS_paired_probe_mib), 0, kMax, &f.paired_probe_mib},
+      });
+      !s.ok()) {
+    return s;
   }
-  return absl::OkStatus();
+  if (absl::Status s =
+          kvserve::bench::ReadIntList("batches", absl::GetFlag(FLAGS_batches), 1, 4096, &f.batches);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          kvserve::bench::ReadIntList("reference_batches", absl::GetFlag(FLAGS_reference_batches),
+                                      1, 4096, &f.reference_batches);
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<kvserve::model::DType> kv_dtype =
+      kvserve::model::KvDTypeFromName(absl::GetFlag(FLAGS_kv_dtype), "--kv_dtype");
+  if (!kv_dtype.ok()) return kv_dtype.status();
+  f.kv_dtype = *kv_dtype;
+  f.seed = absl::GetFlag(FLAGS_seed);
+  f.json = absl::GetFlag(FLAGS_json);
+  return f;
 }
 
 void Emit(const Flags& flags, const Measurement& m, std::vector<Measurement>& all) {
@@ -219,8 +192,7 @@ absl::Status Run(const Flags& flags) {
   if (!loaded.ok()) return loaded.status();
   const model::Model& mdl = **loaded;
   const model::KvLayout layout =
-      model::KvLayout::ForModel(mdl.config(), flags.block_tokens,
-                                flags.kv_dtype == "f16" ? model::DType::kF16 : model::DType::kF32);
+      model::KvLayout::ForModel(mdl.config(), flags.block_tokens, flags.kv_dtype);
   const uint64_t bytes_per_token = bench::WeightBytesPerToken(mdl.weights());
   const std::string dtype(model::DTypeName(bench::MatrixDType(mdl.weights())));
 
@@ -265,7 +237,7 @@ absl::Status Run(const Flags& flags) {
       m.test = "prefill";
       m.batch = 1;
       m.tokens = prompt_tokens;
-      m.summary = bench::Summarize(*s);
+      m.summary = kvserve::common::Summarize(*s);
       Emit(flags, m, all);
     }
     for (int batch : reference ? flags.reference_batches : flags.batches) {
@@ -290,14 +262,14 @@ absl::Status Run(const Flags& flags) {
           fractions.push_back(s->front() / batch * static_cast<double>(bytes_per_token) / 1e9 /
                               bw->best_gbs);
         }
-        m.summary = bench::Summarize(tps);
-        m.bandwidth_gbs = bench::Summarize(probes).median;
-        m.paired_fraction = bench::Summarize(fractions).median;
+        m.summary = kvserve::common::Summarize(tps);
+        m.bandwidth_gbs = kvserve::common::Summarize(probes).median;
+        m.paired_fraction = kvserve::common::Summarize(fractions).median;
       } else {
         absl::StatusOr<std::vector<double>> s = bench::MeasureDecode(
             **backend, mdl, batch, flags.prefix_tokens, decode_tokens, repeats, flags.seed + 1);
         if (!s.ok()) return s.status();
-        m.summary = bench::Summarize(*s);
+        m.summary = kvserve::common::Summarize(*s);
       }
       Emit(flags, m, all);
     }
@@ -309,20 +281,8 @@ absl::Status Run(const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
-      std::printf("%s", kUsage);
-      return 0;
-    }
-  }
-  Flags flags;
-  if (absl::Status s = ParseFlags(argc, argv, flags); !s.ok()) {
-    std::fprintf(stderr, "kvserve-bench: %s\n\n%s", std::string(s.message()).c_str(), kUsage);
-    return 2;
-  }
-  if (absl::Status s = Run(flags); !s.ok()) {
-    std::fprintf(stderr, "kvserve-bench: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  return kvserve::bench::ToolMain(argc, argv, "kvserve-bench", kUsage, "bench_main.cc", [] {
+    const absl::StatusOr<Flags> flags = FlagsFromCommandLine();
+    return flags.ok() ? Run(*flags) : flags.status();
+  });
 }

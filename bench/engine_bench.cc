@@ -12,10 +12,10 @@
 //       [--max_tokens 32] [--kv_budget_mb 2048] [--kv_dtype f32|f16] [--reps 3]
 //       [--make_ctx N]  (write the model first if FILE is missing: the s110m shape with
 //                        context N, f32, via bench::WriteSyntheticModel)
+// --help lists every flag with its default; names take - or _. Exit status as for every
+// bench tool (bench/tool_main.h).
 #include <algorithm>
-#include <charconv>
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -24,106 +24,104 @@
 #include <mutex>
 #include <random>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "backends/backend.h"
 #include "bench/synthetic_model.h"
+#include "bench/tool_flags.h"
+#include "bench/tool_main.h"
+#include "common/stats.h"
 #include "engine/engine.h"
 #include "engine/engine_options.h"
+#include "engine/model_loading.h"
+#include "model/dtype.h"
 #include "model/model.h"
+
+ABSL_FLAG(std::string, model, "", "GGUF model file. Required.");
+ABSL_FLAG(std::string, mode, "all", "ttft, throughput or all.");
+ABSL_FLAG(std::string, backend, "cpu_blas", "Compute backend: cpu_blas or reference.");
+ABSL_FLAG(int32_t, threads, 2, "Backend threads; 0 = all cores.");
+ABSL_FLAG(kvserve::bench::IntListFlag, history, kvserve::bench::IntListFlag({1024, 4096}),
+          "ttft: session history lengths in tokens, comma-separated.");
+ABSL_FLAG(kvserve::bench::IntListFlag, streams, kvserve::bench::IntListFlag({1, 16, 64}),
+          "throughput: concurrent stream counts, comma-separated.");
+ABSL_FLAG(int32_t, system_prompt, 512,
+          "throughput: tokens of the shared system prompt of the second pass; 0 = one pass "
+          "without.");
+ABSL_FLAG(int32_t, max_tokens, 32, "throughput: tokens per stream (>= 2).");
+ABSL_FLAG(int32_t, kv_budget_mb, 2048, "KV cache memory in MiB.");
+ABSL_FLAG(std::string, kv_dtype, "f32", "KV element type: f32 or f16.");
+ABSL_FLAG(int32_t, reps, 3, "ttft: follow-up turns timed per history length.");
+ABSL_FLAG(int32_t, make_ctx, 0,
+          "Write the model first if --model is missing: the s110m shape with this context "
+          "length, f32 (bench::WriteSyntheticModel); 0 = never.");
 
 namespace kvserve::bench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+constexpr char kUsage[] =
+    "What the engine's prefix reuse and continuous batching buy: follow-up turn TTFT vs "
+    "cold, and concurrent-stream throughput.\n"
+    "Usage: kvserve-engine-bench --model FILE [--mode ttft|throughput|all] [flags]\n"
+    "Flags accept - or _ (--max-tokens or --max_tokens).";
 
+using Clock = std::chrono::steady_clock;
+using common::Percentile;
+
+// The flags, checked.
 struct Flags {
   std::string model;
-  std::string mode = "all";
-  std::string backend = "cpu_blas";
-  int threads = 2;
-  std::vector<int> history = {1024, 4096};
-  std::vector<int> streams = {1, 16, 64};
-  int system_prompt = 512;
-  int max_tokens = 32;
-  int kv_budget_mb = 2048;
-  std::string kv_dtype = "f32";
-  int reps = 3;
+  std::string mode;
+  std::string backend;
+  int threads = 0;
+  std::vector<int> history;
+  std::vector<int> streams;
+  int system_prompt = 0;
+  int max_tokens = 0;
+  int kv_budget_mb = 0;
+  model::DType kv_dtype = model::DType::kF32;
+  int reps = 0;
   int make_ctx = 0;
 };
 
-bool ParseInt(std::string_view s, int& out) {
-  const char* end = s.data() + s.size();
-  auto [ptr, ec] = std::from_chars(s.data(), end, out);
-  return ec == std::errc() && ptr == end && out >= 0;
-}
-
-absl::Status ParseInts(std::string_view value, std::vector<int>& out) {
-  out.clear();
-  while (true) {
-    const size_t comma = value.find(',');
-    int v = 0;
-    if (!ParseInt(value.substr(0, comma), v)) {
-      return absl::InvalidArgumentError(absl::StrCat("bad number list: ", std::string(value)));
-    }
-    out.push_back(v);
-    if (comma == std::string_view::npos) break;
-    value.remove_prefix(comma + 1);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ParseFlags(int argc, char** argv, Flags& f) {
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (i + 1 >= argc)
-      return absl::InvalidArgumentError(absl::StrCat("missing value for ", std::string(arg)));
-    std::string_view value = argv[++i];
-    int v = 0;
-    auto as_int = [&](int& dst) -> absl::Status {
-      if (!ParseInt(value, v)) {
-        return absl::InvalidArgumentError(absl::StrCat(std::string(arg), ": bad number"));
-      }
-      dst = v;
-      return absl::OkStatus();
-    };
-    absl::Status s;
-    if (arg == "--model") {
-      f.model = std::string(value);
-    } else if (arg == "--mode") {
-      f.mode = std::string(value);
-    } else if (arg == "--backend") {
-      f.backend = std::string(value);
-    } else if (arg == "--kv_dtype") {
-      f.kv_dtype = std::string(value);
-    } else if (arg == "--threads") {
-      s = as_int(f.threads);
-    } else if (arg == "--history") {
-      s = ParseInts(value, f.history);
-    } else if (arg == "--streams") {
-      s = ParseInts(value, f.streams);
-    } else if (arg == "--system_prompt") {
-      s = as_int(f.system_prompt);
-    } else if (arg == "--max_tokens") {
-      s = as_int(f.max_tokens);
-    } else if (arg == "--kv_budget_mb") {
-      s = as_int(f.kv_budget_mb);
-    } else if (arg == "--reps") {
-      s = as_int(f.reps);
-    } else if (arg == "--make_ctx") {
-      s = as_int(f.make_ctx);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", std::string(arg)));
-    }
-    if (!s.ok()) return s;
-  }
+absl::StatusOr<Flags> FlagsFromCommandLine() {
+  Flags f;
+  f.model = absl::GetFlag(FLAGS_model);
   if (f.model.empty()) return absl::InvalidArgumentError("--model is required");
-  if (f.max_tokens < 2) return absl::InvalidArgumentError("--max_tokens must be >= 2");
-  return absl::OkStatus();
+  f.mode = absl::GetFlag(FLAGS_mode);
+  if (f.mode != "ttft" && f.mode != "throughput" && f.mode != "all") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode must be ttft, throughput or all, got \"", f.mode, "\""));
+  }
+  f.backend = absl::GetFlag(FLAGS_backend);
+  absl::StatusOr<model::DType> kv_dtype =
+      model::KvDTypeFromName(absl::GetFlag(FLAGS_kv_dtype), "--kv_dtype");
+  if (!kv_dtype.ok()) return kv_dtype.status();
+  f.kv_dtype = *kv_dtype;
+  constexpr int kMax = 1 << 24;
+  if (absl::Status s = ReadCounts({
+          {"threads", absl::GetFlag(FLAGS_threads), 0, 4096, &f.threads},
+          {"system_prompt", absl::GetFlag(FLAGS_system_prompt), 0, kMax, &f.system_prompt},
+          {"max_tokens", absl::GetFlag(FLAGS_max_tokens), 2, kMax, &f.max_tokens},
+          {"kv_budget_mb", absl::GetFlag(FLAGS_kv_budget_mb), 1, kMax, &f.kv_budget_mb},
+          {"reps", absl::GetFlag(FLAGS_reps), 1, kMax, &f.reps},
+          {"make_ctx", absl::GetFlag(FLAGS_make_ctx), 0, kMax, &f.make_ctx},
+      });
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ReadIntList("history", absl::GetFlag(FLAGS_history), 2, kMax, &f.history);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ReadIntList("streams", absl::GetFlag(FLAGS_streams), 1, 4096, &f.streams);
+      !s.ok()) {
+    return s;
+  }
+  return f;
 }
 
 // Records the arrival time of every token of one stream.
@@ -160,13 +158,6 @@ class TimingSink : public engine::RequestSink {
   bool done_ = false;
 };
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t idx = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size()))) - 1;
-  return v[std::min(idx, v.size() - 1)];
-}
-
 std::vector<int32_t> RandomTokens(std::mt19937_64& rng, int n, int vocab) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (auto& x : t) x = 3 + static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab - 3));
@@ -183,17 +174,15 @@ engine::Request Greedy(std::vector<int32_t> prompt, int max_tokens) {
 }
 
 absl::StatusOr<std::unique_ptr<engine::Engine>> NewEngine(const Flags& f, const model::Model& m) {
-  engine::Engine::Options o;
-  o.kv_budget_bytes = static_cast<size_t>(f.kv_budget_mb) << 20;
-  o.kv_dtype = f.kv_dtype == "f16" ? model::DType::kF16 : model::DType::kF32;
-  o.max_running_sequences = 64;
-  o.max_step_tokens = 512;
-  o.max_tokens_limit = 1 << 16;
-  backends::BackendOptions bo;
-  bo.threads = f.threads;
-  auto backend = backends::CreateBackend(f.backend, m, o.KvLayoutFor(m.config()), bo);
-  if (!backend.ok()) return backend.status();
-  return engine::CreateEngine(o, m, *std::move(backend));
+  engine::ModelOptions o;
+  o.backend = f.backend;
+  o.threads = f.threads;
+  o.engine.kv_budget_bytes = static_cast<size_t>(f.kv_budget_mb) << 20;
+  o.engine.kv_dtype = f.kv_dtype;
+  o.engine.max_running_sequences = 64;
+  o.engine.max_step_tokens = 512;
+  o.engine.max_tokens_limit = 1 << 16;
+  return engine::StartEngine(o, m);
 }
 
 // Submits and waits; returns the finished sink.
@@ -324,7 +313,10 @@ absl::Status RunThroughput(const Flags& f, const model::Model& m) {
   return absl::OkStatus();
 }
 
-absl::Status Main(const Flags& f) {
+absl::Status Main() {
+  absl::StatusOr<Flags> flags = FlagsFromCommandLine();
+  if (!flags.ok()) return flags.status();
+  const Flags& f = *flags;
   if (!std::filesystem::exists(f.model) && f.make_ctx > 0) {
     absl::StatusOr<model::ModelConfig> config = PresetConfig("s110m");
     if (!config.ok()) return config.status();
@@ -341,7 +333,7 @@ absl::Status Main(const Flags& f) {
   const model::ModelConfig& c = (*m)->config();
   std::printf("model %s: dim %d, layers %d, vocab %d, context %d; backend %s, %d threads, kv %s\n",
               f.model.c_str(), c.dim, c.n_layers, c.vocab_size, c.context_length, f.backend.c_str(),
-              f.threads, f.kv_dtype.c_str());
+              f.threads, std::string(model::DTypeName(f.kv_dtype)).c_str());
   if (f.mode == "ttft" || f.mode == "all") {
     if (absl::Status s = RunTtft(f, **m); !s.ok()) return s;
   }
@@ -355,14 +347,6 @@ absl::Status Main(const Flags& f) {
 }  // namespace kvserve::bench
 
 int main(int argc, char** argv) {
-  kvserve::bench::Flags flags;
-  if (absl::Status s = kvserve::bench::ParseFlags(argc, argv, flags); !s.ok()) {
-    std::fprintf(stderr, "kvserve-engine-bench: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  if (absl::Status s = kvserve::bench::Main(flags); !s.ok()) {
-    std::fprintf(stderr, "kvserve-engine-bench: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  return 0;
+  return kvserve::bench::ToolMain(argc, argv, "kvserve-engine-bench", kvserve::bench::kUsage,
+                                  "engine_bench.cc", kvserve::bench::Main);
 }

@@ -25,6 +25,7 @@
 #include "backends/cpu_blas/thread_pool.h"
 #include "backends/kv_arena.h"
 #include "backends/testing/random_model.h"
+#include "bench/model_runner.h"
 #include "benchmark/benchmark.h"
 #include "model/dtype.h"
 
@@ -253,20 +254,22 @@ const model::Model& ModelFor(DType dtype) {
   return *model;
 }
 
-// Bytes of weights one decode step reads: every matrix once plus one embedding row.
-double WeightBytesPerToken(const model::Model& m) {
-  const model::ModelWeights& w = m.weights();
-  double bytes = static_cast<double>(w.token_embedding.row_bytes());
-  auto add = [&](const model::TensorView& t) {
-    bytes += static_cast<double>(t.rows * t.row_bytes());
-  };
-  for (const model::LayerWeights& L : w.layers) {
-    for (const model::TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
-      add(*t);
-    }
-  }
-  add(w.output);
-  return bytes;
+// A cpu_blas backend on `threads` threads over the s110m-shaped model of `dtype`, with
+// KV blocks of 16 f16 positions (`layout`); aborts when it cannot be built.
+struct Step {
+  const model::Model& model;
+  model::KvLayout layout;
+  std::unique_ptr<backends::CpuBlasBackend> backend;
+};
+
+Step CpuBlasStep(DType dtype, int threads) {
+  const model::Model& m = ModelFor(dtype);
+  const model::KvLayout layout = model::KvLayout::ForModel(m.config(), 16, DType::kF16);
+  backends::CpuBlasOptions options;
+  options.threads = threads;
+  auto backend = backends::CpuBlasBackend::Create(m, layout, options);
+  if (!backend.ok()) std::abort();
+  return Step{m, layout, *std::move(backend)};
 }
 
 // Args: dtype, batch (concurrent sequences, one new token each), threads.
@@ -275,13 +278,9 @@ void BM_Decode(benchmark::State& state) {
   const DType dtype = DTypeArg(state.range(0));
   const int batch_size = static_cast<int>(state.range(1));
   const int threads = static_cast<int>(state.range(2));
-  const model::Model& m = ModelFor(dtype);
-  const model::KvLayout layout = model::KvLayout::ForModel(m.config(), 16, DType::kF16);
-  backends::CpuBlasOptions options;
-  options.threads = threads;
-  auto backend = backends::CpuBlasBackend::Create(m, layout, options);
-  if (!backend.ok()) std::abort();
-  backends::KvArena arena(layout);
+  Step step = CpuBlasStep(dtype, threads);
+  const model::Model& m = step.model;
+  backends::KvArena arena(step.layout);
   std::vector<std::span<uint8_t* const>> blocks;
   for (int i = 0; i < batch_size; ++i) blocks.push_back(arena.Allocate(320));
   std::vector<std::vector<int32_t>> tokens(batch_size, std::vector<int32_t>{1});
@@ -293,15 +292,16 @@ void BM_Decode(benchmark::State& state) {
       tokens[i][0] = (pos * 31 + i * 7) % m.config().vocab_size;
       batch.sequences.push_back(backends::SequenceInput{tokens[i], pos, blocks[i], true});
     }
-    if (!(*backend)->Forward(batch, logits).ok()) std::abort();
+    if (!step.backend->Forward(batch, logits).ok()) std::abort();
     pos = pos + 1 == 320 ? 64 : pos + 1;
   }
   state.counters["tok/s"] = benchmark::Counter(static_cast<double>(batch_size),
                                                benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GB/s"] = benchmark::Counter(WeightBytesPerToken(m) * 1e-9,
-                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(WeightBytesPerToken(m.weights())) * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(model::DTypeName(dtype)) + " " +
-                 std::string(backends::cpu_blas::IsaName((*backend)->isa())));
+                 std::string(backends::cpu_blas::IsaName(step.backend->isa())));
 }
 void DecodeArgs(benchmark::internal::Benchmark* b) {
   for (int64_t dtype : {0, 1, 2}) {
@@ -318,13 +318,9 @@ void BM_Prefill(benchmark::State& state) {
   const DType dtype = DTypeArg(state.range(0));
   const int n = static_cast<int>(state.range(1));
   const int threads = static_cast<int>(state.range(2));
-  const model::Model& m = ModelFor(dtype);
-  const model::KvLayout layout = model::KvLayout::ForModel(m.config(), 16, DType::kF16);
-  backends::CpuBlasOptions options;
-  options.threads = threads;
-  auto backend = backends::CpuBlasBackend::Create(m, layout, options);
-  if (!backend.ok()) std::abort();
-  backends::KvArena arena(layout);
+  Step step = CpuBlasStep(dtype, threads);
+  const model::Model& m = step.model;
+  backends::KvArena arena(step.layout);
   std::span<uint8_t* const> blocks = arena.Allocate(n);
   std::vector<int32_t> tokens(n);
   for (int i = 0; i < n; ++i) tokens[i] = (i * 131 + 7) % m.config().vocab_size;
@@ -332,7 +328,7 @@ void BM_Prefill(benchmark::State& state) {
   for (auto _ : state) {
     backends::Batch batch;
     batch.sequences.push_back(backends::SequenceInput{tokens, 0, blocks, true});
-    if (!(*backend)->Forward(batch, logits).ok()) std::abort();
+    if (!step.backend->Forward(batch, logits).ok()) std::abort();
   }
   state.counters["tok/s"] =
       benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);

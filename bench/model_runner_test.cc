@@ -18,6 +18,15 @@ std::unique_ptr<model::Model> TinyModel(model::DType dtype, bool tied) {
   return m.ok() ? std::move(*m) : nullptr;
 }
 
+// The reference backend over `m`, KV blocks of 16 f32 positions; null on failure.
+std::unique_ptr<backends::Backend> ReferenceBackend(const model::Model& m) {
+  const model::KvLayout layout = model::KvLayout::ForModel(m.config(), 16, model::DType::kF32);
+  absl::StatusOr<std::unique_ptr<backends::Backend>> b =
+      backends::CreateBackend("reference", m, layout, backends::BackendOptions{});
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? std::move(*b) : nullptr;
+}
+
 TEST(WeightBytesPerTokenTest, CountsEveryMatrixOnceAndOneEmbeddingRow) {
   for (bool tied : {false, true}) {
     std::unique_ptr<model::Model> m = TinyModel(model::DType::kBF16, tied);
@@ -34,15 +43,13 @@ TEST(WeightBytesPerTokenTest, CountsEveryMatrixOnceAndOneEmbeddingRow) {
 TEST(ModelRunnerTest, MeasuresPrefillAndDecodeOnTheReferenceBackend) {
   std::unique_ptr<model::Model> m = TinyModel(model::DType::kF32, false);
   ASSERT_NE(m, nullptr);
-  const model::KvLayout layout = model::KvLayout::ForModel(m->config(), 16, model::DType::kF32);
-  absl::StatusOr<std::unique_ptr<backends::Backend>> b =
-      backends::CreateBackend("reference", *m, layout, backends::BackendOptions{});
-  ASSERT_TRUE(b.ok()) << b.status();
-  absl::StatusOr<std::vector<double>> prefill = MeasurePrefill(**b, *m, 20, 2, 1);
+  std::unique_ptr<backends::Backend> b = ReferenceBackend(*m);
+  ASSERT_NE(b, nullptr);
+  absl::StatusOr<std::vector<double>> prefill = MeasurePrefill(*b, *m, 20, 2, 1);
   ASSERT_TRUE(prefill.ok()) << prefill.status();
   ASSERT_EQ(prefill->size(), 2u);
   for (double v : *prefill) EXPECT_GT(v, 0.0);
-  absl::StatusOr<std::vector<double>> decode = MeasureDecode(**b, *m, 3, 4, 5, 2, 1);
+  absl::StatusOr<std::vector<double>> decode = MeasureDecode(*b, *m, 3, 4, 5, 2, 1);
   ASSERT_TRUE(decode.ok()) << decode.status();
   ASSERT_EQ(decode->size(), 2u);
   for (double v : *decode) EXPECT_GT(v, 0.0);
@@ -51,18 +58,16 @@ TEST(ModelRunnerTest, MeasuresPrefillAndDecodeOnTheReferenceBackend) {
 TEST(ModelRunnerTest, RejectsCountsBeyondTheContext) {
   std::unique_ptr<model::Model> m = TinyModel(model::DType::kF32, false);
   ASSERT_NE(m, nullptr);
-  const model::KvLayout layout = model::KvLayout::ForModel(m->config(), 16, model::DType::kF32);
-  absl::StatusOr<std::unique_ptr<backends::Backend>> b =
-      backends::CreateBackend("reference", *m, layout, backends::BackendOptions{});
-  ASSERT_TRUE(b.ok()) << b.status();
+  std::unique_ptr<backends::Backend> b = ReferenceBackend(*m);
+  ASSERT_NE(b, nullptr);
   const int context = m->config().context_length;
-  EXPECT_EQ(MeasurePrefill(**b, *m, context + 1, 1, 1).status().code(),
+  EXPECT_EQ(MeasurePrefill(*b, *m, context + 1, 1, 1).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(MeasureDecode(**b, *m, 1, 4, context - 4, 1, 1).status().code(),
+  EXPECT_EQ(MeasureDecode(*b, *m, 1, 4, context - 4, 1, 1).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(MeasureDecode(**b, *m, 0, 4, 4, 1, 1).status().code(),
+  EXPECT_EQ(MeasureDecode(*b, *m, 0, 4, 4, 1, 1).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(MeasurePrefill(**b, *m, 4, 0, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MeasurePrefill(*b, *m, 4, 0, 1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "bench/stats.h"
+#include "common/stats.h"
 
 namespace kvserve::bench {
 
@@ -22,7 +22,7 @@ struct Measurement {
   int batch = 0;     // concurrent sequences (1 for prefill)
   int tokens = 0;    // prompt tokens (prefill) or decode steps per sequence (decode)
   int repeats = 0;
-  Summary summary;
+  common::Summary summary;
   uint64_t bytes_per_token = 0;  // weight bytes one decode step streams
   double bandwidth_gbs = 0.0;    // the machine's measured read bandwidth (best pass)
   // Decode only, when probes were paired with repeats (--paired-probe-mib): the median

@@ -40,7 +40,7 @@ Measurement Decode(std::string backend, int batch, double tok_s) {
   m.batch = batch;
   m.tokens = 8;
   m.repeats = 3;
-  m.summary = Summary{3, tok_s, tok_s - 1, tok_s + 1, tok_s};
+  m.summary = common::Summary{3, tok_s, tok_s - 1, tok_s + 1, tok_s};
   m.bytes_per_token = 400'000'000;
   m.bandwidth_gbs = 32.0;
   return m;
@@ -73,7 +73,7 @@ TEST(FormatReportTest, PrintsRatios) {
   bw.test = "bandwidth";
   bw.threads = 2;
   bw.repeats = 5;
-  bw.summary = Summary{5, 30.0, 28.0, 32.0, 30.0};
+  bw.summary = common::Summary{5, 30.0, 28.0, 32.0, 30.0};
   bw.detail = "avx2 loads";
   const std::vector<Measurement> ms = {bw, Decode("reference", 1, 4.0),
                                        Decode("reference", 16, 8.0), Decode("cpu_blas", 1, 64.0),

@@ -16,14 +16,15 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/tool_main.h"
+#include "common/stats.h"
+#include "engine/model_loading.h"
 #include "grpcpp/grpcpp.h"
 #include "kvserve/v1/inference.grpc.pb.h"
 #include "model/tokenizer.h"
-#include "service/model_loading.h"
 #include "service/server.h"
 
 ABSL_FLAG(std::string, model, "models/stories260K.gguf", "Model file (GGUF).");
@@ -42,8 +43,9 @@ ABSL_FLAG(int32_t, rounds, 9,
 namespace kvserve::bench {
 namespace {
 
-using service::LoadedModel;
-using service::ModelOptions;
+using common::Percentile;
+using engine::LoadedModel;
+using engine::ModelOptions;
 
 struct RunResult {
   int64_t tokens = 0;
@@ -84,12 +86,6 @@ RunResult RunConcurrent(int streams, int requests, const std::function<int64_t()
           ProcessCpuSeconds() - cpu_start, failures.load()};
 }
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
-}
-
 // Counts tokens and signals the finish.
 class CountingSink final : public engine::RequestSink {
  public:
@@ -116,7 +112,7 @@ int64_t EngineRequest(engine::Engine& engine, const std::vector<int32_t>& prompt
   return result.get();
 }
 
-int Run() {
+absl::Status Run() {
   ModelOptions options;
   options.model_path = absl::GetFlag(FLAGS_model);
   options.backend = absl::GetFlag(FLAGS_backend);
@@ -129,14 +125,11 @@ int Run() {
 
   // Two engines over the same file: one called directly, one behind a gRPC server. The
   // runs alternate (medians of --rounds each) so that machine noise hits both alike.
-  absl::StatusOr<LoadedModel> direct = service::LoadModel(options);
-  if (!direct.ok()) {
-    std::fprintf(stderr, "kvserve-service-bench: %s\n", direct.status().ToString().c_str());
-    return 1;
-  }
+  absl::StatusOr<LoadedModel> direct = engine::LoadModel(options);
+  if (!direct.ok()) return direct.status();
   absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
       model::Tokenizer::Create(direct->model->vocab());
-  if (!tokenizer.ok()) return 1;
+  if (!tokenizer.ok()) return tokenizer.status();
   const std::vector<int32_t> prompt = (*tokenizer)->Encode(prompt_text, /*add_bos=*/true);
   engine::Engine& engine = *direct->engine;
 
@@ -147,15 +140,13 @@ int Run() {
   server_options.service.stream_flush_interval = absl::GetFlag(FLAGS_stream_flush_interval);
   options.engine.max_tokens_limit = server_options.service.limits.max_tokens_limit;
   absl::StatusOr<std::unique_ptr<service::Server>> server = service::Server::Start(server_options);
-  absl::StatusOr<LoadedModel> served = service::LoadModel(options);
-  if (!server.ok() || !served.ok()) {
-    std::fprintf(stderr, "kvserve-service-bench: cannot start the server\n");
-    return 1;
-  }
-  if (!(*server)
-           ->Attach(std::move(served->model), std::move(served->engine), served->backend)
-           .ok()) {
-    return 1;
+  absl::StatusOr<LoadedModel> served = engine::LoadModel(options);
+  if (!server.ok()) return server.status();
+  if (!served.ok()) return served.status();
+  if (absl::Status s =
+          (*server)->Attach(std::move(served->model), std::move(served->engine), served->backend);
+      !s.ok()) {
+    return s;
   }
   auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
                                      grpc::InsecureChannelCredentials());
@@ -223,7 +214,9 @@ int Run() {
     grpc::ClientContext ctx;
     v1::GenerateResponse resp;
     t = absl::Now();
-    if (!stub->Generate(&ctx, one, &resp).ok()) return 1;
+    if (grpc::Status s = stub->Generate(&ctx, one, &resp); !s.ok()) {
+      return absl::InternalError(absl::StrCat("Generate: ", s.error_message()));
+    }
     grpc_latency.push_back(absl::ToDoubleSeconds(absl::Now() - t));
   }
   (*server)->Drain(absl::ZeroDuration());
@@ -247,13 +240,20 @@ int Run() {
       messages.load() > 0
           ? static_cast<double>(streamed_tokens.load()) / static_cast<double>(messages.load())
           : 0.0);
-  return in_process.failures + over_grpc.failures == 0 ? 0 : 1;
+  const int failures = in_process.failures + over_grpc.failures;
+  if (failures > 0) return absl::InternalError(absl::StrCat(failures, " requests failed"));
+  return absl::OkStatus();
 }
 
 }  // namespace
 }  // namespace kvserve::bench
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  return kvserve::bench::Run();
+  return kvserve::bench::ToolMain(
+      argc, argv, "kvserve-service-bench",
+      "What the gRPC layer costs: the same greedy streams into an in-process engine and "
+      "through a kvserve server on loopback; prints one JSON line.\n"
+      "Usage: kvserve-service-bench [--model models/stories260K.gguf] [flags]\n"
+      "Flags accept - or _ (--max-tokens or --max_tokens).",
+      "service_bench.cc", kvserve::bench::Run);
 }

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "common/flags.h"
+#include "common/stats.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address HOST:PORT.");
 ABSL_FLAG(std::string, prompt, "Once upon a time", "generate/bench: the prompt text.");
@@ -36,6 +37,8 @@ ABSL_FLAG(int32_t, latency_calls, 50, "bench: one-token Generate calls timed one
 
 namespace kvserve::client {
 namespace {
+
+using common::Percentile;
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "kvserve-cli: %s\n", status.ToString().c_str());
@@ -116,13 +119,6 @@ int RunChat(const Client& client) {
   }
   absl::Status closed = client.CloseSession(session->session_id());
   return closed.ok() ? 0 : Fail(closed);
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
-  return v[i];
 }
 
 int RunBench(const Client& client) {

@@ -1,16 +1,82 @@
 #include "common/flags.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 
 namespace kvserve::common {
+namespace {
+
+// "--dashed-name[=v]" -> "--dashed_name[=v]", "-h" -> "--help"; anything else is
+// returned unchanged.
+std::string Normalize(std::string arg) {
+  if (arg == "-h") return "--help";
+  if (arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
+    const size_t name_end = std::min(arg.find('='), arg.size());
+    std::replace(arg.begin() + 2, arg.begin() + static_cast<std::ptrdiff_t>(name_end), '-', '_');
+  }
+  return arg;
+}
+
+// Takes every occurrence of the `repeated` flags out of `args` (normalized, argv[0]
+// first) and returns their values, one list per flag. Mirrors Abseil: "--name value"
+// consumes the next argument, also for other flags that take a value (so a value that
+// looks like "--stop" is never taken for one); nothing after "--" is a flag.
+std::vector<std::vector<std::string>> TakeRepeated(std::vector<std::string>& args,
+                                                   const std::vector<std::string>& names) {
+  std::vector<std::vector<std::string>> values(names.size());
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (i == 0 || arg == "--" || arg.size() < 2 || arg[0] != '-') {
+      kept.push_back(arg);
+      if (arg == "--") {
+        kept.insert(kept.end(), args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+        break;
+      }
+      continue;
+    }
+    const size_t dashes = arg[1] == '-' ? 2 : 1;
+    const size_t eq = arg.find('=');
+    const std::string name =
+        arg.substr(dashes, eq == std::string::npos ? std::string::npos : eq - dashes);
+    const auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end()) {
+      kept.push_back(arg);
+      const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+      if (eq == std::string::npos && flag != nullptr && !flag->IsOfType<bool>() &&
+          i + 1 < args.size()) {
+        kept.push_back(args[++i]);
+      }
+      continue;
+    }
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      std::fprintf(stderr, "ERROR: Missing the value for the flag '%s'\n", name.c_str());
+      std::exit(1);
+    }
+    values[static_cast<size_t>(it - names.begin())].push_back(std::move(value));
+  }
+  args = std::move(kept);
+  return values;
+}
+
+}  // namespace
 
 std::vector<std::string> ParseFlags(int argc, char** argv, std::string_view usage,
-                                    std::string_view main_file) {
+                                    std::string_view main_file,
+                                    std::initializer_list<RepeatedFlag*> repeated) {
   absl::FlagsUsageConfig config;
   const std::string file(main_file);
   config.contains_help_flags = [file](absl::string_view path) {
@@ -20,17 +86,23 @@ std::vector<std::string> ParseFlags(int argc, char** argv, std::string_view usag
   absl::SetFlagsUsageConfig(config);
   absl::SetProgramUsageMessage(std::string(usage));
 
-  std::vector<std::string> normalized(argv, argv + argc);
-  std::vector<char*> normalized_argv;
-  for (std::string& arg : normalized) {
-    if (arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
-      const size_t name_end = std::min(arg.find('='), arg.size());
-      std::replace(arg.begin() + 2, arg.begin() + static_cast<std::ptrdiff_t>(name_end), '-', '_');
-    }
-    normalized_argv.push_back(arg.data());
+  std::vector<std::string> normalized;
+  for (int i = 0; i < argc; ++i) normalized.push_back(Normalize(argv[i]));
+  std::vector<std::string> names;
+  for (RepeatedFlag* flag : repeated) {
+    names.emplace_back(absl::GetFlagReflectionHandle(*flag).Name());
   }
+  const std::vector<std::vector<std::string>> values = TakeRepeated(normalized, names);
+
+  std::vector<char*> normalized_argv;
+  for (std::string& arg : normalized) normalized_argv.push_back(arg.data());
   std::vector<char*> args =
       absl::ParseCommandLine(static_cast<int>(normalized_argv.size()), normalized_argv.data());
+  size_t index = 0;
+  for (RepeatedFlag* flag : repeated) {
+    if (!values[index].empty()) absl::SetFlag(flag, values[index]);
+    ++index;
+  }
   return std::vector<std::string>(args.begin(), args.end());
 }
 

@@ -2,20 +2,32 @@
 #ifndef KVSERVE_COMMON_FLAGS_H_
 #define KVSERVE_COMMON_FLAGS_H_
 
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/flags/flag.h"
+
 namespace kvserve::common {
 
+// A flag that may be given several times, each occurrence adding one value, e.g.
+// kvserve-generate's --stop. Define it as ABSL_FLAG(std::vector<std::string>, name, {}, help)
+// (so --help lists it) and pass &FLAGS_name to ParseFlags.
+using RepeatedFlag = absl::Flag<std::vector<std::string>>;
+
 // Parses argv with Abseil flags. Before parsing, "--dashed-name[=v]" is rewritten to
-// "--dashed_name[=v]" so both spellings work (absl flag names use '_'). `usage` becomes
-// the program usage message; --help lists only the flags defined in files whose name ends
-// with `main_file` (e.g. "server_main.cc"). Returns the positional arguments, argv[0]
-// first. Unknown flags or bad values print a message and exit(1) inside Abseil: call it
-// only from main().
+// "--dashed_name[=v]" so both spellings work (absl flag names use '_'), and "-h" to
+// "--help". `usage` becomes the program usage message; --help lists only the flags defined
+// in files whose name ends with `main_file` (e.g. "server_main.cc") and exits 1 (Abseil).
+// Every occurrence of a `repeated` flag ("--name V" or "--name=V", either spelling) is
+// taken out of argv before Abseil sees it; if there was any, the flag is set to the values
+// in order, each kept whole (a comma is no separator). Returns the positional arguments,
+// argv[0] first. Unknown flags or bad values (also a repeated flag without a value) print
+// a message and exit(1): call it only from main().
 std::vector<std::string> ParseFlags(int argc, char** argv, std::string_view usage,
-                                    std::string_view main_file);
+                                    std::string_view main_file,
+                                    std::initializer_list<RepeatedFlag*> repeated = {});
 
 }  // namespace kvserve::common
 

@@ -7,22 +7,75 @@
 //       [--no-echo]
 //
 // Prints the prompt and then the continuation as tokens arrive (like llama2.c's run);
-// token counts and tokens/s go to stderr. Exit status: 0 on success, 2 for a bad flag or
-// an unreadable model, 1 when generation itself fails.
-// This file only maps flags onto OfflineGenerateOptions (engine/offline_generate.h).
+// token counts and tokens/s go to stderr. --help lists every flag with its default.
+// Exit status: 0 on success; 2 for a missing or invalid flag value, an unreadable model or
+// bad sampling parameters; 1 for an unknown flag or a malformed value (Abseil's message)
+// and when generation itself fails. This file only maps flags onto OfflineGenerateOptions
+// (engine/offline_generate.h).
+#include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/flags.h"
 #include "engine/offline_generate.h"
+#include "engine/sampling_params.h"
+#include "model/dtype.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+
+namespace {
+
+// --prompt: unset (the flag is required) or any text, the empty text included.
+struct PromptFlag {
+  std::optional<std::string> text;
+};
+bool AbslParseFlag(absl::string_view value, PromptFlag* flag, std::string* /*error*/) {
+  flag->text = std::string(value);
+  return true;
+}
+std::string AbslUnparseFlag(const PromptFlag& flag) { return flag.text.value_or(""); }
+
+}  // namespace
+
+ABSL_FLAG(std::string, model, "",
+          "Model file: GGUF, or a llama2.c checkpoint with --tokenizer. Required.");
+ABSL_FLAG(std::string, tokenizer, "", "llama2.c tokenizer.bin (only for llama2.c checkpoints).");
+ABSL_FLAG(PromptFlag, prompt, {},
+          "The prompt text. Required (may be empty: then generation starts from BOS).");
+ABSL_FLAG(int32_t, max_tokens, kvserve::engine::SamplingParams().max_tokens,
+          "Tokens to generate at most.");
+ABSL_FLAG(float, temperature, kvserve::engine::SamplingParams().temperature,
+          "Sampling temperature; 0 = greedy.");
+ABSL_FLAG(int32_t, top_k, kvserve::engine::SamplingParams().top_k,
+          "Keep the k most likely tokens; 0 = off.");
+ABSL_FLAG(float, top_p, kvserve::engine::SamplingParams().top_p,
+          "Nucleus sampling in (0, 1]; 1 = off.");
+ABSL_FLAG(float, min_p, kvserve::engine::SamplingParams().min_p,
+          "Drop tokens with p < min_p * p_max; 0 = off.");
+ABSL_FLAG(float, repetition_penalty, kvserve::engine::SamplingParams().repetition_penalty,
+          "CTRL-style penalty over prompt and output, > 0; 1 = off.");
+ABSL_FLAG(float, frequency_penalty, kvserve::engine::SamplingParams().frequency_penalty,
+          "Subtract f * count(token in output), in [-2, 2].");
+ABSL_FLAG(float, presence_penalty, kvserve::engine::SamplingParams().presence_penalty,
+          "Subtract p if the token occurred in the output, in [-2, 2].");
+ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt, "Sampling seed; unset = seeded randomly.");
+ABSL_FLAG(std::vector<std::string>, stop, {},
+          "Stop string (not printed). Repeat the flag for several; each value is taken "
+          "whole, commas included.");
+ABSL_FLAG(std::string, backend, "cpu_blas", "Compute backend: cpu_blas or reference.");
+ABSL_FLAG(int32_t, threads, 0, "Backend worker threads; 0 = all cores.");
+ABSL_FLAG(bool, ignore_eos, false, "Keep generating past end-of-sequence.");
+ABSL_FLAG(std::string, kv_dtype, "f32", "Element type of cached K/V: f32 or f16.");
+ABSL_FLAG(bool, no_echo, false, "Do not print the prompt before the continuation.");
 
 namespace {
 
@@ -30,23 +83,10 @@ using kvserve::engine::FinishReason;
 using kvserve::engine::OfflineGenerateOptions;
 
 constexpr char kUsage[] =
-    "usage: kvserve-generate --model M [--tokenizer T] --prompt P [--max-tokens N]\n"
-    "         [--temperature T] [--top-k K] [--top-p P] [--min-p P]\n"
-    "         [--repetition-penalty R] [--frequency-penalty F] [--presence-penalty P]\n"
-    "         [--seed S] [--stop STR]... [--backend reference|cpu_blas] [--threads N]\n"
-    "         [--ignore-eos] [--kv-dtype f32|f16] [--no-echo]\n"
-    "Defaults: --max-tokens 256 --temperature 1 (0 = greedy) --top-k 0 --top-p 1\n"
-    "          --min-p 0 --backend cpu_blas --threads 0 (all cores) --kv-dtype f32;\n"
-    "          without --seed the RNG is seeded randomly.\n";
-
-struct Flags {
-  std::string model;
-  std::string tokenizer;
-  std::string prompt;
-  bool have_prompt = false;
-  bool help = false;
-  OfflineGenerateOptions options;
-};
+    "Offline text generation from one prompt, streamed to stdout (token counts and "
+    "tokens/s on stderr).\n"
+    "Usage: kvserve-generate --model M [--tokenizer T] --prompt P [flags]\n"
+    "Flags accept - or _ (--max-tokens or --max_tokens).";
 
 const char* FinishName(FinishReason finish) {
   switch (finish) {
@@ -64,91 +104,41 @@ const char* FinishName(FinishReason finish) {
   return "unknown";
 }
 
-// Parses argv into `flags`. Accepts "--name value" and "--name=value".
-absl::Status ParseFlags(int argc, char** argv, Flags* flags) {
-  kvserve::engine::SamplingParams& sampling = flags->options.sampling;
-  for (int i = 1; i < argc; ++i) {
-    std::string name = argv[i];
-    std::string value;
-    bool has_inline_value = false;
-    if (name.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", name, "\""));
-    }
-    if (const size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_inline_value = true;
-    }
-    // Boolean flags.
-    if (name == "--ignore-eos" || name == "--no-echo" || name == "--help") {
-      if (has_inline_value) {
-        return absl::InvalidArgumentError(absl::StrCat(name, " takes no value"));
-      }
-      if (name == "--ignore-eos") sampling.ignore_eos = true;
-      if (name == "--no-echo") flags->options.echo_prompt = false;
-      if (name == "--help") {
-        flags->help = true;
-        return absl::OkStatus();
-      }
-      continue;
-    }
-    if (!has_inline_value) {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
-      value = argv[++i];
-    }
-    auto bad_value = [&name, &value]() {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": bad value \"", value, "\""));
-    };
-    int32_t int_value = 0;
-    uint64_t u64_value = 0;
-    float float_value = 0.0f;
-    if (name == "--model") {
-      flags->model = value;
-    } else if (name == "--tokenizer") {
-      flags->tokenizer = value;
-    } else if (name == "--prompt") {
-      flags->prompt = value;
-      flags->have_prompt = true;
-    } else if (name == "--stop") {
-      sampling.stop_strings.push_back(value);
-    } else if (name == "--backend") {
-      flags->options.backend = value;
-    } else if (name == "--kv-dtype") {
-      if (value == "f32") {
-        flags->options.kv_dtype = kvserve::model::DType::kF32;
-      } else if (value == "f16") {
-        flags->options.kv_dtype = kvserve::model::DType::kF16;
-      } else {
-        return bad_value();
-      }
-    } else if (name == "--seed") {
-      if (!absl::SimpleAtoi(value, &u64_value)) return bad_value();
-      sampling.seed = u64_value;
-    } else if (name == "--max-tokens" || name == "--top-k" || name == "--threads") {
-      if (!absl::SimpleAtoi(value, &int_value)) return bad_value();
-      if (name == "--max-tokens") sampling.max_tokens = int_value;
-      if (name == "--top-k") sampling.top_k = int_value;
-      if (name == "--threads") {
-        if (int_value < 0) return bad_value();
-        flags->options.threads = int_value;
-      }
-    } else if (name == "--temperature" || name == "--top-p" || name == "--min-p" ||
-               name == "--repetition-penalty" || name == "--frequency-penalty" ||
-               name == "--presence-penalty") {
-      if (!absl::SimpleAtof(value, &float_value)) return bad_value();
-      if (name == "--temperature") sampling.temperature = float_value;
-      if (name == "--top-p") sampling.top_p = float_value;
-      if (name == "--min-p") sampling.min_p = float_value;
-      if (name == "--repetition-penalty") sampling.repetition_penalty = float_value;
-      if (name == "--frequency-penalty") sampling.frequency_penalty = float_value;
-      if (name == "--presence-penalty") sampling.presence_penalty = float_value;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", name));
-    }
+// The parsed flags as generation options; INVALID_ARGUMENT names the flag at fault.
+absl::StatusOr<OfflineGenerateOptions> OptionsFromFlags() {
+  if (absl::GetFlag(FLAGS_model).empty()) return absl::InvalidArgumentError("--model is required");
+  if (!absl::GetFlag(FLAGS_prompt).text.has_value()) {
+    return absl::InvalidArgumentError("--prompt is required");
   }
-  if (flags->model.empty()) return absl::InvalidArgumentError("--model is required");
-  if (!flags->have_prompt) return absl::InvalidArgumentError("--prompt is required");
-  return absl::OkStatus();
+  OfflineGenerateOptions options;
+  kvserve::engine::SamplingParams& sampling = options.sampling;
+  sampling.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  sampling.temperature = absl::GetFlag(FLAGS_temperature);
+  sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  sampling.top_p = absl::GetFlag(FLAGS_top_p);
+  sampling.min_p = absl::GetFlag(FLAGS_min_p);
+  sampling.repetition_penalty = absl::GetFlag(FLAGS_repetition_penalty);
+  sampling.frequency_penalty = absl::GetFlag(FLAGS_frequency_penalty);
+  sampling.presence_penalty = absl::GetFlag(FLAGS_presence_penalty);
+  sampling.seed = absl::GetFlag(FLAGS_seed);
+  sampling.stop_strings = absl::GetFlag(FLAGS_stop);
+  sampling.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  options.backend = absl::GetFlag(FLAGS_backend);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--threads must be >= 0 (0 = all cores), got ", options.threads));
+  }
+  absl::StatusOr<kvserve::model::DType> kv_dtype =
+      kvserve::model::KvDTypeFromName(absl::GetFlag(FLAGS_kv_dtype), "--kv_dtype");
+  if (!kv_dtype.ok()) return kv_dtype.status();
+  options.kv_dtype = *kv_dtype;
+  options.echo_prompt = !absl::GetFlag(FLAGS_no_echo);
+  if (!sampling.seed.has_value()) {
+    std::random_device device;
+    options.fallback_seed = (static_cast<uint64_t>(device()) << 32) | device();
+  }
+  return options;
 }
 
 void WriteText(std::string_view text) {
@@ -159,22 +149,22 @@ void WriteText(std::string_view text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Flags flags;
-  if (absl::Status status = ParseFlags(argc, argv, &flags); !status.ok()) {
-    std::fprintf(stderr, "kvserve-generate: %s\n%s", std::string(status.message()).c_str(), kUsage);
+  const std::vector<std::string> args =
+      kvserve::common::ParseFlags(argc, argv, kUsage, "generate_main.cc", {&FLAGS_stop});
+  if (args.size() > 1) {
+    std::fprintf(stderr, "kvserve-generate: unexpected argument \"%s\" (see --help)\n",
+                 args[1].c_str());
     return 2;
   }
-  if (flags.help) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  if (!flags.options.sampling.seed.has_value()) {
-    std::random_device device;
-    flags.options.fallback_seed = (static_cast<uint64_t>(device()) << 32) | device();
+  absl::StatusOr<OfflineGenerateOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "kvserve-generate: %s (see --help)\n",
+                 std::string(options.status().message()).c_str());
+    return 2;
   }
 
   absl::StatusOr<std::unique_ptr<kvserve::model::Model>> model =
-      kvserve::model::Model::Load(flags.model, flags.tokenizer);
+      kvserve::model::Model::Load(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_tokenizer));
   if (!model.ok()) {
     std::fprintf(stderr, "kvserve-generate: %s\n", model.status().ToString().c_str());
     return 2;
@@ -187,7 +177,7 @@ int main(int argc, char** argv) {
   }
 
   absl::StatusOr<kvserve::engine::OfflineGenerateResult> result = kvserve::engine::GenerateOffline(
-      **model, **tokenizer, flags.prompt, flags.options, WriteText);
+      **model, **tokenizer, *absl::GetFlag(FLAGS_prompt).text, *options, WriteText);
   if (!result.ok()) {
     std::fprintf(stderr, "kvserve-generate: %s\n", result.status().ToString().c_str());
     // Bad parameters or an unknown backend are the caller's input; the rest is ours.

@@ -1,6 +1,10 @@
 #include "model/dtype.h"
 
 #include <cmath>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 
 namespace kvserve::model {
 
@@ -16,6 +20,20 @@ std::string_view DTypeName(DType t) {
       return "q8_0";
   }
   return "unknown";
+}
+
+std::optional<DType> DTypeFromName(std::string_view name) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0}) {
+    if (DTypeName(t) == name) return t;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<DType> KvDTypeFromName(std::string_view name, std::string_view what) {
+  const std::optional<DType> t = DTypeFromName(name);
+  if (t == DType::kF32 || t == DType::kF16) return *t;
+  return absl::InvalidArgumentError(
+      absl::StrCat(std::string(what), " must be f32 or f16, got \"", std::string(name), "\""));
 }
 
 float HalfToFloat(uint16_t h) {

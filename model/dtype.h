@@ -5,7 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string_view>
+
+#include "absl/status/statusor.h"
 
 namespace kvserve::model {
 
@@ -21,6 +24,14 @@ inline constexpr int kQ8_0BlockElems = 32;
 inline constexpr int kQ8_0BlockBytes = 34;
 
 std::string_view DTypeName(DType t);
+
+// The inverse of DTypeName: "f32", "f16", "bf16" or "q8_0"; nullopt for any other name.
+std::optional<DType> DTypeFromName(std::string_view name);
+
+// A KV cache element type (KvLayout::dtype) by name: "f32" or "f16". Otherwise
+// INVALID_ARGUMENT "<what> must be f32 or f16, got \"<name>\"" (`what` names the input,
+// e.g. a flag: "--kv_dtype").
+absl::StatusOr<DType> KvDTypeFromName(std::string_view name, std::string_view what);
 
 // Bytes taken by `n` consecutive elements of type `t`. For Q8_0, `n` must be a
 // multiple of kQ8_0BlockElems (callers check shapes before asking).

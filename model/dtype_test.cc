@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -57,6 +58,26 @@ TEST(BF16Test, KnownEncodings) {
   EXPECT_TRUE(std::isnan(BF16ToFloat(FloatToBF16(std::nanf("")))));
   EXPECT_EQ(BF16ToFloat(FloatToBF16(std::numeric_limits<float>::infinity())),
             std::numeric_limits<float>::infinity());
+}
+
+TEST(DTypeNameTest, FromNameInvertsName) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0}) {
+    EXPECT_EQ(DTypeFromName(DTypeName(t)), t) << DTypeName(t);
+  }
+  EXPECT_EQ(DTypeFromName("F32"), std::nullopt);
+  EXPECT_EQ(DTypeFromName(""), std::nullopt);
+  EXPECT_EQ(DTypeFromName("unknown"), std::nullopt);
+}
+
+TEST(DTypeNameTest, KvDTypeFromNameTakesOnlyKvTypes) {
+  EXPECT_EQ(KvDTypeFromName("f32", "--kv_dtype").value(), DType::kF32);
+  EXPECT_EQ(KvDTypeFromName("f16", "--kv_dtype").value(), DType::kF16);
+  for (const char* bad : {"bf16", "q8_0", "q4", ""}) {
+    const absl::StatusOr<DType> t = KvDTypeFromName(bad, "--kv_dtype");
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(t.status().message(),
+              std::string("--kv_dtype must be f32 or f16, got \"") + bad + "\"");
+  }
 }
 
 }  // namespace

@@ -20,7 +20,8 @@
 #include "absl/time/time.h"
 #include "common/flags.h"
 #include "engine/engine_options.h"
-#include "service/model_loading.h"
+#include "engine/model_loading.h"
+#include "model/dtype.h"
 #include "service/server.h"
 
 ABSL_FLAG(std::string, model, "",
@@ -126,13 +127,6 @@ int Fail(const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
-absl::StatusOr<model::DType> ParseKvDType(const std::string& name) {
-  if (name == "f32") return model::DType::kF32;
-  if (name == "f16") return model::DType::kF16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--kv_dtype must be f32 or f16, got \"", name, "\""));
-}
-
 absl::Status CheckFlags() {
   if (absl::GetFlag(FLAGS_model).empty()) {
     return absl::InvalidArgumentError("--model is required (see --help)");
@@ -204,8 +198,8 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   return options;
 }
 
-absl::StatusOr<ModelOptions> ModelOptionsFromFlags(const ServerOptions& server) {
-  ModelOptions options;
+absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags(const ServerOptions& server) {
+  engine::ModelOptions options;
   options.model_path = absl::GetFlag(FLAGS_model);
   options.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
   options.backend = absl::GetFlag(FLAGS_backend);
@@ -213,7 +207,8 @@ absl::StatusOr<ModelOptions> ModelOptionsFromFlags(const ServerOptions& server) 
   engine::Engine::Options& e = options.engine;
   e.kv_budget_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_kv_budget_mib)) << 20;
   e.block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
-  absl::StatusOr<model::DType> dtype = ParseKvDType(absl::GetFlag(FLAGS_kv_dtype));
+  absl::StatusOr<model::DType> dtype =
+      model::KvDTypeFromName(absl::GetFlag(FLAGS_kv_dtype), "--kv_dtype");
   if (!dtype.ok()) return dtype.status();
   e.kv_dtype = *dtype;
   e.max_running_sequences = absl::GetFlag(FLAGS_max_running);
@@ -235,7 +230,7 @@ int Run() {
   if (absl::Status s = CheckFlags(); !s.ok()) return Fail(s);
   absl::StatusOr<ServerOptions> server_options = ServerOptionsFromFlags();
   if (!server_options.ok()) return Fail(server_options.status());
-  absl::StatusOr<ModelOptions> model_options = ModelOptionsFromFlags(*server_options);
+  absl::StatusOr<engine::ModelOptions> model_options = ModelOptionsFromFlags(*server_options);
   if (!model_options.ok()) return Fail(model_options.status());
 
   // From here on SIGTERM/SIGINT drain (also when they arrive while the model loads).
@@ -250,7 +245,7 @@ int Run() {
               model_options->model_path.c_str());
   std::fflush(stdout);
 
-  absl::StatusOr<LoadedModel> loaded = LoadModel(*model_options);
+  absl::StatusOr<engine::LoadedModel> loaded = engine::LoadModel(*model_options);
   if (!loaded.ok()) return Fail(loaded.status());
   if (absl::Status s =
           (*server)->Attach(std::move(loaded->model), std::move(loaded->engine), loaded->backend);

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/model_loading.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -18,7 +19,6 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvserve/v1/inference.grpc.pb.h"
-#include "service/model_loading.h"
 #include "service/server.h"
 
 namespace kvserve::service {
@@ -60,13 +60,13 @@ class ServiceIntegrationTest : public ::testing::Test {
   }
 
   void AttachEngine() {
-    ModelOptions model_options;
+    engine::ModelOptions model_options;
     model_options.model_path = ModelPath();
     model_options.backend = "cpu_blas";
     model_options.threads = 1;
     model_options.engine = engine_options_;
     model_options.engine.max_tokens_limit = 1000;
-    auto loaded = LoadModel(model_options);
+    auto loaded = engine::LoadModel(model_options);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     ASSERT_TRUE(
         server_->Attach(std::move(loaded->model), std::move(loaded->engine), loaded->backend).ok());

@@ -1,9 +1,10 @@
-#include "bench/stats.h"
+#include "common/stats.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <vector>
 
-namespace kvserve::bench {
+namespace kvserve::common {
 
 Summary Summarize(std::span<const double> samples) {
   Summary s;
@@ -21,4 +22,14 @@ Summary Summarize(std::span<const double> samples) {
   return s;
 }
 
-}  // namespace kvserve::bench
+double Percentile(std::span<const double> samples, double p) {
+  if (samples.empty()) return 0.0;
+  if (!(p > 0.0)) p = 0.0;  // also NaN
+  if (p > 1.0) p = 1.0;
+  std::vector<double> sorted(samples.begin(), samples.end());
+  std::sort(sorted.begin(), sorted.end());
+  const size_t rank = static_cast<size_t>(p * static_cast<double>(sorted.size() - 1) + 0.5);
+  return sorted[std::min(rank, sorted.size() - 1)];
+}
+
+}  // namespace kvserve::common

@@ -1,0 +1,69 @@
+#include "common/flags.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+
+ABSL_FLAG(std::vector<std::string>, stop, {}, "Repeated: one value per occurrence.");
+ABSL_FLAG(std::string, prompt, "", "A string flag.");
+ABSL_FLAG(int32_t, max_tokens, 8, "An integer flag.");
+ABSL_FLAG(bool, ignore_eos, false, "A boolean flag.");
+
+namespace kvserve::common {
+namespace {
+
+// ParseFlags may run once per process (Abseil's usage message is set once), so every
+// case parses in a death-test child and prints what it got to stderr.
+void ParseAndPrint(std::vector<std::string> args) {
+  args.insert(args.begin(), "flags_test");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  const std::vector<std::string> positional = ParseFlags(
+      static_cast<int>(argv.size()), argv.data(), "flags_test", "flags_test.cc", {&FLAGS_stop});
+  std::fprintf(stderr, "stop=[%s] prompt=[%s] max_tokens=%d ignore_eos=%d positional=[%s]\n",
+               absl::StrJoin(absl::GetFlag(FLAGS_stop), "|").c_str(),
+               absl::GetFlag(FLAGS_prompt).c_str(), absl::GetFlag(FLAGS_max_tokens),
+               absl::GetFlag(FLAGS_ignore_eos) ? 1 : 0,
+               absl::StrJoin(positional.begin() + 1, positional.end(), "|").c_str());
+  std::exit(0);
+}
+
+TEST(ParseFlagsTest, DashedAndUnderscoredNamesBothWork) {
+  EXPECT_EXIT(ParseAndPrint({"--max-tokens", "3", "--ignore-eos", "--prompt=a-b"}),
+              testing::ExitedWithCode(0),
+              "stop=\\[\\] prompt=\\[a-b\\] max_tokens=3 ignore_eos=1 positional=\\[\\]");
+  EXPECT_EXIT(ParseAndPrint({"--max_tokens=4", "pos"}), testing::ExitedWithCode(0),
+              "max_tokens=4 ignore_eos=0 positional=\\[pos\\]");
+}
+
+TEST(ParseFlagsTest, RepeatedFlagCollectsEveryOccurrenceWhole) {
+  EXPECT_EXIT(ParseAndPrint({"--stop", "a,b", "--max-tokens", "2", "--stop=.", "--stop", ","}),
+              testing::ExitedWithCode(0), "stop=\\[a,b\\|\\.\\|,\\] prompt=\\[\\] max_tokens=2");
+}
+
+TEST(ParseFlagsTest, ValuesOfOtherFlagsAndArgumentsAfterDoubleDashAreNotTaken) {
+  EXPECT_EXIT(ParseAndPrint({"--prompt", "--stop", "--stop", "x", "--", "--stop", "y"}),
+              testing::ExitedWithCode(0),
+              "stop=\\[x\\] prompt=\\[--stop\\] max_tokens=8 ignore_eos=0 "
+              "positional=\\[--stop\\|y\\]");
+}
+
+TEST(ParseFlagsTest, ShortHelpIsHelp) {
+  // Help goes to stdout; an unknown "-h" would be an error on stderr.
+  EXPECT_EXIT(ParseAndPrint({"-h"}), testing::ExitedWithCode(1), "^$");
+}
+
+TEST(ParseFlagsTest, BadFlagsExitNonZeroWithAMessage) {
+  EXPECT_EXIT(ParseAndPrint({"--stop"}), testing::ExitedWithCode(1),
+              "Missing the value for the flag 'stop'");
+  EXPECT_EXIT(ParseAndPrint({"--no-such-flag=1"}), testing::ExitedWithCode(1), "no_such_flag");
+  EXPECT_EXIT(ParseAndPrint({"--max-tokens", "many"}), testing::ExitedWithCode(1), "max_tokens");
+}
+
+}  // namespace
+}  // namespace kvserve::common

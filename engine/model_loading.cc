@@ -1,0 +1,55 @@
+#include "engine/model_loading.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "backends/backend.h"
+
+namespace kvserve::engine {
+namespace {
+
+absl::Status CheckThreads(const ModelOptions& options) {
+  if (options.threads >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("threads must be >= 0 (0 = all cores), got ", options.threads));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,
+                                                    const model::Model& model) {
+  if (absl::Status s = CheckThreads(options); !s.ok()) return s;
+  backends::BackendOptions backend_options;
+  backend_options.threads = options.threads;
+  absl::StatusOr<std::unique_ptr<backends::Backend>> backend = backends::CreateBackend(
+      options.backend, model, options.engine.KvLayoutFor(model.config()), backend_options);
+  if (!backend.ok()) {
+    return absl::Status(backend.status().code(),
+                        absl::StrCat("backend: ", std::string(backend.status().message())));
+  }
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      CreateEngine(options.engine, model, *std::move(backend));
+  if (!engine.ok()) {
+    return absl::Status(engine.status().code(),
+                        absl::StrCat("engine: ", std::string(engine.status().message())));
+  }
+  return engine;
+}
+
+absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options) {
+  if (options.model_path.empty()) return absl::InvalidArgumentError("model path is required");
+  if (absl::Status s = CheckThreads(options); !s.ok()) return s;
+  LoadedModel loaded;
+  absl::StatusOr<std::unique_ptr<model::Model>> model =
+      model::Model::Load(options.model_path, options.tokenizer_path);
+  if (!model.ok()) return model.status();
+  loaded.model = *std::move(model);
+  absl::StatusOr<std::unique_ptr<Engine>> engine = StartEngine(options, *loaded.model);
+  if (!engine.ok()) return engine.status();
+  loaded.engine = *std::move(engine);
+  loaded.backend = options.backend;
+  return loaded;
+}
+
+}  // namespace kvserve::engine

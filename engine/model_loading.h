@@ -1,0 +1,50 @@
+// Loads a model and starts an engine over it: the one place a binary (kvserve, the
+// benchmarks) or a test turns a model file, a backend name and Engine::Options into a
+// running engine. Knows nothing of gRPC.
+#ifndef KVSERVE_ENGINE_MODEL_LOADING_H_
+#define KVSERVE_ENGINE_MODEL_LOADING_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/engine.h"
+#include "engine/engine_options.h"
+#include "model/model.h"
+
+namespace kvserve::engine {
+
+struct ModelOptions {
+  // GGUF file, or llama2.c checkpoint (then set tokenizer_path). Required by LoadModel.
+  std::string model_path;
+  // llama2.c tokenizer.bin; empty for GGUF (the tokenizer is inside). Default "".
+  std::string tokenizer_path;
+  // Compute backend: "cpu_blas" or "reference". Default "cpu_blas".
+  std::string backend = "cpu_blas";
+  // Backend worker threads; 0 = all cores. Default 0.
+  int threads = 0;
+  // Engine limits (KV budget, batching, queue, sessions).
+  Engine::Options engine;
+};
+
+struct LoadedModel {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<Engine> engine;  // must be destroyed before `model`
+  std::string backend;
+};
+
+// Loads the model, creates the backend with the engine's KV layout and starts the
+// engine (StartEngine). Errors name the step that failed (file, "backend: ...",
+// "engine: ..."); INVALID_ARGUMENT for an empty model path or threads < 0.
+absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options);
+
+// The second half of LoadModel, for callers that start several engines over one loaded
+// `model` (which must outlive the engine): creates options.backend with
+// options.threads and options.engine.KvLayoutFor(model.config()), then CreateEngine.
+// model_path and tokenizer_path are not used. Same errors as LoadModel.
+absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,
+                                                    const model::Model& model);
+
+}  // namespace kvserve::engine
+
+#endif  // KVSERVE_ENGINE_MODEL_LOADING_H_
