@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "engine/engine_testing.h"
+#include "engine/testing/engine_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
