@@ -80,7 +80,7 @@ class EngineImpl final : public Engine {
              std::unique_ptr<model::Tokenizer> tokenizer)
       : options_(options),
         model_(model),
-        clock_(options.clock ? options.clock : [] { return absl::Now(); }),
+        clock_(options.clock != nullptr ? options.clock : common::Clock::Real()),
         max_session_tokens_(options.max_session_tokens > 0 ? options.max_session_tokens
                                                            : model.config().context_length),
         kv_capacity_tokens_(kv->capacity_tokens()),
@@ -107,22 +107,22 @@ class EngineImpl final : public Engine {
 
   absl::StatusOr<SessionInfo> OpenSession(absl::Duration ttl) override {
     if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
-    return sessions_.Open(ttl, clock_());
+    return sessions_.Open(ttl, clock_->Now());
   }
   absl::StatusOr<SessionInfo> ForkSession(const std::string& parent_id,
                                           absl::Duration ttl) override {
     if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
-    auto info = sessions_.Fork(parent_id, ttl, clock_());
+    auto info = sessions_.Fork(parent_id, ttl, clock_->Now());
     Wake();
     return info;
   }
   absl::Status CloseSession(const std::string& id) override {
-    absl::Status status = sessions_.Close(id, clock_());
+    absl::Status status = sessions_.Close(id, clock_->Now());
     Wake();
     return status;
   }
   absl::StatusOr<SessionInfo> GetSession(const std::string& id) override {
-    auto info = sessions_.Get(id, clock_());
+    auto info = sessions_.Get(id, clock_->Now());
     if (!info.ok()) Wake();  // it may just have expired: release its KV blocks
     return info;
   }
@@ -180,7 +180,7 @@ class EngineImpl final : public Engine {
 
   const Options options_;
   const model::Model& model_;
-  const std::function<absl::Time()> clock_;
+  const common::Clock* const clock_;
   const int32_t max_session_tokens_;
   const int64_t kv_capacity_tokens_;
   std::unique_ptr<backends::Backend> backend_;         // step thread
@@ -220,7 +220,7 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
   if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
 
-  const absl::Time now = clock_();
+  const absl::Time now = clock_->Now();
   const bool is_turn = !request.session_id.empty();
   const std::optional<int32_t> bos =
       request.add_bos ? std::optional<int32_t>(model_.vocab().bos_id) : std::nullopt;
@@ -353,7 +353,7 @@ void EngineImpl::Run() {
     absl::Time shutdown_deadline;
     const bool busy = !scheduler_.running().empty() || !scheduler_.waiting().empty();
     const std::optional<absl::Time> next_expiry = busy ? std::nullopt : sessions_.NextExpiry();
-    const absl::Time before_wait = clock_();
+    const absl::Time before_wait = clock_->Now();
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto has_input = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -379,7 +379,7 @@ void EngineImpl::Run() {
     for (RequestId id : cancels) {
       Finish(id, absl::CancelledError("request cancelled"), FinishReason::kCancelled);
     }
-    const absl::Time now = clock_();
+    const absl::Time now = clock_->Now();
     if (now >= next_session_sweep_) {  // O(sessions): at most once a second of clock time
       sessions_.ExpireIdle(now);
       next_session_sweep_ = now + absl::Seconds(1);
@@ -420,7 +420,7 @@ void EngineImpl::Step() {
   }
   if (plan.chunks.empty()) return;
 
-  const absl::Time now = clock_();
+  const absl::Time now = clock_->Now();
   const int32_t vocab = model_.config().vocab_size;
   backends::Batch batch;
   batch.sequences.reserve(plan.chunks.size());
@@ -450,7 +450,7 @@ void EngineImpl::Step() {
     return;
   }
 
-  const absl::Time sampled_at = clock_();
+  const absl::Time sampled_at = clock_->Now();
   std::vector<std::pair<RequestId, FinishReason>> finished;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     Sequence& seq = *plan.chunks[i].seq;
@@ -499,7 +499,7 @@ void EngineImpl::HandleSample(Sequence& seq, std::span<float> logits, absl::Time
 void EngineImpl::Finish(RequestId id, const absl::Status& status, FinishReason reason) {
   Sequence* found = scheduler_.Find(id);
   if (found == nullptr) return;  // unknown or already finished (e.g. a late Cancel)
-  const absl::Time now = clock_();
+  const absl::Time now = clock_->Now();
   if (!found->session_id.empty()) {
     const bool completed = reason == FinishReason::kStop || reason == FinishReason::kStopString ||
                            reason == FinishReason::kLength;

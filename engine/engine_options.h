@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "backends/backend.h"
+#include "common/clock.h"
 #include "engine/engine.h"
 #include "model/dtype.h"
 #include "model/kv_layout.h"
@@ -54,9 +55,9 @@ struct Engine::Options {
   // Seeds the fallback sampling seed of requests without one (mixed with the request
   // id). Session ids never depend on it (see SessionStore). Default 0.
   uint64_t seed = 0;
-  // The clock for deadlines, session expiry and usage times. Empty = absl::Now. Tests
-  // inject a fake clock; it must be thread-safe.
-  std::function<absl::Time()> clock;
+  // The clock for deadlines, session expiry and usage times; null = the wall clock.
+  // Tests inject a common::testing::FakeClock. Must outlive the engine.
+  const common::Clock* clock = nullptr;
 
   // The KV layout a backend for this engine must use.
   model::KvLayout KvLayoutFor(const model::ModelConfig& config) const {

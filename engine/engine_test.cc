@@ -12,6 +12,7 @@
 
 #include "absl/time/time.h"
 #include "backends/testing/random_model.h"
+#include "common/testing/fake_clock.h"
 #include "engine/engine_options.h"
 #include "engine/field_error.h"
 #include "engine/testing/engine_testing.h"
@@ -352,19 +353,12 @@ TEST_P(EngineTest, CancelReturnsEveryBlock) {
 }
 
 TEST_P(EngineTest, DeadlineExpiryReturnsEveryBlock) {
-  std::mutex mu;
-  absl::Time now = absl::UnixEpoch();
+  common::testing::FakeClock clock(absl::UnixEpoch());
   Engine::Options o = SmallOptions();
-  o.clock = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return now;
-  };
+  o.clock = &clock;
   auto engine = NewEngine(o);
   auto sink = std::make_shared<CollectingSink>([&](int n) {
-    if (n == 4) {
-      std::lock_guard<std::mutex> lock(mu);
-      now += absl::Seconds(10);
-    }
+    if (n == 4) clock.Advance(absl::Seconds(10));
   });
   Request r = Greedy(Prompt(30), 200);
   r.deadline = absl::UnixEpoch() + absl::Seconds(5);
@@ -446,14 +440,10 @@ TEST_P(EngineTest, FullQueueIsOverloaded) {
 }
 
 TEST_P(EngineTest, SessionRulesAndExpiry) {
-  std::mutex mu;
-  absl::Time now = absl::UnixEpoch();
+  common::testing::FakeClock clock(absl::UnixEpoch());
   Engine::Options o = SmallOptions();
   o.max_sessions = 2;
-  o.clock = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return now;
-  };
+  o.clock = &clock;
   auto engine = NewEngine(o);
   EXPECT_EQ(engine->GetSession("nope").status().code(), absl::StatusCode::kNotFound);
   Request orphan = Greedy(Prompt(4), 2);
@@ -490,10 +480,7 @@ TEST_P(EngineTest, SessionRulesAndExpiry) {
   EXPECT_EQ(engine->Stats().blocks_used, 2);
   EXPECT_EQ(engine->Stats().open_sessions, 2);
   // ...and expires 30 s after its last turn; its blocks become evictable cache.
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    now += absl::Seconds(31);
-  }
+  clock.Advance(absl::Seconds(31));
   EXPECT_EQ(engine->GetSession(s->id).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(RunRequest(*engine, t2).status.code(), absl::StatusCode::kNotFound);
   const Result after = RunRequest(*engine, Greedy(Prompt(2), 1));  // a step runs after the expiry
@@ -563,9 +550,9 @@ TEST_P(EngineTest, SeededSamplingDoesNotDependOnOtherRequests) {
 
 TEST_P(EngineTest, UsageTimesFollowTheRequest) {
   // A clock that moves 1 ms every time it is read.
-  std::atomic<int64_t> ticks{0};
+  common::testing::FakeClock clock(absl::UnixEpoch(), /*tick=*/absl::Milliseconds(1));
   Engine::Options o = SmallOptions();
-  o.clock = [&] { return absl::UnixEpoch() + absl::Milliseconds(ticks.fetch_add(1)); };
+  o.clock = &clock;
   auto engine = NewEngine(o);
   const Result r = RunRequest(*engine, Greedy(Prompt(20), 3));
   ASSERT_TRUE(r.status.ok());

@@ -20,7 +20,7 @@ class GenerationSink : public engine::RequestSink {
   GenerationSink(GenerationHost* host, bool logprobs) : host_(host), logprobs_(logprobs) {}
 
   void OnToken(const engine::TokenEvent& event) final {
-    const absl::Time now = absl::Now();
+    const absl::Time now = host_->clock().Now();
     if (last_token_time_.has_value()) {
       host_->metrics().RecordInterTokenLatency(now - *last_token_time_);
     }
@@ -207,7 +207,7 @@ void StreamGenerateReactor::Advance(std::unique_lock<std::mutex> lock) {
     return;
   }
   if (pending_events_ == 0) return;
-  const absl::Time now = absl::Now();
+  const absl::Time now = host_->clock().Now();
   if (now < next_write_) {
     // Too soon after the last write (Options::stream_flush_interval): come back when it
     // is due; tokens that arrive meanwhile join this message.

@@ -21,6 +21,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "engine/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "kvserve/v1/inference.grpc.pb.h"
@@ -49,6 +50,8 @@ class GenerationHost {
   virtual SerialExecutor& writer() = 0;
   // Options::stream_flush_interval.
   virtual absl::Duration stream_flush_interval() const = 0;
+  // The time source of pacing and latency metrics (the writer's clock).
+  virtual const common::Clock& clock() const = 0;
 };
 
 // Links a call's cancellation (client cancel, deadline, write failure) to its engine

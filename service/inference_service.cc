@@ -30,7 +30,10 @@ absl::Status ReplySession(const absl::StatusOr<engine::SessionInfo>& info, v1::S
 }  // namespace
 
 InferenceService::InferenceService(Options options, Metrics* metrics)
-    : options_(std::move(options)), metrics_(metrics) {}
+    : options_(std::move(options)),
+      metrics_(metrics),
+      clock_(options_.clock != nullptr ? options_.clock : common::Clock::Real()),
+      writer_(clock_) {}
 
 void InferenceService::Attach(const ServingCore* core) { core_.store(core); }
 

@@ -64,6 +64,10 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
     // always goes out at once. 0 writes every token as soon as the previous write is
     // done. Default 1 ms.
     absl::Duration stream_flush_interval = absl::Milliseconds(1);
+    // The time source of stream pacing, inter-token latencies and the writer's timed
+    // tasks; null = the wall clock. Tests inject a common::testing::FakeClock. Call
+    // deadlines stay gRPC's (wall clock).
+    const common::Clock* clock = nullptr;
   };
 
   // `metrics` must outlive the service.
@@ -123,6 +127,7 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
   Metrics& metrics() const override { return *metrics_; }
   SerialExecutor& writer() override { return writer_; }
   absl::Duration stream_flush_interval() const override { return options_.stream_flush_interval; }
+  const common::Clock& clock() const override { return *clock_; }
 
   // The core when serving, else UNAVAILABLE (not attached or draining).
   absl::StatusOr<const ServingCore*> Admit() const;
@@ -159,6 +164,7 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
 
   // Last member: destroyed (drained and joined) first, while everything its tasks use
   // is still there.
+  const common::Clock* const clock_;  // options_.clock or the wall clock
   SerialExecutor writer_;
 };
 

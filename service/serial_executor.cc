@@ -4,7 +4,8 @@
 
 namespace kvserve::service {
 
-SerialExecutor::SerialExecutor(const Clock* clock) : clock_(clock), thread_([this] { Loop(); }) {}
+SerialExecutor::SerialExecutor(const common::Clock* clock)
+    : clock_(clock), thread_([this] { Loop(); }) {}
 
 SerialExecutor::~SerialExecutor() {
   {

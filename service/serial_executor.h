@@ -24,7 +24,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/time/time.h"
-#include "service/clock.h"
+#include "common/clock.h"
 
 namespace kvserve::service {
 
@@ -33,7 +33,7 @@ class SerialExecutor {
   using Task = absl::AnyInvocable<void() &&>;
 
   // `clock` (the time of PostAt) must outlive the executor.
-  explicit SerialExecutor(const Clock* clock = Clock::Real());
+  explicit SerialExecutor(const common::Clock* clock = common::Clock::Real());
   // Runs every queued task (see Shutdown above), then joins the thread.
   ~SerialExecutor();
   SerialExecutor(const SerialExecutor&) = delete;
@@ -48,7 +48,7 @@ class SerialExecutor {
  private:
   void Loop();
 
-  const Clock* const clock_;
+  const common::Clock* const clock_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> ready_ ABSL_GUARDED_BY(mu_);

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/testing/fake_clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "service/testing/fake_clock.h"
 
 namespace kvserve::service {
 namespace {
@@ -72,7 +72,7 @@ class FakeClockTest : public ::testing::Test {
     return log_.entries();
   }
 
-  testing::FakeClock clock_;
+  common::testing::FakeClock clock_;
   const absl::Time t0_ = clock_.Now();
   Log log_;
   SerialExecutor executor_{&clock_};
@@ -143,7 +143,7 @@ TEST_F(FakeClockTest, TasksMayPostTasks) {
 }
 
 TEST(SerialExecutorTest, DestructorDrainsEveryTaskIncludingTimedOnesAndTheirFollowUps) {
-  testing::FakeClock clock;
+  common::testing::FakeClock clock;
   Log log;
   std::promise<void> release;
   std::thread releaser;

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/testing/fake_clock.h"
 #include "engine/model_loading.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/unknown_field_set.h"
@@ -126,6 +127,8 @@ class ServiceIntegrationTest : public ::testing::Test {
     return false;
   }
 
+  // Declared first: outlives the server, which may run on it (service_options_.clock).
+  common::testing::FakeClock fake_clock_;
   engine::Engine::Options engine_options_;
   InferenceService::Options service_options_;
   std::unique_ptr<Server> server_;
@@ -169,15 +172,17 @@ TEST_F(ServiceIntegrationTest, GreedyUnaryMatchesStreamAndTheReferenceStory) {
 }
 
 // Tokens produced within the flush interval after a write share the next message; the
-// first token never waits, and nothing is lost or reordered.
+// first token never waits, and nothing is lost or reordered. The service runs on a fake
+// clock that the test moves only once the engine has finished all 64 tokens: every token
+// after the first waits for it, then goes out with the finish in one message.
 TEST_F(ServiceIntegrationTest, StreamFlushIntervalCoalescesAllButTheFirstToken) {
-  // 64 tokens of stories260K take milliseconds (well under a second even under a
-  // sanitizer), so a 300 ms interval leaves them to a few messages.
+  service_options_.clock = &fake_clock_;
   service_options_.stream_flush_interval = absl::Milliseconds(300);
   StartServer();
   v1::GenerateResponse unary;
   ASSERT_TRUE(Generate(Greedy(kPrompt, 64), &unary).ok());
 
+  const int64_t steps_before = server_->engine()->Stats().steps_total;
   grpc::ClientContext ctx;
   ctx.set_deadline(In(absl::Seconds(30)));
   auto reader = stub_->GenerateStream(&ctx, Greedy(kPrompt, 64));
@@ -185,15 +190,29 @@ TEST_F(ServiceIntegrationTest, StreamFlushIntervalCoalescesAllButTheFirstToken) 
   std::vector<int> tokens_per_message;
   std::vector<int32_t> ids;
   std::string text;
-  while (reader->Read(&msg)) {
+  auto read = [&] {
+    if (!reader->Read(&msg)) return false;
     tokens_per_message.push_back(msg.token_ids_size());
     ids.insert(ids.end(), msg.token_ids().begin(), msg.token_ids().end());
     text += msg.text();
+    return true;
+  };
+  ASSERT_TRUE(read());
+  // The engine ends the request within its 64th step (one prefill, 63 decode steps;
+  // OnFinish runs inside the step). Waits at most 10 s of wall time, even under a
+  // sanitizer; then the fake clock passes the flush interval.
+  const int64_t done = steps_before + 64;
+  for (const absl::Time end = absl::Now() + absl::Seconds(10);
+       absl::Now() < end && server_->engine()->Stats().steps_total < done;) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_GE(server_->engine()->Stats().steps_total, done);
+  fake_clock_.Advance(absl::Seconds(1));
+  while (read()) {
   }
   ASSERT_TRUE(reader->Finish().ok());
-  ASSERT_FALSE(tokens_per_message.empty());
-  EXPECT_EQ(tokens_per_message.front(), 1);  // time to first token is not delayed
-  EXPECT_LT(tokens_per_message.size(), 10u);
+  // The first token is not delayed; the other 63 leave together with the finish.
+  EXPECT_EQ(tokens_per_message, (std::vector<int>{1, 63}));
   EXPECT_EQ(ids, std::vector<int32_t>(unary.token_ids().begin(), unary.token_ids().end()));
   EXPECT_EQ(text, unary.text());
   EXPECT_EQ(msg.usage().completion_tokens(), 64);

@@ -1,8 +1,8 @@
-#include "service/clock.h"
+#include "common/clock.h"
 
 #include "absl/time/clock.h"
 
-namespace kvserve::service {
+namespace kvserve::common {
 namespace {
 
 class RealClock final : public Clock {
@@ -25,4 +25,4 @@ const Clock* Clock::Real() {
   return clock;
 }
 
-}  // namespace kvserve::service
+}  // namespace kvserve::common

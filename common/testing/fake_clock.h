@@ -1,10 +1,11 @@
-// A manual Clock for tests: time moves only when the test calls Advance, and waiters
-// (SerialExecutor's thread) are woken when it does. Test-only.
+// A manual Clock for tests: time moves only when the test calls Advance (or by a fixed
+// tick per reading), and waiters (SerialExecutor's thread) are woken when it does.
+// Test-only.
 //
 // Threading: every method is thread-safe. Objects waiting on this clock must not be
 // destroyed while an Advance runs (tests advance and destroy from one thread).
-#ifndef KVSERVE_SERVICE_TESTING_FAKE_CLOCK_H_
-#define KVSERVE_SERVICE_TESTING_FAKE_CLOCK_H_
+#ifndef KVSERVE_COMMON_TESTING_FAKE_CLOCK_H_
+#define KVSERVE_COMMON_TESTING_FAKE_CLOCK_H_
 
 #include <condition_variable>
 #include <mutex>
@@ -14,17 +15,23 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
-#include "service/clock.h"
+#include "common/clock.h"
 
-namespace kvserve::service::testing {
+namespace kvserve::common::testing {
 
 class FakeClock final : public Clock {
  public:
-  explicit FakeClock(absl::Time start = absl::FromUnixSeconds(1'000'000)) : now_(start) {}
+  // Starts at `start`; every Now() after the first moves the time by `tick` (zero: the
+  // time moves only with Advance).
+  explicit FakeClock(absl::Time start = absl::FromUnixSeconds(1'000'000),
+                     absl::Duration tick = absl::ZeroDuration())
+      : now_(start), tick_(tick) {}
 
   absl::Time Now() const override {
     std::lock_guard<std::mutex> guard(mu_);
-    return now_;
+    const absl::Time t = now_;
+    now_ += tick_;
+    return t;
   }
 
   // Registers the waiter and waits for a notification: Advance notifies every
@@ -61,10 +68,11 @@ class FakeClock final : public Clock {
   using Waiter = std::pair<std::condition_variable*, std::mutex*>;
 
   mutable std::mutex mu_;
-  absl::Time now_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Time now_ ABSL_GUARDED_BY(mu_);
+  const absl::Duration tick_;
   mutable std::multiset<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace kvserve::service::testing
+}  // namespace kvserve::common::testing
 
-#endif  // KVSERVE_SERVICE_TESTING_FAKE_CLOCK_H_
+#endif  // KVSERVE_COMMON_TESTING_FAKE_CLOCK_H_

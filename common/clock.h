@@ -1,15 +1,16 @@
-// A time source that can also wait on a condition variable until one of its times, so
-// that code which waits for a time (SerialExecutor::PostAt) can run on a fake clock in
-// tests (service/testing/fake_clock.h) instead of sleeping on the wall clock.
-#ifndef KVSERVE_SERVICE_CLOCK_H_
-#define KVSERVE_SERVICE_CLOCK_H_
+// The one time source of kvserve's engine and service: Now(), and a wait on a condition
+// variable until one of its times, so that code which reads or waits for time (request
+// deadlines, session expiry, usage times, SerialExecutor::PostAt) runs on a fake clock in
+// tests (common/testing/fake_clock.h) instead of sleeping on the wall clock.
+#ifndef KVSERVE_COMMON_CLOCK_H_
+#define KVSERVE_COMMON_CLOCK_H_
 
 #include <condition_variable>
 #include <mutex>
 
 #include "absl/time/time.h"
 
-namespace kvserve::service {
+namespace kvserve::common {
 
 // Threading: implementations are thread-safe.
 class Clock {
@@ -27,6 +28,6 @@ class Clock {
                          absl::Time deadline) const = 0;
 };
 
-}  // namespace kvserve::service
+}  // namespace kvserve::common
 
-#endif  // KVSERVE_SERVICE_CLOCK_H_
+#endif  // KVSERVE_COMMON_CLOCK_H_
