@@ -136,9 +136,8 @@ absl::Status Run() {
   service::ServerOptions server_options;
   server_options.listen_address = "127.0.0.1:0";
   server_options.metrics.address = "";
-  server_options.service.limits.max_tokens_limit = std::max(4096, max_tokens);
   server_options.service.stream_flush_interval = absl::GetFlag(FLAGS_stream_flush_interval);
-  options.engine.max_tokens_limit = server_options.service.limits.max_tokens_limit;
+  options.engine.max_tokens_limit = std::max(4096, max_tokens);
   absl::StatusOr<std::unique_ptr<service::Server>> server = service::Server::Start(server_options);
   absl::StatusOr<LoadedModel> served = engine::LoadModel(options);
   if (!server.ok()) return server.status();

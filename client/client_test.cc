@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/field_error.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
@@ -114,7 +115,8 @@ TEST_F(ClientTest, GenerateAndGenerateStream) {
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(streamed, "ab");
 
-  request.set_max_tokens(0);
+  // An engine's field error reaches the client as INVALID_ARGUMENT with the proto name.
+  engine_->FailNextSubmit(engine::FieldError("sampling.max_tokens", "must be in [1, 100], got 0"));
   absl::Status invalid = client_->Generate(request).status();
   EXPECT_EQ(invalid.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(invalid.message()), StartsWith("max_tokens"));

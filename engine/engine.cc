@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "backends/backend.h"
 #include "cache/kv_cache_manager.h"
+#include "engine/context_limits.h"
 #include "engine/engine_options.h"
 #include "engine/field_error.h"
 #include "engine/sampler.h"
@@ -87,8 +88,10 @@ class EngineImpl final : public Engine {
         backend_(std::move(backend)),
         kv_(std::move(kv)),
         tokenizer_(std::move(tokenizer)),
+        context_limits_{model.config().context_length, kv_capacity_tokens_},
         sessions_(SessionStore::Options{options.max_sessions, max_session_tokens_,
-                                        options.default_session_ttl, options.max_session_ttl}),
+                                        options.default_session_ttl, options.max_session_ttl,
+                                        context_limits_}),
         scheduler_(Scheduler::Options{options.max_running_sequences, options.max_step_tokens},
                    kv_.get()) {
     PublishStats(0.0);
@@ -125,6 +128,10 @@ class EngineImpl final : public Engine {
     auto info = sessions_.Get(id, clock_->Now());
     if (!info.ok()) Wake();  // it may just have expired: release its KV blocks
     return info;
+  }
+
+  SubmitLimits submit_limits() const override {
+    return SubmitLimits{options_.max_tokens_limit, options_.max_cache_salt_bytes};
   }
 
   EngineStats Stats() const override {
@@ -174,9 +181,6 @@ class EngineImpl final : public Engine {
   void ReleaseQueueSlot(const Sequence& seq);
   // Submit's checks of the request itself (FieldErrors, engine/field_error.h).
   absl::Status ValidateRequest(const Request& request) const;
-  // FieldError("prompt_tokens", ...) unless a context of `context_tokens` leaves room for
-  // one generated token in the model's context and the KV cache.
-  absl::Status CheckContextFits(size_t context_tokens, int32_t history_tokens) const;
 
   const Options options_;
   const model::Model& model_;
@@ -186,8 +190,9 @@ class EngineImpl final : public Engine {
   std::unique_ptr<backends::Backend> backend_;         // step thread
   std::unique_ptr<cache::KvCacheManager> kv_;          // step thread
   const std::unique_ptr<model::Tokenizer> tokenizer_;  // immutable; may be null
-  SessionStore sessions_;                              // thread-safe
-  Scheduler scheduler_;                                // step thread
+  const ContextLimits context_limits_;
+  SessionStore sessions_;  // thread-safe
+  Scheduler scheduler_;    // step thread
 
   // Step-thread state. Session KV blocks live in kv_'s session tier.
   std::vector<float> logits_;  // [batch, vocab]
@@ -225,12 +230,10 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   const std::optional<int32_t> bos =
       request.add_bos ? std::optional<int32_t>(model_.vocab().bos_id) : std::nullopt;
   std::vector<int32_t> context;
-  int32_t history_tokens = 0;
   if (is_turn) {
     // BOS is decided under the session's lock: only an empty history gets it.
     auto begun = sessions_.BeginTurn(request.session_id, request.prompt_tokens, bos, now);
     if (!begun.ok()) return begun.status();
-    history_tokens = begun->history_tokens;
     context = std::move(begun->context);
   } else {
     if (bos.has_value()) context.push_back(*bos);
@@ -239,9 +242,9 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   auto undo_turn = [&] {
     if (is_turn) sessions_.EndTurn(request.session_id, nullptr, now);
   };
-  if (absl::Status s = CheckContextFits(context.size(), history_tokens); !s.ok()) {
-    undo_turn();
-    return s;
+  // (BeginTurn checked a turn's context under the session's lock.)
+  if (!is_turn) {
+    if (absl::Status s = CheckContextFits(context_limits_, context.size(), 0); !s.ok()) return s;
   }
   const int64_t n = static_cast<int64_t>(context.size());
 
@@ -312,29 +315,6 @@ absl::Status EngineImpl::ValidateRequest(const Request& request) const {
     return FieldError("cache_salt",
                       absl::StrCat("is ", request.cache_salt.size(), " bytes, at most ",
                                    options_.max_cache_salt_bytes, " allowed"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status EngineImpl::CheckContextFits(size_t context_tokens, int32_t history_tokens) const {
-  const int32_t context_length = model_.config().context_length;
-  const std::string history =
-      history_tokens > 0 ? absl::StrCat(" (", history_tokens, " of them session history)") : "";
-  if (context_tokens == 0) {
-    // A session turn may be empty when the session has history: generation continues it.
-    return FieldError("prompt_tokens",
-                      "must not be empty (only a turn of a session with history may be)");
-  }
-  if (static_cast<int64_t>(context_tokens) >= context_length) {
-    return FieldError("prompt_tokens",
-                      absl::StrCat("makes a context of ", context_tokens, " tokens", history,
-                                   "; the model's context holds ", context_length,
-                                   " tokens including at least one generated token"));
-  }
-  if (static_cast<int64_t>(context_tokens) >= kv_capacity_tokens_) {
-    return FieldError("prompt_tokens",
-                      absl::StrCat("makes a context of ", context_tokens, " tokens", history,
-                                   "; the KV cache holds ", kv_capacity_tokens_, " tokens"));
   }
   return absl::OkStatus();
 }

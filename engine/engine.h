@@ -101,6 +101,13 @@ struct EngineStats {
   double last_step_seconds = 0.0;
 };
 
+// The request limits Submit enforces (from Engine::Options), for front ends that
+// describe them (GetModelInfo) without keeping copies of their own.
+struct SubmitLimits {
+  int32_t max_tokens_limit = 4096;     // largest sampling.max_tokens
+  int32_t max_cache_salt_bytes = 256;  // longest cache_salt
+};
+
 class Engine {
  public:
   struct Options;  // defined in engine/engine_options.h
@@ -125,6 +132,7 @@ class Engine {
   virtual absl::StatusOr<SessionInfo> GetSession(const std::string& id) = 0;
 
   virtual EngineStats Stats() const = 0;
+  virtual SubmitLimits submit_limits() const = 0;
   // Stops accepting work (Submit -> UNAVAILABLE), lets running and queued requests
   // finish until `deadline`, then finishes the rest with kCancelled (status UNAVAILABLE),
   // releases session KV blocks and stops the step thread; returns once it has stopped.

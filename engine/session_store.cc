@@ -127,6 +127,11 @@ absl::StatusOr<SessionStore::Turn> SessionStore::BeginTurn(const std::string& id
   }
   const bool add_bos = bos_if_empty.has_value() && s->history.empty();
   const size_t total = s->history.size() + new_tokens.size() + (add_bos ? 1 : 0);
+  if (absl::Status fits =
+          CheckContextFits(options_.context, total, static_cast<int32_t>(s->history.size()));
+      !fits.ok()) {
+    return fits;
+  }
   if (total >= static_cast<size_t>(options_.max_session_tokens)) {
     return absl::ResourceExhaustedError(absl::StrCat("session ", id, " would hold ", total,
                                                      " tokens; the limit is ",

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/context_limits.h"
 #include "engine/engine.h"
 
 namespace kvserve::engine {
@@ -34,6 +35,7 @@ class SessionStore {
     int32_t max_session_tokens = 8192;  // history limit; a turn beyond -> RESOURCE_EXHAUSTED
     absl::Duration default_ttl = absl::Minutes(10);  // used when Open/Fork get ttl <= 0
     absl::Duration max_ttl = absl::Hours(24);        // larger ttl -> INVALID_ARGUMENT
+    ContextLimits context;  // a turn's whole context beyond -> FieldError (checked first)
   };
 
   // What the step thread must do with the session tier, in order.
@@ -65,7 +67,8 @@ class SessionStore {
   // Starts a turn that appends `new_tokens` (after `bos_if_empty`, when given and the
   // history is empty; decided under the store's lock): returns the whole context and
   // marks the session busy. NOT_FOUND (unknown or expired), FAILED_PRECONDITION (a turn
-  // is running), RESOURCE_EXHAUSTED (history would exceed max_session_tokens).
+  // is running), FieldError "prompt_tokens" (CheckContextFits against options.context),
+  // RESOURCE_EXHAUSTED (history would exceed max_session_tokens).
   absl::StatusOr<Turn> BeginTurn(const std::string& id, const std::vector<int32_t>& new_tokens,
                                  std::optional<int32_t> bos_if_empty, absl::Time now);
   // Ends the turn started by BeginTurn. With `history`, it becomes the stored history

@@ -84,17 +84,7 @@ absl::StatusOr<engine::Request> InferenceService::PrepareGeneration(
   if (deadline <= absl::Now()) {
     return absl::DeadlineExceededError("deadline expired before the request was queued");
   }
-  int32_t history_tokens = 0;
-  if (!request.session_id().empty() &&
-      static_cast<int64_t>(request.session_id().size()) <= options_.limits.max_session_id_bytes) {
-    absl::StatusOr<engine::SessionInfo> session = core.engine->GetSession(request.session_id());
-    if (!session.ok()) return session.status();
-    history_tokens = session->history_tokens;
-  }
-  RequestLimits limits = options_.limits;
-  limits.vocab_size = core.model->config().vocab_size;
-  limits.context_length = core.model->config().context_length;
-  return ToEngineRequest(request, limits, *core.tokenizer, history_tokens, deadline);
+  return ToEngineRequest(request, options_.limits, *core.tokenizer, deadline);
 }
 
 absl::Status InferenceService::GenerationStatus(engine::FinishReason reason,
@@ -145,7 +135,7 @@ void InferenceService::StartGeneration(grpc::CallbackServerContext* context,
   absl::StatusOr<engine::RequestId> id =
       engine->Submit(*std::move(engine_request), call->NewSink(request.top_logprobs() > 0));
   if (!id.ok()) {
-    call->Reject(id.status());
+    call->Reject(WithProtoFieldNames(id.status()));
     GenerationEnded();
     return;
   }
@@ -215,7 +205,7 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerCon
     response->set_eos_id(model.vocab().eos_id);
     response->set_fingerprint(absl::StrCat(absl::Hex(model.fingerprint(), absl::kZeroPad16)));
     response->set_backend(core.backend_name);
-    response->set_max_tokens_limit(options_.limits.max_tokens_limit);
+    response->set_max_tokens_limit(core.engine->submit_limits().max_tokens_limit);
     response->set_default_max_tokens(options_.limits.default_max_tokens);
     return absl::OkStatus();
   });

@@ -50,9 +50,9 @@ struct ServingCore {
 class InferenceService final : public v1::Inference::CallbackService, private GenerationHost {
  public:
   struct Options {
-    // Per-request limits (max tokens, prompt bytes...). vocab_size and context_length
-    // are taken from the attached model. Keep max_tokens_limit and max_cache_salt_bytes
-    // equal to the engine's options. Session TTL defaults and limits are the engine's.
+    // The wire-only request limits (default max_tokens, prompt bytes, session id bytes).
+    // Every other limit is the engine's (Engine::submit_limits, session options), which
+    // also validates every request field (engine/field_error.h), once.
     RequestLimits limits;
     // Hint sent with RESOURCE_EXHAUSTED and UNAVAILABLE answers. Default 1 second.
     absl::Duration retry_after = absl::Seconds(1);

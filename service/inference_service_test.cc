@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/field_error.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -49,7 +50,6 @@ class InferenceServiceTest : public ::testing::Test {
     options.listen_address = "127.0.0.1:0";
     options.metrics.address = "";
     options.max_receive_message_bytes = max_message_bytes;
-    options.service.limits.max_tokens_limit = 100;
     options.service.limits.default_max_tokens = 10;
     auto server = Server::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -63,6 +63,7 @@ class InferenceServiceTest : public ::testing::Test {
 
   void Attach() {
     auto engine = std::make_unique<testing::FakeEngine>();
+    engine->SetSubmitLimits({.max_tokens_limit = 100});
     engine_ = engine.get();
     auto model = LoadStories();
     ASSERT_NE(model, nullptr);
@@ -171,34 +172,35 @@ TEST_F(InferenceServiceTest, NotReadyUntilAttached) {
   EXPECT_EQ(Health(kReadinessService), HealthCheckResponse::SERVING);
 }
 
-TEST_F(InferenceServiceTest, ValidationErrorsNameTheFieldAndNeverReachTheEngine) {
+// The engine validates requests (once); the service renames the engine's field paths
+// to the proto's, without reading messages (tests/service_integration_test.cc sends the
+// invalid requests themselves to the real engine).
+TEST_F(InferenceServiceTest, EngineFieldErrorsComeBackWithProtoFieldNames) {
   StartServer();
-  struct Case {
-    std::function<void(v1::GenerateRequest*)> mutate;
-    std::string field;
+  const std::pair<std::string, std::string> renames[] = {
+      {"sampling.temperature", "sampling.temperature"},
+      {"sampling.max_tokens", "max_tokens"},
+      {"sampling.stop_strings[1]", "stop[1]"},
+      {"sampling.stop_token_ids[0]", "stop_token_ids[0]"},
+      {"sampling.top_logprobs", "top_logprobs"},
+      {"prompt_tokens[7]", "prompt.tokens.ids[7]"},
+      {"prompt_tokens", "prompt"},
+      {"cache_salt", "cache_salt"},
   };
-  std::vector<Case> cases = {
-      {[](auto* r) { r->mutable_sampling()->set_temperature(-0.5f); }, "sampling.temperature"},
-      {[](auto* r) { r->mutable_sampling()->set_temperature(std::nanf("")); },
-       "sampling.temperature"},
-      {[](auto* r) { r->mutable_sampling()->set_top_p(0.0f); }, "sampling.top_p"},
-      {[](auto* r) { r->mutable_sampling()->set_top_p(1.01f); }, "sampling.top_p"},
-      {[](auto* r) { r->set_max_tokens(0); }, "max_tokens"},
-      {[](auto* r) { r->set_max_tokens(101); }, "max_tokens"},
-      {[](auto* r) { r->mutable_tokens()->add_ids(512); }, "prompt.tokens.ids[0]"},
-      {[](auto* r) { r->set_text(std::string(5000, 'x')); }, "prompt"},
-      {[](auto* r) { r->clear_text(); }, "prompt"},
-      {[](auto* r) { r->set_top_logprobs(50); }, "top_logprobs"},
-      {[](auto* r) { r->add_stop_token_ids(-1); }, "stop_token_ids[0]"},
-  };
-  for (const Case& c : cases) {
-    v1::GenerateRequest req = TextRequest("Once upon a time");
-    c.mutate(&req);
+  for (const auto& [engine_field, proto_field] : renames) {
+    engine_->FailNextSubmit(engine::FieldError(engine_field, "is wrong, got 3"));
     v1::GenerateResponse resp;
-    grpc::Status s = Generate(req, &resp);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field;
-    EXPECT_THAT(s.error_message(), StartsWith(c.field));
+    grpc::Status s = Generate(TextRequest("Once upon a time"), &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << engine_field;
+    EXPECT_EQ(s.error_message(), proto_field + " is wrong, got 3");
   }
+  // What only the wire has is checked before the engine: the text's size, session ids.
+  v1::GenerateRequest long_id = TextRequest("Once");
+  long_id.set_session_id(std::string(300, 's'));
+  v1::GenerateResponse resp;
+  grpc::Status s = Generate(long_id, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), StartsWith("session_id"));
   EXPECT_TRUE(engine_->submitted().empty());
 }
 
@@ -355,7 +357,9 @@ TEST_F(InferenceServiceTest, SessionsAndModelInfo) {
   ASSERT_TRUE(stub_->OpenSession(&c1, open, &session).ok());
   EXPECT_FALSE(session.session_id().empty());
 
-  // A turn of a session with history gets no BOS and carries the session id.
+  // A text turn carries the session id and its tokens without BOS, asking the engine
+  // for one (add_bos: the engine adds it only if the history is empty). The service
+  // never reads the session first.
   engine_->SetHistory(session.session_id(), 5);
   engine_->SetImmediateTokens({});
   v1::GenerateRequest turn = TextRequest("Hello");
@@ -365,6 +369,8 @@ TEST_F(InferenceServiceTest, SessionsAndModelInfo) {
   ASSERT_EQ(engine_->submitted().size(), 1u);
   EXPECT_EQ(engine_->submitted()[0].session_id, session.session_id());
   EXPECT_NE(engine_->submitted()[0].prompt_tokens.front(), 1);
+  EXPECT_TRUE(engine_->submitted()[0].add_bos);
+  EXPECT_EQ(engine_->get_session_calls(), 0);
 
   grpc::ClientContext c2;
   v1::OpenSessionRequest bad;

@@ -1,40 +1,63 @@
 #include "service/request_convert.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "engine/field_error.h"
 
 namespace kvserve::service {
 namespace {
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
-// SamplingParams::Validate names engine fields; the client knows the proto's names.
-absl::Status WithProtoFieldName(const absl::Status& status) {
-  if (status.ok()) return status;
-  static constexpr std::pair<const char*, const char*> kNames[] = {
-      {"temperature", "sampling.temperature"},
-      {"top_k", "sampling.top_k"},
-      {"top_p", "sampling.top_p"},
-      {"min_p", "sampling.min_p"},
-      {"repetition_penalty", "sampling.repetition_penalty"},
-      {"frequency_penalty", "sampling.frequency_penalty"},
-      {"presence_penalty", "sampling.presence_penalty"},
-      {"stop_strings", "stop"},
-  };
-  const std::string message(status.message());
-  for (const auto& [engine_name, proto_name] : kNames) {
-    const std::string prefix = engine_name;
-    if (absl::StartsWith(message, prefix) && message.size() > prefix.size() &&
-        (message[prefix.size()] == ' ' || message[prefix.size()] == '[')) {
-      return absl::Status(status.code(), absl::StrCat(proto_name, message.substr(prefix.size())));
+// engine::Request field paths -> GenerateRequest field paths, longest match first. An
+// engine path matches an entry when it equals it or continues with '[' or '.'.
+struct FieldRename {
+  absl::string_view engine;
+  absl::string_view proto;
+};
+constexpr FieldRename kFieldRenames[] = {
+    {"sampling.max_tokens", "max_tokens"},
+    {"sampling.stop_strings", "stop"},
+    {"sampling.stop_token_ids", "stop_token_ids"},
+    {"sampling.top_logprobs", "top_logprobs"},
+    {"sampling.ignore_eos", "ignore_eos"},
+    {"sampling", "sampling"},  // temperature, top_k, top_p, min_p, penalties, seed
+    {"cache_salt", "cache_salt"},
+    {"session_id", "session_id"},
+};
+
+std::string ProtoFieldPath(absl::string_view path) {
+  // The prompt: one id of it, or the prompt as a whole (empty, too long).
+  if (absl::ConsumePrefix(&path, "prompt_tokens")) {
+    return path.empty() ? "prompt" : absl::StrCat("prompt.tokens.ids", path);
+  }
+  for (const FieldRename& r : kFieldRenames) {
+    if (absl::StartsWith(path, r.engine) &&
+        (path.size() == r.engine.size() || path[r.engine.size()] == '[' ||
+         path[r.engine.size()] == '.')) {
+      return absl::StrCat(r.proto, path.substr(r.engine.size()));
     }
   }
-  return status;
+  return std::string(path);
 }
+
+}  // namespace
+
+absl::Status WithProtoFieldNames(const absl::Status& engine_status) {
+  const std::optional<std::string> field = engine::ErrorField(engine_status);
+  if (!field.has_value()) return engine_status;
+  return absl::InvalidArgumentError(
+      absl::StrCat(ProtoFieldPath(*field), " ", engine::ErrorReason(engine_status)));
+}
+
+namespace {
 
 engine::SamplingParams ToSamplingParams(const v1::GenerateRequest& request,
                                         const RequestLimits& limits) {
@@ -70,61 +93,28 @@ absl::Status CheckSessionId(const std::string& id, const RequestLimits& limits, 
 absl::StatusOr<engine::Request> ToEngineRequest(const v1::GenerateRequest& request,
                                                 const RequestLimits& limits,
                                                 const model::Tokenizer& tokenizer,
-                                                int32_t history_tokens, absl::Time deadline) {
+                                                absl::Time deadline) {
   if (!request.session_id().empty()) {
     if (absl::Status s = CheckSessionId(request.session_id(), limits, "session_id"); !s.ok()) {
       return s;
     }
   }
-  if (static_cast<int64_t>(request.cache_salt().size()) > limits.max_cache_salt_bytes) {
-    return Invalid(absl::StrCat("cache_salt is ", request.cache_salt().size(), " bytes, at most ",
-                                limits.max_cache_salt_bytes, " allowed"));
-  }
   engine::Request out;
   out.sampling = ToSamplingParams(request, limits);
-  if (absl::Status s = out.sampling.Validate(limits.vocab_size, limits.max_tokens_limit); !s.ok()) {
-    return WithProtoFieldName(s);
-  }
-
   switch (request.prompt_case()) {
     case v1::GenerateRequest::kText:
       if (static_cast<int64_t>(request.text().size()) > limits.max_prompt_bytes) {
         return Invalid(absl::StrCat("prompt.text is ", request.text().size(), " bytes, at most ",
                                     limits.max_prompt_bytes, " allowed"));
       }
-      out.prompt_tokens = tokenizer.Encode(request.text(), /*add_bos=*/history_tokens == 0);
+      out.prompt_tokens = tokenizer.Encode(request.text(), /*add_bos=*/false);
+      out.add_bos = true;
       break;
-    case v1::GenerateRequest::kTokens: {
-      const auto& ids = request.tokens().ids();
-      if (ids.size() >= limits.context_length) {
-        // Checked before the per-id loop so a huge list is rejected cheaply.
-        return Invalid(absl::StrCat("prompt.tokens has ", ids.size(),
-                                    " ids; the context holds at most ", limits.context_length - 1,
-                                    " prompt tokens"));
-      }
-      for (int i = 0; i < ids.size(); ++i) {
-        if (ids[i] < 0 || ids[i] >= limits.vocab_size) {
-          return Invalid(absl::StrCat("prompt.tokens.ids[", i, "] must be in [0, ",
-                                      limits.vocab_size, "), got ", ids[i]));
-        }
-      }
-      out.prompt_tokens.assign(ids.begin(), ids.end());
+    case v1::GenerateRequest::kTokens:
+      out.prompt_tokens.assign(request.tokens().ids().begin(), request.tokens().ids().end());
       break;
-    }
     case v1::GenerateRequest::PROMPT_NOT_SET:
-      break;
-  }
-  if (out.prompt_tokens.empty() && history_tokens == 0) {
-    return Invalid("prompt must not be empty (set prompt.text or prompt.tokens)");
-  }
-  const int64_t context_tokens = static_cast<int64_t>(history_tokens) + out.prompt_tokens.size();
-  if (context_tokens >= limits.context_length) {
-    return Invalid(absl::StrCat(
-        "prompt is ", out.prompt_tokens.size(), " tokens",
-        history_tokens > 0 ? absl::StrCat(" after ", history_tokens, " tokens of session history")
-                           : std::string(),
-        "; the context holds ", limits.context_length,
-        " tokens including at least one generated token"));
+      break;  // only a turn of a session with history may be empty: the engine decides
   }
   out.session_id = request.session_id();
   out.cache_salt = request.cache_salt();

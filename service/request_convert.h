@@ -15,26 +15,29 @@
 
 namespace kvserve::service {
 
-// Limits a request is validated against.
+// What the service itself checks before a request reaches the engine: limits that exist
+// only on the wire. Everything else (token ids, sampling parameters, cache_salt, the
+// context length) is validated once, by engine::Engine::Submit.
 struct RequestLimits {
-  int32_t vocab_size = 0;              // token ids must be in [0, vocab_size)
-  int32_t context_length = 0;          // prompt tokens must be < context_length
-  int32_t max_tokens_limit = 4096;     // largest accepted max_tokens
   int32_t default_max_tokens = 256;    // max_tokens when unset
-  int64_t max_prompt_bytes = 1 << 20;  // prompt.text size limit
-  int32_t max_cache_salt_bytes = 256;
+  int64_t max_prompt_bytes = 1 << 20;  // prompt.text size limit (checked before tokenizing)
   int32_t max_session_id_bytes = 128;
 };
 
-// Validates `request` and builds the engine request. `history_tokens` is the length of
-// the session's stored history (0 for a stateless request or an empty session): text
-// prompts get BOS only when it is 0, and history + prompt must fit the context.
-// Errors: INVALID_ARGUMENT whose message starts with the offending field
-// ("sampling.top_p must be in (0, 1], got 2").
+// Converts `request` into an engine request: text is tokenized without BOS and asks for
+// one (engine::Request::add_bos: the engine adds it only where the context starts);
+// token ids are passed as they are. Checks only RequestLimits (INVALID_ARGUMENT naming
+// prompt.text or session_id).
 absl::StatusOr<engine::Request> ToEngineRequest(const v1::GenerateRequest& request,
                                                 const RequestLimits& limits,
                                                 const model::Tokenizer& tokenizer,
-                                                int32_t history_tokens, absl::Time deadline);
+                                                absl::Time deadline);
+
+// An engine FieldError (engine/field_error.h) renamed to the proto's field path
+// ("sampling.max_tokens" -> "max_tokens", "prompt_tokens[3]" -> "prompt.tokens.ids[3]",
+// "sampling.stop_strings[0]" -> "stop[0]", "prompt_tokens" -> "prompt"); any other status
+// unchanged.
+absl::Status WithProtoFieldNames(const absl::Status& engine_status);
 
 // The wire finish reason of a successful generation (kStop, kStopString, kLength);
 // FINISH_REASON_UNSPECIFIED for the others (they end with a non-OK status).

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/field_error.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/tokenizer.h"
@@ -44,15 +45,12 @@ class RequestConvertTest : public ::testing::Test {
     auto tok = model::Tokenizer::Create(ByteVocab());
     ASSERT_TRUE(tok.ok()) << tok.status();
     tokenizer_ = *std::move(tok);
-    limits_.vocab_size = tokenizer_->vocab().size();
-    limits_.context_length = 32;
-    limits_.max_tokens_limit = 100;
     limits_.default_max_tokens = 7;
     limits_.max_prompt_bytes = 64;
   }
 
-  absl::StatusOr<engine::Request> Convert(const v1::GenerateRequest& r, int32_t history = 0) {
-    return ToEngineRequest(r, limits_, *tokenizer_, history, absl::InfiniteFuture());
+  absl::StatusOr<engine::Request> Convert(const v1::GenerateRequest& r) {
+    return ToEngineRequest(r, limits_, *tokenizer_, absl::InfiniteFuture());
   }
 
   // Expects INVALID_ARGUMENT whose message starts with `field`.
@@ -73,23 +71,21 @@ class RequestConvertTest : public ::testing::Test {
   RequestLimits limits_;
 };
 
-TEST_F(RequestConvertTest, TextPromptGetsBosAndDefaults) {
-  auto req = Convert(Valid());
-  ASSERT_TRUE(req.ok()) << req.status();
-  ASSERT_FALSE(req->prompt_tokens.empty());
-  EXPECT_EQ(req->prompt_tokens.front(), 1);  // BOS
-  EXPECT_EQ(req->sampling.max_tokens, 7);
-  EXPECT_EQ(req->sampling.temperature, 1.0f);
-  EXPECT_FALSE(req->sampling.seed.has_value());
-}
-
-TEST_F(RequestConvertTest, SessionTurnWithHistoryGetsNoBos) {
-  v1::GenerateRequest r = Valid();
-  r.set_session_id("s1");
-  auto req = Convert(r, /*history=*/5);
-  ASSERT_TRUE(req.ok()) << req.status();
-  EXPECT_NE(req->prompt_tokens.front(), 1);
-  EXPECT_EQ(req->session_id, "s1");
+TEST_F(RequestConvertTest, TextAsksTheEngineForBosAndGetsDefaults) {
+  // BOS is the engine's decision (only where the context starts): the text's tokens
+  // come without it, with add_bos set, for stateless requests and session turns alike.
+  for (const char* session : {"", "s1"}) {
+    v1::GenerateRequest r = Valid();
+    r.set_session_id(session);
+    auto req = Convert(r);
+    ASSERT_TRUE(req.ok()) << req.status();
+    EXPECT_EQ(req->prompt_tokens, tokenizer_->Encode("a a", /*add_bos=*/false));
+    EXPECT_TRUE(req->add_bos);
+    EXPECT_EQ(req->session_id, session);
+    EXPECT_EQ(req->sampling.max_tokens, 7);
+    EXPECT_EQ(req->sampling.temperature, 1.0f);
+    EXPECT_FALSE(req->sampling.seed.has_value());
+  }
 }
 
 TEST_F(RequestConvertTest, TokenPromptAndSamplingAreCopied) {
@@ -106,6 +102,7 @@ TEST_F(RequestConvertTest, TokenPromptAndSamplingAreCopied) {
   auto req = Convert(r);
   ASSERT_TRUE(req.ok()) << req.status();
   EXPECT_EQ(req->prompt_tokens, (std::vector<int32_t>{1, 259}));
+  EXPECT_FALSE(req->add_bos);  // ids are used as they are
   EXPECT_EQ(req->sampling.temperature, 0.0f);
   EXPECT_EQ(req->sampling.top_k, 3);
   EXPECT_EQ(req->sampling.seed, 42u);
@@ -115,108 +112,52 @@ TEST_F(RequestConvertTest, TokenPromptAndSamplingAreCopied) {
   EXPECT_EQ(req->cache_salt, "tenant");
 }
 
-TEST_F(RequestConvertTest, EveryInvalidFieldIsNamed) {
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  {
-    v1::GenerateRequest r = Valid();
-    r.mutable_sampling()->set_temperature(-1);
-    ExpectInvalid(r, "sampling.temperature");
-  }
-  {
-    v1::GenerateRequest r = Valid();
-    r.mutable_sampling()->set_temperature(nan);
-    ExpectInvalid(r, "sampling.temperature");
-  }
-  for (float top_p : {0.0f, 1.5f, -0.1f, nan}) {
-    v1::GenerateRequest r = Valid();
-    r.mutable_sampling()->set_top_p(top_p);
-    ExpectInvalid(r, "sampling.top_p");
-  }
-  {
-    v1::GenerateRequest r = Valid();
-    r.mutable_sampling()->set_top_k(-1);
-    ExpectInvalid(r, "sampling.top_k");
-  }
-  {
-    v1::GenerateRequest r = Valid();
-    r.mutable_sampling()->set_min_p(2);
-    ExpectInvalid(r, "sampling.min_p");
-  }
-  {
-    v1::GenerateRequest r = Valid();
-    r.mutable_sampling()->set_repetition_penalty(0);
-    ExpectInvalid(r, "sampling.repetition_penalty");
-  }
-  {
-    v1::GenerateRequest r = Valid();
-    r.mutable_sampling()->set_frequency_penalty(3);
-    ExpectInvalid(r, "sampling.frequency_penalty");
-  }
-  {
-    v1::GenerateRequest r = Valid();
-    r.mutable_sampling()->set_presence_penalty(-3);
-    ExpectInvalid(r, "sampling.presence_penalty");
-  }
-  for (int max_tokens : {0, -1, 101}) {
-    v1::GenerateRequest r = Valid();
-    r.set_max_tokens(max_tokens);
-    ExpectInvalid(r, "max_tokens");
-  }
-  {
-    v1::GenerateRequest r = Valid();
-    r.add_stop("");
-    ExpectInvalid(r, "stop[0]");
-  }
-  {
-    v1::GenerateRequest r = Valid();
-    r.add_stop_token_ids(100000);
-    ExpectInvalid(r, "stop_token_ids[0]");
-  }
-  {
-    v1::GenerateRequest r = Valid();
-    r.set_top_logprobs(21);
-    ExpectInvalid(r, "top_logprobs");
-  }
-  {
-    v1::GenerateRequest r;
-    r.mutable_tokens()->add_ids(1);
-    r.mutable_tokens()->add_ids(100000);
-    ExpectInvalid(r, "prompt.tokens.ids[1]");
-  }
-  {
-    v1::GenerateRequest r;
-    r.mutable_tokens()->add_ids(-5);
-    ExpectInvalid(r, "prompt.tokens.ids[0]");
-  }
+// Only the wire's own limits are checked here; every other field is validated by the
+// engine (tests/service_integration_test.cc: InvalidFieldsAreNamedByTheirProtoPath).
+TEST_F(RequestConvertTest, OnlyWireLimitsAreChecked) {
   {
     v1::GenerateRequest r;
     r.set_text(std::string(65, 'a'));
     ExpectInvalid(r, "prompt.text");
   }
   {
-    v1::GenerateRequest r;  // no prompt at all
-    ExpectInvalid(r, "prompt");
-  }
-  {
-    v1::GenerateRequest r;  // longer than the context (32)
-    for (int i = 0; i < 32; ++i) r.mutable_tokens()->add_ids(3);
-    ExpectInvalid(r, "prompt");
-  }
-  {
-    v1::GenerateRequest r;
-    r.set_text(std::string(40, 'b'));  // 40 byte tokens + BOS > 32
-    ExpectInvalid(r, "prompt");
-  }
-  {
-    v1::GenerateRequest r = Valid();
-    r.set_cache_salt(std::string(300, 's'));
-    ExpectInvalid(r, "cache_salt");
-  }
-  {
     v1::GenerateRequest r = Valid();
     r.set_session_id(std::string(300, 's'));
     ExpectInvalid(r, "session_id");
   }
+  // Left to the engine: converted as they are.
+  v1::GenerateRequest r;
+  r.mutable_tokens()->add_ids(-5);
+  r.mutable_sampling()->set_top_p(2.0f);
+  r.set_cache_salt(std::string(300, 's'));
+  auto req = Convert(r);
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->prompt_tokens, std::vector<int32_t>{-5});
+  EXPECT_EQ(req->sampling.top_p, 2.0f);
+  EXPECT_TRUE(Convert(v1::GenerateRequest()).ok());  // no prompt: the engine decides
+}
+
+TEST(WithProtoFieldNamesTest, RenamesEnginePathsAndKeepsTheReason) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"sampling.top_p", "sampling.top_p"},
+      {"sampling.max_tokens", "max_tokens"},
+      {"sampling.stop_strings", "stop"},
+      {"sampling.stop_strings[2]", "stop[2]"},
+      {"sampling.stop_token_ids[0]", "stop_token_ids[0]"},
+      {"sampling.top_logprobs", "top_logprobs"},
+      {"prompt_tokens[12]", "prompt.tokens.ids[12]"},
+      {"prompt_tokens", "prompt"},
+      {"cache_salt", "cache_salt"},
+  };
+  for (const auto& [engine_path, proto_path] : cases) {
+    const absl::Status s = WithProtoFieldNames(engine::FieldError(engine_path, "is bad, got 1"));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), std::string(proto_path) + " is bad, got 1");
+  }
+  // Statuses without a field path pass unchanged.
+  const absl::Status plain = absl::InvalidArgumentError("sampling.max_tokens is odd");
+  EXPECT_EQ(WithProtoFieldNames(plain), plain);
+  EXPECT_EQ(WithProtoFieldNames(absl::NotFoundError("x")), absl::NotFoundError("x"));
 }
 
 TEST(CheckSessionIdTest, EmptyAndOverlongIdsAreNamedNotEchoed) {
@@ -230,15 +171,6 @@ TEST(CheckSessionIdTest, EmptyAndOverlongIdsAreNamedNotEchoed) {
   absl::Status long_id = CheckSessionId(huge, limits, "session_id");
   EXPECT_EQ(long_id.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(long_id.message(), "session_id is 1048576 bytes, at most 128 allowed");
-}
-
-TEST_F(RequestConvertTest, HistoryCountsAgainstTheContext) {
-  v1::GenerateRequest r;
-  for (int i = 0; i < 10; ++i) r.mutable_tokens()->add_ids(3);
-  EXPECT_TRUE(Convert(r, /*history=*/21).ok());
-  auto too_long = Convert(r, /*history=*/22);
-  ASSERT_FALSE(too_long.ok());
-  EXPECT_THAT(std::string(too_long.status().message()), HasSubstr("session history"));
 }
 
 TEST_F(RequestConvertTest, FinishReasonsAndStatuses) {

@@ -36,14 +36,9 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
         absl::StrCat("max-message-bytes must be >= 1024, got ", options.max_receive_message_bytes));
   }
   const RequestLimits& limits = options.service.limits;
-  if (limits.max_tokens_limit < 1) {
+  if (limits.default_max_tokens < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("max-tokens-limit must be >= 1, got ", limits.max_tokens_limit));
-  }
-  if (limits.default_max_tokens < 1 || limits.default_max_tokens > limits.max_tokens_limit) {
-    return absl::InvalidArgumentError(absl::StrCat("default-max-tokens must be in [1, ",
-                                                   limits.max_tokens_limit, "], got ",
-                                                   limits.default_max_tokens));
+        absl::StrCat("default-max-tokens must be >= 1, got ", limits.default_max_tokens));
   }
   if (limits.max_prompt_bytes < 1) {
     return absl::InvalidArgumentError(
@@ -115,6 +110,12 @@ absl::Status Server::Attach(std::unique_ptr<model::Model> model,
                             std::unique_ptr<engine::Engine> engine, std::string backend_name) {
   if (model == nullptr || engine == nullptr) {
     return absl::InvalidArgumentError("Attach needs a model and an engine");
+  }
+  const int32_t max_tokens_limit = engine->submit_limits().max_tokens_limit;
+  if (options_.service.limits.default_max_tokens > max_tokens_limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("default-max-tokens (", options_.service.limits.default_max_tokens,
+                     ") must be <= the engine's max-tokens-limit (", max_tokens_limit, ")"));
   }
   absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
       model::Tokenizer::Create(model->vocab());

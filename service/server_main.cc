@@ -187,7 +187,6 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   options.grpc_memory_quota_bytes = quota_mib << 20;
   options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   options.malloc_trim_interval = absl::GetFlag(FLAGS_malloc_trim_interval);
-  options.service.limits.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
   options.service.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   options.service.limits.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
   options.service.retry_after = absl::GetFlag(FLAGS_retry_after);
@@ -219,9 +218,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags(const ServerOptions& 
   e.max_session_tokens = absl::GetFlag(FLAGS_max_session_tokens);
   e.default_session_ttl = absl::GetFlag(FLAGS_session_ttl);
   e.max_session_ttl = absl::GetFlag(FLAGS_max_session_ttl);
-  // The service and the engine enforce the same limits.
-  e.max_tokens_limit = server.service.limits.max_tokens_limit;
-  e.max_cache_salt_bytes = server.service.limits.max_cache_salt_bytes;
+  e.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
   e.seed = absl::GetFlag(FLAGS_seed);
   return options;
 }

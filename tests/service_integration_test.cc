@@ -1,7 +1,9 @@
 // End-to-end tests of the gRPC service with the real engine and the real stories260K
 // model: a Server on an ephemeral loopback port, called through the generated C++ stub.
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -49,7 +51,6 @@ class ServiceIntegrationTest : public ::testing::Test {
     options.listen_address = "127.0.0.1:0";
     options.metrics.address = "";
     options.service = service_options_;
-    options.service.limits.max_tokens_limit = 1000;
     auto server = Server::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -216,6 +217,75 @@ TEST_F(ServiceIntegrationTest, StreamFlushIntervalCoalescesAllButTheFirstToken) 
   EXPECT_EQ(ids, std::vector<int32_t>(unary.token_ids().begin(), unary.token_ids().end()));
   EXPECT_EQ(text, unary.text());
   EXPECT_EQ(msg.usage().completion_tokens(), 64);
+}
+
+// Every field is validated once, by the engine, and comes back named by its proto path;
+// nothing invalid runs.
+TEST_F(ServiceIntegrationTest, InvalidFieldsAreNamedByTheirProtoPath) {
+  StartServer();
+  struct Case {
+    std::function<void(v1::GenerateRequest*)> mutate;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](auto* r) { r->mutable_sampling()->set_temperature(-0.5f); }, "sampling.temperature "},
+      {[](auto* r) { r->mutable_sampling()->set_temperature(std::nanf("")); },
+       "sampling.temperature "},
+      {[](auto* r) { r->mutable_sampling()->set_top_p(0.0f); }, "sampling.top_p "},
+      {[](auto* r) { r->mutable_sampling()->set_top_p(1.01f); }, "sampling.top_p "},
+      {[](auto* r) { r->mutable_sampling()->set_top_k(-1); }, "sampling.top_k "},
+      {[](auto* r) { r->mutable_sampling()->set_min_p(2); }, "sampling.min_p "},
+      {[](auto* r) { r->mutable_sampling()->set_repetition_penalty(0); },
+       "sampling.repetition_penalty "},
+      {[](auto* r) { r->mutable_sampling()->set_frequency_penalty(3); },
+       "sampling.frequency_penalty "},
+      {[](auto* r) { r->mutable_sampling()->set_presence_penalty(-3); },
+       "sampling.presence_penalty "},
+      {[](auto* r) { r->set_max_tokens(0); }, "max_tokens "},
+      {[](auto* r) { r->set_max_tokens(1001); }, "max_tokens "},
+      {[](auto* r) { r->add_stop(""); }, "stop[0] "},
+      {[](auto* r) { r->add_stop_token_ids(-1); }, "stop_token_ids[0] "},
+      {[](auto* r) { r->set_top_logprobs(50); }, "top_logprobs "},
+      {[](auto* r) {
+         r->mutable_tokens()->add_ids(1);
+         r->mutable_tokens()->add_ids(512);
+       },
+       "prompt.tokens.ids[1] "},
+      {[](auto* r) { r->set_text(std::string(5000, 'x')); }, "prompt makes a context of "},
+      {[](auto* r) { r->clear_text(); }, "prompt must not be empty"},
+      {[](auto* r) { r->set_cache_salt(std::string(300, 's')); }, "cache_salt "},
+  };
+  const int64_t steps_before = server_->engine()->Stats().steps_total;
+  for (const Case& c : cases) {
+    v1::GenerateRequest req = Greedy(kPrompt, 4);
+    c.mutate(&req);
+    v1::GenerateResponse resp;
+    grpc::Status s = Generate(req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field;
+    EXPECT_THAT(s.error_message(), StartsWith(c.field));
+  }
+  EXPECT_EQ(server_->engine()->Stats().steps_total, steps_before);
+
+  // A session's history counts against the context: 2000 tokens of history leave no
+  // room for a 60-token turn in stories260K's 2048 (checked before the session's own
+  // history limit, which defaults to the context length).
+  grpc::ClientContext open_ctx;
+  v1::Session session;
+  ASSERT_TRUE(stub_->OpenSession(&open_ctx, v1::OpenSessionRequest(), &session).ok());
+  v1::GenerateRequest first = Greedy(kPrompt, 1);
+  first.set_session_id(session.session_id());
+  first.clear_text();
+  for (int i = 0; i < 1999; ++i) first.mutable_tokens()->add_ids(300);
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(Generate(first, &resp).ok());
+  v1::GenerateRequest turn = Greedy(kPrompt, 4);
+  turn.set_session_id(session.session_id());
+  turn.clear_text();
+  for (int i = 0; i < 60; ++i) turn.mutable_tokens()->add_ids(300);
+  grpc::Status s = Generate(turn, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), StartsWith("prompt makes a context of"));
+  EXPECT_THAT(s.error_message(), HasSubstr("2060 tokens (2000 of them session history)"));
 }
 
 TEST(ServerOptionsTest, StreamFlushIntervalMustBeWithinBounds) {

@@ -48,6 +48,10 @@ class FakeEngine final : public engine::Engine {
         next_submit_status_ = absl::OkStatus();
         return s;
       }
+      // Like the real engine: a turn needs a live session.
+      if (!request.session_id.empty() && !sessions_.contains(request.session_id)) {
+        return absl::NotFoundError("unknown session");
+      }
       id = ++last_id_;
       submitted_.push_back(request);
       if (immediate_tokens_.has_value()) {
@@ -164,15 +168,24 @@ class FakeEngine final : public engine::Engine {
   }
   absl::StatusOr<engine::SessionInfo> GetSession(const std::string& id) override {
     std::lock_guard<std::mutex> lock(mu_);
+    ++get_session_calls_;
     auto it = sessions_.find(id);
     if (it == sessions_.end()) return absl::NotFoundError("unknown session");
     return it->second;
+  }
+  // GetSession calls so far.
+  int get_session_calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return get_session_calls_;
   }
   // Sets a session's history length (as if turns had run).
   void SetHistory(const std::string& id, int32_t tokens) {
     std::lock_guard<std::mutex> lock(mu_);
     sessions_[id].history_tokens = tokens;
   }
+
+  engine::SubmitLimits submit_limits() const override { return submit_limits_; }
+  void SetSubmitLimits(engine::SubmitLimits limits) { submit_limits_ = limits; }
 
   engine::EngineStats Stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -202,6 +215,8 @@ class FakeEngine final : public engine::Engine {
     return it == held_.end() ? nullptr : it->second;
   }
 
+  engine::SubmitLimits submit_limits_;  // set before the engine is shared
+  int get_session_calls_ = 0;           // guarded by mu_
   mutable std::mutex mu_;
   std::condition_variable cv_;
   absl::Status next_submit_status_;
