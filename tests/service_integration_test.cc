@@ -516,12 +516,29 @@ TEST_F(ServiceIntegrationTest, MetricsCountGenerationsAndReadEngineStats) {
   StartServer();
   v1::GenerateResponse resp;
   ASSERT_TRUE(Generate(Greedy(kPrompt, 12), &resp).ok());
+  // The reply can overtake the engine's count of its last step (counted when the step
+  // returns, after the request finished inside it): wait for it, 5 s at most.
+  for (const absl::Time end = absl::Now() + absl::Seconds(5);
+       absl::Now() < end && server_->engine()->Stats().steps_total < 12;) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   const std::string text = server_->metrics().SerializeText();
   EXPECT_THAT(text, HasSubstr("kvserve_request_generated_tokens_total 12"));
   EXPECT_THAT(text, HasSubstr("kvserve_rpc_requests_total{code=\"ok\",method=\"Generate\"} 1"));
   EXPECT_THAT(text, HasSubstr("kvserve_request_time_to_first_token_seconds_count 1"));
   EXPECT_THAT(text, HasSubstr("kvserve_kv_blocks_free "));
   EXPECT_THAT(text, HasSubstr("kvserve_engine_requests_running 0"));
+  // The values, not just the names: BOS + 4 prompt tokens, one prefill step and 11 decode
+  // steps; 16 of the 17 positions were computed, so one full block stays cached and
+  // nothing is in use afterwards.
+  for (const char* line :
+       {"\nkvserve_request_prompt_tokens_total 5\n", "\nkvserve_request_computed_tokens_total 5\n",
+        "\nkvserve_request_queue_time_seconds_count 1\n",
+        "\nkvserve_request_e2e_latency_seconds_count 1\n", "\nkvserve_engine_steps_total 12\n",
+        "\nkvserve_kv_blocks_used 0\n", "\nkvserve_kv_blocks_cached 1\n",
+        "\nkvserve_engine_preemptions_total 0\n", "\nkvserve_kv_blocks_session 0\n"}) {
+    EXPECT_THAT(text, HasSubstr(line)) << line;
+  }
 }
 
 // Lists the services through grpc.reflection.v1alpha.ServerReflection with a generic
