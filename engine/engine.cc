@@ -341,9 +341,15 @@ void EngineImpl::Run() {
       };
       if (!busy) {
         if (next_expiry.has_value()) {
-          const absl::Duration wait =
-              std::clamp(*next_expiry - before_wait, absl::Milliseconds(1), absl::Seconds(1));
-          cv_.wait_for(lock, absl::ToChronoMilliseconds(wait), has_input);
+          // Until the next expiry can be swept (the sweep runs at most once a second, so
+          // an expired session does not spin the loop), re-checked at least every second
+          // (a session opened meanwhile may expire earlier). On the engine's clock.
+          const absl::Time due = std::max(*next_expiry, next_session_sweep_);
+          const absl::Time deadline =
+              std::clamp(due, before_wait + absl::Milliseconds(1), before_wait + absl::Seconds(1));
+          while (!has_input() && clock_->Now() < deadline) {
+            clock_->WaitUntil(cv_, lock, deadline);
+          }
         } else {
           cv_.wait(lock, has_input);
         }

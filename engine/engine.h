@@ -93,7 +93,8 @@ struct EngineStats {
   int64_t prefix_queries_total = 0;    // blocks looked up
   int64_t prefix_hits_total = 0;       // blocks found
   int64_t evictions_total = 0;         // cached blocks reused for new data
-  int64_t session_blocks = 0;          // block references held by idle sessions
+  int64_t session_blocks = 0;          // block references sessions hold between turns (a session
+                                       // keeps its last chain while its next turn runs)
   int64_t session_reclaims_total = 0;  // sessions whose blocks were taken back under pressure
   int64_t preemptions_total = 0;
   int64_t steps_total = 0;

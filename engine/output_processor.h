@@ -38,7 +38,7 @@ struct TokenOutput {
 //      completes a stop string).
 // A sampled BOS is an ordinary token (as in llama.cpp and vLLM): only EOS ends text.
 // Without a tokenizer (a vocabulary that cannot build one) every text is empty and
-// stop strings never match; SamplingParams validation refuses stop strings then.
+// stop strings never match; Engine::Submit refuses stop strings then.
 //
 // Threading: not thread-safe; one per request. `tokenizer` (may be null) must outlive it.
 class OutputProcessor {

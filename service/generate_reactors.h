@@ -153,7 +153,6 @@ class StreamGenerateReactor final : public grpc::ServerWriteReactor<v1::Generate
   // Finishes the call, with the pending message as the last write when `write_last`.
   // Releases `lock`; `this` may be deleted after it.
   void FinishCall(std::unique_lock<std::mutex> lock, bool write_last);
-  ;
 
   GenerationHost* const host_;
   grpc::CallbackServerContext* const context_;

@@ -146,7 +146,8 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
   // sink; rejects the call (GenerationCall::Reject) at the first failure.
   void StartGeneration(grpc::CallbackServerContext* context, const v1::GenerateRequest& request,
                        GenerationCall* call);
-  // Validates `request` against the core and the call's deadline.
+  // Checks the call's deadline and converts `request` (service/request_convert.h) with
+  // the core's tokenizer; the engine validates the fields.
   absl::StatusOr<engine::Request> PrepareGeneration(const ServingCore& core,
                                                     grpc::CallbackServerContext* context,
                                                     const v1::GenerateRequest& request) const;

@@ -27,10 +27,8 @@ constexpr FieldRename kFieldRenames[] = {
     {"sampling.stop_strings", "stop"},
     {"sampling.stop_token_ids", "stop_token_ids"},
     {"sampling.top_logprobs", "top_logprobs"},
-    {"sampling.ignore_eos", "ignore_eos"},
     {"sampling", "sampling"},  // temperature, top_k, top_p, min_p, penalties, seed
     {"cache_salt", "cache_salt"},
-    {"session_id", "session_id"},
 };
 
 std::string ProtoFieldPath(absl::string_view path) {

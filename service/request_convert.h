@@ -1,6 +1,7 @@
-// Conversions between the wire API (kvserve.v1) and the engine: request validation
-// (every invalid field is INVALID_ARGUMENT naming the proto field) and the engine's
-// results back into messages. Stateless functions; thread-safe.
+// Conversions between the wire API (kvserve.v1) and the engine: requests in (checking
+// only the wire's own limits; the engine validates every field, and its field errors
+// come back renamed to proto paths), results back into messages. Stateless functions;
+// thread-safe.
 #ifndef KVSERVE_SERVICE_REQUEST_CONVERT_H_
 #define KVSERVE_SERVICE_REQUEST_CONVERT_H_
 

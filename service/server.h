@@ -74,7 +74,9 @@ class Server {
   ~Server();
 
   // Serves `engine` for `model` from now on (readiness becomes SERVING). The engine must
-  // have been created for `model`. FAILED_PRECONDITION when already attached or draining.
+  // have been created for `model`. FAILED_PRECONDITION when already attached or draining;
+  // INVALID_ARGUMENT for a null model or engine, or a default max_tokens above the
+  // engine's limit; the tokenizer's error when the vocabulary cannot build one.
   absl::Status Attach(std::unique_ptr<model::Model> model, std::unique_ptr<engine::Engine> engine,
                       std::string backend_name);
 

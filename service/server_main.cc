@@ -197,7 +197,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   return options;
 }
 
-absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags(const ServerOptions& server) {
+absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   engine::ModelOptions options;
   options.model_path = absl::GetFlag(FLAGS_model);
   options.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
@@ -227,7 +227,7 @@ int Run() {
   if (absl::Status s = CheckFlags(); !s.ok()) return Fail(s);
   absl::StatusOr<ServerOptions> server_options = ServerOptionsFromFlags();
   if (!server_options.ok()) return Fail(server_options.status());
-  absl::StatusOr<engine::ModelOptions> model_options = ModelOptionsFromFlags(*server_options);
+  absl::StatusOr<engine::ModelOptions> model_options = ModelOptionsFromFlags();
   if (!model_options.ok()) return Fail(model_options.status());
 
   // From here on SIGTERM/SIGINT drain (also when they arrive while the model loads).

@@ -1,5 +1,5 @@
-// Helpers for engine tests and benchmarks: a sink that records a request's output, and
-// a one-call way to build an engine over a backend.
+// Helpers for engine tests: a sink that records a request's output, and a one-call way
+// to build an engine over a backend.
 #ifndef KVSERVE_ENGINE_TESTING_ENGINE_TESTING_H_
 #define KVSERVE_ENGINE_TESTING_ENGINE_TESTING_H_
 
