@@ -16,7 +16,8 @@ namespace {
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
-// engine::Request field paths -> GenerateRequest field paths, longest match first. An
+// engine::Request field paths that GenerateRequest spells differently, longest match
+// first; every other path (sampling.top_p, cache_salt, ...) is the same in both. An
 // engine path matches an entry when it equals it or continues with '[' or '.'.
 struct FieldRename {
   absl::string_view engine;
@@ -27,8 +28,6 @@ constexpr FieldRename kFieldRenames[] = {
     {"sampling.stop_strings", "stop"},
     {"sampling.stop_token_ids", "stop_token_ids"},
     {"sampling.top_logprobs", "top_logprobs"},
-    {"sampling", "sampling"},  // temperature, top_k, top_p, min_p, penalties, seed
-    {"cache_salt", "cache_salt"},
 };
 
 std::string ProtoFieldPath(absl::string_view path) {
