@@ -128,6 +128,13 @@ class ServiceIntegrationTest : public ::testing::Test {
     return false;
   }
 
+  // A stream waiting for a flush on the fake clock is released before the server's
+  // shutdown waits for it (a failed test would otherwise hang there).
+  void TearDown() override {
+    fake_clock_.Advance(absl::Hours(1));
+    server_.reset();
+  }
+
   // Declared first: outlives the server, which may run on it (service_options_.clock).
   common::testing::FakeClock fake_clock_;
   engine::Engine::Options engine_options_;
@@ -182,10 +189,13 @@ TEST_F(ServiceIntegrationTest, StreamFlushIntervalCoalescesAllButTheFirstToken) 
   StartServer();
   v1::GenerateResponse unary;
   ASSERT_TRUE(Generate(Greedy(kPrompt, 64), &unary).ok());
-
+  // The unary call's response leaves from inside its last step, before the engine counts
+  // that step: wait for the snapshot published after it, so the count below is exact.
+  ASSERT_TRUE(WaitEngineIdle());
   const int64_t steps_before = server_->engine()->Stats().steps_total;
+
   grpc::ClientContext ctx;
-  ctx.set_deadline(In(absl::Seconds(30)));
+  ctx.set_deadline(In(absl::Seconds(60)));
   auto reader = stub_->GenerateStream(&ctx, Greedy(kPrompt, 64));
   v1::GenerateStreamResponse msg;
   std::vector<int> tokens_per_message;
@@ -199,19 +209,26 @@ TEST_F(ServiceIntegrationTest, StreamFlushIntervalCoalescesAllButTheFirstToken) 
     return true;
   };
   ASSERT_TRUE(read());
-  // The engine ends the request within its 64th step (one prefill, 63 decode steps;
-  // OnFinish runs inside the step). Waits at most 10 s of wall time, even under a
-  // sanitizer; then the fake clock passes the flush interval.
+  // The engine finishes the request in its 64th step (one prefill, 63 decode steps) and
+  // hands the finish to the stream inside that step; the snapshot published after it
+  // shows 64 more steps and nothing running. Then the fake clock passes the flush
+  // interval. (Moving the clock earlier would split the tokens and leave the last
+  // message waiting for a time that never comes.)
   const int64_t done = steps_before + 64;
-  for (const absl::Time end = absl::Now() + absl::Seconds(10);
-       absl::Now() < end && server_->engine()->Stats().steps_total < done;) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  ASSERT_GE(server_->engine()->Stats().steps_total, done);
+  const absl::Time end = absl::Now() + absl::Seconds(30);
+  auto finished = [&] {
+    const engine::EngineStats stats = server_->engine()->Stats();
+    return stats.steps_total >= done && stats.running == 0 && stats.waiting == 0;
+  };
+  while (absl::Now() < end && !finished()) absl::SleepFor(absl::Milliseconds(1));
+  // Whatever happens below, the clock passes every pending flush, so a failure ends the
+  // call instead of hanging the server's shutdown.
   fake_clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(finished());
   while (read()) {
   }
-  ASSERT_TRUE(reader->Finish().ok());
+  const grpc::Status status = reader->Finish();
+  ASSERT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
   // The first token is not delayed; the other 63 leave together with the finish.
   EXPECT_EQ(tokens_per_message, (std::vector<int>{1, 63}));
   EXPECT_EQ(ids, std::vector<int32_t>(unary.token_ids().begin(), unary.token_ids().end()));
