@@ -13,3 +13,7 @@ pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 # The /metrics HTTP endpoint (GNU libmicrohttpd).
 pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+# Block checksums and the session cache's digests (xxHash's XXH3).
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+# The session cache service's Redis backend.
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
