@@ -93,11 +93,17 @@ BlockHash Murmur3x64_128(std::span<const uint8_t> bytes, uint64_t seed) {
   return BlockHash{h1, h2};
 }
 
-BlockHash RootBlockHash(uint64_t model_fingerprint, std::string_view cache_salt) {
-  // [fingerprint u64][salt length u64][salt bytes]: the length keeps "" distinct.
+BlockHash RootBlockHash(const KvIdentity& identity, std::string_view cache_salt) {
+  // [fingerprint][kv_heads][n_layers][kv_dim][block_tokens][dtype][salt length][salt
+  // bytes], each number a u64: the length keeps "" distinct.
   std::vector<uint8_t> bytes;
-  bytes.reserve(16 + cache_salt.size());
-  AppendU64(bytes, model_fingerprint);
+  bytes.reserve(56 + cache_salt.size());
+  AppendU64(bytes, identity.model_fingerprint);
+  const model::KvLayout& l = identity.layout;
+  for (int64_t v : {int64_t{identity.kv_heads}, int64_t{l.n_layers}, int64_t{l.kv_dim},
+                    int64_t{l.block_tokens}, static_cast<int64_t>(l.dtype)}) {
+    AppendU64(bytes, static_cast<uint64_t>(v));
+  }
   AppendU64(bytes, cache_salt.size());
   bytes.insert(bytes.end(), cache_salt.begin(), cache_salt.end());
   return Murmur3x64_128(bytes, kRootSeed);

@@ -34,14 +34,25 @@ TEST(BlockHashTest, MurmurMatchesPublishedVector) {
 }
 
 TEST(BlockHashTest, ChainDependsOnEveryInput) {
-  const BlockHash root = RootBlockHash(42, "");
-  EXPECT_NE(root, RootBlockHash(43, ""));
-  EXPECT_NE(root, RootBlockHash(42, "tenant-a"));
-  EXPECT_NE(RootBlockHash(42, "a"), RootBlockHash(42, "b"));
+  const KvIdentity identity{42, 2, model::KvLayout{2, 8, 16, model::DType::kF32}};
+  const BlockHash root = RootBlockHash(identity, "");
+  EXPECT_NE(root, RootBlockHash(KvIdentity{43, 2, identity.layout}, ""));
+  EXPECT_NE(root, RootBlockHash(identity, "tenant-a"));
+  // Every part of the layout is part of the identity.
+  for (auto change : std::vector<void (*)(KvIdentity&)>{
+           [](KvIdentity& i) { i.kv_heads = 1; }, [](KvIdentity& i) { i.layout.n_layers = 3; },
+           [](KvIdentity& i) { i.layout.kv_dim = 16; },
+           [](KvIdentity& i) { i.layout.block_tokens = 32; },
+           [](KvIdentity& i) { i.layout.dtype = model::DType::kF16; }}) {
+    KvIdentity other = identity;
+    change(other);
+    EXPECT_NE(root, RootBlockHash(other, ""));
+  }
+  EXPECT_NE(RootBlockHash(identity, "a"), RootBlockHash(identity, "b"));
   const std::vector<int32_t> t = Tokens(5);
   const BlockHash h = ChainBlockHash(root, t);
   EXPECT_EQ(h, ChainBlockHash(root, t));
-  EXPECT_NE(h, ChainBlockHash(RootBlockHash(42, "x"), t));
+  EXPECT_NE(h, ChainBlockHash(RootBlockHash(identity, "x"), t));
   std::vector<int32_t> t2 = t;
   t2[3] = 99;
   EXPECT_NE(h, ChainBlockHash(root, t2));
@@ -78,7 +89,7 @@ TEST(BlockPoolTest, AllocateIsAllOrNothingAndBlocksAreDistinctAligned) {
 
 TEST(BlockPoolTest, RegisteredBlocksStayFindableUntilEvicted) {
   auto pool = MakePool(2);
-  const BlockHash root = RootBlockHash(1, "");
+  const BlockHash root = RootBlockHash(KvIdentity{1, 0, {}}, "");
   std::vector<BlockId> ids;
   ASSERT_TRUE(pool->Allocate(1, &ids));
   const auto t = Tokens(10);
@@ -89,7 +100,7 @@ TEST(BlockPoolTest, RegisteredBlocksStayFindableUntilEvicted) {
   ASSERT_EQ(pool->Find(h, root, t), ids[0]);
   // Same key but different tokens or parent (a forced collision) is never a hit.
   EXPECT_FALSE(pool->Find(h, root, Tokens(11)).has_value());
-  EXPECT_FALSE(pool->Find(h, RootBlockHash(2, ""), t).has_value());
+  EXPECT_FALSE(pool->Find(h, RootBlockHash(KvIdentity{2, 0, {}}, ""), t).has_value());
   // Ref moves it out of the evictable set.
   pool->Ref(ids[0]);
   EXPECT_EQ(pool->num_cached(), 0);
@@ -104,7 +115,7 @@ TEST(BlockPoolTest, RegisteredBlocksStayFindableUntilEvicted) {
 
 TEST(BlockPoolTest, DuplicateKeyIsNotRegisteredTwice) {
   auto pool = MakePool(2);
-  const BlockHash root = RootBlockHash(1, "");
+  const BlockHash root = RootBlockHash(KvIdentity{1, 0, {}}, "");
   const auto t = Tokens(0);
   const BlockHash h = ChainBlockHash(root, t);
   std::vector<BlockId> ids;
@@ -118,7 +129,7 @@ TEST(BlockPoolTest, DuplicateKeyIsNotRegisteredTwice) {
 
 TEST(BlockPoolTest, EvictsLeastRecentlyReleasedChainsTailFirst) {
   auto pool = MakePool(6);
-  const BlockHash root = RootBlockHash(1, "");
+  const BlockHash root = RootBlockHash(KvIdentity{1, 0, {}}, "");
   // Two chains of three blocks: A released first, then B.
   std::vector<BlockHash> keys[2];
   std::vector<BlockId> chains[2];
@@ -153,7 +164,7 @@ TEST(BlockPoolTest, EvictsLeastRecentlyReleasedChainsTailFirst) {
 TEST(BlockPoolTest, SharedPrefixOutlivesTails) {
   // Chain head H shared by two sequences, each with its own tail block.
   auto pool = MakePool(3);
-  const BlockHash root = RootBlockHash(1, "");
+  const BlockHash root = RootBlockHash(KvIdentity{1, 0, {}}, "");
   std::vector<BlockId> head;
   ASSERT_TRUE(pool->Allocate(1, &head));
   const auto th = Tokens(0);

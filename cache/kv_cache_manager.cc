@@ -16,7 +16,8 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(const Opt
 }
 
 KvCacheManager::KvCacheManager(const Options& options, std::unique_ptr<BlockPool> pool)
-    : model_fingerprint_(options.model_fingerprint), pool_(std::move(pool)) {}
+    : identity_{options.model_fingerprint, options.kv_heads, options.layout},
+      pool_(std::move(pool)) {}
 
 int32_t KvCacheManager::BlocksFor(int64_t num_tokens) const {
   const int64_t bt = block_tokens();
@@ -24,7 +25,7 @@ int32_t KvCacheManager::BlocksFor(int64_t num_tokens) const {
 }
 
 BlockHash KvCacheManager::RootHash(std::string_view cache_salt) const {
-  return RootBlockHash(model_fingerprint_, cache_salt);
+  return RootBlockHash(identity_, cache_salt);
 }
 
 KvCacheManager::Table& KvCacheManager::table(SequenceId seq) {

@@ -67,8 +67,11 @@ class KvCacheManager {
     model::KvLayout layout;
     // Bytes of KV memory. Default 256 MiB.
     size_t budget_bytes = size_t{256} << 20;
-    // Model::fingerprint(): part of every block key, so models never share KV.
+    // Model::fingerprint(): part of every block key (with the layout), so models never
+    // share KV.
     uint64_t model_fingerprint = 0;
+    // The model's KV heads (part of the identity, see cache::KvIdentity).
+    int32_t kv_heads = 0;
   };
 
   // Errors as BlockPool::Create.
@@ -83,8 +86,10 @@ class KvCacheManager {
   // Blocks needed to hold `num_tokens` positions.
   int32_t BlocksFor(int64_t num_tokens) const;
 
-  // The chain root for requests with `cache_salt`.
+  // The chain root for requests with `cache_salt` (RootBlockHash of identity()). Reads
+  // only what Create fixed: safe from any thread.
   BlockHash RootHash(std::string_view cache_salt) const;
+  const KvIdentity& identity() const { return identity_; }
 
   // Opens the table of a new sequence whose tokens start with `tokens`, and fills it
   // with the longest run of cached full blocks matching tokens[0, max_cached_tokens)
@@ -167,7 +172,7 @@ class KvCacheManager {
   // when no session holds blocks.
   bool ReclaimOneSession();
 
-  uint64_t model_fingerprint_;
+  const KvIdentity identity_;
   std::unique_ptr<BlockPool> pool_;
   absl::flat_hash_map<SequenceId, Table> tables_;
   absl::flat_hash_map<std::string, SessionBlocks> sessions_;

@@ -70,7 +70,7 @@ TEST(KvCacheManagerTest, SaltsAndModelsNeverShare) {
   EXPECT_EQ(RunSequence(*m, 3, m->RootHash(""), t), 0);
   EXPECT_EQ(RunSequence(*m, 4, m->RootHash("tenant-a"), t), 8);
   // Another model's root never matches this one's blocks.
-  EXPECT_EQ(RunSequence(*m, 5, RootBlockHash(8, "tenant-a"), t), 0);
+  EXPECT_EQ(RunSequence(*m, 5, RootBlockHash(KvIdentity{8, 0, m->layout()}, "tenant-a"), t), 0);
 }
 
 TEST(KvCacheManagerTest, ReserveFailsCleanlyAndCloseReturnsEveryBlock) {

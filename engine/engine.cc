@@ -265,7 +265,7 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   int64_t max_total = std::min<int64_t>(config.context_length, kv_capacity_tokens_);
   if (is_turn) max_total = std::min<int64_t>(max_total, max_session_tokens_);
   seq->max_total_tokens = static_cast<int32_t>(max_total);
-  seq->root = cache::RootBlockHash(model_.fingerprint(), request.cache_salt);
+  seq->root = kv_->RootHash(request.cache_salt);  // immutable part of kv_: any thread
   seq->session_id = request.session_id;
   seq->arrival = static_cast<int64_t>(id);
   seq->submit_time = now;
@@ -581,6 +581,7 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Engine::Options& opti
   kv_options.layout = layout;
   kv_options.budget_bytes = options.kv_budget_bytes;
   kv_options.model_fingerprint = model.fingerprint();
+  kv_options.kv_heads = model.config().n_kv_heads;
   auto kv = cache::KvCacheManager::Create(kv_options);
   if (!kv.ok()) return kv.status();
   // A vocabulary without a usable tokenizer (some synthetic models) still serves token

@@ -1,0 +1,115 @@
+// Where kvserve-cache keeps block records and session records: the interfaces its tiers
+// (memory, disk, Redis) implement and the SessionCache service calls.
+//
+// Records reach a BlockStore already parsed and checked whole (cache/block_record.h):
+// a store never makes a record visible that did not pass, and a Get that returns a
+// record returns all of it (never a prefix of its bytes). Stores are keyed by
+// (partition, block hash): a partition is the identity digest a chain starts from (one
+// model, one cache salt), so different salts never share an entry in any tier, even if
+// two hashes were ever equal.
+#ifndef KVSERVE_CACHESVC_BLOCK_STORE_H_
+#define KVSERVE_CACHESVC_BLOCK_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cache/block_hash.h"
+
+namespace kvserve::cachesvc {
+
+using cache::BlockHash;
+
+// An immutable record shared between a store and the calls reading it.
+using RecordPtr = std::shared_ptr<const std::string>;
+
+struct LookupResult {
+  int32_t present_blocks = 0;  // leading blocks of the chain present, from the first
+  int64_t present_bytes = 0;   // their records' bytes
+};
+
+enum class PutOutcome {
+  kStored,          // now visible
+  kAlreadyPresent,  // an equal key was there (kept; records of one key are equal)
+  kNoRoom,          // over the partition's quota or larger than the whole capacity
+};
+
+struct BlockStoreStats {
+  int64_t blocks = 0;
+  int64_t bytes = 0;  // record bytes held
+  int64_t capacity_bytes = 0;
+  // Evictions by reason name (e.g. "expired_session", "capacity", "quota").
+  std::vector<std::pair<std::string, int64_t>> evictions;
+};
+
+// Threading: every method is thread-safe.
+class BlockStore {
+ public:
+  virtual ~BlockStore() = default;
+
+  // The longest run chain[0..k) present in `partition` (one call for the whole chain);
+  // counts as a use of those blocks for eviction. Errors: UNAVAILABLE (backend down).
+  virtual absl::StatusOr<LookupResult> Lookup(const BlockHash& partition,
+                                              std::span<const BlockHash> chain, absl::Time now) = 0;
+  // The record of `key`, or nullptr when absent. Errors: UNAVAILABLE.
+  virtual absl::StatusOr<RecordPtr> Get(const BlockHash& partition, const BlockHash& key,
+                                        absl::Time now) = 0;
+  // Stores a checked record of `key` whose chain parent is `parent` (the partition for a
+  // chain's first block). Errors: UNAVAILABLE.
+  virtual absl::StatusOr<PutOutcome> Put(const BlockHash& partition, const BlockHash& key,
+                                         const BlockHash& parent, RecordPtr record,
+                                         absl::Time now) = 0;
+  // Drops `key` (a reader found it corrupt). Unknown keys are ignored.
+  virtual void Erase(const BlockHash& partition, const BlockHash& key) = 0;
+  // Eviction hints: session `id` (of `partition`) continues from block `head` until
+  // `expires_at`; RemoveSession ends that. Stores that evict on their own (Redis) may
+  // ignore them.
+  virtual void SetSession(const std::string& id, const BlockHash& partition, const BlockHash& head,
+                          absl::Time expires_at) {}
+  virtual void RemoveSession(const std::string& id) {}
+  virtual BlockStoreStats stats() const = 0;
+  // "memory", "memory+disk", "redis".
+  virtual std::string name() const = 0;
+};
+
+// A session record as stored (session_cache.proto SessionRecord, with the absolute
+// expiry the server computed from its TTL).
+struct StoredSession {
+  std::string id;
+  BlockHash partition;
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> turn_ends;
+  bool has_head = false;
+  BlockHash head;
+  std::string owner;
+  absl::Time expires_at = absl::InfiniteFuture();
+};
+
+// Threading: every method is thread-safe.
+class SessionRecordStore {
+ public:
+  virtual ~SessionRecordStore() = default;
+  // Creates or replaces. Errors: UNAVAILABLE, RESOURCE_EXHAUSTED (record limit).
+  virtual absl::Status Put(StoredSession session, absl::Time now) = 0;
+  // NOT_FOUND when unknown or expired at `now`.
+  virtual absl::StatusOr<StoredSession> Get(const std::string& id, absl::Time now) = 0;
+  // NOT_FOUND when unknown or expired.
+  virtual absl::Status Delete(const std::string& id, absl::Time now) = 0;
+  struct Page {
+    std::vector<StoredSession> sessions;  // without tokens and turn_ends
+    std::string next_page_token;          // empty on the last page
+  };
+  // Live records of `partition` (all when null), ordered by id, after `page_token`.
+  virtual absl::StatusOr<Page> List(const BlockHash* partition, int32_t page_size,
+                                    const std::string& page_token, absl::Time now) = 0;
+  virtual int64_t size() const = 0;
+};
+
+}  // namespace kvserve::cachesvc
+
+#endif  // KVSERVE_CACHESVC_BLOCK_STORE_H_
