@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 #include <utility>
 
 namespace kvserve::cache {
@@ -183,6 +184,97 @@ bool KvCacheManager::ReclaimOneSession() {
   victim->blocks.clear();
   ++session_reclaims_total_;
   return true;
+}
+
+std::vector<BlockHash> KvCacheManager::ChainHashes(const BlockHash& root,
+                                                   std::span<const int32_t> tokens,
+                                                   int32_t num_blocks) const {
+  const size_t bt = static_cast<size_t>(block_tokens());
+  std::vector<BlockHash> chain;
+  chain.reserve(static_cast<size_t>(std::max(num_blocks, 0)));
+  BlockHash parent = root;
+  for (int32_t i = 0; i < num_blocks; ++i) {
+    parent = ChainBlockHash(parent, tokens.subspan(static_cast<size_t>(i) * bt, bt));
+    chain.push_back(parent);
+  }
+  return chain;
+}
+
+int32_t KvCacheManager::CachedPrefixBlocks(const BlockHash& root, std::span<const int32_t> tokens,
+                                           std::span<const BlockHash> chain) const {
+  const size_t bt = static_cast<size_t>(block_tokens());
+  int32_t n = 0;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const BlockHash& parent = i == 0 ? root : chain[i - 1];
+    if (!pool_->Find(chain[i], parent, tokens.subspan(i * bt, bt)).has_value()) break;
+    ++n;
+  }
+  return n;
+}
+
+int32_t KvCacheManager::ImportBlocks(const BlockHash& root, std::span<const int32_t> tokens,
+                                     std::span<const BlockHash> chain, int32_t first,
+                                     std::span<const std::span<const uint8_t>> payloads) {
+  const size_t bt = static_cast<size_t>(block_tokens());
+  const size_t block_bytes = pool_->layout().block_bytes();
+  // Hold every block of the chain while importing, so that allocating block i cannot
+  // evict block i - 1 (or the prefix before `first`).
+  std::vector<BlockId> held;
+  auto find = [&](size_t i) {
+    const BlockHash& parent = i == 0 ? root : chain[i - 1];
+    return pool_->Find(chain[i], parent, tokens.subspan(i * bt, bt));
+  };
+  size_t i = 0;
+  for (; i < static_cast<size_t>(first); ++i) {
+    std::optional<BlockId> id = find(i);
+    if (!id.has_value()) break;
+    pool_->Ref(*id);
+    held.push_back(*id);
+  }
+  if (i == static_cast<size_t>(first)) {
+    for (const std::span<const uint8_t> payload : payloads) {
+      if (std::optional<BlockId> id = find(i); id.has_value()) {
+        pool_->Ref(*id);
+        held.push_back(*id);
+      } else {
+        assert(payload.size() == block_bytes);
+        std::vector<BlockId> fresh;
+        if (!pool_->Allocate(1, &fresh)) break;  // no block to spare: import what fits
+        std::memcpy(pool_->data(fresh[0]), payload.data(), block_bytes);
+        const BlockHash& parent = i == 0 ? root : chain[i - 1];
+        pool_->Register(fresh[0], chain[i], parent, tokens.subspan(i * bt, bt));
+        held.push_back(fresh[0]);
+      }
+      ++i;
+    }
+  }
+  const int32_t cached = static_cast<int32_t>(held.size());
+  pool_->Release(held);  // tail first: the chain's head stays cached longest
+  return cached;
+}
+
+std::vector<KvCacheManager::ExportBlock> KvCacheManager::PinExport(
+    uint64_t key, SequenceId seq, std::span<const int32_t> tokens) {
+  assert(!exports_.contains(key));
+  std::vector<BlockId> blocks = RefCommitted(seq, tokens);
+  const Table& t = table(seq);
+  std::vector<ExportBlock> out;
+  out.reserve(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    out.push_back(
+        ExportBlock{i == 0 ? t.root : t.hashes[i - 1], t.hashes[i], pool_->data(blocks[i])});
+  }
+  export_blocks_ += static_cast<int64_t>(blocks.size());
+  exports_[key] = std::move(blocks);
+  return out;
+}
+
+void KvCacheManager::ReleaseExport(uint64_t key) {
+  auto it = exports_.find(key);
+  if (it == exports_.end()) return;
+  pool_->Release(it->second);
+  export_blocks_ -= static_cast<int64_t>(it->second.size());
+  exports_.erase(it);
 }
 
 KvCacheStats KvCacheManager::stats() const {

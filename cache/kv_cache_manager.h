@@ -47,8 +47,10 @@ struct KvCacheStats {
 // Who owns a block (exactly one answer at any time):
 //   * BlockPool owns every block's memory and its free / cached (LRU) state.
 //   * A block with references is owned by its holders, and this class holds every
-//     reference: the table of each open sequence (Open/Reserve until Close), and the
-//     session tier (PinSession/ForkSession until ReleaseSession or reclaim). The pool's
+//     reference: the table of each open sequence (Open/Reserve until Close), the
+//     session tier (PinSession/ForkSession until ReleaseSession or reclaim), and export
+//     holders (PinExport until ReleaseExport; ImportBlocks holds its blocks only during
+//     the call). The pool's
 //     refcount is the number of those holders; at 0 the block goes back to the pool,
 //     cached (evictable, findable by key) when it is full and registered, else free.
 //   * Nobody outside this class takes or drops references.
@@ -144,6 +146,42 @@ class KvCacheManager {
   // Blocks `session` holds (0 if unknown).
   int32_t session_blocks(const std::string& session) const;
 
+  // Import and export (the session cache service, engine/remote_tier.h).
+  //
+  // The keys of the first `num_blocks` full blocks of `tokens` under `root`, in chain
+  // order. Precondition: tokens.size() >= num_blocks * block_tokens().
+  std::vector<BlockHash> ChainHashes(const BlockHash& root, std::span<const int32_t> tokens,
+                                     int32_t num_blocks) const;
+  // How many leading blocks of `chain` (keys from ChainHashes(root, tokens, ...)) are
+  // cached here now. Takes no references and changes nothing.
+  int32_t CachedPrefixBlocks(const BlockHash& root, std::span<const int32_t> tokens,
+                             std::span<const BlockHash> chain) const;
+  // Makes block payloads computed elsewhere findable here: for i = first .. first +
+  // payloads.size() - 1, block i of `tokens` under `root` (chain key chain[i]) gets
+  // payloads[i - first] (layout().block_bytes() bytes each, already checked by the caller)
+  // unless a block with that key is cached already. Blocks [0, first) must be cached;
+  // the imported blocks end up cached and unreferenced (most recently used), as if a
+  // sequence had computed and closed them. Never reclaims session blocks: stops early
+  // when the pool has no block to spare. Returns the blocks [0, k) cached afterwards
+  // (k <= first + payloads.size()).
+  int32_t ImportBlocks(const BlockHash& root, std::span<const int32_t> tokens,
+                       std::span<const BlockHash> chain, int32_t first,
+                       std::span<const std::span<const uint8_t>> payloads);
+  // A block held for export: its memory stays valid and unchanged until ReleaseExport.
+  struct ExportBlock {
+    BlockHash parent;  // the root for the first block
+    BlockHash hash;
+    const uint8_t* data = nullptr;
+  };
+  // References the committed chain of open sequence `seq` (whose tokens are `tokens`)
+  // under `key` so that another thread can read it (the export holder, unlike a session,
+  // is never reclaimed). Returns the blocks in chain order (up to the first committed
+  // block no longer registered). Precondition: `key` holds nothing.
+  std::vector<ExportBlock> PinExport(uint64_t key, SequenceId seq, std::span<const int32_t> tokens);
+  // Drops what `key` holds. Unknown keys are ignored.
+  void ReleaseExport(uint64_t key);
+  int64_t export_blocks() const { return export_blocks_; }
+
   int32_t num_available_blocks() const { return pool_->num_available(); }
   KvCacheStats stats() const;
   const BlockPool& pool() const { return *pool_; }
@@ -176,6 +214,8 @@ class KvCacheManager {
   std::unique_ptr<BlockPool> pool_;
   absl::flat_hash_map<SequenceId, Table> tables_;
   absl::flat_hash_map<std::string, SessionBlocks> sessions_;
+  absl::flat_hash_map<uint64_t, std::vector<BlockId>> exports_;
+  int64_t export_blocks_ = 0;
   int64_t session_clock_ = 0;  // orders sessions by their last pin
   int64_t session_blocks_ = 0;
   int64_t session_reclaims_total_ = 0;

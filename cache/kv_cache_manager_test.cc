@@ -1,5 +1,6 @@
 #include "cache/kv_cache_manager.h"
 
+#include <cstring>
 #include <numeric>
 #include <tuple>
 #include <vector>
@@ -185,6 +186,70 @@ TEST(KvCacheManagerTest, DuplicateComputationPinsTheCanonicalBlock) {
   EXPECT_EQ(m->stats().blocks_cached, 0);
   m->ReleaseSession("s");
   EXPECT_EQ(m->stats().blocks_cached, 1);
+}
+
+// Exported blocks of one manager imported into another ("another replica") are found
+// there as a cached prefix, with the same bytes.
+TEST(KvCacheManagerTest, ExportedBlocksImportIntoAnotherManager) {
+  auto a = MakeManager(8);
+  auto b = MakeManager(8);
+  const BlockHash root = a->RootHash("t");
+  ASSERT_EQ(root, b->RootHash("t"));
+  const auto tokens = Iota(13);  // 3 full blocks
+  ASSERT_EQ(a->Open(1, root, tokens, 12), 0);
+  ASSERT_TRUE(a->Reserve(1, 13));
+  for (size_t i = 0; i < 3; ++i) {
+    std::memset(a->BlockPointers(1)[i], static_cast<int>(10 + i), a->layout().block_bytes());
+  }
+  a->Commit(1, tokens, 13);
+  const std::vector<KvCacheManager::ExportBlock> out = a->PinExport(77, 1, tokens);
+  a->Close(1);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(a->export_blocks(), 3);
+  EXPECT_EQ(a->stats().blocks_used, 3);  // the export holds them
+  const std::vector<BlockHash> chain = a->ChainHashes(root, tokens, 3);
+  EXPECT_EQ(out[0].parent, root);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(out[i].hash, chain[i]);
+  EXPECT_EQ(a->CachedPrefixBlocks(root, tokens, chain), 3);
+
+  EXPECT_EQ(b->CachedPrefixBlocks(root, tokens, chain), 0);
+  // The first block is imported alone, then the rest after it.
+  const size_t bytes = b->layout().block_bytes();
+  std::vector<std::span<const uint8_t>> payloads;
+  for (const auto& e : out) payloads.emplace_back(e.data, bytes);
+  EXPECT_EQ(b->ImportBlocks(root, tokens, chain, 0, std::span(payloads).first(1)), 1);
+  EXPECT_EQ(b->ImportBlocks(root, tokens, chain, 1, std::span(payloads).subspan(1)), 3);
+  EXPECT_EQ(b->CachedPrefixBlocks(root, tokens, chain), 3);
+  EXPECT_EQ(b->stats().blocks_used, 0);
+  EXPECT_EQ(b->stats().blocks_cached, 3);
+  ASSERT_EQ(b->Open(2, root, tokens, 12), 12);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(std::memcmp(b->BlockPointers(2)[i], out[i].data, bytes), 0) << i;
+  }
+  b->Close(2);
+  a->ReleaseExport(77);
+  EXPECT_EQ(a->export_blocks(), 0);
+  EXPECT_EQ(a->stats().blocks_used, 0);
+  // Importing after a gap is refused: block 0 of another salt is not cached.
+  const BlockHash other = b->RootHash("u");
+  const std::vector<BlockHash> other_chain = b->ChainHashes(other, tokens, 3);
+  EXPECT_EQ(b->ImportBlocks(other, tokens, other_chain, 1, std::span(payloads).subspan(1)), 0);
+}
+
+// An import never takes blocks that sessions or sequences hold: it stops when the pool
+// has nothing to spare, and what it imported is an unbroken prefix.
+TEST(KvCacheManagerTest, ImportStopsWhenThePoolIsFull) {
+  auto m = MakeManager(2);
+  const BlockHash root = m->RootHash("");
+  const auto tokens = Iota(17);
+  const std::vector<BlockHash> chain = m->ChainHashes(root, tokens, 4);
+  std::vector<uint8_t> bytes(m->layout().block_bytes(), 1);
+  std::vector<std::span<const uint8_t>> payloads(4, std::span<const uint8_t>(bytes));
+  ASSERT_EQ(m->Open(9, root, Iota(3, 500), 2), 0);
+  ASSERT_TRUE(m->Reserve(9, 3));  // one block in use
+  EXPECT_EQ(m->ImportBlocks(root, tokens, chain, 0, payloads), 1);
+  EXPECT_EQ(m->CachedPrefixBlocks(root, tokens, chain), 1);
+  m->Close(9);
 }
 
 }  // namespace
