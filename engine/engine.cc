@@ -94,6 +94,20 @@ class EngineImpl final : public Engine {
                                         context_limits_}),
         scheduler_(Scheduler::Options{options.max_running_sequences, options.max_step_tokens},
                    kv_.get()) {
+    if (options.remote_cache != nullptr) {
+      remote_tier_ = std::make_unique<RemoteTier>(
+          options.remote_cache, options.remote, kv_->layout(), model.config().n_kv_heads,
+          [this](RemoteTier::FetchResult r) {
+            std::lock_guard<std::mutex> lock(mu_);
+            fetched_.push_back(std::move(r));
+            cv_.notify_one();
+          },
+          [this](uint64_t key) {
+            std::lock_guard<std::mutex> lock(mu_);
+            exported_.push_back(key);
+            cv_.notify_one();
+          });
+    }
     PublishStats(0.0);
     thread_ = std::thread([this] { Run(); });
     step_thread_id_ = thread_.get_id();
@@ -110,22 +124,36 @@ class EngineImpl final : public Engine {
 
   absl::StatusOr<SessionInfo> OpenSession(absl::Duration ttl) override {
     if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
-    return sessions_.Open(ttl, clock_->Now());
+    auto info = sessions_.Open(ttl, clock_->Now());
+    if (info.ok()) PublishSession(info->id);
+    return info;
   }
   absl::StatusOr<SessionInfo> ForkSession(const std::string& parent_id,
                                           absl::Duration ttl) override {
     if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
     auto info = sessions_.Fork(parent_id, ttl, clock_->Now());
+    if (absl::IsNotFound(info.status()) && RestoreSession(parent_id)) {
+      info = sessions_.Fork(parent_id, ttl, clock_->Now());
+    }
+    if (info.ok()) PublishSession(info->id);
     Wake();
     return info;
   }
   absl::Status CloseSession(const std::string& id) override {
     absl::Status status = sessions_.Close(id, clock_->Now());
+    if (remote_tier_ != nullptr) {
+      // Closed everywhere: a session known only to the service closes there.
+      if (absl::IsNotFound(status) && RemoteRecord(id).ok()) status = absl::OkStatus();
+      if (status.ok()) remote_tier_->DeleteSession(id);
+    }
     Wake();
     return status;
   }
   absl::StatusOr<SessionInfo> GetSession(const std::string& id) override {
     auto info = sessions_.Get(id, clock_->Now());
+    if (absl::IsNotFound(info.status()) && RestoreSession(id)) {
+      info = sessions_.Get(id, clock_->Now());
+    }
     if (!info.ok()) Wake();  // it may just have expired: release its KV blocks
     return info;
   }
@@ -170,7 +198,8 @@ class EngineImpl final : public Engine {
 
   // Step thread.
   void Run();
-  void Step();
+  // Runs one step; returns the prompt tokens it prefilled.
+  int32_t Step();
   void HandleSample(Sequence& seq, std::span<float> logits, absl::Time now,
                     std::vector<std::pair<RequestId, FinishReason>>* finished);
   void Finish(RequestId id, const absl::Status& status, FinishReason reason);
@@ -181,6 +210,22 @@ class EngineImpl final : public Engine {
   void ReleaseQueueSlot(const Sequence& seq);
   // Submit's checks of the request itself (FieldErrors, engine/field_error.h).
   absl::Status ValidateRequest(const Request& request) const;
+
+  // The session cache service (all no-ops without one). Any thread:
+  //   RemoteRecord: the service's record of `id` if it is for this model.
+  //   RestoreSession: continues a session unknown here from the service's record; true
+  //     when the session is open here afterwards.
+  //   PublishSession: writes `id`'s record behind (history and turn ends as of now).
+  absl::StatusOr<RemoteSession> RemoteRecord(const std::string& id);
+  bool RestoreSession(const std::string& id);
+  void PublishSession(const std::string& id);
+  std::optional<RemoteSession> SessionRecordOf(const std::string& id, const cache::BlockHash& root);
+  // Step thread: routes an arrived sequence to the scheduler, or first to a remote
+  // fetch; takes fetch results and finished exports back.
+  void Admit(std::unique_ptr<Sequence> seq);
+  void OnFetched(RemoteTier::FetchResult result);
+  // Writes the committed blocks of finished `seq` (and its session's record) behind.
+  void Export(const Sequence& seq, bool session_alive);
 
   const Options options_;
   const model::Model& model_;
@@ -196,6 +241,11 @@ class EngineImpl final : public Engine {
 
   // Step-thread state. Session KV blocks live in kv_'s session tier.
   std::vector<float> logits_;  // [batch, vocab]
+  // Sequences waiting for a remote fetch (not yet in the scheduler).
+  absl::flat_hash_map<RequestId, std::unique_ptr<Sequence>> fetching_;
+  uint64_t next_export_key_ = 0;
+  // Measured prefill cost (smoothed), for the fetch-or-recompute estimate; 0 = unknown.
+  double prefill_seconds_per_token_ = 0.0;
   int64_t steps_total_ = 0;
   absl::Time next_session_sweep_ = absl::InfinitePast();
 
@@ -204,6 +254,8 @@ class EngineImpl final : public Engine {
   std::condition_variable cv_;
   std::vector<std::unique_ptr<Sequence>> inbox_ ABSL_GUARDED_BY(mu_);
   std::vector<RequestId> cancels_ ABSL_GUARDED_BY(mu_);
+  std::vector<RemoteTier::FetchResult> fetched_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> exported_ ABSL_GUARDED_BY(mu_);  // export keys to release
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time shutdown_deadline_ ABSL_GUARDED_BY(mu_);
@@ -214,9 +266,12 @@ class EngineImpl final : public Engine {
   EngineStats stats_ ABSL_GUARDED_BY(stats_mu_);
 
   std::atomic<RequestId> next_id_{1};
+  std::atomic<int64_t> sessions_restored_{0};
   std::mutex join_mu_;
   std::thread thread_;
   std::thread::id step_thread_id_;  // set once in the constructor
+  // Last: destroyed first (its workers call back into the inbox and read kv_'s blocks).
+  std::unique_ptr<RemoteTier> remote_tier_;
 };
 
 absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<RequestSink> sink) {
@@ -233,6 +288,9 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   if (is_turn) {
     // BOS is decided under the session's lock: only an empty history gets it.
     auto begun = sessions_.BeginTurn(request.session_id, request.prompt_tokens, bos, now);
+    if (absl::IsNotFound(begun.status()) && RestoreSession(request.session_id)) {
+      begun = sessions_.BeginTurn(request.session_id, request.prompt_tokens, bos, now);
+    }
     if (!begun.ok()) return begun.status();
     context = std::move(begun->context);
   } else {
@@ -329,6 +387,8 @@ void EngineImpl::Run() {
   while (true) {
     std::vector<std::unique_ptr<Sequence>> arrived;
     std::vector<RequestId> cancels;
+    std::vector<RemoteTier::FetchResult> fetched;
+    std::vector<uint64_t> exported;
     bool shutting_down = false;
     absl::Time shutdown_deadline;
     const bool busy = !scheduler_.running().empty() || !scheduler_.waiting().empty();
@@ -337,7 +397,8 @@ void EngineImpl::Run() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto has_input = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !inbox_.empty() || !cancels_.empty() || wake_ || shutting_down_;
+        return !inbox_.empty() || !cancels_.empty() || !fetched_.empty() || !exported_.empty() ||
+               wake_ || shutting_down_;
       };
       if (!busy) {
         if (next_expiry.has_value()) {
@@ -356,12 +417,16 @@ void EngineImpl::Run() {
       }
       arrived.swap(inbox_);
       cancels.swap(cancels_);
+      fetched.swap(fetched_);
+      exported.swap(exported_);
       wake_ = false;
       shutting_down = shutting_down_;
       shutdown_deadline = shutdown_deadline_;
     }
 
-    for (auto& seq : arrived) scheduler_.Add(std::move(seq));
+    for (uint64_t key : exported) kv_->ReleaseExport(key);
+    for (auto& result : fetched) OnFetched(std::move(result));
+    for (auto& seq : arrived) Admit(std::move(seq));
     for (RequestId id : cancels) {
       Finish(id, absl::CancelledError("request cancelled"), FinishReason::kCancelled);
     }
@@ -374,11 +439,12 @@ void EngineImpl::Run() {
     ExpireDeadlines(now);
 
     const bool has_work = !scheduler_.running().empty() || !scheduler_.waiting().empty();
-    if (shutting_down && (!has_work || now >= shutdown_deadline)) {
+    if (shutting_down && ((!has_work && fetching_.empty()) || now >= shutdown_deadline)) {
       std::vector<RequestId> rest;
       for (const auto* q : {&scheduler_.running(), &scheduler_.waiting()}) {
         for (const auto& seq : *q) rest.push_back(seq->id);
       }
+      for (const auto& [id, seq] : fetching_) rest.push_back(id);
       for (RequestId id : rest) {
         Finish(id, absl::UnavailableError("engine shut down"), FinishReason::kCancelled);
       }
@@ -389,22 +455,33 @@ void EngineImpl::Run() {
     double step_seconds = 0.0;
     if (has_work) {
       const auto start = std::chrono::steady_clock::now();
-      Step();
+      const int32_t prefill_tokens = Step();
       step_seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ++steps_total_;
+      // Mostly-prefill steps teach the fetch-or-recompute estimate (smoothed).
+      if (prefill_tokens >= 64) {
+        const double per_token = step_seconds / prefill_tokens;
+        prefill_seconds_per_token_ = prefill_seconds_per_token_ == 0.0
+                                         ? per_token
+                                         : 0.7 * prefill_seconds_per_token_ + 0.3 * per_token;
+      }
     }
     PublishStats(step_seconds);
   }
 }
 
-void EngineImpl::Step() {
+int32_t EngineImpl::Step() {
   StepPlan plan = scheduler_.Schedule();
   for (Sequence* seq : plan.out_of_blocks) {
     // The pool cannot hold this sequence's next token even alone: its context is full.
     Finish(seq->id, absl::OkStatus(), FinishReason::kLength);
   }
-  if (plan.chunks.empty()) return;
+  if (plan.chunks.empty()) return 0;
+  int32_t prefill_tokens = 0;
+  for (const StepPlan::Chunk& c : plan.chunks) {
+    if (c.num_tokens > 1) prefill_tokens += c.num_tokens;
+  }
 
   const absl::Time now = clock_->Now();
   const int32_t vocab = model_.config().vocab_size;
@@ -415,7 +492,10 @@ void EngineImpl::Step() {
     if (!seq.first_scheduled.has_value()) seq.first_scheduled = now;
     if (!seq.admitted_once) {
       seq.admitted_once = true;
-      seq.cached_tokens = seq.num_computed;
+      // Of the prefix found, the positions imported from the session cache service.
+      seq.cached_tokens_remote =
+          std::max(0, std::min(seq.num_computed, seq.remote_to) - seq.remote_from);
+      seq.cached_tokens = seq.num_computed - seq.cached_tokens_remote;
       ReleaseQueueSlot(seq);
     }
     backends::SequenceInput in;
@@ -433,7 +513,7 @@ void EngineImpl::Step() {
     for (const StepPlan::Chunk& c : plan.chunks) {
       Finish(c.seq->id, status, FinishReason::kError);
     }
-    return;
+    return prefill_tokens;
   }
 
   const absl::Time sampled_at = clock_->Now();
@@ -453,6 +533,7 @@ void EngineImpl::Step() {
                  sampled_at, &finished);
   }
   for (const auto& [id, reason] : finished) Finish(id, absl::OkStatus(), reason);
+  return prefill_tokens;
 }
 
 void EngineImpl::HandleSample(Sequence& seq, std::span<float> logits, absl::Time now,
@@ -484,25 +565,34 @@ void EngineImpl::HandleSample(Sequence& seq, std::span<float> logits, absl::Time
 
 void EngineImpl::Finish(RequestId id, const absl::Status& status, FinishReason reason) {
   Sequence* found = scheduler_.Find(id);
-  if (found == nullptr) return;  // unknown or already finished (e.g. a late Cancel)
+  std::unique_ptr<Sequence> parked;
+  if (found == nullptr) {
+    auto it = fetching_.find(id);
+    if (it == fetching_.end()) return;  // unknown or already finished (e.g. a late Cancel)
+    parked = std::move(it->second);
+    fetching_.erase(it);
+    found = parked.get();
+  }
   const absl::Time now = clock_->Now();
+  const bool completed = reason == FinishReason::kStop || reason == FinishReason::kStopString ||
+                         reason == FinishReason::kLength;
+  bool session_alive = false;
   if (!found->session_id.empty()) {
-    const bool completed = reason == FinishReason::kStop || reason == FinishReason::kStopString ||
-                           reason == FinishReason::kLength;
-    const bool alive =
-        sessions_.EndTurn(found->session_id, completed ? &found->tokens : nullptr, now);
+    session_alive = sessions_.EndTurn(found->session_id, completed ? &found->tokens : nullptr, now);
     // The session keeps its history's blocks for the next turn (its previous blocks
     // are released after the new chain is referenced).
-    if (alive && completed && found->has_table) {
+    if (session_alive && completed && found->has_table) {
       kv_->PinSession(found->session_id, found->id, found->tokens);
     }
   }
-  std::unique_ptr<Sequence> seq = scheduler_.Remove(id);
+  if (completed && found->has_table) Export(*found, session_alive);
+  std::unique_ptr<Sequence> seq = parked != nullptr ? std::move(parked) : scheduler_.Remove(id);
   if (!seq->admitted_once) ReleaseQueueSlot(*seq);
 
   Usage usage;
   usage.prompt_tokens = seq->prompt_len;
   usage.cached_tokens = seq->cached_tokens;
+  usage.cached_tokens_remote = seq->cached_tokens_remote;
   usage.computed_tokens = seq->computed_prompt_tokens;
   usage.completion_tokens = std::max(0, seq->completion_tokens());
   usage.queue_time = seq->first_scheduled.value_or(now) - seq->submit_time;
@@ -524,6 +614,9 @@ void EngineImpl::ExpireDeadlines(absl::Time now) {
       if (now >= seq->deadline) expired.push_back(seq->id);
     }
   }
+  for (const auto& [id, seq] : fetching_) {
+    if (now >= seq->deadline) expired.push_back(id);
+  }
   for (RequestId id : expired) Finish(id, absl::OkStatus(), FinishReason::kDeadline);
 }
 
@@ -537,11 +630,123 @@ void EngineImpl::ApplySessionEvents() {
   }
 }
 
+void EngineImpl::Admit(std::unique_ptr<Sequence> seq) {
+  if (remote_tier_ != nullptr && !seq->remote_asked) {
+    seq->remote_asked = true;
+    // The blocks a prefix hit may cover (the last token is always computed).
+    const int32_t bt = kv_->block_tokens();
+    const int32_t full = (static_cast<int32_t>(seq->tokens.size()) - 1) / bt;
+    if (full >= options_.remote.min_fetch_blocks) {
+      RemoteTier::FetchJob job;
+      job.chain = kv_->ChainHashes(seq->root, seq->tokens, full);
+      job.local_blocks = kv_->CachedPrefixBlocks(seq->root, seq->tokens, job.chain);
+      if (full - job.local_blocks >= options_.remote.min_fetch_blocks) {
+        job.id = seq->id;
+        job.partition = seq->root;
+        job.tokens.assign(seq->tokens.begin(), seq->tokens.begin() + full * bt);
+        job.prefill_seconds_per_token = prefill_seconds_per_token_;
+        job.deadline = seq->deadline;
+        fetching_.emplace(seq->id, std::move(seq));
+        remote_tier_->Fetch(std::move(job));
+        return;
+      }
+    }
+  }
+  scheduler_.Add(std::move(seq));
+}
+
+void EngineImpl::OnFetched(RemoteTier::FetchResult result) {
+  auto it = fetching_.find(result.id);
+  if (it == fetching_.end()) return;  // finished meanwhile (cancel, deadline, shutdown)
+  std::unique_ptr<Sequence> seq = std::move(it->second);
+  fetching_.erase(it);
+  if (!result.payloads.empty()) {
+    const int32_t end = result.first + static_cast<int32_t>(result.payloads.size());
+    const std::vector<cache::BlockHash> chain = kv_->ChainHashes(seq->root, seq->tokens, end);
+    const int32_t cached =
+        kv_->ImportBlocks(seq->root, seq->tokens, chain, result.first, result.payloads);
+    if (cached > result.first) {
+      seq->remote_from = result.first * kv_->block_tokens();
+      seq->remote_to = cached * kv_->block_tokens();
+    }
+  }
+  scheduler_.Add(std::move(seq));
+}
+
+void EngineImpl::Export(const Sequence& seq, bool session_alive) {
+  if (remote_tier_ == nullptr) return;
+  RemoteTier::StoreJob job;
+  job.key = ++next_export_key_;
+  job.blocks = kv_->PinExport(job.key, seq.id, seq.tokens);
+  if (session_alive) job.session = SessionRecordOf(seq.session_id, seq.root);
+  if (job.blocks.empty() && !job.session.has_value()) {
+    kv_->ReleaseExport(job.key);
+    return;
+  }
+  job.partition = seq.root;
+  job.tokens.assign(seq.tokens.begin(),
+                    seq.tokens.begin() + job.blocks.size() * kv_->block_tokens());
+  const uint64_t key = job.key;
+  if (!remote_tier_->Store(std::move(job))) kv_->ReleaseExport(key);  // dropped, counted
+}
+
+std::optional<RemoteSession> EngineImpl::SessionRecordOf(const std::string& id,
+                                                         const cache::BlockHash& root) {
+  std::optional<SessionStore::Snapshot> snap = sessions_.GetSnapshot(id);
+  if (!snap.has_value()) return std::nullopt;
+  RemoteSession r;
+  r.id = id;
+  r.partition = root;
+  r.model_identity = kv_->RootHash("");
+  r.tokens = std::move(snap->history);
+  r.turn_ends = std::move(snap->turn_ends);
+  const size_t full = r.tokens.size() / static_cast<size_t>(kv_->block_tokens());
+  if (full > 0) {
+    r.has_head = true;
+    r.head = kv_->ChainHashes(root, r.tokens, static_cast<int32_t>(full)).back();
+  }
+  r.owner = options_.remote.owner;
+  r.ttl = snap->ttl;
+  return r;
+}
+
+void EngineImpl::PublishSession(const std::string& id) {
+  if (remote_tier_ == nullptr) return;
+  std::optional<RemoteSession> record = SessionRecordOf(id, kv_->RootHash(""));
+  if (record.has_value()) remote_tier_->PutSession(*std::move(record));
+}
+
+absl::StatusOr<RemoteSession> EngineImpl::RemoteRecord(const std::string& id) {
+  if (remote_tier_ == nullptr) return absl::NotFoundError("no session cache service");
+  absl::StatusOr<RemoteSession> record = remote_tier_->GetSession(id);
+  if (!record.ok()) return record.status();
+  // Another model's (or layout's) session is not ours to continue.
+  if (record->model_identity != kv_->RootHash("")) {
+    return absl::NotFoundError("the session belongs to another model");
+  }
+  const int32_t vocab = model_.config().vocab_size;
+  for (int32_t t : record->tokens) {
+    if (t < 0 || t >= vocab) return absl::DataLossError("session record holds invalid tokens");
+  }
+  return record;
+}
+
+bool EngineImpl::RestoreSession(const std::string& id) {
+  absl::StatusOr<RemoteSession> record = RemoteRecord(id);
+  if (!record.ok()) return false;
+  const absl::Status restored = sessions_.Restore(
+      id, std::move(record->tokens), std::move(record->turn_ends), record->ttl, clock_->Now());
+  if (!restored.ok()) return false;
+  sessions_restored_.fetch_add(1);
+  return true;
+}
+
 void EngineImpl::PublishStats(double step_seconds) {
   const cache::KvCacheStats kv = kv_->stats();
   EngineStats s;
   s.running = static_cast<int32_t>(scheduler_.running().size());
-  s.waiting = static_cast<int32_t>(scheduler_.waiting().size());
+  // Sequences waiting for a remote fetch count as waiting.
+  s.waiting = static_cast<int32_t>(scheduler_.waiting().size() + fetching_.size());
   s.blocks_total = kv.blocks_total;
   s.blocks_used = kv.blocks_used;
   s.blocks_cached = kv.blocks_cached;
@@ -554,6 +759,10 @@ void EngineImpl::PublishStats(double step_seconds) {
   s.preemptions_total = scheduler_.preemptions_total();
   s.steps_total = steps_total_;
   s.open_sessions = sessions_.size();
+  if (remote_tier_ != nullptr) {
+    s.remote = remote_tier_->stats();
+    s.remote.sessions_restored_total = sessions_restored_.load();
+  }
   s.last_step_seconds = step_seconds;
   {
     std::lock_guard<std::mutex> lock(mu_);

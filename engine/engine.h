@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -83,6 +84,26 @@ struct SessionInfo {
   bool busy = false;  // a turn is running
 };
 
+// The engine's use of a session cache service (engine/remote_tier.h); all zero when
+// none is configured.
+struct RemoteCacheStats {
+  bool enabled = false;
+  bool failing = false;               // the last remote call failed
+  int64_t lookups_total = 0;          // chains looked up
+  int64_t lookup_blocks_total = 0;    // blocks the service held beyond the local prefix
+  int64_t fetches_skipped_total = 0;  // recomputing was estimated faster
+  int64_t fetched_blocks_total = 0;   // checked blocks handed to the pool
+  int64_t fetched_bytes_total = 0;
+  double fetch_seconds_total = 0.0;   // time in fetch calls
+  int64_t rejected_blocks_total = 0;  // records that failed a check (by reason below)
+  std::vector<std::pair<std::string, int64_t>> rejected_by_reason;
+  int64_t stored_blocks_total = 0;  // blocks written behind
+  int64_t stored_bytes_total = 0;
+  int64_t store_dropped_total = 0;      // store jobs dropped (queue full or failure)
+  int64_t errors_total = 0;             // failed remote calls
+  int64_t sessions_restored_total = 0;  // sessions unknown here, continued from the service
+};
+
 struct EngineStats {
   int32_t running = 0;
   int32_t waiting = 0;
@@ -100,6 +121,7 @@ struct EngineStats {
   int64_t steps_total = 0;
   int32_t open_sessions = 0;
   double last_step_seconds = 0.0;
+  RemoteCacheStats remote;
 };
 
 // The request limits Submit enforces (from Engine::Options), for front ends that

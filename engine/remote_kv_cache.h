@@ -24,9 +24,10 @@ namespace kvserve::engine {
 // A session record (kvserve.v1.SessionRecord).
 struct RemoteSession {
   std::string id;
-  cache::BlockHash partition;
-  std::vector<int32_t> tokens;     // the whole history
-  std::vector<int32_t> turn_ends;  // token offsets where turns ended
+  cache::BlockHash partition;       // chain root of its turns (model identity + salt)
+  cache::BlockHash model_identity;  // RootBlockHash(identity, ""): who may continue it
+  std::vector<int32_t> tokens;      // the whole history
+  std::vector<int32_t> turn_ends;   // token offsets where turns ended
   bool has_head = false;
   cache::BlockHash head;  // hash of the last full block of `tokens`
   std::string owner;

@@ -41,8 +41,15 @@ struct Sequence {
   bool admitted_once = false;  // left the submission queue (queue limits no longer count it)
   int64_t arrival = 0;         // submission order; larger = younger
 
+  // The session cache service (engine/remote_tier.h): asked once per request; positions
+  // [remote_from, remote_to) were imported from it (none when equal).
+  bool remote_asked = false;
+  int32_t remote_from = 0;
+  int32_t remote_to = 0;
+
   // Usage.
-  int32_t cached_tokens = 0;
+  int32_t cached_tokens = 0;         // local prefix cache
+  int32_t cached_tokens_remote = 0;  // imported from the session cache service
   int32_t computed_prompt_tokens = 0;
   absl::Time submit_time;
   std::optional<absl::Time> first_scheduled;

@@ -28,6 +28,19 @@ absl::StatusOr<std::string> SessionStore::NewIdLocked() {
   }
 }
 
+absl::Status SessionStore::MakeRoomLocked(absl::Time now) {
+  if (static_cast<int32_t>(sessions_.size()) < options_.max_sessions) return absl::OkStatus();
+  // Purge expired sessions before refusing.
+  std::vector<std::string> expired;
+  for (const auto& [id, s] : sessions_) {
+    if (!s.busy && now >= s.expires_at) expired.push_back(id);
+  }
+  for (const auto& id : expired) RemoveLocked(id);
+  if (static_cast<int32_t>(sessions_.size()) < options_.max_sessions) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("too many open sessions (limit ", options_.max_sessions, ")"));
+}
+
 SessionInfo SessionStore::Info(const std::string& id, const Session& s) {
   SessionInfo info;
   info.id = id;
@@ -55,18 +68,7 @@ absl::StatusOr<SessionInfo> SessionStore::Open(absl::Duration ttl, absl::Time no
   absl::StatusOr<absl::Duration> checked = CheckTtl(ttl);
   if (!checked.ok()) return checked.status();
   std::lock_guard<std::mutex> lock(mu_);
-  if (static_cast<int32_t>(sessions_.size()) >= options_.max_sessions) {
-    // Purge expired sessions before refusing.
-    std::vector<std::string> expired;
-    for (const auto& [id, s] : sessions_) {
-      if (!s.busy && now >= s.expires_at) expired.push_back(id);
-    }
-    for (const auto& id : expired) RemoveLocked(id);
-    if (static_cast<int32_t>(sessions_.size()) >= options_.max_sessions) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("too many open sessions (limit ", options_.max_sessions, ")"));
-    }
-  }
+  if (absl::Status room = MakeRoomLocked(now); !room.ok()) return room;
   absl::StatusOr<std::string> new_id = NewIdLocked();
   if (!new_id.ok()) return new_id.status();
   const std::string& id = *new_id;
@@ -89,11 +91,13 @@ absl::StatusOr<SessionInfo> SessionStore::Fork(const std::string& parent_id, abs
         absl::StrCat("too many open sessions (limit ", options_.max_sessions, ")"));
   }
   std::vector<int32_t> history = parent->history;  // `parent` may move on insertion
+  std::vector<int32_t> turn_ends = parent->turn_ends;
   absl::StatusOr<std::string> new_id = NewIdLocked();
   if (!new_id.ok()) return new_id.status();
   const std::string& id = *new_id;
   Session& s = sessions_[id];
   s.history = std::move(history);
+  s.turn_ends = std::move(turn_ends);
   s.ttl = *checked;
   s.expires_at = now + s.ttl;
   events_.push_back({Event::Kind::kForked, id, parent_id});
@@ -154,9 +158,43 @@ bool SessionStore::EndTurn(const std::string& id, const std::vector<int32_t>* hi
   if (it == sessions_.end()) return false;
   Session& s = it->second;
   s.busy = false;
-  if (history != nullptr) s.history = *history;
+  if (history != nullptr) {
+    s.history = *history;
+    s.turn_ends.push_back(static_cast<int32_t>(s.history.size()));
+  }
   s.expires_at = now + s.ttl;
   return true;
+}
+
+absl::Status SessionStore::Restore(const std::string& id, std::vector<int32_t> history,
+                                   std::vector<int32_t> turn_ends, absl::Duration ttl,
+                                   absl::Time now) {
+  const bool well_formed =
+      id.size() == 34 && id.starts_with("s-") && std::all_of(id.begin() + 2, id.end(), [](char c) {
+        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+      });
+  if (!well_formed) return absl::InvalidArgumentError("session id is not one kvserve issues");
+  if (static_cast<int64_t>(history.size()) > options_.max_session_tokens) {
+    return absl::ResourceExhaustedError(absl::StrCat("session history of ", history.size(),
+                                                     " tokens exceeds the limit of ",
+                                                     options_.max_session_tokens));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (FindLive(id, now) != nullptr) return absl::OkStatus();
+  if (absl::Status room = MakeRoomLocked(now); !room.ok()) return room;
+  Session& s = sessions_[id];
+  s.history = std::move(history);
+  s.turn_ends = std::move(turn_ends);
+  s.ttl = std::clamp(ttl, options_.default_ttl, options_.max_ttl);
+  s.expires_at = now + s.ttl;
+  return absl::OkStatus();
+}
+
+std::optional<SessionStore::Snapshot> SessionStore::GetSnapshot(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return std::nullopt;
+  return Snapshot{it->second.history, it->second.turn_ends, it->second.ttl};
 }
 
 void SessionStore::ExpireIdle(absl::Time now) {

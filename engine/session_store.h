@@ -76,6 +76,22 @@ class SessionStore {
   // Returns false when the session was closed meanwhile.
   bool EndTurn(const std::string& id, const std::vector<int32_t>* history, absl::Time now);
 
+  // Re-creates a session known elsewhere (the session cache service) under its own id,
+  // with `history` and `turn_ends` (token offsets where its turns ended), as if opened
+  // here with `ttl` (clamped to [default, max]). OK when `id` is open here already
+  // (restored meanwhile; nothing changes). RESOURCE_EXHAUSTED for the session limit or a
+  // history over max_session_tokens; INVALID_ARGUMENT for an id that is not "s-" + 32
+  // lower-case hex digits.
+  absl::Status Restore(const std::string& id, std::vector<int32_t> history,
+                       std::vector<int32_t> turn_ends, absl::Duration ttl, absl::Time now);
+  // A session's history, turn ends and ttl (nullopt when unknown or expired).
+  struct Snapshot {
+    std::vector<int32_t> history;
+    std::vector<int32_t> turn_ends;
+    absl::Duration ttl;
+  };
+  std::optional<Snapshot> GetSnapshot(const std::string& id) const;
+
   // Removes idle sessions whose expiry has passed (each yields a kRemoved event).
   void ExpireIdle(absl::Time now);
   // Forks and removals since the last call, in the order they happened.
@@ -87,11 +103,14 @@ class SessionStore {
  private:
   struct Session {
     std::vector<int32_t> history;
+    std::vector<int32_t> turn_ends;  // history offsets where completed turns ended
     absl::Duration ttl;
     absl::Time expires_at;
     bool busy = false;
   };
   absl::StatusOr<absl::Duration> CheckTtl(absl::Duration ttl) const;
+  // RESOURCE_EXHAUSTED when the session limit is reached even after purging expired ones.
+  absl::Status MakeRoomLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finds a live session, removing it first if it has expired.
   Session* FindLive(const std::string& id, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

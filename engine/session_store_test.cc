@@ -82,5 +82,36 @@ TEST(SessionStoreTest, ForkCloseExpiryAndEvents) {
   EXPECT_EQ(store.size(), 1);
 }
 
+// A session known elsewhere continues here under its own id, with its history and turn
+// boundaries; ids and sizes from outside are checked.
+TEST(SessionStoreTest, RestoreAdoptsARemoteSession) {
+  SessionStore store(Opts());
+  const std::string id = "s-0123456789abcdef0123456789abcdef";
+  ASSERT_TRUE(store.Restore(id, {1, 2, 3, 4}, {4}, absl::Hours(5), kT0).ok());
+  auto info = store.Get(id, kT0);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->history_tokens, 4);
+  EXPECT_EQ(info->expires_at, kT0 + absl::Minutes(1));  // ttl clamped to max_ttl
+  // Restoring again changes nothing.
+  ASSERT_TRUE(store.Restore(id, {9}, {1}, absl::Seconds(10), kT0).ok());
+  EXPECT_EQ(store.GetSnapshot(id)->history, (std::vector<int32_t>{1, 2, 3, 4}));
+  // Turns append turn ends.
+  ASSERT_TRUE(store.BeginTurn(id, {5}, std::nullopt, kT0).ok());
+  const std::vector<int32_t> history = {1, 2, 3, 4, 5, 6};
+  ASSERT_TRUE(store.EndTurn(id, &history, kT0));
+  EXPECT_EQ(store.GetSnapshot(id)->turn_ends, (std::vector<int32_t>{4, 6}));
+  EXPECT_EQ(store.Restore("s-short", {}, {}, absl::ZeroDuration(), kT0).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      store.Restore("s-0123456789ABCDEF0123456789abcdef", {}, {}, absl::ZeroDuration(), kT0).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store
+                .Restore("s-1123456789abcdef0123456789abcdef", std::vector<int32_t>(21, 1), {},
+                         absl::ZeroDuration(), kT0)
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(store.GetSnapshot("s-1123456789abcdef0123456789abcdef").has_value());
+}
+
 }  // namespace
 }  // namespace kvserve::engine

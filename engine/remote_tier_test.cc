@@ -1,0 +1,304 @@
+// The engine with a session cache service (a shared in-process fake): conversations
+// continue on another engine ("replica") and after a restart with the prefix fetched,
+// bit-identical to a cold run; bad records, another salt and a dead service all end in
+// recomputation, never in wrong output.
+#include "engine/remote_tier.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/block_record.h"
+#include "engine/engine.h"
+#include "engine/engine_options.h"
+#include "engine/testing/engine_testing.h"
+#include "engine/testing/fake_remote_cache.h"
+#include "engine/testing/stories_model.h"
+
+namespace kvserve::engine {
+namespace {
+
+using testing::FakeRemoteCache;
+using testing::Result;
+
+class RemoteTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto stories = testing::LoadStories260K();
+    ASSERT_TRUE(stories.ok()) << stories.status();
+    stories_ = *std::move(stories);
+  }
+
+  // An engine ("replica") using the shared fake service, or none when !remote.
+  std::unique_ptr<Engine> Replica(bool remote = true) {
+    Engine::Options o;
+    o.kv_budget_bytes = size_t{16} << 20;
+    if (remote) {
+      o.remote_cache = &service_;
+      o.remote.timeout = absl::Seconds(5);
+      o.remote.log = [this](std::string_view line) {
+        std::lock_guard<std::mutex> lock(log_mu_);
+        log_.emplace_back(line);
+      };
+    }
+    auto e = testing::MakeEngine(*stories_.model, o, "cpu_blas");
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? *std::move(e) : nullptr;
+  }
+
+  std::vector<int32_t> Encode(const std::string& text) {
+    return stories_.tokenizer->Encode(text, /*add_bos=*/false);
+  }
+
+  static Request Greedy(std::vector<int32_t> prompt, int max_tokens, bool bos) {
+    Request r;
+    r.prompt_tokens = std::move(prompt);
+    r.add_bos = bos;
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = max_tokens;
+    r.sampling.top_logprobs = 3;
+    return r;
+  }
+
+  // Waits until the engine wrote everything behind (its store queue drained).
+  static void WaitStored(Engine& engine, int64_t blocks_at_least) {
+    for (const absl::Time end = absl::Now() + absl::Seconds(20); absl::Now() < end;) {
+      const EngineStats s = engine.Stats();
+      if (s.remote.stored_blocks_total >= blocks_at_least && s.blocks_used <= s.session_blocks) {
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    ADD_FAILURE() << "the engine did not write its blocks behind within 20 s";
+  }
+
+  // The cold answer: the whole context as one stateless request on an engine without
+  // a session cache (prefilled in one piece: the same tokens, logprobs equal up to the
+  // rounding of a differently blocked matrix product).
+  Result Cold(const std::vector<int32_t>& context, int max_tokens) {
+    auto oracle = Replica(/*remote=*/false);
+    return testing::RunRequest(*oracle, Greedy(context, max_tokens, /*bos=*/false));
+  }
+
+  // The same two turns on one engine without a session cache (the history's KV computed
+  // exactly as the replica that wrote it computed it): the bit-exact reference.
+  Result LocalContinuation(const std::vector<int32_t>& history, const std::vector<int32_t>& next,
+                           int max_tokens) {
+    auto local = Replica(/*remote=*/false);
+    auto session = local->OpenSession(absl::ZeroDuration());
+    EXPECT_TRUE(session.ok());
+    // history = BOS + first prompt + 60 generated tokens (FirstTurn).
+    Request first = Greedy(std::vector<int32_t>(history.begin() + 1, history.end() - 60), 60,
+                           /*bos=*/true);
+    first.session_id = session->id;
+    EXPECT_TRUE(testing::RunRequest(*local, first).status.ok());
+    Request second = Greedy(next, max_tokens, /*bos=*/false);
+    second.session_id = session->id;
+    return testing::RunRequest(*local, second);
+  }
+
+  static void ExpectSameOutput(const Result& got, const Result& want, float tolerance = 0.0f) {
+    ASSERT_TRUE(got.status.ok()) << got.status;
+    EXPECT_EQ(got.tokens, want.tokens);
+    ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+    for (size_t i = 0; i < got.logprobs.size(); ++i) {
+      EXPECT_NEAR(got.logprobs[i], want.logprobs[i], tolerance) << i;
+    }
+    ASSERT_EQ(got.top_logprobs.size(), want.top_logprobs.size());
+    for (size_t i = 0; i < got.top_logprobs.size(); ++i) {
+      ASSERT_EQ(got.top_logprobs[i].size(), want.top_logprobs[i].size());
+      for (size_t j = 0; j < got.top_logprobs[i].size(); ++j) {
+        EXPECT_EQ(got.top_logprobs[i][j].token, want.top_logprobs[i][j].token);
+        EXPECT_NEAR(got.top_logprobs[i][j].logprob, want.top_logprobs[i][j].logprob, tolerance);
+      }
+    }
+  }
+
+  // Runs turn 1 of a new session on `a` (with a long first prompt, so the history has
+  // many full blocks) and waits until it is written behind. Returns the session id
+  // and the history.
+  std::pair<std::string, std::vector<int32_t>> FirstTurn(Engine& a) {
+    auto session = a.OpenSession(absl::ZeroDuration());
+    EXPECT_TRUE(session.ok());
+    Request r = Greedy(Encode("Once upon a time, there was a little girl named Lily. She loved "
+                              "to play outside in the sun with her big red ball."),
+                       60, /*bos=*/true);
+    r.session_id = session->id;
+    const Result turn1 = testing::RunRequest(a, r);
+    EXPECT_TRUE(turn1.status.ok()) << turn1.status;
+    const int32_t history = turn1.usage.prompt_tokens + turn1.usage.completion_tokens;
+    WaitStored(a, history / 16);
+    auto record = service_.GetSession(session->id, absl::InfiniteFuture());
+    EXPECT_TRUE(record.ok()) << record.status();
+    if (!record.ok()) return {};
+    EXPECT_EQ(static_cast<int32_t>(record->tokens.size()), history);
+    EXPECT_EQ(record->turn_ends, std::vector<int32_t>{history});
+    return {session->id, record->tokens};
+  }
+
+  testing::StoriesModel stories_;
+  FakeRemoteCache service_;
+  std::mutex log_mu_;
+  std::vector<std::string> log_;
+};
+
+TEST_F(RemoteTierTest, SessionContinuesOnAnotherReplicaAsIfComputedThere) {
+  auto a = Replica();
+  auto b = Replica();
+  const auto [id, history] = FirstTurn(*a);
+  ASSERT_FALSE(id.empty());
+  EXPECT_GT(service_.blocks(), 0);
+
+  const std::vector<int32_t> next = Encode(" Then she saw a cat.");
+  Request turn2 = Greedy(next, 40, /*bos=*/true);  // BOS only applies to an empty history
+  turn2.session_id = id;
+  const Result got = testing::RunRequest(*b, turn2);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  // B had never seen the session: every full block of the history came from the service.
+  const int32_t full_blocks = static_cast<int32_t>(history.size()) / 16;
+  EXPECT_EQ(got.usage.cached_tokens_remote, full_blocks * 16);
+  EXPECT_EQ(got.usage.cached_tokens, 0);
+  EXPECT_EQ(got.usage.prompt_tokens, static_cast<int32_t>(history.size() + next.size()));
+  EXPECT_EQ(b->Stats().remote.sessions_restored_total, 1);
+  EXPECT_EQ(b->Stats().remote.fetched_blocks_total, full_blocks);
+
+  // Bit-identical to the same turns on one replica; equal to a cold prefill of the whole
+  // context up to the rounding of a differently blocked product.
+  ExpectSameOutput(got, LocalContinuation(history, next, 40));
+  std::vector<int32_t> context = history;
+  context.insert(context.end(), next.begin(), next.end());
+  ExpectSameOutput(got, Cold(context, 40), 1e-4f);
+}
+
+TEST_F(RemoteTierTest, ARestartedReplicaContinuesFromTheService) {
+  auto a = Replica();
+  const auto [id, history] = FirstTurn(*a);
+  a.reset();  // the replica restarts: its pool and sessions are gone
+  a = Replica();
+  Request turn2 = Greedy({}, 30, /*bos=*/false);  // continue the story as it stands
+  turn2.session_id = id;
+  const Result got = testing::RunRequest(*a, turn2);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_GT(got.usage.cached_tokens_remote, 0);
+  ExpectSameOutput(got, LocalContinuation(history, {}, 30));
+  ExpectSameOutput(got, Cold(history, 30), 1e-4f);
+}
+
+// Records altered on the way (a changed payload byte; tokens or identity rewritten with
+// an honest checksum) are rejected, counted by reason and recomputed.
+TEST_F(RemoteTierTest, BadRecordsAreRejectedAndRecomputed) {
+  auto a = Replica();
+  const auto [id, history] = FirstTurn(*a);
+  struct Case {
+    std::string reason;
+    std::function<void(std::string&)> tamper;
+  };
+  const std::vector<Case> cases = {
+      {"bad_checksum", [](std::string& r) { r[r.size() - 5] ^= 0x01; }},
+      {"truncated", [](std::string& r) { r.resize(r.size() - 7); }},
+      {"bad_hash",
+       [](std::string& r) {
+         cache::BlockRecordView v;
+         ASSERT_EQ(
+             cache::ParseBlockRecord({reinterpret_cast<const uint8_t*>(r.data()), r.size()}, &v),
+             cache::RecordCheck::kOk);
+         std::vector<int32_t> tokens = v.tokens;
+         tokens[3] = (tokens[3] + 1) % 512;
+         const std::vector<uint8_t> payload(v.payload.begin(), v.payload.end());
+         cache::EncodeBlockRecord(v.identity, v.parent, v.hash, tokens, v.layout, v.kv_heads,
+                                  payload, &r);
+       }},
+      {"wrong_identity",
+       [](std::string& r) {
+         cache::BlockRecordView v;
+         ASSERT_EQ(
+             cache::ParseBlockRecord({reinterpret_cast<const uint8_t*>(r.data()), r.size()}, &v),
+             cache::RecordCheck::kOk);
+         const std::vector<uint8_t> payload(v.payload.begin(), v.payload.end());
+         cache::BlockHash other = v.identity;
+         other.lo ^= 1;
+         cache::EncodeBlockRecord(other, v.parent, v.hash, v.tokens, v.layout, v.kv_heads, payload,
+                                  &r);
+       }},
+  };
+  const std::vector<int32_t> next = Encode(" The sun was warm.");
+  // Nothing usable arrives: the replica prefills the whole context, as a cold run does.
+  std::vector<int32_t> context = history;
+  context.insert(context.end(), next.begin(), next.end());
+  const Result want = Cold(context, 20);
+  auto record = service_.GetSession(id, absl::InfiniteFuture());
+  ASSERT_TRUE(record.ok());
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.reason);
+    // Each case continues the session as turn 1 left it.
+    ASSERT_TRUE(service_.PutSession(*record, absl::InfiniteFuture()).ok());
+    service_.SetTamper(c.tamper);
+    auto b = Replica();  // a fresh replica: nothing cached locally
+    Request turn = Greedy(next, 20, /*bos=*/false);
+    turn.session_id = id;
+    const Result got = testing::RunRequest(*b, turn);
+    ExpectSameOutput(got, want);
+    EXPECT_EQ(got.usage.cached_tokens_remote, 0);
+    const RemoteCacheStats s = b->Stats().remote;
+    EXPECT_EQ(s.rejected_blocks_total, 1);
+    ASSERT_EQ(s.rejected_by_reason.size(), 1u);
+    EXPECT_EQ(s.rejected_by_reason[0].first, c.reason);
+    // The turn ran on b, so b holds the session now; give it back for the next case.
+    b.reset();
+  }
+}
+
+TEST_F(RemoteTierTest, DifferentSaltsNeverShareBlocks) {
+  auto a = Replica();
+  Request r = Greedy(Encode("Once upon a time, there was a big dog who liked to run and jump in "
+                            "the park with his friends."),
+                     20, /*bos=*/true);
+  r.cache_salt = "tenant-a";
+  ASSERT_TRUE(testing::RunRequest(*a, r).status.ok());
+  WaitStored(*a, 1);
+  auto b = Replica();
+  r.cache_salt = "tenant-b";
+  const Result other = testing::RunRequest(*b, r);
+  ASSERT_TRUE(other.status.ok());
+  EXPECT_EQ(other.usage.cached_tokens_remote, 0);
+  r.cache_salt = "tenant-a";
+  auto c = Replica();
+  const Result same = testing::RunRequest(*c, r);
+  EXPECT_GT(same.usage.cached_tokens_remote, 0);
+  EXPECT_EQ(same.tokens, other.tokens);
+}
+
+// A dead service costs nothing but the reuse: every request succeeds, the incident is
+// logged once, and its end once.
+TEST_F(RemoteTierTest, ADeadServiceIsOneIncidentNotAnError) {
+  auto a = Replica();
+  service_.SetDown(true);
+  const std::vector<int32_t> prompt = Encode(
+      "Once upon a time, there was a little boy named Tim. He had a small boat that he loved "
+      "to sail on the lake near his house.");
+  for (int i = 0; i < 3; ++i) {
+    const Result r = testing::RunRequest(*a, Greedy(prompt, 8, /*bos=*/true));
+    ASSERT_TRUE(r.status.ok()) << r.status;
+  }
+  EXPECT_GT(a->Stats().remote.errors_total, 0);
+  service_.SetDown(false);
+  auto b = Replica();
+  ASSERT_TRUE(testing::RunRequest(*b, Greedy(prompt, 8, /*bos=*/true)).status.ok());
+  WaitStored(*b, 1);
+  // a's own incident ends with its next successful call.
+  ASSERT_TRUE(testing::RunRequest(*a, Greedy(prompt, 8, /*bos=*/true)).status.ok());
+  WaitStored(*a, 0);
+  std::lock_guard<std::mutex> lock(log_mu_);
+  ASSERT_GE(log_.size(), 2u);
+  EXPECT_THAT(log_[0], ::testing::StartsWith("session cache call"));
+  EXPECT_EQ(std::count_if(log_.begin(), log_.end(),
+                          [](const std::string& l) { return l.starts_with("session cache call"); }),
+            1);
+  EXPECT_THAT(log_.back(), ::testing::HasSubstr("reachable again"));
+}
+
+}  // namespace
+}  // namespace kvserve::engine
