@@ -116,10 +116,59 @@ class Metrics::EngineCollector : public prometheus::Collectable {
         static_cast<double>(stats->steps_total));
     add("kvserve_engine_last_step_seconds", "Duration of the most recent engine step.",
         MetricType::Gauge, stats->last_step_seconds);
+    if (stats->remote.enabled) AddRemote(stats->remote, add, out);
     return out;
   }
 
  private:
+  // The session cache service's families (only with --session_cache).
+  template <typename Add>
+  static void AddRemote(const engine::RemoteCacheStats& r, Add& add,
+                        std::vector<prometheus::MetricFamily>& out) {
+    using prometheus::MetricType;
+    add("kvserve_session_cache_up",
+        "1 while the last call to the session cache service succeeded, else 0.", MetricType::Gauge,
+        r.failing ? 0.0 : 1.0);
+    add("kvserve_session_cache_lookups_total", "Chains looked up in the session cache service.",
+        MetricType::Counter, static_cast<double>(r.lookups_total));
+    add("kvserve_session_cache_lookup_blocks_total",
+        "Blocks the session cache service held beyond the local prefix.", MetricType::Counter,
+        static_cast<double>(r.lookup_blocks_total));
+    add("kvserve_session_cache_fetches_skipped_total",
+        "Remote hits not fetched because recomputing was estimated faster.", MetricType::Counter,
+        static_cast<double>(r.fetches_skipped_total));
+    add("kvserve_session_cache_fetched_blocks_total",
+        "Checked blocks fetched from the session cache service.", MetricType::Counter,
+        static_cast<double>(r.fetched_blocks_total));
+    add("kvserve_session_cache_fetched_bytes_total", "Record bytes fetched.", MetricType::Counter,
+        static_cast<double>(r.fetched_bytes_total));
+    add("kvserve_session_cache_fetch_seconds_total", "Time spent in fetch calls.",
+        MetricType::Counter, r.fetch_seconds_total);
+    add("kvserve_session_cache_stored_blocks_total", "Blocks written behind.", MetricType::Counter,
+        static_cast<double>(r.stored_blocks_total));
+    add("kvserve_session_cache_stored_bytes_total", "Record bytes written behind.",
+        MetricType::Counter, static_cast<double>(r.stored_bytes_total));
+    add("kvserve_session_cache_store_dropped_total",
+        "Write-behind jobs dropped (queue full or the service failing).", MetricType::Counter,
+        static_cast<double>(r.store_dropped_total));
+    add("kvserve_session_cache_errors_total", "Failed calls to the session cache service.",
+        MetricType::Counter, static_cast<double>(r.errors_total));
+    add("kvserve_session_cache_sessions_restored_total",
+        "Sessions unknown here continued from the session cache service.", MetricType::Counter,
+        static_cast<double>(r.sessions_restored_total));
+    prometheus::MetricFamily rejected;
+    rejected.name = "kvserve_session_cache_rejected_blocks_total";
+    rejected.help = "Fetched records that failed a check (and were recomputed), by reason.";
+    rejected.type = MetricType::Counter;
+    for (const auto& [reason, count] : r.rejected_by_reason) {
+      prometheus::ClientMetric metric;
+      metric.label.push_back({"reason", reason});
+      metric.counter.value = static_cast<double>(count);
+      rejected.metric.push_back(std::move(metric));
+    }
+    out.push_back(std::move(rejected));
+  }
+
   mutable std::mutex mu_;
   EngineStatsSource source_ ABSL_GUARDED_BY(mu_);
 };

@@ -94,5 +94,41 @@ TEST(MetricsTest, EngineStatsAreReadAtScrapeTime) {
   EXPECT_THAT(text, HasSubstr("kvserve_engine_requests_running 0"));
 }
 
+// The session cache families appear only with a session cache, with their values.
+TEST(MetricsTest, SessionCacheStatsWhenConfigured) {
+  Metrics metrics;
+  engine::EngineStats stats;
+  metrics.SetEngineStatsSource([&stats]() { return std::optional<engine::EngineStats>(stats); });
+  EXPECT_THAT(metrics.SerializeText(), Not(HasSubstr("kvserve_session_cache")));
+  stats.remote = engine::RemoteCacheStats{.enabled = true,
+                                          .failing = true,
+                                          .lookups_total = 3,
+                                          .lookup_blocks_total = 40,
+                                          .fetches_skipped_total = 1,
+                                          .fetched_blocks_total = 30,
+                                          .fetched_bytes_total = 3000,
+                                          .fetch_seconds_total = 0.25,
+                                          .rejected_blocks_total = 2,
+                                          .rejected_by_reason = {{"bad_checksum", 2}},
+                                          .stored_blocks_total = 5,
+                                          .stored_bytes_total = 500,
+                                          .store_dropped_total = 6,
+                                          .errors_total = 7,
+                                          .sessions_restored_total = 8};
+  ExpectAll(metrics.SerializeText(),
+            {"\nkvserve_session_cache_up 0\n", "\nkvserve_session_cache_lookups_total 3\n",
+             "\nkvserve_session_cache_lookup_blocks_total 40\n",
+             "\nkvserve_session_cache_fetches_skipped_total 1\n",
+             "\nkvserve_session_cache_fetched_blocks_total 30\n",
+             "\nkvserve_session_cache_fetched_bytes_total 3000\n",
+             "\nkvserve_session_cache_fetch_seconds_total 0.25\n",
+             "\nkvserve_session_cache_rejected_blocks_total{reason=\"bad_checksum\"} 2\n",
+             "\nkvserve_session_cache_stored_blocks_total 5\n",
+             "\nkvserve_session_cache_stored_bytes_total 500\n",
+             "\nkvserve_session_cache_store_dropped_total 6\n",
+             "\nkvserve_session_cache_errors_total 7\n",
+             "\nkvserve_session_cache_sessions_restored_total 8\n"});
+}
+
 }  // namespace
 }  // namespace kvserve::service
