@@ -20,11 +20,14 @@ ABSL_FLAG(std::string, preset, "",
 ABSL_FLAG(std::string, dtype, "", "Matrix element type: f32, f16, bf16 or q8_0. Required.");
 ABSL_FLAG(std::string, out, "", "The GGUF file to write. Required.");
 ABSL_FLAG(uint64_t, seed, 1, "Weight seed: same seed, same bytes.");
+ABSL_FLAG(int32_t, context_length, 0,
+          "Context length written into the file; 0 = the preset's (e.g. 2048 for s110m).");
 
 namespace {
 
 constexpr char kUsage[] =
     R"(Usage: kvserve-mkmodel --preset NAME --dtype f32|f16|bf16|q8_0 --out FILE [--seed N]
+                       [--context_length N]
 
 Writes a valid llama GGUF (loadable by kvserve and llama.cpp) with random weights,
 approximately N(0, 0.02^2), norm gains 1.0, and a byte-fallback SentencePiece vocabulary.)";
@@ -40,6 +43,11 @@ absl::Status Run() {
   }
   absl::StatusOr<model::ModelConfig> config = bench::PresetConfig(preset);
   if (!config.ok()) return config.status();
+  const int32_t context_length = absl::GetFlag(FLAGS_context_length);
+  if (context_length < 0 || context_length > (1 << 20)) {
+    return absl::InvalidArgumentError("--context_length must be in [0, 1048576]");
+  }
+  if (context_length > 0) config->context_length = context_length;
   bench::SyntheticModelOptions options;
   options.config = *config;
   options.seed = absl::GetFlag(FLAGS_seed);
