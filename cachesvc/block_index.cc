@@ -78,6 +78,9 @@ absl::StatusOr<std::unique_ptr<BlockIndex>> BlockIndex::Create(const BlockIndexO
   if (options.capacity_bytes == 0) {
     return absl::InvalidArgumentError("BlockIndex: capacity_bytes must be > 0");
   }
+  if (options.history_blocks < 0) {
+    return absl::InvalidArgumentError("BlockIndex: history_blocks must be >= 0");
+  }
   if (options.reuse_credit_ticks < 0) {
     return absl::InvalidArgumentError("BlockIndex: reuse_credit_ticks must be >= 0");
   }
@@ -223,6 +226,7 @@ bool BlockIndex::EvictOne(Partition* partition, EvictReason forced_reason,
     }
   }
   out.push_back(Evicted{victim->id.partition, victim->id.key, victim->bytes, reason});
+  Remember(*victim);
   ++counters_.evictions_total[static_cast<int>(reason)];
   Remove(*victim);
   return true;
@@ -286,6 +290,7 @@ absl::StatusOr<InsertResult> BlockIndex::Insert(const BlockHash& partition, cons
   e.bytes = bytes;
   e.serial = ++serial_;
   e.partition = &part;
+  e.uses = Recall(id);
   if (options_.policy == Policy::kLru) {
     e.lru_it = lru_.insert(lru_.end(), &e);
     e.partition_lru_it = part.lru.insert(part.lru.end(), &e);
@@ -302,6 +307,37 @@ absl::StatusOr<InsertResult> BlockIndex::Insert(const BlockHash& partition, cons
   Touch(e);
   result.outcome = InsertOutcome::kInserted;
   return result;
+}
+
+void BlockIndex::Remember(const Entry& e) {
+  if (options_.policy == Policy::kLru || options_.history_blocks == 0) return;
+  const uint64_t serial = ++serial_;
+  history_[e.id] = {e.uses, serial};
+  history_order_.emplace_back(e.id, serial);
+  while (static_cast<int64_t>(history_.size()) > options_.history_blocks) {
+    const auto [key, old_serial] = history_order_.front();
+    history_order_.pop_front();
+    auto it = history_.find(key);
+    if (it != history_.end() && it->second.second == old_serial) history_.erase(it);
+  }
+  // Recall leaves stale records behind: compact when they are the majority (amortized O(1)).
+  if (history_order_.size() > 2 * history_.size() + 16) {
+    std::deque<std::pair<Key, uint64_t>> live;
+    for (const auto& [key, rec_serial] : history_order_) {
+      auto it = history_.find(key);
+      if (it != history_.end() && it->second.second == rec_serial) live.emplace_back(key, rec_serial);
+    }
+    history_order_.swap(live);
+  }
+}
+
+uint64_t BlockIndex::Recall(const Key& id) {
+  auto it = history_.find(id);
+  if (it == history_.end()) return 0;
+  const uint64_t uses = it->second.first;
+  history_.erase(it);
+  ++counters_.history_hits_total;
+  return uses;
 }
 
 bool BlockIndex::Erase(const BlockHash& partition, const BlockHash& key) {
@@ -360,6 +396,7 @@ BlockIndexStats BlockIndex::stats() const {
   st.blocks = static_cast<int64_t>(entries_.size());
   st.bytes = bytes_;
   st.partitions = static_cast<int64_t>(partitions_.size());
+  st.history_blocks = static_cast<int64_t>(history_.size());
   st.live_sessions = static_cast<int64_t>(expiries_.size());
   st.expired_sessions = static_cast<int64_t>(sessions_.size()) - st.live_sessions;
   return st;

@@ -4,6 +4,7 @@
 #define KVSERVE_CACHESVC_BLOCK_INDEX_H_
 
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
 #include <optional>
@@ -54,6 +55,10 @@ struct BlockIndexOptions {
   // (tuned on Mooncake's conversation trace: about 500 requests of 24 blocks; see
   // docs/performance.md). 0 = pure recency among leaves.
   int64_t reuse_credit_ticks = 12'000;
+  // kConversation only: how many evicted blocks' use counts are remembered (oldest
+  // forgotten first), so a block that comes back resumes its count instead of starting
+  // over as a one-time block. About 64 bytes each. Default 262,144; 0 = none.
+  int64_t history_blocks = 262'144;
 };
 
 enum class EvictReason {
@@ -94,6 +99,8 @@ struct BlockIndexStats {
   int64_t inserts_total = 0;  // new blocks (re-inserts not counted)
   int64_t evictions_total[kNumEvictReasons] = {};
   int64_t erased_total = 0;
+  int64_t history_blocks = 0;    // evicted blocks whose use count is remembered
+  int64_t history_hits_total = 0;  // inserts that resumed a remembered use count
 };
 
 // The index of stored blocks. A block is identified by (partition, key): `partition` names
@@ -218,7 +225,15 @@ class BlockIndex {
   void UnmarkSession(Session& s);
 
   BlockIndexOptions options_;
+  void Remember(const Entry& e);
+  // Use count remembered for `id` (0 if none); forgets it.
+  uint64_t Recall(const Key& id);
+
   absl::node_hash_map<Key, Entry> entries_;
+  // Use counts of evicted blocks: key -> (uses, serial); history_order_ holds (key, serial)
+  // oldest first (a stale serial means the key was recalled or remembered again since).
+  absl::flat_hash_map<Key, std::pair<uint64_t, uint64_t>> history_;
+  std::deque<std::pair<Key, uint64_t>> history_order_;
   // Present children of each key (present or not): (partition, key) -> count > 0.
   absl::flat_hash_map<Key, int32_t> child_counts_;
   absl::node_hash_map<BlockHash, Partition> partitions_;

@@ -28,6 +28,9 @@ ABSL_FLAG(int64_t, max_requests, 0, "--replay: replay only the first N requests 
 ABSL_FLAG(int64_t, reuse_credit_ticks, -1,
           "--replay: BlockIndexOptions::reuse_credit_ticks of the conversation policy "
           "(-1 = its default).");
+ABSL_FLAG(int64_t, history_blocks, -1,
+          "--replay: BlockIndexOptions::history_blocks of the conversation policy "
+          "(-1 = its default).");
 ABSL_FLAG(bool, json, false, "One JSON object per result line, nothing else on stdout.");
 
 namespace {
@@ -82,6 +85,7 @@ absl::Status RunReplay(const std::string& path) {
       options.capacity_blocks = capacity;
       options.policy = policy;
       options.reuse_credit_ticks = absl::GetFlag(FLAGS_reuse_credit_ticks);
+      options.history_blocks = absl::GetFlag(FLAGS_history_blocks);
       absl::StatusOr<cachesvc::ReplayResult> r = cachesvc::Replay(*trace, options);
       if (!r.ok()) return r.status();
       const std::string name(cachesvc::PolicyName(policy));

@@ -255,6 +255,7 @@ absl::StatusOr<ReplayResult> Replay(std::span<const TraceRequest> trace,
   if (options.reuse_credit_ticks >= 0) {
     index_options.reuse_credit_ticks = options.reuse_credit_ticks;
   }
+  if (options.history_blocks >= 0) index_options.history_blocks = options.history_blocks;
   absl::StatusOr<std::unique_ptr<BlockIndex>> index = BlockIndex::Create(index_options);
   if (!index.ok()) return index.status();
   const BlockHash partition{};

@@ -44,6 +44,8 @@ struct ReplayOptions {
   Policy policy = Policy::kConversation;
   // BlockIndexOptions::reuse_credit_ticks; negative = the BlockIndex default.
   int64_t reuse_credit_ticks = -1;
+  // BlockIndexOptions::history_blocks; negative = the BlockIndex default.
+  int64_t history_blocks = -1;
 };
 
 struct ReplayResult {
