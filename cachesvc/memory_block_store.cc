@@ -16,20 +16,32 @@ absl::StatusOr<std::unique_ptr<MemoryBlockStore>> MemoryBlockStore::Create(const
     return absl::InvalidArgumentError(
         absl::StrCat("partition-quota-bytes must be >= 0, got ", options.partition_quota_bytes));
   }
-  return std::unique_ptr<MemoryBlockStore>(new MemoryBlockStore(options));
+  absl::StatusOr<std::unique_ptr<BlockIndex>> index = BlockIndex::Create(
+      {.capacity_bytes = static_cast<uint64_t>(options.capacity_bytes),
+       .partition_quota_bytes = static_cast<uint64_t>(options.partition_quota_bytes),
+       .policy = options.policy});
+  if (!index.ok()) return index.status();
+  return std::unique_ptr<MemoryBlockStore>(new MemoryBlockStore(*std::move(index)));
 }
 
-MemoryBlockStore::MemoryBlockStore(const Options& options)
-    : index_(BlockIndex::Options{.capacity_bytes = options.capacity_bytes,
-                                 .partition_quota_bytes = options.partition_quota_bytes}) {}
+void MemoryBlockStore::DropRecords(std::span<const Evicted> evicted,
+                                   std::vector<RecordPtr>* released) {
+  for (const Evicted& e : evicted) {
+    auto it = records_.find(Key{e.partition, e.key});
+    if (it == records_.end()) continue;
+    released->push_back(std::move(it->second));
+    records_.erase(it);
+  }
+}
 
 absl::StatusOr<LookupResult> MemoryBlockStore::Lookup(const BlockHash& partition,
                                                       std::span<const BlockHash> chain,
                                                       absl::Time now) {
   LookupResult result;
+  uint64_t bytes = 0;
   std::lock_guard<std::mutex> lock(mu_);
-  result.present_blocks =
-      index_.LongestPrefix(partition, chain, now, /*touch=*/true, &result.present_bytes);
+  result.present_blocks = index_->LongestPrefix(partition, chain, now, /*touch=*/true, &bytes);
+  result.present_bytes = static_cast<int64_t>(bytes);
   return result;
 }
 
@@ -38,8 +50,7 @@ absl::StatusOr<RecordPtr> MemoryBlockStore::Get(const BlockHash& partition, cons
   std::lock_guard<std::mutex> lock(mu_);
   auto it = records_.find(Key{partition, key});
   if (it == records_.end()) return RecordPtr();
-  int64_t bytes = 0;
-  index_.LongestPrefix(partition, std::span<const BlockHash>(&key, 1), now, /*touch=*/true, &bytes);
+  index_->LongestPrefix(partition, std::span<const BlockHash>(&key, 1), now, /*touch=*/true);
   return it->second;
 }
 
@@ -52,15 +63,20 @@ absl::StatusOr<PutOutcome> MemoryBlockStore::Put(const BlockHash& partition, con
   // A chain's first block has the partition (identity digest) as its parent.
   std::optional<BlockHash> index_parent;
   if (parent != partition) index_parent = parent;
-  BlockIndex::InsertResult inserted =
-      index_.Insert(partition, key, index_parent, static_cast<int64_t>(record->size()), now);
-  for (const BlockIndex::Evicted& e : inserted.evicted) {
-    auto it = records_.find(Key{e.partition, e.key});
-    if (it == records_.end()) continue;
-    released.push_back(std::move(it->second));
-    records_.erase(it);
+  absl::StatusOr<InsertResult> inserted =
+      index_->Insert(partition, key, index_parent, static_cast<uint64_t>(record->size()), now);
+  // RESOURCE_EXHAUSTED: larger than the capacity or the quota; FAILED_PRECONDITION: the
+  // parent is not held (no lookup could reach the block). Either way: not stored.
+  if (!inserted.ok()) return PutOutcome::kNoRoom;
+  DropRecords(inserted->evicted, &released);
+  switch (inserted->outcome) {
+    case InsertOutcome::kNoRoom:
+      return PutOutcome::kNoRoom;
+    case InsertOutcome::kTouched:
+      return PutOutcome::kAlreadyPresent;
+    case InsertOutcome::kInserted:
+      break;
   }
-  if (!inserted.inserted) return PutOutcome::kNoRoom;
   records_.emplace(Key{partition, key}, std::move(record));
   return PutOutcome::kStored;
 }
@@ -68,33 +84,38 @@ absl::StatusOr<PutOutcome> MemoryBlockStore::Put(const BlockHash& partition, con
 void MemoryBlockStore::Erase(const BlockHash& partition, const BlockHash& key) {
   std::vector<RecordPtr> released;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const BlockIndex::Evicted& e : index_.Erase(partition, key)) {
-    auto it = records_.find(Key{e.partition, e.key});
-    if (it == records_.end()) continue;
-    released.push_back(std::move(it->second));
-    records_.erase(it);
-  }
+  // Only this block: its descendants stay (unreachable until it is stored again) and are
+  // evicted as usual.
+  if (!index_->Erase(partition, key)) return;
+  auto it = records_.find(Key{partition, key});
+  if (it == records_.end()) return;
+  released.push_back(std::move(it->second));
+  records_.erase(it);
 }
 
 void MemoryBlockStore::SetSession(const std::string& id, const BlockHash& partition,
                                   const BlockHash& head, absl::Time expires_at) {
   std::lock_guard<std::mutex> lock(mu_);
-  index_.SetSession(id, partition, head, expires_at);
+  // The index never moves its clock back: InfinitePast means "no newer time than seen".
+  index_->SetSession(id, partition, head, expires_at, absl::InfinitePast());
 }
 
 void MemoryBlockStore::RemoveSession(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  index_.RemoveSession(id);
+  index_->RemoveSession(id);
 }
 
 BlockStoreStats MemoryBlockStore::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  const BlockIndex::Stats s = index_.stats();
+  const BlockIndexStats s = index_->stats();
   BlockStoreStats out;
   out.blocks = s.blocks;
-  out.bytes = s.bytes;
-  out.capacity_bytes = s.capacity_bytes;
-  out.evictions = s.evictions;
+  out.bytes = static_cast<int64_t>(s.bytes);
+  out.capacity_bytes = static_cast<int64_t>(index_->options().capacity_bytes);
+  for (int r = 0; r < kNumEvictReasons; ++r) {
+    out.evictions.emplace_back(std::string(EvictReasonName(static_cast<EvictReason>(r))),
+                               s.evictions_total[r]);
+  }
   return out;
 }
 

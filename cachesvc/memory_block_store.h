@@ -4,6 +4,8 @@
 //
 // Invariants:
 //   - records_ and index_ hold the same keys.
+//   - a block is stored only when its parent is (BlockIndex refuses orphans), and only
+//     leaves are evicted, so every chain held is unbroken from its first block.
 //   - a record in records_ passed every check before Put (the caller's contract) and is
 //     never modified (records are shared, immutable strings).
 //
@@ -21,6 +23,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -37,6 +40,8 @@ class MemoryBlockStore final : public BlockStore {
     int64_t capacity_bytes = int64_t{1} << 30;
     // Record bytes one partition may hold; 0 = no quota (only the capacity). Default 0.
     int64_t partition_quota_bytes = 0;
+    // Which blocks go first when room is needed (BlockIndex). Default conversation-aware.
+    Policy policy = Policy::kConversation;
   };
   // INVALID_ARGUMENT when capacity_bytes < 1 or partition_quota_bytes < 0.
   static absl::StatusOr<std::unique_ptr<MemoryBlockStore>> Create(const Options& options);
@@ -56,7 +61,11 @@ class MemoryBlockStore final : public BlockStore {
   std::string name() const override { return "memory"; }
 
  private:
-  explicit MemoryBlockStore(const Options& options);
+  explicit MemoryBlockStore(std::unique_ptr<BlockIndex> index) : index_(std::move(index)) {}
+  // Drops the records of `evicted` from records_ into `released` (freed by the caller
+  // after the lock is dropped).
+  void DropRecords(std::span<const Evicted> evicted, std::vector<RecordPtr>* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct Key {
     BlockHash partition;
@@ -70,7 +79,7 @@ class MemoryBlockStore final : public BlockStore {
 
   mutable std::mutex mu_;
   absl::flat_hash_map<Key, RecordPtr> records_ ABSL_GUARDED_BY(mu_);
-  BlockIndex index_ ABSL_GUARDED_BY(mu_);
+  const std::unique_ptr<BlockIndex> index_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvserve::cachesvc

@@ -55,6 +55,15 @@ TEST(MemoryBlockStoreTest, LookupStopsAtTheFirstGap) {
   EXPECT_EQ(store->Lookup(c.partition, c.hashes, kNow)->present_blocks, 2);
 }
 
+TEST(MemoryBlockStoreTest, AnOrphanIsNotStored) {
+  auto store = NewStore(1 << 20);
+  const BlockChain c = MakeChain(3, "");
+  EXPECT_EQ(*store->Put(c.partition, c.hashes[1], c.hashes[0],
+                        std::make_shared<const std::string>(c.records[1]), kNow),
+            PutOutcome::kNoRoom);
+  EXPECT_EQ(*store->Get(c.partition, c.hashes[1], kNow), nullptr);
+}
+
 TEST(MemoryBlockStoreTest, PartitionsNeverShare) {
   auto store = NewStore(1 << 20);
   const BlockChain a = MakeChain(2, "tenant-a");
