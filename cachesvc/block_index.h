@@ -1,0 +1,253 @@
+// Metadata of the blocks the session cache stores (no payloads) and the eviction decision:
+// which blocks to drop when a new block needs room.
+#ifndef KVSERVE_CACHESVC_BLOCK_INDEX_H_
+#define KVSERVE_CACHESVC_BLOCK_INDEX_H_
+
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cache/block_hash.h"
+
+namespace kvserve::cachesvc {
+
+using cache::BlockHash;
+
+enum class Policy {
+  // Chain- and conversation-aware (the default): only leaves (blocks with no child present)
+  // are evicted, so a chain shrinks tail first and a shared prefix outlives every
+  // continuation; among leaves, blocks only reachable from expired sessions go first, blocks
+  // of live sessions last; in between, a block's priority is its recency plus a credit for
+  // how often it was used (see BlockIndexOptions::reuse_credit_ticks), and a chain tail that
+  // was used once and never extended (the speculative end of a request, e.g. its partial
+  // last block) goes before any other idle block.
+  kConversation,
+  // Plain LRU over blocks (the baseline): the least recently used block goes first, whatever
+  // its children or sessions. A lookup still only reports an unbroken prefix.
+  kLru,
+};
+
+// "conversation" / "lru"; nullopt for anything else.
+std::optional<Policy> PolicyFromName(std::string_view name);
+std::string_view PolicyName(Policy policy);
+
+struct BlockIndexOptions {
+  // Sum of the bytes of all stored blocks never exceeds this after an Insert. Required (> 0).
+  uint64_t capacity_bytes = 0;
+  // Per partition: the sum of the bytes of one partition's blocks never exceeds this after
+  // an Insert into it. 0 (the default) = no per-partition quota.
+  uint64_t partition_quota_bytes = 0;
+  Policy policy = Policy::kConversation;
+  // kConversation only: each doubling of a block's use count is worth this many ticks of
+  // recency (a tick = one block inserted or touched), i.e. a block used 2^k times is evicted
+  // as if it had been used k * reuse_credit_ticks ticks later than it was. Default 12,000
+  // (tuned on Mooncake's conversation trace: about 500 requests of 24 blocks; see
+  // docs/performance.md). 0 = pure recency among leaves.
+  int64_t reuse_credit_ticks = 12'000;
+  // kConversation only: how many evicted blocks' use counts are remembered (oldest
+  // forgotten first), so a block that comes back resumes its count instead of starting
+  // over as a one-time block. About 64 bytes each. Default 262,144; 0 = none.
+  int64_t history_blocks = 262'144;
+};
+
+enum class EvictReason {
+  kExpiredSession = 0,  // only reachable from sessions whose expiry passed
+  kIdle = 1,            // capacity pressure, no live session holds it
+  kLiveSession = 2,     // capacity pressure, although a live session holds it
+  kQuota = 3,           // its partition's quota
+};
+inline constexpr int kNumEvictReasons = 4;
+std::string_view EvictReasonName(EvictReason reason);
+
+struct Evicted {
+  BlockHash partition;
+  BlockHash key;
+  uint64_t bytes = 0;
+  EvictReason reason = EvictReason::kIdle;
+};
+
+enum class InsertOutcome {
+  kInserted,  // stored
+  kTouched,   // the key was present: only counted as a use
+  // Not stored: room could not be made without evicting the block's own ancestors (its
+  // chain alone fills the capacity or the quota). Blocks evicted while trying are listed.
+  kNoRoom,
+};
+
+struct InsertResult {
+  InsertOutcome outcome = InsertOutcome::kInserted;
+  std::vector<Evicted> evicted;  // the caller deletes their payloads
+};
+
+struct BlockIndexStats {
+  int64_t blocks = 0;
+  uint64_t bytes = 0;
+  int64_t partitions = 0;     // partitions with at least one block
+  int64_t live_sessions = 0;  // sessions whose expiry has not passed
+  int64_t expired_sessions = 0;
+  int64_t inserts_total = 0;  // new blocks (re-inserts not counted)
+  int64_t evictions_total[kNumEvictReasons] = {};
+  int64_t erased_total = 0;
+  int64_t history_blocks = 0;    // evicted blocks whose use count is remembered
+  int64_t history_hits_total = 0;  // inserts that resumed a remembered use count
+};
+
+// The index of stored blocks. A block is identified by (partition, key): `partition` names
+// the tenant / model identity (the cache salt) and owns a quota; blocks of different
+// partitions are separate entries even when their keys are equal (the key already chains
+// from a root that includes the salt, but the index does not rely on it). A block's parent
+// is the previous block of its chain in the same partition (none for the first block).
+//
+// Lookups are prefix based: LongestPrefix(chain) reports the longest run chain[0..k) that is
+// present, so a chain with a missing block reads as its prefix up to that block, never as
+// whole. Under kConversation eviction keeps every stored chain unbroken (only leaves go);
+// only Erase can cut a chain in the middle (the blocks below the cut stay, unreachable by
+// lookups until the erased block is inserted again, and are evicted as usual).
+//
+// Sessions: a session (any caller id) names the head (last) block of its conversation and an
+// expiry time. Until then its chain (the head and its ancestors) is evicted only after every
+// block no live session holds; after it, blocks no live session reaches go first. Under
+// pressure even a live session's chain is evicted, tail first. Sessions do not change kLru.
+// Expiry is checked against the `now` of each call; time never moves backwards for the
+// index (a smaller `now` than seen before is treated as the latest one).
+//
+// Invariants (kConversation): a block with a child present is never an eviction candidate;
+// every present block whose parent is absent was cut off by Erase (or its parent was never
+// stored, which Insert refuses); bytes() <= capacity_bytes after every Insert.
+//
+// Cost: LongestPrefix O(k log n) for k blocks found; Insert, Erase and each eviction
+// O(log n) amortized (ordered sets keyed by eviction priority, no scans); SetSession and
+// RemoveSession O(log n) plus the sessions sharing the same block.
+//
+// Threading: not thread-safe; the caller serializes every call.
+class BlockIndex {
+ public:
+  // INVALID_ARGUMENT for capacity_bytes == 0 or a negative reuse_credit_ticks.
+  static absl::StatusOr<std::unique_ptr<BlockIndex>> Create(const BlockIndexOptions& options);
+
+  // Length k of the longest run chain[0..k) of `partition` present (0..chain.size()).
+  // When `touch`, each of those k blocks counts as used now. `bytes_out` (optional) gets
+  // the sum of their bytes.
+  int32_t LongestPrefix(const BlockHash& partition, std::span<const BlockHash> chain,
+                        absl::Time now, bool touch, uint64_t* bytes_out = nullptr);
+
+  bool Contains(const BlockHash& partition, const BlockHash& key) const;
+
+  // Stores block `key` of `partition` (`bytes` of payload) whose parent is `parent`
+  // (nullopt for the first block of a chain), as used now, evicting other blocks (never the
+  // block's ancestors) until the capacity and the partition's quota hold; see InsertOutcome.
+  // A key already present is only touched (its bytes and parent are not changed; nothing is
+  // evicted). Errors (nothing changes): INVALID_ARGUMENT for bytes == 0; RESOURCE_EXHAUSTED
+  // when the block alone is bigger than the capacity or the quota; FAILED_PRECONDITION when
+  // the parent is not present (the block could never be found by a lookup).
+  absl::StatusOr<InsertResult> Insert(const BlockHash& partition, const BlockHash& key,
+                                      std::optional<BlockHash> parent, uint64_t bytes,
+                                      absl::Time now);
+
+  // Forgets one block (e.g. its payload was found corrupt); returns false if absent. Its
+  // descendants stay stored but lookups stop before the erased block until it is
+  // inserted again. Sessions whose chain went through it keep holding what remains.
+  bool Erase(const BlockHash& partition, const BlockHash& key);
+
+  // Creates or replaces session `id`: its conversation's chain ends at block `head` of
+  // `partition` and it is live until `expires_at`. If `head` is absent the session holds
+  // nothing until it is set again.
+  void SetSession(const std::string& id, const BlockHash& partition, const BlockHash& head,
+                  absl::Time expires_at, absl::Time now);
+  // Forgets session `id` (unknown ids are ignored); its blocks become ordinary idle blocks.
+  void RemoveSession(const std::string& id);
+
+  BlockIndexStats stats() const;
+  uint64_t bytes() const { return bytes_; }
+  const BlockIndexOptions& options() const { return options_; }
+
+  BlockIndex(const BlockIndex&) = delete;
+  BlockIndex& operator=(const BlockIndex&) = delete;
+  ~BlockIndex();
+
+ private:
+  struct Key {
+    BlockHash partition;
+    BlockHash key;
+    friend bool operator==(const Key& a, const Key& b) {
+      return a.partition == b.partition && a.key == b.key;
+    }
+    template <typename H>
+    friend H AbslHashValue(H h, const Key& k) {
+      return H::combine(std::move(h), k.partition, k.key);
+    }
+  };
+  struct Entry;
+  struct Session;
+  struct Partition;
+  // Position of a leaf in the candidate sets: (tier, priority, serial) ascending = evict
+  // first. Tier 0: expired sessions only; 1: idle; 2: held by a live session.
+  struct Candidate {
+    int tier = 0;
+    int64_t priority = 0;
+    uint64_t serial = 0;  // unique per entry: ties broken by insertion order
+    Entry* entry = nullptr;
+    friend bool operator<(const Candidate& a, const Candidate& b) {
+      if (a.tier != b.tier) return a.tier < b.tier;
+      if (a.priority != b.priority) return a.priority < b.priority;
+      return a.serial < b.serial;
+    }
+  };
+
+  explicit BlockIndex(const BlockIndexOptions& options);
+
+  void AdvanceTime(absl::Time now);
+  void Touch(Entry& e);
+  int32_t ChildCount(const Key& k) const;
+  void AddChild(const Key& parent);
+  void RemoveChild(const Key& parent);
+  // Removes `e` from the candidate structures and puts it back where its current state
+  // says (not at all when it has children or is pinned by an ongoing Insert).
+  void Reposition(Entry& e);
+  void Unlist(Entry& e);
+  // Evicts the first candidate of `partition` (nullptr: of the whole index); false if none.
+  bool EvictOne(Partition* partition, EvictReason forced_reason, std::vector<Evicted>& out);
+  // Removes `e` from every structure (moving its session marks to its parent).
+  void Remove(Entry& e);
+  int TierOf(const Entry& e) const;
+  void MarkSession(Session& s);
+  void UnmarkSession(Session& s);
+
+  BlockIndexOptions options_;
+  void Remember(const Entry& e);
+  // Use count remembered for `id` (0 if none); forgets it.
+  uint64_t Recall(const Key& id);
+
+  absl::node_hash_map<Key, Entry> entries_;
+  // Use counts of evicted blocks: key -> (uses, serial); history_order_ holds (key, serial)
+  // oldest first (a stale serial means the key was recalled or remembered again since).
+  absl::flat_hash_map<Key, std::pair<uint64_t, uint64_t>> history_;
+  std::deque<std::pair<Key, uint64_t>> history_order_;
+  // Present children of each key (present or not): (partition, key) -> count > 0.
+  absl::flat_hash_map<Key, int32_t> child_counts_;
+  absl::node_hash_map<BlockHash, Partition> partitions_;
+  absl::node_hash_map<std::string, Session> sessions_;
+  std::set<std::pair<absl::Time, Session*>> expiries_;  // live sessions by expiry
+  std::set<Candidate> candidates_;                      // kConversation
+  std::list<Entry*> lru_;                               // kLru: front = least recent
+  absl::Time now_ = absl::InfinitePast();
+  uint64_t tick_ = 0;
+  uint64_t serial_ = 0;
+  uint64_t bytes_ = 0;
+  BlockIndexStats counters_;
+};
+
+}  // namespace kvserve::cachesvc
+
+#endif  // KVSERVE_CACHESVC_BLOCK_INDEX_H_
