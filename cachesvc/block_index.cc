@@ -325,7 +325,8 @@ void BlockIndex::Remember(const Entry& e) {
     std::deque<std::pair<Key, uint64_t>> live;
     for (const auto& [key, rec_serial] : history_order_) {
       auto it = history_.find(key);
-      if (it != history_.end() && it->second.second == rec_serial) live.emplace_back(key, rec_serial);
+      if (it != history_.end() && it->second.second == rec_serial)
+        live.emplace_back(key, rec_serial);
     }
     history_order_.swap(live);
   }

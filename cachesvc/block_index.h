@@ -99,7 +99,7 @@ struct BlockIndexStats {
   int64_t inserts_total = 0;  // new blocks (re-inserts not counted)
   int64_t evictions_total[kNumEvictReasons] = {};
   int64_t erased_total = 0;
-  int64_t history_blocks = 0;    // evicted blocks whose use count is remembered
+  int64_t history_blocks = 0;      // evicted blocks whose use count is remembered
   int64_t history_hits_total = 0;  // inserts that resumed a remembered use count
 };
 

@@ -1,3 +1,4 @@
-#include <gtest/gtest.h>
 #include "cachesvc/block_index.h"
+
+#include <gtest/gtest.h>
 TEST(BlockIndexPlaceholder, Builds) {}

@@ -119,7 +119,8 @@ class LineParser {
 
   // A non-negative integer that fits in uint64 (no sign, fraction or exponent).
   absl::Status ReadUint(std::string_view what, uint64_t* out) {
-    if (!AtDigit()) return Error(absl::StrCat(std::string(what), ": expected a non-negative integer"));
+    if (!AtDigit())
+      return Error(absl::StrCat(std::string(what), ": expected a non-negative integer"));
     uint64_t v = 0;
     while (AtDigit()) {
       const uint64_t d = static_cast<uint64_t>(text_[pos_] - '0');
@@ -222,8 +223,7 @@ absl::StatusOr<TraceRequest> ParseTraceLine(std::string_view line) {
   return LineParser(line).Parse();
 }
 
-absl::StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path,
-                                                    int64_t max_requests) {
+absl::StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path, int64_t max_requests) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open trace ", path));
   std::vector<TraceRequest> trace;
