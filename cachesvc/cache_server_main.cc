@@ -18,8 +18,13 @@
 #include "absl/time/time.h"
 #include "cachesvc/bearer_auth.h"
 #include "cachesvc/cache_server.h"
+#include "cachesvc/disk_block_store.h"
 #include "cachesvc/memory_block_store.h"
 #include "cachesvc/memory_session_store.h"
+#include "cachesvc/redis_block_store.h"
+#include "cachesvc/redis_client.h"
+#include "cachesvc/redis_session_store.h"
+#include "cachesvc/tiered_block_store.h"
 #include "common/clock.h"
 #include "common/flags.h"
 #include "service/host_port.h"
@@ -32,9 +37,18 @@ ABSL_FLAG(int64_t, memory_bytes, int64_t{1} << 30,
           "Memory tier: block record bytes held at most (default 1 GiB).");
 ABSL_FLAG(int64_t, partition_quota_bytes, 0,
           "Block record bytes one partition (model + cache salt) may hold; 0 = no quota.");
-ABSL_FLAG(std::string, disk_dir, "", "Disk tier directory; empty = no disk tier.");
-ABSL_FLAG(int64_t, disk_bytes, 0, "Disk tier: block record bytes held at most.");
-ABSL_FLAG(std::string, redis, "", "Redis HOST:PORT to keep blocks and sessions in; empty = none.");
+ABSL_FLAG(std::string, disk_dir, "",
+          "Disk tier folder (blocks spill from memory to disk and come back on reads); "
+          "empty = memory only.");
+ABSL_FLAG(int64_t, disk_bytes, 0, "Disk tier: block record bytes held at most (required).");
+ABSL_FLAG(bool, disk_fsync, false, "Disk tier: fsync each block file (and its folder).");
+ABSL_FLAG(std::string, redis, "",
+          "Redis HOST:PORT holding blocks and session records instead of memory/disk; "
+          "empty = none.");
+ABSL_FLAG(absl::Duration, redis_timeout, absl::Milliseconds(200),
+          "Redis: bound on connecting and on each command's reads and writes.");
+ABSL_FLAG(absl::Duration, redis_block_ttl, absl::InfiniteDuration(),
+          "Redis: lifetime of a block key (default none: Redis' maxmemory policy evicts).");
 ABSL_FLAG(std::string, auth_tokens, "",
           "File of \"TOKEN NAME\" lines ('#' comments); when set, every call but health "
           "needs \"authorization: Bearer TOKEN\" with a listed token.");
@@ -115,41 +129,84 @@ absl::StatusOr<CacheServerOptions> OptionsFromFlags() {
   return options;
 }
 
-absl::StatusOr<std::unique_ptr<BlockStore>> BlockStoreFromFlags() {
-  // TODO(cacheserver): wire --disk-dir/--disk-bytes and --redis to the storage tiers
-  // (cachesvc/tiered_block_store.h, cachesvc/redis_*) when branch cachestorage lands.
-  if (!absl::GetFlag(FLAGS_disk_dir).empty() || absl::GetFlag(FLAGS_disk_bytes) != 0 ||
-      !absl::GetFlag(FLAGS_redis).empty()) {
-    return absl::InvalidArgumentError(
-        "--disk-dir, --disk-bytes and --redis: the disk and Redis tiers are not built yet");
+struct Stores {
+  std::unique_ptr<BlockStore> blocks;
+  std::unique_ptr<SessionRecordStore> sessions;
+};
+
+absl::Status Flagged(const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("--", status.message()));
+}
+
+// Memory; memory over disk (--disk-dir); or Redis (--redis) for blocks and sessions.
+absl::StatusOr<Stores> StoresFromFlags() {
+  const std::string disk_dir = absl::GetFlag(FLAGS_disk_dir);
+  const std::string redis = absl::GetFlag(FLAGS_redis);
+  const int64_t quota = absl::GetFlag(FLAGS_partition_quota_bytes);
+  if (quota < 0) return absl::InvalidArgumentError("--partition-quota-bytes must be >= 0");
+  Stores stores;
+  if (!redis.empty()) {
+    if (!disk_dir.empty()) {
+      return absl::InvalidArgumentError("--redis and --disk-dir exclude each other");
+    }
+    RedisOptions options;
+    if (absl::Status s = ParseRedisAddress(redis, &options); !s.ok()) return Flagged(s);
+    options.timeout = absl::GetFlag(FLAGS_redis_timeout);
+    absl::StatusOr<std::unique_ptr<RedisClient>> client = RedisClient::Create(options);
+    if (!client.ok()) return Flagged(client.status());
+    std::shared_ptr<RedisClient> shared = *std::move(client);
+    absl::StatusOr<std::unique_ptr<RedisBlockStore>> blocks =
+        RedisBlockStore::Create(shared, {.block_ttl = absl::GetFlag(FLAGS_redis_block_ttl)});
+    if (!blocks.ok()) return Flagged(blocks.status());
+    RedisSessionStore::Options session_options;
+    session_options.max_owner_bytes = absl::GetFlag(FLAGS_max_session_id_bytes);
+    absl::StatusOr<std::unique_ptr<RedisSessionStore>> sessions =
+        RedisSessionStore::Create(shared, session_options);
+    if (!sessions.ok()) return Flagged(sessions.status());
+    stores.blocks = *std::move(blocks);
+    stores.sessions = *std::move(sessions);
+    return stores;
   }
   absl::StatusOr<std::unique_ptr<MemoryBlockStore>> memory = MemoryBlockStore::Create(
-      {.capacity_bytes = absl::GetFlag(FLAGS_memory_bytes),
-       .partition_quota_bytes = absl::GetFlag(FLAGS_partition_quota_bytes)});
-  if (!memory.ok())
-    return absl::InvalidArgumentError(absl::StrCat("--", memory.status().message()));
-  return std::unique_ptr<BlockStore>(*std::move(memory));
+      {.capacity_bytes = absl::GetFlag(FLAGS_memory_bytes), .partition_quota_bytes = quota});
+  if (!memory.ok()) return Flagged(memory.status());
+  stores.blocks = *std::move(memory);
+  if (!disk_dir.empty()) {
+    if (absl::GetFlag(FLAGS_disk_bytes) < 1) {
+      return absl::InvalidArgumentError("--disk-bytes must be >= 1 with --disk-dir");
+    }
+    DiskBlockStore::Options options;
+    options.dir = disk_dir;
+    options.index.capacity_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_disk_bytes));
+    options.index.partition_quota_bytes = static_cast<uint64_t>(quota);
+    options.fsync = absl::GetFlag(FLAGS_disk_fsync);
+    absl::StatusOr<std::unique_ptr<DiskBlockStore>> disk = DiskBlockStore::Create(options);
+    if (!disk.ok()) return Flagged(disk.status());
+    stores.blocks = std::make_unique<TieredBlockStore>(std::move(stores.blocks), *std::move(disk));
+  }
+  if (absl::GetFlag(FLAGS_max_sessions) < 1) {
+    return absl::InvalidArgumentError("--max-sessions must be >= 1");
+  }
+  stores.sessions = std::make_unique<MemorySessionStore>(
+      MemorySessionStore::Options{.max_records = absl::GetFlag(FLAGS_max_sessions)});
+  return stores;
 }
 
 int Run() {
   absl::StatusOr<CacheServerOptions> options = OptionsFromFlags();
   if (!options.ok()) return Fail(options.status());
-  if (absl::GetFlag(FLAGS_max_sessions) < 1) {
-    return Fail(absl::InvalidArgumentError("--max-sessions must be >= 1"));
-  }
   if (absl::GetFlag(FLAGS_drain_grace) < absl::ZeroDuration()) {
     return Fail(absl::InvalidArgumentError("--drain-grace must be >= 0"));
   }
-  absl::StatusOr<std::unique_ptr<BlockStore>> blocks = BlockStoreFromFlags();
-  if (!blocks.ok()) return Fail(blocks.status());
-  auto sessions = std::make_unique<MemorySessionStore>(
-      MemorySessionStore::Options{.max_records = absl::GetFlag(FLAGS_max_sessions)});
+  absl::StatusOr<Stores> stores = StoresFromFlags();
+  if (!stores.ok()) return Fail(stores.status());
 
   absl::StatusOr<int> signal_fd = InstallShutdownSignals();
   if (!signal_fd.ok()) return Fail(signal_fd.status());
   const std::string listen = options->listen_address;
-  absl::StatusOr<std::unique_ptr<CacheServer>> server = CacheServer::Start(
-      *std::move(options), *std::move(blocks), std::move(sessions), common::Clock::Real());
+  absl::StatusOr<std::unique_ptr<CacheServer>> server =
+      CacheServer::Start(*std::move(options), std::move(stores->blocks),
+                         std::move(stores->sessions), common::Clock::Real());
   if (!server.ok()) {
     const absl::Status& s = server.status();
     return Fail(s.code() == absl::StatusCode::kInvalidArgument
