@@ -118,9 +118,9 @@ std::string_view RecordCheckName(RecordCheck check) {
   return "unknown";
 }
 
-RecordCheck ParseBlockRecord(std::span<const uint8_t> bytes, BlockRecordView* view) {
-  if (bytes.size() < kBlockRecordHeaderBytes) return RecordCheck::kTruncated;
-  const uint8_t* p = bytes.data();
+RecordCheck ParseBlockRecordHeader(std::span<const uint8_t> header, BlockRecordHeader* out) {
+  if (header.size() < kBlockRecordHeaderBytes) return RecordCheck::kTruncated;
+  const uint8_t* p = header.data();
   if (std::memcmp(p, kMagic, 4) != 0 || Get16(p + 4) != kBlockRecordVersion ||
       Get16(p + 6) != kBlockRecordHeaderBytes || Get32(p + 76) != 0 || !AllZero(p + 96, 32)) {
     return RecordCheck::kBadFormat;
@@ -140,22 +140,36 @@ RecordCheck ParseBlockRecord(std::span<const uint8_t> bytes, BlockRecordView* vi
   model::KvLayout layout{static_cast<int>(layers), static_cast<int>(kv_dim),
                          static_cast<int>(block_tokens), static_cast<model::DType>(dtype)};
   // Each factor is bounded above, so these products cannot overflow 64 bits.
-  const size_t want = BlockRecordBytes(layout);
   if (Get64(p + 80) != layout.block_bytes()) return RecordCheck::kBadFormat;
+  out->identity = GetHash(p + 8);
+  out->parent = GetHash(p + 24);
+  out->hash = GetHash(p + 40);
+  out->layout = layout;
+  out->record_bytes = BlockRecordBytes(layout);
+  return RecordCheck::kOk;
+}
+
+RecordCheck ParseBlockRecord(std::span<const uint8_t> bytes, BlockRecordView* view) {
+  BlockRecordHeader header;
+  const RecordCheck header_check = ParseBlockRecordHeader(bytes, &header);
+  if (header_check != RecordCheck::kOk) return header_check;
+  const uint8_t* p = bytes.data();
+  const size_t want = header.record_bytes;
+  const auto block_tokens = static_cast<size_t>(header.layout.block_tokens);
   if (bytes.size() < want) return RecordCheck::kTruncated;
   if (bytes.size() > want) return RecordCheck::kBadFormat;
   if (Get64(p + kChecksumOffset) != Checksum(bytes)) return RecordCheck::kBadChecksum;
 
   BlockRecordView v;
-  v.identity = GetHash(p + 8);
-  v.parent = GetHash(p + 24);
-  v.hash = GetHash(p + 40);
-  v.layout = layout;
-  v.kv_heads = static_cast<int32_t>(kv_heads);
+  v.identity = header.identity;
+  v.parent = header.parent;
+  v.hash = header.hash;
+  v.layout = header.layout;
+  v.kv_heads = static_cast<int32_t>(Get32(p + 72));
   v.tokens.resize(block_tokens);
-  std::memcpy(v.tokens.data(), p + kBlockRecordHeaderBytes, 4 * size_t{block_tokens});
+  std::memcpy(v.tokens.data(), p + kBlockRecordHeaderBytes, 4 * block_tokens);
   if (ChainBlockHash(v.parent, v.tokens) != v.hash) return RecordCheck::kBadHash;
-  v.payload = bytes.subspan(kBlockRecordHeaderBytes + 4 * size_t{block_tokens});
+  v.payload = bytes.subspan(kBlockRecordHeaderBytes + 4 * block_tokens);
   *view = std::move(v);
   return RecordCheck::kOk;
 }

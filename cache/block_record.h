@@ -93,6 +93,23 @@ struct RecordExpectation {
   std::span<const int32_t> tokens;  // checked when non-empty
 };
 
+// What the fixed-size header of a record says, checked without the rest of the record
+// (for stores that index records kept outside the process: a disk scan at start-up reads
+// headers only). `record_bytes` is the size the whole record must have.
+struct BlockRecordHeader {
+  BlockHash identity;
+  BlockHash parent;
+  BlockHash hash;
+  model::KvLayout layout;
+  size_t record_bytes = 0;
+};
+
+// Checks the header's format (magic, version, sizes, element type, reserved bytes):
+// kTruncated when `header` is shorter than kBlockRecordHeaderBytes, kBadFormat for any
+// wrong field, kOk (and fills `out`) otherwise. Checksum and hash chain need the whole
+// record: only ParseBlockRecord checks them.
+RecordCheck ParseBlockRecordHeader(std::span<const uint8_t> header, BlockRecordHeader* out);
+
 // Checks a parsed record against what the reader asked for.
 RecordCheck CheckBlockRecord(const BlockRecordView& view, const RecordExpectation& expected);
 

@@ -105,6 +105,26 @@ TEST(BlockRecordTest, ExpectationsAreChecked) {
             RecordCheck::kWrongIdentity);
 }
 
+// The header alone gives identity, parent, hash and the record's size, and rejects a
+// wrong format without the rest of the record (which only ParseBlockRecord checks).
+TEST(BlockRecordTest, HeaderParsesAlone) {
+  const Block b = MakeBlock();
+  BlockRecordHeader h;
+  ASSERT_EQ(ParseBlockRecordHeader(Bytes(b.record.substr(0, kBlockRecordHeaderBytes)), &h),
+            RecordCheck::kOk);
+  EXPECT_EQ(h.identity, b.identity);
+  EXPECT_EQ(h.parent, b.parent);
+  EXPECT_EQ(h.hash, b.hash);
+  EXPECT_EQ(h.record_bytes, b.record.size());
+  EXPECT_EQ(ParseBlockRecordHeader(Bytes(b.record.substr(0, kBlockRecordHeaderBytes - 1)), &h),
+            RecordCheck::kTruncated);
+  for (size_t i : {0, 4, 6, 56, 60, 64, 68, 80, 100}) {
+    std::string bad = b.record.substr(0, kBlockRecordHeaderBytes);
+    bad[i] = static_cast<char>(bad[i] ^ 0x40);
+    EXPECT_EQ(ParseBlockRecordHeader(Bytes(bad), &h), RecordCheck::kBadFormat) << "byte " << i;
+  }
+}
+
 // Keys are the same in every process and on every host: pinned values (a change here
 // orphans every stored block, so it must come with a format version change).
 TEST(BlockRecordTest, HashesArePinned) {

@@ -27,6 +27,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "service/metrics_http_server.h"
 
 namespace kvserve::service {
 
@@ -35,7 +36,7 @@ using EngineStatsSource = std::function<std::optional<engine::EngineStats>()>;
 
 // Threading: every method is thread-safe (prometheus-cpp metrics are internally
 // synchronized; the stats source is guarded by a mutex).
-class Metrics {
+class Metrics : public MetricsSource {
  public:
   Metrics();
   Metrics(const Metrics&) = delete;
@@ -56,7 +57,7 @@ class Metrics {
   // Everything this object exports (for an Exposer or a test).
   std::vector<std::weak_ptr<prometheus::Collectable>> collectables() const;
   // The text exposition format of all metrics, as /metrics serves it.
-  std::string SerializeText() const;
+  std::string SerializeText() const override;
 
  private:
   class EngineCollector;

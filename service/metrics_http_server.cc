@@ -33,7 +33,7 @@ MHD_Result Reply(MHD_Connection* connection, unsigned int status, const std::str
 MHD_Result HandleRequest(void* cls, MHD_Connection* connection, const char* url, const char* method,
                          const char* /*version*/, const char* /*upload_data*/,
                          size_t* /*upload_data_size*/, void** /*request_state*/) {
-  const Metrics& metrics = *static_cast<const Metrics*>(cls);
+  const MetricsSource& metrics = *static_cast<const MetricsSource*>(cls);
   if (std::strcmp(url, kMetricsPath) != 0) {
     return Reply(connection, MHD_HTTP_NOT_FOUND, "not found; metrics are at /metrics\n",
                  "text/plain; charset=utf-8");
@@ -72,7 +72,7 @@ absl::Status ValidateMetricsHttpOptions(const MetricsHttpOptions& options) {
 }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const MetricsHttpOptions& options, const Metrics& metrics) {
+    const MetricsHttpOptions& options, const MetricsSource& metrics) {
   if (absl::Status s = ValidateMetricsHttpOptions(options); !s.ok()) return s;
   const HostPort hp = *ParseHostPort(options.address, "metrics-listen");
 
@@ -94,8 +94,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   if (ipv6) flags |= MHD_USE_IPv6;
   server->daemon_ = MHD_start_daemon(
       flags, /*port=*/static_cast<uint16_t>(hp.port), /*apc=*/nullptr, /*apc_cls=*/nullptr,
-      &HandleRequest, const_cast<Metrics*>(&metrics),  //
-      MHD_OPTION_SOCK_ADDR, resolved->ai_addr,         //
+      &HandleRequest, const_cast<MetricsSource*>(&metrics),  //
+      MHD_OPTION_SOCK_ADDR, resolved->ai_addr,               //
       MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned int>(options.worker_threads),
       MHD_OPTION_CONNECTION_TIMEOUT,
       static_cast<unsigned int>(absl::ToInt64Seconds(options.idle_timeout)),

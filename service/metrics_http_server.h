@@ -12,8 +12,8 @@
 // stack, set explicitly, so libraries with large thread-local storage (glibc takes
 // static TLS out of each new thread's stack) cannot overflow them.
 //
-// Threading: Start and the destructor from one thread; scrapes call metrics on the
-// worker threads (Metrics is thread-safe).
+// Threading: Start and the destructor from one thread; scrapes call the MetricsSource on
+// the worker threads.
 #ifndef KVSERVE_SERVICE_METRICS_HTTP_SERVER_H_
 #define KVSERVE_SERVICE_METRICS_HTTP_SERVER_H_
 
@@ -25,11 +25,18 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "service/metrics.h"
-
 struct MHD_Daemon;
 
 namespace kvserve::service {
+
+// What /metrics serves: the Prometheus text exposition of some set of metrics
+// (service::Metrics for kvserve, cachesvc::CacheMetrics for kvserve-cache).
+// Threading: SerializeText is called from the endpoint's worker threads at once.
+class MetricsSource {
+ public:
+  virtual ~MetricsSource() = default;
+  virtual std::string SerializeText() const = 0;
+};
 
 struct MetricsHttpOptions {
   // "HOST:PORT" (port 0 = any free port; "[::1]:9464" for IPv6). Default 127.0.0.1:9464.
@@ -54,7 +61,7 @@ class MetricsHttpServer {
   // INVALID_ARGUMENT for bad options or an unresolvable host, UNAVAILABLE when the
   // address cannot be bound.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const MetricsHttpOptions& options,
-                                                                  const Metrics& metrics);
+                                                                  const MetricsSource& metrics);
   // Stops accepting, closes every connection and joins the workers.
   ~MetricsHttpServer();
   MetricsHttpServer(const MetricsHttpServer&) = delete;
@@ -64,9 +71,9 @@ class MetricsHttpServer {
   int port() const { return port_; }
 
  private:
-  MetricsHttpServer(const Metrics& metrics) : metrics_(metrics) {}
+  MetricsHttpServer(const MetricsSource& metrics) : metrics_(metrics) {}
 
-  const Metrics& metrics_;
+  const MetricsSource& metrics_;
   MHD_Daemon* daemon_ = nullptr;
   int port_ = 0;
 };

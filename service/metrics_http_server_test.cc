@@ -15,6 +15,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "service/metrics.h"
 
 namespace kvserve::service {
 namespace {

@@ -1,0 +1,89 @@
+// The kvserve-cache server: the SessionCache service, standard health checking
+// (liveness "" and readiness "kvserve.v1.SessionCache", both SERVING once started),
+// server reflection and the /metrics endpoint, over the stores it is given.
+//
+// Threading: all methods are thread-safe. Destruction shuts down with no grace if
+// Shutdown() was not called.
+#ifndef KVSERVE_CACHESVC_CACHE_SERVER_H_
+#define KVSERVE_CACHESVC_CACHE_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cachesvc/bearer_auth.h"
+#include "cachesvc/block_store.h"
+#include "cachesvc/cache_metrics.h"
+#include "cachesvc/session_cache_service.h"
+#include "common/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "service/metrics_http_server.h"
+
+namespace kvserve::cachesvc {
+
+// The health service name that answers readiness.
+inline constexpr char kCacheReadinessService[] = "kvserve.v1.SessionCache";
+
+struct CacheServerOptions {
+  // gRPC listen address "HOST:PORT"; port 0 picks a free port (see port()). Default
+  // 127.0.0.1:50061.
+  std::string listen_address = "127.0.0.1:50061";
+  // The /metrics endpoint; an empty address (the default) = none.
+  service::MetricsHttpOptions metrics = {.address = ""};
+  // Largest message received or sent; larger ones fail with RESOURCE_EXHAUSTED. Must
+  // exceed the largest chunk (4 MiB) plus framing. Default 8 MiB.
+  int32_t max_message_bytes = 8 << 20;
+  // Threads handling calls at most (the synchronous server's pool; calls beyond wait).
+  // Default 64.
+  int32_t max_threads = 64;
+  // Memory gRPC may use for connections and calls. Default 512 MiB.
+  int64_t grpc_memory_quota_bytes = int64_t{512} << 20;
+  SessionCacheService::Options service;
+  // Bearer tokens every call but health must carry; nullopt = no authentication.
+  std::optional<BearerAuth> auth;
+};
+
+class CacheServer {
+ public:
+  // Builds and starts the server over `blocks` and `sessions` (owned); `clock` must
+  // outlive the server. UNAVAILABLE when an address cannot be bound, INVALID_ARGUMENT
+  // for bad options.
+  static absl::StatusOr<std::unique_ptr<CacheServer>> Start(
+      CacheServerOptions options, std::unique_ptr<BlockStore> blocks,
+      std::unique_ptr<SessionRecordStore> sessions, const common::Clock* clock);
+  ~CacheServer();
+
+  // Readiness NOT_SERVING, then stops the gRPC server: calls in flight get up to `grace`
+  // to finish, then are cancelled. Idempotent.
+  void Shutdown(absl::Duration grace);
+
+  int port() const { return port_; }
+  // 0 when there is no metrics endpoint.
+  int metrics_port() const { return metrics_http_ ? metrics_http_->port() : 0; }
+  CacheMetrics& metrics() { return *metrics_; }
+  BlockStore& blocks() { return *blocks_; }
+
+ private:
+  CacheServer() = default;
+
+  CacheServerOptions options_;
+  std::unique_ptr<BlockStore> blocks_;
+  std::unique_ptr<SessionRecordStore> sessions_;
+  std::unique_ptr<CacheMetrics> metrics_;
+  std::unique_ptr<SessionCacheService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<service::MetricsHttpServer> metrics_http_;
+  int port_ = 0;
+
+  std::mutex shutdown_mu_;
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+};
+
+}  // namespace kvserve::cachesvc
+
+#endif  // KVSERVE_CACHESVC_CACHE_SERVER_H_

@@ -1,0 +1,253 @@
+// kvserve-cache: the session cache service (kvserve.v1.SessionCache). Maps flags onto
+// CacheServerOptions and the stores, starts the server, prints
+// "kvserve-cache listening on HOST:PORT", and on SIGTERM or SIGINT stops: readiness goes
+// NOT_SERVING, calls in flight get --drain-grace, then the process exits 0.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "cachesvc/bearer_auth.h"
+#include "cachesvc/cache_server.h"
+#include "cachesvc/disk_block_store.h"
+#include "cachesvc/memory_block_store.h"
+#include "cachesvc/memory_session_store.h"
+#include "cachesvc/redis_block_store.h"
+#include "cachesvc/redis_client.h"
+#include "cachesvc/redis_session_store.h"
+#include "cachesvc/tiered_block_store.h"
+#include "common/clock.h"
+#include "common/flags.h"
+#include "service/host_port.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50061",
+          "gRPC listen address HOST:PORT (port 0 = any free port, printed at start).");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "Prometheus /metrics listen address HOST:PORT; empty (default) = none.");
+ABSL_FLAG(int64_t, memory_bytes, int64_t{1} << 30,
+          "Memory tier: block record bytes held at most (default 1 GiB).");
+ABSL_FLAG(int64_t, partition_quota_bytes, 0,
+          "Block record bytes one partition (model + cache salt) may hold; 0 = no quota.");
+ABSL_FLAG(std::string, disk_dir, "",
+          "Disk tier folder (blocks spill from memory to disk and come back on reads); "
+          "empty = memory only.");
+ABSL_FLAG(int64_t, disk_bytes, 0, "Disk tier: block record bytes held at most (required).");
+ABSL_FLAG(bool, disk_fsync, false, "Disk tier: fsync each block file (and its folder).");
+ABSL_FLAG(std::string, redis, "",
+          "Redis HOST:PORT holding blocks and session records instead of memory/disk; "
+          "empty = none.");
+ABSL_FLAG(absl::Duration, redis_timeout, absl::Milliseconds(200),
+          "Redis: bound on connecting and on each command's reads and writes.");
+ABSL_FLAG(absl::Duration, redis_block_ttl, absl::InfiniteDuration(),
+          "Redis: lifetime of a block key (default none: Redis' maxmemory policy evicts).");
+ABSL_FLAG(std::string, auth_tokens, "",
+          "File of \"TOKEN NAME\" lines ('#' comments); when set, every call but health "
+          "needs \"authorization: Bearer TOKEN\" with a listed token.");
+ABSL_FLAG(int32_t, max_chain_blocks, 65536, "Hashes one Lookup/FetchBlocks may name.");
+ABSL_FLAG(int64_t, max_record_bytes, int64_t{64} << 20,
+          "Largest block record StoreBlocks accepts (default 64 MiB).");
+ABSL_FLAG(absl::Duration, session_ttl, absl::Hours(1),
+          "Session record lifetime when PutSession leaves ttl_seconds at 0.");
+ABSL_FLAG(absl::Duration, max_session_ttl, absl::Hours(24), "Largest accepted session TTL.");
+ABSL_FLAG(int32_t, max_session_tokens, 1 << 20, "Tokens one session record may hold.");
+ABSL_FLAG(int32_t, max_session_id_bytes, 256, "Bytes of a session id or owner name.");
+ABSL_FLAG(int64_t, max_sessions, 100'000, "Session records held at most.");
+ABSL_FLAG(int32_t, max_message_bytes, 8 << 20,
+          "Largest gRPC message received or sent (default 8 MiB; must exceed 4 MiB + 64 KiB).");
+ABSL_FLAG(int32_t, max_threads, 64, "Threads handling calls at most (calls beyond wait).");
+ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(10),
+          "On SIGTERM/SIGINT: how long calls in flight may run before they are cancelled.");
+
+namespace kvserve::cachesvc {
+namespace {
+
+// Write end of the self-pipe through which the signal handler wakes main(); the
+// binary's only global, set once in Run() (a signal handler can reach nothing else).
+int signal_pipe_write_fd = -1;
+
+extern "C" void OnShutdownSignal(int signal_number) {
+  const unsigned char byte = static_cast<unsigned char>(signal_number);
+  [[maybe_unused]] const ssize_t n = write(signal_pipe_write_fd, &byte, 1);
+}
+
+absl::StatusOr<int> InstallShutdownSignals() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("cannot create the signal pipe");
+  signal_pipe_write_fd = fds[1];
+  struct sigaction action = {};
+  action.sa_handler = OnShutdownSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  if (sigaction(SIGTERM, &action, nullptr) != 0 || sigaction(SIGINT, &action, nullptr) != 0) {
+    return absl::InternalError("cannot install the SIGTERM/SIGINT handlers");
+  }
+  return fds[0];
+}
+
+int WaitForShutdownSignal(int read_fd) {
+  unsigned char byte = 0;
+  for (;;) {
+    const ssize_t n = read(read_fd, &byte, 1);
+    if (n == 1) return byte;
+    if (n < 0 && errno == EINTR) continue;
+    return 0;
+  }
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "kvserve-cache: %s\n", std::string(status.message()).c_str());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+absl::StatusOr<CacheServerOptions> OptionsFromFlags() {
+  CacheServerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.metrics.address = absl::GetFlag(FLAGS_metrics_listen);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_threads = absl::GetFlag(FLAGS_max_threads);
+  SessionCacheService::Options& s = options.service;
+  s.max_chain_blocks = absl::GetFlag(FLAGS_max_chain_blocks);
+  s.max_record_bytes = absl::GetFlag(FLAGS_max_record_bytes);
+  s.default_session_ttl = absl::GetFlag(FLAGS_session_ttl);
+  s.max_session_ttl = absl::GetFlag(FLAGS_max_session_ttl);
+  s.max_session_tokens = absl::GetFlag(FLAGS_max_session_tokens);
+  s.max_session_id_bytes = absl::GetFlag(FLAGS_max_session_id_bytes);
+  if (const std::string path = absl::GetFlag(FLAGS_auth_tokens); !path.empty()) {
+    absl::StatusOr<BearerAuth> auth = BearerAuth::FromFile(path);
+    if (!auth.ok()) return absl::InvalidArgumentError(auth.status().message());
+    options.auth = *std::move(auth);
+  }
+  return options;
+}
+
+struct Stores {
+  std::unique_ptr<BlockStore> blocks;
+  std::unique_ptr<SessionRecordStore> sessions;
+};
+
+absl::Status Flagged(const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("--", status.message()));
+}
+
+// Memory; memory over disk (--disk-dir); or Redis (--redis) for blocks and sessions.
+absl::StatusOr<Stores> StoresFromFlags() {
+  const std::string disk_dir = absl::GetFlag(FLAGS_disk_dir);
+  const std::string redis = absl::GetFlag(FLAGS_redis);
+  const int64_t quota = absl::GetFlag(FLAGS_partition_quota_bytes);
+  if (quota < 0) return absl::InvalidArgumentError("--partition-quota-bytes must be >= 0");
+  Stores stores;
+  if (!redis.empty()) {
+    if (!disk_dir.empty()) {
+      return absl::InvalidArgumentError("--redis and --disk-dir exclude each other");
+    }
+    RedisOptions options;
+    if (absl::Status s = ParseRedisAddress(redis, &options); !s.ok()) return Flagged(s);
+    options.timeout = absl::GetFlag(FLAGS_redis_timeout);
+    absl::StatusOr<std::unique_ptr<RedisClient>> client = RedisClient::Create(options);
+    if (!client.ok()) return Flagged(client.status());
+    std::shared_ptr<RedisClient> shared = *std::move(client);
+    absl::StatusOr<std::unique_ptr<RedisBlockStore>> blocks =
+        RedisBlockStore::Create(shared, {.block_ttl = absl::GetFlag(FLAGS_redis_block_ttl)});
+    if (!blocks.ok()) return Flagged(blocks.status());
+    RedisSessionStore::Options session_options;
+    session_options.max_owner_bytes = absl::GetFlag(FLAGS_max_session_id_bytes);
+    absl::StatusOr<std::unique_ptr<RedisSessionStore>> sessions =
+        RedisSessionStore::Create(shared, session_options);
+    if (!sessions.ok()) return Flagged(sessions.status());
+    stores.blocks = *std::move(blocks);
+    stores.sessions = *std::move(sessions);
+    return stores;
+  }
+  absl::StatusOr<std::unique_ptr<MemoryBlockStore>> memory = MemoryBlockStore::Create(
+      {.capacity_bytes = absl::GetFlag(FLAGS_memory_bytes), .partition_quota_bytes = quota});
+  if (!memory.ok()) return Flagged(memory.status());
+  stores.blocks = *std::move(memory);
+  if (!disk_dir.empty()) {
+    if (absl::GetFlag(FLAGS_disk_bytes) < 1) {
+      return absl::InvalidArgumentError("--disk-bytes must be >= 1 with --disk-dir");
+    }
+    DiskBlockStore::Options options;
+    options.dir = disk_dir;
+    options.index.capacity_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_disk_bytes));
+    options.index.partition_quota_bytes = static_cast<uint64_t>(quota);
+    options.fsync = absl::GetFlag(FLAGS_disk_fsync);
+    absl::StatusOr<std::unique_ptr<DiskBlockStore>> disk = DiskBlockStore::Create(options);
+    if (!disk.ok()) return Flagged(disk.status());
+    stores.blocks = std::make_unique<TieredBlockStore>(std::move(stores.blocks), *std::move(disk));
+  }
+  if (absl::GetFlag(FLAGS_max_sessions) < 1) {
+    return absl::InvalidArgumentError("--max-sessions must be >= 1");
+  }
+  stores.sessions = std::make_unique<MemorySessionStore>(
+      MemorySessionStore::Options{.max_records = absl::GetFlag(FLAGS_max_sessions)});
+  return stores;
+}
+
+int Run() {
+  absl::StatusOr<CacheServerOptions> options = OptionsFromFlags();
+  if (!options.ok()) return Fail(options.status());
+  if (absl::GetFlag(FLAGS_drain_grace) < absl::ZeroDuration()) {
+    return Fail(absl::InvalidArgumentError("--drain-grace must be >= 0"));
+  }
+  absl::StatusOr<Stores> stores = StoresFromFlags();
+  if (!stores.ok()) return Fail(stores.status());
+
+  absl::StatusOr<int> signal_fd = InstallShutdownSignals();
+  if (!signal_fd.ok()) return Fail(signal_fd.status());
+  const std::string listen = options->listen_address;
+  absl::StatusOr<std::unique_ptr<CacheServer>> server =
+      CacheServer::Start(*std::move(options), std::move(stores->blocks),
+                         std::move(stores->sessions), common::Clock::Real());
+  if (!server.ok()) {
+    const absl::Status& s = server.status();
+    return Fail(s.code() == absl::StatusCode::kInvalidArgument
+                    ? absl::InvalidArgumentError(absl::StrCat("--", s.message()))
+                    : s);
+  }
+  absl::StatusOr<service::HostPort> hp = service::ParseHostPort(listen, "listen");
+  const std::string host =
+      hp->host.find(':') == std::string::npos ? hp->host : absl::StrCat("[", hp->host, "]");
+  std::printf("kvserve-cache listening on %s:%d (backend %s", host.c_str(), (*server)->port(),
+              (*server)->blocks().name().c_str());
+  if ((*server)->metrics_port() != 0) std::printf(", metrics port %d", (*server)->metrics_port());
+  std::printf(")\n");
+  std::fflush(stdout);
+
+  const int signal_number = WaitForShutdownSignal(*signal_fd);
+  std::printf("kvserve-cache: signal %d, stopping (grace %s)\n", signal_number,
+              absl::FormatDuration(absl::GetFlag(FLAGS_drain_grace)).c_str());
+  std::fflush(stdout);
+  (*server)->Shutdown(absl::GetFlag(FLAGS_drain_grace));
+  std::printf("kvserve-cache: stopped\n");
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvserve::cachesvc
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args = kvserve::common::ParseFlags(
+      argc, argv,
+      "The session cache service (kvserve.v1.SessionCache): KV blocks and session records "
+      "shared by kvserve replicas, with health, reflection and Prometheus metrics.\n"
+      "Usage: kvserve-cache [--listen 127.0.0.1:50061] [--memory-bytes N] "
+      "[--auth-tokens FILE] [--metrics-listen HOST:PORT] [flags]\n"
+      "Flags accept - or _ (--memory-bytes or --memory_bytes). SIGTERM stops and exits 0.",
+      "cache_server_main.cc");
+  if (args.size() > 1) {
+    std::fprintf(stderr, "kvserve-cache: unexpected argument \"%s\" (see --help)\n",
+                 args[1].c_str());
+    return 2;
+  }
+  return kvserve::cachesvc::Run();
+}

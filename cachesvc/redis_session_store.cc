@@ -1,0 +1,288 @@
+#include "cachesvc/redis_session_store.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cache/block_record.h"
+
+namespace kvserve::cachesvc {
+namespace {
+
+constexpr std::string_view kMagic = "KVS1";
+constexpr std::string_view kKeyPrefix = "kvs:";
+constexpr size_t kMetaFixedBytes = 41;  // through the owner length
+constexpr int32_t kDefaultPageSize = 100;
+constexpr int32_t kMaxPageSize = 1000;
+
+std::string SessionKey(std::string_view id) { return std::string(kKeyPrefix) + std::string(id); }
+
+void AppendU32(uint32_t v, std::string* out) {
+  char b[4];
+  std::memcpy(b, &v, 4);  // little-endian hosts only, as cache/block_record.cc
+  out->append(b, 4);
+}
+
+void AppendInts(const std::vector<int32_t>& values, std::string* out) {
+  AppendU32(static_cast<uint32_t>(values.size()), out);
+  const size_t at = out->size();
+  out->resize(at + 4 * values.size());
+  if (!values.empty()) std::memcpy(out->data() + at, values.data(), 4 * values.size());
+}
+
+// A bounds-checked reader over an untrusted value.
+class Reader {
+ public:
+  explicit Reader(std::string_view data) : data_(data) {}
+  bool Bytes(size_t n, std::string_view* out) {
+    if (n > data_.size() - pos_) return false;
+    *out = data_.substr(pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool U32(uint32_t* v) {
+    std::string_view b;
+    if (!Bytes(4, &b)) return false;
+    std::memcpy(v, b.data(), 4);
+    return true;
+  }
+  bool Ints(std::vector<int32_t>* out) {
+    uint32_t n = 0;
+    std::string_view b;
+    if (!U32(&n) || n > (data_.size() - pos_) / 4 || !Bytes(4 * size_t{n}, &b)) return false;
+    out->resize(n);
+    if (n != 0) std::memcpy(out->data(), b.data(), b.size());
+    return true;
+  }
+  bool AtEnd() const { return pos_ == data_.size(); }
+
+ private:
+  std::string_view data_;
+  size_t pos_ = 0;
+};
+
+bool DecodeMeta(Reader& r, StoredSession* s) {
+  std::string_view magic, partition, has_head, head, owner;
+  uint32_t owner_bytes = 0;
+  if (!r.Bytes(4, &magic) || magic != kMagic || !r.Bytes(16, &partition) ||
+      !r.Bytes(1, &has_head) || !r.Bytes(16, &head) || !r.U32(&owner_bytes) ||
+      !r.Bytes(owner_bytes, &owner)) {
+    return false;
+  }
+  if (has_head[0] != 0 && has_head[0] != 1) return false;
+  s->has_head = has_head[0] == 1;
+  if (!cache::HashFromBytes(partition, &s->partition) || !cache::HashFromBytes(head, &s->head)) {
+    return false;
+  }
+  if (!s->has_head) s->head = BlockHash{};
+  s->owner = std::string(owner);
+  return true;
+}
+
+// The expiry of a key with PTTL reply `pttl` read at `now`; false when the key is gone.
+bool ExpiryFromPttl(const redisReply& pttl, absl::Time now, absl::Time* expires_at) {
+  if (pttl.type != REDIS_REPLY_INTEGER || pttl.integer == -2) return false;
+  *expires_at = pttl.integer < 0 ? absl::InfiniteFuture() : now + absl::Milliseconds(pttl.integer);
+  return true;
+}
+
+}  // namespace
+
+std::string EncodeSessionValue(const StoredSession& s) {
+  std::string out;
+  out.reserve(kMetaFixedBytes + s.owner.size() + 8 + 4 * (s.tokens.size() + s.turn_ends.size()));
+  out.append(kMagic);
+  out.append(cache::HashToBytes(s.partition));
+  out.push_back(s.has_head ? 1 : 0);
+  out.append(cache::HashToBytes(s.has_head ? s.head : BlockHash{}));
+  AppendU32(static_cast<uint32_t>(s.owner.size()), &out);
+  out.append(s.owner);
+  AppendInts(s.tokens, &out);
+  AppendInts(s.turn_ends, &out);
+  return out;
+}
+
+bool DecodeSessionValue(std::string_view value, StoredSession* session) {
+  Reader r(value);
+  StoredSession s;
+  if (!DecodeMeta(r, &s) || !r.Ints(&s.tokens) || !r.Ints(&s.turn_ends) || !r.AtEnd()) {
+    return false;
+  }
+  s.id = std::move(session->id);
+  *session = std::move(s);
+  return true;
+}
+
+bool DecodeSessionMeta(std::string_view value, StoredSession* session) {
+  Reader r(value);
+  StoredSession s;
+  if (!DecodeMeta(r, &s)) return false;
+  s.id = std::move(session->id);
+  *session = std::move(s);
+  return true;
+}
+
+absl::StatusOr<std::unique_ptr<RedisSessionStore>> RedisSessionStore::Create(
+    std::shared_ptr<RedisClient> client, const Options& options) {
+  if (client == nullptr) return absl::InvalidArgumentError("redis session store: no client");
+  if (options.max_owner_bytes < 0 || options.scan_count < 1) {
+    return absl::InvalidArgumentError(
+        "redis session store: max_owner_bytes must be >= 0 and scan_count >= 1");
+  }
+  return std::unique_ptr<RedisSessionStore>(new RedisSessionStore(std::move(client), options));
+}
+
+void RedisSessionStore::DropCorrupt(const std::string& key) {
+  corrupt_values_.fetch_add(1);
+  (void)client_->Run({"DEL", key});
+}
+
+absl::Status RedisSessionStore::Put(StoredSession session, absl::Time now) {
+  if (session.owner.size() > static_cast<size_t>(options_.max_owner_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat("session owner is ", session.owner.size(),
+                                                     " bytes, over max_owner_bytes (",
+                                                     options_.max_owner_bytes, ")"));
+  }
+  const std::string key = SessionKey(session.id);
+  if (session.expires_at <= now) {
+    absl::StatusOr<RedisReply> reply = client_->Run({"DEL", key});
+    return reply.ok() ? absl::OkStatus() : reply.status();
+  }
+  const std::string value = EncodeSessionValue(session);
+  RedisCommand command = {"SET", key, value};
+  std::string ttl_ms;
+  if (session.expires_at != absl::InfiniteFuture()) {
+    ttl_ms = absl::StrCat(std::max<int64_t>(
+        1, absl::ToInt64Milliseconds(absl::Ceil(session.expires_at - now, absl::Milliseconds(1)))));
+    command.push_back("PX");
+    command.push_back(ttl_ms);
+  }
+  absl::StatusOr<RedisReply> reply = client_->Run(command);
+  if (!reply.ok()) return reply.status();
+  if (IsRedisError(**reply, "OOM")) {
+    return absl::ResourceExhaustedError("redis refused the session record: out of memory");
+  }
+  if ((*reply)->type == REDIS_REPLY_ERROR) return RedisErrorStatus("SET", **reply);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StoredSession> RedisSessionStore::Get(const std::string& id, absl::Time now) {
+  const std::string key = SessionKey(id);
+  const std::vector<RedisCommand> commands = {{"GET", key}, {"PTTL", key}};
+  absl::StatusOr<std::vector<RedisReply>> replies = client_->Pipeline(commands);
+  if (!replies.ok()) return replies.status();
+  const redisReply& value = *(*replies)[0];
+  if (value.type == REDIS_REPLY_ERROR) return RedisErrorStatus("GET", value);
+  StoredSession session;
+  session.id = id;
+  if (value.type != REDIS_REPLY_NIL) {
+    if (value.type != REDIS_REPLY_STRING ||
+        !DecodeSessionValue(std::string_view(value.str, value.len), &session)) {
+      DropCorrupt(key);
+    } else if (ExpiryFromPttl(*(*replies)[1], now, &session.expires_at)) {
+      return session;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("session '", id, "' not found or expired"));
+}
+
+absl::Status RedisSessionStore::Delete(const std::string& id, absl::Time /*now*/) {
+  absl::StatusOr<RedisReply> reply = client_->Run({"DEL", SessionKey(id)});
+  if (!reply.ok()) return reply.status();
+  if ((*reply)->type == REDIS_REPLY_ERROR) return RedisErrorStatus("DEL", **reply);
+  if ((*reply)->type == REDIS_REPLY_INTEGER && (*reply)->integer > 0) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("session '", id, "' not found or expired"));
+}
+
+absl::StatusOr<std::vector<std::string>> RedisSessionStore::ScanIds() const {
+  std::vector<std::string> ids;
+  const std::string count = absl::StrCat(options_.scan_count);
+  const std::string match = std::string(kKeyPrefix) + "*";
+  std::string cursor = "0";
+  do {
+    absl::StatusOr<RedisReply> reply =
+        client_->Run({"SCAN", cursor, "MATCH", match, "COUNT", count});
+    if (!reply.ok()) return reply.status();
+    const redisReply& r = **reply;
+    if (r.type == REDIS_REPLY_ERROR) return RedisErrorStatus("SCAN", r);
+    if (r.type != REDIS_REPLY_ARRAY || r.elements != 2 ||
+        r.element[0]->type != REDIS_REPLY_STRING || r.element[1]->type != REDIS_REPLY_ARRAY) {
+      return absl::UnavailableError("redis SCAN: malformed reply");
+    }
+    cursor.assign(r.element[0]->str, r.element[0]->len);
+    const redisReply& keys = *r.element[1];
+    for (size_t i = 0; i < keys.elements; ++i) {
+      const redisReply& k = *keys.element[i];
+      if (k.type != REDIS_REPLY_STRING || k.len < kKeyPrefix.size()) continue;
+      ids.emplace_back(k.str + kKeyPrefix.size(), k.len - kKeyPrefix.size());
+    }
+  } while (cursor != "0");
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());  // SCAN may repeat keys
+  return ids;
+}
+
+absl::StatusOr<SessionRecordStore::Page> RedisSessionStore::List(const BlockHash* partition,
+                                                                 int32_t page_size,
+                                                                 const std::string& page_token,
+                                                                 absl::Time now) {
+  if (page_size <= 0) page_size = kDefaultPageSize;
+  page_size = std::min(page_size, kMaxPageSize);
+  absl::StatusOr<std::vector<std::string>> ids = ScanIds();
+  if (!ids.ok()) return ids.status();
+  auto next =
+      page_token.empty() ? ids->begin() : std::upper_bound(ids->begin(), ids->end(), page_token);
+  const size_t meta_bytes = kMetaFixedBytes + static_cast<size_t>(options_.max_owner_bytes);
+  const std::string meta_end = absl::StrCat(meta_bytes - 1);
+  Page page;
+  while (next != ids->end() && static_cast<int32_t>(page.sessions.size()) < page_size) {
+    // One round trip per batch: GETRANGE of the fields before the tokens, and PTTL.
+    const auto batch_end = next + std::min<ptrdiff_t>(ids->end() - next, page_size);
+    std::vector<std::string> keys;
+    for (auto it = next; it != batch_end; ++it) keys.push_back(SessionKey(*it));
+    std::vector<RedisCommand> commands;
+    for (const std::string& key : keys) {
+      commands.push_back({"GETRANGE", key, "0", meta_end});
+      commands.push_back({"PTTL", key});
+    }
+    absl::StatusOr<std::vector<RedisReply>> replies = client_->Pipeline(commands);
+    if (!replies.ok()) return replies.status();
+    for (size_t i = 0; i < keys.size(); ++i, ++next) {
+      if (static_cast<int32_t>(page.sessions.size()) == page_size) break;
+      const redisReply& value = *(*replies)[2 * i];
+      if (value.type == REDIS_REPLY_ERROR) return RedisErrorStatus("GETRANGE", value);
+      if (value.type != REDIS_REPLY_STRING || value.len == 0) continue;  // expired meanwhile
+      StoredSession session;
+      session.id = *next;
+      if (!DecodeSessionMeta(std::string_view(value.str, value.len), &session)) {
+        // A value longer than the range may hold an owner written under a larger
+        // max_owner_bytes: judge it whole before dropping it.
+        if (value.len < meta_bytes) {
+          DropCorrupt(keys[i]);
+          continue;
+        }
+        absl::StatusOr<StoredSession> whole = Get(session.id, now);
+        if (whole.status().code() == absl::StatusCode::kUnavailable) return whole.status();
+        if (!whole.ok()) continue;
+        session = *std::move(whole);
+        session.tokens.clear();
+        session.turn_ends.clear();
+      }
+      if (partition != nullptr && session.partition != *partition) continue;
+      if (!ExpiryFromPttl(*(*replies)[2 * i + 1], now, &session.expires_at)) continue;
+      page.sessions.push_back(std::move(session));
+    }
+  }
+  if (next != ids->end() && !page.sessions.empty()) page.next_page_token = page.sessions.back().id;
+  return page;
+}
+
+int64_t RedisSessionStore::size() const {
+  absl::StatusOr<std::vector<std::string>> ids = ScanIds();
+  return ids.ok() ? static_cast<int64_t>(ids->size()) : 0;
+}
+
+}  // namespace kvserve::cachesvc

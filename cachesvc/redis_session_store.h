@@ -1,0 +1,90 @@
+// Session records in Redis: one key "kvs:<id>" per session, holding a compact binary
+// encoding (below), with the record's lifetime as the key's Redis TTL (SET ... PX), so
+// Redis expires sessions by itself and every kvserve-cache replica sees the same ones.
+//
+// Value layout (little-endian, version 1):
+//   offset  size  field
+//        0     4  magic "KVS1"
+//        4    16  partition (cache::HashToBytes)
+//       20     1  has_head (0 or 1)
+//       21    16  head block hash (zeros when has_head is 0)
+//       37     4  owner bytes O (at most Options::max_owner_bytes)
+//       41     O  owner
+//     41+O     4  token count T, then T int32 tokens
+//              4  turn-end count E, then E int32 turn ends
+// List reads only the first 41 + max_owner_bytes bytes of each value (GETRANGE), so it
+// never moves token lists. Values are untrusted on the way back: a value that does not
+// decode exactly is deleted, counted (corrupt_values()) and reported as NOT_FOUND.
+//
+// Costs: Put, Get and Delete are one round trip. List and size() SCAN the whole keyspace
+// (MATCH "kvs:*", COUNT Options::scan_count per round trip): O(all keys in the database)
+// per call, plus one pipelined round trip per page-sized batch of candidate sessions. Meant
+// for operators' tools, not the request path.
+//
+// Errors: UNAVAILABLE whenever Redis cannot be reached; RESOURCE_EXHAUSTED when Redis
+// refuses a write for memory (OOM) or the owner is longer than max_owner_bytes.
+#ifndef KVSERVE_CACHESVC_REDIS_SESSION_STORE_H_
+#define KVSERVE_CACHESVC_REDIS_SESSION_STORE_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "cachesvc/block_store.h"
+#include "cachesvc/redis_client.h"
+
+namespace kvserve::cachesvc {
+
+// Threading: every method is thread-safe.
+class RedisSessionStore final : public SessionRecordStore {
+ public:
+  struct Options {
+    // Longest owner name stored (default 256 bytes); bounds what List reads per session.
+    int32_t max_owner_bytes = 256;
+    // SCAN's COUNT hint: keys Redis examines per SCAN round trip (default 1000).
+    int32_t scan_count = 1000;
+  };
+
+  // Does not contact Redis. INVALID_ARGUMENT for bad options.
+  static absl::StatusOr<std::unique_ptr<RedisSessionStore>> Create(
+      std::shared_ptr<RedisClient> client, const Options& options);
+
+  // SET kvs:<id> value PX (expires_at - now, rounded up to whole ms); no TTL when
+  // expires_at is infinite; a record already expired at `now` is deleted instead.
+  absl::Status Put(StoredSession session, absl::Time now) override;
+  // GET and PTTL in one round trip; expires_at = now + PTTL.
+  absl::StatusOr<StoredSession> Get(const std::string& id, absl::Time now) override;
+  absl::Status Delete(const std::string& id, absl::Time now) override;
+  // `page_token` is the last id of the previous page (opaque to callers); page_size <= 0
+  // means 100, and at most 1000. The last page may be empty.
+  absl::StatusOr<Page> List(const BlockHash* partition, int32_t page_size,
+                            const std::string& page_token, absl::Time now) override;
+  // Session keys in the database (a full SCAN); 0 when Redis is unreachable.
+  int64_t size() const override;
+
+  // Values this process found undecodable and deleted.
+  int64_t corrupt_values() const { return corrupt_values_.load(); }
+
+ private:
+  RedisSessionStore(std::shared_ptr<RedisClient> client, const Options& options)
+      : client_(std::move(client)), options_(options) {}
+  // Every session id in the database, sorted, without duplicates.
+  absl::StatusOr<std::vector<std::string>> ScanIds() const;
+  void DropCorrupt(const std::string& key);
+
+  const std::shared_ptr<RedisClient> client_;
+  const Options options_;
+  std::atomic<int64_t> corrupt_values_{0};
+};
+
+// The value encoding above (exposed for tests). Decode is false unless `value` decodes
+// exactly; DecodeMeta reads only the fields before the token list (tolerating a value
+// cut after the owner) and leaves tokens and turn_ends empty.
+std::string EncodeSessionValue(const StoredSession& session);
+bool DecodeSessionValue(std::string_view value, StoredSession* session);
+bool DecodeSessionMeta(std::string_view value, StoredSession* session);
+
+}  // namespace kvserve::cachesvc
+
+#endif  // KVSERVE_CACHESVC_REDIS_SESSION_STORE_H_

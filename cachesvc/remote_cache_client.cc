@@ -1,0 +1,218 @@
+#include "cachesvc/remote_cache_client.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "cache/block_record.h"
+#include "cachesvc/record_assembler.h"
+
+namespace kvserve::cachesvc {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  // gRPC and absl status codes are the same numbers.
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+template <typename Request>
+void SetChain(const cache::BlockHash& partition, std::span<const cache::BlockHash> chain,
+              Request* request) {
+  request->set_partition(cache::HashToBytes(partition));
+  request->mutable_block_hashes()->Reserve(static_cast<int>(chain.size()));
+  for (const cache::BlockHash& h : chain) request->add_block_hashes(cache::HashToBytes(h));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RemoteCacheClient>> RemoteCacheClient::Create(
+    const Options& options) {
+  if (options.target.empty()) return absl::InvalidArgumentError("the cache target is empty");
+  if (options.fetch_chunk_bytes < 1 || options.store_chunk_bytes < 1 ||
+      options.store_chunk_bytes > options.max_message_bytes - (64 << 10) ||
+      options.max_record_bytes < 1) {
+    return absl::InvalidArgumentError(
+        "cache client: chunk sizes must be >= 1 and below max_message_bytes - 64 KiB");
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args);
+  return std::unique_ptr<RemoteCacheClient>(new RemoteCacheClient(options, std::move(channel)));
+}
+
+RemoteCacheClient::RemoteCacheClient(const Options& options, std::shared_ptr<grpc::Channel> channel)
+    : options_(options), channel_(std::move(channel)), stub_(v1::SessionCache::NewStub(channel_)) {}
+
+void RemoteCacheClient::Prepare(grpc::ClientContext* context, absl::Time deadline) const {
+  context->set_deadline(absl::ToChronoTime(deadline));
+  if (!options_.token.empty()) {
+    context->AddMetadata("authorization", absl::StrCat("Bearer ", options_.token));
+  }
+}
+
+absl::StatusOr<engine::RemoteKvCache::Presence> RemoteCacheClient::Lookup(
+    const cache::BlockHash& partition, std::span<const cache::BlockHash> chain,
+    absl::Time deadline) {
+  v1::LookupRequest request;
+  SetChain(partition, chain, &request);
+  v1::LookupResponse response;
+  grpc::ClientContext context;
+  Prepare(&context, deadline);
+  if (grpc::Status s = stub_->Lookup(&context, request, &response); !s.ok()) return FromGrpc(s);
+  if (response.present_blocks() < 0 ||
+      response.present_blocks() > static_cast<int64_t>(chain.size())) {
+    return absl::DataLossError("Lookup: present_blocks out of range");
+  }
+  return Presence{response.present_blocks(), response.present_bytes()};
+}
+
+absl::StatusOr<int32_t> RemoteCacheClient::Fetch(
+    const cache::BlockHash& partition, std::span<const cache::BlockHash> chain, absl::Time deadline,
+    const std::function<bool(int32_t index, std::string_view record)>& on_record) {
+  v1::FetchBlocksRequest request;
+  SetChain(partition, chain, &request);
+  request.set_max_chunk_bytes(options_.fetch_chunk_bytes);
+  grpc::ClientContext context;
+  Prepare(&context, deadline);
+  std::unique_ptr<grpc::ClientReader<v1::FetchBlocksResponse>> reader =
+      stub_->FetchBlocks(&context, request);
+  RecordAssembler assembler(options_.max_record_bytes);
+  v1::FetchBlocksResponse message;
+  absl::Status protocol_error;
+  bool stopped = false;
+  while (!stopped && reader->Read(&message)) {
+    for (v1::BlockChunk& chunk : *message.mutable_chunks()) {
+      std::optional<std::string> record;
+      protocol_error = assembler.Add(chunk.index(), chunk.offset(), chunk.record_bytes(),
+                                     chunk.mutable_data(), &record);
+      if (protocol_error.ok() && assembler.next_index() > static_cast<int32_t>(chain.size())) {
+        protocol_error = absl::InvalidArgumentError("more records than requested");
+      }
+      if (!protocol_error.ok()) {
+        stopped = true;
+        break;
+      }
+      if (record.has_value() && !on_record(chunk.index(), *record)) {
+        stopped = true;
+        break;
+      }
+    }
+  }
+  const int32_t delivered = assembler.next_index();
+  if (stopped) {
+    context.TryCancel();
+    while (reader->Read(&message)) {
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (!protocol_error.ok()) {
+    return absl::DataLossError(absl::StrCat("FetchBlocks: the service broke the chunk protocol: ",
+                                            protocol_error.message()));
+  }
+  if (!stopped && !status.ok()) return FromGrpc(status);
+  return delivered;
+}
+
+absl::StatusOr<int32_t> RemoteCacheClient::Store(const cache::BlockHash& partition,
+                                                 std::span<const std::string> records,
+                                                 absl::Time deadline) {
+  grpc::ClientContext context;
+  Prepare(&context, deadline);
+  v1::StoreBlocksResponse response;
+  std::unique_ptr<grpc::ClientWriter<v1::StoreBlocksRequest>> writer =
+      stub_->StoreBlocks(&context, &response);
+  v1::StoreBlocksRequest message;
+  message.set_partition(cache::HashToBytes(partition));
+  int64_t message_bytes = 0;
+  const int64_t chunk_bytes = options_.store_chunk_bytes;
+  bool writable = true;
+  for (size_t i = 0; i < records.size() && writable; ++i) {
+    const std::string& record = records[i];
+    const int64_t size = static_cast<int64_t>(record.size());
+    for (int64_t offset = 0; offset < size && writable;) {
+      const int64_t n = std::min(size - offset, chunk_bytes - message_bytes);
+      v1::BlockChunk* chunk = message.add_chunks();
+      chunk->set_index(static_cast<int32_t>(i));
+      chunk->set_offset(offset);
+      chunk->set_record_bytes(size);
+      chunk->set_data(record.data() + offset, static_cast<size_t>(n));
+      offset += n;
+      message_bytes += n;
+      if (message_bytes == chunk_bytes) {
+        writable = writer->Write(message);
+        message.Clear();
+        message_bytes = 0;
+      }
+    }
+  }
+  if (writable && message.chunks_size() > 0) writable = writer->Write(message);
+  if (writable) writer->WritesDone();
+  if (grpc::Status s = writer->Finish(); !s.ok()) return FromGrpc(s);
+  return response.stored_blocks();
+}
+
+absl::Status RemoteCacheClient::PutSession(const engine::RemoteSession& session,
+                                           absl::Time deadline) {
+  v1::PutSessionRequest request;
+  v1::SessionRecord* r = request.mutable_record();
+  r->set_session_id(session.id);
+  r->set_partition(cache::HashToBytes(session.partition));
+  r->mutable_tokens()->Assign(session.tokens.begin(), session.tokens.end());
+  r->mutable_turn_ends()->Assign(session.turn_ends.begin(), session.turn_ends.end());
+  if (session.has_head) r->set_head_block_hash(cache::HashToBytes(session.head));
+  r->set_owner(session.owner);
+  r->set_ttl_seconds(absl::ToInt64Seconds(session.ttl));
+  v1::PutSessionResponse response;
+  grpc::ClientContext context;
+  Prepare(&context, deadline);
+  return FromGrpc(stub_->PutSession(&context, request, &response));
+}
+
+absl::StatusOr<engine::RemoteSession> RemoteCacheClient::GetSession(const std::string& id,
+                                                                    absl::Time deadline) {
+  v1::GetSessionRecordRequest request;
+  request.set_session_id(id);
+  v1::SessionRecord r;
+  grpc::ClientContext context;
+  Prepare(&context, deadline);
+  if (grpc::Status s = stub_->GetSession(&context, request, &r); !s.ok()) return FromGrpc(s);
+  engine::RemoteSession session;
+  session.id = r.session_id();
+  if (!cache::HashFromBytes(r.partition(), &session.partition)) {
+    return absl::DataLossError("GetSession: the partition is not 16 bytes");
+  }
+  session.tokens.assign(r.tokens().begin(), r.tokens().end());
+  session.turn_ends.assign(r.turn_ends().begin(), r.turn_ends().end());
+  if (!r.head_block_hash().empty()) {
+    if (!cache::HashFromBytes(r.head_block_hash(), &session.head)) {
+      return absl::DataLossError("GetSession: head_block_hash is not 16 bytes");
+    }
+    session.has_head = true;
+  }
+  session.owner = r.owner();
+  session.ttl = absl::Seconds(r.expires_in_seconds());
+  return session;
+}
+
+absl::Status RemoteCacheClient::DeleteSession(const std::string& id, absl::Time deadline) {
+  v1::DeleteSessionRequest request;
+  request.set_session_id(id);
+  v1::DeleteSessionResponse response;
+  grpc::ClientContext context;
+  Prepare(&context, deadline);
+  return FromGrpc(stub_->DeleteSession(&context, request, &response));
+}
+
+absl::StatusOr<v1::CacheStats> RemoteCacheClient::GetStats(absl::Time deadline) {
+  v1::GetStatsRequest request;
+  v1::CacheStats stats;
+  grpc::ClientContext context;
+  Prepare(&context, deadline);
+  if (grpc::Status s = stub_->GetStats(&context, request, &stats); !s.ok()) return FromGrpc(s);
+  return stats;
+}
+
+}  // namespace kvserve::cachesvc

@@ -1,0 +1,78 @@
+// engine::RemoteKvCache over gRPC: the kvserve side of kvserve.v1.SessionCache.
+//
+// One channel for every call; each call gets the caller's deadline and, when a token is
+// configured, "authorization: Bearer TOKEN". Fetch asks for chunks of up to
+// fetch_chunk_bytes so that a ~1 MB record arrives as one chunk and reaches on_record
+// without a copy; records split over several chunks are reassembled (and the chunk
+// protocol checked: the service is not trusted) before on_record sees them. Store sends
+// each record in chunks of at most store_chunk_bytes.
+//
+// Threading: thread-safe (gRPC channels and stubs are); calls block until done or the
+// deadline.
+#ifndef KVSERVE_CACHESVC_REMOTE_CACHE_CLIENT_H_
+#define KVSERVE_CACHESVC_REMOTE_CACHE_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/remote_kv_cache.h"
+#include "grpcpp/grpcpp.h"
+#include "kvserve/v1/session_cache.grpc.pb.h"
+
+namespace kvserve::cachesvc {
+
+class RemoteCacheClient final : public engine::RemoteKvCache {
+ public:
+  struct Options {
+    // gRPC target, e.g. "127.0.0.1:50061" or "dns:///cache:50061". Required.
+    std::string target;
+    // Bearer token sent with every call; empty = none.
+    std::string token;
+    // Largest message sent or received. Default 8 MiB (as kvserve-cache's default).
+    int32_t max_message_bytes = 8 << 20;
+    // FetchBlocks max_chunk_bytes asked for (the service clamps to [64 KiB, 4 MiB]).
+    // Default 4 MiB.
+    int32_t fetch_chunk_bytes = 4 << 20;
+    // Data bytes per StoreBlocks message. Default 1 MiB.
+    int32_t store_chunk_bytes = 1 << 20;
+    // Largest record accepted from the service. Default 64 MiB.
+    int64_t max_record_bytes = int64_t{64} << 20;
+  };
+  // INVALID_ARGUMENT for an empty target or sizes out of range. Does not connect (the
+  // first call does).
+  static absl::StatusOr<std::unique_ptr<RemoteCacheClient>> Create(const Options& options);
+
+  absl::StatusOr<Presence> Lookup(const cache::BlockHash& partition,
+                                  std::span<const cache::BlockHash> chain,
+                                  absl::Time deadline) override;
+  absl::StatusOr<int32_t> Fetch(
+      const cache::BlockHash& partition, std::span<const cache::BlockHash> chain,
+      absl::Time deadline,
+      const std::function<bool(int32_t index, std::string_view record)>& on_record) override;
+  absl::StatusOr<int32_t> Store(const cache::BlockHash& partition,
+                                std::span<const std::string> records, absl::Time deadline) override;
+  absl::Status PutSession(const engine::RemoteSession& session, absl::Time deadline) override;
+  absl::StatusOr<engine::RemoteSession> GetSession(const std::string& id,
+                                                   absl::Time deadline) override;
+  absl::Status DeleteSession(const std::string& id, absl::Time deadline) override;
+
+  // The service's statistics (for tools and tests).
+  absl::StatusOr<v1::CacheStats> GetStats(absl::Time deadline);
+  // The channel (for health checks in tests and tools).
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+
+ private:
+  RemoteCacheClient(const Options& options, std::shared_ptr<grpc::Channel> channel);
+  // A context with the deadline and the token.
+  void Prepare(grpc::ClientContext* context, absl::Time deadline) const;
+
+  const Options options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::SessionCache::Stub> stub_;
+};
+
+}  // namespace kvserve::cachesvc
+
+#endif  // KVSERVE_CACHESVC_REMOTE_CACHE_CLIENT_H_

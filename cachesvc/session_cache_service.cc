@@ -1,0 +1,417 @@
+#include "cachesvc/session_cache_service.h"
+
+#include <algorithm>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "cache/block_record.h"
+#include "cachesvc/record_assembler.h"
+
+namespace kvserve::cachesvc {
+namespace {
+
+constexpr char kAuthorizationHeader[] = "authorization";
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  // absl and gRPC status codes are the same numbers.
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::Status ParseHash(const std::string& bytes, const std::string& field, BlockHash* hash) {
+  if (!cache::HashFromBytes(bytes, hash)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " must be 16 bytes, got ", bytes.size()));
+  }
+  return absl::OkStatus();
+}
+
+// The partition and chain of a Lookup or FetchBlocks request.
+template <typename Request>
+absl::Status ParseChain(const Request& request, int32_t max_chain_blocks, BlockHash* partition,
+                        std::vector<BlockHash>* chain) {
+  if (absl::Status s = ParseHash(request.partition(), "partition", partition); !s.ok()) return s;
+  if (request.block_hashes_size() > max_chain_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat("block_hashes has ", request.block_hashes_size(),
+                                                   " hashes; at most ", max_chain_blocks,
+                                                   " (max-chain-blocks)"));
+  }
+  chain->resize(request.block_hashes_size());
+  for (int i = 0; i < request.block_hashes_size(); ++i) {
+    if (absl::Status s =
+            ParseHash(request.block_hashes(i), absl::StrCat("block_hashes[", i, "]"), &(*chain)[i]);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Seconds from `now` to `expires_at`, rounded up (a live record never says 0).
+int64_t SecondsLeft(absl::Time expires_at, absl::Time now) {
+  return absl::ToInt64Seconds(absl::Ceil(expires_at - now, absl::Seconds(1)));
+}
+
+void SessionToProto(const StoredSession& s, absl::Time now, v1::SessionRecord* out) {
+  out->set_session_id(s.id);
+  out->set_partition(cache::HashToBytes(s.partition));
+  out->mutable_tokens()->Assign(s.tokens.begin(), s.tokens.end());
+  out->mutable_turn_ends()->Assign(s.turn_ends.begin(), s.turn_ends.end());
+  if (s.has_head) out->set_head_block_hash(cache::HashToBytes(s.head));
+  out->set_owner(s.owner);
+  out->set_expires_in_seconds(SecondsLeft(s.expires_at, now));
+}
+
+}  // namespace
+
+SessionCacheService::SessionCacheService(const Options& options, BlockStore* blocks,
+                                         SessionRecordStore* sessions, CacheMetrics* metrics,
+                                         const common::Clock* clock, const BearerAuth* auth)
+    : options_(options),
+      blocks_(blocks),
+      sessions_(sessions),
+      metrics_(metrics),
+      clock_(clock),
+      auth_(auth) {}
+
+grpc::Status SessionCacheService::Handle(const char* method, grpc::ServerContext* context,
+                                         const std::function<absl::Status()>& body) {
+  const absl::Time start = absl::Now();
+  absl::Status status;
+  bool authenticated = auth_ == nullptr;
+  if (!authenticated) {
+    const auto& metadata = context->client_metadata();
+    auto it = metadata.find(kAuthorizationHeader);
+    authenticated =
+        it != metadata.end() &&
+        auth_->Authenticate(std::string_view(it->second.data(), it->second.size())).has_value();
+  }
+  status = authenticated ? body()
+                         : absl::UnauthenticatedError(
+                               "missing or unknown bearer token (authorization: Bearer TOKEN)");
+  metrics_->RecordRpc(method, absl::StatusCodeToString(status.code()), absl::Now() - start);
+  return ToGrpc(status);
+}
+
+grpc::Status SessionCacheService::Lookup(grpc::ServerContext* context,
+                                         const v1::LookupRequest* request,
+                                         v1::LookupResponse* response) {
+  return Handle("Lookup", context, [&] { return DoLookup(*request, response); });
+}
+
+absl::Status SessionCacheService::DoLookup(const v1::LookupRequest& request,
+                                           v1::LookupResponse* response) {
+  BlockHash partition;
+  std::vector<BlockHash> chain;
+  if (absl::Status s = ParseChain(request, options_.max_chain_blocks, &partition, &chain);
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<LookupResult> found = blocks_->Lookup(partition, chain, clock_->Now());
+  if (!found.ok()) return found.status();
+  metrics_->RecordLookup(static_cast<int64_t>(chain.size()), found->present_blocks);
+  response->set_present_blocks(found->present_blocks);
+  response->set_present_bytes(found->present_bytes);
+  return absl::OkStatus();
+}
+
+grpc::Status SessionCacheService::FetchBlocks(grpc::ServerContext* context,
+                                              const v1::FetchBlocksRequest* request,
+                                              grpc::ServerWriter<v1::FetchBlocksResponse>* writer) {
+  return Handle("FetchBlocks", context, [&] { return DoFetch(context, *request, writer); });
+}
+
+absl::Status SessionCacheService::DoFetch(grpc::ServerContext* context,
+                                          const v1::FetchBlocksRequest& request,
+                                          grpc::ServerWriter<v1::FetchBlocksResponse>* writer) {
+  BlockHash partition;
+  std::vector<BlockHash> chain;
+  if (absl::Status s = ParseChain(request, options_.max_chain_blocks, &partition, &chain);
+      !s.ok()) {
+    return s;
+  }
+  if (request.max_chunk_bytes() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_chunk_bytes must be >= 0, got ", request.max_chunk_bytes()));
+  }
+  const int64_t chunk_bytes = request.max_chunk_bytes() == 0
+                                  ? options_.default_chunk_bytes
+                                  : std::clamp(request.max_chunk_bytes(), options_.min_chunk_bytes,
+                                               options_.max_chunk_bytes);
+  // Chunks of consecutive records share a message until it holds chunk_bytes of data.
+  v1::FetchBlocksResponse message;
+  int64_t message_bytes = 0;
+  auto flush = [&]() -> absl::Status {
+    if (message.chunks_size() == 0) return absl::OkStatus();
+    if (!writer->Write(message)) return absl::CancelledError("the client went away");
+    message.Clear();
+    message_bytes = 0;
+    return absl::OkStatus();
+  };
+  for (size_t i = 0; i < chain.size(); ++i) {
+    if (context->IsCancelled()) return absl::CancelledError("cancelled by the client");
+    absl::StatusOr<RecordPtr> record = blocks_->Get(partition, chain[i], clock_->Now());
+    if (!record.ok()) return record.status();
+    if (*record == nullptr) {  // evicted meanwhile: the caller uses the prefix it got
+      metrics_->RecordFetchMiss(static_cast<int64_t>(chain.size() - i));
+      break;
+    }
+    const std::string& bytes = **record;
+    const int64_t size = static_cast<int64_t>(bytes.size());
+    for (int64_t offset = 0; offset < size;) {
+      const int64_t n = std::min(size - offset, chunk_bytes - message_bytes);
+      v1::BlockChunk* chunk = message.add_chunks();
+      chunk->set_index(static_cast<int32_t>(i));
+      chunk->set_offset(offset);
+      chunk->set_record_bytes(size);
+      chunk->set_data(bytes.data() + offset, static_cast<size_t>(n));
+      offset += n;
+      message_bytes += n;
+      if (message_bytes == chunk_bytes) {
+        if (absl::Status s = flush(); !s.ok()) return s;
+      }
+    }
+    metrics_->RecordServed(size);
+  }
+  return flush();
+}
+
+grpc::Status SessionCacheService::StoreBlocks(grpc::ServerContext* context,
+                                              grpc::ServerReader<v1::StoreBlocksRequest>* reader,
+                                              v1::StoreBlocksResponse* response) {
+  return Handle("StoreBlocks", context, [&] { return DoStore(reader, response); });
+}
+
+absl::Status SessionCacheService::DoStore(grpc::ServerReader<v1::StoreBlocksRequest>* reader,
+                                          v1::StoreBlocksResponse* response) {
+  RecordAssembler assembler(options_.max_record_bytes);
+  BlockHash partition;
+  v1::StoreBlocksRequest message;
+  for (bool first = true; reader->Read(&message); first = false) {
+    if (first) {
+      if (absl::Status s = ParseHash(message.partition(), "partition", &partition); !s.ok()) {
+        return s;
+      }
+    } else if (!message.partition().empty() &&
+               message.partition() != cache::HashToBytes(partition)) {
+      return absl::InvalidArgumentError("partition must be set in the first message only");
+    }
+    for (v1::BlockChunk& chunk : *message.mutable_chunks()) {
+      std::optional<std::string> record;
+      if (absl::Status s = assembler.Add(chunk.index(), chunk.offset(), chunk.record_bytes(),
+                                         chunk.mutable_data(), &record);
+          !s.ok()) {
+        return s;
+      }
+      if (!record.has_value()) continue;
+      if (absl::Status s = StoreRecord(partition, *std::move(record), response); !s.ok()) {
+        return s;
+      }
+    }
+  }
+  // Read() is false at the client's half-close and when the call was cancelled; either
+  // way an unfinished record is dropped whole.
+  if (assembler.mid_record()) {
+    metrics_->RecordRejected(cache::RecordCheckName(cache::RecordCheck::kTruncated));
+    response->set_rejected_blocks(response->rejected_blocks() + 1);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SessionCacheService::StoreRecord(const BlockHash& partition, std::string record,
+                                              v1::StoreBlocksResponse* response) {
+  cache::BlockRecordView view;
+  cache::RecordExpectation expected;
+  expected.identity = &partition;
+  const cache::RecordCheck check = cache::ParseAndCheckBlockRecord(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(record.data()), record.size()),
+      expected, &view);
+  if (check != cache::RecordCheck::kOk) {
+    metrics_->RecordRejected(cache::RecordCheckName(check));
+    response->set_rejected_blocks(response->rejected_blocks() + 1);
+    return absl::OkStatus();
+  }
+  // A record that arrived as one large protobuf field may carry spare capacity; the
+  // store keeps exactly its bytes.
+  if (record.capacity() > record.size() + record.size() / 64) record.shrink_to_fit();
+  const BlockHash key = view.hash;
+  const BlockHash parent = view.parent;
+  const int64_t size = static_cast<int64_t>(record.size());
+  absl::StatusOr<PutOutcome> outcome =
+      blocks_->Put(partition, key, parent, std::make_shared<const std::string>(std::move(record)),
+                   clock_->Now());
+  if (!outcome.ok()) return outcome.status();
+  if (*outcome == PutOutcome::kNoRoom) {
+    metrics_->RecordDropped();
+    response->set_dropped_blocks(response->dropped_blocks() + 1);
+    return absl::OkStatus();
+  }
+  metrics_->RecordStored(size);
+  response->set_stored_blocks(response->stored_blocks() + 1);
+  return absl::OkStatus();
+}
+
+grpc::Status SessionCacheService::PutSession(grpc::ServerContext* context,
+                                             const v1::PutSessionRequest* request,
+                                             v1::PutSessionResponse* /*response*/) {
+  return Handle("PutSession", context, [&] { return DoPutSession(*request); });
+}
+
+absl::Status SessionCacheService::DoPutSession(const v1::PutSessionRequest& request) {
+  const v1::SessionRecord& r = request.record();
+  const int64_t max_id = options_.max_session_id_bytes;
+  if (r.session_id().empty() || static_cast<int64_t>(r.session_id().size()) > max_id) {
+    return absl::InvalidArgumentError(absl::StrCat("record.session_id must have 1 to ", max_id,
+                                                   " bytes, got ", r.session_id().size()));
+  }
+  if (static_cast<int64_t>(r.owner().size()) > max_id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("record.owner must have at most ", max_id, " bytes"));
+  }
+  StoredSession s;
+  s.id = r.session_id();
+  s.owner = r.owner();
+  if (absl::Status st = ParseHash(r.partition(), "record.partition", &s.partition); !st.ok()) {
+    return st;
+  }
+  if (!r.head_block_hash().empty()) {
+    if (absl::Status st = ParseHash(r.head_block_hash(), "record.head_block_hash", &s.head);
+        !st.ok()) {
+      return st;
+    }
+    s.has_head = true;
+  }
+  if (r.tokens_size() > options_.max_session_tokens) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("record.tokens has ", r.tokens_size(), " tokens; at most ",
+                     options_.max_session_tokens, " (max-session-tokens)"));
+  }
+  for (int i = 0; i < r.tokens_size(); ++i) {
+    if (r.tokens(i) < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("record.tokens[", i, "] is negative"));
+    }
+  }
+  for (int i = 0; i < r.turn_ends_size(); ++i) {
+    const int32_t lo = i == 0 ? 0 : r.turn_ends(i - 1);
+    if (r.turn_ends(i) < lo || r.turn_ends(i) > r.tokens_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("record.turn_ends[", i, "] must be ascending and in [0, tokens_size()]"));
+    }
+  }
+  if (r.turn_ends_size() > 0 && r.turn_ends(r.turn_ends_size() - 1) != r.tokens_size()) {
+    return absl::InvalidArgumentError("record.turn_ends: the last must equal tokens_size()");
+  }
+  if (r.ttl_seconds() < 0 || absl::Seconds(r.ttl_seconds()) > options_.max_session_ttl) {
+    return absl::InvalidArgumentError(absl::StrCat("record.ttl_seconds must be in [0, ",
+                                                   absl::ToInt64Seconds(options_.max_session_ttl),
+                                                   "] (max-session-ttl), got ", r.ttl_seconds()));
+  }
+  s.tokens.assign(r.tokens().begin(), r.tokens().end());
+  s.turn_ends.assign(r.turn_ends().begin(), r.turn_ends().end());
+  const absl::Time now = clock_->Now();
+  s.expires_at =
+      now + (r.ttl_seconds() == 0 ? options_.default_session_ttl : absl::Seconds(r.ttl_seconds()));
+  const std::string id = s.id;
+  const bool has_head = s.has_head;
+  const BlockHash partition = s.partition;
+  const BlockHash head = s.head;
+  const absl::Time expires_at = s.expires_at;
+  if (absl::Status st = sessions_->Put(std::move(s), now); !st.ok()) return st;
+  if (has_head) {
+    blocks_->SetSession(id, partition, head, expires_at);
+  } else {
+    blocks_->RemoveSession(id);
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status SessionCacheService::GetSession(grpc::ServerContext* context,
+                                             const v1::GetSessionRecordRequest* request,
+                                             v1::SessionRecord* response) {
+  return Handle("GetSession", context, [&] { return DoGetSession(*request, response); });
+}
+
+absl::Status SessionCacheService::DoGetSession(const v1::GetSessionRecordRequest& request,
+                                               v1::SessionRecord* response) {
+  const absl::Time now = clock_->Now();
+  absl::StatusOr<StoredSession> s = sessions_->Get(request.session_id(), now);
+  if (!s.ok()) return s.status();
+  SessionToProto(*s, now, response);
+  return absl::OkStatus();
+}
+
+grpc::Status SessionCacheService::DeleteSession(grpc::ServerContext* context,
+                                                const v1::DeleteSessionRequest* request,
+                                                v1::DeleteSessionResponse* /*response*/) {
+  return Handle("DeleteSession", context, [&] { return DoDeleteSession(*request); });
+}
+
+absl::Status SessionCacheService::DoDeleteSession(const v1::DeleteSessionRequest& request) {
+  if (absl::Status s = sessions_->Delete(request.session_id(), clock_->Now()); !s.ok()) return s;
+  blocks_->RemoveSession(request.session_id());
+  return absl::OkStatus();
+}
+
+grpc::Status SessionCacheService::ListSessions(grpc::ServerContext* context,
+                                               const v1::ListSessionsRequest* request,
+                                               v1::ListSessionsResponse* response) {
+  return Handle("ListSessions", context, [&] { return DoListSessions(*request, response); });
+}
+
+absl::Status SessionCacheService::DoListSessions(const v1::ListSessionsRequest& request,
+                                                 v1::ListSessionsResponse* response) {
+  constexpr int32_t kDefaultPageSize = 100;
+  constexpr int32_t kMaxPageSize = 1000;  // session_cache.proto
+  BlockHash partition;
+  const bool filtered = !request.partition().empty();
+  if (filtered) {
+    if (absl::Status s = ParseHash(request.partition(), "partition", &partition); !s.ok()) {
+      return s;
+    }
+  }
+  if (request.page_size() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size must be >= 0, got ", request.page_size()));
+  }
+  const int32_t page_size =
+      request.page_size() == 0 ? kDefaultPageSize : std::min(request.page_size(), kMaxPageSize);
+  const absl::Time now = clock_->Now();
+  absl::StatusOr<SessionRecordStore::Page> page =
+      sessions_->List(filtered ? &partition : nullptr, page_size, request.page_token(), now);
+  if (!page.ok()) return page.status();
+  for (const StoredSession& s : page->sessions) SessionToProto(s, now, response->add_sessions());
+  response->set_next_page_token(page->next_page_token);
+  return absl::OkStatus();
+}
+
+grpc::Status SessionCacheService::GetStats(grpc::ServerContext* context,
+                                           const v1::GetStatsRequest* /*request*/,
+                                           v1::CacheStats* response) {
+  return Handle("GetStats", context, [&] {
+    DoGetStats(response);
+    return absl::OkStatus();
+  });
+}
+
+void SessionCacheService::DoGetStats(v1::CacheStats* response) {
+  const BlockStoreStats b = blocks_->stats();
+  const CacheTotals t = metrics_->totals();
+  response->set_blocks(b.blocks);
+  response->set_bytes(b.bytes);
+  response->set_capacity_bytes(b.capacity_bytes);
+  response->set_sessions(sessions_->size());
+  response->set_lookups_total(t.lookups);
+  response->set_hit_blocks_total(t.hit_blocks);
+  response->set_miss_blocks_total(t.miss_blocks);
+  response->set_stored_blocks_total(t.stored_blocks);
+  response->set_rejected_blocks_total(t.rejected_blocks);
+  int64_t evicted = 0;
+  for (const auto& [reason, count] : b.evictions) evicted += count;
+  response->set_evicted_blocks_total(evicted);
+  response->set_bytes_stored_total(t.bytes_stored);
+  response->set_bytes_served_total(t.bytes_served);
+  response->set_backend(blocks_->name());
+}
+
+}  // namespace kvserve::cachesvc

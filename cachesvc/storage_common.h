@@ -1,0 +1,58 @@
+// Helpers the disk tier and the Redis backend share: how a block's key is spelled in a
+// file name or a Redis key, the check every record read back from outside the process
+// gets, and the counters of dropped entries by reason.
+#ifndef KVSERVE_CACHESVC_STORAGE_COMMON_H_
+#define KVSERVE_CACHESVC_STORAGE_COMMON_H_
+
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "cache/block_hash.h"
+#include "cache/block_record.h"
+
+namespace kvserve::cachesvc {
+
+// 32 lowercase hex digits of the hash's 16 wire bytes (cache::HashToBytes: lo then hi,
+// little-endian), the spelling of a hash in file names and Redis keys.
+std::string HashHex(const cache::BlockHash& hash);
+// The inverse: false unless `hex` is exactly 32 hex digits (either case).
+bool ParseHashHex(std::string_view hex, cache::BlockHash* hash);
+
+// Checks bytes read back from a disk file or a Redis value as the record of block `key`
+// of `partition`: the whole record (format, checksum, hash chain: ParseBlockRecord), then
+// identity == partition and hash == key (CheckBlockRecord). kOk or the reason to reject.
+cache::RecordCheck CheckStoredRecord(std::span<const uint8_t> bytes,
+                                     const cache::BlockHash& partition,
+                                     const cache::BlockHash& key);
+inline std::span<const uint8_t> AsBytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+// Counts of entries a store dropped, by reason name ("capacity", "corrupt_bad_checksum",
+// ...), reported in BlockStoreStats::evictions.
+// Threading: thread-safe.
+class DropCounters {
+ public:
+  void Add(std::string_view reason, int64_t n = 1);
+  int64_t Get(std::string_view reason) const;
+  // Every reason with a nonzero count, sorted by name.
+  std::vector<std::pair<std::string, int64_t>> Snapshot() const;
+
+ private:
+  mutable std::mutex mu_;
+  absl::flat_hash_map<std::string, int64_t> counts_ ABSL_GUARDED_BY(mu_);
+};
+
+// The reason name of a record that failed CheckStoredRecord: "corrupt_" + RecordCheckName.
+std::string CorruptReason(cache::RecordCheck check);
+
+}  // namespace kvserve::cachesvc
+
+#endif  // KVSERVE_CACHESVC_STORAGE_COMMON_H_
