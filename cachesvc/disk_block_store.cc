@@ -136,7 +136,7 @@ absl::Status DiskBlockStore::Scan() {
   std::string whole;
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) break;
-    if (it.depth() > 2) {
+    if (it.depth() >= 2 && it->is_directory(ec)) {
       it.disable_recursion_pending();  // deeper folders are not ours
       continue;
     }
