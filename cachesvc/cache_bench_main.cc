@@ -14,8 +14,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "cachesvc/block_index.h"
+#include "cachesvc/reuse_bench.h"
 #include "cachesvc/trace_replay.h"
 #include "common/flags.h"
+#include "common/stats.h"
 
 ABSL_FLAG(std::string, replay, "",
           "Mode: replay this JSONL request trace (Mooncake format) through the block index "
@@ -31,6 +33,14 @@ ABSL_FLAG(int64_t, reuse_credit_ticks, -1,
 ABSL_FLAG(int64_t, history_blocks, -1,
           "--replay: BlockIndexOptions::history_blocks of the conversation policy "
           "(-1 = its default).");
+ABSL_FLAG(std::string, reuse, "",
+          "Mode: time to first token of a follow-up turn on a fresh replica with the history "
+          "fetched from a kvserve-cache on loopback, against recomputing it; this GGUF model.");
+ABSL_FLAG(std::vector<std::string>, history, std::vector<std::string>({"1024", "4096"}),
+          "--reuse: history lengths in tokens, comma-separated.");
+ABSL_FLAG(int32_t, repeats, 5, "--reuse: remote and cold runs per history (median).");
+ABSL_FLAG(int32_t, threads, 0, "--reuse: backend threads; 0 = all cores.");
+ABSL_FLAG(std::string, kv_dtype, "f32", "--reuse: KV element type, f32 or f16.");
 ABSL_FLAG(bool, json, false, "One JSON object per result line, nothing else on stdout.");
 
 namespace {
@@ -45,6 +55,11 @@ Modes:
       cache of N blocks counts as hits; then every block of the request is inserted (each
       1 unit, evicting by the policy). Prints the prefix-hit ratio (hit blocks / all
       blocks), the counts and the replay time, one line per (policy, capacity).
+  --reuse MODEL [--history 1024,4096] [--repeats 5] [--threads N] [--kv-dtype f32] [--json]
+      A conversation's history is computed on one replica and written to a kvserve-cache
+      server (in-process, gRPC on loopback); then its next turn (16 new tokens) runs on
+      fresh replicas, alternately with the history fetched (remote) and recomputed
+      (cold). Prints the median time to first token of both and their ratio.
 Flags accept - or _ (--capacity-blocks or --capacity_blocks).)";
 
 absl::Status RunReplay(const std::string& path) {
@@ -115,6 +130,47 @@ absl::Status RunReplay(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status RunReuse(const std::string& model) {
+  cachesvc::ReuseBenchOptions options;
+  options.model_path = model;
+  options.histories.clear();
+  for (const std::string& text : absl::GetFlag(FLAGS_history)) {
+    int32_t n = 0;
+    if (!absl::SimpleAtoi(text, &n) || n < 16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--history: \"", text, "\" is not an integer >= 16"));
+    }
+    options.histories.push_back(n);
+  }
+  options.repeats = absl::GetFlag(FLAGS_repeats);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
+  absl::StatusOr<std::vector<cachesvc::ReuseBenchRow>> rows = cachesvc::RunReuseBench(options);
+  if (!rows.ok()) return rows.status();
+  const bool json = absl::GetFlag(FLAGS_json);
+  for (const cachesvc::ReuseBenchRow& r : *rows) {
+    const double remote = kvserve::common::Percentile(r.remote_ttft_seconds, 0.5);
+    const double cold = kvserve::common::Percentile(r.cold_ttft_seconds, 0.5);
+    if (json) {
+      std::printf(
+          "{\"mode\":\"reuse\",\"history_tokens\":%d,\"remote_ttft_s\":%.4f,"
+          "\"cold_ttft_s\":%.4f,\"speedup\":%.2f,\"cached_tokens_remote\":%d,"
+          "\"fetched_bytes\":%lld,\"fetch_gb_per_s\":%.3f,\"repeats\":%zu}\n",
+          r.history_tokens, remote, cold, cold / remote, r.cached_tokens_remote,
+          static_cast<long long>(r.fetched_bytes), r.fetched_gb_per_second,
+          r.remote_ttft_seconds.size());
+    } else {
+      std::printf(
+          "history %5d tokens: TTFT remote %.3f s, cold %.3f s (median of %zu): %.1fx; "
+          "%d tokens fetched (%.1f MB at %.2f GB/s)\n",
+          r.history_tokens, remote, cold, r.remote_ttft_seconds.size(), cold / remote,
+          r.cached_tokens_remote, r.fetched_bytes / 1e6, r.fetched_gb_per_second);
+    }
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -127,10 +183,16 @@ int main(int argc, char** argv) {
   }
   absl::Status status;
   const std::string replay = absl::GetFlag(FLAGS_replay);
-  if (!replay.empty()) {
+  const std::string reuse = absl::GetFlag(FLAGS_reuse);
+  if (!replay.empty() && !reuse.empty()) {
+    status = absl::InvalidArgumentError("choose one mode: --replay or --reuse");
+  } else if (!replay.empty()) {
     status = RunReplay(replay);
+  } else if (!reuse.empty()) {
+    status = RunReuse(reuse);
   } else {
-    status = absl::InvalidArgumentError("choose a mode: --replay TRACE (see --help)");
+    status =
+        absl::InvalidArgumentError("choose a mode: --replay TRACE or --reuse MODEL (see --help)");
   }
   if (status.ok()) return 0;
   std::fprintf(stderr, "kvserve-cache-bench: %s\n", status.ToString().c_str());

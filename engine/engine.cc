@@ -219,6 +219,8 @@ class EngineImpl final : public Engine {
   absl::StatusOr<RemoteSession> RemoteRecord(const std::string& id);
   bool RestoreSession(const std::string& id);
   void PublishSession(const std::string& id);
+  // The record of session `id` for the service; `root` is the chain root of its last
+  // turn (its head block's chain).
   std::optional<RemoteSession> SessionRecordOf(const std::string& id, const cache::BlockHash& root);
   // Step thread: routes an arrived sequence to the scheduler, or first to a remote
   // fetch; takes fetch results and finished exports back.
@@ -696,8 +698,7 @@ std::optional<RemoteSession> EngineImpl::SessionRecordOf(const std::string& id,
   if (!snap.has_value()) return std::nullopt;
   RemoteSession r;
   r.id = id;
-  r.partition = root;
-  r.model_identity = kv_->RootHash("");
+  r.partition = kv_->RootHash("");
   r.tokens = std::move(snap->history);
   r.turn_ends = std::move(snap->turn_ends);
   const size_t full = r.tokens.size() / static_cast<size_t>(kv_->block_tokens());
@@ -721,7 +722,7 @@ absl::StatusOr<RemoteSession> EngineImpl::RemoteRecord(const std::string& id) {
   absl::StatusOr<RemoteSession> record = remote_tier_->GetSession(id);
   if (!record.ok()) return record.status();
   // Another model's (or layout's) session is not ours to continue.
-  if (record->model_identity != kv_->RootHash("")) {
+  if (record->partition != kv_->RootHash("")) {
     return absl::NotFoundError("the session belongs to another model");
   }
   const int32_t vocab = model_.config().vocab_size;

@@ -24,10 +24,11 @@ namespace kvserve::engine {
 // A session record (kvserve.v1.SessionRecord).
 struct RemoteSession {
   std::string id;
-  cache::BlockHash partition;       // chain root of its turns (model identity + salt)
-  cache::BlockHash model_identity;  // RootBlockHash(identity, ""): who may continue it
-  std::vector<int32_t> tokens;      // the whole history
-  std::vector<int32_t> turn_ends;   // token offsets where turns ended
+  // The model's identity digest without a salt (RootBlockHash(identity, "")): only a
+  // replica serving the same model and KV layout continues the session.
+  cache::BlockHash partition;
+  std::vector<int32_t> tokens;     // the whole history
+  std::vector<int32_t> turn_ends;  // token offsets where turns ended
   bool has_head = false;
   cache::BlockHash head;  // hash of the last full block of `tokens`
   std::string owner;

@@ -11,13 +11,17 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "cachesvc/remote_cache_client.h"
 #include "common/flags.h"
 #include "engine/engine_options.h"
 #include "engine/model_loading.h"
@@ -74,6 +78,17 @@ ABSL_FLAG(absl::Duration, stream_flush_interval, absl::Milliseconds(1),
           "token when the client keeps up.");
 ABSL_FLAG(absl::Duration, retry_after, absl::Seconds(1),
           "Retry hint sent with RESOURCE_EXHAUSTED and UNAVAILABLE answers.");
+ABSL_FLAG(std::string, session_cache, "",
+          "Session cache service (kvserve-cache) HOST:PORT to fetch KV and session records "
+          "from and write them to; empty = none.");
+ABSL_FLAG(absl::Duration, session_cache_timeout, absl::Seconds(2),
+          "Session cache: deadline of each call; a slower or failed call is a miss and the "
+          "request recomputes.");
+ABSL_FLAG(std::string, session_cache_token_file, "",
+          "Session cache: file holding the bearer token to send (first line); empty = none.");
+ABSL_FLAG(int32_t, session_cache_max_pending_stores, 64,
+          "Session cache: finished requests whose blocks wait to be written behind; more "
+          "are dropped and counted.");
 ABSL_FLAG(uint64_t, seed, 0,
           "Seeds the sampling of requests without a seed (session ids never depend on it).");
 
@@ -220,7 +235,38 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   e.max_session_ttl = absl::GetFlag(FLAGS_max_session_ttl);
   e.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
   e.seed = absl::GetFlag(FLAGS_seed);
+  e.remote.timeout = absl::GetFlag(FLAGS_session_cache_timeout);
+  e.remote.max_pending_stores = absl::GetFlag(FLAGS_session_cache_max_pending_stores);
+  if (e.remote.timeout <= absl::ZeroDuration() || e.remote.timeout > absl::Minutes(1)) {
+    return absl::InvalidArgumentError("--session_cache_timeout must be in (0, 1m]");
+  }
+  if (e.remote.max_pending_stores < 1) {
+    return absl::InvalidArgumentError("--session_cache_max_pending_stores must be >= 1");
+  }
   return options;
+}
+
+// The session cache client of --session_cache (null when the flag is empty).
+absl::StatusOr<std::unique_ptr<cachesvc::RemoteCacheClient>> SessionCacheFromFlags() {
+  const std::string target = absl::GetFlag(FLAGS_session_cache);
+  if (target.empty()) return nullptr;
+  cachesvc::RemoteCacheClient::Options options;
+  options.target = target;
+  const std::string token_file = absl::GetFlag(FLAGS_session_cache_token_file);
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--session_cache_token_file: cannot read ", token_file));
+    }
+    std::getline(in, options.token);
+    options.token = std::string(absl::StripAsciiWhitespace(options.token));
+    if (options.token.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--session_cache_token_file: ", token_file,
+                                                     " has no token on its first line"));
+    }
+  }
+  return cachesvc::RemoteCacheClient::Create(options);
 }
 
 int Run() {
@@ -229,6 +275,12 @@ int Run() {
   if (!server_options.ok()) return Fail(server_options.status());
   absl::StatusOr<engine::ModelOptions> model_options = ModelOptionsFromFlags();
   if (!model_options.ok()) return Fail(model_options.status());
+  // Declared before the server: the engine uses it until the server is gone.
+  absl::StatusOr<std::unique_ptr<cachesvc::RemoteCacheClient>> session_cache =
+      SessionCacheFromFlags();
+  if (!session_cache.ok()) return Fail(session_cache.status());
+  model_options->engine.remote_cache = session_cache->get();
+  model_options->engine.remote.owner = server_options->listen_address;
 
   // From here on SIGTERM/SIGINT drain (also when they arrive while the model loads).
   absl::StatusOr<int> signal_fd = InstallShutdownSignals();
@@ -249,7 +301,9 @@ int Run() {
       !s.ok()) {
     return Fail(s);
   }
-  std::printf("kvserve: ready (backend %s)\n", model_options->backend.c_str());
+  std::printf("kvserve: ready (backend %s%s%s)\n", model_options->backend.c_str(),
+              *session_cache != nullptr ? ", session cache " : "",
+              absl::GetFlag(FLAGS_session_cache).c_str());
   std::fflush(stdout);
 
   const int signal_number = WaitForShutdownSignal(*signal_fd);

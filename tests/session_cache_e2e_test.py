@@ -1,0 +1,328 @@
+"""Conversations that outlive a replica: real kvserve replicas and a real kvserve-cache
+(memory, disk and Redis tiers) on loopback.
+
+- A session turned on replica A continues on replica B with its history fetched
+  (cached_tokens_remote > 0), with the tokens and top logprobs of a cold run of the whole
+  context (logprobs equal up to the rounding of a differently blocked prefill).
+- A replica restarted between turns reuses the prefix remotely; a kvserve-cache with a
+  disk tier restarted between turns still has its blocks.
+- The Redis backend against a real redis-server.
+- kvserve-cache killed during traffic: every request succeeds; restarted, reuse resumes.
+- Bearer tokens: a replica with the right token file reuses; calls without one get
+  UNAUTHENTICATED.
+
+Usage: /usr/bin/python3 session_cache_e2e_test.py KVSERVE_BIN CACHE_BIN MODEL PYTHON_STUBS_DIR
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import grpc
+
+KVSERVE, CACHE, MODEL, PYDIR = sys.argv[1:5]
+del sys.argv[1:5]
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import kvserve_testlib as lib  # noqa: E402
+
+lib.add_python_stubs(PYDIR)
+from kvserve.v1 import inference_pb2 as pb  # noqa: E402
+from kvserve.v1 import session_cache_pb2 as cpb  # noqa: E402
+
+FIRST = ("Once upon a time, there was a little girl named Lily. She loved to play outside "
+         "in the sun with her big red ball. One day, she went to the park with her mom.")
+SECOND = " Then she saw a big dog."
+
+
+class CacheProcess:
+    """A kvserve-cache subprocess on `port` (0: any). Use as a context manager."""
+
+    LISTEN_RE = re.compile(r"kvserve-cache listening on \S+:(\d+)")
+
+    def __init__(self, args=(), port=0):
+        self.args = [CACHE, "--listen", "127.0.0.1:%d" % port, "--metrics-listen", ""] + list(args)
+        self.proc = None
+        self.port = None
+        self.lines = []
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+        end = time.monotonic() + 30
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            m = self.LISTEN_RE.search(line)
+            if m:
+                self.port = int(m.group(1))
+                break
+            if time.monotonic() > end:
+                break
+        if self.port is None:
+            self.proc.kill()
+            raise RuntimeError("kvserve-cache did not start: %r" % self.lines)
+        threading.Thread(target=self._drain, daemon=True).start()
+        return self
+
+    def _drain(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def target(self):
+        return "127.0.0.1:%d" % self.port
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+
+
+def replica(cache=None, extra=()):
+    args = list(extra)
+    if cache is not None:
+        args += ["--session-cache", cache.target(), "--session-cache-timeout", "2s"]
+    return lib.KvserveProcess(KVSERVE, MODEL, args)
+
+
+class Inference:
+    def __init__(self, channel):
+        u = channel.unary_unary
+        self.generate = u("/kvserve.v1.Inference/Generate",
+                          request_serializer=pb.GenerateRequest.SerializeToString,
+                          response_deserializer=pb.GenerateResponse.FromString)
+        self.open = u("/kvserve.v1.Inference/OpenSession",
+                      request_serializer=pb.OpenSessionRequest.SerializeToString,
+                      response_deserializer=pb.Session.FromString)
+
+
+class Cache:
+    def __init__(self, channel, token=None):
+        u = channel.unary_unary
+        self.metadata = [("authorization", "Bearer " + token)] if token else None
+        self._get_session = u("/kvserve.v1.SessionCache/GetSession",
+                              request_serializer=cpb.GetSessionRecordRequest.SerializeToString,
+                              response_deserializer=cpb.SessionRecord.FromString)
+        self._stats = u("/kvserve.v1.SessionCache/GetStats",
+                        request_serializer=cpb.GetStatsRequest.SerializeToString,
+                        response_deserializer=cpb.CacheStats.FromString)
+
+    def get_session(self, session_id):
+        return self._get_session(cpb.GetSessionRecordRequest(session_id=session_id), timeout=5,
+                                 metadata=self.metadata)
+
+    def stats(self):
+        return self._stats(cpb.GetStatsRequest(), timeout=5, metadata=self.metadata)
+
+
+def greedy(max_tokens, text=None, ids=None, session_id=""):
+    r = pb.GenerateRequest(max_tokens=max_tokens, session_id=session_id, top_logprobs=3,
+                           sampling=pb.SamplingParams(temperature=0.0))
+    if ids is not None:
+        r.tokens.ids.extend(ids)
+    else:
+        r.text = text
+    return r
+
+
+def wait_for(predicate, timeout=20.0, what="condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if predicate():
+                return
+        except grpc.RpcError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
+class SessionCacheEndToEndTest(unittest.TestCase):
+
+    def first_turn(self, server, cache_client):
+        """Opens a session on `server`, runs turn 1, waits until its record and blocks
+        are in the cache. Returns (session id, history token ids)."""
+        with grpc.insecure_channel(server.target()) as ch:
+            api = Inference(ch)
+            session = api.open(pb.OpenSessionRequest(), timeout=10)
+            first = api.generate(greedy(60, text=FIRST, session_id=session.session_id),
+                                 timeout=60)
+            history_len = first.usage.prompt_tokens + first.usage.completion_tokens
+        wait_for(lambda: len(cache_client.get_session(session.session_id).tokens) == history_len,
+                 what="the session record")
+        record = cache_client.get_session(session.session_id)
+        self.assertEqual(list(record.turn_ends), [history_len])
+        wait_for(lambda: cache_client.stats().blocks >= history_len // 16, what="the blocks")
+        return session.session_id, list(record.tokens)
+
+    def assert_cold_equal(self, got, context_ids, max_tokens):
+        """`got` equals a cold run of the whole context on a replica without a cache."""
+        with replica() as cold_server, grpc.insecure_channel(cold_server.target()) as ch:
+            cold = Inference(ch).generate(greedy(max_tokens, ids=context_ids), timeout=60)
+        self.assertEqual(list(got.token_ids), list(cold.token_ids))
+        self.assertEqual(len(got.logprobs), len(cold.logprobs))
+        for a, b in zip(got.logprobs, cold.logprobs):
+            self.assertEqual(a.token_id, b.token_id)
+            self.assertAlmostEqual(a.logprob, b.logprob, delta=1e-4)
+            self.assertEqual([t.token_id for t in a.top], [t.token_id for t in b.top])
+            for x, y in zip(a.top, b.top):
+                self.assertAlmostEqual(x.logprob, y.logprob, delta=1e-4)
+
+    def test_session_continues_on_another_replica(self):
+        with CacheProcess(["--memory-bytes", str(256 << 20)]) as cache, \
+                grpc.insecure_channel(cache.target()) as cch:
+            cache_client = Cache(cch)
+            with replica(cache) as a, replica(cache) as b:
+                session_id, history = self.first_turn(a, cache_client)
+                with grpc.insecure_channel(b.target()) as ch:
+                    got = Inference(ch).generate(
+                        greedy(40, text=SECOND, session_id=session_id), timeout=60)
+                self.assertEqual(got.usage.cached_tokens_remote, len(history) // 16 * 16)
+                self.assertEqual(got.usage.cached_tokens_local, 0)
+                second_ids = got.usage.prompt_tokens - len(history)
+                self.assertGreater(second_ids, 0)
+                # The turn's context: the history, then the new text's ids (from B's record).
+                wait_for(lambda: len(cache_client.get_session(session_id).turn_ends) == 2,
+                         what="turn 2's record")
+                record = cache_client.get_session(session_id)
+                context = list(record.tokens)[:got.usage.prompt_tokens]
+                self.assertEqual(context[:len(history)], history)
+            self.assert_cold_equal(got, context, 40)
+
+    def test_restarted_replica_and_restarted_disk_cache(self):
+        disk = tempfile.mkdtemp(prefix="kvserve-cache-disk-")
+        port = lib.free_port()
+        try:
+            args = ["--memory-bytes", str(64 << 20), "--disk-dir", disk,
+                    "--disk-bytes", str(512 << 20)]
+            with CacheProcess(args, port) as cache, grpc.insecure_channel(cache.target()) as cch:
+                cache_client = Cache(cch)
+                with replica(cache) as a:
+                    session_id, history = self.first_turn(a, cache_client)
+                # The replica restarts: the next turn reuses the prefix remotely.
+                with replica(cache) as a2, grpc.insecure_channel(a2.target()) as ch:
+                    got = Inference(ch).generate(greedy(20, text=SECOND, session_id=session_id),
+                                                 timeout=60)
+                    self.assertGreater(got.usage.cached_tokens_remote, 0)
+            # The cache restarts on the same directory: its blocks survived.
+            with CacheProcess(args, port) as cache, grpc.insecure_channel(cache.target()) as cch:
+                self.assertGreater(Cache(cch).stats().blocks, 0)
+                with replica(cache) as b, grpc.insecure_channel(b.target()) as ch:
+                    got = Inference(ch).generate(greedy(20, ids=history), timeout=60)
+                    self.assertEqual(got.usage.cached_tokens_remote,
+                                     (len(history) - 1) // 16 * 16)
+        finally:
+            shutil.rmtree(disk, ignore_errors=True)
+
+    def test_redis_backend(self):
+        redis = shutil.which("redis-server") or "/usr/bin/redis-server"
+        if not os.path.exists(redis):
+            self.skipTest("redis-server is not installed")
+        port = lib.free_port()
+        workdir = tempfile.mkdtemp(prefix="kvserve-redis-")
+        proc = subprocess.Popen([redis, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no", "--dir", workdir],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            args = ["--redis", "127.0.0.1:%d" % port]
+            with CacheProcess(args) as cache, grpc.insecure_channel(cache.target()) as cch:
+                cache_client = Cache(cch)
+                with replica(cache) as a, replica(cache) as b:
+                    session_id, history = self.first_turn(a, cache_client)
+                    with grpc.insecure_channel(b.target()) as ch:
+                        got = Inference(ch).generate(
+                            greedy(20, text=SECOND, session_id=session_id), timeout=60)
+                    self.assertEqual(got.usage.cached_tokens_remote, len(history) // 16 * 16)
+                    self.assertEqual(cache_client.stats().backend, "redis")
+        finally:
+            proc.kill()
+            proc.wait(timeout=10)
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def test_cache_killed_during_traffic(self):
+        port = lib.free_port()
+        cache = CacheProcess(["--memory-bytes", str(128 << 20)], port).__enter__()
+        errors = []
+        done = threading.Event()
+        with replica(cache) as a:
+            def traffic():
+                with grpc.insecure_channel(a.target()) as ch:
+                    api = Inference(ch)
+                    i = 0
+                    while not done.is_set():
+                        try:
+                            api.generate(greedy(8, text=FIRST + " %d" % i), timeout=30)
+                        except grpc.RpcError as e:  # any failure fails the test
+                            errors.append(e)
+                        i += 1
+            t = threading.Thread(target=traffic)
+            t.start()
+            time.sleep(1.0)
+            cache.kill()  # SIGKILL mid-traffic
+            time.sleep(2.0)
+            cache = CacheProcess(["--memory-bytes", str(128 << 20)], port).__enter__()
+            time.sleep(2.0)
+            done.set()
+            t.join(timeout=60)
+            self.assertEqual(errors, [])
+            # Reuse resumes: what A writes now, a fresh replica finds.
+            with grpc.insecure_channel(a.target()) as ch:
+                Inference(ch).generate(greedy(8, text=FIRST + " again"), timeout=30)
+            with grpc.insecure_channel(cache.target()) as cch:
+                wait_for(lambda: Cache(cch).stats().blocks > 0, what="blocks after the restart")
+            with replica(cache) as b, grpc.insecure_channel(b.target()) as ch:
+                got = Inference(ch).generate(greedy(8, text=FIRST + " again"), timeout=30)
+                self.assertGreater(got.usage.cached_tokens_remote, 0)
+        cache.__exit__(None, None, None)
+        # One incident line each way, not one per request.
+        failures = [l for l in a.lines if "session cache call" in l]
+        self.assertLessEqual(len(failures), 2, failures)
+
+    def test_bearer_tokens(self):
+        tokens = tempfile.NamedTemporaryFile("w", suffix=".tokens", delete=False)
+        tokens.write("# token name\nsecret-one replica\n")
+        tokens.close()
+        token_file = tempfile.NamedTemporaryFile("w", suffix=".token", delete=False)
+        token_file.write("secret-one\n")
+        token_file.close()
+        try:
+            with CacheProcess(["--auth-tokens", tokens.name]) as cache, \
+                    grpc.insecure_channel(cache.target()) as cch:
+                for bad in (None, "wrong"):
+                    with self.assertRaises(grpc.RpcError) as ctx:
+                        Cache(cch, bad).stats()
+                    self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+                self.assertEqual(lib.health_status(cch, ""), 1)
+                cache_client = Cache(cch, "secret-one")
+                extra = ["--session-cache-token-file", token_file.name]
+                with replica(cache, extra) as a, replica(cache, extra) as b:
+                    session_id, history = self.first_turn(a, cache_client)
+                    with grpc.insecure_channel(b.target()) as ch:
+                        got = Inference(ch).generate(
+                            greedy(10, text=SECOND, session_id=session_id), timeout=60)
+                    self.assertGreater(got.usage.cached_tokens_remote, 0)
+                # A replica without the token still answers, by recomputing.
+                with replica(cache) as c, grpc.insecure_channel(c.target()) as ch:
+                    got = Inference(ch).generate(greedy(10, ids=history), timeout=60)
+                    self.assertEqual(got.usage.cached_tokens_remote, 0)
+        finally:
+            os.unlink(tokens.name)
+            os.unlink(token_file.name)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
