@@ -31,6 +31,9 @@ ABSL_FLAG(int64_t, reuse_credit_ticks, -1,
 ABSL_FLAG(int64_t, history_blocks, -1,
           "--replay: BlockIndexOptions::history_blocks of the conversation policy "
           "(-1 = its default).");
+ABSL_FLAG(int64_t, conversation_credit_ticks, -1,
+          "--replay: BlockIndexOptions::conversation_credit_ticks of the conversation policy "
+          "(-1 = its default, 0 = off).");
 ABSL_FLAG(bool, json, false, "One JSON object per result line, nothing else on stdout.");
 
 namespace {
@@ -86,6 +89,7 @@ absl::Status RunReplay(const std::string& path) {
       options.policy = policy;
       options.reuse_credit_ticks = absl::GetFlag(FLAGS_reuse_credit_ticks);
       options.history_blocks = absl::GetFlag(FLAGS_history_blocks);
+      options.conversation_credit_ticks = absl::GetFlag(FLAGS_conversation_credit_ticks);
       absl::StatusOr<cachesvc::ReplayResult> r = cachesvc::Replay(*trace, options);
       if (!r.ok()) return r.status();
       const std::string name(cachesvc::PolicyName(policy));
