@@ -59,6 +59,7 @@ struct BlockIndex::Entry {
   uint64_t last_tick = 0;
   uint64_t uses = 0;
   bool had_child = false;
+  int64_t conversation_credit = 0;  // ticks, from the class of the last request it was in
   uint64_t serial = 0;
   Partition* partition = nullptr;
   int pins = 0;  // > 0 while an Insert of a child needs it to stay
@@ -83,6 +84,9 @@ absl::StatusOr<std::unique_ptr<BlockIndex>> BlockIndex::Create(const BlockIndexO
   }
   if (options.reuse_credit_ticks < 0) {
     return absl::InvalidArgumentError("BlockIndex: reuse_credit_ticks must be >= 0");
+  }
+  if (options.conversation_credit_ticks < 0) {
+    return absl::InvalidArgumentError("BlockIndex: conversation_credit_ticks must be >= 0");
   }
   return std::unique_ptr<BlockIndex>(new BlockIndex(options));
 }
@@ -134,9 +138,12 @@ void BlockIndex::Reposition(Entry& e) {
     // A tail used once and never extended: the speculative end of a request (in chat
     // traffic mostly its partial last block, which the next turn does not share).
     priority -= int64_t{1} << 52;
-  } else if (e.uses > 1) {
-    priority += static_cast<int64_t>(static_cast<double>(options_.reuse_credit_ticks) *
-                                     std::log2(static_cast<double>(e.uses)));
+  } else {
+    if (e.uses > 1) {
+      priority += static_cast<int64_t>(static_cast<double>(options_.reuse_credit_ticks) *
+                                       std::log2(static_cast<double>(e.uses)));
+    }
+    priority += e.conversation_credit;
   }
   e.candidate = Candidate{TierOf(e), priority, e.serial, &e};
   candidates_.insert(e.candidate);
@@ -169,6 +176,74 @@ int32_t BlockIndex::LongestPrefix(const BlockHash& partition, std::span<const Bl
   }
   if (bytes_out != nullptr) *bytes_out = bytes;
   return found;
+}
+
+void BlockIndex::EndRequest(const BlockHash& partition, std::span<const BlockHash> chain,
+                            absl::Time now) {
+  AdvanceTime(now);
+  ++counters_.requests_total;
+  const int32_t n = static_cast<int32_t>(chain.size());
+  if (n < 2) return;
+  // A turn of an earlier request: the longest earlier chain (minus its last block) that
+  // this chain starts with and extends.
+  int32_t turn = 1;
+  int32_t delta = n - 1;
+  for (int32_t k = n - 1; k >= 2; --k) {
+    auto it = chain_ends_.find(Key{partition, chain[k - 1]});
+    if (it == chain_ends_.end() || it->second.length != k) continue;
+    ChainEnd& prev = it->second;
+    turn = prev.turn + 1;
+    delta = n - 1 - k;
+    if (!prev.continued) {
+      prev.continued = true;
+      ++class_continued_[prev.cls];
+      ++continued_total_;
+    }
+    ++counters_.conversation_turns_total;
+    break;
+  }
+  const int delta_class = delta < 2 ? 0 : delta < 4 ? 1 : delta < 8 ? 2 : delta < 16 ? 3 : 4;
+  const int cls = (std::min(turn, kTurnClasses) - 1) * kDeltaClasses + delta_class;
+  ++class_requests_[cls];
+  // Remember where this request's chain ends (its last block is usually partial: a next turn
+  // shares everything before it).
+  const Key end_key{partition, chain[n - 2]};
+  const uint64_t serial = ++serial_;
+  chain_ends_[end_key] = ChainEnd{turn, n - 1, cls, false, serial};
+  chain_end_order_.emplace_back(end_key, serial);
+  while (chain_ends_.size() > kMaxChainEnds) {
+    const auto [key, old_serial] = chain_end_order_.front();
+    chain_end_order_.pop_front();
+    auto it = chain_ends_.find(key);
+    if (it != chain_ends_.end() && it->second.serial == old_serial) chain_ends_.erase(it);
+  }
+  if (chain_end_order_.size() > 2 * chain_ends_.size() + 16) {
+    std::deque<std::pair<Key, uint64_t>> live;
+    for (const auto& [key, rec_serial] : chain_end_order_) {
+      auto it = chain_ends_.find(key);
+      if (it != chain_ends_.end() && it->second.serial == rec_serial)
+        live.emplace_back(key, rec_serial);
+    }
+    chain_end_order_.swap(live);
+  }
+  if (options_.policy == Policy::kLru || options_.conversation_credit_ticks == 0) return;
+  // How much likelier than an average request this class is to get another turn (counted
+  // so far, smoothed towards the overall rate with a weight of 4 requests).
+  constexpr double kPriorWeight = 4.0;
+  const double overall = (static_cast<double>(continued_total_) + 1.0) /
+                         (static_cast<double>(counters_.requests_total) + kPriorWeight);
+  const double rate = (static_cast<double>(class_continued_[cls]) + kPriorWeight * overall) /
+                      (static_cast<double>(class_requests_[cls]) + kPriorWeight);
+  const int64_t credit = static_cast<int64_t>(
+      static_cast<double>(options_.conversation_credit_ticks) * std::log2(rate / overall));
+  for (const BlockHash& key : chain) {
+    auto it = entries_.find(Key{partition, key});
+    if (it == entries_.end()) break;
+    Entry& e = it->second;
+    if (e.conversation_credit == credit) continue;
+    e.conversation_credit = credit;
+    if (e.listed) Reposition(e);
+  }
 }
 
 bool BlockIndex::Contains(const BlockHash& partition, const BlockHash& key) const {

@@ -31,7 +31,11 @@ enum class Policy {
   // of live sessions last; in between, a block's priority is its recency plus a credit for
   // how often it was used (see BlockIndexOptions::reuse_credit_ticks), and a chain tail that
   // was used once and never extended (the speculative end of a request, e.g. its partial
-  // last block) goes before any other idle block.
+  // last block) goes before any other idle block. When the caller reports whole requests
+  // (EndRequest), a conversation-level credit is added: requests are classed by turn number
+  // and by how many blocks the turn added, the index learns online how often each class
+  // gets another turn, and a request's blocks are kept longer or shorter by how likely its
+  // class is to continue (see BlockIndexOptions::conversation_credit_ticks).
   kConversation,
   // Plain LRU over blocks (the baseline): the least recently used block goes first, whatever
   // its children or sessions. A lookup still only reports an unbroken prefix.
@@ -59,6 +63,13 @@ struct BlockIndexOptions {
   // forgotten first), so a block that comes back resumes its count instead of starting
   // over as a one-time block. About 64 bytes each. Default 262,144; 0 = none.
   int64_t history_blocks = 262'144;
+  // kConversation only, used when the caller reports requests with EndRequest: a request's
+  // blocks get log2(P(class continues) / P(any request continues)) times this many ticks of
+  // extra recency, where the class is (turn number 1, 2, 3, 4+) x (blocks the turn added:
+  // <2, <4, <8, <16, more) and the probabilities are counted online (smoothed towards the
+  // overall rate). Default 6,000 (tuned on Mooncake's conversation trace, see
+  // docs/performance.md); 0 = off.
+  int64_t conversation_credit_ticks = 6'000;
 };
 
 enum class EvictReason {
@@ -99,8 +110,10 @@ struct BlockIndexStats {
   int64_t inserts_total = 0;  // new blocks (re-inserts not counted)
   int64_t evictions_total[kNumEvictReasons] = {};
   int64_t erased_total = 0;
-  int64_t history_blocks = 0;      // evicted blocks whose use count is remembered
-  int64_t history_hits_total = 0;  // inserts that resumed a remembered use count
+  int64_t history_blocks = 0;            // evicted blocks whose use count is remembered
+  int64_t history_hits_total = 0;        // inserts that resumed a remembered use count
+  int64_t requests_total = 0;            // EndRequest calls
+  int64_t conversation_turns_total = 0;  // of those, continuations of an earlier request
 };
 
 // The index of stored blocks. A block is identified by (partition, key): `partition` names
@@ -128,7 +141,8 @@ struct BlockIndexStats {
 //
 // Cost: LongestPrefix O(k log n) for k blocks found; Insert, Erase and each eviction
 // O(log n) amortized (ordered sets keyed by eviction priority, no scans); SetSession and
-// RemoveSession O(log n) plus the sessions sharing the same block.
+// RemoveSession O(log n) plus the sessions sharing the same block; EndRequest O(k log n) for a
+// chain of k blocks.
 //
 // Threading: not thread-safe; the caller serializes every call.
 class BlockIndex {
@@ -143,6 +157,16 @@ class BlockIndex {
                         absl::Time now, bool touch, uint64_t* bytes_out = nullptr);
 
   bool Contains(const BlockHash& partition, const BlockHash& key) const;
+
+  // Reports that one request with this chain (its blocks in order) was served: called after
+  // its lookup and the Inserts of its blocks. The index detects conversation turns online: a
+  // request is a turn of an earlier one when its chain starts with that request's whole
+  // chain except (at most) its last block (usually partial, so the next turn does not share
+  // it) and is longer. Under kConversation it then sets the conversation credit of the
+  // chain's present blocks (see BlockIndexOptions::conversation_credit_ticks). Remembers
+  // the last 65,536 requests' chain ends (about 100 bytes each). Chains under 2 blocks are
+  // only counted.
+  void EndRequest(const BlockHash& partition, std::span<const BlockHash> chain, absl::Time now);
 
   // Stores block `key` of `partition` (`bytes` of payload) whose parent is `parent`
   // (nullopt for the first block of a chain), as used now, evicting other blocks (never the
@@ -190,6 +214,18 @@ class BlockIndex {
   };
   struct Entry;
   struct Session;
+  // The end of a reported request's chain (keyed by its next-to-last block).
+  struct ChainEnd {
+    int32_t turn = 1;
+    int32_t length = 0;  // blocks up to and including the key
+    int cls = 0;         // conversation class of the request
+    bool continued = false;
+    uint64_t serial = 0;
+  };
+  static constexpr int kTurnClasses = 4;
+  static constexpr int kDeltaClasses = 5;
+  static constexpr int kConversationClasses = kTurnClasses * kDeltaClasses;
+  static constexpr size_t kMaxChainEnds = 65'536;
   struct Partition;
   // Position of a leaf in the candidate sets: (tier, priority, serial) ascending = evict
   // first. Tier 0: expired sessions only; 1: idle; 2: held by a live session.
@@ -236,6 +272,14 @@ class BlockIndex {
   std::deque<std::pair<Key, uint64_t>> history_order_;
   // Present children of each key (present or not): (partition, key) -> count > 0.
   absl::flat_hash_map<Key, int32_t> child_counts_;
+  // Chain ends of reported requests, and their insertion order (oldest forgotten first; a
+  // stale serial means the key was recorded again since).
+  absl::flat_hash_map<Key, ChainEnd> chain_ends_;
+  std::deque<std::pair<Key, uint64_t>> chain_end_order_;
+  // Per conversation class: requests reported and how many of them got another turn.
+  int64_t class_requests_[kConversationClasses] = {};
+  int64_t class_continued_[kConversationClasses] = {};
+  int64_t continued_total_ = 0;
   absl::node_hash_map<BlockHash, Partition> partitions_;
   absl::node_hash_map<std::string, Session> sessions_;
   std::set<std::pair<absl::Time, Session*>> expiries_;  // live sessions by expiry

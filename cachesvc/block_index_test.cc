@@ -268,5 +268,80 @@ TEST(BlockIndexTest, RememberedUseCountSurvivesEviction) {
   EXPECT_GE(index->stats().history_blocks, 1);
 }
 
+void EndRequest(BlockIndex& index, const std::vector<uint64_t>& ids) {
+  std::vector<BlockHash> chain;
+  for (uint64_t id : ids) chain.push_back(H(id));
+  index.EndRequest(kTenantA, chain, kT0);
+}
+
+// Inserts and reports one request.
+void Request(BlockIndex& index, const std::vector<uint64_t>& ids) {
+  InsertChain(index, ids);
+  EndRequest(index, ids);
+}
+
+TEST(BlockIndexTest, EndRequestDetectsConversationTurns) {
+  auto index = MakeIndex(100);
+  Request(*index, {1, 2, 3, 4});
+  Request(*index, {1, 2, 3, 5, 6});     // the first chain but its last block, extended: a turn
+  Request(*index, {1, 2, 9});           // shares only a prefix of it: not a turn
+  Request(*index, {1, 3, 4});           // shares block 1 only: not a turn
+  Request(*index, {1, 2, 3, 5, 6, 7});  // extends the second (whole) chain: a turn
+  Request(*index, {8});                 // too short to be a turn or to be continued
+  EXPECT_EQ(index->stats().requests_total, 6);
+  EXPECT_EQ(index->stats().conversation_turns_total, 2);
+  // The LRU baseline counts turns as well (and ignores them).
+  auto lru = MakeIndex(100, Policy::kLru);
+  Request(*lru, {1, 2, 3});
+  Request(*lru, {1, 2, 4, 5});
+  EXPECT_EQ(lru->stats().conversation_turns_total, 1);
+}
+
+// Twenty conversations whose first turns (3 blocks) all got a second and a third turn, and
+// twenty one-off requests of 6 blocks (240 blocks, no eviction yet); then one new request of each
+// kind, the one-off last. Under pressure, returns whether the new conversation's first blocks
+// outlived the whole newer one-off chain.
+bool ContinuingClassOutlivesNewerOneOff(int64_t conversation_credit_ticks) {
+  BlockIndexOptions options;
+  options.capacity_bytes = 260;
+  options.conversation_credit_ticks = conversation_credit_ticks;
+  auto index = *BlockIndex::Create(options);
+  for (uint64_t i = 0; i < 20; ++i) {
+    const uint64_t b = 1000 + 10 * i;
+    Request(*index, {b, b + 1, b + 2});
+    Request(*index, {b, b + 1, b + 3, b + 4});
+    Request(*index, {b, b + 1, b + 3, b + 5});
+  }
+  for (uint64_t i = 0; i < 20; ++i) {
+    const uint64_t b = 2000 + 10 * i;
+    Request(*index, {b, b + 1, b + 2, b + 3, b + 4, b + 5});
+  }
+  EXPECT_EQ(index->stats().conversation_turns_total, 40);
+  Request(*index, {900, 901, 902});
+  Request(*index, {910, 911, 912, 913, 914, 915});
+  EXPECT_EQ(index->stats().evictions_total[static_cast<int>(EvictReason::kIdle)], 0);
+  // A new chain (not reported) takes the room block by block until the one-off is gone.
+  std::optional<BlockHash> parent;
+  for (uint64_t id = 5000; id < 5300 && index->Contains(kTenantA, H(910)); ++id) {
+    EXPECT_TRUE(index->Insert(kTenantA, H(id), parent, 1, kT0).ok());
+    parent = H(id);
+  }
+  EXPECT_FALSE(index->Contains(kTenantA, H(910)));
+  return index->Contains(kTenantA, H(900)) && index->Contains(kTenantA, H(901));
+}
+
+TEST(BlockIndexTest, ConversationCreditKeepsLikelyContinuedRequestsLonger) {
+  EXPECT_TRUE(ContinuingClassOutlivesNewerOneOff(6'000));
+  // Without the credit, recency decides: the older conversation goes first.
+  EXPECT_FALSE(ContinuingClassOutlivesNewerOneOff(0));
+}
+
+TEST(BlockIndexTest, CreateRejectsNegativeConversationCredit) {
+  BlockIndexOptions options;
+  options.capacity_bytes = 10;
+  options.conversation_credit_ticks = -1;
+  EXPECT_EQ(BlockIndex::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace kvserve::cachesvc

@@ -41,6 +41,9 @@ ABSL_FLAG(std::vector<std::string>, history, std::vector<std::string>({"1024", "
 ABSL_FLAG(int32_t, repeats, 5, "--reuse: remote and cold runs per history (median).");
 ABSL_FLAG(int32_t, threads, 0, "--reuse: backend threads; 0 = all cores.");
 ABSL_FLAG(std::string, kv_dtype, "f32", "--reuse: KV element type, f32 or f16.");
+ABSL_FLAG(int64_t, conversation_credit_ticks, -1,
+          "--replay: BlockIndexOptions::conversation_credit_ticks of the conversation policy "
+          "(-1 = its default, 0 = off).");
 ABSL_FLAG(bool, json, false, "One JSON object per result line, nothing else on stdout.");
 
 namespace {
@@ -101,6 +104,7 @@ absl::Status RunReplay(const std::string& path) {
       options.policy = policy;
       options.reuse_credit_ticks = absl::GetFlag(FLAGS_reuse_credit_ticks);
       options.history_blocks = absl::GetFlag(FLAGS_history_blocks);
+      options.conversation_credit_ticks = absl::GetFlag(FLAGS_conversation_credit_ticks);
       absl::StatusOr<cachesvc::ReplayResult> r = cachesvc::Replay(*trace, options);
       if (!r.ok()) return r.status();
       const std::string name(cachesvc::PolicyName(policy));

@@ -256,6 +256,9 @@ absl::StatusOr<ReplayResult> Replay(std::span<const TraceRequest> trace,
     index_options.reuse_credit_ticks = options.reuse_credit_ticks;
   }
   if (options.history_blocks >= 0) index_options.history_blocks = options.history_blocks;
+  if (options.conversation_credit_ticks >= 0) {
+    index_options.conversation_credit_ticks = options.conversation_credit_ticks;
+  }
   absl::StatusOr<std::unique_ptr<BlockIndex>> index = BlockIndex::Create(index_options);
   if (!index.ok()) return index.status();
   const BlockHash partition{};
@@ -281,6 +284,7 @@ absl::StatusOr<ReplayResult> Replay(std::span<const TraceRequest> trace,
       if (r->outcome == InsertOutcome::kInserted) ++result.inserted_blocks;
       parent = key;
     }
+    (*index)->EndRequest(partition, chain, now);
   }
   result.elapsed = absl::Now() - start;
   return result;

@@ -46,6 +46,8 @@ struct ReplayOptions {
   int64_t reuse_credit_ticks = -1;
   // BlockIndexOptions::history_blocks; negative = the BlockIndex default.
   int64_t history_blocks = -1;
+  // BlockIndexOptions::conversation_credit_ticks; negative = the BlockIndex default.
+  int64_t conversation_credit_ticks = -1;
 };
 
 struct ReplayResult {
@@ -64,7 +66,8 @@ struct ReplayResult {
 // For each request in order: look up the longest present prefix of its hash_ids (counted
 // as hits; no touch), then insert every block of it in chain order (a present block is
 // touched), each as 1 byte with its predecessor as parent, at the request's timestamp, in
-// one partition. Errors: INVALID_ARGUMENT for capacity_blocks == 0.
+// one partition; then report the request (BlockIndex::EndRequest). Errors: INVALID_ARGUMENT for
+// capacity_blocks == 0.
 absl::StatusOr<ReplayResult> Replay(std::span<const TraceRequest> trace,
                                     const ReplayOptions& options);
 
