@@ -300,5 +300,26 @@ TEST_F(RemoteTierTest, ADeadServiceIsOneIncidentNotAnError) {
   EXPECT_THAT(log_.back(), ::testing::HasSubstr("reachable again"));
 }
 
+// Blocks evicted between the service's Lookup and the Fetch: the replica uses the
+// unbroken prefix it got and recomputes the rest, never a partial chain as whole.
+TEST_F(RemoteTierTest, AChainCutShortIsUsedAsAPrefix) {
+  auto a = Replica();
+  const auto [id, history] = FirstTurn(*a);
+  service_.SetFetchLimit(2);
+  auto b = Replica();
+  const std::vector<int32_t> next = Encode(" The sun was warm.");
+  Request turn = Greedy(next, 20, /*bos=*/false);
+  turn.session_id = id;
+  const Result got = testing::RunRequest(*b, turn);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_EQ(got.usage.cached_tokens_remote, 2 * 16);
+  EXPECT_EQ(got.usage.computed_tokens,
+            static_cast<int32_t>(history.size() + next.size()) - 2 * 16);
+  EXPECT_EQ(b->Stats().remote.rejected_blocks_total, 0);
+  std::vector<int32_t> context = history;
+  context.insert(context.end(), next.begin(), next.end());
+  ExpectSameOutput(got, Cold(context, 20), 1e-4f);
+}
+
 }  // namespace
 }  // namespace kvserve::engine

@@ -30,6 +30,11 @@ class FakeRemoteCache final : public RemoteKvCache {
     std::lock_guard<std::mutex> lock(mu_);
     tamper_ = std::move(tamper);
   }
+  // Fetch hands out at most this many records (the rest "evicted meanwhile"); -1 = all.
+  void SetFetchLimit(int32_t limit) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fetch_limit_ = limit;
+  }
   int64_t blocks() const {
     std::lock_guard<std::mutex> lock(mu_);
     return static_cast<int64_t>(records_.size());
@@ -71,6 +76,7 @@ class FakeRemoteCache final : public RemoteKvCache {
       for (const cache::BlockHash& h : chain) {
         auto it = records_.find(Key(partition, h));
         if (it == records_.end()) break;
+        if (fetch_limit_ >= 0 && static_cast<int32_t>(out.size()) >= fetch_limit_) break;
         out.push_back(it->second);
         if (tamper_) tamper_(out.back());
       }
@@ -134,6 +140,7 @@ class FakeRemoteCache final : public RemoteKvCache {
   std::map<KeyT, std::string> records_;
   std::map<std::string, RemoteSession> sessions_;
   int64_t fetch_calls_ = 0;
+  int32_t fetch_limit_ = -1;
 };
 
 }  // namespace kvserve::engine::testing
