@@ -63,7 +63,8 @@ class RemoteTierTest : public ::testing::Test {
     return r;
   }
 
-  // Waits until the engine wrote everything behind (its store queue drained).
+  // Waits until the engine wrote at least `blocks_at_least` blocks behind and no write-behind
+  // job holds blocks any more (every job done or dropped).
   static void WaitStored(Engine& engine, int64_t blocks_at_least) {
     for (const absl::Time end = absl::Now() + absl::Seconds(20); absl::Now() < end;) {
       const EngineStats s = engine.Stats();
@@ -284,6 +285,9 @@ TEST_F(RemoteTierTest, ADeadServiceIsOneIncidentNotAnError) {
     ASSERT_TRUE(r.status.ok()) << r.status;
   }
   EXPECT_GT(a->Stats().remote.errors_total, 0);
+  // a's write-behind jobs are done (dropped) before the service comes back: b then finds
+  // nothing and stores its own blocks.
+  WaitStored(*a, 0);
   service_.SetDown(false);
   auto b = Replica();
   ASSERT_TRUE(testing::RunRequest(*b, Greedy(prompt, 8, /*bos=*/true)).status.ok());
@@ -313,8 +317,7 @@ TEST_F(RemoteTierTest, AChainCutShortIsUsedAsAPrefix) {
   const Result got = testing::RunRequest(*b, turn);
   ASSERT_TRUE(got.status.ok()) << got.status;
   EXPECT_EQ(got.usage.cached_tokens_remote, 2 * 16);
-  EXPECT_EQ(got.usage.computed_tokens,
-            static_cast<int32_t>(history.size() + next.size()) - 2 * 16);
+  EXPECT_EQ(got.usage.computed_tokens, static_cast<int32_t>(history.size() + next.size()) - 2 * 16);
   EXPECT_EQ(b->Stats().remote.rejected_blocks_total, 0);
   std::vector<int32_t> context = history;
   context.insert(context.end(), next.begin(), next.end());

@@ -35,8 +35,9 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   const Vocabulary& vocab() const { return vocab_; }
-  // Stable hash of config, vocabulary and weight bytes; keys the prefix cache so KV
-  // is never shared between different models.
+  // XXH3-64 of the config, the vocabulary (pieces, scores, kinds, special ids) and every
+  // weight byte: the same for the same file in every process and on every host. Part of
+  // every KV block's identity (cache::KvIdentity), so KV is never shared between models.
   uint64_t fingerprint() const { return fingerprint_; }
 
  private:
