@@ -2,9 +2,6 @@
 // CacheServerOptions and the stores, starts the server, prints
 // "kvserve-cache listening on HOST:PORT", and on SIGTERM or SIGINT stops: readiness goes
 // NOT_SERVING, calls in flight get --drain-grace, then the process exits 0.
-#include <fcntl.h>
-#include <signal.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -27,6 +24,7 @@
 #include "cachesvc/tiered_block_store.h"
 #include "common/clock.h"
 #include "common/flags.h"
+#include "common/shutdown_signals.h"
 #include "service/host_port.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50061",
@@ -69,39 +67,6 @@ ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(10),
 
 namespace kvserve::cachesvc {
 namespace {
-
-// Write end of the self-pipe through which the signal handler wakes main(); the
-// binary's only global, set once in Run() (a signal handler can reach nothing else).
-int signal_pipe_write_fd = -1;
-
-extern "C" void OnShutdownSignal(int signal_number) {
-  const unsigned char byte = static_cast<unsigned char>(signal_number);
-  [[maybe_unused]] const ssize_t n = write(signal_pipe_write_fd, &byte, 1);
-}
-
-absl::StatusOr<int> InstallShutdownSignals() {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("cannot create the signal pipe");
-  signal_pipe_write_fd = fds[1];
-  struct sigaction action = {};
-  action.sa_handler = OnShutdownSignal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  if (sigaction(SIGTERM, &action, nullptr) != 0 || sigaction(SIGINT, &action, nullptr) != 0) {
-    return absl::InternalError("cannot install the SIGTERM/SIGINT handlers");
-  }
-  return fds[0];
-}
-
-int WaitForShutdownSignal(int read_fd) {
-  unsigned char byte = 0;
-  for (;;) {
-    const ssize_t n = read(read_fd, &byte, 1);
-    if (n == 1) return byte;
-    if (n < 0 && errno == EINTR) continue;
-    return 0;
-  }
-}
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "kvserve-cache: %s\n", std::string(status.message()).c_str());
@@ -201,8 +166,8 @@ int Run() {
   absl::StatusOr<Stores> stores = StoresFromFlags();
   if (!stores.ok()) return Fail(stores.status());
 
-  absl::StatusOr<int> signal_fd = InstallShutdownSignals();
-  if (!signal_fd.ok()) return Fail(signal_fd.status());
+  absl::StatusOr<common::ShutdownSignals> signals = common::ShutdownSignals::Install();
+  if (!signals.ok()) return Fail(signals.status());
   const std::string listen = options->listen_address;
   absl::StatusOr<std::unique_ptr<CacheServer>> server =
       CacheServer::Start(*std::move(options), std::move(stores->blocks),
@@ -222,7 +187,7 @@ int Run() {
   std::printf(")\n");
   std::fflush(stdout);
 
-  const int signal_number = WaitForShutdownSignal(*signal_fd);
+  const int signal_number = signals->Wait();
   std::printf("kvserve-cache: signal %d, stopping (grace %s)\n", signal_number,
               absl::FormatDuration(absl::GetFlag(FLAGS_drain_grace)).c_str());
   std::fflush(stdout);

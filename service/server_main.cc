@@ -3,9 +3,6 @@
 // on SIGTERM or SIGINT: new work gets UNAVAILABLE, in-flight requests get up to
 // --drain-grace, then the process exits 0. A second signal during the drain ends the
 // grace period at once (what is still running is cancelled).
-#include <fcntl.h>
-#include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -23,6 +20,7 @@
 #include "absl/time/time.h"
 #include "cachesvc/remote_cache_client.h"
 #include "common/flags.h"
+#include "common/shutdown_signals.h"
 #include "engine/engine_options.h"
 #include "engine/model_loading.h"
 #include "model/dtype.h"
@@ -94,48 +92,6 @@ ABSL_FLAG(uint64_t, seed, 0,
 
 namespace kvserve::service {
 namespace {
-
-// Write end of the self-pipe through which the signal handler wakes main(). A handler
-// can reach nothing but a global; this is the binary's only one, set once in Run().
-int signal_pipe_write_fd = -1;
-
-extern "C" void OnShutdownSignal(int signal_number) {
-  const unsigned char byte = static_cast<unsigned char>(signal_number);
-  // Async-signal-safe; a full pipe means a signal is already pending, which is enough.
-  [[maybe_unused]] const ssize_t n = write(signal_pipe_write_fd, &byte, 1);
-}
-
-// Routes SIGTERM and SIGINT to the self-pipe. A handler (rather than sigwait with a
-// blocked mask) works whichever thread gets the signal, including threads that
-// libraries start before main() (OpenBLAS does).
-absl::StatusOr<int> InstallShutdownSignals() {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("cannot create the signal pipe");
-  signal_pipe_write_fd = fds[1];
-  struct sigaction action = {};
-  action.sa_handler = OnShutdownSignal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  if (sigaction(SIGTERM, &action, nullptr) != 0 || sigaction(SIGINT, &action, nullptr) != 0) {
-    return absl::InternalError("cannot install the SIGTERM/SIGINT handlers");
-  }
-  return fds[0];
-}
-
-// The byte the drain thread writes into the signal pipe when it is done (signals are
-// never 0).
-constexpr unsigned char kDrainDone = 0;
-
-// Blocks until a byte arrives in the signal pipe: a signal number or kDrainDone.
-int WaitForShutdownSignal(int read_fd) {
-  unsigned char byte = 0;
-  for (;;) {
-    const ssize_t n = read(read_fd, &byte, 1);
-    if (n == 1) return byte;
-    if (n < 0 && errno == EINTR) continue;
-    return kDrainDone;  // cannot happen while we hold the write end
-  }
-}
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "kvserve: %s\n", std::string(status.message()).c_str());
@@ -283,8 +239,8 @@ int Run() {
   model_options->engine.remote.owner = server_options->listen_address;
 
   // From here on SIGTERM/SIGINT drain (also when they arrive while the model loads).
-  absl::StatusOr<int> signal_fd = InstallShutdownSignals();
-  if (!signal_fd.ok()) return Fail(signal_fd.status());
+  absl::StatusOr<common::ShutdownSignals> signals = common::ShutdownSignals::Install();
+  if (!signals.ok()) return Fail(signals.status());
 
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(*server_options);
   if (!server.ok()) return Fail(server.status());
@@ -306,17 +262,17 @@ int Run() {
               absl::GetFlag(FLAGS_session_cache).c_str());
   std::fflush(stdout);
 
-  const int signal_number = WaitForShutdownSignal(*signal_fd);
+  const int signal_number = signals->Wait();
   const absl::Duration grace = absl::GetFlag(FLAGS_drain_grace);
   std::printf("kvserve: signal %d, draining (grace %s; a second signal ends it now)\n",
               signal_number, absl::FormatDuration(grace).c_str());
   std::fflush(stdout);
   bool clean = false;
-  std::thread drain([&server, &clean, grace] {
+  std::thread drain([&server, &clean, &signals, grace] {
     clean = (*server)->Drain(grace);
-    [[maybe_unused]] const ssize_t n = write(signal_pipe_write_fd, &kDrainDone, 1);
+    signals->NotifyDone();
   });
-  while (WaitForShutdownSignal(*signal_fd) != kDrainDone) {
+  while (signals->Wait() != common::ShutdownSignals::kDone) {
     std::printf("kvserve: second signal, cancelling what is still running\n");
     std::fflush(stdout);
     (*server)->EndGrace();

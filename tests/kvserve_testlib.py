@@ -16,6 +16,17 @@ import time
 import grpc
 
 
+def main(seconds):
+    """Runs the unittest main of the calling test file, verbosely, with a watchdog: if the
+    run is not over after `seconds` (set it below the CTest timeout), every thread's stack
+    is printed and the process exits, so a hang shows where it is instead of ending as a
+    bare CTest timeout."""
+    import faulthandler
+    import unittest
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    unittest.main(module="__main__", verbosity=2)
+
+
 def add_python_stubs(pydir):
     """Makes the protoc --python_out modules (kvserve.v1.inference_pb2) importable."""
     if pydir not in sys.path:

@@ -298,4 +298,4 @@ class SecondSignalTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    lib.main(280)

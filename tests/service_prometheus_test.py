@@ -142,4 +142,4 @@ class PrometheusScrapeTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    lib.main(170)

@@ -175,4 +175,4 @@ class PythonClientTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    lib.main(170)

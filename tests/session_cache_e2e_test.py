@@ -325,4 +325,4 @@ class SessionCacheEndToEndTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    lib.main(280)
