@@ -16,6 +16,7 @@
 #include "cachesvc/bearer_auth.h"
 #include "cachesvc/cache_server.h"
 #include "cachesvc/disk_block_store.h"
+#include "cachesvc/disk_session_store.h"
 #include "cachesvc/memory_block_store.h"
 #include "cachesvc/memory_session_store.h"
 #include "cachesvc/redis_block_store.h"
@@ -36,10 +37,12 @@ ABSL_FLAG(int64_t, memory_bytes, int64_t{1} << 30,
 ABSL_FLAG(int64_t, partition_quota_bytes, 0,
           "Block record bytes one partition (model + cache salt) may hold; 0 = no quota.");
 ABSL_FLAG(std::string, disk_dir, "",
-          "Disk tier folder (blocks spill from memory to disk and come back on reads); "
-          "empty = memory only.");
+          "Disk tier folder (blocks spill from memory to disk and come back on reads; "
+          "session records are kept in its sessions/ subfolder, so both survive a "
+          "restart); empty = memory only.");
 ABSL_FLAG(int64_t, disk_bytes, 0, "Disk tier: block record bytes held at most (required).");
-ABSL_FLAG(bool, disk_fsync, false, "Disk tier: fsync each block file (and its folder).");
+ABSL_FLAG(bool, disk_fsync, false,
+          "Disk tier: fsync each block and session file (and its folder).");
 ABSL_FLAG(std::string, redis, "",
           "Redis HOST:PORT holding blocks and session records instead of memory/disk; "
           "empty = none.");
@@ -103,7 +106,23 @@ absl::Status Flagged(const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("--", status.message()));
 }
 
-// Memory; memory over disk (--disk-dir); or Redis (--redis) for blocks and sessions.
+// Tells `blocks` which chains the live records of `sessions` continue from (the eviction
+// hints PutSession gives), after a restart found them on disk.
+void RestoreSessionHints(SessionRecordStore& sessions, BlockStore& blocks) {
+  const absl::Time now = common::Clock::Real()->Now();
+  std::string token;
+  do {
+    absl::StatusOr<SessionRecordStore::Page> page = sessions.List(nullptr, 1000, token, now);
+    if (!page.ok()) return;
+    for (const StoredSession& s : page->sessions) {
+      if (s.has_head) blocks.SetSession(s.id, s.partition, s.head, s.expires_at);
+    }
+    token = page->next_page_token;
+  } while (!token.empty());
+}
+
+// Memory; memory over disk (--disk-dir, sessions on disk too); or Redis (--redis) for
+// blocks and sessions.
 absl::StatusOr<Stores> StoresFromFlags() {
   const std::string disk_dir = absl::GetFlag(FLAGS_disk_dir);
   const std::string redis = absl::GetFlag(FLAGS_redis);
@@ -152,8 +171,30 @@ absl::StatusOr<Stores> StoresFromFlags() {
   if (absl::GetFlag(FLAGS_max_sessions) < 1) {
     return absl::InvalidArgumentError("--max-sessions must be >= 1");
   }
-  stores.sessions = std::make_unique<MemorySessionStore>(
-      MemorySessionStore::Options{.max_records = absl::GetFlag(FLAGS_max_sessions)});
+  if (disk_dir.empty()) {
+    stores.sessions = std::make_unique<MemorySessionStore>(
+        MemorySessionStore::Options{.max_records = absl::GetFlag(FLAGS_max_sessions)});
+    return stores;
+  }
+  DiskSessionStore::Options options;
+  options.dir = disk_dir + "/sessions";
+  options.max_records = absl::GetFlag(FLAGS_max_sessions);
+  options.fsync = absl::GetFlag(FLAGS_disk_fsync);
+  absl::StatusOr<std::unique_ptr<DiskSessionStore>> sessions =
+      DiskSessionStore::Create(options, common::Clock::Real()->Now());
+  if (!sessions.ok()) {
+    return absl::Status(sessions.status().code(),
+                        absl::StrCat("--disk-dir: ", sessions.status().message()));
+  }
+  // Records found on disk and files dropped at start-up (a degraded disk shows here).
+  std::printf("kvserve-cache: %lld session records in %s",
+              static_cast<long long>((*sessions)->size()), options.dir.c_str());
+  for (const auto& [reason, n] : (*sessions)->drops()) {
+    std::printf(", %s %lld", reason.c_str(), static_cast<long long>(n));
+  }
+  std::printf("\n");
+  RestoreSessionHints(**sessions, *stores.blocks);
+  stores.sessions = *std::move(sessions);
   return stores;
 }
 

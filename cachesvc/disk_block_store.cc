@@ -33,51 +33,6 @@ absl::Status ErrnoStatus(std::string_view what, const std::string& path, int err
       absl::StrCat("disk tier: ", std::string(what), " ", path, ": ", std::strerror(err)));
 }
 
-// Closes a file descriptor on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  // Closes now; the close's error (0 on success).
-  int Close() {
-    const int rc = close(fd_);
-    fd_ = -1;
-    return rc == 0 ? 0 : errno;
-  }
-
- private:
-  int fd_;
-};
-
-// Reads exactly `n` bytes at `offset`; the errno, or EIO for a short file.
-int ReadExactly(int fd, char* out, size_t n, off_t offset) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t got = pread(fd, out + done, n - done, offset + static_cast<off_t>(done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return errno;
-    if (got == 0) return EIO;
-    done += static_cast<size_t>(got);
-  }
-  return 0;
-}
-
-int WriteAll(int fd, const char* data, size_t n) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t wrote = write(fd, data + done, n - done);
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote < 0) return errno;
-    done += static_cast<size_t>(wrote);
-  }
-  return 0;
-}
-
 // (partition, key) from "<partition hex>-<hash hex>.kvb"; false for any other name.
 bool ParseFileName(std::string_view name, BlockHash* partition, BlockHash* key) {
   if (name.size() != kFileNameBytes || name[32] != '-' || name.substr(65) != kSuffix) {
@@ -311,21 +266,16 @@ absl::StatusOr<PutOutcome> DiskBlockStore::WriteFile(const std::string& path,
     return ErrnoStatus("mkdir", folder, ec.value());
   }
   const std::string temp = absl::StrCat(path, kTempMarker, temp_serial_.fetch_add(1));
-  Fd fd(open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return ErrnoStatus("create", temp, errno);
-  int err = WriteAll(fd.get(), record.data(), record.size());
-  if (err == 0 && options_.fsync && fdatasync(fd.get()) != 0) err = errno;
-  if (const int closed = fd.Close(); err == 0) err = closed;
-  if (err == 0 && rename(temp.c_str(), path.c_str()) != 0) err = errno;
-  if (err != 0) {
+  int err = WriteNewFile(temp, record, options_.fsync);
+  if (err == 0 && rename(temp.c_str(), path.c_str()) != 0) {
+    err = errno;
     unlink(temp.c_str());
+  }
+  if (err != 0) {
     if (err == ENOSPC || err == EDQUOT) return PutOutcome::kNoRoom;
     return ErrnoStatus("write", temp, err);
   }
-  if (options_.fsync) {
-    Fd dir(open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (dir.get() >= 0) fsync(dir.get());
-  }
+  if (options_.fsync) SyncFolder(folder);
   return PutOutcome::kStored;
 }
 

@@ -1,17 +1,8 @@
-// Session records in Redis: one key "kvs:<id>" per session, holding a compact binary
-// encoding (below), with the record's lifetime as the key's Redis TTL (SET ... PX), so
-// Redis expires sessions by itself and every kvserve-cache replica sees the same ones.
+// Session records in Redis: one key "kvs:<id>" per session, holding the compact binary
+// encoding of cachesvc/session_encoding.h, with the record's lifetime as the key's Redis
+// TTL (SET ... PX), so Redis expires sessions by itself and every kvserve-cache replica
+// sees the same ones.
 //
-// Value layout (little-endian, version 1):
-//   offset  size  field
-//        0     4  magic "KVS1"
-//        4    16  partition (cache::HashToBytes)
-//       20     1  has_head (0 or 1)
-//       21    16  head block hash (zeros when has_head is 0)
-//       37     4  owner bytes O (at most Options::max_owner_bytes)
-//       41     O  owner
-//     41+O     4  token count T, then T int32 tokens
-//              4  turn-end count E, then E int32 turn ends
 // List reads only the first 41 + max_owner_bytes bytes of each value (GETRANGE), so it
 // never moves token lists. Values are untrusted on the way back: a value that does not
 // decode exactly is deleted, counted (corrupt_values()) and reported as NOT_FOUND.
@@ -77,13 +68,6 @@ class RedisSessionStore final : public SessionRecordStore {
   const Options options_;
   std::atomic<int64_t> corrupt_values_{0};
 };
-
-// The value encoding above (exposed for tests). Decode is false unless `value` decodes
-// exactly; DecodeMeta reads only the fields before the token list (tolerating a value
-// cut after the owner) and leaves tokens and turn_ends empty.
-std::string EncodeSessionValue(const StoredSession& session);
-bool DecodeSessionValue(std::string_view value, StoredSession* session);
-bool DecodeSessionMeta(std::string_view value, StoredSession* session);
 
 }  // namespace kvserve::cachesvc
 

@@ -9,6 +9,7 @@
 #include "cachesvc/redis_block_store.h"
 #include "cachesvc/redis_client.h"
 #include "cachesvc/redis_session_store.h"
+#include "cachesvc/session_encoding.h"
 #include "cachesvc/testing/redis_server.h"
 #include "cachesvc/testing/test_chain.h"
 

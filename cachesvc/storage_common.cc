@@ -1,5 +1,9 @@
 #include "cachesvc/storage_common.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 namespace kvserve::cachesvc {
@@ -10,6 +14,17 @@ int HexDigit(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
+}
+
+int WriteAll(int fd, const char* data, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t wrote = write(fd, data + done, n - done);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote < 0) return errno;
+    done += static_cast<size_t>(wrote);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -70,6 +85,43 @@ std::vector<std::pair<std::string, int64_t>> DropCounters::Snapshot() const {
 
 std::string CorruptReason(cache::RecordCheck check) {
   return "corrupt_" + std::string(cache::RecordCheckName(check));
+}
+
+Fd::~Fd() {
+  if (fd_ >= 0) close(fd_);
+}
+
+int Fd::Close() {
+  const int rc = close(fd_);
+  fd_ = -1;
+  return rc == 0 ? 0 : errno;
+}
+
+int ReadExactly(int fd, char* out, size_t n, int64_t offset) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = pread(fd, out + done, n - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return errno;
+    if (got == 0) return EIO;
+    done += static_cast<size_t>(got);
+  }
+  return 0;
+}
+
+int WriteNewFile(const std::string& path, std::string_view data, bool sync) {
+  Fd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return errno;
+  int err = WriteAll(fd.get(), data.data(), data.size());
+  if (err == 0 && sync && fdatasync(fd.get()) != 0) err = errno;
+  if (const int closed = fd.Close(); err == 0) err = closed;
+  if (err != 0) unlink(path.c_str());
+  return err;
+}
+
+void SyncFolder(const std::string& dir) {
+  Fd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() >= 0) fsync(fd.get());
 }
 
 }  // namespace kvserve::cachesvc

@@ -1,6 +1,7 @@
 // Helpers the disk tier and the Redis backend share: how a block's key is spelled in a
 // file name or a Redis key, the check every record read back from outside the process
-// gets, and the counters of dropped entries by reason.
+// gets, the counters of dropped entries by reason, and the file I/O of the disk stores
+// (blocks and session records).
 #ifndef KVSERVE_CACHESVC_STORAGE_COMMON_H_
 #define KVSERVE_CACHESVC_STORAGE_COMMON_H_
 
@@ -52,6 +53,33 @@ class DropCounters {
 
 // The reason name of a record that failed CheckStoredRecord: "corrupt_" + RecordCheckName.
 std::string CorruptReason(cache::RecordCheck check);
+
+// Closes a file descriptor on scope exit. Not thread-safe (one owner).
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd();
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  // Closes now; the close's errno (0 on success).
+  int Close();
+
+ private:
+  int fd_;
+};
+
+// Reads exactly `n` bytes at `offset` of `fd` into `out`: 0, the errno, or EIO when the
+// file ends first.
+int ReadExactly(int fd, char* out, size_t n, int64_t offset);
+
+// Creates `path` (which must not exist: O_EXCL), writes `data`, fdatasyncs it when
+// `sync`, and closes it: 0, or the errno of the first failure, after which the file is
+// removed again.
+int WriteNewFile(const std::string& path, std::string_view data, bool sync);
+
+// fsyncs the folder `dir` (makes renames and unlinks in it durable); best effort.
+void SyncFolder(const std::string& dir);
 
 }  // namespace kvserve::cachesvc
 

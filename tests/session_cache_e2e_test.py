@@ -5,7 +5,8 @@
   (cached_tokens_remote > 0), with the tokens and top logprobs of a cold run of the whole
   context (logprobs equal up to the rounding of a differently blocked prefill).
 - A replica restarted between turns reuses the prefix remotely; a kvserve-cache with a
-  disk tier restarted between turns still has its blocks.
+  disk tier restarted between turns still has its blocks and session records: a fresh
+  replica continues the session by id.
 - The Redis backend against a real redis-server.
 - kvserve-cache killed during traffic: every request succeeds; restarted, reuse resumes.
 - Bearer tokens: a replica with the right token file reuses; calls without one get
@@ -218,9 +219,30 @@ class SessionCacheEndToEndTest(unittest.TestCase):
                     got = Inference(ch).generate(greedy(20, text=SECOND, session_id=session_id),
                                                  timeout=60)
                     self.assertGreater(got.usage.cached_tokens_remote, 0)
-            # The cache restarts on the same directory: its blocks survived.
+                    # Turn 2's record and blocks are written behind: wait for both.
+                    wait_for(lambda: len(cache_client.get_session(session_id).turn_ends) == 2,
+                             what="turn 2's record")
+                    history2 = list(cache_client.get_session(session_id).tokens)
+                    wait_for(lambda: cache_client.stats().blocks >= len(history2) // 16,
+                             what="turn 2's blocks")
+            # The cache restarts on the same directory: its blocks and the session record
+            # (<disk-dir>/sessions) survived.
             with CacheProcess(args, port) as cache, grpc.insecure_channel(cache.target()) as cch:
-                self.assertGreater(Cache(cch).stats().blocks, 0)
+                cache_client = Cache(cch)
+                self.assertGreater(cache_client.stats().blocks, 0)
+                self.assertEqual(cache_client.stats().sessions, 1)
+                record = cache_client.get_session(session_id)
+                self.assertEqual(list(record.tokens), history2)
+                self.assertEqual(len(record.turn_ends), 2)
+                # A fresh replica continues the session by id: it restores the record and
+                # fetches the history's blocks from the restarted cache.
+                with replica(cache) as c, grpc.insecure_channel(c.target()) as ch:
+                    got = Inference(ch).generate(
+                        greedy(20, text=" They played all day.", session_id=session_id),
+                        timeout=60)
+                    self.assertGreater(got.usage.cached_tokens_remote, 0)
+                    self.assertEqual(got.usage.cached_tokens_remote, len(history2) // 16 * 16)
+                    self.assertGreater(got.usage.prompt_tokens, len(history2))
                 with replica(cache) as b, grpc.insecure_channel(b.target()) as ch:
                     got = Inference(ch).generate(greedy(20, ids=history), timeout=60)
                     self.assertEqual(got.usage.cached_tokens_remote,

@@ -1,0 +1,44 @@
+// The compact binary encoding of a StoredSession's contents (without its id and expiry,
+// which the Redis key and TTL, or the disk file's header, carry): shared by
+// RedisSessionStore (the value of each key) and DiskSessionStore (the body of each file).
+//
+// Layout (little-endian, version 1):
+//   offset  size  field
+//        0     4  magic "KVS1"
+//        4    16  partition (cache::HashToBytes)
+//       20     1  has_head (0 or 1)
+//       21    16  head block hash (zeros when has_head is 0)
+//       37     4  owner bytes O
+//       41     O  owner
+//     41+O     4  token count T, then T int32 tokens
+//              4  turn-end count E, then E int32 turn ends
+//
+// Encoded values are untrusted on the way back (they come from Redis or a file): every
+// read is bounds-checked and a count larger than the bytes left fails the decode.
+#ifndef KVSERVE_CACHESVC_SESSION_ENCODING_H_
+#define KVSERVE_CACHESVC_SESSION_ENCODING_H_
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "cachesvc/block_store.h"
+
+namespace kvserve::cachesvc {
+
+// Bytes of the fields before the owner (through the owner length).
+inline constexpr size_t kSessionMetaFixedBytes = 41;
+
+// The encoding of `session` (id and expires_at are not part of it).
+std::string EncodeSessionValue(const StoredSession& session);
+// True when `value` decodes exactly (no byte short, none left over); then `*session`
+// holds the decoded fields, keeps its id and gets expires_at = InfiniteFuture. False
+// leaves `*session` unchanged.
+bool DecodeSessionValue(std::string_view value, StoredSession* session);
+// Reads only the fields before the token list (tolerating a value cut after the owner)
+// and leaves tokens and turn_ends empty; otherwise as DecodeSessionValue.
+bool DecodeSessionMeta(std::string_view value, StoredSession* session);
+
+}  // namespace kvserve::cachesvc
+
+#endif  // KVSERVE_CACHESVC_SESSION_ENCODING_H_
