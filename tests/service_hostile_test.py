@@ -275,8 +275,11 @@ class SecondSignalTest(unittest.TestCase):
                               pb.GenerateStreamResponse, streaming=True)
                 req = pb.GenerateRequest(text="Once upon a time", max_tokens=4096,
                                          ignore_eos=True)
-                calls = [stream(req, timeout=300) for _ in range(self.REQUESTS)]
-                next(calls[0])  # running
+                # The first call alone, until it runs (with --max-running 1 a call sent
+                # together with the others could wait behind all of them), then the rest.
+                calls = [stream(req, timeout=300)]
+                next(calls[0])
+                calls += [stream(req, timeout=300) for _ in range(self.REQUESTS - 1)]
                 server.proc.send_signal(signal.SIGTERM)
                 server.wait_for_line("draining", 10)
                 time.sleep(0.5)
