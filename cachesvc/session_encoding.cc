@@ -69,7 +69,8 @@ bool DecodeMeta(Reader& r, StoredSession* s) {
   if (!cache::HashFromBytes(partition, &s->partition) || !cache::HashFromBytes(head, &s->head)) {
     return false;
   }
-  if (!s->has_head) s->head = BlockHash{};
+  // One encoding per record: without a head, its bytes must be the zeros Encode writes.
+  if (!s->has_head && s->head != BlockHash{}) return false;
   s->owner = std::string(owner);
   return true;
 }
