@@ -1,12 +1,17 @@
 #include "cachesvc/remote_cache_client.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "cache/block_record.h"
 #include "cachesvc/record_assembler.h"
+#include "cachesvc/record_transport.h"
 
 namespace kvserve::cachesvc {
 namespace {
@@ -35,16 +40,31 @@ absl::StatusOr<std::unique_ptr<RemoteCacheClient>> RemoteCacheClient::Create(
     return absl::InvalidArgumentError(
         "cache client: chunk sizes must be >= 1 and below max_message_bytes - 64 KiB");
   }
+  if (options.channels < 1 || options.fetch_streams < 1 || options.fetch_min_stream_blocks < 1) {
+    return absl::InvalidArgumentError(
+        "cache client: channels, fetch_streams and fetch_min_stream_blocks must be >= 1");
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args);
-  return std::unique_ptr<RemoteCacheClient>(new RemoteCacheClient(options, std::move(channel)));
+  // Each channel its own connection (gRPC shares subchannels of equal arguments).
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  for (const TransportArg& arg : kRecordTransportArgs) args.SetInt(arg.name, arg.value);
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int32_t i = 0; i < options.channels; ++i) {
+    channels.push_back(
+        grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args));
+  }
+  return std::unique_ptr<RemoteCacheClient>(new RemoteCacheClient(options, std::move(channels)));
 }
 
-RemoteCacheClient::RemoteCacheClient(const Options& options, std::shared_ptr<grpc::Channel> channel)
-    : options_(options), channel_(std::move(channel)), stub_(v1::SessionCache::NewStub(channel_)) {}
+RemoteCacheClient::RemoteCacheClient(const Options& options,
+                                     std::vector<std::shared_ptr<grpc::Channel>> channels)
+    : options_(options), channels_(std::move(channels)) {
+  for (const std::shared_ptr<grpc::Channel>& channel : channels_) {
+    stubs_.push_back(v1::SessionCache::NewStub(channel));
+  }
+}
 
 void RemoteCacheClient::Prepare(grpc::ClientContext* context, absl::Time deadline) const {
   context->set_deadline(absl::ToChronoTime(deadline));
@@ -61,7 +81,9 @@ absl::StatusOr<engine::RemoteKvCache::Presence> RemoteCacheClient::Lookup(
   v1::LookupResponse response;
   grpc::ClientContext context;
   Prepare(&context, deadline);
-  if (grpc::Status s = stub_->Lookup(&context, request, &response); !s.ok()) return FromGrpc(s);
+  if (grpc::Status s = stubs_[0]->Lookup(&context, request, &response); !s.ok()) {
+    return FromGrpc(s);
+  }
   if (response.present_blocks() < 0 ||
       response.present_blocks() > static_cast<int64_t>(chain.size())) {
     return absl::DataLossError("Lookup: present_blocks out of range");
@@ -69,16 +91,15 @@ absl::StatusOr<engine::RemoteKvCache::Presence> RemoteCacheClient::Lookup(
   return Presence{response.present_blocks(), response.present_bytes()};
 }
 
-absl::StatusOr<int32_t> RemoteCacheClient::Fetch(
-    const cache::BlockHash& partition, std::span<const cache::BlockHash> chain, absl::Time deadline,
-    const std::function<bool(int32_t index, std::string_view record)>& on_record) {
+absl::StatusOr<int32_t> RemoteCacheClient::FetchStream(
+    v1::SessionCache::Stub* stub, grpc::ClientContext* context, const cache::BlockHash& partition,
+    std::span<const cache::BlockHash> chain,
+    const std::function<bool(int32_t index, std::string&& record)>& sink) const {
   v1::FetchBlocksRequest request;
   SetChain(partition, chain, &request);
   request.set_max_chunk_bytes(options_.fetch_chunk_bytes);
-  grpc::ClientContext context;
-  Prepare(&context, deadline);
   std::unique_ptr<grpc::ClientReader<v1::FetchBlocksResponse>> reader =
-      stub_->FetchBlocks(&context, request);
+      stub->FetchBlocks(context, request);
   RecordAssembler assembler(options_.max_record_bytes);
   v1::FetchBlocksResponse message;
   absl::Status protocol_error;
@@ -95,7 +116,7 @@ absl::StatusOr<int32_t> RemoteCacheClient::Fetch(
         stopped = true;
         break;
       }
-      if (record.has_value() && !on_record(chunk.index(), *record)) {
+      if (record.has_value() && !sink(chunk.index(), *std::move(record))) {
         stopped = true;
         break;
       }
@@ -103,7 +124,7 @@ absl::StatusOr<int32_t> RemoteCacheClient::Fetch(
   }
   const int32_t delivered = assembler.next_index();
   if (stopped) {
-    context.TryCancel();
+    context->TryCancel();
     while (reader->Read(&message)) {
     }
   }
@@ -116,6 +137,93 @@ absl::StatusOr<int32_t> RemoteCacheClient::Fetch(
   return delivered;
 }
 
+absl::StatusOr<int32_t> RemoteCacheClient::Fetch(
+    const cache::BlockHash& partition, std::span<const cache::BlockHash> chain, absl::Time deadline,
+    const std::function<bool(int32_t index, std::string&& record)>& on_record) {
+  const int64_t n = static_cast<int64_t>(chain.size());
+  const int64_t streams =
+      std::clamp<int64_t>(n / options_.fetch_min_stream_blocks, 1, options_.fetch_streams);
+  // Range r is chain[begin(r), begin(r + 1)).
+  auto begin = [&](int64_t r) { return static_cast<size_t>(n * r / streams); };
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  for (int64_t r = 0; r < streams; ++r) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    Prepare(contexts.back().get(), deadline);
+  }
+  auto stub = [&](int64_t r) { return stubs_[static_cast<size_t>(r) % stubs_.size()].get(); };
+  auto range = [&](int64_t r) { return chain.subspan(begin(r), begin(r + 1) - begin(r)); };
+
+  // Ranges 1.. run on helper threads into `pending` (guarded by mu): records not yet
+  // delivered, and each range's outcome once its stream ended.
+  struct Pending {
+    std::deque<std::string> records;
+    std::optional<absl::StatusOr<int32_t>> outcome;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Pending> pending(static_cast<size_t>(streams));
+  std::vector<std::thread> helpers;
+  for (int64_t r = 1; r < streams; ++r) {
+    helpers.emplace_back([&, r] {
+      Pending& p = pending[static_cast<size_t>(r)];
+      absl::StatusOr<int32_t> outcome =
+          FetchStream(stub(r), contexts[static_cast<size_t>(r)].get(), partition, range(r),
+                      [&](int32_t, std::string&& record) {
+                        std::lock_guard<std::mutex> lock(mu);
+                        p.records.push_back(std::move(record));
+                        cv.notify_all();
+                        return true;
+                      });
+      std::lock_guard<std::mutex> lock(mu);
+      p.outcome = std::move(outcome);
+      cv.notify_all();
+    });
+  }
+
+  // Range 0 straight to on_record; then each later range's records in order. The first
+  // range that ends short (or on_record's false) ends the fetch: later ranges are cancelled.
+  int32_t delivered = 0;
+  bool stopped = false;
+  absl::StatusOr<int32_t> first = FetchStream(stub(0), contexts[0].get(), partition, range(0),
+                                              [&](int32_t index, std::string&& record) {
+                                                if (!on_record(index, std::move(record))) {
+                                                  stopped = true;
+                                                  return false;
+                                                }
+                                                ++delivered;
+                                                return true;
+                                              });
+  absl::Status error = first.status();
+  bool complete = first.ok() && !stopped && *first == static_cast<int32_t>(range(0).size());
+  for (int64_t r = 1; r < streams && complete; ++r) {
+    Pending& p = pending[static_cast<size_t>(r)];
+    while (complete) {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return !p.records.empty() || p.outcome.has_value(); });
+      if (p.records.empty()) {  // the stream ended and everything of it was delivered
+        error = p.outcome->status();
+        complete = p.outcome->ok() && **p.outcome == static_cast<int32_t>(range(r).size());
+        break;
+      }
+      std::string record = std::move(p.records.front());
+      p.records.pop_front();
+      lock.unlock();
+      if (!on_record(delivered, std::move(record))) {
+        stopped = true;
+        complete = false;
+      } else {
+        ++delivered;
+      }
+    }
+  }
+  if (!complete) {
+    for (const std::unique_ptr<grpc::ClientContext>& context : contexts) context->TryCancel();
+  }
+  for (std::thread& helper : helpers) helper.join();
+  if (!stopped && !error.ok()) return error;
+  return delivered;
+}
+
 absl::StatusOr<int32_t> RemoteCacheClient::Store(const cache::BlockHash& partition,
                                                  std::span<const std::string> records,
                                                  absl::Time deadline) {
@@ -123,7 +231,7 @@ absl::StatusOr<int32_t> RemoteCacheClient::Store(const cache::BlockHash& partiti
   Prepare(&context, deadline);
   v1::StoreBlocksResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::StoreBlocksRequest>> writer =
-      stub_->StoreBlocks(&context, &response);
+      stubs_[0]->StoreBlocks(&context, &response);
   v1::StoreBlocksRequest message;
   message.set_partition(cache::HashToBytes(partition));
   int64_t message_bytes = 0;
@@ -168,7 +276,7 @@ absl::Status RemoteCacheClient::PutSession(const engine::RemoteSession& session,
   v1::PutSessionResponse response;
   grpc::ClientContext context;
   Prepare(&context, deadline);
-  return FromGrpc(stub_->PutSession(&context, request, &response));
+  return FromGrpc(stubs_[0]->PutSession(&context, request, &response));
 }
 
 absl::StatusOr<engine::RemoteSession> RemoteCacheClient::GetSession(const std::string& id,
@@ -178,7 +286,7 @@ absl::StatusOr<engine::RemoteSession> RemoteCacheClient::GetSession(const std::s
   v1::SessionRecord r;
   grpc::ClientContext context;
   Prepare(&context, deadline);
-  if (grpc::Status s = stub_->GetSession(&context, request, &r); !s.ok()) return FromGrpc(s);
+  if (grpc::Status s = stubs_[0]->GetSession(&context, request, &r); !s.ok()) return FromGrpc(s);
   engine::RemoteSession session;
   session.id = r.session_id();
   if (!cache::HashFromBytes(r.partition(), &session.partition)) {
@@ -203,7 +311,7 @@ absl::Status RemoteCacheClient::DeleteSession(const std::string& id, absl::Time 
   v1::DeleteSessionResponse response;
   grpc::ClientContext context;
   Prepare(&context, deadline);
-  return FromGrpc(stub_->DeleteSession(&context, request, &response));
+  return FromGrpc(stubs_[0]->DeleteSession(&context, request, &response));
 }
 
 absl::StatusOr<v1::CacheStats> RemoteCacheClient::GetStats(absl::Time deadline) {
@@ -211,7 +319,7 @@ absl::StatusOr<v1::CacheStats> RemoteCacheClient::GetStats(absl::Time deadline) 
   v1::CacheStats stats;
   grpc::ClientContext context;
   Prepare(&context, deadline);
-  if (grpc::Status s = stub_->GetStats(&context, request, &stats); !s.ok()) return FromGrpc(s);
+  if (grpc::Status s = stubs_[0]->GetStats(&context, request, &stats); !s.ok()) return FromGrpc(s);
   return stats;
 }
 

@@ -1,20 +1,29 @@
 // engine::RemoteKvCache over gRPC: the kvserve side of kvserve.v1.SessionCache.
 //
-// One channel for every call; each call gets the caller's deadline and, when a token is
-// configured, "authorization: Bearer TOKEN". Fetch asks for chunks of up to
+// `channels` channels (each its own TCP connection: a local subchannel pool, HTTP/2
+// windows and frames sized for ~1 MB records); every call but Fetch uses the first. Each
+// call gets the caller's deadline and, when a token is configured, "authorization: Bearer
+// TOKEN". Fetch splits a long chain into up to fetch_streams ranges of at least
+// fetch_min_stream_blocks blocks, one FetchBlocks stream each, spread over the channels,
+// run in parallel (range 0 on the calling thread, the others on threads of their own for
+// the call) and delivered in chain order: a later range's records wait in memory until
+// every earlier one was delivered; a range that ends short (a block missing, an error)
+// ends the fetch there and cancels the later ranges. It asks for chunks of up to
 // fetch_chunk_bytes so that a ~1 MB record arrives as one chunk and reaches on_record
-// without a copy; records split over several chunks are reassembled (and the chunk
-// protocol checked: the service is not trusted) before on_record sees them. Store sends
-// each record in chunks of at most store_chunk_bytes.
+// without a copy (parsed once from the received message, then moved); records split over
+// several chunks are reassembled (and the chunk protocol checked: the service is not
+// trusted) before on_record sees them. Store sends each record in chunks of at most
+// store_chunk_bytes.
 //
 // Threading: thread-safe (gRPC channels and stubs are); calls block until done or the
-// deadline.
+// deadline. on_record is called on the thread that called Fetch only.
 #ifndef KVSERVE_CACHESVC_REMOTE_CACHE_CLIENT_H_
 #define KVSERVE_CACHESVC_REMOTE_CACHE_CLIENT_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/remote_kv_cache.h"
@@ -39,8 +48,16 @@ class RemoteCacheClient final : public engine::RemoteKvCache {
     int32_t store_chunk_bytes = 1 << 20;
     // Largest record accepted from the service. Default 64 MiB.
     int64_t max_record_bytes = int64_t{64} << 20;
+    // Channels (TCP connections) to the service; Fetch's streams are spread over them.
+    // Default 2.
+    int32_t channels = 2;
+    // FetchBlocks streams one Fetch runs in parallel, and the fewest blocks each range
+    // gets (a chain shorter than 2 x fetch_min_stream_blocks is one stream). Defaults 4
+    // and 4.
+    int32_t fetch_streams = 4;
+    int32_t fetch_min_stream_blocks = 4;
   };
-  // INVALID_ARGUMENT for an empty target or sizes out of range. Does not connect (the
+  // INVALID_ARGUMENT for an empty target or sizes or counts out of range. Does not connect (the
   // first call does).
   static absl::StatusOr<std::unique_ptr<RemoteCacheClient>> Create(const Options& options);
 
@@ -50,7 +67,7 @@ class RemoteCacheClient final : public engine::RemoteKvCache {
   absl::StatusOr<int32_t> Fetch(
       const cache::BlockHash& partition, std::span<const cache::BlockHash> chain,
       absl::Time deadline,
-      const std::function<bool(int32_t index, std::string_view record)>& on_record) override;
+      const std::function<bool(int32_t index, std::string&& record)>& on_record) override;
   absl::StatusOr<int32_t> Store(const cache::BlockHash& partition,
                                 std::span<const std::string> records, absl::Time deadline) override;
   absl::Status PutSession(const engine::RemoteSession& session, absl::Time deadline) override;
@@ -60,17 +77,26 @@ class RemoteCacheClient final : public engine::RemoteKvCache {
 
   // The service's statistics (for tools and tests).
   absl::StatusOr<v1::CacheStats> GetStats(absl::Time deadline);
-  // The channel (for health checks in tests and tools).
-  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+  // The first channel (for health checks in tests and tools).
+  std::shared_ptr<grpc::Channel> channel() const { return channels_.front(); }
 
  private:
-  RemoteCacheClient(const Options& options, std::shared_ptr<grpc::Channel> channel);
+  RemoteCacheClient(const Options& options, std::vector<std::shared_ptr<grpc::Channel>> channels);
   // A context with the deadline and the token.
   void Prepare(grpc::ClientContext* context, absl::Time deadline) const;
+  // One FetchBlocks stream of `chain` on `stub`, its context prepared by the caller (who
+  // may cancel it from another thread): checks the chunk protocol and hands each complete
+  // record to `sink(index within chain, record)`, which returns false to stop (the call
+  // is then cancelled). Returns the records handed out; DATA_LOSS when the service broke
+  // the chunk protocol; the call's error when it failed before anything stopped it.
+  absl::StatusOr<int32_t> FetchStream(
+      v1::SessionCache::Stub* stub, grpc::ClientContext* context, const cache::BlockHash& partition,
+      std::span<const cache::BlockHash> chain,
+      const std::function<bool(int32_t index, std::string&& record)>& sink) const;
 
   const Options options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::SessionCache::Stub> stub_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;        // at least one
+  std::vector<std::unique_ptr<v1::SessionCache::Stub>> stubs_;  // one per channel
 };
 
 }  // namespace kvserve::cachesvc

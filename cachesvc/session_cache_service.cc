@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "cache/block_record.h"
 #include "cachesvc/record_assembler.h"
+#include "google/protobuf/io/coded_stream.h"
 
 namespace kvserve::cachesvc {
 namespace {
@@ -63,6 +64,64 @@ void SessionToProto(const StoredSession& s, absl::Time now, v1::SessionRecord* o
   out->set_expires_in_seconds(SecondsLeft(s.expires_at, now));
 }
 
+// A FetchBlocksResponse encoded by hand as gRPC slices, in session_cache.proto's wire
+// format (any protobuf parser reads it as the generated message): per chunk, the tag and
+// length of `chunks`, BlockChunk's fields 1-3 (serialized by protobuf) and the tag and
+// length of `data`, copied into one small slice; then the data itself as a slice that
+// holds a reference to the stored record (never copied; released when gRPC is done).
+class FetchResponseEncoder {
+ public:
+  bool empty() const { return slices_.empty(); }
+  // Data bytes of the chunks added since the last Take().
+  int64_t data_bytes() const { return data_bytes_; }
+
+  // Adds bytes [offset, offset + n) of `record` (n >= 1) as a chunk of record `index`.
+  void AddChunk(int32_t index, const RecordPtr& record, int64_t offset, int64_t n) {
+    using google::protobuf::io::CodedOutputStream;
+    v1::BlockChunk fields;
+    fields.set_index(index);
+    fields.set_offset(offset);
+    fields.set_record_bytes(static_cast<int64_t>(record->size()));
+    const size_t fields_size = fields.ByteSizeLong();
+    const uint64_t data_size = static_cast<uint64_t>(n);
+    const uint64_t chunk_size =
+        fields_size + 1 + CodedOutputStream::VarintSize64(data_size) + data_size;
+    std::string head(1 + CodedOutputStream::VarintSize64(chunk_size) + fields_size + 1 +
+                         CodedOutputStream::VarintSize64(data_size),
+                     '\0');
+    auto* p = reinterpret_cast<uint8_t*>(head.data());
+    *p++ = kChunksTag;
+    p = CodedOutputStream::WriteVarint64ToArray(chunk_size, p);
+    p = fields.SerializeWithCachedSizesToArray(p);
+    *p++ = kDataTag;
+    CodedOutputStream::WriteVarint64ToArray(data_size, p);
+    slices_.emplace_back(head);
+    // gRPC only reads a slice's bytes; the const_cast is for its C-style constructor.
+    slices_.emplace_back(const_cast<char*>(record->data()) + offset, static_cast<size_t>(n),
+                         &ReleaseRecord, new RecordPtr(record));
+    data_bytes_ += n;
+  }
+
+  // The message so far; starts a new one.
+  grpc::ByteBuffer Take() {
+    grpc::ByteBuffer buffer(slices_.data(), slices_.size());
+    slices_.clear();
+    data_bytes_ = 0;
+    return buffer;
+  }
+
+ private:
+  // Field 1 (FetchBlocksResponse.chunks) and field 4 (BlockChunk.data), length-delimited.
+  static constexpr uint8_t kChunksTag = (1 << 3) | 2;
+  static constexpr uint8_t kDataTag = (4 << 3) | 2;
+  static_assert(v1::FetchBlocksResponse::kChunksFieldNumber == 1 &&
+                v1::BlockChunk::kDataFieldNumber == 4);
+
+  static void ReleaseRecord(void* record) { delete static_cast<RecordPtr*>(record); }
+
+  std::vector<grpc::Slice> slices_;
+  int64_t data_bytes_ = 0;
+};
 }  // namespace
 
 SessionCacheService::SessionCacheService(const Options& options, BlockStore* blocks,
@@ -73,7 +132,16 @@ SessionCacheService::SessionCacheService(const Options& options, BlockStore* blo
       sessions_(sessions),
       metrics_(metrics),
       clock_(clock),
-      auth_(auth) {}
+      auth_(auth) {
+  // FetchBlocks is method 1 of kvserve.v1.SessionCache (in proto order); a split stream
+  // reads the one request, then writes raw responses.
+  MarkMethodStreamed(
+      1, new grpc::internal::SplitServerStreamingHandler<v1::FetchBlocksRequest, grpc::ByteBuffer>(
+             [this](grpc::ServerContext* context,
+                    grpc::ServerSplitStreamer<v1::FetchBlocksRequest, grpc::ByteBuffer>* stream) {
+               return StreamedFetchBlocks(context, stream);
+             }));
+}
 
 grpc::Status SessionCacheService::Handle(const char* method, grpc::ServerContext* context,
                                          const std::function<absl::Status()>& body) {
@@ -116,15 +184,17 @@ absl::Status SessionCacheService::DoLookup(const v1::LookupRequest& request,
   return absl::OkStatus();
 }
 
-grpc::Status SessionCacheService::FetchBlocks(grpc::ServerContext* context,
-                                              const v1::FetchBlocksRequest* request,
-                                              grpc::ServerWriter<v1::FetchBlocksResponse>* writer) {
-  return Handle("FetchBlocks", context, [&] { return DoFetch(context, *request, writer); });
+grpc::Status SessionCacheService::StreamedFetchBlocks(
+    grpc::ServerContext* context,
+    grpc::ServerSplitStreamer<v1::FetchBlocksRequest, grpc::ByteBuffer>* stream) {
+  return Handle("FetchBlocks", context, [&] { return DoFetch(context, stream); });
 }
 
-absl::Status SessionCacheService::DoFetch(grpc::ServerContext* context,
-                                          const v1::FetchBlocksRequest& request,
-                                          grpc::ServerWriter<v1::FetchBlocksResponse>* writer) {
+absl::Status SessionCacheService::DoFetch(
+    grpc::ServerContext* context,
+    grpc::ServerSplitStreamer<v1::FetchBlocksRequest, grpc::ByteBuffer>* stream) {
+  v1::FetchBlocksRequest request;
+  if (!stream->Read(&request)) return absl::CancelledError("no request");
   BlockHash partition;
   std::vector<BlockHash> chain;
   if (absl::Status s = ParseChain(request, options_.max_chain_blocks, &partition, &chain);
@@ -140,13 +210,10 @@ absl::Status SessionCacheService::DoFetch(grpc::ServerContext* context,
                                   : std::clamp(request.max_chunk_bytes(), options_.min_chunk_bytes,
                                                options_.max_chunk_bytes);
   // Chunks of consecutive records share a message until it holds chunk_bytes of data.
-  v1::FetchBlocksResponse message;
-  int64_t message_bytes = 0;
+  FetchResponseEncoder message;
   auto flush = [&]() -> absl::Status {
-    if (message.chunks_size() == 0) return absl::OkStatus();
-    if (!writer->Write(message)) return absl::CancelledError("the client went away");
-    message.Clear();
-    message_bytes = 0;
+    if (message.empty()) return absl::OkStatus();
+    if (!stream->Write(message.Take())) return absl::CancelledError("the client went away");
     return absl::OkStatus();
   };
   for (size_t i = 0; i < chain.size(); ++i) {
@@ -157,18 +224,12 @@ absl::Status SessionCacheService::DoFetch(grpc::ServerContext* context,
       metrics_->RecordFetchMiss(static_cast<int64_t>(chain.size() - i));
       break;
     }
-    const std::string& bytes = **record;
-    const int64_t size = static_cast<int64_t>(bytes.size());
+    const int64_t size = static_cast<int64_t>((*record)->size());
     for (int64_t offset = 0; offset < size;) {
-      const int64_t n = std::min(size - offset, chunk_bytes - message_bytes);
-      v1::BlockChunk* chunk = message.add_chunks();
-      chunk->set_index(static_cast<int32_t>(i));
-      chunk->set_offset(offset);
-      chunk->set_record_bytes(size);
-      chunk->set_data(bytes.data() + offset, static_cast<size_t>(n));
+      const int64_t n = std::min(size - offset, chunk_bytes - message.data_bytes());
+      message.AddChunk(static_cast<int32_t>(i), *record, offset, n);
       offset += n;
-      message_bytes += n;
-      if (message_bytes == chunk_bytes) {
+      if (message.data_bytes() == chunk_bytes) {
         if (absl::Status s = flush(); !s.ok()) return s;
       }
     }

@@ -154,6 +154,35 @@ TEST_F(SessionCacheServiceTest, LookupAndFetchReturnTheUnbrokenPrefixOnly) {
   EXPECT_EQ(Lookup(c.partition, {c.hashes[2], c.hashes[3]}), 0);
 }
 
+TEST_F(SessionCacheServiceTest, ParallelStreamsDeliverInOrderAndEndAtTheFirstGap) {
+  Start();
+  auto parallel = RemoteCacheClient::Create({.target = absl::StrCat("127.0.0.1:", server_->port()),
+                                             .channels = 2,
+                                             .fetch_streams = 4,
+                                             .fetch_min_stream_blocks = 2});
+  ASSERT_TRUE(parallel.ok());
+  const BlockChain c = MakeChain(23, "");  // 4 ranges of 5-6 blocks
+  // Without block 14 the rest are orphans: blocks 0-13 are stored, the gap is in range 2.
+  std::vector<std::string> stored(c.records.begin(), c.records.begin() + 14);
+  std::vector<std::string> sent = stored;
+  sent.insert(sent.end(), c.records.begin() + 15, c.records.end());
+  EXPECT_EQ(Store(c.partition, sent), 14);
+  EXPECT_EQ(Fetch(c.partition, c.hashes, parallel->get()), stored);
+  EXPECT_EQ(Store(c.partition, c.records), 23);
+  EXPECT_EQ(Fetch(c.partition, c.hashes, parallel->get()), c.records);
+  // on_record's false stops the fetch there; the later ranges are cancelled.
+  int32_t seen = 0;
+  absl::StatusOr<int32_t> n = (*parallel)->Fetch(
+      c.partition, c.hashes, Deadline(), [&](int32_t index, std::string&& record) {
+        EXPECT_EQ(index, seen);
+        EXPECT_EQ(record, c.records[static_cast<size_t>(index)]);
+        return ++seen < 8;
+      });
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 7);
+  EXPECT_EQ(seen, 8);
+}
+
 TEST_F(SessionCacheServiceTest, DifferentPartitionsNeverShareABlock) {
   Start();
   const BlockChain a = MakeChain(2, "tenant-a");

@@ -49,13 +49,14 @@ class RemoteKvCache {
   virtual absl::StatusOr<Presence> Lookup(const cache::BlockHash& partition,
                                           std::span<const cache::BlockHash> chain,
                                           absl::Time deadline) = 0;
-  // Streams the records of `chain` in order: `on_record(index, record_bytes)` for each
-  // complete record as it arrives (the bytes are valid during the call). Stops at the
-  // first missing block, or when on_record returns false. Returns the records delivered.
+  // Streams the records of `chain` in order: `on_record(index, record)` for each
+  // complete record as it arrives; the record is the callee's to keep (move from) or
+  // drop, so that a record reaches the caller without a copy. Stops at the first missing
+  // block, or when on_record returns false. Returns the records on_record accepted.
   virtual absl::StatusOr<int32_t> Fetch(
       const cache::BlockHash& partition, std::span<const cache::BlockHash> chain,
       absl::Time deadline,
-      const std::function<bool(int32_t index, std::string_view record)>& on_record) = 0;
+      const std::function<bool(int32_t index, std::string&& record)>& on_record) = 0;
   // Stores encoded records (cache::EncodeBlockRecord) of `partition`. Returns how many
   // the service accepted.
   virtual absl::StatusOr<int32_t> Store(const cache::BlockHash& partition,

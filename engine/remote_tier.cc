@@ -198,7 +198,7 @@ RemoteTier::FetchResult RemoteTier::RunFetch(const FetchJob& job) {
   int64_t bytes = 0;
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<int32_t> fetched = remote_->Fetch(
-      job.partition, chain, Deadline(job.deadline), [&](int32_t index, std::string_view record) {
+      job.partition, chain, Deadline(job.deadline), [&](int32_t index, std::string&& record) {
         const size_t i = static_cast<size_t>(job.local_blocks) + static_cast<size_t>(index);
         if (index != static_cast<int32_t>(result.records.size()) || i >= job.chain.size()) {
           rejected = cache::RecordCheck::kWrongHash;  // out of order: not what we asked for
@@ -218,7 +218,7 @@ RemoteTier::FetchResult RemoteTier::RunFetch(const FetchJob& job) {
           return false;
         }
         bytes += static_cast<int64_t>(record.size());
-        result.records.emplace_back(record);
+        result.records.push_back(std::move(record));
         return true;
       });
   const double seconds =

@@ -66,8 +66,7 @@ class FakeRemoteCache final : public RemoteKvCache {
 
   absl::StatusOr<int32_t> Fetch(
       const cache::BlockHash& partition, std::span<const cache::BlockHash> chain,
-      absl::Time deadline,
-      const std::function<bool(int32_t, std::string_view)>& on_record) override {
+      absl::Time deadline, const std::function<bool(int32_t, std::string&&)>& on_record) override {
     std::vector<std::string> out;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -82,8 +81,8 @@ class FakeRemoteCache final : public RemoteKvCache {
       }
     }
     int32_t n = 0;
-    for (const std::string& r : out) {
-      if (!on_record(n, r)) break;
+    for (std::string& r : out) {
+      if (!on_record(n, std::move(r))) break;
       ++n;
     }
     return n;
