@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "cache/block_record.h"
 #include "cachesvc/record_assembler.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/coded_stream.h"
 
 namespace kvserve::cachesvc {
@@ -133,14 +134,20 @@ SessionCacheService::SessionCacheService(const Options& options, BlockStore* blo
       metrics_(metrics),
       clock_(clock),
       auth_(auth) {
-  // FetchBlocks is method 1 of kvserve.v1.SessionCache (in proto order); a split stream
-  // reads the one request, then writes raw responses.
+  // A split stream for FetchBlocks: it reads the one request, then writes raw responses.
+  // Methods are numbered in proto order; the index comes from the descriptor, not a
+  // constant, so reordering the proto cannot hand this handler another method.
+  const int fetch_index = google::protobuf::DescriptorPool::generated_pool()
+                              ->FindServiceByName("kvserve.v1.SessionCache")
+                              ->FindMethodByName("FetchBlocks")
+                              ->index();
   MarkMethodStreamed(
-      1, new grpc::internal::SplitServerStreamingHandler<v1::FetchBlocksRequest, grpc::ByteBuffer>(
-             [this](grpc::ServerContext* context,
-                    grpc::ServerSplitStreamer<v1::FetchBlocksRequest, grpc::ByteBuffer>* stream) {
-               return StreamedFetchBlocks(context, stream);
-             }));
+      fetch_index,
+      new grpc::internal::SplitServerStreamingHandler<v1::FetchBlocksRequest, grpc::ByteBuffer>(
+          [this](grpc::ServerContext* context,
+                 grpc::ServerSplitStreamer<v1::FetchBlocksRequest, grpc::ByteBuffer>* stream) {
+            return StreamedFetchBlocks(context, stream);
+          }));
 }
 
 grpc::Status SessionCacheService::Handle(const char* method, grpc::ServerContext* context,
