@@ -61,7 +61,8 @@ struct KvCacheStats {
 // back whole sessions, least recently pinned first, until it can (or the tier is
 // empty); those sessions' next turns recompute whatever got evicted meanwhile.
 //
-// Threading: not thread-safe; owned by the engine's step thread.
+// Threading: not thread-safe; owned by the engine's step thread (except RootHash,
+// ChainHashes, identity(), layout() and block_tokens(), which read only what Create fixed).
 class KvCacheManager {
  public:
   struct Options {
@@ -149,7 +150,8 @@ class KvCacheManager {
   // Import and export (the session cache service, engine/remote_tier.h).
   //
   // The keys of the first `num_blocks` full blocks of `tokens` under `root`, in chain
-  // order. Precondition: tokens.size() >= num_blocks * block_tokens().
+  // order. Precondition: tokens.size() >= num_blocks * block_tokens(). Reads only what
+  // Create fixed: safe from any thread (like RootHash).
   std::vector<BlockHash> ChainHashes(const BlockHash& root, std::span<const int32_t> tokens,
                                      int32_t num_blocks) const;
   // How many leading blocks of `chain` (keys from ChainHashes(root, tokens, ...)) are
