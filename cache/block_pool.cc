@@ -29,7 +29,8 @@ absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(const Options& opti
   std::unique_ptr<BlockPool> pool(new BlockPool(l, static_cast<int32_t>(n)));
   // Huge pages: attention reads rows scattered over the whole pool every step, which on
   // 4 KiB pages is a TLB miss per row (see common/huge_page_memory.h).
-  absl::StatusOr<common::HugePageMemory> memory = common::HugePageMemory::Allocate(n * block_bytes);
+  absl::StatusOr<common::HugePageMemory> memory =
+      common::HugePageMemory::Allocate(n * block_bytes, options.populate);
   if (!memory.ok()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot allocate ", n * block_bytes, " bytes of kv blocks: ", memory.status().message()));

@@ -47,6 +47,9 @@ class BlockPool {
     // Memory for blocks, in bytes; num_blocks = budget_bytes / layout.block_bytes().
     // Must give at least one block. Default 256 MiB.
     size_t budget_bytes = size_t{256} << 20;
+    // Make the whole pool resident at creation (common::HugePageMemory::Allocate's
+    // populate), so the resident size is known at start. Default false.
+    bool populate = false;
   };
 
   // INVALID_ARGUMENT when the layout is empty or the budget holds no block;

@@ -11,6 +11,7 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(const Opt
   BlockPool::Options pool_options;
   pool_options.layout = options.layout;
   pool_options.budget_bytes = options.budget_bytes;
+  pool_options.populate = options.populate;
   auto pool = BlockPool::Create(pool_options);
   if (!pool.ok()) return pool.status();
   return std::unique_ptr<KvCacheManager>(new KvCacheManager(options, *std::move(pool)));

@@ -70,6 +70,8 @@ class KvCacheManager {
     model::KvLayout layout;
     // Bytes of KV memory. Default 256 MiB.
     size_t budget_bytes = size_t{256} << 20;
+    // BlockPool::Options::populate. Default false.
+    bool populate = false;
     // Model::fingerprint(): part of every block key (with the layout), so models never
     // share KV.
     uint64_t model_fingerprint = 0;

@@ -21,8 +21,11 @@ namespace kvserve::common {
 class HugePageMemory {
  public:
   // Maps at least `bytes` (> 0) bytes, 2 MiB aligned, zero-filled, and advises huge
-  // pages. INVALID_ARGUMENT for 0 bytes, RESOURCE_EXHAUSTED when the mapping fails.
-  static absl::StatusOr<HugePageMemory> Allocate(size_t bytes);
+  // pages. With `populate`, every page is made resident now (written once), so the
+  // process's resident size includes the whole region from the start instead of growing
+  // as it is first touched. INVALID_ARGUMENT for 0 bytes, RESOURCE_EXHAUSTED when the
+  // mapping fails.
+  static absl::StatusOr<HugePageMemory> Allocate(size_t bytes, bool populate = false);
 
   HugePageMemory() = default;
   HugePageMemory(HugePageMemory&& other) noexcept;

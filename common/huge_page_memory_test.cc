@@ -1,6 +1,10 @@
 #include "common/huge_page_memory.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -28,6 +32,29 @@ TEST(HugePageMemoryTest, MovesOwnership) {
   assigned = std::move(moved);
   EXPECT_EQ(assigned.data(), data);
   assigned.data()[99] = 1;
+}
+
+// Pages of `m` resident now (mincore).
+size_t ResidentPages(const HugePageMemory& m) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> vec((m.size() + page - 1) / page);
+  if (mincore(m.data(), m.size(), vec.data()) != 0) return 0;
+  size_t n = 0;
+  for (unsigned char v : vec) n += v & 1;
+  return n;
+}
+
+// Without populate the region is not resident until touched; with it, all of it is.
+TEST(HugePageMemoryTest, PopulateMakesTheWholeRegionResident) {
+  const size_t bytes = 8 * HugePageMemory::kHugePageBytes;
+  const size_t pages = bytes / static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto lazy = HugePageMemory::Allocate(bytes);
+  ASSERT_TRUE(lazy.ok());
+  EXPECT_LT(ResidentPages(*lazy), pages);
+  auto eager = HugePageMemory::Allocate(bytes, /*populate=*/true);
+  ASSERT_TRUE(eager.ok());
+  EXPECT_EQ(ResidentPages(*eager), pages);
+  for (size_t i = 0; i < eager->size(); i += 4096) ASSERT_EQ(eager->data()[i], 0) << i;
 }
 
 TEST(HugePageMemoryTest, RejectsZeroAndAbsurdSizes) {

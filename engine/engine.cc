@@ -790,6 +790,7 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Engine::Options& opti
   cache::KvCacheManager::Options kv_options;
   kv_options.layout = layout;
   kv_options.budget_bytes = options.kv_budget_bytes;
+  kv_options.populate = options.kv_prefault;
   kv_options.model_fingerprint = model.fingerprint();
   kv_options.kv_heads = model.config().n_kv_heads;
   auto kv = cache::KvCacheManager::Create(kv_options);

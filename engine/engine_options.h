@@ -30,6 +30,10 @@ struct Engine::Options {
   model::DType kv_dtype = model::DType::kF32;
   // Bytes of KV memory (the block pool). Default 512 MiB.
   size_t kv_budget_bytes = size_t{512} << 20;
+  // Make the whole pool resident when the engine starts, so the process's resident size
+  // is known from the start (kvserve's --kv_prefault, on by default there). Default
+  // false (tests and tools that start many small engines).
+  bool kv_prefault = false;
   // Sequences decoding or prefilling at once. Default 64.
   int32_t max_running_sequences = 64;
   // Tokens per step over all sequences (decode rows + prefill chunks): the chunked

@@ -4,6 +4,8 @@
 // --drain-grace, then the process exits 0. A second signal during the drain ends the
 // grace period at once (what is still running is cancelled).
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -37,6 +39,10 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics listen address HOST:PORT; empty = no metrics endpoint.");
 ABSL_FLAG(int64_t, kv_budget_mib, 512, "KV cache memory (block pool) in MiB.");
 ABSL_FLAG(int32_t, kv_block_tokens, 16, "KV block size in token positions.");
+ABSL_FLAG(bool, kv_prefault, true,
+          "Make the whole KV pool resident at start, so the process's resident size is known "
+          "then (printed at start; set memory limits from it) instead of growing as the pool is "
+          "first touched.");
 ABSL_FLAG(std::string, kv_dtype, "f32", "Element type of cached K/V: f32 or f16.");
 ABSL_FLAG(int32_t, max_running, 64, "Batching: sequences decoding or prefilling at once.");
 ABSL_FLAG(int32_t, max_step_tokens, 512,
@@ -92,6 +98,15 @@ ABSL_FLAG(uint64_t, seed, 0,
 
 namespace kvserve::service {
 namespace {
+
+// The process's resident set size (/proc/self/statm), 0 if unreadable.
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size_pages = 0;
+  int64_t resident_pages = 0;
+  if (!(statm >> size_pages >> resident_pages)) return 0;
+  return resident_pages * sysconf(_SC_PAGESIZE);
+}
 
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "kvserve: %s\n", std::string(status.message()).c_str());
@@ -176,6 +191,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   options.threads = absl::GetFlag(FLAGS_threads);
   engine::Engine::Options& e = options.engine;
   e.kv_budget_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_kv_budget_mib)) << 20;
+  e.kv_prefault = absl::GetFlag(FLAGS_kv_prefault);
   e.block_tokens = absl::GetFlag(FLAGS_kv_block_tokens);
   absl::StatusOr<model::DType> dtype =
       model::KvDTypeFromName(absl::GetFlag(FLAGS_kv_dtype), "--kv_dtype");
@@ -252,10 +268,21 @@ int Run() {
 
   absl::StatusOr<engine::LoadedModel> loaded = engine::LoadModel(*model_options);
   if (!loaded.ok()) return Fail(loaded.status());
+  const model::KvLayout layout = model_options->engine.KvLayoutFor(loaded->model->config());
   if (absl::Status s =
           (*server)->Attach(std::move(loaded->model), std::move(loaded->engine), loaded->backend);
       !s.ok()) {
     return Fail(s);
+  }
+  {
+    const engine::EngineStats stats = (*server)->engine()->Stats();
+    const double pool_mib = static_cast<double>(stats.blocks_total) *
+                            static_cast<double>(layout.block_bytes()) / (1 << 20);
+    std::printf(
+        "kvserve: KV pool %.0f MiB (%lld blocks of %zu KiB)%s; resident memory now %.0f MiB\n",
+        pool_mib, static_cast<long long>(stats.blocks_total), layout.block_bytes() >> 10,
+        model_options->engine.kv_prefault ? ", resident from start" : ", touched as used",
+        static_cast<double>(ResidentBytes()) / (1 << 20));
   }
   std::printf("kvserve: ready (backend %s%s%s)\n", model_options->backend.c_str(),
               *session_cache != nullptr ? ", session cache " : "",

@@ -94,7 +94,8 @@ class CacheProcess:
 
 
 def replica(cache=None, extra=()):
-    args = list(extra)
+    # A small pool: stories260K needs little, and every replica makes its pool resident.
+    args = ["--kv-budget-mib", "64"] + list(extra)
     if cache is not None:
         args += ["--session-cache", cache.target(), "--session-cache-timeout", "2s"]
     return lib.KvserveProcess(KVSERVE, MODEL, args)
@@ -203,6 +204,29 @@ class SessionCacheEndToEndTest(unittest.TestCase):
                 context = list(record.tokens)[:got.usage.prompt_tokens]
                 self.assertEqual(context[:len(history)], history)
             self.assert_cold_equal(got, context, 40)
+
+    def test_no_prompt_or_output_in_the_logs(self):
+        """A full run (sessions, streams, the cache, an outage) at the default log level:
+        neither the prompts sent nor the text generated appear in any process's output."""
+        secret = "Zorblax quintessential marmalade"
+        outputs = []
+        with CacheProcess(["--memory-bytes", str(64 << 20)]) as cache, \
+                grpc.insecure_channel(cache.target()) as cch:
+            with replica(cache) as a, replica(cache) as b:
+                session_id, _ = self.first_turn(a, Cache(cch))
+                with grpc.insecure_channel(b.target()) as ch:
+                    api = Inference(ch)
+                    for text in (secret, FIRST + " " + secret):
+                        r = api.generate(greedy(24, text=text, session_id=session_id), timeout=60)
+                        outputs.append(r.text)
+                        outputs.append(api.generate(greedy(16, text=text), timeout=60).text)
+                cache.kill()  # an incident: its log lines must not carry request data either
+                with grpc.insecure_channel(a.target()) as ch:
+                    outputs.append(Inference(ch).generate(greedy(16, text=secret), timeout=60).text)
+            logs = "\n".join(a.lines + b.lines + cache.lines)
+        self.assertTrue(any("session cache call" in l for l in a.lines), a.lines)
+        for needle in [secret, FIRST[:40]] + [o.strip()[:30] for o in outputs if len(o.strip()) >= 12]:
+            self.assertNotIn(needle, logs)
 
     def test_restarted_replica_and_restarted_disk_cache(self):
         disk = tempfile.mkdtemp(prefix="kvserve-cache-disk-")
