@@ -28,6 +28,7 @@
 #include "engine/context_limits.h"
 #include "engine/engine_options.h"
 #include "engine/field_error.h"
+#include "engine/request_validation.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -208,8 +209,6 @@ class EngineImpl final : public Engine {
   void ApplySessionEvents();
   void PublishStats(double step_seconds);
   void ReleaseQueueSlot(const Sequence& seq);
-  // Submit's checks of the request itself (FieldErrors, engine/field_error.h).
-  absl::Status ValidateRequest(const Request& request) const;
 
   // The session cache service (all no-ops without one). Any thread:
   //   RemoteRecord: the service's record of `id` if it is for this model.
@@ -279,7 +278,12 @@ class EngineImpl final : public Engine {
 absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<RequestSink> sink) {
   const model::ModelConfig& config = model_.config();
   if (sink == nullptr) return absl::InvalidArgumentError("sink must not be null");
-  if (absl::Status s = ValidateRequest(request); !s.ok()) return s;
+  if (absl::Status s = ValidateRequest(
+          request, RequestRules{config.vocab_size, options_.max_tokens_limit,
+                                options_.max_cache_salt_bytes, tokenizer_ != nullptr});
+      !s.ok()) {
+    return s;
+  }
   if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
 
   const absl::Time now = clock_->Now();
@@ -353,30 +357,6 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   inbox_.push_back(std::move(seq));
   cv_.notify_one();
   return id;
-}
-
-absl::Status EngineImpl::ValidateRequest(const Request& request) const {
-  const model::ModelConfig& config = model_.config();
-  for (size_t i = 0; i < request.prompt_tokens.size(); ++i) {
-    const int32_t t = request.prompt_tokens[i];
-    if (t < 0 || t >= config.vocab_size) {
-      return FieldError(absl::StrCat("prompt_tokens[", i, "]"),
-                        absl::StrCat("must be in [0, ", config.vocab_size, "), got ", t));
-    }
-  }
-  if (absl::Status s = request.sampling.Validate(config.vocab_size, options_.max_tokens_limit);
-      !s.ok()) {
-    return NestField("sampling", s);
-  }
-  if (!request.sampling.stop_strings.empty() && tokenizer_ == nullptr) {
-    return FieldError("sampling.stop_strings", "needs a model with a tokenizer");
-  }
-  if (request.cache_salt.size() > static_cast<size_t>(options_.max_cache_salt_bytes)) {
-    return FieldError("cache_salt",
-                      absl::StrCat("is ", request.cache_salt.size(), " bytes, at most ",
-                                   options_.max_cache_salt_bytes, " allowed"));
-  }
-  return absl::OkStatus();
 }
 
 void EngineImpl::ReleaseQueueSlot(const Sequence& seq) {

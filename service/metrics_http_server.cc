@@ -94,8 +94,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   if (ipv6) flags |= MHD_USE_IPv6;
   server->daemon_ = MHD_start_daemon(
       flags, /*port=*/static_cast<uint16_t>(hp.port), /*apc=*/nullptr, /*apc_cls=*/nullptr,
-      &HandleRequest, const_cast<MetricsSource*>(&metrics),  //
-      MHD_OPTION_SOCK_ADDR, resolved->ai_addr,               //
+      &HandleRequest, const_cast<MetricsSource*>(&server->metrics_),  //
+      MHD_OPTION_SOCK_ADDR, resolved->ai_addr,                        //
       MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned int>(options.worker_threads),
       MHD_OPTION_CONNECTION_TIMEOUT,
       static_cast<unsigned int>(absl::ToInt64Seconds(options.idle_timeout)),

@@ -15,39 +15,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "model/testing/synthetic_vocabulary.h"
 #include "model/tokenizer.h"
 #include "model/vocabulary.h"
 
 namespace kvserve::model {
 namespace {
-
-std::unique_ptr<Tokenizer> MakeTokenizer() {
-  Vocabulary v;
-  auto add = [&v](std::string piece, float score, TokenKind kind) {
-    v.pieces.push_back(std::move(piece));
-    v.scores.push_back(score);
-    v.kinds.push_back(kind);
-  };
-  add("<unk>", 0, TokenKind::kUnknown);
-  add("<s>", 0, TokenKind::kControl);
-  add("</s>", 0, TokenKind::kControl);
-  for (int b = 0; b < 256; ++b) {
-    add(absl::StrCat("<0x", absl::Hex(b, absl::kZeroPad2), ">"), 0, TokenKind::kByte);
-  }
-  // Equal scores on purpose: ties must resolve leftmost-first.
-  const std::pair<const char*, float> pieces[] = {
-      {"▁", -1},  {"▁t", -2}, {"he", -2},  {"▁the", -3}, {"in", -4},   {"er", -4},   {"an", -5},
-      {"▁a", -6}, {"é", -7},  {"中", -8},  {"华", -8},   {"中华", -1}, {"🙂", -9}, {"<s", -2},
-      {">", -10}, {"▁▁", -3}, {"\n", -10}, {"ing", -3},  {"th", -1},
-  };
-  for (const auto& [piece, score] : pieces) add(piece, score, TokenKind::kNormal);
-  for (char c = 'a'; c <= 'z'; ++c) add(std::string(1, c), -20, TokenKind::kNormal);
-  add("<user>", 0, TokenKind::kUserDefined);
-  add("<unused>", 0, TokenKind::kUnused);
-  auto tok = Tokenizer::Create(v);
-  if (!tok.ok()) __builtin_trap();
-  return *std::move(tok);
-}
 
 // Independent well-formedness check (Unicode table 3-7).
 bool IsWellFormedUtf8(std::string_view s) {
@@ -127,7 +100,8 @@ void FuzzDecode(const Tokenizer& tok, std::string_view bytes) {
 }  // namespace kvserve::model
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const kvserve::model::Tokenizer* const tok = kvserve::model::MakeTokenizer().release();
+  static const kvserve::model::Tokenizer* const tok =
+      kvserve::model::MakeSyntheticTokenizer().release();
   if (size == 0) return 0;
   const std::string_view rest(reinterpret_cast<const char*>(data) + 1, size - 1);
   if (data[0] % 2 == 0) {
