@@ -6,9 +6,10 @@
 // the certificate) so that a bad file is an INVALID_ARGUMENT naming it at start-up, not
 // a handshake failure later. After start-up gRPC's FileWatcherCertificateProvider
 // re-reads the files every `refresh_interval`; a changed certificate and key are served
-// to new connections from then on, existing connections keep theirs. gRPC keeps the old
-// credentials (and logs) while the files are unreadable or the key does not match the
-// certificate, so write replacements atomically (rename, or a swapped symlink).
+// to new connections from then on, existing connections keep theirs. While the files are
+// unreadable or the key does not match the certificate, gRPC 1.51 logs an error and new
+// handshakes fail until the files are good again (open connections are unaffected), so
+// write replacements atomically (rename, or a swapped symlink). Only start-up checks them.
 //
 // Threading: the functions are thread-safe; the returned credentials are shared and
 // immutable (the reloading happens on gRPC's own thread).

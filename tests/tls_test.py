@@ -162,7 +162,7 @@ def wait_for(predicate, timeout=20.0, what="condition"):
         try:
             if predicate():
                 return
-        except grpc.RpcError:
+        except (grpc.RpcError, OSError):  # OSError: a refused TLS handshake (ssl.SSLError)
             pass
         time.sleep(0.05)
     raise AssertionError("timed out waiting for " + what)
@@ -253,6 +253,20 @@ class TlsTest(unittest.TestCase):
                 self.assertTrue(healthy(old))
             with grpc.secure_channel(server.target(), c.channel_credentials("client")) as new:
                 self.assertTrue(healthy(new))
+            # A broken replacement: gRPC 1.51 then fails new handshakes (README), but open
+            # channels keep working, and a good file is served again on the next refresh.
+            with open(cert + ".new", "w") as f:
+                f.write("not a certificate\n")
+            os.rename(cert + ".new", cert)
+            time.sleep(3)  # three refresh intervals (wall clock: gRPC's own timer)
+            self.assertTrue(healthy(old))
+            shutil.copy(c.path("server-a.pem"), cert + ".new")
+            shutil.copy(c.path("server-a.key"), key + ".new")
+            os.rename(key + ".new", key)
+            os.rename(cert + ".new", cert)
+            wait_for(lambda: c.peer_common_name(server.port, "client") == "server-a",
+                     timeout=15, what="the repaired certificate")
+            self.assertTrue(healthy(old))
 
     def test_bad_files_fail_start_up_naming_the_file(self):
         c = self.certs
