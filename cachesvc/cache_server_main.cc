@@ -283,7 +283,8 @@ int main(int argc, char** argv) {
       "The session cache service (kvserve.v1.SessionCache): KV blocks and session records "
       "shared by kvserve replicas, with health, reflection and Prometheus metrics.\n"
       "Usage: kvserve-cache [--listen 127.0.0.1:50061] [--memory-bytes N] "
-      "[--auth-tokens FILE] [--metrics-listen HOST:PORT] [flags]\n"
+      "[--auth-tokens FILE] [--metrics-listen HOST:PORT] [--tls-cert FILE --tls-key FILE "
+      "[--tls-client-ca FILE]] [flags]\n"
       "Flags accept - or _ (--memory-bytes or --memory_bytes). SIGTERM stops and exits 0.",
       "cache_server_main.cc");
   if (args.size() > 1) {

@@ -351,7 +351,8 @@ int main(int argc, char** argv) {
       argc, argv,
       "LLM inference over gRPC (kvserve.v1.Inference), with health, reflection "
       "and Prometheus metrics.\nUsage: kvserve --model models/stories260K.gguf "
-      "[--listen 127.0.0.1:50051] [--metrics-listen 127.0.0.1:9464] [flags]\n"
+      "[--listen 127.0.0.1:50051] [--metrics-listen 127.0.0.1:9464] [--tls-cert FILE "
+      "--tls-key FILE [--tls-client-ca FILE]] [flags]\n"
       "Flags accept - or _ (--metrics-listen or --metrics_listen). SIGTERM drains and "
       "exits 0.",
       "server_main.cc");
