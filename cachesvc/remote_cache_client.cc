@@ -52,8 +52,10 @@ absl::StatusOr<std::unique_ptr<RemoteCacheClient>> RemoteCacheClient::Create(
   for (const TransportArg& arg : kRecordTransportArgs) args.SetInt(arg.name, arg.value);
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int32_t i = 0; i < options.channels; ++i) {
-    channels.push_back(
-        grpc::CreateCustomChannel(options.target, grpc::InsecureChannelCredentials(), args));
+    channels.push_back(grpc::CreateCustomChannel(
+        options.target,
+        options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials(),
+        args));
   }
   return std::unique_ptr<RemoteCacheClient>(new RemoteCacheClient(options, std::move(channels)));
 }

@@ -39,6 +39,9 @@ class RemoteCacheClient final : public engine::RemoteKvCache {
     std::string target;
     // Bearer token sent with every call; empty = none.
     std::string token;
+    // Transport security (see service/tls_credentials.h: MakeChannelCredentials); null
+    // (the default) = plaintext.
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
     // Largest message sent or received. Default 8 MiB (as kvserve-cache's default).
     int32_t max_message_bytes = 8 << 20;
     // FetchBlocks max_chunk_bytes asked for (the service clamps to [64 KiB, 4 MiB]).

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,8 +21,15 @@
 #include "client/client.h"
 #include "common/flags.h"
 #include "common/stats.h"
+#include "service/tls_credentials.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address HOST:PORT.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "TLS: PEM CA file the server's certificate must chain to (its SAN must name the "
+          "target host); empty = plaintext.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "Mutual TLS: PEM client certificate (with --tls-key and --tls-ca).");
+ABSL_FLAG(std::string, tls_key, "", "Mutual TLS: PEM key of --tls-cert (unencrypted).");
 ABSL_FLAG(std::string, prompt, "Once upon a time", "generate/bench: the prompt text.");
 ABSL_FLAG(int32_t, max_tokens, 64, "Completion tokens per request.");
 ABSL_FLAG(float, temperature, 0.0f, "Sampling temperature; 0 = greedy.");
@@ -198,7 +206,8 @@ int main(int argc, char** argv) {
       "  kvserve-cli chat     (opens a session; each stdin line is a turn)\n"
       "  kvserve-cli bench    [--streams N] [--requests M] [--max_tokens K] [--ignore_eos]\n"
       "  kvserve-cli info\n"
-      "Common: --target HOST:PORT (default 127.0.0.1:50051). Flags accept - or _.",
+      "Common: --target HOST:PORT (default 127.0.0.1:50051), --tls-ca FILE [--tls-cert FILE "
+      "--tls-key FILE]. Flags accept - or _.",
       "cli_main.cc");
   if (args.size() != 2) {
     std::fprintf(stderr, "%s", absl::ProgramUsageMessage().data());
@@ -208,6 +217,15 @@ int main(int argc, char** argv) {
   const std::string command = args[1];
   kvserve::client::Client::Options options;
   options.timeout = absl::GetFlag(FLAGS_timeout);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      kvserve::service::MakeChannelCredentials({.ca_file = absl::GetFlag(FLAGS_tls_ca),
+                                                .cert_file = absl::GetFlag(FLAGS_tls_cert),
+                                                .key_file = absl::GetFlag(FLAGS_tls_key)});
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "kvserve-cli: %s\n", std::string(credentials.status().message()).c_str());
+    return 2;
+  }
+  options.credentials = *std::move(credentials);
   auto client = kvserve::client::Client::Connect(absl::GetFlag(FLAGS_target), options);
   if (!client.ok()) return kvserve::client::Fail(client.status());
   if (command == "generate") return kvserve::client::RunGenerate(**client);

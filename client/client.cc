@@ -45,8 +45,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
                                                         Options options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      target,
+      options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials(),
+      args);
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
     return absl::UnavailableError(absl::StrCat("cannot reach kvserve at ", target, " within ",
                                                absl::FormatDuration(options.connect_timeout)));

@@ -28,10 +28,13 @@ class Client {
     absl::Duration timeout = absl::Seconds(60);
     // How long Connect waits for the channel to become ready. Default 5 s.
     absl::Duration connect_timeout = absl::Seconds(5);
+    // Transport security (see service/tls_credentials.h: MakeChannelCredentials); null
+    // (the default) = plaintext.
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
   };
 
-  // Connects to `target` ("HOST:PORT", plaintext). UNAVAILABLE when the server cannot
-  // be reached within options.connect_timeout.
+  // Connects to `target` ("HOST:PORT"; TLS when options.credentials say so). UNAVAILABLE when the
+  // server cannot be reached within options.connect_timeout.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target,
                                                          Options options);
 

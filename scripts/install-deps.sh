@@ -10,7 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang clang-format libclang-rt-14-dev libfuzzer-14-dev
   python3 python3-grpcio python3-protobuf python3-h2
-  prometheus redis-server
+  prometheus redis-server openssl libssl-dev
 )
 
 missing=()

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "service/host_port.h"
@@ -65,6 +66,9 @@ absl::Status ValidateMetricsHttpOptions(const MetricsHttpOptions& options) {
         absl::StrCat("metrics-max-connections must be in [metrics-threads, 65536], got ",
                      options.max_connections));
   }
+  if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
+    return absl::InvalidArgumentError("metrics-tls-cert and metrics-tls-key go together");
+  }
   if (options.thread_stack_bytes < (size_t{256} << 10)) {
     return absl::InvalidArgumentError("the metrics thread stack must be >= 256 KiB");
   }
@@ -75,6 +79,11 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const MetricsHttpOptions& options, const MetricsSource& metrics) {
   if (absl::Status s = ValidateMetricsHttpOptions(options); !s.ok()) return s;
   const HostPort hp = *ParseHostPort(options.address, "metrics-listen");
+  const bool tls = !options.tls_cert_pem.empty();
+  if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+    return absl::FailedPreconditionError(
+        "metrics: HTTPS asked for, but libmicrohttpd was built without TLS support");
+  }
 
   addrinfo hints = {};
   hints.ai_family = AF_UNSPEC;
@@ -92,6 +101,16 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   // No MHD_USE_ERROR_LOG: what remote clients get wrong is not worth a log line each.
   unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
   if (ipv6) flags |= MHD_USE_IPv6;
+  // The PEM text stays with the server: libmicrohttpd keeps pointers to it.
+  server->tls_cert_pem_ = options.tls_cert_pem;
+  server->tls_key_pem_ = options.tls_key_pem;
+  std::vector<MHD_OptionItem> tls_options;
+  if (tls) {
+    flags |= MHD_USE_TLS;
+    tls_options.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, server->tls_cert_pem_.data()});
+    tls_options.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, server->tls_key_pem_.data()});
+  }
+  tls_options.push_back({MHD_OPTION_END, 0, nullptr});
   server->daemon_ = MHD_start_daemon(
       flags, /*port=*/static_cast<uint16_t>(hp.port), /*apc=*/nullptr, /*apc_cls=*/nullptr,
       &HandleRequest, const_cast<MetricsSource*>(&server->metrics_),  //
@@ -101,11 +120,14 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
       static_cast<unsigned int>(absl::ToInt64Seconds(options.idle_timeout)),
       MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned int>(options.max_connections),
       MHD_OPTION_THREAD_STACK_SIZE, options.thread_stack_bytes,  //
+      MHD_OPTION_ARRAY, tls_options.data(),                      //
       MHD_OPTION_END);
   freeaddrinfo(resolved);
   if (server->daemon_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", options.address,
-                                               " (address in use or not local?)"));
+                                               tls ? " (address in use or not local, or the "
+                                                     "TLS certificate or key was refused?)"
+                                                   : " (address in use or not local?)"));
   }
   const MHD_DaemonInfo* info = MHD_get_daemon_info(server->daemon_, MHD_DAEMON_INFO_BIND_PORT);
   server->port_ = info != nullptr ? info->port : 0;

@@ -48,6 +48,12 @@ struct MetricsHttpOptions {
   absl::Duration idle_timeout = absl::Seconds(10);
   // Open connections at once; more are refused at accept. Default 256.
   int32_t max_connections = 256;
+  // HTTPS: the PEM certificate chain and its unencrypted key (see LoadKeyCertPair in
+  // service/tls_credentials.h); both empty (the default) = plain HTTP. Not reloaded:
+  // a new certificate needs a restart. Start() fails with FAILED_PRECONDITION when
+  // libmicrohttpd was built without TLS.
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
   // Stack of each worker thread. Default 8 MiB (glibc's usual default).
   size_t thread_stack_bytes = size_t{8} << 20;
 };
@@ -74,6 +80,8 @@ class MetricsHttpServer {
   MetricsHttpServer(const MetricsSource& metrics) : metrics_(metrics) {}
 
   const MetricsSource& metrics_;
+  std::string tls_cert_pem_;
+  std::string tls_key_pem_;
   MHD_Daemon* daemon_ = nullptr;
   int port_ = 0;
 };

@@ -69,7 +69,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(server->options_.listen_address, grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(server->options_.listen_address,
+                           server->options_.credentials != nullptr
+                               ? server->options_.credentials
+                               : grpc::InsecureServerCredentials(),
                            &port);
   builder.SetMaxReceiveMessageSize(server->options_.max_receive_message_bytes);
   builder.SetResourceQuota(

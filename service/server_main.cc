@@ -27,6 +27,7 @@
 #include "engine/model_loading.h"
 #include "model/dtype.h"
 #include "service/server.h"
+#include "service/tls_credentials.h"
 
 ABSL_FLAG(std::string, model, "",
           "Model file: GGUF, or a llama2.c checkpoint with --tokenizer. Required.");
@@ -37,6 +38,21 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "gRPC listen address HOST:PORT (port 0 = any free port; 0.0.0.0 for all interfaces).");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics listen address HOST:PORT; empty = no metrics endpoint.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "TLS: PEM certificate chain of the gRPC port (with --tls-key); empty = plaintext. "
+          "Re-read every --tls-refresh-interval; new connections get a replaced one, open "
+          "ones keep theirs.");
+ABSL_FLAG(std::string, tls_key, "", "TLS: PEM private key of --tls-cert (unencrypted).");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "Mutual TLS: PEM CA file; clients (health probes too) must present a certificate "
+          "it signed. Empty = no client certificate asked for.");
+ABSL_FLAG(absl::Duration, tls_refresh_interval, absl::Seconds(60),
+          "TLS: how often the certificate, key and CA files (also the --session-cache-tls-* "
+          "ones) are checked for changes; whole seconds >= 1s.");
+ABSL_FLAG(std::string, metrics_tls_cert, "",
+          "HTTPS for /metrics: PEM certificate chain (with --metrics-tls-key); read once at "
+          "start (a new one needs a restart). Empty = plain HTTP.");
+ABSL_FLAG(std::string, metrics_tls_key, "", "HTTPS for /metrics: PEM key of --metrics-tls-cert.");
 ABSL_FLAG(int64_t, kv_budget_mib, 512, "KV cache memory (block pool) in MiB.");
 ABSL_FLAG(int32_t, kv_block_tokens, 16, "KV block size in token positions.");
 ABSL_FLAG(bool, kv_prefault, true,
@@ -90,6 +106,14 @@ ABSL_FLAG(absl::Duration, session_cache_timeout, absl::Seconds(2),
           "request recomputes.");
 ABSL_FLAG(std::string, session_cache_token_file, "",
           "Session cache: file holding the bearer token to send (first line); empty = none.");
+ABSL_FLAG(std::string, session_cache_tls_ca, "",
+          "Session cache: PEM CA file kvserve-cache's certificate must chain to (TLS); "
+          "empty = plaintext.");
+ABSL_FLAG(std::string, session_cache_tls_cert, "",
+          "Session cache: PEM client certificate for a mutual-TLS kvserve-cache (with "
+          "--session-cache-tls-key and --session-cache-tls-ca).");
+ABSL_FLAG(std::string, session_cache_tls_key, "",
+          "Session cache: PEM key of --session-cache-tls-cert (unencrypted).");
 ABSL_FLAG(int32_t, session_cache_max_pending_stores, 64,
           "Session cache: finished requests whose blocks wait to be written behind; more "
           "are dropped and counted.");
@@ -173,6 +197,24 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   options.grpc_memory_quota_bytes = quota_mib << 20;
   options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   options.malloc_trim_interval = absl::GetFlag(FLAGS_malloc_trim_interval);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials({.cert_file = absl::GetFlag(FLAGS_tls_cert),
+                             .key_file = absl::GetFlag(FLAGS_tls_key),
+                             .client_ca_file = absl::GetFlag(FLAGS_tls_client_ca),
+                             .refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval)});
+  if (!credentials.ok()) return credentials.status();
+  options.credentials = *std::move(credentials);
+  const std::string metrics_cert = absl::GetFlag(FLAGS_metrics_tls_cert);
+  const std::string metrics_key = absl::GetFlag(FLAGS_metrics_tls_key);
+  if (!metrics_cert.empty() || !metrics_key.empty()) {
+    absl::StatusOr<PemKeyCertPair> pair = LoadKeyCertPair(metrics_cert, metrics_key);
+    if (!pair.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--metrics-tls-cert/--metrics-tls-key: ", pair.status().message()));
+    }
+    options.metrics.tls_cert_pem = std::move(pair->cert_pem);
+    options.metrics.tls_key_pem = std::move(pair->key_pem);
+  }
   options.service.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   options.service.limits.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
   options.service.retry_after = absl::GetFlag(FLAGS_retry_after);
@@ -221,9 +263,26 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
 // The session cache client of --session_cache (null when the flag is empty).
 absl::StatusOr<std::unique_ptr<cachesvc::RemoteCacheClient>> SessionCacheFromFlags() {
   const std::string target = absl::GetFlag(FLAGS_session_cache);
-  if (target.empty()) return nullptr;
+  if (target.empty()) {
+    if (!absl::GetFlag(FLAGS_session_cache_tls_ca).empty() ||
+        !absl::GetFlag(FLAGS_session_cache_tls_cert).empty() ||
+        !absl::GetFlag(FLAGS_session_cache_tls_key).empty()) {
+      return absl::InvalidArgumentError("--session-cache-tls-* need --session-cache");
+    }
+    return nullptr;
+  }
   cachesvc::RemoteCacheClient::Options options;
   options.target = target;
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials({.ca_file = absl::GetFlag(FLAGS_session_cache_tls_ca),
+                              .cert_file = absl::GetFlag(FLAGS_session_cache_tls_cert),
+                              .key_file = absl::GetFlag(FLAGS_session_cache_tls_key),
+                              .refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval)});
+  if (!credentials.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--session-cache-tls-*: ", credentials.status().message()));
+  }
+  options.credentials = *std::move(credentials);
   const std::string token_file = absl::GetFlag(FLAGS_session_cache_token_file);
   if (!token_file.empty()) {
     std::ifstream in(token_file);
@@ -319,7 +378,8 @@ int main(int argc, char** argv) {
       argc, argv,
       "LLM inference over gRPC (kvserve.v1.Inference), with health, reflection "
       "and Prometheus metrics.\nUsage: kvserve --model models/stories260K.gguf "
-      "[--listen 127.0.0.1:50051] [--metrics-listen 127.0.0.1:9464] [flags]\n"
+      "[--listen 127.0.0.1:50051] [--metrics-listen 127.0.0.1:9464] [--tls-cert FILE "
+      "--tls-key FILE [--tls-client-ca FILE]] [flags]\n"
       "Flags accept - or _ (--metrics-listen or --metrics_listen). SIGTERM drains and "
       "exits 0.",
       "server_main.cc");
