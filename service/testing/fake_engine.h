@@ -48,8 +48,9 @@ class FakeEngine final : public engine::Engine {
         next_submit_status_ = absl::OkStatus();
         return s;
       }
-      // Like the real engine: a turn needs a live session.
-      if (!request.session_id.empty() && !sessions_.contains(request.session_id)) {
+      // Like the real engine: a turn needs a live session of the request's tenant.
+      if (!request.session_id.empty() && (!sessions_.contains(request.session_id) ||
+                                          session_tenants_[request.session_id] != request.tenant)) {
         return absl::NotFoundError("unknown session");
       }
       id = ++last_id_;
