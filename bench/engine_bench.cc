@@ -211,7 +211,7 @@ absl::Status RunTtft(const Flags& f, const model::Model& m) {
     auto e = NewEngine(f, m);
     if (!e.ok()) return e.status();
     engine::Engine& engine = **e;
-    auto session = engine.OpenSession(absl::ZeroDuration());
+    auto session = engine.OpenSession(absl::ZeroDuration(), "");
     if (!session.ok()) return session.status();
     // Turn 1 builds a history of h tokens (h - 1 prompt tokens + 1 generated).
     engine::Request t1 = Greedy(RandomTokens(rng, h - 1, vocab), 1);
@@ -233,7 +233,7 @@ absl::Status RunTtft(const Flags& f, const model::Model& m) {
     }
     // Cold: the same context (the session's history before the last turn + that turn),
     // under a salt nobody else uses, so nothing is reused.
-    auto info = engine.GetSession(session->id);
+    auto info = engine.GetSession(session->id, "");
     if (!info.ok()) return info.status();
     const int cold_reps = std::max(1, std::min(f.reps, 2));
     for (int rep = 0; rep < cold_reps; ++rep) {

@@ -87,6 +87,7 @@ struct StoredSession {
   bool has_head = false;
   BlockHash head;
   std::string owner;
+  std::string tenant;  // who the session belongs to; empty: no authentication
   absl::Time expires_at = absl::InfiniteFuture();
 };
 

@@ -48,7 +48,7 @@ absl::StatusOr<std::unique_ptr<CacheServer>> CacheServer::Start(
   server->blocks_ = std::move(blocks);
   server->sessions_ = std::move(sessions);
   server->metrics_ = std::make_unique<CacheMetrics>();
-  const BearerAuth* auth = server->options_.auth ? &*server->options_.auth : nullptr;
+  const common::BearerAuth* auth = server->options_.auth ? &*server->options_.auth : nullptr;
   server->service_ = std::make_unique<SessionCacheService>(
       server->options_.service, server->blocks_.get(), server->sessions_.get(),
       server->metrics_.get(), clock, auth);

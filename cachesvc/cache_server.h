@@ -16,10 +16,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "cachesvc/bearer_auth.h"
 #include "cachesvc/block_store.h"
 #include "cachesvc/cache_metrics.h"
 #include "cachesvc/session_cache_service.h"
+#include "common/bearer_auth.h"
 #include "common/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "service/metrics_http_server.h"
@@ -48,7 +48,7 @@ struct CacheServerOptions {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   SessionCacheService::Options service;
   // Bearer tokens every call but health must carry; nullopt = no authentication.
-  std::optional<BearerAuth> auth;
+  std::optional<common::BearerAuth> auth;
 };
 
 class CacheServer {

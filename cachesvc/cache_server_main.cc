@@ -13,7 +13,6 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "cachesvc/bearer_auth.h"
 #include "cachesvc/cache_server.h"
 #include "cachesvc/disk_block_store.h"
 #include "cachesvc/disk_session_store.h"
@@ -23,6 +22,7 @@
 #include "cachesvc/redis_client.h"
 #include "cachesvc/redis_session_store.h"
 #include "cachesvc/tiered_block_store.h"
+#include "common/bearer_auth.h"
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/shutdown_signals.h"
@@ -126,7 +126,7 @@ absl::StatusOr<CacheServerOptions> OptionsFromFlags() {
   s.max_session_tokens = absl::GetFlag(FLAGS_max_session_tokens);
   s.max_session_id_bytes = absl::GetFlag(FLAGS_max_session_id_bytes);
   if (const std::string path = absl::GetFlag(FLAGS_auth_tokens); !path.empty()) {
-    absl::StatusOr<BearerAuth> auth = BearerAuth::FromFile(path);
+    absl::StatusOr<common::BearerAuth> auth = common::BearerAuth::FromFile(path);
     if (!auth.ok()) return absl::InvalidArgumentError(auth.status().message());
     options.auth = *std::move(auth);
   }

@@ -274,6 +274,7 @@ absl::Status RemoteCacheClient::PutSession(const engine::RemoteSession& session,
   r->mutable_turn_ends()->Assign(session.turn_ends.begin(), session.turn_ends.end());
   if (session.has_head) r->set_head_block_hash(cache::HashToBytes(session.head));
   r->set_owner(session.owner);
+  r->set_tenant(session.tenant);
   r->set_ttl_seconds(absl::ToInt64Seconds(session.ttl));
   v1::PutSessionResponse response;
   grpc::ClientContext context;
@@ -303,6 +304,7 @@ absl::StatusOr<engine::RemoteSession> RemoteCacheClient::GetSession(const std::s
     session.has_head = true;
   }
   session.owner = r.owner();
+  session.tenant = r.tenant();
   session.ttl = absl::Seconds(r.expires_in_seconds());
   return session;
 }

@@ -15,8 +15,6 @@
 namespace kvserve::cachesvc {
 namespace {
 
-constexpr char kAuthorizationHeader[] = "authorization";
-
 grpc::Status ToGrpc(const absl::Status& status) {
   // absl and gRPC status codes are the same numbers.
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
@@ -62,6 +60,7 @@ void SessionToProto(const StoredSession& s, absl::Time now, v1::SessionRecord* o
   out->mutable_turn_ends()->Assign(s.turn_ends.begin(), s.turn_ends.end());
   if (s.has_head) out->set_head_block_hash(cache::HashToBytes(s.head));
   out->set_owner(s.owner);
+  out->set_tenant(s.tenant);
   out->set_expires_in_seconds(SecondsLeft(s.expires_at, now));
 }
 
@@ -127,7 +126,7 @@ class FetchResponseEncoder {
 
 SessionCacheService::SessionCacheService(const Options& options, BlockStore* blocks,
                                          SessionRecordStore* sessions, CacheMetrics* metrics,
-                                         const common::Clock* clock, const BearerAuth* auth)
+                                         const common::Clock* clock, const common::BearerAuth* auth)
     : options_(options),
       blocks_(blocks),
       sessions_(sessions),
@@ -154,17 +153,8 @@ grpc::Status SessionCacheService::Handle(const char* method, grpc::ServerContext
                                          const std::function<absl::Status()>& body) {
   const absl::Time start = absl::Now();
   absl::Status status;
-  bool authenticated = auth_ == nullptr;
-  if (!authenticated) {
-    const auto& metadata = context->client_metadata();
-    auto it = metadata.find(kAuthorizationHeader);
-    authenticated =
-        it != metadata.end() &&
-        auth_->Authenticate(std::string_view(it->second.data(), it->second.size())).has_value();
-  }
-  status = authenticated ? body()
-                         : absl::UnauthenticatedError(
-                               "missing or unknown bearer token (authorization: Bearer TOKEN)");
+  if (auth_ != nullptr) status = auth_->AuthenticateCall(context->client_metadata()).status();
+  if (status.ok()) status = body();
   metrics_->RecordRpc(method, absl::StatusCodeToString(status.code()), absl::Now() - start);
   return ToGrpc(status);
 }
@@ -333,13 +323,16 @@ absl::Status SessionCacheService::DoPutSession(const v1::PutSessionRequest& requ
     return absl::InvalidArgumentError(absl::StrCat("record.session_id must have 1 to ", max_id,
                                                    " bytes, got ", r.session_id().size()));
   }
-  if (static_cast<int64_t>(r.owner().size()) > max_id) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("record.owner must have at most ", max_id, " bytes"));
+  for (const auto& [name, value] : {std::pair{"owner", &r.owner()}, {"tenant", &r.tenant()}}) {
+    if (static_cast<int64_t>(value->size()) > max_id) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("record.", name, " must have at most ", max_id, " bytes"));
+    }
   }
   StoredSession s;
   s.id = r.session_id();
   s.owner = r.owner();
+  s.tenant = r.tenant();
   if (absl::Status st = ParseHash(r.partition(), "record.partition", &s.partition); !st.ok()) {
     return st;
   }

@@ -22,9 +22,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "cachesvc/bearer_auth.h"
 #include "cachesvc/block_store.h"
 #include "cachesvc/cache_metrics.h"
+#include "common/bearer_auth.h"
 #include "common/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "kvserve/v1/session_cache.grpc.pb.h"
@@ -54,14 +54,15 @@ class SessionCacheService final : public kvserve::v1::SessionCache::Service {
     // Tokens one session record may hold; more: RESOURCE_EXHAUSTED. Default 1,048,576
     // [--max-session-tokens].
     int32_t max_session_tokens = 1 << 20;
-    // Bytes of a session id or owner name; more: INVALID_ARGUMENT. Default 256
+    // Bytes of a session id, owner or tenant name; more: INVALID_ARGUMENT. Default 256
     // [--max-session-id-bytes].
     int32_t max_session_id_bytes = 256;
   };
 
   // Borrows everything; all must outlive the service. `auth` null = no authentication.
   SessionCacheService(const Options& options, BlockStore* blocks, SessionRecordStore* sessions,
-                      CacheMetrics* metrics, const common::Clock* clock, const BearerAuth* auth);
+                      CacheMetrics* metrics, const common::Clock* clock,
+                      const common::BearerAuth* auth);
 
   grpc::Status Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
                       v1::LookupResponse* response) override;
@@ -109,7 +110,7 @@ class SessionCacheService final : public kvserve::v1::SessionCache::Service {
   SessionRecordStore* const sessions_;
   CacheMetrics* const metrics_;
   const common::Clock* const clock_;
-  const BearerAuth* const auth_;
+  const common::BearerAuth* const auth_;
 };
 
 }  // namespace kvserve::cachesvc

@@ -10,7 +10,8 @@
 namespace kvserve::cachesvc {
 namespace {
 
-constexpr std::string_view kMagic = "KVS1";
+constexpr std::string_view kMagicV1 = "KVS1";  // no tenant
+constexpr std::string_view kMagicV2 = "KVS2";  // a tenant after the owner
 
 void AppendU32(uint32_t v, std::string* out) {
   char b[4];
@@ -49,6 +50,11 @@ class Reader {
     if (n != 0) std::memcpy(out->data(), b.data(), b.size());
     return true;
   }
+  // A length-prefixed string.
+  bool String(std::string_view* out) {
+    uint32_t n = 0;
+    return U32(&n) && Bytes(n, out);
+  }
   bool AtEnd() const { return pos_ == data_.size(); }
 
  private:
@@ -56,14 +62,14 @@ class Reader {
   size_t pos_ = 0;
 };
 
-bool DecodeMeta(Reader& r, StoredSession* s) {
+// Reads the fields through the owner; `*version` gets 1 or 2.
+bool DecodeMeta(Reader& r, StoredSession* s, int* version) {
   std::string_view magic, partition, has_head, head, owner;
-  uint32_t owner_bytes = 0;
-  if (!r.Bytes(4, &magic) || magic != kMagic || !r.Bytes(16, &partition) ||
-      !r.Bytes(1, &has_head) || !r.Bytes(16, &head) || !r.U32(&owner_bytes) ||
-      !r.Bytes(owner_bytes, &owner)) {
+  if (!r.Bytes(4, &magic) || (magic != kMagicV1 && magic != kMagicV2) || !r.Bytes(16, &partition) ||
+      !r.Bytes(1, &has_head) || !r.Bytes(16, &head) || !r.String(&owner)) {
     return false;
   }
+  *version = magic == kMagicV1 ? 1 : 2;
   if (has_head[0] != 0 && has_head[0] != 1) return false;
   s->has_head = has_head[0] == 1;
   if (!cache::HashFromBytes(partition, &s->partition) || !cache::HashFromBytes(head, &s->head)) {
@@ -79,14 +85,19 @@ bool DecodeMeta(Reader& r, StoredSession* s) {
 
 std::string EncodeSessionValue(const StoredSession& s) {
   std::string out;
-  out.reserve(kSessionMetaFixedBytes + s.owner.size() + 8 +
+  const bool v2 = !s.tenant.empty();
+  out.reserve(kSessionMetaFixedBytes + s.owner.size() + (v2 ? 4 + s.tenant.size() : 0) + 8 +
               4 * (s.tokens.size() + s.turn_ends.size()));
-  out.append(kMagic);
+  out.append(v2 ? kMagicV2 : kMagicV1);
   out.append(cache::HashToBytes(s.partition));
   out.push_back(s.has_head ? 1 : 0);
   out.append(cache::HashToBytes(s.has_head ? s.head : BlockHash{}));
   AppendU32(static_cast<uint32_t>(s.owner.size()), &out);
   out.append(s.owner);
+  if (v2) {
+    AppendU32(static_cast<uint32_t>(s.tenant.size()), &out);
+    out.append(s.tenant);
+  }
   AppendInts(s.tokens, &out);
   AppendInts(s.turn_ends, &out);
   return out;
@@ -95,9 +106,14 @@ std::string EncodeSessionValue(const StoredSession& s) {
 bool DecodeSessionValue(std::string_view value, StoredSession* session) {
   Reader r(value);
   StoredSession s;
-  if (!DecodeMeta(r, &s) || !r.Ints(&s.tokens) || !r.Ints(&s.turn_ends) || !r.AtEnd()) {
-    return false;
+  int version = 0;
+  if (!DecodeMeta(r, &s, &version)) return false;
+  if (version == 2) {
+    std::string_view tenant;
+    if (!r.String(&tenant) || tenant.empty()) return false;  // empty: version 1's encoding
+    s.tenant = std::string(tenant);
   }
+  if (!r.Ints(&s.tokens) || !r.Ints(&s.turn_ends) || !r.AtEnd()) return false;
   s.id = std::move(session->id);
   *session = std::move(s);
   return true;
@@ -106,7 +122,8 @@ bool DecodeSessionValue(std::string_view value, StoredSession* session) {
 bool DecodeSessionMeta(std::string_view value, StoredSession* session) {
   Reader r(value);
   StoredSession s;
-  if (!DecodeMeta(r, &s)) return false;
+  int version = 0;
+  if (!DecodeMeta(r, &s, &version)) return false;
   s.id = std::move(session->id);
   *session = std::move(s);
   return true;

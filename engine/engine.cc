@@ -66,6 +66,9 @@ absl::Status ValidateOptions(const Engine::Options& o) {
     return bad("max_waiting_prompt_tokens", o.max_waiting_prompt_tokens);
   }
   if (o.max_sessions < 0) return bad("max_sessions", o.max_sessions);
+  if (o.max_sessions_per_tenant < 0) {
+    return bad("max_sessions_per_tenant", o.max_sessions_per_tenant);
+  }
   if (o.max_session_tokens < 0) return bad("max_session_tokens", o.max_session_tokens);
   if (o.default_session_ttl <= absl::ZeroDuration() || o.max_session_ttl < o.default_session_ttl) {
     return absl::InvalidArgumentError("default_session_ttl must be > 0 and <= max_session_ttl");
@@ -90,9 +93,9 @@ class EngineImpl final : public Engine {
         kv_(std::move(kv)),
         tokenizer_(std::move(tokenizer)),
         context_limits_{model.config().context_length, kv_capacity_tokens_},
-        sessions_(SessionStore::Options{options.max_sessions, max_session_tokens_,
-                                        options.default_session_ttl, options.max_session_ttl,
-                                        context_limits_}),
+        sessions_(SessionStore::Options{options.max_sessions, options.max_sessions_per_tenant,
+                                        max_session_tokens_, options.default_session_ttl,
+                                        options.max_session_ttl, context_limits_}),
         scheduler_(Scheduler::Options{options.max_running_sequences, options.max_step_tokens},
                    kv_.get()) {
     if (options.remote_cache != nullptr) {
@@ -123,37 +126,39 @@ class EngineImpl final : public Engine {
     cv_.notify_one();
   }
 
-  absl::StatusOr<SessionInfo> OpenSession(absl::Duration ttl) override {
+  absl::StatusOr<SessionInfo> OpenSession(absl::Duration ttl, const std::string& tenant) override {
     if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
-    auto info = sessions_.Open(ttl, clock_->Now());
+    auto info = sessions_.Open(ttl, tenant, clock_->Now());
     if (info.ok()) PublishSession(info->id);
     return info;
   }
-  absl::StatusOr<SessionInfo> ForkSession(const std::string& parent_id,
-                                          absl::Duration ttl) override {
+  absl::StatusOr<SessionInfo> ForkSession(const std::string& parent_id, absl::Duration ttl,
+                                          const std::string& tenant) override {
     if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
-    auto info = sessions_.Fork(parent_id, ttl, clock_->Now());
-    if (absl::IsNotFound(info.status()) && RestoreSession(parent_id)) {
-      info = sessions_.Fork(parent_id, ttl, clock_->Now());
+    auto info = sessions_.Fork(parent_id, ttl, tenant, clock_->Now());
+    if (absl::IsNotFound(info.status()) && RestoreSession(parent_id, tenant)) {
+      info = sessions_.Fork(parent_id, ttl, tenant, clock_->Now());
     }
     if (info.ok()) PublishSession(info->id);
     Wake();
     return info;
   }
-  absl::Status CloseSession(const std::string& id) override {
-    absl::Status status = sessions_.Close(id, clock_->Now());
+  absl::Status CloseSession(const std::string& id, const std::string& tenant) override {
+    absl::Status status = sessions_.Close(id, tenant, clock_->Now());
     if (remote_tier_ != nullptr) {
-      // Closed everywhere: a session known only to the service closes there.
-      if (absl::IsNotFound(status) && RemoteRecord(id).ok()) status = absl::OkStatus();
+      // Closed everywhere: a session known only to the service closes there (if it is
+      // the caller's).
+      if (absl::IsNotFound(status) && RemoteRecord(id, tenant).ok()) status = absl::OkStatus();
       if (status.ok()) remote_tier_->DeleteSession(id);
     }
     Wake();
     return status;
   }
-  absl::StatusOr<SessionInfo> GetSession(const std::string& id) override {
-    auto info = sessions_.Get(id, clock_->Now());
-    if (absl::IsNotFound(info.status()) && RestoreSession(id)) {
-      info = sessions_.Get(id, clock_->Now());
+  absl::StatusOr<SessionInfo> GetSession(const std::string& id,
+                                         const std::string& tenant) override {
+    auto info = sessions_.Get(id, tenant, clock_->Now());
+    if (absl::IsNotFound(info.status()) && RestoreSession(id, tenant)) {
+      info = sessions_.Get(id, tenant, clock_->Now());
     }
     if (!info.ok()) Wake();  // it may just have expired: release its KV blocks
     return info;
@@ -211,12 +216,13 @@ class EngineImpl final : public Engine {
   void ReleaseQueueSlot(const Sequence& seq);
 
   // The session cache service (all no-ops without one). Any thread:
-  //   RemoteRecord: the service's record of `id` if it is for this model.
-  //   RestoreSession: continues a session unknown here from the service's record; true
-  //     when the session is open here afterwards.
+  //   RemoteRecord: the service's record of `id` if it is for this model and `tenant`'s
+  //     (NOT_FOUND otherwise).
+  //   RestoreSession: continues a session of `tenant` unknown here from the service's
+  //     record; true when the session is open here afterwards.
   //   PublishSession: writes `id`'s record behind (history and turn ends as of now).
-  absl::StatusOr<RemoteSession> RemoteRecord(const std::string& id);
-  bool RestoreSession(const std::string& id);
+  absl::StatusOr<RemoteSession> RemoteRecord(const std::string& id, const std::string& tenant);
+  bool RestoreSession(const std::string& id, const std::string& tenant);
   void PublishSession(const std::string& id);
   // The record of session `id` for the service; `root` is the chain root of its last
   // turn (its head block's chain).
@@ -293,9 +299,11 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   std::vector<int32_t> context;
   if (is_turn) {
     // BOS is decided under the session's lock: only an empty history gets it.
-    auto begun = sessions_.BeginTurn(request.session_id, request.prompt_tokens, bos, now);
-    if (absl::IsNotFound(begun.status()) && RestoreSession(request.session_id)) {
-      begun = sessions_.BeginTurn(request.session_id, request.prompt_tokens, bos, now);
+    auto begun =
+        sessions_.BeginTurn(request.session_id, request.tenant, request.prompt_tokens, bos, now);
+    if (absl::IsNotFound(begun.status()) && RestoreSession(request.session_id, request.tenant)) {
+      begun =
+          sessions_.BeginTurn(request.session_id, request.tenant, request.prompt_tokens, bos, now);
     }
     if (!begun.ok()) return begun.status();
     context = std::move(begun->context);
@@ -329,7 +337,8 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   int64_t max_total = std::min<int64_t>(config.context_length, kv_capacity_tokens_);
   if (is_turn) max_total = std::min<int64_t>(max_total, max_session_tokens_);
   seq->max_total_tokens = static_cast<int32_t>(max_total);
-  seq->root = kv_->RootHash(request.cache_salt);  // immutable part of kv_: any thread
+  // immutable part of kv_: any thread
+  seq->root = kv_->RootHash(TenantCacheSalt(request.tenant, request.cache_salt));
   seq->session_id = request.session_id;
   seq->arrival = static_cast<int64_t>(id);
   seq->submit_time = now;
@@ -687,6 +696,7 @@ std::optional<RemoteSession> EngineImpl::SessionRecordOf(const std::string& id,
     r.head = kv_->ChainHashes(root, r.tokens, static_cast<int32_t>(full)).back();
   }
   r.owner = options_.remote.owner;
+  r.tenant = std::move(snap->owner);
   r.ttl = snap->ttl;
   return r;
 }
@@ -697,7 +707,8 @@ void EngineImpl::PublishSession(const std::string& id) {
   if (record.has_value()) remote_tier_->PutSession(*std::move(record));
 }
 
-absl::StatusOr<RemoteSession> EngineImpl::RemoteRecord(const std::string& id) {
+absl::StatusOr<RemoteSession> EngineImpl::RemoteRecord(const std::string& id,
+                                                       const std::string& tenant) {
   if (remote_tier_ == nullptr) return absl::NotFoundError("no session cache service");
   absl::StatusOr<RemoteSession> record = remote_tier_->GetSession(id);
   if (!record.ok()) return record.status();
@@ -705,6 +716,7 @@ absl::StatusOr<RemoteSession> EngineImpl::RemoteRecord(const std::string& id) {
   if (record->partition != kv_->RootHash("")) {
     return absl::NotFoundError("the session belongs to another model");
   }
+  if (record->tenant != tenant) return SessionStore::SessionNotFound(id);
   const int32_t vocab = model_.config().vocab_size;
   for (int32_t t : record->tokens) {
     if (t < 0 || t >= vocab) return absl::DataLossError("session record holds invalid tokens");
@@ -712,11 +724,12 @@ absl::StatusOr<RemoteSession> EngineImpl::RemoteRecord(const std::string& id) {
   return record;
 }
 
-bool EngineImpl::RestoreSession(const std::string& id) {
-  absl::StatusOr<RemoteSession> record = RemoteRecord(id);
+bool EngineImpl::RestoreSession(const std::string& id, const std::string& tenant) {
+  absl::StatusOr<RemoteSession> record = RemoteRecord(id, tenant);
   if (!record.ok()) return false;
-  const absl::Status restored = sessions_.Restore(
-      id, std::move(record->tokens), std::move(record->turn_ends), record->ttl, clock_->Now());
+  const absl::Status restored =
+      sessions_.Restore(id, record->tenant, std::move(record->tokens), std::move(record->turn_ends),
+                        record->ttl, clock_->Now());
   if (!restored.ok()) return false;
   sessions_restored_.fetch_add(1);
   return true;
@@ -755,6 +768,16 @@ void EngineImpl::PublishStats(double step_seconds) {
 }
 
 }  // namespace
+
+std::string TenantCacheSalt(const std::string& tenant, const std::string& cache_salt) {
+  if (tenant.empty()) return cache_salt;
+  std::string salt;
+  salt.reserve(tenant.size() + 1 + cache_salt.size());
+  salt.append(tenant);
+  salt.push_back('\0');
+  salt.append(cache_salt);
+  return salt;
+}
 
 absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Engine::Options& options,
                                                      const model::Model& model,

@@ -74,8 +74,20 @@ struct Request {
   std::string session_id;  // empty: stateless request
   SamplingParams sampling;
   absl::Time deadline = absl::InfiniteFuture();
-  std::string cache_salt;  // requests with different salts never share KV blocks
+  // Requests with different salts never share KV blocks. With a tenant, the salt the
+  // KV is keyed by is TenantCacheSalt(tenant, cache_salt): one tenant cannot pick a
+  // salt that shares another's KV.
+  std::string cache_salt;
+  // Who sends the request: the authenticated tenant, or empty when the front end
+  // authenticates nobody. A session turn only finds sessions of the same tenant.
+  std::string tenant;
 };
+
+// The salt KV blocks of a request of `tenant` with `cache_salt` are keyed by:
+// `cache_salt` itself without a tenant, else tenant + '\0' + cache_salt. Tenant names
+// hold no NUL (they are single words of a token file), so two tenants never get the
+// same salt whatever salts they send; the same tenant with the same salt always does.
+std::string TenantCacheSalt(const std::string& tenant, const std::string& cache_salt);
 
 struct SessionInfo {
   std::string id;
@@ -148,11 +160,17 @@ class Engine {
   // is released. Unknown ids are ignored. Thread-safe.
   virtual void Cancel(RequestId id) = 0;
 
-  virtual absl::StatusOr<SessionInfo> OpenSession(absl::Duration ttl) = 0;
-  virtual absl::StatusOr<SessionInfo> ForkSession(const std::string& parent_id,
-                                                  absl::Duration ttl) = 0;
-  virtual absl::Status CloseSession(const std::string& id) = 0;
-  virtual absl::StatusOr<SessionInfo> GetSession(const std::string& id) = 0;
+  // Sessions belong to the tenant that opens them (`tenant`: as Request::tenant; empty
+  // when nobody is authenticated). A session of another tenant is NOT_FOUND with the
+  // message of an unknown id, for every method and for Submit's turns.
+  // Open/Fork: RESOURCE_EXHAUSTED for max_sessions or max_sessions_per_tenant.
+  virtual absl::StatusOr<SessionInfo> OpenSession(absl::Duration ttl,
+                                                  const std::string& tenant) = 0;
+  virtual absl::StatusOr<SessionInfo> ForkSession(const std::string& parent_id, absl::Duration ttl,
+                                                  const std::string& tenant) = 0;
+  virtual absl::Status CloseSession(const std::string& id, const std::string& tenant) = 0;
+  virtual absl::StatusOr<SessionInfo> GetSession(const std::string& id,
+                                                 const std::string& tenant) = 0;
 
   virtual EngineStats Stats() const = 0;
   virtual SubmitLimits submit_limits() const = 0;

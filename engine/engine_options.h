@@ -47,6 +47,10 @@ struct Engine::Options {
   int64_t max_waiting_prompt_tokens = int64_t{1} << 20;
   // Open sessions; beyond -> OpenSession/ForkSession RESOURCE_EXHAUSTED. Default 4096.
   int32_t max_sessions = 4096;
+  // Open sessions of one tenant (a non-empty tenant: the front end authenticates
+  // callers); beyond -> OpenSession/ForkSession RESOURCE_EXHAUSTED naming
+  // max_sessions_per_tenant. 0 = no per-tenant limit. Default 1024.
+  int32_t max_sessions_per_tenant = 1024;
   // Tokens a session's history may hold; 0 = the model's context length. A turn that
   // would start beyond it -> RESOURCE_EXHAUSTED; generation stops (kLength) at it.
   int32_t max_session_tokens = 0;

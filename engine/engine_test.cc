@@ -132,7 +132,7 @@ TEST_P(EngineTest, F16KvReuseIsExact) {
 
 TEST_P(EngineTest, SessionTurnReusesHistoryAndMatchesColdRequest) {
   auto engine = NewEngine();
-  auto session = engine->OpenSession(absl::ZeroDuration());
+  auto session = engine->OpenSession(absl::ZeroDuration(), "");
   ASSERT_TRUE(session.ok()) << session.status();
 
   const std::vector<int32_t> turn1 = Prompt(40, 3);
@@ -141,7 +141,7 @@ TEST_P(EngineTest, SessionTurnReusesHistoryAndMatchesColdRequest) {
   const Result out1 = RunRequest(*engine, r1);
   ASSERT_TRUE(out1.status.ok()) << out1.status;
   ASSERT_EQ(out1.tokens.size(), 10u);
-  auto info = engine->GetSession(session->id);
+  auto info = engine->GetSession(session->id, "");
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->history_tokens, 50);
   EXPECT_FALSE(info->busy);
@@ -159,8 +159,8 @@ TEST_P(EngineTest, SessionTurnReusesHistoryAndMatchesColdRequest) {
   auto cold = NewEngine();
   const Result want = RunRequest(*cold, Greedy(Concat(Concat(turn1, out1.tokens), turn2), 8, 3));
   ExpectSameOutput(out2, want);
-  EXPECT_TRUE(engine->CloseSession(session->id).ok());
-  EXPECT_EQ(engine->GetSession(session->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(engine->CloseSession(session->id, "").ok());
+  EXPECT_EQ(engine->GetSession(session->id, "").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_P(EngineTest, EmptyTurnContinuesASessionWithHistoryOnly) {
@@ -168,14 +168,14 @@ TEST_P(EngineTest, EmptyTurnContinuesASessionWithHistoryOnly) {
   // Stateless, and a session without history: nothing to continue.
   EXPECT_EQ(engine->Submit(Greedy({}, 4), std::make_shared<CollectingSink>()).status().code(),
             absl::StatusCode::kInvalidArgument);
-  auto session = engine->OpenSession(absl::ZeroDuration());
+  auto session = engine->OpenSession(absl::ZeroDuration(), "");
   ASSERT_TRUE(session.ok()) << session.status();
   Request empty = Greedy({}, 6, 2);
   empty.session_id = session->id;
   EXPECT_EQ(engine->Submit(empty, std::make_shared<CollectingSink>()).status().code(),
             absl::StatusCode::kInvalidArgument);
   // The refused turn left the session usable (not busy).
-  EXPECT_FALSE(engine->GetSession(session->id)->busy);
+  EXPECT_FALSE(engine->GetSession(session->id, "")->busy);
 
   const std::vector<int32_t> turn1 = Prompt(20, 5);
   Request r1 = Greedy(turn1, 5, 2);
@@ -226,13 +226,13 @@ TEST_P(EngineTest, AddBosOnlyWhereTheContextStarts) {
   explicit_bos.insert(explicit_bos.end(), p.begin(), p.end());
   ExpectSameOutput(with_bos, RunRequest(*engine, Greedy(explicit_bos, 3)));
 
-  auto session = engine->OpenSession(absl::ZeroDuration());
+  auto session = engine->OpenSession(absl::ZeroDuration(), "");
   ASSERT_TRUE(session.ok());
   Request turn = Greedy(Prompt(6), 3);
   turn.add_bos = true;
   turn.session_id = session->id;
   ASSERT_TRUE(RunRequest(*engine, turn).status.ok());
-  EXPECT_EQ(engine->GetSession(session->id)->history_tokens, 1 + 6 + 3);
+  EXPECT_EQ(engine->GetSession(session->id, "")->history_tokens, 1 + 6 + 3);
   // The second turn continues the history: no second BOS.
   const Result second = RunRequest(*engine, turn);
   ASSERT_TRUE(second.status.ok()) << second.status;
@@ -241,7 +241,7 @@ TEST_P(EngineTest, AddBosOnlyWhereTheContextStarts) {
 
 TEST_P(EngineTest, ForkSharesTheParentsBlocksAndDiverges) {
   auto engine = NewEngine();
-  auto parent = engine->OpenSession(absl::Minutes(1));
+  auto parent = engine->OpenSession(absl::Minutes(1), "");
   ASSERT_TRUE(parent.ok());
   const std::vector<int32_t> turn1 = Prompt(35, 5);
   Request r1 = Greedy(turn1, 6);
@@ -249,11 +249,11 @@ TEST_P(EngineTest, ForkSharesTheParentsBlocksAndDiverges) {
   const Result out1 = RunRequest(*engine, r1);
   ASSERT_TRUE(out1.status.ok()) << out1.status;
 
-  auto child = engine->ForkSession(parent->id, absl::Minutes(1));
+  auto child = engine->ForkSession(parent->id, absl::Minutes(1), "");
   ASSERT_TRUE(child.ok()) << child.status();
   EXPECT_EQ(child->history_tokens, 41);
   // The parent closes: the child's pins keep the shared blocks.
-  ASSERT_TRUE(engine->CloseSession(parent->id).ok());
+  ASSERT_TRUE(engine->CloseSession(parent->id, "").ok());
 
   const std::vector<int32_t> turn2 = Prompt(4, 6);
   Request r2 = Greedy(turn2, 5, 3);
@@ -445,17 +445,17 @@ TEST_P(EngineTest, SessionRulesAndExpiry) {
   o.max_sessions = 2;
   o.clock = &clock;
   auto engine = NewEngine(o);
-  EXPECT_EQ(engine->GetSession("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine->GetSession("nope", "").status().code(), absl::StatusCode::kNotFound);
   Request orphan = Greedy(Prompt(4), 2);
   orphan.session_id = "nope";
   EXPECT_EQ(RunRequest(*engine, orphan).status.code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(engine->OpenSession(absl::Hours(1000)).status().code(),
+  EXPECT_EQ(engine->OpenSession(absl::Hours(1000), "").status().code(),
             absl::StatusCode::kInvalidArgument);
 
-  auto s = engine->OpenSession(absl::Seconds(30));
+  auto s = engine->OpenSession(absl::Seconds(30), "");
   ASSERT_TRUE(s.ok());
-  ASSERT_TRUE(engine->OpenSession(absl::Seconds(30)).ok());
-  EXPECT_EQ(engine->OpenSession(absl::Seconds(30)).status().code(),
+  ASSERT_TRUE(engine->OpenSession(absl::Seconds(30), "").ok());
+  EXPECT_EQ(engine->OpenSession(absl::Seconds(30), "").status().code(),
             absl::StatusCode::kResourceExhausted);
 
   // One turn at a time.
@@ -467,21 +467,21 @@ TEST_P(EngineTest, SessionRulesAndExpiry) {
   t1.session_id = s->id;
   ASSERT_TRUE(engine->Submit(t1, blocker).ok());
   gate.WaitEntered();
-  EXPECT_TRUE(engine->GetSession(s->id)->busy);
+  EXPECT_TRUE(engine->GetSession(s->id, "")->busy);
   Request t2 = Greedy(Prompt(3), 3);
   t2.session_id = s->id;
   EXPECT_EQ(engine->Submit(t2, std::make_shared<CollectingSink>()).status().code(),
             absl::StatusCode::kFailedPrecondition);
   gate.Open();
   ASSERT_TRUE(blocker->Wait().status.ok());
-  EXPECT_EQ(engine->GetSession(s->id)->history_tokens, 43);
+  EXPECT_EQ(engine->GetSession(s->id, "")->history_tokens, 43);
 
   // The session pins its 2 full blocks while open...
   EXPECT_EQ(engine->Stats().blocks_used, 2);
   EXPECT_EQ(engine->Stats().open_sessions, 2);
   // ...and expires 30 s after its last turn; its blocks become evictable cache.
   clock.Advance(absl::Seconds(31));
-  EXPECT_EQ(engine->GetSession(s->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine->GetSession(s->id, "").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(RunRequest(*engine, t2).status.code(), absl::StatusCode::kNotFound);
   const Result after = RunRequest(*engine, Greedy(Prompt(2), 1));  // a step runs after the expiry
   ASSERT_TRUE(after.status.ok());
@@ -493,7 +493,7 @@ TEST_P(EngineTest, IdleSessionPinsAreReclaimedUnderPressure) {
   Engine::Options o = SmallOptions();
   o.kv_budget_bytes = 8 * o.KvLayoutFor(model_->config()).block_bytes();
   auto engine = NewEngine(o);
-  auto s = engine->OpenSession(absl::ZeroDuration());
+  auto s = engine->OpenSession(absl::ZeroDuration(), "");
   ASSERT_TRUE(s.ok());
   Request t1 = Greedy(Prompt(70), 2);
   t1.session_id = s->id;

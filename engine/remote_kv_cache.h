@@ -31,7 +31,8 @@ struct RemoteSession {
   std::vector<int32_t> turn_ends;  // token offsets where turns ended
   bool has_head = false;
   cache::BlockHash head;  // hash of the last full block of `tokens`
-  std::string owner;
+  std::string owner;      // the replica that wrote it; informational
+  std::string tenant;     // the tenant the session belongs to (empty: no authentication)
   absl::Duration ttl = absl::ZeroDuration();  // zero: the service's default
 };
 

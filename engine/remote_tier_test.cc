@@ -89,7 +89,7 @@ class RemoteTierTest : public ::testing::Test {
   Result LocalContinuation(const std::vector<int32_t>& history, const std::vector<int32_t>& next,
                            int max_tokens) {
     auto local = Replica(/*remote=*/false);
-    auto session = local->OpenSession(absl::ZeroDuration());
+    auto session = local->OpenSession(absl::ZeroDuration(), "");
     EXPECT_TRUE(session.ok());
     // history = BOS + first prompt + 60 generated tokens (FirstTurn).
     Request first = Greedy(std::vector<int32_t>(history.begin() + 1, history.end() - 60), 60,
@@ -120,14 +120,16 @@ class RemoteTierTest : public ::testing::Test {
 
   // Runs turn 1 of a new session on `a` (with a long first prompt, so the history has
   // many full blocks) and waits until it is written behind. Returns the session id
-  // and the history.
-  std::pair<std::string, std::vector<int32_t>> FirstTurn(Engine& a) {
-    auto session = a.OpenSession(absl::ZeroDuration());
+  // and the history. `tenant` opens and runs it.
+  std::pair<std::string, std::vector<int32_t>> FirstTurn(Engine& a,
+                                                         const std::string& tenant = "") {
+    auto session = a.OpenSession(absl::ZeroDuration(), tenant);
     EXPECT_TRUE(session.ok());
     Request r = Greedy(Encode("Once upon a time, there was a little girl named Lily. She loved "
                               "to play outside in the sun with her big red ball."),
                        60, /*bos=*/true);
     r.session_id = session->id;
+    r.tenant = tenant;
     const Result turn1 = testing::RunRequest(a, r);
     EXPECT_TRUE(turn1.status.ok()) << turn1.status;
     const int32_t history = turn1.usage.prompt_tokens + turn1.usage.completion_tokens;
@@ -137,6 +139,7 @@ class RemoteTierTest : public ::testing::Test {
     if (!record.ok()) return {};
     EXPECT_EQ(static_cast<int32_t>(record->tokens.size()), history);
     EXPECT_EQ(record->turn_ends, std::vector<int32_t>{history});
+    EXPECT_EQ(record->tenant, tenant);
     return {session->id, record->tokens};
   }
 
@@ -186,6 +189,45 @@ TEST_F(RemoteTierTest, ARestartedReplicaContinuesFromTheService) {
   EXPECT_GT(got.usage.cached_tokens_remote, 0);
   ExpectSameOutput(got, LocalContinuation(history, {}, 30));
   ExpectSameOutput(got, Cold(history, 30), 1e-4f);
+}
+
+// The record carries the session's tenant: on another replica only that tenant
+// continues it; another one gets the NOT_FOUND of an unknown id from every call.
+TEST_F(RemoteTierTest, OwnershipSurvivesAReplicaChange) {
+  auto a = Replica();
+  const auto [id, history] = FirstTurn(*a, "alice");
+  ASSERT_FALSE(id.empty());
+  auto b = Replica();
+  const std::string unknown = "s-0123456789abcdef0123456789abcdef";
+  const absl::Status not_found = b->GetSession(unknown, "bob").status();
+  ASSERT_EQ(not_found.code(), absl::StatusCode::kNotFound);
+  auto expect_unknown = [&](const absl::Status& got) {
+    EXPECT_EQ(got.code(), absl::StatusCode::kNotFound);
+    std::string message(got.message());
+    if (const size_t at = message.find(id); at != std::string::npos) {
+      message.replace(at, id.size(), unknown);
+    }
+    EXPECT_EQ(message, not_found.message());
+  };
+  for (const std::string& other : {std::string("bob"), std::string("")}) {
+    expect_unknown(b->GetSession(id, other).status());
+    expect_unknown(b->ForkSession(id, absl::ZeroDuration(), other).status());
+    expect_unknown(b->CloseSession(id, other));
+    Request turn = Greedy(Encode(" Then"), 5, /*bos=*/false);
+    turn.session_id = id;
+    turn.tenant = other;
+    expect_unknown(testing::RunRequest(*b, turn).status);
+  }
+  EXPECT_EQ(b->Stats().remote.sessions_restored_total, 0);
+  ASSERT_TRUE(service_.GetSession(id, absl::InfiniteFuture()).ok());  // not deleted
+
+  Request turn2 = Greedy(Encode(" Then she saw a cat."), 10, /*bos=*/false);
+  turn2.session_id = id;
+  turn2.tenant = "alice";
+  const Result got = testing::RunRequest(*b, turn2);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_GT(got.usage.cached_tokens_remote, 0);
+  EXPECT_EQ(b->Stats().remote.sessions_restored_total, 1);
 }
 
 // Records altered on the way (a changed payload byte; tokens or identity rewritten with

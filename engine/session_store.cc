@@ -28,17 +28,34 @@ absl::StatusOr<std::string> SessionStore::NewIdLocked() {
   }
 }
 
-absl::Status SessionStore::MakeRoomLocked(absl::Time now) {
-  if (static_cast<int32_t>(sessions_.size()) < options_.max_sessions) return absl::OkStatus();
+absl::Status SessionStore::SessionNotFound(const std::string& id) {
+  return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+}
+
+absl::Status SessionStore::CheckRoomLocked(const std::string& owner) const {
+  if (static_cast<int32_t>(sessions_.size()) >= options_.max_sessions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many open sessions (limit ", options_.max_sessions, ")"));
+  }
+  if (owner.empty() || options_.max_sessions_per_owner <= 0) return absl::OkStatus();
+  auto it = owner_sessions_.find(owner);
+  if (it != owner_sessions_.end() && it->second >= options_.max_sessions_per_owner) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("too many open sessions for this tenant (max_sessions_per_tenant ",
+                     options_.max_sessions_per_owner, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SessionStore::MakeRoomLocked(const std::string& owner, absl::Time now) {
+  if (CheckRoomLocked(owner).ok()) return absl::OkStatus();
   // Purge expired sessions before refusing.
   std::vector<std::string> expired;
   for (const auto& [id, s] : sessions_) {
     if (!s.busy && now >= s.expires_at) expired.push_back(id);
   }
   for (const auto& id : expired) RemoveLocked(id);
-  if (static_cast<int32_t>(sessions_.size()) < options_.max_sessions) return absl::OkStatus();
-  return absl::ResourceExhaustedError(
-      absl::StrCat("too many open sessions (limit ", options_.max_sessions, ")"));
+  return CheckRoomLocked(owner);
 }
 
 SessionInfo SessionStore::Info(const std::string& id, const Session& s) {
@@ -50,8 +67,22 @@ SessionInfo SessionStore::Info(const std::string& id, const Session& s) {
   return info;
 }
 
+SessionStore::Session& SessionStore::InsertLocked(const std::string& id, const std::string& owner) {
+  Session& s = sessions_[id];
+  s.owner = owner;
+  if (!owner.empty()) ++owner_sessions_[owner];
+  return s;
+}
+
 void SessionStore::RemoveLocked(const std::string& id) {
-  if (sessions_.erase(id) > 0) events_.push_back({Event::Kind::kRemoved, id, ""});
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  if (const std::string& owner = it->second.owner; !owner.empty()) {
+    auto count = owner_sessions_.find(owner);
+    if (--count->second == 0) owner_sessions_.erase(count);
+  }
+  sessions_.erase(it);
+  events_.push_back({Event::Kind::kRemoved, id, ""});
 }
 
 SessionStore::Session* SessionStore::FindLive(const std::string& id, absl::Time now) {
@@ -64,38 +95,44 @@ SessionStore::Session* SessionStore::FindLive(const std::string& id, absl::Time 
   return &it->second;
 }
 
-absl::StatusOr<SessionInfo> SessionStore::Open(absl::Duration ttl, absl::Time now) {
+SessionStore::Session* SessionStore::FindOwned(const std::string& id, const std::string& owner,
+                                               absl::Time now) {
+  auto it = sessions_.find(id);
+  // Checked before FindLive, which may expire the session: a caller must not be able
+  // to affect another owner's session in any way.
+  if (it == sessions_.end() || it->second.owner != owner) return nullptr;
+  return FindLive(id, now);
+}
+
+absl::StatusOr<SessionInfo> SessionStore::Open(absl::Duration ttl, const std::string& owner,
+                                               absl::Time now) {
   absl::StatusOr<absl::Duration> checked = CheckTtl(ttl);
   if (!checked.ok()) return checked.status();
   std::lock_guard<std::mutex> lock(mu_);
-  if (absl::Status room = MakeRoomLocked(now); !room.ok()) return room;
+  if (absl::Status room = MakeRoomLocked(owner, now); !room.ok()) return room;
   absl::StatusOr<std::string> new_id = NewIdLocked();
   if (!new_id.ok()) return new_id.status();
   const std::string& id = *new_id;
-  Session& s = sessions_[id];
+  Session& s = InsertLocked(id, owner);
   s.ttl = *checked;
   s.expires_at = now + s.ttl;
   return Info(id, s);
 }
 
 absl::StatusOr<SessionInfo> SessionStore::Fork(const std::string& parent_id, absl::Duration ttl,
-                                               absl::Time now) {
+                                               const std::string& owner, absl::Time now) {
   absl::StatusOr<absl::Duration> checked = CheckTtl(ttl);
   if (!checked.ok()) return checked.status();
   std::lock_guard<std::mutex> lock(mu_);
-  Session* parent = FindLive(parent_id, now);
-  if (parent == nullptr)
-    return absl::NotFoundError(absl::StrCat("session ", parent_id, " not found"));
-  if (static_cast<int32_t>(sessions_.size()) >= options_.max_sessions) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("too many open sessions (limit ", options_.max_sessions, ")"));
-  }
+  Session* parent = FindOwned(parent_id, owner, now);
+  if (parent == nullptr) return SessionNotFound(parent_id);
+  if (absl::Status room = CheckRoomLocked(owner); !room.ok()) return room;
   std::vector<int32_t> history = parent->history;  // `parent` may move on insertion
   std::vector<int32_t> turn_ends = parent->turn_ends;
   absl::StatusOr<std::string> new_id = NewIdLocked();
   if (!new_id.ok()) return new_id.status();
   const std::string& id = *new_id;
-  Session& s = sessions_[id];
+  Session& s = InsertLocked(id, owner);
   s.history = std::move(history);
   s.turn_ends = std::move(turn_ends);
   s.ttl = *checked;
@@ -104,28 +141,29 @@ absl::StatusOr<SessionInfo> SessionStore::Fork(const std::string& parent_id, abs
   return Info(id, s);
 }
 
-absl::Status SessionStore::Close(const std::string& id, absl::Time now) {
+absl::Status SessionStore::Close(const std::string& id, const std::string& owner, absl::Time now) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (FindLive(id, now) == nullptr)
-    return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+  if (FindOwned(id, owner, now) == nullptr) return SessionNotFound(id);
   RemoveLocked(id);
   return absl::OkStatus();
 }
 
-absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id, absl::Time now) {
+absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id, const std::string& owner,
+                                              absl::Time now) {
   std::lock_guard<std::mutex> lock(mu_);
-  Session* s = FindLive(id, now);
-  if (s == nullptr) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+  Session* s = FindOwned(id, owner, now);
+  if (s == nullptr) return SessionNotFound(id);
   return Info(id, *s);
 }
 
 absl::StatusOr<SessionStore::Turn> SessionStore::BeginTurn(const std::string& id,
+                                                           const std::string& owner,
                                                            const std::vector<int32_t>& new_tokens,
                                                            std::optional<int32_t> bos_if_empty,
                                                            absl::Time now) {
   std::lock_guard<std::mutex> lock(mu_);
-  Session* s = FindLive(id, now);
-  if (s == nullptr) return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
+  Session* s = FindOwned(id, owner, now);
+  if (s == nullptr) return SessionNotFound(id);
   if (s->busy) {
     return absl::FailedPreconditionError(absl::StrCat("session ", id, " has a turn running"));
   }
@@ -166,9 +204,9 @@ bool SessionStore::EndTurn(const std::string& id, const std::vector<int32_t>* hi
   return true;
 }
 
-absl::Status SessionStore::Restore(const std::string& id, std::vector<int32_t> history,
-                                   std::vector<int32_t> turn_ends, absl::Duration ttl,
-                                   absl::Time now) {
+absl::Status SessionStore::Restore(const std::string& id, const std::string& owner,
+                                   std::vector<int32_t> history, std::vector<int32_t> turn_ends,
+                                   absl::Duration ttl, absl::Time now) {
   const bool well_formed =
       id.size() == 34 && id.starts_with("s-") && std::all_of(id.begin() + 2, id.end(), [](char c) {
         return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
@@ -181,8 +219,8 @@ absl::Status SessionStore::Restore(const std::string& id, std::vector<int32_t> h
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (FindLive(id, now) != nullptr) return absl::OkStatus();
-  if (absl::Status room = MakeRoomLocked(now); !room.ok()) return room;
-  Session& s = sessions_[id];
+  if (absl::Status room = MakeRoomLocked(owner, now); !room.ok()) return room;
+  Session& s = InsertLocked(id, owner);
   s.history = std::move(history);
   s.turn_ends = std::move(turn_ends);
   s.ttl = std::clamp(ttl, options_.default_ttl, options_.max_ttl);
@@ -194,7 +232,7 @@ std::optional<SessionStore::Snapshot> SessionStore::GetSnapshot(const std::strin
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return std::nullopt;
-  return Snapshot{it->second.history, it->second.turn_ends, it->second.ttl};
+  return Snapshot{it->second.history, it->second.turn_ends, it->second.ttl, it->second.owner};
 }
 
 void SessionStore::ExpireIdle(absl::Time now) {

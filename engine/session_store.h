@@ -27,11 +27,22 @@ namespace kvserve::engine {
 // cache::KvCacheManager (engine step thread), which learns of forks and removals
 // through TakeEvents(); this store never calls anyone.
 //
+// Ownership: every session has an owner (the tenant that opened it; empty when the
+// front end authenticates nobody), fixed when it is opened, forked or restored. Every
+// call that names a session takes the caller's owner and treats a session owned by
+// someone else exactly as an unknown id: the same NOT_FOUND message, and no other
+// effect (it is neither expired, touched nor counted), so a caller cannot learn that
+// another tenant's session exists.
+//
 // Threading: every method is thread-safe (one internal mutex).
 class SessionStore {
  public:
   struct Options {
-    int32_t max_sessions = 4096;        // open sessions; more -> RESOURCE_EXHAUSTED
+    int32_t max_sessions = 4096;  // open sessions; more -> RESOURCE_EXHAUSTED
+    // Open sessions of one non-empty owner; more -> RESOURCE_EXHAUSTED naming
+    // max_sessions_per_tenant. 0 = no per-owner limit. Sessions with an empty owner
+    // count only against max_sessions.
+    int32_t max_sessions_per_owner = 0;
     int32_t max_session_tokens = 8192;  // history limit; a turn beyond -> RESOURCE_EXHAUSTED
     absl::Duration default_ttl = absl::Minutes(10);  // used when Open/Fork get ttl <= 0
     absl::Duration max_ttl = absl::Hours(24);        // larger ttl -> INVALID_ARGUMENT
@@ -51,14 +62,23 @@ class SessionStore {
   // seed and differ across restarts and replicas.
   explicit SessionStore(const Options& options);
 
-  // INTERNAL if the secure random source fails (no id is ever made up without it).
-  absl::StatusOr<SessionInfo> Open(absl::Duration ttl, absl::Time now);
-  // A new session with a copy of the parent's history (as of its last completed turn).
+  // Opens a session owned by `owner`. RESOURCE_EXHAUSTED for max_sessions or
+  // max_sessions_per_owner; INTERNAL if the secure random source fails (no id is ever
+  // made up without it).
+  absl::StatusOr<SessionInfo> Open(absl::Duration ttl, const std::string& owner, absl::Time now);
+  // A new session of `owner` with a copy of the parent's history (as of its last
+  // completed turn). NOT_FOUND (SessionNotFound) when the parent is unknown, expired or
+  // not `owner`'s; RESOURCE_EXHAUSTED as Open.
   absl::StatusOr<SessionInfo> Fork(const std::string& parent_id, absl::Duration ttl,
-                                   absl::Time now);
-  // NOT_FOUND when unknown or expired. A running turn finishes but is not recorded.
-  absl::Status Close(const std::string& id, absl::Time now);
-  absl::StatusOr<SessionInfo> Get(const std::string& id, absl::Time now);
+                                   const std::string& owner, absl::Time now);
+  // NOT_FOUND (SessionNotFound) when unknown, expired or not `owner`'s. A running turn
+  // finishes but is not recorded.
+  absl::Status Close(const std::string& id, const std::string& owner, absl::Time now);
+  // NOT_FOUND as Close.
+  absl::StatusOr<SessionInfo> Get(const std::string& id, const std::string& owner, absl::Time now);
+  // The NOT_FOUND status every method gives for an id that is unknown, expired or
+  // someone else's (one message for all three).
+  static absl::Status SessionNotFound(const std::string& id);
 
   struct Turn {
     std::vector<int32_t> context;  // history [+ BOS] + new tokens
@@ -66,10 +86,12 @@ class SessionStore {
   };
   // Starts a turn that appends `new_tokens` (after `bos_if_empty`, when given and the
   // history is empty; decided under the store's lock): returns the whole context and
-  // marks the session busy. NOT_FOUND (unknown or expired), FAILED_PRECONDITION (a turn
+  // marks the session busy. NOT_FOUND (unknown, expired or not `owner`'s),
+  // FAILED_PRECONDITION (a turn
   // is running), FieldError "prompt_tokens" (CheckContextFits against options.context),
   // RESOURCE_EXHAUSTED (history would exceed max_session_tokens).
-  absl::StatusOr<Turn> BeginTurn(const std::string& id, const std::vector<int32_t>& new_tokens,
+  absl::StatusOr<Turn> BeginTurn(const std::string& id, const std::string& owner,
+                                 const std::vector<int32_t>& new_tokens,
                                  std::optional<int32_t> bos_if_empty, absl::Time now);
   // Ends the turn started by BeginTurn. With `history`, it becomes the stored history
   // (the turn completed); without, the history is unchanged (cancelled or failed).
@@ -77,18 +99,20 @@ class SessionStore {
   bool EndTurn(const std::string& id, const std::vector<int32_t>* history, absl::Time now);
 
   // Re-creates a session known elsewhere (the session cache service) under its own id,
-  // with `history` and `turn_ends` (token offsets where its turns ended), as if opened
-  // here with `ttl` (clamped to [default, max]). OK when `id` is open here already
-  // (restored meanwhile; nothing changes). RESOURCE_EXHAUSTED for the session limit or a
-  // history over max_session_tokens; INVALID_ARGUMENT for an id that is not "s-" + 32
-  // lower-case hex digits.
-  absl::Status Restore(const std::string& id, std::vector<int32_t> history,
-                       std::vector<int32_t> turn_ends, absl::Duration ttl, absl::Time now);
-  // A session's history, turn ends and ttl (nullopt when unknown or expired).
+  // owned by `owner` (the record's), with `history` and `turn_ends` (token offsets where
+  // its turns ended), as if opened here with `ttl` (clamped to [default, max]). OK when
+  // `id` is open here already (restored meanwhile; nothing changes, whoever owns it).
+  // RESOURCE_EXHAUSTED for the session limits or a history over max_session_tokens;
+  // INVALID_ARGUMENT for an id that is not "s-" + 32 lower-case hex digits.
+  absl::Status Restore(const std::string& id, const std::string& owner,
+                       std::vector<int32_t> history, std::vector<int32_t> turn_ends,
+                       absl::Duration ttl, absl::Time now);
+  // A session's history, turn ends, ttl and owner (nullopt when unknown or expired).
   struct Snapshot {
     std::vector<int32_t> history;
     std::vector<int32_t> turn_ends;
     absl::Duration ttl;
+    std::string owner;
   };
   std::optional<Snapshot> GetSnapshot(const std::string& id) const;
 
@@ -102,6 +126,7 @@ class SessionStore {
 
  private:
   struct Session {
+    std::string owner;
     std::vector<int32_t> history;
     std::vector<int32_t> turn_ends;  // history offsets where completed turns ended
     absl::Duration ttl;
@@ -109,10 +134,21 @@ class SessionStore {
     bool busy = false;
   };
   absl::StatusOr<absl::Duration> CheckTtl(absl::Duration ttl) const;
-  // RESOURCE_EXHAUSTED when the session limit is reached even after purging expired ones.
-  absl::Status MakeRoomLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED when a session limit (max_sessions, or max_sessions_per_owner
+  // for a non-empty `owner`) is reached even after purging expired sessions.
+  absl::Status MakeRoomLocked(const std::string& owner, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The limit `owner` has reached, if any (no purge).
+  absl::Status CheckRoomLocked(const std::string& owner) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finds a live session, removing it first if it has expired.
   Session* FindLive(const std::string& id, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FindLive, for `owner` only: another owner's session is left alone (not even
+  // expired) and yields null, as an unknown id does.
+  Session* FindOwned(const std::string& id, const std::string& owner, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds session `id` of `owner` (not present) and counts it.
+  Session& InsertLocked(const std::string& id, const std::string& owner)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::string> NewIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static SessionInfo Info(const std::string& id, const Session& s);
@@ -120,6 +156,8 @@ class SessionStore {
   const Options options_;
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  // Sessions in sessions_ per non-empty owner (owners with none are absent).
+  absl::flat_hash_map<std::string, int32_t> owner_sessions_ ABSL_GUARDED_BY(mu_);
   std::vector<Event> events_ ABSL_GUARDED_BY(mu_);
 };
 

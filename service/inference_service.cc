@@ -70,11 +70,18 @@ void InferenceService::GenerationEnded() {
   if (--inflight_ == 0) idle_cv_.notify_all();
 }
 
-absl::StatusOr<const ServingCore*> InferenceService::Admit() const {
+absl::StatusOr<InferenceService::Caller> InferenceService::Admit(
+    const grpc::CallbackServerContext* context) const {
+  std::string tenant;
+  if (options_.auth.has_value()) {
+    absl::StatusOr<std::string> name = options_.auth->AuthenticateCall(context->client_metadata());
+    if (!name.ok()) return name.status();
+    tenant = *std::move(name);
+  }
   if (draining_.load()) return absl::UnavailableError("server is draining; retry elsewhere");
   const ServingCore* core = core_.load();
   if (core == nullptr) return absl::UnavailableError("model is loading; retry later");
-  return core;
+  return Caller{core, std::move(tenant)};
 }
 
 absl::StatusOr<engine::Request> InferenceService::PrepareGeneration(
@@ -105,9 +112,9 @@ grpc::Status InferenceService::FinalStatus(grpc::CallbackServerContext* context,
 
 grpc::ServerUnaryReactor* InferenceService::RunUnary(
     grpc::CallbackServerContext* context, const char* method,
-    absl::FunctionRef<absl::Status(const ServingCore& core)> body) const {
-  absl::StatusOr<const ServingCore*> core = Admit();
-  const absl::Status status = core.ok() ? body(**core) : core.status();
+    absl::FunctionRef<absl::Status(const Caller& caller)> body) const {
+  absl::StatusOr<Caller> caller = Admit(context);
+  const absl::Status status = caller.ok() ? body(*caller) : caller.status();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(FinalStatus(context, method, status));
   return reactor;
@@ -115,23 +122,25 @@ grpc::ServerUnaryReactor* InferenceService::RunUnary(
 
 grpc::ServerUnaryReactor* InferenceService::RunOnSession(
     grpc::CallbackServerContext* context, const char* method, const std::string& session_id,
-    const char* field, absl::FunctionRef<absl::Status(const ServingCore& core)> body) const {
-  return RunUnary(context, method, [&](const ServingCore& core) -> absl::Status {
+    const char* field, absl::FunctionRef<absl::Status(const Caller& caller)> body) const {
+  return RunUnary(context, method, [&](const Caller& caller) -> absl::Status {
     if (absl::Status s = CheckSessionId(session_id, options_.limits, field); !s.ok()) return s;
-    return body(core);
+    return body(caller);
   });
 }
 
 void InferenceService::StartGeneration(grpc::CallbackServerContext* context,
                                        const v1::GenerateRequest& request, GenerationCall* call) {
-  absl::StatusOr<const ServingCore*> core = Admit();
-  if (!core.ok()) return call->Reject(core.status());
-  absl::StatusOr<engine::Request> engine_request = PrepareGeneration(**core, context, request);
+  absl::StatusOr<Caller> caller = Admit(context);
+  if (!caller.ok()) return call->Reject(caller.status());
+  absl::StatusOr<engine::Request> engine_request =
+      PrepareGeneration(*caller->core, context, request);
   if (!engine_request.ok()) return call->Reject(engine_request.status());
+  engine_request->tenant = std::move(caller->tenant);
   GenerationStarted();
   // The sink may finish the call, and the reactor go, before Submit returns.
   std::shared_ptr<CancelLink> link = call->cancel_link();
-  engine::Engine* engine = (*core)->engine;
+  engine::Engine* engine = caller->core->engine;
   absl::StatusOr<engine::RequestId> id =
       engine->Submit(*std::move(engine_request), call->NewSink(request.top_logprobs() > 0));
   if (!id.ok()) {
@@ -160,7 +169,8 @@ grpc::ServerWriteReactor<v1::GenerateStreamResponse>* InferenceService::Generate
 grpc::ServerUnaryReactor* InferenceService::Tokenize(grpc::CallbackServerContext* context,
                                                      const v1::TokenizeRequest* request,
                                                      v1::TokenizeResponse* response) {
-  return RunUnary(context, "Tokenize", [&](const ServingCore& core) -> absl::Status {
+  return RunUnary(context, "Tokenize", [&](const Caller& caller) -> absl::Status {
+    const ServingCore& core = *caller.core;
     if (static_cast<int64_t>(request->text().size()) > options_.limits.max_prompt_bytes) {
       return absl::InvalidArgumentError(absl::StrCat("text is ", request->text().size(),
                                                      " bytes, at most ",
@@ -176,8 +186,8 @@ grpc::ServerUnaryReactor* InferenceService::Tokenize(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* InferenceService::Detokenize(grpc::CallbackServerContext* context,
                                                        const v1::DetokenizeRequest* request,
                                                        v1::DetokenizeResponse* response) {
-  return RunUnary(context, "Detokenize", [&](const ServingCore& core) -> absl::Status {
-    absl::StatusOr<std::string> text = core.tokenizer->DecodeChecked(
+  return RunUnary(context, "Detokenize", [&](const Caller& caller) -> absl::Status {
+    absl::StatusOr<std::string> text = caller.core->tokenizer->DecodeChecked(
         std::span<const int32_t>(request->token_ids().data(), request->token_ids().size()));
     if (!text.ok()) {
       return absl::InvalidArgumentError(
@@ -191,7 +201,8 @@ grpc::ServerUnaryReactor* InferenceService::Detokenize(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerContext* context,
                                                          const v1::GetModelInfoRequest* request,
                                                          v1::ModelInfo* response) {
-  return RunUnary(context, "GetModelInfo", [&](const ServingCore& core) -> absl::Status {
+  return RunUnary(context, "GetModelInfo", [&](const Caller& caller) -> absl::Status {
+    const ServingCore& core = *caller.core;
     const model::Model& model = *core.model;
     const model::ModelConfig& config = model.config();
     response->set_architecture(config.architecture);
@@ -214,10 +225,10 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* InferenceService::OpenSession(grpc::CallbackServerContext* context,
                                                         const v1::OpenSessionRequest* request,
                                                         v1::Session* response) {
-  return RunUnary(context, "OpenSession", [&](const ServingCore& core) -> absl::Status {
+  return RunUnary(context, "OpenSession", [&](const Caller& caller) -> absl::Status {
     absl::StatusOr<absl::Duration> ttl = SessionTtl(request->ttl(), "ttl");
     if (!ttl.ok()) return ttl.status();
-    return ReplySession(core.engine->OpenSession(*ttl), response);
+    return ReplySession(caller.core->engine->OpenSession(*ttl, caller.tenant), response);
   });
 }
 
@@ -226,10 +237,12 @@ grpc::ServerUnaryReactor* InferenceService::ForkSession(grpc::CallbackServerCont
                                                         v1::Session* response) {
   const std::string& parent = request->parent_session_id();
   return RunOnSession(context, "ForkSession", parent, "parent_session_id",
-                      [&](const ServingCore& core) -> absl::Status {
+                      [&](const Caller& caller) -> absl::Status {
                         absl::StatusOr<absl::Duration> ttl = SessionTtl(request->ttl(), "ttl");
                         if (!ttl.ok()) return ttl.status();
-                        return ReplySession(core.engine->ForkSession(parent, *ttl), response);
+                        return ReplySession(
+                            caller.core->engine->ForkSession(parent, *ttl, caller.tenant),
+                            response);
                       });
 }
 
@@ -237,16 +250,17 @@ grpc::ServerUnaryReactor* InferenceService::CloseSession(grpc::CallbackServerCon
                                                          const v1::CloseSessionRequest* request,
                                                          v1::CloseSessionResponse* response) {
   const std::string& id = request->session_id();
-  return RunOnSession(context, "CloseSession", id, "session_id",
-                      [&](const ServingCore& core) { return core.engine->CloseSession(id); });
+  return RunOnSession(context, "CloseSession", id, "session_id", [&](const Caller& caller) {
+    return caller.core->engine->CloseSession(id, caller.tenant);
+  });
 }
 
 grpc::ServerUnaryReactor* InferenceService::GetSession(grpc::CallbackServerContext* context,
                                                        const v1::GetSessionRequest* request,
                                                        v1::Session* response) {
   const std::string& id = request->session_id();
-  return RunOnSession(context, "GetSession", id, "session_id", [&](const ServingCore& core) {
-    return ReplySession(core.engine->GetSession(id), response);
+  return RunOnSession(context, "GetSession", id, "session_id", [&](const Caller& caller) {
+    return ReplySession(caller.core->engine->GetSession(id, caller.tenant), response);
   });
 }
 

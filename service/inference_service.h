@@ -1,13 +1,21 @@
 // kvserve.v1.Inference over gRPC's callback API: stateless plumbing in front of the
-// engine. Every method: admission (model attached, not draining) -> validate ->
-// call the engine -> convert the status once -> record metrics. The generation calls'
-// reactors and engine sinks are in service/generate_reactors.h.
+// engine. Every method: admission (authenticated, model attached, not draining) ->
+// validate -> call the engine -> convert the status once -> record metrics. The
+// generation calls' reactors and engine sinks are in service/generate_reactors.h.
+//
+// Authentication (Options::auth): every call of this service carries
+// "authorization: Bearer TOKEN" with a listed token, else UNAUTHENTICATED; the token's
+// name is the call's tenant. Sessions belong to the tenant that opened them (another
+// tenant's session is NOT_FOUND, as an unknown id), and KV is only shared within a
+// tenant (engine::TenantCacheSalt). Other services on the same server (health,
+// reflection) are not covered: they stay open for probes and tools.
 #ifndef KVSERVE_SERVICE_INFERENCE_SERVICE_H_
 #define KVSERVE_SERVICE_INFERENCE_SERVICE_H_
 
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -15,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/bearer_auth.h"
 #include "engine/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "kvserve/v1/inference.grpc.pb.h"
@@ -68,6 +77,9 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
     // tasks; null = the wall clock. Tests inject a common::testing::FakeClock. Call
     // deadlines stay gRPC's (wall clock).
     const common::Clock* clock = nullptr;
+    // Bearer tokens every call must carry, each naming its tenant; nullopt = no
+    // authentication (every caller is the empty tenant). Default nullopt.
+    std::optional<common::BearerAuth> auth;
   };
 
   // `metrics` must outlive the service.
@@ -129,19 +141,26 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
   absl::Duration stream_flush_interval() const override { return options_.stream_flush_interval; }
   const common::Clock& clock() const override { return *clock_; }
 
-  // The core when serving, else UNAVAILABLE (not attached or draining).
-  absl::StatusOr<const ServingCore*> Admit() const;
+  // An admitted call: what serves it and who sent it.
+  struct Caller {
+    const ServingCore* core;  // never null
+    std::string tenant;       // the token's name; empty without Options::auth
+  };
+  // The one admission check of every call: UNAUTHENTICATED (Options::auth, checked
+  // first so that an unauthenticated caller learns nothing else), else UNAVAILABLE
+  // (not attached or draining), else the caller.
+  absl::StatusOr<Caller> Admit(const grpc::CallbackServerContext* context) const;
   // A unary method that needs the serving core: admission, then `body` (validation and
   // the call; it fills the response), then the call's finish with the status converted
   // once, the retry hint where it applies and the RPC metric. RPC thread.
   grpc::ServerUnaryReactor* RunUnary(
       grpc::CallbackServerContext* context, const char* method,
-      absl::FunctionRef<absl::Status(const ServingCore& core)> body) const;
+      absl::FunctionRef<absl::Status(const Caller& caller)> body) const;
   // RunUnary for a call on one session: `body` runs once `session_id` passed
   // CheckSessionId (errors name it `field`).
   grpc::ServerUnaryReactor* RunOnSession(
       grpc::CallbackServerContext* context, const char* method, const std::string& session_id,
-      const char* field, absl::FunctionRef<absl::Status(const ServingCore& core)> body) const;
+      const char* field, absl::FunctionRef<absl::Status(const Caller& caller)> body) const;
   // Generate and GenerateStream: admission, validation, then Submit with the call's
   // sink; rejects the call (GenerationCall::Reject) at the first failure.
   void StartGeneration(grpc::CallbackServerContext* context, const v1::GenerateRequest& request,

@@ -51,6 +51,7 @@ class InferenceServiceTest : public ::testing::Test {
     options.metrics.address = "";
     options.max_receive_message_bytes = max_message_bytes;
     options.service.limits.default_max_tokens = 10;
+    options.service.auth = auth_;
     auto server = Server::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -157,6 +158,8 @@ class InferenceServiceTest : public ::testing::Test {
   testing::FakeEngine* engine_ = nullptr;
   std::unique_ptr<v1::Inference::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+  // Options::auth of the next StartServer.
+  std::optional<common::BearerAuth> auth_;
 };
 
 TEST_F(InferenceServiceTest, NotReadyUntilAttached) {
@@ -170,6 +173,35 @@ TEST_F(InferenceServiceTest, NotReadyUntilAttached) {
   EXPECT_EQ(Trailer(ctx, "retry-after"), "1");
   Attach();
   EXPECT_EQ(Health(kReadinessService), HealthCheckResponse::SERVING);
+}
+
+// With Options::auth the token is checked first (an unauthenticated caller does not even
+// learn that the model is loading), and its name is the tenant of the engine request.
+TEST_F(InferenceServiceTest, AuthenticatedTenantReachesTheEngine) {
+  auth_ = *common::BearerAuth::Parse("secret-a alice\nsecret-b bob\n");
+  StartServer(/*attach=*/false);
+  {
+    grpc::ClientContext ctx;
+    v1::GenerateResponse resp;
+    EXPECT_EQ(Generate(TextRequest("Once"), &resp, &ctx).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer secret-b");
+    v1::GenerateResponse resp;
+    EXPECT_EQ(Generate(TextRequest("Once"), &resp, &ctx).error_code(),
+              grpc::StatusCode::UNAVAILABLE);
+  }
+  EXPECT_EQ(Health(""), HealthCheckResponse::SERVING);
+  Attach();
+  engine_->SetImmediateTokens({});
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer secret-b");
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(Generate(TextRequest("Once"), &resp, &ctx).ok());
+  ASSERT_EQ(engine_->submitted().size(), 1u);
+  EXPECT_EQ(engine_->submitted()[0].tenant, "bob");
 }
 
 // The engine validates requests (once); the service renames the engine's field paths

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "cachesvc/remote_cache_client.h"
+#include "common/bearer_auth.h"
 #include "common/flags.h"
 #include "common/shutdown_signals.h"
 #include "engine/engine_options.h"
@@ -68,6 +69,9 @@ ABSL_FLAG(int32_t, max_waiting, 1024,
 ABSL_FLAG(int64_t, max_waiting_prompt_tokens, int64_t{1} << 20,
           "Queue: prompt tokens of the waiting requests; beyond it RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int32_t, max_sessions, 4096, "Sessions: open sessions; beyond it RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int32_t, max_sessions_per_tenant, 1024,
+          "Sessions: open sessions of one tenant (with --auth-tokens); beyond it "
+          "RESOURCE_EXHAUSTED. 0 = no per-tenant limit.");
 ABSL_FLAG(int32_t, max_session_tokens, 0,
           "Sessions: tokens a session's history may hold; 0 = the model's context length.");
 ABSL_FLAG(absl::Duration, session_ttl, absl::Minutes(10),
@@ -117,6 +121,11 @@ ABSL_FLAG(std::string, session_cache_tls_key, "",
 ABSL_FLAG(int32_t, session_cache_max_pending_stores, 64,
           "Session cache: finished requests whose blocks wait to be written behind; more "
           "are dropped and counted.");
+ABSL_FLAG(std::string, auth_tokens, "",
+          "File of \"TOKEN TENANT\" lines ('#' comments); every kvserve.v1.Inference call then "
+          "needs \"authorization: Bearer TOKEN\" with a listed token (else UNAUTHENTICATED), "
+          "sessions belong to their tenant and KV is shared only within a tenant. Health and "
+          "reflection stay open. Empty = no authentication.");
 ABSL_FLAG(uint64_t, seed, 0,
           "Seeds the sampling of requests without a seed (session ids never depend on it).");
 
@@ -167,6 +176,9 @@ absl::Status CheckFlags() {
     if (p.value < 1) {
       return absl::InvalidArgumentError(absl::StrCat(p.name, " must be >= 1, got ", p.value));
     }
+  }
+  if (absl::GetFlag(FLAGS_max_sessions_per_tenant) < 0) {
+    return absl::InvalidArgumentError("--max_sessions_per_tenant must be >= 0 (0 = no limit)");
   }
   if (absl::GetFlag(FLAGS_max_session_tokens) < 0) {
     return absl::InvalidArgumentError("--max_session_tokens must be >= 0 (0 = context length)");
@@ -219,6 +231,14 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   options.service.limits.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
   options.service.retry_after = absl::GetFlag(FLAGS_retry_after);
   options.service.stream_flush_interval = absl::GetFlag(FLAGS_stream_flush_interval);
+  if (const std::string path = absl::GetFlag(FLAGS_auth_tokens); !path.empty()) {
+    absl::StatusOr<common::BearerAuth> auth = common::BearerAuth::FromFile(path);
+    if (!auth.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--auth_tokens: ", std::string(auth.status().message())));
+    }
+    options.service.auth = *std::move(auth);
+  }
   if (absl::Status s = ValidateServerOptions(options); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--", std::string(s.message())));
   }
@@ -244,6 +264,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   e.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting);
   e.max_waiting_prompt_tokens = absl::GetFlag(FLAGS_max_waiting_prompt_tokens);
   e.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  e.max_sessions_per_tenant = absl::GetFlag(FLAGS_max_sessions_per_tenant);
   e.max_session_tokens = absl::GetFlag(FLAGS_max_session_tokens);
   e.default_session_ttl = absl::GetFlag(FLAGS_session_ttl);
   e.max_session_ttl = absl::GetFlag(FLAGS_max_session_ttl);
@@ -379,7 +400,7 @@ int main(int argc, char** argv) {
       "LLM inference over gRPC (kvserve.v1.Inference), with health, reflection "
       "and Prometheus metrics.\nUsage: kvserve --model models/stories260K.gguf "
       "[--listen 127.0.0.1:50051] [--metrics-listen 127.0.0.1:9464] [--tls-cert FILE "
-      "--tls-key FILE [--tls-client-ca FILE]] [flags]\n"
+      "--tls-key FILE [--tls-client-ca FILE]] [--auth-tokens FILE] [flags]\n"
       "Flags accept - or _ (--metrics-listen or --metrics_listen). SIGTERM drains and "
       "exits 0.",
       "server_main.cc");

@@ -116,7 +116,7 @@ TEST(EngineStressTest, ConcurrentSubmittersCancelsAndSessions) {
           pending.emplace_back(p, sink);
         } else if (kind < 7) {  // a session turn (waits for it)
           if (my_sessions.empty() || rng() % 3 == 0) {
-            auto s = engine.OpenSession(absl::Minutes(5));
+            auto s = engine.OpenSession(absl::Minutes(5), "");
             if (!s.ok()) continue;  // session limit reached by others
             my_sessions.push_back(s->id);
           }
@@ -138,15 +138,15 @@ TEST(EngineStressTest, ConcurrentSubmittersCancelsAndSessions) {
           if (!res.status.ok() || sink->bad_order()) fail("turn: " + res.status.ToString());
         } else if (kind < 8) {  // fork
           if (my_sessions.empty()) continue;
-          auto f = engine.ForkSession(my_sessions.back(), absl::Minutes(5));
+          auto f = engine.ForkSession(my_sessions.back(), absl::Minutes(5), "");
           if (f.ok()) my_sessions.push_back(f->id);
         } else if (kind < 9) {  // close
           if (my_sessions.empty()) continue;
-          const absl::Status s = engine.CloseSession(my_sessions.back());
+          const absl::Status s = engine.CloseSession(my_sessions.back(), "");
           if (!s.ok()) fail("close: " + s.ToString());
           my_sessions.pop_back();
         } else {
-          for (const std::string& id : my_sessions) (void)engine.GetSession(id);
+          for (const std::string& id : my_sessions) (void)engine.GetSession(id, "");
         }
       }
       for (auto& [p, sink] : pending) {
@@ -160,7 +160,7 @@ TEST(EngineStressTest, ConcurrentSubmittersCancelsAndSessions) {
         }
       }
       for (const std::string& id : my_sessions) {
-        const absl::Status s = engine.CloseSession(id);
+        const absl::Status s = engine.CloseSession(id, "");
         if (!s.ok()) fail("final close: " + s.ToString());
       }
     });

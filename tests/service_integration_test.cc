@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/bearer_auth.h"
 #include "common/testing/fake_clock.h"
 #include "engine/model_loading.h"
 #include "gmock/gmock.h"
@@ -82,10 +83,16 @@ class ServiceIntegrationTest : public ::testing::Test {
     return req;
   }
 
+  // Adds "authorization: Bearer token_" to calls when token_ is set.
+  void Authorize(grpc::ClientContext* ctx) const {
+    if (!token_.empty()) ctx->AddMetadata("authorization", absl::StrCat("Bearer ", token_));
+  }
+
   grpc::Status Generate(const v1::GenerateRequest& req, v1::GenerateResponse* resp,
                         absl::Duration timeout = absl::Seconds(30)) {
     grpc::ClientContext ctx;
     ctx.set_deadline(In(timeout));
+    Authorize(&ctx);
     return stub_->Generate(&ctx, req, resp);
   }
 
@@ -94,6 +101,7 @@ class ServiceIntegrationTest : public ::testing::Test {
                       v1::GenerateStreamResponse* last, int* messages = nullptr) {
     grpc::ClientContext ctx;
     ctx.set_deadline(In(absl::Seconds(30)));
+    Authorize(&ctx);
     auto reader = stub_->GenerateStream(&ctx, req);
     v1::GenerateStreamResponse msg;
     int n = 0;
@@ -143,6 +151,8 @@ class ServiceIntegrationTest : public ::testing::Test {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Inference::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+  // The bearer token the helpers send (Authorize); empty = none.
+  std::string token_;
 };
 
 TEST_F(ServiceIntegrationTest, GreedyUnaryMatchesStreamAndTheReferenceStory) {
@@ -621,6 +631,194 @@ TEST_F(ServiceIntegrationTest, ReflectionListsTheServices) {
               ::testing::IsSupersetOf({std::string("kvserve.v1.Inference"),
                                        std::string("grpc.health.v1.Health"),
                                        std::string("grpc.reflection.v1alpha.ServerReflection")}));
+}
+
+// --auth-tokens: tenants "alice" and "bob".
+class ServiceAuthTest : public ServiceIntegrationTest {
+ protected:
+  void StartWithAuth() {
+    absl::StatusOr<common::BearerAuth> auth =
+        common::BearerAuth::Parse("# tenants\ntoken-a alice\ntoken-b bob\n");
+    ASSERT_TRUE(auth.ok()) << auth.status();
+    service_options_.auth = *std::move(auth);
+    StartServer();
+  }
+
+  grpc::Status Open(v1::Session* session) {
+    grpc::ClientContext ctx;
+    Authorize(&ctx);
+    return stub_->OpenSession(&ctx, v1::OpenSessionRequest(), session);
+  }
+
+  // Every call that names session `id`, as the current token_; their statuses in order
+  // GetSession, ForkSession, Generate turn, GenerateStream turn, CloseSession.
+  std::vector<grpc::Status> CallsOn(const std::string& id) {
+    std::vector<grpc::Status> out;
+    {
+      grpc::ClientContext ctx;
+      Authorize(&ctx);
+      v1::GetSessionRequest req;
+      req.set_session_id(id);
+      v1::Session resp;
+      out.push_back(stub_->GetSession(&ctx, req, &resp));
+    }
+    {
+      grpc::ClientContext ctx;
+      Authorize(&ctx);
+      v1::ForkSessionRequest req;
+      req.set_parent_session_id(id);
+      v1::Session resp;
+      out.push_back(stub_->ForkSession(&ctx, req, &resp));
+    }
+    v1::GenerateRequest turn = Greedy(kPrompt, 3);
+    turn.set_session_id(id);
+    v1::GenerateResponse resp;
+    out.push_back(Generate(turn, &resp));
+    std::string text;
+    v1::GenerateStreamResponse last;
+    out.push_back(Stream(turn, &text, &last));
+    {
+      grpc::ClientContext ctx;
+      Authorize(&ctx);
+      v1::CloseSessionRequest req;
+      req.set_session_id(id);
+      v1::CloseSessionResponse closed;
+      out.push_back(stub_->CloseSession(&ctx, req, &closed));
+    }
+    return out;
+  }
+};
+
+TEST_F(ServiceAuthTest, EveryInferenceCallNeedsAListedTokenButHealthAndReflectionDoNot) {
+  StartWithAuth();
+  for (const std::string& token :
+       {std::string(""), std::string("token-c"), std::string("token-a "), std::string("token-")}) {
+    SCOPED_TRACE(token);
+    token_ = token;
+    v1::GenerateResponse resp;
+    EXPECT_EQ(Generate(Greedy(kPrompt, 3), &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    std::string text;
+    v1::GenerateStreamResponse last;
+    EXPECT_EQ(Stream(Greedy(kPrompt, 3), &text, &last).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_TRUE(text.empty());
+    v1::Session session;
+    EXPECT_EQ(Open(&session).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    grpc::ClientContext ctx;
+    Authorize(&ctx);
+    v1::ModelInfo info;
+    EXPECT_EQ(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    for (const grpc::Status& status : CallsOn("s-0123456789abcdef0123456789abcdef")) {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    }
+  }
+  // A token sent without the "Bearer " scheme is not accepted either.
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "token-a");
+    v1::ModelInfo info;
+    EXPECT_EQ(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  EXPECT_THAT(server_->metrics().SerializeText(),
+              HasSubstr("code=\"unauthenticated\",method=\"Generate\"} 8"));
+
+  // Probes and tools need no token.
+  token_.clear();
+  EXPECT_EQ(Health(""), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Health(kReadinessService), HealthCheckResponse::SERVING);
+  EXPECT_THAT(ListServicesByReflection(channel_), ::testing::Contains("kvserve.v1.Inference"));
+
+  token_ = "token-b";
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(Generate(Greedy(kPrompt, 3), &resp).ok());
+  EXPECT_EQ(resp.usage().completion_tokens(), 3);
+}
+
+TEST_F(ServiceAuthTest, AnotherTenantsSessionIsNotFoundLikeAnUnknownId) {
+  StartWithAuth();
+  token_ = "token-a";
+  v1::Session session;
+  ASSERT_TRUE(Open(&session).ok());
+  const std::string id = session.session_id();
+  const std::string unknown = "s-0123456789abcdef0123456789abcdef";
+
+  token_ = "token-b";
+  const std::vector<grpc::Status> unknown_calls = CallsOn(unknown);
+  const std::vector<grpc::Status> foreign_calls = CallsOn(id);
+  ASSERT_EQ(foreign_calls.size(), unknown_calls.size());
+  for (size_t i = 0; i < foreign_calls.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(foreign_calls[i].error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(unknown_calls[i].error_code(), grpc::StatusCode::NOT_FOUND);
+    // Identical but for the id the caller sent.
+    std::string message = foreign_calls[i].error_message();
+    const size_t at = message.find(id);
+    ASSERT_NE(at, std::string::npos) << message;
+    message.replace(at, id.size(), unknown);
+    EXPECT_EQ(message, unknown_calls[i].error_message());
+  }
+
+  // The owner's session is untouched (bob's CloseSession did not close it).
+  token_ = "token-a";
+  const std::vector<grpc::Status> own_calls = CallsOn(id);
+  for (const grpc::Status& status : own_calls) EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+// Same prompt, same cache_salt: KV is shared within a tenant, never across tenants.
+TEST_F(ServiceAuthTest, CacheSaltIsDerivedFromTheTenant) {
+  StartWithAuth();
+  v1::GenerateRequest req = Greedy(
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+      "park with her friends.",
+      2);
+  req.set_cache_salt("shared");
+  v1::GenerateResponse resp;
+
+  token_ = "token-a";
+  ASSERT_TRUE(Generate(req, &resp).ok());
+  ASSERT_GE(resp.usage().prompt_tokens(), 32);
+  EXPECT_EQ(resp.usage().cached_tokens_local(), 0);
+  ASSERT_TRUE(WaitEngineIdle());
+  ASSERT_TRUE(Generate(req, &resp).ok());
+  EXPECT_GE(resp.usage().cached_tokens_local(), 16);  // alice again: her KV
+
+  token_ = "token-b";
+  ASSERT_TRUE(WaitEngineIdle());
+  ASSERT_TRUE(Generate(req, &resp).ok());
+  EXPECT_EQ(resp.usage().cached_tokens_local(), 0);  // bob: not alice's KV
+  // Nor with a salt that spells alice's derived one.
+  v1::GenerateRequest spoof = req;
+  spoof.set_cache_salt(std::string("alice\0shared", 12));
+  ASSERT_TRUE(WaitEngineIdle());
+  ASSERT_TRUE(Generate(spoof, &resp).ok());
+  EXPECT_EQ(resp.usage().cached_tokens_local(), 0);
+  ASSERT_TRUE(WaitEngineIdle());
+  ASSERT_TRUE(Generate(req, &resp).ok());
+  EXPECT_GE(resp.usage().cached_tokens_local(), 16);  // bob again: his own KV
+}
+
+TEST_F(ServiceAuthTest, PerTenantSessionLimit) {
+  engine_options_.max_sessions_per_tenant = 2;
+  StartWithAuth();
+  token_ = "token-a";
+  v1::Session session;
+  ASSERT_TRUE(Open(&session).ok());
+  ASSERT_TRUE(Open(&session).ok());
+  const std::string second = session.session_id();
+  const grpc::Status full = Open(&session);
+  EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(full.error_message(), HasSubstr("max_sessions_per_tenant 2"));
+  // A fork would be a third session too.
+  const std::vector<grpc::Status> calls = CallsOn(second);
+  EXPECT_EQ(calls[1].error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // calls[4] closed one: there is room again.
+  EXPECT_TRUE(calls[4].ok());
+  EXPECT_TRUE(Open(&session).ok());
+
+  token_ = "token-b";
+  EXPECT_TRUE(Open(&session).ok());
 }
 
 }  // namespace

@@ -48,8 +48,9 @@ class FakeEngine final : public engine::Engine {
         next_submit_status_ = absl::OkStatus();
         return s;
       }
-      // Like the real engine: a turn needs a live session.
-      if (!request.session_id.empty() && !sessions_.contains(request.session_id)) {
+      // Like the real engine: a turn needs a live session of the request's tenant.
+      if (!request.session_id.empty() && (!sessions_.contains(request.session_id) ||
+                                          session_tenants_[request.session_id] != request.tenant)) {
         return absl::NotFoundError("unknown session");
       }
       id = ++last_id_;
@@ -137,24 +138,30 @@ class FakeEngine final : public engine::Engine {
     return cancelled_;
   }
 
-  absl::StatusOr<engine::SessionInfo> OpenSession(absl::Duration ttl) override {
+  // Sessions keep their tenant: another tenant's session is "unknown session", as the
+  // real engine does.
+  absl::StatusOr<engine::SessionInfo> OpenSession(absl::Duration ttl,
+                                                  const std::string& tenant) override {
     std::lock_guard<std::mutex> lock(mu_);
     engine::SessionInfo info;
     info.id = absl::StrCat("s", ++last_session_);
     info.expires_at = absl::Now() + (ttl > absl::ZeroDuration() ? ttl : absl::Minutes(10));
     sessions_[info.id] = info;
+    session_tenants_[info.id] = tenant;
     return info;
   }
-  absl::StatusOr<engine::SessionInfo> ForkSession(const std::string& parent_id,
-                                                  absl::Duration ttl) override {
+  absl::StatusOr<engine::SessionInfo> ForkSession(const std::string& parent_id, absl::Duration ttl,
+                                                  const std::string& tenant) override {
     engine::SessionInfo parent;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = sessions_.find(parent_id);
-      if (it == sessions_.end()) return absl::NotFoundError("unknown session");
+      if (it == sessions_.end() || session_tenants_[parent_id] != tenant) {
+        return absl::NotFoundError("unknown session");
+      }
       parent = it->second;
     }
-    absl::StatusOr<engine::SessionInfo> child = OpenSession(ttl);
+    absl::StatusOr<engine::SessionInfo> child = OpenSession(ttl, tenant);
     if (child.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       sessions_[child->id].history_tokens = parent.history_tokens;
@@ -162,15 +169,22 @@ class FakeEngine final : public engine::Engine {
     }
     return child;
   }
-  absl::Status CloseSession(const std::string& id) override {
+  absl::Status CloseSession(const std::string& id, const std::string& tenant) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return sessions_.erase(id) == 1 ? absl::OkStatus() : absl::NotFoundError("unknown session");
+    if (!sessions_.contains(id) || session_tenants_[id] != tenant) {
+      return absl::NotFoundError("unknown session");
+    }
+    sessions_.erase(id);
+    return absl::OkStatus();
   }
-  absl::StatusOr<engine::SessionInfo> GetSession(const std::string& id) override {
+  absl::StatusOr<engine::SessionInfo> GetSession(const std::string& id,
+                                                 const std::string& tenant) override {
     std::lock_guard<std::mutex> lock(mu_);
     ++get_session_calls_;
     auto it = sessions_.find(id);
-    if (it == sessions_.end()) return absl::NotFoundError("unknown session");
+    if (it == sessions_.end() || session_tenants_[id] != tenant) {
+      return absl::NotFoundError("unknown session");
+    }
     return it->second;
   }
   // GetSession calls so far.
@@ -228,6 +242,7 @@ class FakeEngine final : public engine::Engine {
   std::vector<engine::RequestId> cancelled_;
   std::map<engine::RequestId, std::shared_ptr<engine::RequestSink>> held_;
   std::map<std::string, engine::SessionInfo> sessions_;
+  std::map<std::string, std::string> session_tenants_;  // id -> tenant (kept after close)
 };
 
 }  // namespace kvserve::service::testing

@@ -1,4 +1,4 @@
-#include "cachesvc/bearer_auth.h"
+#include "common/bearer_auth.h"
 
 #include <algorithm>
 #include <fstream>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-namespace kvserve::cachesvc {
+namespace kvserve::common {
 namespace {
 
 constexpr std::string_view kBearerPrefix = "Bearer ";
@@ -78,4 +78,4 @@ absl::StatusOr<std::string> FirstTokenOfFile(const std::string& path) {
   return auth->first_token();
 }
 
-}  // namespace kvserve::cachesvc
+}  // namespace kvserve::common

@@ -1,9 +1,9 @@
-#include "cachesvc/bearer_auth.h"
+#include "common/bearer_auth.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace kvserve::cachesvc {
+namespace kvserve::common {
 namespace {
 
 TEST(BearerAuthTest, ParsesAndAuthenticates) {
@@ -27,4 +27,4 @@ TEST(BearerAuthTest, MalformedLinesNameTheLine) {
 }
 
 }  // namespace
-}  // namespace kvserve::cachesvc
+}  // namespace kvserve::common
