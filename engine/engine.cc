@@ -254,6 +254,7 @@ class EngineImpl final : public Engine {
   // Measured prefill cost (smoothed), for the fetch-or-recompute estimate; 0 = unknown.
   double prefill_seconds_per_token_ = 0.0;
   int64_t steps_total_ = 0;
+  int64_t requests_finished_total_ = 0;
   absl::Time next_session_sweep_ = absl::InfinitePast();
 
   // The inbox.
@@ -596,6 +597,7 @@ void EngineImpl::Finish(RequestId id, const absl::Status& status, FinishReason r
   // Stats() reflects the released blocks before the sink hears of the finish.
   PublishStats(0.0);
   seq->sink->OnFinish(final_status, reason, usage);
+  ++requests_finished_total_;  // published with the next snapshot: after OnFinish returned
 }
 
 void EngineImpl::ExpireDeadlines(absl::Time now) {
@@ -752,6 +754,7 @@ void EngineImpl::PublishStats(double step_seconds) {
   s.session_reclaims_total = kv.session_reclaims_total;
   s.preemptions_total = scheduler_.preemptions_total();
   s.steps_total = steps_total_;
+  s.requests_finished_total = requests_finished_total_;
   s.open_sessions = sessions_.size();
   if (remote_tier_ != nullptr) {
     s.remote = remote_tier_->stats();

@@ -132,6 +132,10 @@ struct EngineStats {
   int64_t preemptions_total = 0;
   int64_t steps_total = 0;
   int32_t open_sessions = 0;
+  // Requests whose sink's OnFinish has returned (any outcome). A snapshot that counts a
+  // request was published after its sink heard of the finish (the snapshot published
+  // inside Finish, which shows the request gone, does not count it yet).
+  int64_t requests_finished_total = 0;
   double last_step_seconds = 0.0;
   RemoteCacheStats remote;
 };

@@ -199,10 +199,14 @@ TEST_F(ServiceIntegrationTest, StreamFlushIntervalCoalescesAllButTheFirstToken) 
   StartServer();
   v1::GenerateResponse unary;
   ASSERT_TRUE(Generate(Greedy(kPrompt, 64), &unary).ok());
-  // The unary call's response leaves from inside its last step, before the engine counts
-  // that step: wait for the snapshot published after it, so the count below is exact.
-  ASSERT_TRUE(WaitEngineIdle());
-  const int64_t steps_before = server_->engine()->Stats().steps_total;
+  // The unary call's reply leaves from inside its finish; wait until the engine has
+  // counted that finish (a snapshot published after it), so the count below is exact.
+  auto finished_requests = [&] { return server_->engine()->Stats().requests_finished_total; };
+  for (const absl::Time end = absl::Now() + absl::Seconds(30);
+       absl::Now() < end && finished_requests() < 1;) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(finished_requests(), 1);
 
   grpc::ClientContext ctx;
   ctx.set_deadline(In(absl::Seconds(60)));
@@ -219,17 +223,12 @@ TEST_F(ServiceIntegrationTest, StreamFlushIntervalCoalescesAllButTheFirstToken) 
     return true;
   };
   ASSERT_TRUE(read());
-  // The engine finishes the request in its 64th step (one prefill, 63 decode steps) and
-  // hands the finish to the stream inside that step; the snapshot published after it
-  // shows 64 more steps and nothing running. Then the fake clock passes the flush
-  // interval. (Moving the clock earlier would split the tokens and leave the last
-  // message waiting for a time that never comes.)
-  const int64_t done = steps_before + 64;
+  // The stream's finish is counted only after the engine handed it to the stream (its
+  // sink's OnFinish returned): every token and the finish wait for the flush time then.
+  // Only then does the fake clock pass the flush interval. (Moving it earlier would split
+  // the tokens and leave the last message waiting for a time that never comes.)
   const absl::Time end = absl::Now() + absl::Seconds(30);
-  auto finished = [&] {
-    const engine::EngineStats stats = server_->engine()->Stats();
-    return stats.steps_total >= done && stats.running == 0 && stats.waiting == 0;
-  };
+  auto finished = [&] { return finished_requests() >= 2; };
   while (absl::Now() < end && !finished()) absl::SleepFor(absl::Milliseconds(1));
   // Whatever happens below, the clock passes every pending flush, so a failure ends the
   // call instead of hanging the server's shutdown.
