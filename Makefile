@@ -37,7 +37,7 @@ run: build-run
 test-plain: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -LE "fuzz|tsan-only"
 
-# AddressSanitizer + UBSan over the layers that parse untrusted input and do the math.
+# AddressSanitizer + UBSan over every GoogleTest binary (label asan).
 build-asan: deps models
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVSERVE_SANITIZE=address $(TEST_FLAGS) $(CMAKE_FLAGS)
 	cmake --build build-asan -j$(JOBS) --target kvserve_asan_tests
@@ -45,7 +45,7 @@ build-asan: deps models
 test-asan: build-asan
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j$(JOBS) -L asan
 
-# ThreadSanitizer over the concurrent engine.
+# ThreadSanitizer over the tests whose threads are kvserve's own (labels tsan, tsan-only; README).
 build-tsan: deps models
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_SANITIZE=thread $(TEST_FLAGS) $(CMAKE_FLAGS)
 	cmake --build build-tsan -j$(JOBS) --target kvserve_tsan_tests

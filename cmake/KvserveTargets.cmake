@@ -72,6 +72,12 @@ function(kvserve_test_variant name)
     LABELS "${ARG_LABELS}"
     TIMEOUT ${KVSERVE_TEST_TIMEOUT}
     SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\] [0-9]+ test")
+  # A variant labelled "<suite>-only" (e.g. "tsan-only": a smaller run for the slow
+  # ThreadSanitizer build, which `make test-plain` skips) still builds TEST in that suite.
+  foreach(label IN LISTS ARG_LABELS)
+    string(REGEX REPLACE "-only$" "" suite "${label}")
+    set_property(GLOBAL APPEND PROPERTY KVSERVE_TESTS_${suite} ${ARG_TEST})
+  endforeach()
 endfunction()
 
 # kvserve_fuzzer(NAME SRCS ... DEPS ... CORPUS dir): a libFuzzer target, built only with
@@ -99,6 +105,7 @@ function(kvserve_suite_targets)
     list(GET pair 0 label)
     list(GET pair 1 target)
     get_property(members GLOBAL PROPERTY KVSERVE_TESTS_${label})
+    list(REMOVE_DUPLICATES members)
     add_custom_target(${target})
     if(members)
       add_dependencies(${target} ${members})
