@@ -75,6 +75,15 @@ absl::Status ValidateOptions(const Engine::Options& o) {
   }
   if (o.max_tokens_limit < 1) return bad("max_tokens_limit", o.max_tokens_limit);
   if (o.max_cache_salt_bytes < 0) return bad("max_cache_salt_bytes", o.max_cache_salt_bytes);
+  if (o.stop_limits.max_stop_strings < 0) {
+    return bad("max_stop_strings", o.stop_limits.max_stop_strings);
+  }
+  if (o.stop_limits.max_stop_string_bytes < 1) {
+    return bad("max_stop_string_bytes", o.stop_limits.max_stop_string_bytes);
+  }
+  if (o.stop_limits.max_stop_token_ids < 0) {
+    return bad("max_stop_token_ids", o.stop_limits.max_stop_token_ids);
+  }
   return absl::OkStatus();
 }
 
@@ -165,7 +174,8 @@ class EngineImpl final : public Engine {
   }
 
   SubmitLimits submit_limits() const override {
-    return SubmitLimits{options_.max_tokens_limit, options_.max_cache_salt_bytes};
+    return SubmitLimits{options_.max_tokens_limit, options_.max_cache_salt_bytes,
+                        options_.stop_limits};
   }
 
   EngineStats Stats() const override {
@@ -287,7 +297,8 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   if (sink == nullptr) return absl::InvalidArgumentError("sink must not be null");
   if (absl::Status s = ValidateRequest(
           request, RequestRules{config.vocab_size, options_.max_tokens_limit,
-                                options_.max_cache_salt_bytes, tokenizer_ != nullptr});
+                                options_.max_cache_salt_bytes, options_.stop_limits,
+                                tokenizer_ != nullptr});
       !s.ok()) {
     return s;
   }

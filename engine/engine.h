@@ -145,6 +145,7 @@ struct EngineStats {
 struct SubmitLimits {
   int32_t max_tokens_limit = 4096;     // largest sampling.max_tokens
   int32_t max_cache_salt_bytes = 256;  // longest cache_salt
+  StopLimits stop_limits;              // stop strings and stop token ids
 };
 
 class Engine {

@@ -62,6 +62,9 @@ struct Engine::Options {
   int32_t max_tokens_limit = 4096;
   // Longest cache_salt accepted, in bytes; more -> INVALID_ARGUMENT. Default 256.
   int32_t max_cache_salt_bytes = 256;
+  // Stop strings (16 of at most 256 bytes) and stop token ids (64) a request may carry;
+  // more -> INVALID_ARGUMENT naming the field and the limit. See StopLimits.
+  StopLimits stop_limits;
   // Seeds the fallback sampling seed of requests without one (mixed with the request
   // id). Session ids never depend on it (see SessionStore). Default 0.
   uint64_t seed = 0;

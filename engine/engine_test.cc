@@ -29,6 +29,7 @@ using ::kvserve::engine::testing::CollectingSink;
 using ::kvserve::engine::testing::MakeEngine;
 using ::kvserve::engine::testing::Result;
 using ::kvserve::engine::testing::RunRequest;
+using ::testing::HasSubstr;
 
 std::unique_ptr<model::Model> RandomModel() {
   backends::testing::RandomModelOptions o;
@@ -211,6 +212,31 @@ TEST_P(EngineTest, InvalidFieldsAreNamedByTheirRequestPath) {
   Request too_long = Greedy(Prompt(model_->config().context_length), 2);
   EXPECT_EQ(field_of(too_long), "prompt_tokens");
   EXPECT_EQ(field_of(Greedy({}, 2)), "prompt_tokens");
+}
+
+TEST_P(EngineTest, StopListsBeyondTheConfiguredLimitsAreNamed) {
+  Engine::Options o = SmallOptions();
+  o.stop_limits = StopLimits{/*max_stop_strings=*/2, /*max_stop_string_bytes=*/4,
+                             /*max_stop_token_ids=*/1};
+  auto engine = NewEngine(o);
+  EXPECT_EQ(engine->submit_limits().stop_limits.max_stop_strings, 2);
+  auto status_of = [&engine](std::vector<std::string> strings, std::vector<int32_t> ids) {
+    Request r = Greedy(Prompt(4), 2);
+    r.sampling.stop_strings = std::move(strings);
+    r.sampling.stop_token_ids = std::move(ids);
+    return engine->Submit(std::move(r), std::make_shared<CollectingSink>()).status();
+  };
+  EXPECT_TRUE(status_of({}, {3}).ok());  // (this model has no tokenizer for stop strings)
+  const absl::Status too_many = status_of({"a", "b", "c"}, {});
+  EXPECT_EQ(too_many.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ErrorField(too_many), "sampling.stop_strings");
+  EXPECT_THAT(std::string(too_many.message()), HasSubstr("max_stop_strings"));
+  const absl::Status too_long = status_of({"abcde"}, {});
+  EXPECT_EQ(ErrorField(too_long), "sampling.stop_strings[0]");
+  EXPECT_THAT(std::string(too_long.message()), HasSubstr("max_stop_string_bytes"));
+  const absl::Status too_many_ids = status_of({}, {3, 4});
+  EXPECT_EQ(ErrorField(too_many_ids), "sampling.stop_token_ids");
+  EXPECT_THAT(std::string(too_many_ids.message()), HasSubstr("max_stop_token_ids"));
 }
 
 TEST_P(EngineTest, AddBosOnlyWhereTheContextStarts) {
@@ -624,6 +650,9 @@ TEST(EngineCreateTest, RejectsMismatchedBackendAndBadOptions) {
   EXPECT_EQ(testing::MakeEngine(*model, o).status().code(), absl::StatusCode::kInvalidArgument);
   o = Engine::Options();
   o.kv_budget_bytes = 10;
+  EXPECT_EQ(testing::MakeEngine(*model, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = Engine::Options();
+  o.stop_limits.max_stop_string_bytes = 0;
   EXPECT_EQ(testing::MakeEngine(*model, o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 

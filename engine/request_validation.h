@@ -17,6 +17,7 @@ struct RequestRules {
   int32_t vocab_size = 0;
   int32_t max_tokens_limit = 4096;     // largest sampling.max_tokens
   int32_t max_cache_salt_bytes = 256;  // longest cache_salt
+  StopLimits stop_limits;              // stop strings and stop token ids
   bool has_tokenizer = true;           // stop strings need one
 };
 

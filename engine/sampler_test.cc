@@ -17,6 +17,7 @@ namespace kvserve::engine {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -69,17 +70,22 @@ std::map<int32_t, int> Draw(Sampler& sampler, const std::vector<float>& logits, 
 // ---------------------------------------------------------------------------------
 // Validation
 
+// Server limits the validation tests use (small, so that tests can exceed them).
+constexpr StopLimits kTestStopLimits{/*max_stop_strings=*/3, /*max_stop_string_bytes=*/8,
+                                     /*max_stop_token_ids=*/4};
+
 struct BadCase {
   std::string field;
   SamplingParams params;
+  bool server_limit = false;  // beyond a server limit only: the sampler accepts it
 };
 
 std::vector<BadCase> BadCases() {
   std::vector<BadCase> cases;
-  auto add = [&cases](std::string field, auto mutate) {
+  auto add = [&cases](std::string field, auto mutate, bool server_limit = false) {
     SamplingParams p;
     mutate(p);
-    cases.push_back({std::move(field), std::move(p)});
+    cases.push_back({std::move(field), std::move(p), server_limit});
   };
   add("temperature", [](SamplingParams& p) { p.temperature = -0.5f; });
   add("temperature", [](SamplingParams& p) { p.temperature = kNaN; });
@@ -102,15 +108,24 @@ std::vector<BadCase> BadCases() {
   add("presence_penalty", [](SamplingParams& p) { p.presence_penalty = 3.0f; });
   add("presence_penalty", [](SamplingParams& p) { p.presence_penalty = kNaN; });
   add("max_tokens", [](SamplingParams& p) { p.max_tokens = 0; });
-  add("max_tokens", [](SamplingParams& p) { p.max_tokens = 1001; });
+  add("max_tokens", [](SamplingParams& p) { p.max_tokens = 1001; }, true);
   add("stop_token_ids", [](SamplingParams& p) { p.stop_token_ids = {5, 100}; });
   add("stop_token_ids", [](SamplingParams& p) { p.stop_token_ids = {-1}; });
-  add("stop_token_ids",
-      [](SamplingParams& p) { p.stop_token_ids.assign(kMaxStopTokenIds + 1, 3); });
+  add(
+      "stop_token_ids",
+      [](SamplingParams& p) { p.stop_token_ids.assign(kTestStopLimits.max_stop_token_ids + 1, 3); },
+      true);
   add("stop_strings", [](SamplingParams& p) { p.stop_strings = {"ok", ""}; });
-  add("stop_strings",
-      [](SamplingParams& p) { p.stop_strings = {std::string(kMaxStopStringBytes + 1, 'x')}; });
-  add("stop_strings", [](SamplingParams& p) { p.stop_strings.assign(kMaxStopStrings + 1, "a"); });
+  add(
+      "stop_strings[0]",
+      [](SamplingParams& p) {
+        p.stop_strings = {std::string(kTestStopLimits.max_stop_string_bytes + 1, 'x')};
+      },
+      true);
+  add(
+      "stop_strings",
+      [](SamplingParams& p) { p.stop_strings.assign(kTestStopLimits.max_stop_strings + 1, "a"); },
+      true);
   add("stop_strings", [](SamplingParams& p) { p.stop_strings = {"\xE4\xB8"}; });  // cut char
   add("top_logprobs", [](SamplingParams& p) { p.top_logprobs = -1; });
   add("top_logprobs", [](SamplingParams& p) { p.top_logprobs = kMaxTopLogprobs + 1; });
@@ -118,7 +133,7 @@ std::vector<BadCase> BadCases() {
 }
 
 TEST(SamplingParamsTest, DefaultsAndLimitsAreValid) {
-  EXPECT_TRUE(SamplingParams{}.Validate(100, 1000).ok());
+  EXPECT_TRUE(SamplingParams{}.Validate(100, 1000, kTestStopLimits).ok());
   SamplingParams p;
   p.temperature = 0.0f;
   p.top_k = 100;
@@ -127,19 +142,25 @@ TEST(SamplingParamsTest, DefaultsAndLimitsAreValid) {
   p.frequency_penalty = -2.0f;
   p.presence_penalty = 2.0f;
   p.max_tokens = 1000;
-  p.stop_token_ids = {0, 99};
-  p.stop_strings = {std::string(kMaxStopStringBytes, 'x'), "中华"};
+  p.stop_token_ids = {0, 99, 1, 2};
+  p.stop_strings = {std::string(kTestStopLimits.max_stop_string_bytes, 'x'), "中华", "z"};
   p.top_logprobs = kMaxTopLogprobs;
-  EXPECT_TRUE(p.Validate(100, 1000).ok()) << p.Validate(100, 1000);
+  EXPECT_TRUE(p.Validate(100, 1000, kTestStopLimits).ok())
+      << p.Validate(100, 1000, kTestStopLimits);
 }
 
 TEST(SamplingParamsTest, EachBadFieldIsNamed) {
   for (const BadCase& c : BadCases()) {
-    const absl::Status status = c.params.Validate(/*vocab_size=*/100, /*max_tokens_limit=*/1000);
+    const absl::Status status =
+        c.params.Validate(/*vocab_size=*/100, /*max_tokens_limit=*/1000, kTestStopLimits);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.field << ": " << status;
     EXPECT_THAT(std::string(status.message()), StartsWith(c.field));
-    // The sampler rejects the same parameters (except max_tokens above our limit).
-    if (c.field != "max_tokens" || c.params.max_tokens < 1) {
+    // A server limit is named in the message, so that a client knows what to change.
+    if (c.server_limit && c.field != "max_tokens") {
+      EXPECT_THAT(std::string(status.message()), HasSubstr("the server's max_stop_")) << status;
+    }
+    // The sampler rejects the same parameters (except those beyond a server limit).
+    if (!c.server_limit) {
       absl::StatusOr<Sampler> sampler = Sampler::Create(c.params, 100, 0);
       EXPECT_FALSE(sampler.ok()) << c.field;
       if (!sampler.ok()) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -10,7 +11,13 @@
 
 namespace kvserve::engine {
 
-absl::Status SamplingParams::Validate(int32_t vocab_size, int32_t max_tokens_limit) const {
+StopLimits StopLimits::Unlimited() {
+  constexpr int32_t kNone = std::numeric_limits<int32_t>::max();
+  return StopLimits{kNone, kNone, kNone};
+}
+
+absl::Status SamplingParams::Validate(int32_t vocab_size, int32_t max_tokens_limit,
+                                      const StopLimits& stop_limits) const {
   if (!std::isfinite(temperature) || temperature < 0.0f) {
     return FieldError("temperature", absl::StrCat("must be >= 0 and finite, got ", temperature));
   }
@@ -42,10 +49,11 @@ absl::Status SamplingParams::Validate(int32_t vocab_size, int32_t max_tokens_lim
     return FieldError("max_tokens",
                       absl::StrCat("must be in [1, ", max_tokens_limit, "], got ", max_tokens));
   }
-  if (stop_token_ids.size() > static_cast<size_t>(kMaxStopTokenIds)) {
+  if (stop_token_ids.size() > static_cast<size_t>(stop_limits.max_stop_token_ids)) {
     return FieldError("stop_token_ids",
                       absl::StrCat("has ", stop_token_ids.size(), " entries, at most ",
-                                   kMaxStopTokenIds, " allowed"));
+                                   stop_limits.max_stop_token_ids,
+                                   " allowed (the server's max_stop_token_ids)"));
   }
   for (size_t i = 0; i < stop_token_ids.size(); ++i) {
     if (stop_token_ids[i] < 0 || stop_token_ids[i] >= vocab_size) {
@@ -53,20 +61,22 @@ absl::Status SamplingParams::Validate(int32_t vocab_size, int32_t max_tokens_lim
                         absl::StrCat("must be in [0, ", vocab_size, "), got ", stop_token_ids[i]));
     }
   }
-  if (stop_strings.size() > static_cast<size_t>(kMaxStopStrings)) {
+  if (stop_strings.size() > static_cast<size_t>(stop_limits.max_stop_strings)) {
     return FieldError("stop_strings",
                       absl::StrCat("has ", stop_strings.size(), " entries, at most ",
-                                   kMaxStopStrings, " allowed"));
+                                   stop_limits.max_stop_strings,
+                                   " allowed (the server's max_stop_strings)"));
   }
   for (size_t i = 0; i < stop_strings.size(); ++i) {
     const std::string& s = stop_strings[i];
     if (s.empty()) {
       return FieldError(absl::StrCat("stop_strings[", i, "]"), "must not be empty");
     }
-    if (s.size() > static_cast<size_t>(kMaxStopStringBytes)) {
-      return FieldError(
-          absl::StrCat("stop_strings[", i, "]"),
-          absl::StrCat("is ", s.size(), " bytes, at most ", kMaxStopStringBytes, " allowed"));
+    if (s.size() > static_cast<size_t>(stop_limits.max_stop_string_bytes)) {
+      return FieldError(absl::StrCat("stop_strings[", i, "]"),
+                        absl::StrCat("is ", s.size(), " bytes, at most ",
+                                     stop_limits.max_stop_string_bytes,
+                                     " allowed (the server's max_stop_string_bytes)"));
     }
     if (!model::IsValidUtf8(s)) {
       return FieldError(absl::StrCat("stop_strings[", i, "]"), "is not valid UTF-8");

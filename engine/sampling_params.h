@@ -11,12 +11,23 @@
 
 namespace kvserve::engine {
 
-// Limits enforced by SamplingParams::Validate (requests beyond them are INVALID_ARGUMENT).
-inline constexpr int32_t kMaxStopStrings = 16;       // stop_strings entries
-inline constexpr int32_t kMaxStopStringBytes = 256;  // bytes per stop string
-inline constexpr int32_t kMaxStopTokenIds = 64;      // stop_token_ids entries
+// Limits of the API itself, enforced by SamplingParams::Validate (requests beyond them
+// are INVALID_ARGUMENT).
 inline constexpr int32_t kMaxTopLogprobs = 20;       // top_logprobs upper bound
 inline constexpr float kMaxAbsTokenPenalty = 2.0f;   // |frequency_penalty|, |presence_penalty|
+
+// Server-set limits on a request's stop conditions (Engine::Options::stop_limits; kvserve
+// --max_stop_strings, --max_stop_string_bytes, --max_stop_token_ids). A request beyond one
+// is INVALID_ARGUMENT naming the field and the limit. Matching cost per generated token
+// grows with strings x bytes, so they stay small by default.
+struct StopLimits {
+  int32_t max_stop_strings = 16;       // stop_strings entries. Default 16.
+  int32_t max_stop_string_bytes = 256;  // bytes per stop string. Default 256.
+  int32_t max_stop_token_ids = 64;     // stop_token_ids entries. Default 64.
+
+  // No limit (callers that validate parameters they built themselves).
+  static StopLimits Unlimited();
+};
 
 // Defaults follow common practice (OpenAI / vLLM): sampling at temperature 1 with no
 // truncation. Temperature 0 means greedy (argmax, ties to the lowest id).
@@ -38,7 +49,8 @@ struct SamplingParams {
   // OK, or a FieldError (engine/field_error.h) naming the parameter relative to this
   // struct ("temperature", "stop_strings[2]"): message "temperature must be >= 0 and
   // finite, got nan".
-  absl::Status Validate(int32_t vocab_size, int32_t max_tokens_limit) const;
+  absl::Status Validate(int32_t vocab_size, int32_t max_tokens_limit,
+                        const StopLimits& stop_limits) const;
 };
 
 }  // namespace kvserve::engine

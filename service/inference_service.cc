@@ -216,7 +216,11 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerCon
     response->set_eos_id(model.vocab().eos_id);
     response->set_fingerprint(absl::StrCat(absl::Hex(model.fingerprint(), absl::kZeroPad16)));
     response->set_backend(core.backend_name);
-    response->set_max_tokens_limit(core.engine->submit_limits().max_tokens_limit);
+    const engine::SubmitLimits limits = core.engine->submit_limits();
+    response->set_max_tokens_limit(limits.max_tokens_limit);
+    response->set_max_stop_strings(limits.stop_limits.max_stop_strings);
+    response->set_max_stop_string_bytes(limits.stop_limits.max_stop_string_bytes);
+    response->set_max_stop_token_ids(limits.stop_limits.max_stop_token_ids);
     response->set_default_max_tokens(options_.limits.default_max_tokens);
     return absl::OkStatus();
   });

@@ -64,7 +64,10 @@ class InferenceServiceTest : public ::testing::Test {
 
   void Attach() {
     auto engine = std::make_unique<testing::FakeEngine>();
-    engine->SetSubmitLimits({.max_tokens_limit = 100});
+    engine->SetSubmitLimits({.max_tokens_limit = 100,
+                             .stop_limits = {.max_stop_strings = 3,
+                                             .max_stop_string_bytes = 40,
+                                             .max_stop_token_ids = 5}});
     engine_ = engine.get();
     auto model = LoadStories();
     ASSERT_NE(model, nullptr);
@@ -416,6 +419,9 @@ TEST_F(InferenceServiceTest, SessionsAndModelInfo) {
   EXPECT_EQ(info.vocab_size(), 512);
   EXPECT_EQ(info.backend(), "fake");
   EXPECT_EQ(info.max_tokens_limit(), 100);
+  EXPECT_EQ(info.max_stop_strings(), 3);
+  EXPECT_EQ(info.max_stop_string_bytes(), 40);
+  EXPECT_EQ(info.max_stop_token_ids(), 5);
   EXPECT_EQ(info.fingerprint().size(), 16u);
 
   grpc::ClientContext c4;

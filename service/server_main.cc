@@ -78,6 +78,12 @@ ABSL_FLAG(absl::Duration, session_ttl, absl::Minutes(10),
           "Sessions: idle time-to-live when OpenSession leaves ttl unset.");
 ABSL_FLAG(absl::Duration, max_session_ttl, absl::Hours(24), "Sessions: largest accepted ttl.");
 ABSL_FLAG(int32_t, max_tokens_limit, 4096, "Largest accepted GenerateRequest.max_tokens.");
+ABSL_FLAG(int32_t, max_stop_strings, 16,
+          "Largest number of stop strings a request may carry (more: INVALID_ARGUMENT).");
+ABSL_FLAG(int32_t, max_stop_string_bytes, 256, "Longest accepted stop string, in bytes.");
+ABSL_FLAG(int32_t, max_stop_token_ids, 64,
+          "Largest number of stop token ids a request may carry (more: INVALID_ARGUMENT).");
+ABSL_FLAG(int32_t, max_cache_salt_bytes, 256, "Longest accepted cache_salt, in bytes.");
 ABSL_FLAG(int32_t, default_max_tokens, 256, "max_tokens of a request that leaves it unset.");
 ABSL_FLAG(int64_t, max_prompt_bytes, 1 << 20, "Largest accepted text prompt, in bytes.");
 ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
@@ -269,6 +275,10 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   e.default_session_ttl = absl::GetFlag(FLAGS_session_ttl);
   e.max_session_ttl = absl::GetFlag(FLAGS_max_session_ttl);
   e.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
+  e.max_cache_salt_bytes = absl::GetFlag(FLAGS_max_cache_salt_bytes);
+  e.stop_limits.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
+  e.stop_limits.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
+  e.stop_limits.max_stop_token_ids = absl::GetFlag(FLAGS_max_stop_token_ids);
   e.seed = absl::GetFlag(FLAGS_seed);
   e.remote.timeout = absl::GetFlag(FLAGS_session_cache_timeout);
   e.remote.max_pending_stores = absl::GetFlag(FLAGS_session_cache_max_pending_stores);
