@@ -81,6 +81,9 @@ ABSL_FLAG(int64_t, max_sessions, 100'000, "Session records held at most.");
 ABSL_FLAG(int32_t, max_message_bytes, 8 << 20,
           "Largest gRPC message received or sent (default 8 MiB; must exceed 4 MiB + 64 KiB).");
 ABSL_FLAG(int32_t, max_threads, 64, "Threads handling calls at most (calls beyond wait).");
+ABSL_FLAG(absl::Duration, inject_delay, absl::ZeroDuration(),
+          "Fault injection for tests: every call waits this long before it is handled. "
+          "0 = off.");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(10),
           "On SIGTERM/SIGINT: how long calls in flight may run before they are cancelled.");
 
@@ -125,6 +128,14 @@ absl::StatusOr<CacheServerOptions> OptionsFromFlags() {
   s.max_session_ttl = absl::GetFlag(FLAGS_max_session_ttl);
   s.max_session_tokens = absl::GetFlag(FLAGS_max_session_tokens);
   s.max_session_id_bytes = absl::GetFlag(FLAGS_max_session_id_bytes);
+  s.injected_delay = absl::GetFlag(FLAGS_inject_delay);
+  if (s.injected_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--inject-delay must be >= 0");
+  }
+  if (s.injected_delay > absl::ZeroDuration()) {
+    std::printf("kvserve-cache: FAULT INJECTION: every call is delayed by %s (--inject-delay)\n",
+                absl::FormatDuration(s.injected_delay).c_str());
+  }
   if (const std::string path = absl::GetFlag(FLAGS_auth_tokens); !path.empty()) {
     absl::StatusOr<common::BearerAuth> auth = common::BearerAuth::FromFile(path);
     if (!auth.ok()) return absl::InvalidArgumentError(auth.status().message());

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "cache/block_record.h"
 #include "cachesvc/record_assembler.h"
 #include "google/protobuf/descriptor.h"
@@ -152,6 +153,7 @@ SessionCacheService::SessionCacheService(const Options& options, BlockStore* blo
 grpc::Status SessionCacheService::Handle(const char* method, grpc::ServerContext* context,
                                          const std::function<absl::Status()>& body) {
   const absl::Time start = absl::Now();
+  if (options_.injected_delay > absl::ZeroDuration()) absl::SleepFor(options_.injected_delay);
   absl::Status status;
   if (auth_ != nullptr) status = auth_->AuthenticateCall(context->client_metadata()).status();
   if (status.ok()) status = body();

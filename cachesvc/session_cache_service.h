@@ -57,6 +57,10 @@ class SessionCacheService final : public kvserve::v1::SessionCache::Service {
     // Bytes of a session id, owner or tenant name; more: INVALID_ARGUMENT. Default 256
     // [--max-session-id-bytes].
     int32_t max_session_id_bytes = 256;
+    // Fault injection for tests of the replicas' degraded paths: every call waits this
+    // long (real time, on its handler thread) before it is handled. Default 0 (off)
+    // [--inject-delay]; kvserve-cache logs it at start when set.
+    absl::Duration injected_delay = absl::ZeroDuration();
   };
 
   // Borrows everything; all must outlive the service. `auth` null = no authentication.

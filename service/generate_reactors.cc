@@ -1,5 +1,6 @@
 #include "service/generate_reactors.h"
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -17,7 +18,9 @@ constexpr char kGenerateStream[] = "GenerateStream";
 // its output to the call (Deliver/Finish). Engine step thread only.
 class GenerationSink : public engine::RequestSink {
  public:
-  GenerationSink(GenerationHost* host, bool logprobs) : host_(host), logprobs_(logprobs) {}
+  // `deadline`: the call's (CallDeadline).
+  GenerationSink(GenerationHost* host, bool logprobs, absl::Time deadline)
+      : host_(host), logprobs_(logprobs), deadline_(deadline) {}
 
   void OnToken(const engine::TokenEvent& event) final {
     const absl::Time now = host_->clock().Now();
@@ -30,6 +33,12 @@ class GenerationSink : public engine::RequestSink {
 
   void OnFinish(const absl::Status& status, engine::FinishReason reason,
                 const engine::Usage& usage) final {
+    // A call cancelled at or after its deadline has expired, whichever noticed first:
+    // gRPC's deadline timer (which cancels the call) or the engine's deadline check.
+    // Its client sees DEADLINE_EXCEEDED, and so do the metrics.
+    if (reason == engine::FinishReason::kCancelled && host_->clock().Now() >= deadline_) {
+      reason = engine::FinishReason::kDeadline;
+    }
     host_->metrics().RecordGeneration(reason, usage);
     Finish(host_->GenerationStatus(reason, status), reason, usage);
   }
@@ -44,6 +53,7 @@ class GenerationSink : public engine::RequestSink {
   const bool logprobs_;
 
  private:
+  const absl::Time deadline_;
   std::optional<absl::Time> last_token_time_;
 };
 
@@ -52,7 +62,7 @@ class UnarySink final : public GenerationSink {
  public:
   UnarySink(GenerationHost* host, grpc::CallbackServerContext* context,
             grpc::ServerUnaryReactor* reactor, v1::GenerateResponse* response, bool logprobs)
-      : GenerationSink(host, logprobs), context_(context), reactor_(reactor), response_(response) {}
+      : GenerationSink(host, logprobs, CallDeadline(context)), context_(context), reactor_(reactor), response_(response) {}
 
  private:
   void Deliver(const engine::TokenEvent& event) override {
@@ -80,8 +90,9 @@ class UnarySink final : public GenerationSink {
 // Forwards engine output to a StreamGenerateReactor.
 class StreamSink final : public GenerationSink {
  public:
-  StreamSink(GenerationHost* host, StreamGenerateReactor* reactor, bool logprobs)
-      : GenerationSink(host, logprobs), reactor_(reactor) {}
+  StreamSink(GenerationHost* host, StreamGenerateReactor* reactor, bool logprobs,
+             absl::Time deadline)
+      : GenerationSink(host, logprobs, deadline), reactor_(reactor) {}
 
  private:
   void Deliver(const engine::TokenEvent& event) override { reactor_->PushToken(event, logprobs_); }
@@ -94,6 +105,12 @@ class StreamSink final : public GenerationSink {
 };
 
 }  // namespace
+
+absl::Time CallDeadline(const grpc::CallbackServerContext* context) {
+  const auto deadline = context->deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
 
 void CancelLink::SetRequest(engine::Engine* engine, engine::RequestId id) {
   bool cancel = false;
@@ -133,7 +150,7 @@ void StreamGenerateReactor::Reject(const absl::Status& status) {
 }
 
 std::shared_ptr<engine::RequestSink> StreamGenerateReactor::NewSink(bool logprobs) {
-  return std::make_shared<StreamSink>(host_, this, logprobs);
+  return std::make_shared<StreamSink>(host_, this, logprobs, CallDeadline(context_));
 }
 
 void StreamGenerateReactor::PushToken(const engine::TokenEvent& event, bool logprobs) {

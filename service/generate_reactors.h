@@ -54,6 +54,9 @@ class GenerationHost {
   virtual const common::Clock& clock() const = 0;
 };
 
+// The call's deadline (InfiniteFuture when it has none).
+absl::Time CallDeadline(const grpc::CallbackServerContext* context);
+
 // Links a call's cancellation (client cancel, deadline, write failure) to its engine
 // request, whichever of "request submitted" and "call cancelled" happens first.
 // Thread-safe.

@@ -14,12 +14,6 @@
 namespace kvserve::service {
 namespace {
 
-absl::Time CallDeadline(const grpc::CallbackServerContext* context) {
-  const auto deadline = context->deadline();
-  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
-  return absl::FromChrono(deadline);
-}
-
 // Copies a session call's answer into the response.
 absl::Status ReplySession(const absl::StatusOr<engine::SessionInfo>& info, v1::Session* response) {
   if (!info.ok()) return info.status();
