@@ -4,7 +4,6 @@ Starts the server on ephemeral loopback ports (--listen/--metrics-listen 127.0.0
 reads the bound ports from its first stdout line, and always cleans the process up.
 Every wait is bounded.
 """
-import os
 import re
 import signal
 import socket
@@ -99,6 +98,70 @@ class KvserveProcess:
             self.proc.kill()
             self.proc.wait(timeout=10)
         self.proc.stdout.close()
+
+
+class CacheProcess:
+    """A `kvserve-cache` subprocess on `port` (0: any free one), /metrics off unless
+    `args` sets --metrics-listen. Use as a context manager; `kill()` SIGKILLs it."""
+
+    LISTEN_RE = re.compile(r"kvserve-cache listening on \S+:(\d+)")
+
+    def __init__(self, binary, args=(), port=0, timeout=30.0):
+        self.args = [binary, "--listen", "127.0.0.1:%d" % port, "--metrics-listen", ""] + list(args)
+        self.timeout = timeout
+        self.proc = None
+        self.port = None
+        self.lines = []
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+        end = time.monotonic() + self.timeout
+        for line in self.proc.stdout:  # ends at EOF if the process exits
+            self.lines.append(line)
+            m = self.LISTEN_RE.search(line)
+            if m:
+                self.port = int(m.group(1))
+                break
+            if time.monotonic() > end:
+                break
+        if self.port is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            raise RuntimeError("kvserve-cache did not start: %r" % self.lines)
+        threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True).start()
+        return self
+
+    def target(self):
+        return "127.0.0.1:%d" % self.port
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+
+
+def wait_for(predicate, timeout=20.0, what="condition"):
+    """Polls `predicate` (RpcErrors count as False) until it holds; AssertionError after
+    `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            if predicate():
+                return
+        except grpc.RpcError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
 
 
 def health_status(channel, service, timeout=5.0):

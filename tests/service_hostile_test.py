@@ -19,7 +19,6 @@ import re
 import signal
 import socket
 import sys
-import threading
 import time
 import unittest
 

@@ -15,9 +15,7 @@
 Usage: /usr/bin/python3 session_cache_e2e_test.py KVSERVE_BIN CACHE_BIN MODEL PYTHON_STUBS_DIR
 """
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,57 +38,6 @@ from kvserve.v1 import session_cache_pb2 as cpb  # noqa: E402
 FIRST = ("Once upon a time, there was a little girl named Lily. She loved to play outside "
          "in the sun with her big red ball. One day, she went to the park with her mom.")
 SECOND = " Then she saw a big dog."
-
-
-class CacheProcess:
-    """A kvserve-cache subprocess on `port` (0: any). Use as a context manager."""
-
-    LISTEN_RE = re.compile(r"kvserve-cache listening on \S+:(\d+)")
-
-    def __init__(self, args=(), port=0):
-        self.args = [CACHE, "--listen", "127.0.0.1:%d" % port, "--metrics-listen", ""] + list(args)
-        self.proc = None
-        self.port = None
-        self.lines = []
-
-    def __enter__(self):
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
-        end = time.monotonic() + 30
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            m = self.LISTEN_RE.search(line)
-            if m:
-                self.port = int(m.group(1))
-                break
-            if time.monotonic() > end:
-                break
-        if self.port is None:
-            self.proc.kill()
-            raise RuntimeError("kvserve-cache did not start: %r" % self.lines)
-        threading.Thread(target=self._drain, daemon=True).start()
-        return self
-
-    def _drain(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def target(self):
-        return "127.0.0.1:%d" % self.port
-
-    def kill(self):
-        self.proc.kill()
-        self.proc.wait(timeout=10)
-
-    def __exit__(self, *exc):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.proc.stdout.close()
 
 
 def replica(cache=None, extra=()):
@@ -141,18 +88,6 @@ def greedy(max_tokens, text=None, ids=None, session_id=""):
     return r
 
 
-def wait_for(predicate, timeout=20.0, what="condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            if predicate():
-                return
-        except grpc.RpcError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
-
-
 class SessionCacheEndToEndTest(unittest.TestCase):
 
     def first_turn(self, server, cache_client):
@@ -164,11 +99,11 @@ class SessionCacheEndToEndTest(unittest.TestCase):
             first = api.generate(greedy(60, text=FIRST, session_id=session.session_id),
                                  timeout=60)
             history_len = first.usage.prompt_tokens + first.usage.completion_tokens
-        wait_for(lambda: len(cache_client.get_session(session.session_id).tokens) == history_len,
+        lib.wait_for(lambda: len(cache_client.get_session(session.session_id).tokens) == history_len,
                  what="the session record")
         record = cache_client.get_session(session.session_id)
         self.assertEqual(list(record.turn_ends), [history_len])
-        wait_for(lambda: cache_client.stats().blocks >= history_len // 16, what="the blocks")
+        lib.wait_for(lambda: cache_client.stats().blocks >= history_len // 16, what="the blocks")
         return session.session_id, list(record.tokens)
 
     def assert_cold_equal(self, got, context_ids, max_tokens):
@@ -185,7 +120,7 @@ class SessionCacheEndToEndTest(unittest.TestCase):
                 self.assertAlmostEqual(x.logprob, y.logprob, delta=1e-4)
 
     def test_session_continues_on_another_replica(self):
-        with CacheProcess(["--memory-bytes", str(256 << 20)]) as cache, \
+        with lib.CacheProcess(CACHE, ["--memory-bytes", str(256 << 20)]) as cache, \
                 grpc.insecure_channel(cache.target()) as cch:
             cache_client = Cache(cch)
             with replica(cache) as a, replica(cache) as b:
@@ -198,7 +133,7 @@ class SessionCacheEndToEndTest(unittest.TestCase):
                 second_ids = got.usage.prompt_tokens - len(history)
                 self.assertGreater(second_ids, 0)
                 # The turn's context: the history, then the new text's ids (from B's record).
-                wait_for(lambda: len(cache_client.get_session(session_id).turn_ends) == 2,
+                lib.wait_for(lambda: len(cache_client.get_session(session_id).turn_ends) == 2,
                          what="turn 2's record")
                 record = cache_client.get_session(session_id)
                 context = list(record.tokens)[:got.usage.prompt_tokens]
@@ -210,7 +145,7 @@ class SessionCacheEndToEndTest(unittest.TestCase):
         neither the prompts sent nor the text generated appear in any process's output."""
         secret = "Zorblax quintessential marmalade"
         outputs = []
-        with CacheProcess(["--memory-bytes", str(64 << 20)]) as cache, \
+        with lib.CacheProcess(CACHE, ["--memory-bytes", str(64 << 20)]) as cache, \
                 grpc.insecure_channel(cache.target()) as cch:
             with replica(cache) as a, replica(cache) as b:
                 session_id, _ = self.first_turn(a, Cache(cch))
@@ -234,7 +169,7 @@ class SessionCacheEndToEndTest(unittest.TestCase):
         try:
             args = ["--memory-bytes", str(64 << 20), "--disk-dir", disk,
                     "--disk-bytes", str(512 << 20)]
-            with CacheProcess(args, port) as cache, grpc.insecure_channel(cache.target()) as cch:
+            with lib.CacheProcess(CACHE, args, port) as cache, grpc.insecure_channel(cache.target()) as cch:
                 cache_client = Cache(cch)
                 with replica(cache) as a:
                     session_id, history = self.first_turn(a, cache_client)
@@ -244,14 +179,14 @@ class SessionCacheEndToEndTest(unittest.TestCase):
                                                  timeout=60)
                     self.assertGreater(got.usage.cached_tokens_remote, 0)
                     # Turn 2's record and blocks are written behind: wait for both.
-                    wait_for(lambda: len(cache_client.get_session(session_id).turn_ends) == 2,
+                    lib.wait_for(lambda: len(cache_client.get_session(session_id).turn_ends) == 2,
                              what="turn 2's record")
                     history2 = list(cache_client.get_session(session_id).tokens)
-                    wait_for(lambda: cache_client.stats().blocks >= len(history2) // 16,
+                    lib.wait_for(lambda: cache_client.stats().blocks >= len(history2) // 16,
                              what="turn 2's blocks")
             # The cache restarts on the same directory: its blocks and the session record
             # (<disk-dir>/sessions) survived.
-            with CacheProcess(args, port) as cache, grpc.insecure_channel(cache.target()) as cch:
+            with lib.CacheProcess(CACHE, args, port) as cache, grpc.insecure_channel(cache.target()) as cch:
                 cache_client = Cache(cch)
                 self.assertGreater(cache_client.stats().blocks, 0)
                 self.assertEqual(cache_client.stats().sessions, 1)
@@ -285,7 +220,7 @@ class SessionCacheEndToEndTest(unittest.TestCase):
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             args = ["--redis", "127.0.0.1:%d" % port]
-            with CacheProcess(args) as cache, grpc.insecure_channel(cache.target()) as cch:
+            with lib.CacheProcess(CACHE, args) as cache, grpc.insecure_channel(cache.target()) as cch:
                 cache_client = Cache(cch)
                 with replica(cache) as a, replica(cache) as b:
                     session_id, history = self.first_turn(a, cache_client)
@@ -301,7 +236,7 @@ class SessionCacheEndToEndTest(unittest.TestCase):
 
     def test_cache_killed_during_traffic(self):
         port = lib.free_port()
-        cache = CacheProcess(["--memory-bytes", str(128 << 20)], port).__enter__()
+        cache = lib.CacheProcess(CACHE, ["--memory-bytes", str(128 << 20)], port).__enter__()
         errors = []
         done = threading.Event()
         with replica(cache) as a:
@@ -320,7 +255,7 @@ class SessionCacheEndToEndTest(unittest.TestCase):
             time.sleep(1.0)
             cache.kill()  # SIGKILL mid-traffic
             time.sleep(2.0)
-            cache = CacheProcess(["--memory-bytes", str(128 << 20)], port).__enter__()
+            cache = lib.CacheProcess(CACHE, ["--memory-bytes", str(128 << 20)], port).__enter__()
             time.sleep(2.0)
             done.set()
             t.join(timeout=60)
@@ -329,7 +264,7 @@ class SessionCacheEndToEndTest(unittest.TestCase):
             with grpc.insecure_channel(a.target()) as ch:
                 Inference(ch).generate(greedy(8, text=FIRST + " again"), timeout=30)
             with grpc.insecure_channel(cache.target()) as cch:
-                wait_for(lambda: Cache(cch).stats().blocks > 0, what="blocks after the restart")
+                lib.wait_for(lambda: Cache(cch).stats().blocks > 0, what="blocks after the restart")
             with replica(cache) as b, grpc.insecure_channel(b.target()) as ch:
                 got = Inference(ch).generate(greedy(8, text=FIRST + " again"), timeout=30)
                 self.assertGreater(got.usage.cached_tokens_remote, 0)
@@ -346,7 +281,7 @@ class SessionCacheEndToEndTest(unittest.TestCase):
         token_file.write("secret-one\n")
         token_file.close()
         try:
-            with CacheProcess(["--auth-tokens", tokens.name]) as cache, \
+            with lib.CacheProcess(CACHE, ["--auth-tokens", tokens.name]) as cache, \
                     grpc.insecure_channel(cache.target()) as cch:
                 for bad in (None, "wrong"):
                     with self.assertRaises(grpc.RpcError) as ctx:

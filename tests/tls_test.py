@@ -18,13 +18,11 @@ Usage: /usr/bin/python3 tls_test.py KVSERVE_BIN CACHE_BIN CLI_BIN MODEL PYTHON_S
 import os
 import re
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 import urllib.request
@@ -115,59 +113,6 @@ def server_tls_args(certs, server="server-a", client_ca=None):
     return args
 
 
-class CacheProcess:
-    """A kvserve-cache subprocess on any free port. Use as a context manager."""
-
-    LISTEN_RE = re.compile(r"kvserve-cache listening on \S+:(\d+)")
-
-    def __init__(self, args=()):
-        self.args = [CACHE, "--listen", "127.0.0.1:0", "--metrics-listen", ""] + list(args)
-        self.proc = None
-        self.port = None
-        self.lines = []
-
-    def __enter__(self):
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
-        for line in self.proc.stdout:  # ends at EOF if the process exits
-            self.lines.append(line)
-            m = self.LISTEN_RE.search(line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        if self.port is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-            raise RuntimeError("kvserve-cache did not start: %r" % self.lines)
-        threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True).start()
-        return self
-
-    def target(self):
-        return "127.0.0.1:%d" % self.port
-
-    def __exit__(self, *exc):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.proc.stdout.close()
-
-
-def wait_for(predicate, timeout=20.0, what="condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            if predicate():
-                return
-        except (grpc.RpcError, OSError):  # OSError: a refused TLS handshake (ssl.SSLError)
-            pass
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
-
-
 @unittest.skipIf(OPENSSL is None, "SKIPPED: openssl is not installed")
 class TlsTest(unittest.TestCase):
 
@@ -246,7 +191,7 @@ class TlsTest(unittest.TestCase):
             for src, dst in ((c.path("server-b.key"), key), (c.path("server-b.pem"), cert)):
                 shutil.copy(src, dst + ".new")
                 os.rename(dst + ".new", dst)
-            wait_for(lambda: c.peer_common_name(server.port, "client") == "server-b",
+            lib.wait_for(lambda: c.peer_common_name(server.port, "client") == "server-b",
                      timeout=15, what="the replaced certificate")
             # The channel opened before the change still works.
             for _ in range(3):
@@ -264,7 +209,7 @@ class TlsTest(unittest.TestCase):
             shutil.copy(c.path("server-a.key"), key + ".new")
             os.rename(key + ".new", key)
             os.rename(cert + ".new", cert)
-            wait_for(lambda: c.peer_common_name(server.port, "client") == "server-a",
+            lib.wait_for(lambda: c.peer_common_name(server.port, "client") == "server-a",
                      timeout=15, what="the repaired certificate")
             self.assertTrue(healthy(old))
 
@@ -304,7 +249,7 @@ class TlsTest(unittest.TestCase):
     def test_session_cache_over_mutual_tls(self):
         c = self.certs
         cache_args = server_tls_args(c, client_ca="ca") + ["--memory-bytes", str(64 << 20)]
-        with CacheProcess(cache_args) as cache, \
+        with lib.CacheProcess(CACHE, cache_args) as cache, \
                 grpc.secure_channel(cache.target(), c.channel_credentials("client")) as cch:
             get_session = cch.unary_unary(
                 "/kvserve.v1.SessionCache/GetSession",
@@ -331,7 +276,7 @@ class TlsTest(unittest.TestCase):
                                      "She loved to play outside in the sun.",
                                      session.session_id, 40)
                 history = first.usage.prompt_tokens + first.usage.completion_tokens
-                wait_for(lambda: len(get_session(cpb.GetSessionRecordRequest(
+                lib.wait_for(lambda: len(get_session(cpb.GetSessionRecordRequest(
                     session_id=session.session_id), timeout=5).tokens) == history,
                     what="the session record in the cache")
                 with grpc.insecure_channel(b.target()) as ch:
@@ -354,7 +299,7 @@ class TlsTest(unittest.TestCase):
                 with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % server.metrics_port,
                                             timeout=10) as response:
                     response.read()
-        with CacheProcess(args + ["--metrics-listen", "127.0.0.1:0"]) as cache:
+        with lib.CacheProcess(CACHE, args + ["--metrics-listen", "127.0.0.1:0"]) as cache:
             m = re.search(r"metrics port (\d+)", "".join(cache.lines))
             self.assertIsNotNone(m, cache.lines)
             context = ssl.create_default_context(cafile=c.path("ca.pem"))
