@@ -33,10 +33,12 @@ class GenerationSink : public engine::RequestSink {
 
   void OnFinish(const absl::Status& status, engine::FinishReason reason,
                 const engine::Usage& usage) final {
-    // A call cancelled at or after its deadline has expired, whichever noticed first:
-    // gRPC's deadline timer (which cancels the call) or the engine's deadline check.
-    // Its client sees DEADLINE_EXCEEDED, and so do the metrics.
-    if (reason == engine::FinishReason::kCancelled && host_->clock().Now() >= deadline_) {
+    // A call cancelled at (or within deadline_slack before) its deadline has expired,
+    // whichever noticed first: the client's deadline timer (which cancels the call), gRPC's
+    // or the engine's deadline check. Its client sees DEADLINE_EXCEEDED, and so do the
+    // metrics. Deadlines are gRPC's, on the wall clock.
+    if (reason == engine::FinishReason::kCancelled &&
+        absl::Now() >= deadline_ - host_->deadline_slack()) {
       reason = engine::FinishReason::kDeadline;
     }
     host_->metrics().RecordGeneration(reason, usage);

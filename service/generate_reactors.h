@@ -50,6 +50,8 @@ class GenerationHost {
   virtual SerialExecutor& writer() = 0;
   // Options::stream_flush_interval.
   virtual absl::Duration stream_flush_interval() const = 0;
+  // Options::deadline_slack.
+  virtual absl::Duration deadline_slack() const = 0;
   // The time source of pacing and latency metrics (the writer's clock).
   virtual const common::Clock& clock() const = 0;
 };

@@ -73,6 +73,12 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
     // always goes out at once. 0 writes every token as soon as the previous write is
     // done. Default 1 ms.
     absl::Duration stream_flush_interval = absl::Milliseconds(1);
+    // A generation cancelled less than this before its call's deadline (or after it)
+    // counts as expired, DEADLINE_EXCEEDED in its status and metrics: its client's
+    // deadline timer fired. The client's deadline precedes the server's by the time the
+    // request took to reach the server, so the client's cancellation arrives before the
+    // server's own deadline. Default 250 ms.
+    absl::Duration deadline_slack = absl::Milliseconds(250);
     // The time source of stream pacing, inter-token latencies and the writer's timed
     // tasks; null = the wall clock. Tests inject a common::testing::FakeClock. Call
     // deadlines stay gRPC's (wall clock).
@@ -139,6 +145,7 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
   Metrics& metrics() const override { return *metrics_; }
   SerialExecutor& writer() override { return writer_; }
   absl::Duration stream_flush_interval() const override { return options_.stream_flush_interval; }
+  absl::Duration deadline_slack() const override { return options_.deadline_slack; }
   const common::Clock& clock() const override { return *clock_; }
 
   // An admitted call: what serves it and who sent it.

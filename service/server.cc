@@ -47,6 +47,9 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
   if (options.service.retry_after < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("retry-after must be >= 0");
   }
+  if (options.service.deadline_slack < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("deadline-slack must be >= 0");
+  }
   if (options.service.stream_flush_interval < absl::ZeroDuration() ||
       options.service.stream_flush_interval > absl::Seconds(1)) {
     return absl::InvalidArgumentError("stream-flush-interval must be in [0, 1s]");

@@ -102,6 +102,9 @@ ABSL_FLAG(int32_t, metrics_max_connections, 256,
           "/metrics: open connections at once; more are refused.");
 ABSL_FLAG(absl::Duration, drain_grace, absl::Seconds(30),
           "On SIGTERM: how long in-flight requests may run before they are cancelled.");
+ABSL_FLAG(absl::Duration, deadline_slack, absl::Milliseconds(250),
+          "A generation cancelled less than this before its deadline counts as expired "
+          "(DEADLINE_EXCEEDED): its client's deadline timer fired.");
 ABSL_FLAG(absl::Duration, stream_flush_interval, absl::Milliseconds(1),
           "GenerateStream: least time between two messages of a stream; tokens produced "
           "meanwhile go out together (the first token never waits). 0 = one message per "
@@ -237,6 +240,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   options.service.limits.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
   options.service.retry_after = absl::GetFlag(FLAGS_retry_after);
   options.service.stream_flush_interval = absl::GetFlag(FLAGS_stream_flush_interval);
+  options.service.deadline_slack = absl::GetFlag(FLAGS_deadline_slack);
   if (const std::string path = absl::GetFlag(FLAGS_auth_tokens); !path.empty()) {
     absl::StatusOr<common::BearerAuth> auth = common::BearerAuth::FromFile(path);
     if (!auth.ok()) {

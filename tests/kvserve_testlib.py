@@ -105,12 +105,14 @@ class CacheProcess:
     `args` sets --metrics-listen. Use as a context manager; `kill()` SIGKILLs it."""
 
     LISTEN_RE = re.compile(r"kvserve-cache listening on \S+:(\d+)")
+    METRICS_RE = re.compile(r"metrics port (\d+)")
 
     def __init__(self, binary, args=(), port=0, timeout=30.0):
         self.args = [binary, "--listen", "127.0.0.1:%d" % port, "--metrics-listen", ""] + list(args)
         self.timeout = timeout
         self.proc = None
         self.port = None
+        self.metrics_port = None  # when args turn /metrics on
         self.lines = []
 
     def __enter__(self):
@@ -122,6 +124,8 @@ class CacheProcess:
             m = self.LISTEN_RE.search(line)
             if m:
                 self.port = int(m.group(1))
+                metrics = self.METRICS_RE.search(line)
+                self.metrics_port = int(metrics.group(1)) if metrics else None
                 break
             if time.monotonic() > end:
                 break

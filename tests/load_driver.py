@@ -29,6 +29,9 @@ PROMPTS = [
 ]
 
 
+UNAVAILABLE_BACKOFF_S = 0.05
+
+
 class Stubs:
     """The Inference methods the driver calls."""
 
@@ -66,10 +69,12 @@ class Stats:
         self.cached_turns = 0                       # session turns >= 2 with cached tokens
         self.later_turns = 0                        # session turns >= 2
         self.tokens = 0
+        self.events = []  # (monotonic end time, method, code name, details) of each call
 
-    def record(self, method, code, **kw):
+    def record(self, method, code, details="", **kw):
         with self.lock:
             self.codes[(method, code.name)] += 1
+            self.events.append((time.monotonic(), method, code.name, details))
             for key, value in kw.items():
                 if key == "ttft":
                     self.ttft_s.append(value)
@@ -102,15 +107,19 @@ class Stats:
 
 
 def check_error(stats, method, error):
-    """Records a failed call; RESOURCE_EXHAUSTED must carry the retry hint."""
+    """Records a failed call; RESOURCE_EXHAUSTED must carry the retry hint. After a
+    retryable status the calling thread backs off for UNAVAILABLE_BACKOFF_S, as a
+    retrying client does (a client that retries at once only measures its own loop)."""
     code = error.code()
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED):
+        time.sleep(UNAVAILABLE_BACKOFF_S)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         trailers = dict(error.trailing_metadata() or ())
         if "grpc-retry-pushback-ms" not in trailers or "retry-after" not in trailers:
             stats.record(method, code, malformed="RESOURCE_EXHAUSTED without retry hint: %s"
                          % error.details())
             return
-    stats.record(method, code)
+    stats.record(method, code, details=error.details() or "")
 
 
 def run_stream(stubs, stats, request, prompt_index=None, timeout=60.0, cancel_after_first=False):
@@ -172,9 +181,12 @@ def conversations(stubs, stats, rng, stop_time, turns=3):
         except grpc.RpcError as e:
             check_error(stats, "OpenSession", e)
             continue
+        first = rng.randrange(len(PROMPTS))
         for turn in range(turns):
-            text = PROMPTS[rng.randrange(len(PROMPTS))] if turn == 0 else " Then"
-            usage = run_stream(stubs, stats, greedy(text, rng.randint(8, 24), session.session_id))
+            # The first turn's greedy answer is the stateless one for its prompt.
+            text, index = (PROMPTS[first], first) if turn == 0 else (" Then", None)
+            usage = run_stream(stubs, stats, greedy(text, rng.randint(8, 24), session.session_id),
+                               prompt_index=index)
             if usage is None:
                 break
             if turn > 0:

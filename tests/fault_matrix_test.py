@@ -1,0 +1,299 @@
+"""Faults under load, against the real kvserve, kvserve-cache and redis-server on loopback.
+
+- Deadline storm: 200 calls whose deadlines expire mid-generation; the server counts
+  exactly as many DEADLINE_EXCEEDED calls as the clients saw, and no cancellations.
+- Cancel storm: 200 streams cancelled after their first message; counted as
+  cancellations; every block back.
+- Full KV pool (1 MiB): preemption and recompute, every greedy answer equal to the one
+  the idle server gave; preemptions counted.
+- SIGTERM under load: calls in flight finish OK; calls after the signal get UNAVAILABLE
+  (retryable), never CANCELLED; exit code 0.
+- The session cache service killed, restarted, and slowed past the replica's timeout
+  (kvserve-cache --inject-delay) during conversations: every call OK, health SERVING,
+  errors counted, reuse resumes after the restart.
+- Redis killed under kvserve-cache during conversations: every call OK; the cache
+  service answers UNAVAILABLE and counts it, the replica counts its errors.
+
+Usage: /usr/bin/python3 fault_matrix_test.py KVSERVE_BIN CACHE_BIN MODEL PYTHON_STUBS_DIR
+"""
+import collections
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import grpc
+
+KVSERVE, CACHE, MODEL, PYDIR = sys.argv[1:5]
+del sys.argv[1:5]
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import kvserve_testlib as lib  # noqa: E402
+
+lib.add_python_stubs(PYDIR)
+import load_driver as load  # noqa: E402
+
+STORM = 200
+
+
+def long_request(text="Once upon a time"):
+    r = load.greedy(text, 2000)
+    r.ignore_eos = True
+    return r
+
+
+def parallel(n, fn):
+    """Runs fn(i) on n threads at once; returns their results."""
+    results = [None] * n
+    barrier = threading.Barrier(n)
+
+    def run(i):
+        barrier.wait()
+        results[i] = fn(i)
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return results
+
+
+def finished(metrics, reason):
+    return load.metric(metrics, "kvserve_request_finished_total", reason=reason)
+
+
+def all_blocks_back(server):
+    lib.wait_for(lambda: load.metric(load.scrape(server.metrics_port),
+                                     "kvserve_kv_blocks_used") == 0,
+                 timeout=30, what="every KV block back in the pool")
+
+
+class StormTest(unittest.TestCase):
+
+    def test_deadline_storm(self):
+        with lib.KvserveProcess(KVSERVE, MODEL) as server, \
+                grpc.insecure_channel(server.target()) as ch:
+            stubs = load.Stubs(ch)
+            before = load.scrape(server.metrics_port)
+
+            def call(i):
+                try:
+                    stubs.generate(long_request(), timeout=0.05 + 0.002 * i)
+                    return "OK"
+                except grpc.RpcError as e:
+                    return e.code().name
+            codes = parallel(STORM, call)
+            after = load.wait_idle(server.metrics_port)
+            seen = {c: codes.count(c) for c in set(codes)}
+            served = {k[1][0][1]: v - before.get(k, 0) for k, v in after.items()
+                      if k[0] == "kvserve_rpc_requests_total" and ("method", "Generate") in k[1]}
+            print("deadline storm: clients saw", seen, "server counted", served, "finished",
+                  {r: finished(after, r) - finished(before, r) for r in ("deadline", "cancelled")},
+                  flush=True)
+            self.assertEqual(set(codes), {"DEADLINE_EXCEEDED"})
+            self.assertEqual(load.served_calls(before, after, "Generate", "DEADLINE_EXCEEDED"),
+                             STORM)
+            self.assertEqual(finished(after, "cancelled") - finished(before, "cancelled"), 0)
+            self.assertLessEqual(finished(after, "deadline") - finished(before, "deadline"), STORM)
+            all_blocks_back(server)
+
+    def test_cancel_storm(self):
+        with lib.KvserveProcess(KVSERVE, MODEL) as server, \
+                grpc.insecure_channel(server.target()) as ch:
+            stubs = load.Stubs(ch)
+            stats = load.Stats()
+            before = load.scrape(server.metrics_port)
+            parallel(STORM, lambda i: load.run_stream(stubs, stats, long_request(),
+                                                      cancel_after_first=True))
+            self.assertEqual(stats.count("GenerateStream", "CANCELLED"), STORM)
+            lib.wait_for(lambda: load.served_calls(before, load.scrape(server.metrics_port),
+                                                   "GenerateStream", "CANCELLED") == STORM,
+                         what="the server to count every cancellation")
+            after = load.wait_idle(server.metrics_port)
+            self.assertEqual(finished(after, "cancelled") - finished(before, "cancelled"), STORM)
+            all_blocks_back(server)
+
+
+class FullPoolTest(unittest.TestCase):
+
+    def test_full_pool_preempts_and_answers_right(self):
+        with lib.KvserveProcess(KVSERVE, MODEL, ["--kv-budget-mib", "1"]) as server, \
+                grpc.insecure_channel(server.target()) as ch:
+            stubs = load.Stubs(ch)
+            stats = load.Stats()
+            # The idle server's answers, one request at a time.
+            for i, prompt in enumerate(load.PROMPTS):
+                r = stubs.generate(load.greedy(prompt, 48), timeout=60)
+                stats.outputs[i].add(r.text)
+            load.run_load(server.target(), load.stateless_streams, 64, 15, stats)
+            after = load.wait_idle(server.metrics_port)
+            print("full pool: calls", dict(stats.codes), "preemptions",
+                  load.metric(after, "kvserve_engine_preemptions_total"), flush=True)
+            self.assertEqual(stats.malformed, [])
+            for (_, code), n in stats.codes.items():
+                self.assertIn(code, ("OK", "RESOURCE_EXHAUSTED"))
+            self.assertGreater(stats.count("GenerateStream", "OK"), 64)
+            self.assertGreater(load.metric(after, "kvserve_engine_preemptions_total"), 0)
+            self.assertEqual(stats.inconsistent_outputs(), {})
+            all_blocks_back(server)
+
+
+class SigtermTest(unittest.TestCase):
+
+    def test_sigterm_under_load(self):
+        """Calls reaching the server while it drains get UNAVAILABLE ("draining"); then it
+        stops listening (connection refused: UNAVAILABLE). gRPC core's own shutdown cancels
+        the calls that are waiting for a handler at that instant (KillPendingWorkLocked,
+        seen as CANCELLED by their clients): the test allows those only at that instant,
+        at most 2% of the calls after the signal, and reports them."""
+        stats = load.Stats()
+        with lib.KvserveProcess(KVSERVE, MODEL, ["--drain-grace", "30s"]) as server:
+            loader = threading.Thread(
+                target=load.run_load,
+                args=(server.target(), load.stateless_streams, 100, 6, stats), daemon=True)
+            loader.start()
+            time.sleep(3)
+            signalled = time.monotonic()
+            server.proc.send_signal(signal.SIGTERM)
+            loader.join(timeout=60)
+            code = server.proc.wait(timeout=60)
+        after = [e for e in stats.events if e[0] > signalled]
+        refused = [t for t, _, c, d in after if c == "UNAVAILABLE" and "refused" in d]
+        draining = [e for e in after if "draining" in e[3]]
+        cancelled = [t for t, _, c, _ in after if c == "CANCELLED"]
+        closed_at = min(refused) if refused else float("inf")
+        print("SIGTERM under load: before", dict(collections.Counter(
+            c for t, _, c, _ in stats.events if t <= signalled)),
+            "after: draining", len(draining), "refused", len(refused), "cancelled at close",
+            len(cancelled), "ok", sum(1 for e in after if e[2] == "OK"), flush=True)
+        self.assertEqual(code, 0)
+        self.assertEqual(stats.malformed, [])
+        for _, _, c, _ in stats.events:
+            self.assertIn(c, ("OK", "UNAVAILABLE", "CANCELLED"))
+        self.assertGreater(len(draining), 0)
+        self.assertGreater(len(refused), 0)
+        for t in cancelled:  # only where gRPC core closes, never during the drain
+            self.assertLess(abs(t - closed_at), 0.25, "CANCELLED %.3f s before the close"
+                            % (closed_at - t))
+        self.assertLessEqual(len(cancelled), 0.02 * len(after))
+        self.assertGreater(stats.count("GenerateStream", "OK"), 100)
+
+
+def cache_errors(metrics):
+    return load.metric(metrics, "kvserve_session_cache_errors_total")
+
+
+class SessionCacheFaultTest(unittest.TestCase):
+
+    def conversations_during(self, server, phases, concurrency=48):
+        """Runs conversations while calling each phase function in turn, `phase_s` apart.
+        Returns the client stats."""
+        stats = load.Stats()
+        phase_s = 5.0
+        loader = threading.Thread(
+            target=load.run_load,
+            args=(server.target(), load.conversations, concurrency,
+                  phase_s * (len(phases) + 1), stats), daemon=True)
+        loader.start()
+        with grpc.insecure_channel(server.target()) as ch:
+            for phase in phases:
+                time.sleep(phase_s)
+                phase()
+                self.assertEqual(lib.health_status(ch, ""), 1)
+                self.assertEqual(lib.health_status(ch, "kvserve.v1.Inference"), 1)
+        loader.join(timeout=120)
+        self.assertFalse(loader.is_alive())
+        return stats
+
+    def assert_all_ok(self, stats):
+        self.assertEqual(stats.malformed, [])
+        for (m, code), n in stats.codes.items():
+            self.assertEqual(code, "OK", "%s: %d x %s" % (m, n, code))
+        self.assertEqual(stats.inconsistent_outputs(), {})
+
+    def test_cache_killed_restarted_and_slowed(self):
+        port = lib.free_port()
+        mem = ["--memory-bytes", str(128 << 20)]
+        state = {"cache": lib.CacheProcess(CACHE, mem, port).__enter__()}
+        marks = {}
+        try:
+            with lib.KvserveProcess(KVSERVE, MODEL, [
+                    "--session-cache", "127.0.0.1:%d" % port,
+                    "--session-cache-timeout", "500ms"]) as server:
+                def scrape():
+                    return load.scrape(server.metrics_port)
+
+                def kill():
+                    marks["before_kill"] = scrape()
+                    state["cache"].kill()
+
+                def slow():
+                    marks["killed"] = scrape()
+                    state["cache"] = lib.CacheProcess(
+                        CACHE, mem + ["--inject-delay", "2s"], port).__enter__()
+
+                def restore():
+                    marks["slowed"] = scrape()
+                    state["cache"].__exit__(None, None, None)
+                    state["cache"] = lib.CacheProcess(CACHE, mem, port).__enter__()
+
+                stats = self.conversations_during(server, [kill, slow, restore])
+                end = load.wait_idle(server.metrics_port)
+        finally:
+            state["cache"].__exit__(None, None, None)
+        print("cache faults: calls", dict(stats.codes), "errors",
+              [cache_errors(marks[k]) for k in ("before_kill", "killed", "slowed")],
+              cache_errors(end), flush=True)
+        self.assert_all_ok(stats)
+        self.assertGreater(cache_errors(marks["killed"]), cache_errors(marks["before_kill"]))
+        self.assertGreater(cache_errors(marks["slowed"]), cache_errors(marks["killed"]))
+        # Reuse resumed after the restart: blocks were stored again.
+        self.assertGreater(load.metric(end, "kvserve_session_cache_stored_blocks_total"),
+                           load.metric(marks["slowed"], "kvserve_session_cache_stored_blocks_total"))
+        self.assertEqual(load.metric(end, "kvserve_session_cache_up"), 1)
+
+    def test_redis_killed(self):
+        redis = shutil.which("redis-server") or "/usr/bin/redis-server"
+        if not os.path.exists(redis):
+            self.skipTest("redis-server is not installed")
+        rport = lib.free_port()
+        workdir = tempfile.mkdtemp(prefix="kvserve-redis-")
+        rproc = subprocess.Popen([redis, "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
+                                  "--appendonly", "no", "--dir", workdir],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(0.5)
+            with lib.CacheProcess(CACHE, ["--redis", "127.0.0.1:%d" % rport,
+                                          "--metrics-listen", "127.0.0.1:0"]) as cache, \
+                    lib.KvserveProcess(KVSERVE, MODEL, [
+                        "--session-cache", cache.target(),
+                        "--session-cache-timeout", "1s"]) as server:
+                def kill_redis():
+                    rproc.kill()
+                    rproc.wait(timeout=10)
+                stats = self.conversations_during(server, [kill_redis], concurrency=32)
+                end = load.wait_idle(server.metrics_port)
+                self.assertIsNone(cache.proc.poll(), "kvserve-cache exited")
+                cache_metrics = load.scrape(cache.metrics_port)
+        finally:
+            if rproc.poll() is None:
+                rproc.kill()
+                rproc.wait(timeout=10)
+            shutil.rmtree(workdir, ignore_errors=True)
+        unavailable = sum(v for (n, k), v in cache_metrics.items()
+                          if n == "kvserve_cache_rpc_requests_total" and
+                          dict(k).get("code") == "UNAVAILABLE")
+        print("redis killed: calls", dict(stats.codes), "replica errors", cache_errors(end),
+              "cache UNAVAILABLE answers", unavailable, flush=True)
+        self.assert_all_ok(stats)
+        self.assertGreater(cache_errors(end), 0)
+        self.assertGreater(unavailable, 0)
+
+
+if __name__ == "__main__":
+    lib.main(seconds=420)
