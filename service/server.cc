@@ -44,6 +44,10 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("max-prompt-bytes must be >= 1, got ", limits.max_prompt_bytes));
   }
+  if (limits.max_session_id_bytes < 34) {  // the ids kvserve issues
+    return absl::InvalidArgumentError(
+        absl::StrCat("max-session-id-bytes must be >= 34, got ", limits.max_session_id_bytes));
+  }
   if (options.service.retry_after < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("retry-after must be >= 0");
   }

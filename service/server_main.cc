@@ -86,6 +86,8 @@ ABSL_FLAG(int32_t, max_stop_token_ids, 64,
 ABSL_FLAG(int32_t, max_cache_salt_bytes, 256, "Longest accepted cache_salt, in bytes.");
 ABSL_FLAG(int32_t, default_max_tokens, 256, "max_tokens of a request that leaves it unset.");
 ABSL_FLAG(int64_t, max_prompt_bytes, 1 << 20, "Largest accepted text prompt, in bytes.");
+ABSL_FLAG(int32_t, max_session_id_bytes, 128,
+          "Longest accepted session id, in bytes (kvserve issues 34-byte ids).");
 ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
           "Largest accepted request message, in bytes (larger: RESOURCE_EXHAUSTED).");
 ABSL_FLAG(int64_t, grpc_memory_quota_mib, 256,
@@ -238,6 +240,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   }
   options.service.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   options.service.limits.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
+  options.service.limits.max_session_id_bytes = absl::GetFlag(FLAGS_max_session_id_bytes);
   options.service.retry_after = absl::GetFlag(FLAGS_retry_after);
   options.service.stream_flush_interval = absl::GetFlag(FLAGS_stream_flush_interval);
   options.service.deadline_slack = absl::GetFlag(FLAGS_deadline_slack);
