@@ -83,7 +83,7 @@ class StormTest(unittest.TestCase):
 
             def call(i):
                 try:
-                    stubs.generate(long_request(), timeout=0.05 + 0.002 * i)
+                    stubs.generate(long_request(), timeout=0.2 + 0.002 * i)
                     return "OK"
                 except grpc.RpcError as e:
                     return e.code().name
