@@ -160,15 +160,19 @@ class SigtermTest(unittest.TestCase):
         at most 2% of the calls after the signal, and reports them."""
         stats = load.Stats()
         with lib.KvserveProcess(KVSERVE, MODEL, ["--drain-grace", "30s"]) as server:
+            stop = threading.Event()
             loader = threading.Thread(
                 target=load.run_load,
-                args=(server.target(), load.stateless_streams, 100, 6, stats), daemon=True)
+                args=(server.target(), load.stateless_streams, 100, 120, stats),
+                kwargs={"stop": stop}, daemon=True)
             loader.start()
             time.sleep(3)
             signalled = time.monotonic()
             server.proc.send_signal(signal.SIGTERM)
-            loader.join(timeout=60)
             code = server.proc.wait(timeout=60)
+            time.sleep(0.5)  # calls after the exit: connection refused
+            stop.set()
+            loader.join(timeout=60)
         after = [e for e in stats.events if e[0] > signalled]
         refused = [t for t, _, c, d in after if c == "UNAVAILABLE" and "refused" in d]
         draining = [e for e in after if "draining" in e[3]]

@@ -26,6 +26,19 @@ def main(seconds):
     unittest.main(module="__main__", verbosity=2)
 
 
+# A report of AddressSanitizer, LeakSanitizer, UBSan or ThreadSanitizer in a process's
+# output (the suites run these tests against sanitizer builds of the binaries).
+SANITIZER_REPORT_RE = re.compile(r"(ERROR: (Address|Leak)Sanitizer|WARNING: ThreadSanitizer|"
+                                 r"runtime error: )")
+
+
+def check_no_sanitizer_report(lines, what):
+    """Raises AssertionError quoting the first sanitizer report in `lines`."""
+    for i, line in enumerate(lines):
+        if SANITIZER_REPORT_RE.search(line):
+            raise AssertionError("%s: sanitizer report:\n%s" % (what, "\n".join(lines[i:i + 40])))
+
+
 def add_python_stubs(pydir):
     """Makes the protoc --python_out modules (kvserve.v1.inference_pb2) importable."""
     if pydir not in sys.path:
@@ -97,7 +110,13 @@ class KvserveProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+        with self._cv:  # the rest of the output (a sanitizer report comes last)
+            end = time.monotonic() + 5
+            while not self._eof and time.monotonic() < end:
+                self._cv.wait(0.5)
         self.proc.stdout.close()
+        if exc[0] is None:  # else the test's own failure is the one to report
+            check_no_sanitizer_report(self.lines, "kvserve")
 
 
 class CacheProcess:
@@ -133,7 +152,9 @@ class CacheProcess:
             self.proc.kill()
             self.proc.wait(timeout=10)
             raise RuntimeError("kvserve-cache did not start: %r" % self.lines)
-        threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True).start()
+        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout),
+                                        daemon=True)
+        self._reader.start()
         return self
 
     def target(self):
@@ -151,7 +172,10 @@ class CacheProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+        self._reader.join(timeout=5)
         self.proc.stdout.close()
+        if exc[0] is None:
+            check_no_sanitizer_report([l.rstrip("\n") for l in self.lines], "kvserve-cache")
 
 
 def wait_for(predicate, timeout=20.0, what="condition"):

@@ -165,16 +165,16 @@ def run_stream(stubs, stats, request, prompt_index=None, timeout=60.0, cancel_af
     return usage
 
 
-def stateless_streams(stubs, stats, rng, stop_time):
-    """Loop body: independent greedy streams over PROMPTS."""
-    while time.monotonic() < stop_time:
+def stateless_streams(stubs, stats, rng, done):
+    """Loop body: independent greedy streams over PROMPTS until done()."""
+    while not done():
         i = rng.randrange(len(PROMPTS))
         run_stream(stubs, stats, greedy(PROMPTS[i], rng.randint(16, 48)), prompt_index=i)
 
 
-def conversations(stubs, stats, rng, stop_time, turns=3):
-    """Loop body: open a session, run `turns` streamed turns, close it."""
-    while time.monotonic() < stop_time:
+def conversations(stubs, stats, rng, done, turns=3):
+    """Loop body: open a session, run `turns` streamed turns, close it; until done()."""
+    while not done():
         try:
             session = stubs.open(pb.OpenSessionRequest(), timeout=30)
             stats.record("OpenSession", grpc.StatusCode.OK)
@@ -201,16 +201,20 @@ def conversations(stubs, stats, rng, stop_time, turns=3):
             check_error(stats, "CloseSession", e)
 
 
-def run_load(target, body, concurrency, seconds, stats, channels=4, seed=1):
-    """Runs `body(stubs, stats, rng, stop_time)` on `concurrency` threads over `channels`
-    channels for `seconds`; returns once every thread has finished its last call."""
+def run_load(target, body, concurrency, seconds, stats, channels=4, seed=1, stop=None):
+    """Runs `body(stubs, stats, rng, done)` on `concurrency` threads over `channels`
+    channels for `seconds` (or until the threading.Event `stop` is set); returns once every
+    thread has finished its last call."""
     chans = [grpc.insecure_channel(target) for _ in range(channels)]
     stop_time = time.monotonic() + seconds
+
+    def done():
+        return time.monotonic() >= stop_time or (stop is not None and stop.is_set())
     threads = []
     for i in range(concurrency):
         stubs = Stubs(chans[i % channels])
         rng = random.Random(seed * 100003 + i)
-        t = threading.Thread(target=body, args=(stubs, stats, rng, stop_time), daemon=True)
+        t = threading.Thread(target=body, args=(stubs, stats, rng, done), daemon=True)
         t.start()
         threads.append(t)
     for t in threads:
