@@ -89,6 +89,7 @@ class CacheMetrics::StateCollector : public prometheus::Collectable {
 CacheMetrics::CacheMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       state_collector_(std::make_shared<StateCollector>()),
+      process_collector_(std::make_shared<service::ProcessCollector>()),
       lookups_(AddCounter(*registry_, "kvserve_cache_lookups_total", "Lookup calls answered.")),
       hit_blocks_(AddCounter(*registry_, "kvserve_cache_hit_blocks_total",
                              "Blocks that Lookup found (the present prefixes).")),
@@ -166,6 +167,7 @@ CacheTotals CacheMetrics::totals() const {
 std::string CacheMetrics::SerializeText() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   for (prometheus::MetricFamily& f : state_collector_->Collect()) families.push_back(std::move(f));
+  for (prometheus::MetricFamily& f : process_collector_->Collect()) families.push_back(std::move(f));
   return prometheus::TextSerializer().Serialize(families);
 }
 

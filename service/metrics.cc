@@ -16,6 +16,13 @@ using prometheus::Histogram;
 Histogram::BucketBoundaries LatencyBuckets() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
 }
+// A whole generation: long completions on a loaded CPU run for minutes, and a quantile
+// above the last finite bucket reads as that bucket's bound.
+Histogram::BucketBoundaries EndToEndBuckets() {
+  Histogram::BucketBoundaries buckets = LatencyBuckets();
+  buckets.insert(buckets.end(), {300, 600, 1200, 1800, 3600});
+  return buckets;
+}
 Histogram::BucketBoundaries InterTokenBuckets() {
   return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 }
@@ -176,6 +183,7 @@ class Metrics::EngineCollector : public prometheus::Collectable {
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       engine_collector_(std::make_shared<EngineCollector>()),
+      process_collector_(std::make_shared<ProcessCollector>()),
       rpc_requests_(prometheus::BuildCounter()
                         .Name("kvserve_rpc_requests_total")
                         .Help("Finished RPCs by method and gRPC status code.")
@@ -203,7 +211,7 @@ Metrics::Metrics()
                                         "Gap between consecutive tokens of a request.",
                                         InterTokenBuckets())),
       e2e_latency_(AddHistogram(*registry_, "kvserve_request_e2e_latency_seconds",
-                                "From arrival to the end of generation.", LatencyBuckets())),
+                                "From arrival to the end of generation.", EndToEndBuckets())),
       queue_time_(AddHistogram(*registry_, "kvserve_request_queue_time_seconds",
                                "From arrival to the first engine step that ran the request.",
                                LatencyBuckets())),
@@ -248,12 +256,13 @@ void Metrics::SetEngineStatsSource(EngineStatsSource source) {
 }
 
 std::vector<std::weak_ptr<prometheus::Collectable>> Metrics::collectables() const {
-  return {registry_, engine_collector_};
+  return {registry_, engine_collector_, process_collector_};
 }
 
 std::string Metrics::SerializeText() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   for (auto& family : engine_collector_->Collect()) families.push_back(std::move(family));
+  for (auto& family : process_collector_->Collect()) families.push_back(std::move(family));
   return prometheus::TextSerializer().Serialize(families);
 }
 

@@ -101,6 +101,85 @@ class KvserveProcess:
         self.proc.stdout.close()
 
 
+class CacheProcess:
+    """A `kvserve-cache` subprocess on `port` (0: any); with metrics=True also serves /metrics
+    on an ephemeral port (metrics_port). Use as a context manager; exit sends SIGTERM."""
+
+    LISTEN_RE = re.compile(r"kvserve-cache listening on \S+:(\d+)")
+    METRICS_RE = re.compile(r"metrics port (\d+)")
+
+    def __init__(self, binary, args=(), port=0, metrics=False):
+        self.args = [binary, "--listen", "127.0.0.1:%d" % port,
+                     "--metrics-listen", "127.0.0.1:0" if metrics else ""] + list(args)
+        self.proc = None
+        self.port = None
+        self.metrics_port = None
+        self.lines = []
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+        end = time.monotonic() + 30
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            m = self.LISTEN_RE.search(line)
+            if m:
+                self.port = int(m.group(1))
+                metrics = self.METRICS_RE.search(line)
+                self.metrics_port = int(metrics.group(1)) if metrics else None
+                break
+            if time.monotonic() > end:
+                break
+        if self.port is None:
+            self.proc.kill()
+            raise RuntimeError("kvserve-cache did not start: %r" % self.lines)
+        threading.Thread(target=self._drain, daemon=True).start()
+        return self
+
+    def _drain(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def target(self):
+        return "127.0.0.1:%d" % self.port
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+
+
+def scrape(port, timeout=10.0):
+    """The text of http://127.0.0.1:PORT/metrics."""
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=timeout) as resp:
+        return resp.read().decode()
+
+
+def metric_value(text, name, labels=None):
+    """Sum of the samples of `name` in exposition `text` whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)", line)
+        if not m or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        if all(got.get(k) == v for k, v in (labels or {}).items()):
+            total += float(m.group(3))
+    return total
+
+
 def health_status(channel, service, timeout=5.0):
     """grpc.health.v1.Health/Check by hand-encoded bytes (the stub module would be named
     grpc.health..., which the installed grpc package shadows). 1 SERVING, 2 NOT_SERVING."""
