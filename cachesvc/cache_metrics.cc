@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache/block_record.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
@@ -114,7 +115,15 @@ CacheMetrics::CacheMetrics()
       rpc_duration_(prometheus::BuildHistogram()
                         .Name("kvserve_cache_rpc_duration_seconds")
                         .Help("Time from a SessionCache call's start to its status, by method.")
-                        .Register(*registry_)) {}
+                        .Register(*registry_)) {
+  // Every rejection reason is exported from the start (at 0), so that the family exists and
+  // rates over it work before the first rejection.
+  for (int check = static_cast<int>(cache::RecordCheck::kTruncated);
+       check <= static_cast<int>(cache::RecordCheck::kWrongTokens); ++check) {
+    rejected_blocks_.Add(
+        {{"reason", std::string(cache::RecordCheckName(static_cast<cache::RecordCheck>(check)))}});
+  }
+}
 
 void CacheMetrics::RecordLookup(int64_t chain_blocks, int64_t hit_blocks) {
   lookups_.Increment();

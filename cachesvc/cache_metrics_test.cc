@@ -21,5 +21,16 @@ TEST(CacheMetricsTest, ExportsProcessMetrics) {
   }
 }
 
+TEST(CacheMetricsTest, EveryRejectionReasonIsExportedFromTheStart) {
+  CacheMetrics metrics;
+  const std::string text = metrics.SerializeText();
+  EXPECT_THAT(text, HasSubstr("kvserve_cache_rejected_blocks_total{reason=\"truncated\"} 0"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("reason=\"ok\"")));
+  metrics.RecordRejected("truncated");
+  EXPECT_THAT(metrics.SerializeText(),
+              HasSubstr("kvserve_cache_rejected_blocks_total{reason=\"truncated\"} 1"));
+  EXPECT_EQ(metrics.totals().rejected_blocks, 1);
+}
+
 }  // namespace
 }  // namespace kvserve::cachesvc
