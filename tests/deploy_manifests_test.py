@@ -286,8 +286,9 @@ class ManifestTest(unittest.TestCase):
                 for probe in probes.values():
                     self.assertEqual(probe["port"], ports["grpc"])
                 self.assertEqual(probes["livenessProbe"].get("service", ""), "")
-                self.assertEqual(probes["readinessProbe"]["service"], READINESS[binary])
-                self.assertEqual(probes["startupProbe"]["service"], READINESS[binary])
+                self.assertEqual(probes["readinessProbe"].get("service", ""), READINESS[binary])
+                self.assertEqual(probes["startupProbe"].get("service", ""), READINESS[binary],
+                                 "the startup probe must ask readiness, not liveness")
                 if binary == "kvserve":
                     self.check_kvserve_pod(w, c, flags)
             # Every Service selecting this workload targets ports it has.

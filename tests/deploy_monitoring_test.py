@@ -48,7 +48,7 @@ PROMTOOL = "/usr/bin/promtool"
 PENDING = {"kvserve_build_info"}
 # Series Prometheus makes itself.
 PROMETHEUS_OWN = {"up"}
-NAME_RE = re.compile(r"\b((?:kvserve|process)_[a-z_]+|up)\b")
+NAME_RE = re.compile(r"\b((?:kvserve|process)_[a-z0-9_]+|up)\b")
 
 
 def dashboard_targets():
@@ -178,6 +178,12 @@ class MonitoringTest(unittest.TestCase):
                      "process_open_fds", "process_start_time_seconds"):
             self.assertIn(name, kv_families)
             self.assertIn(name, cache_families)
+        with open(os.path.join(HERE, "..", "README.md")) as f:
+            readme_rows = set(re.findall(r"^\| `([a-z0-9_]+)` \|", f.read(), re.M))
+        self.assertEqual((kv_families | cache_families) - readme_rows, set(),
+                         "exported but not in README.md's metrics table")
+        self.assertEqual(readme_rows - live - PENDING, set(),
+                         "in README.md's metrics table but not exported")
         dashboard_text = " ".join(e for _, exprs in dashboard_targets() for e in exprs)
         for family in sorted(kv_families | cache_families):
             self.assertRegex(dashboard_text, r"\b%s(_bucket)?\b" % re.escape(family),
