@@ -176,7 +176,8 @@ CacheTotals CacheMetrics::totals() const {
 std::string CacheMetrics::SerializeText() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   for (prometheus::MetricFamily& f : state_collector_->Collect()) families.push_back(std::move(f));
-  for (prometheus::MetricFamily& f : process_collector_->Collect()) families.push_back(std::move(f));
+  for (prometheus::MetricFamily& f : process_collector_->Collect())
+    families.push_back(std::move(f));
   return prometheus::TextSerializer().Serialize(families);
 }
 

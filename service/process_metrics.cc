@@ -61,11 +61,10 @@ absl::StatusOr<StatFields> ParseSelfStat(const std::string& path, absl::string_v
     return absl::OkStatus();
   };
   StatFields f;
-  for (auto [number, name, out] : {std::tuple{14, "utime", &f.utime_ticks},
-                                   std::tuple{15, "stime", &f.stime_ticks},
-                                   std::tuple{22, "starttime", &f.starttime_ticks},
-                                   std::tuple{23, "vsize", &f.vsize_bytes},
-                                   std::tuple{24, "rss", &f.rss_pages}}) {
+  for (auto [number, name, out] :
+       {std::tuple{14, "utime", &f.utime_ticks}, std::tuple{15, "stime", &f.stime_ticks},
+        std::tuple{22, "starttime", &f.starttime_ticks}, std::tuple{23, "vsize", &f.vsize_bytes},
+        std::tuple{24, "rss", &f.rss_pages}}) {
     if (absl::Status s = field(number, name, *out); !s.ok()) return s;
   }
   return f;

@@ -71,8 +71,8 @@ TEST(ProcessMetricsTest, ReadsEveryFigureFromProcfs) {
   EXPECT_EQ(sample->open_fds, 7);
   EXPECT_EQ(sample->max_fds, 1024);
 
-  const std::string text = prometheus::TextSerializer().Serialize(
-      ProcessCollector(procfs.Options()).Collect());
+  const std::string text =
+      prometheus::TextSerializer().Serialize(ProcessCollector(procfs.Options()).Collect());
   for (const char* line :
        {"process_cpu_seconds_total 3", "process_resident_memory_bytes 10485760",
         "process_open_fds 7", "process_max_fds 1024", "process_start_time_seconds 1700000123.45",
@@ -101,10 +101,10 @@ TEST(ProcessMetricsTest, MalformedOrMissingFilesAreErrorsAndAnEmptyScrape) {
   };
   const std::string good_stat = std::string("1 (a)") + kStatTail;
   for (const Case& c : {
-           Case{"1 (a S 1 2", "btime 1\n", kLimits, absl::StatusCode::kDataLoss},  // no ')'
+           Case{"1 (a S 1 2", "btime 1\n", kLimits, absl::StatusCode::kDataLoss},     // no ')'
            Case{"1 (a) S 1 2 3", "btime 1\n", kLimits, absl::StatusCode::kDataLoss},  // short
            Case{"1 (a) S 1 1 1 0 -1 0 0 0 0 0 x 50", "btime 1\n", kLimits,
-                absl::StatusCode::kDataLoss},  // utime not a number
+                absl::StatusCode::kDataLoss},                                 // utime not a number
            Case{good_stat, "cpu 1\n", kLimits, absl::StatusCode::kDataLoss},  // no btime
            Case{good_stat, "btime -5\n", kLimits, absl::StatusCode::kDataLoss},
            Case{good_stat, "btime 1\n", "Max open files  lots\n", absl::StatusCode::kDataLoss},
