@@ -7,6 +7,7 @@
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
+#include "service/metric_family.h"
 
 namespace kvserve::cachesvc {
 namespace {
@@ -22,27 +23,6 @@ Histogram::BucketBoundaries RpcBuckets() {
 prometheus::Counter& AddCounter(prometheus::Registry& registry, const std::string& name,
                                 const std::string& help) {
   return prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
-}
-
-prometheus::MetricFamily Family(const std::string& name, const std::string& help,
-                                prometheus::MetricType type) {
-  prometheus::MetricFamily family;
-  family.name = name;
-  family.help = help;
-  family.type = type;
-  return family;
-}
-
-void AddValue(prometheus::MetricFamily& family, double value,
-              prometheus::ClientMetric::Label label) {
-  prometheus::ClientMetric metric;
-  if (!label.name.empty()) metric.label.push_back(std::move(label));
-  if (family.type == prometheus::MetricType::Counter) {
-    metric.counter.value = value;
-  } else {
-    metric.gauge.value = value;
-  }
-  family.metric.push_back(std::move(metric));
 }
 
 }  // namespace
@@ -65,8 +45,7 @@ class CacheMetrics::StateCollector : public prometheus::Collectable {
     using prometheus::MetricType;
     std::vector<prometheus::MetricFamily> out;
     auto gauge = [&out](const std::string& name, const std::string& help, double value) {
-      out.push_back(Family(name, help, MetricType::Gauge));
-      AddValue(out.back(), value, {});
+      out.push_back(service::SingleValueFamily(name, help, MetricType::Gauge, value));
     };
     gauge("kvserve_cache_blocks", "Block records held.", static_cast<double>(state.blocks.blocks));
     gauge("kvserve_cache_bytes", "Bytes of the block records held.",
@@ -74,10 +53,10 @@ class CacheMetrics::StateCollector : public prometheus::Collectable {
     gauge("kvserve_cache_capacity_bytes", "Capacity for block records.",
           static_cast<double>(state.blocks.capacity_bytes));
     gauge("kvserve_cache_sessions", "Session records held.", static_cast<double>(state.sessions));
-    out.push_back(Family("kvserve_cache_evicted_blocks_total", "Block records evicted, by reason.",
-                         MetricType::Counter));
+    out.push_back(service::MakeFamily("kvserve_cache_evicted_blocks_total",
+                                      "Block records evicted, by reason.", MetricType::Counter));
     for (const auto& [reason, count] : state.blocks.evictions) {
-      AddValue(out.back(), static_cast<double>(count), {"reason", reason});
+      service::AddSample(out.back(), static_cast<double>(count), {{"reason", reason}});
     }
     return out;
   }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
+#include "service/metric_family.h"
 
 namespace kvserve::service {
 namespace {
@@ -76,20 +77,7 @@ class Metrics::EngineCollector : public prometheus::Collectable {
     if (!stats.has_value()) return {};
     std::vector<prometheus::MetricFamily> out;
     auto add = [&out](const std::string& name, const std::string& help, prometheus::MetricType type,
-                      double value) {
-      prometheus::MetricFamily family;
-      family.name = name;
-      family.help = help;
-      family.type = type;
-      prometheus::ClientMetric metric;
-      if (type == prometheus::MetricType::Counter) {
-        metric.counter.value = value;
-      } else {
-        metric.gauge.value = value;
-      }
-      family.metric.push_back(std::move(metric));
-      out.push_back(std::move(family));
-    };
+                      double value) { out.push_back(SingleValueFamily(name, help, type, value)); };
     using prometheus::MetricType;
     add("kvserve_engine_requests_running", "Requests in the running batch.", MetricType::Gauge,
         stats->running);
@@ -163,15 +151,12 @@ class Metrics::EngineCollector : public prometheus::Collectable {
     add("kvserve_session_cache_sessions_restored_total",
         "Sessions unknown here continued from the session cache service.", MetricType::Counter,
         static_cast<double>(r.sessions_restored_total));
-    prometheus::MetricFamily rejected;
-    rejected.name = "kvserve_session_cache_rejected_blocks_total";
-    rejected.help = "Fetched records that failed a check (and were recomputed), by reason.";
-    rejected.type = MetricType::Counter;
+    prometheus::MetricFamily rejected =
+        MakeFamily("kvserve_session_cache_rejected_blocks_total",
+                   "Fetched records that failed a check (and were recomputed), by reason.",
+                   MetricType::Counter);
     for (const auto& [reason, count] : r.rejected_by_reason) {
-      prometheus::ClientMetric metric;
-      metric.label.push_back({"reason", reason});
-      metric.counter.value = static_cast<double>(count);
-      rejected.metric.push_back(std::move(metric));
+      AddSample(rejected, static_cast<double>(count), {{"reason", reason}});
     }
     out.push_back(std::move(rejected));
   }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "service/metric_family.h"
 
 namespace kvserve::service {
 namespace {
@@ -108,22 +109,6 @@ absl::StatusOr<int64_t> CountEntries(const std::string& path) {
   return count;
 }
 
-prometheus::MetricFamily Family(std::string name, std::string help, prometheus::MetricType type,
-                                double value) {
-  prometheus::MetricFamily family;
-  family.name = std::move(name);
-  family.help = std::move(help);
-  family.type = type;
-  prometheus::ClientMetric metric;
-  if (type == prometheus::MetricType::Counter) {
-    metric.counter.value = value;
-  } else {
-    metric.gauge.value = value;
-  }
-  family.metric.push_back(std::move(metric));
-  return family;
-}
-
 }  // namespace
 
 absl::StatusOr<ProcessSample> ReadProcessSample(const ProcfsOptions& options) {
@@ -169,20 +154,21 @@ absl::StatusOr<ProcessSample> ReadProcessSample(const ProcfsOptions& options) {
 std::vector<prometheus::MetricFamily> ProcessFamilies(const ProcessSample& sample) {
   using prometheus::MetricType;
   std::vector<prometheus::MetricFamily> out;
-  out.push_back(Family("process_resident_memory_bytes", "Resident memory size in bytes.",
-                       MetricType::Gauge, sample.resident_memory_bytes));
-  out.push_back(Family("process_virtual_memory_bytes", "Virtual memory size in bytes.",
-                       MetricType::Gauge, sample.virtual_memory_bytes));
-  out.push_back(Family("process_cpu_seconds_total", "User and system CPU time spent in seconds.",
-                       MetricType::Counter, sample.cpu_seconds_total));
-  out.push_back(Family("process_start_time_seconds",
-                       "Start time of the process since the Unix epoch in seconds.",
-                       MetricType::Gauge, sample.start_time_seconds));
-  out.push_back(Family("process_open_fds", "Number of open file descriptors.", MetricType::Gauge,
-                       static_cast<double>(sample.open_fds)));
+  out.push_back(SingleValueFamily("process_resident_memory_bytes", "Resident memory size in bytes.",
+                                  MetricType::Gauge, sample.resident_memory_bytes));
+  out.push_back(SingleValueFamily("process_virtual_memory_bytes", "Virtual memory size in bytes.",
+                                  MetricType::Gauge, sample.virtual_memory_bytes));
+  out.push_back(SingleValueFamily("process_cpu_seconds_total",
+                                  "User and system CPU time spent in seconds.", MetricType::Counter,
+                                  sample.cpu_seconds_total));
+  out.push_back(SingleValueFamily("process_start_time_seconds",
+                                  "Start time of the process since the Unix epoch in seconds.",
+                                  MetricType::Gauge, sample.start_time_seconds));
+  out.push_back(SingleValueFamily("process_open_fds", "Number of open file descriptors.",
+                                  MetricType::Gauge, static_cast<double>(sample.open_fds)));
   if (sample.max_fds >= 0) {
-    out.push_back(Family("process_max_fds", "Maximum number of open file descriptors.",
-                         MetricType::Gauge, static_cast<double>(sample.max_fds)));
+    out.push_back(SingleValueFamily("process_max_fds", "Maximum number of open file descriptors.",
+                                    MetricType::Gauge, static_cast<double>(sample.max_fds)));
   }
   return out;
 }

@@ -20,8 +20,6 @@ import sys
 import tempfile
 import time
 import unittest
-import urllib.parse
-import urllib.request
 
 import grpc
 import yaml
@@ -40,7 +38,6 @@ DEPLOY = os.path.join(HERE, "..", "deploy")
 DASHBOARD = os.path.join(DEPLOY, "grafana", "kvserve-dashboard.json")
 PROM_DIR = os.path.join(DEPLOY, "prometheus")
 RULES = os.path.join(PROM_DIR, "kvserve-alerts.yml")
-PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
 
 # kvserve_build_info: added by the build-info branch (labels version, commit, backend,
@@ -71,15 +68,6 @@ def exposed(text):
     return families, samples
 
 
-def query(port, promql):
-    url = "http://127.0.0.1:%d/api/v1/query?%s" % (port, urllib.parse.urlencode({"query": promql}))
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        body = json.load(resp)
-    if body.get("status") != "success":
-        raise RuntimeError("query %s failed: %r" % (promql, body))
-    return body["data"]["result"]
-
-
 def grafana_to_promql(expr):
     """A panel query as Grafana sends it with every instance selected."""
     return (expr.replace("$__rate_interval", "1m").replace("$cache_instance", ".*")
@@ -89,18 +77,8 @@ def grafana_to_promql(expr):
 def drive_traffic(target):
     """Stateless and streamed generations, one failing request, a three-turn session."""
     with grpc.insecure_channel(target) as channel:
-        generate = channel.unary_unary(
-            "/kvserve.v1.Inference/Generate",
-            request_serializer=pb.GenerateRequest.SerializeToString,
-            response_deserializer=pb.GenerateResponse.FromString)
-        stream = channel.unary_stream(
-            "/kvserve.v1.Inference/GenerateStream",
-            request_serializer=pb.GenerateRequest.SerializeToString,
-            response_deserializer=pb.GenerateStreamResponse.FromString)
-        open_session = channel.unary_unary(
-            "/kvserve.v1.Inference/OpenSession",
-            request_serializer=pb.OpenSessionRequest.SerializeToString,
-            response_deserializer=pb.Session.FromString)
+        api = lib.Inference(channel)
+        generate, stream, open_session = api.generate, api.generate_stream, api.open_session
         greedy = pb.SamplingParams(temperature=0.0)
         for text in ("Once upon a time", "Once upon a time there was", "The dog ran"):
             generate(pb.GenerateRequest(text=text, max_tokens=16, sampling=greedy), timeout=30)
@@ -211,24 +189,10 @@ class MonitoringTest(unittest.TestCase):
             shutil.copy(RULES, tmp)
             with open(os.path.join(tmp, "prometheus.yml"), "w") as f:
                 yaml.safe_dump(config, f)
-            port = lib.free_port()
-            with open(os.path.join(tmp, "prometheus.log"), "w") as log:
-                prom = subprocess.Popen(
-                    [PROMETHEUS, "--config.file=" + os.path.join(tmp, "prometheus.yml"),
-                     "--storage.tsdb.path=" + os.path.join(tmp, "data"),
-                     "--web.listen-address=127.0.0.1:%d" % port, "--log.level=warn"],
-                    stdout=subprocess.DEVNULL, stderr=log)
-            try:
-                self.check_prometheus(port)
-            finally:
-                prom.terminate()
-                try:
-                    prom.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    prom.kill()
-                    prom.wait(timeout=5)
+            with lib.PrometheusProcess(os.path.join(tmp, "prometheus.yml"), tmp) as prom:
+                self.check_prometheus(prom)
 
-    def check_prometheus(self, port):
+    def check_prometheus(self, prom):
         def wait(fn, timeout, what):
             end = time.monotonic() + timeout
             last = None
@@ -243,7 +207,7 @@ class MonitoringTest(unittest.TestCase):
             self.fail("timed out waiting for %s: %r" % (what, last))
 
         def both_up():
-            up = query(port, "up")
+            up = prom.query("up")
             return len(up) == 2 and all(r["value"][1] == "1" for r in up) or up
         wait(both_up, 60, "both targets up")
         time.sleep(2)
@@ -252,7 +216,7 @@ class MonitoringTest(unittest.TestCase):
         def answers(exprs):
             # Some target of the panel returns a series with a finite value.
             for e in exprs:
-                for r in query(port, grafana_to_promql(e)):
+                for r in prom.query(grafana_to_promql(e)):
                     if math.isfinite(float(r["value"][1])):
                         return True
             return False
@@ -265,9 +229,7 @@ class MonitoringTest(unittest.TestCase):
             wait(lambda: answers(exprs) or exprs, 30, "data for panel %r" % title)
 
         def rules_evaluated():
-            with urllib.request.urlopen("http://127.0.0.1:%d/api/v1/rules" % port,
-                                        timeout=5) as resp:
-                groups = json.load(resp)["data"]["groups"]
+            groups = prom.api("rules")["groups"]
             rules = [r for g in groups for r in g["rules"]]
             if len(rules) != len(rule_exprs()):
                 return rules

@@ -102,18 +102,8 @@ class RouterTest(unittest.TestCase):
                 grpc.insecure_channel(router.target()) as channel, \
                 grpc.insecure_channel(cache.target()) as cache_channel:
             replicas = [r1, r2]
-            generate = channel.unary_unary(
-                "/kvserve.v1.Inference/Generate",
-                request_serializer=pb.GenerateRequest.SerializeToString,
-                response_deserializer=pb.GenerateResponse.FromString)
-            open_session = channel.unary_unary(
-                "/kvserve.v1.Inference/OpenSession",
-                request_serializer=pb.OpenSessionRequest.SerializeToString,
-                response_deserializer=pb.Session.FromString)
-            info = channel.unary_unary(
-                "/kvserve.v1.Inference/GetModelInfo",
-                request_serializer=pb.GetModelInfoRequest.SerializeToString,
-                response_deserializer=pb.ModelInfo.FromString)
+            api = lib.Inference(channel)
+            generate, open_session, info = api.generate, api.open_session, api.get_model_info
             cache_get = cache_channel.unary_unary(
                 "/kvserve.v1.SessionCache/GetSession",
                 request_serializer=cpb.GetSessionRecordRequest.SerializeToString,

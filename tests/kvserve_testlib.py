@@ -101,6 +101,68 @@ class KvserveProcess:
         self.proc.stdout.close()
 
 
+class Inference:
+    """Stubs of kvserve.v1.Inference on `channel` (call add_python_stubs first)."""
+
+    def __init__(self, channel):
+        from kvserve.v1 import inference_pb2 as pb
+        u = channel.unary_unary
+        self.generate = u("/kvserve.v1.Inference/Generate",
+                          request_serializer=pb.GenerateRequest.SerializeToString,
+                          response_deserializer=pb.GenerateResponse.FromString)
+        self.generate_stream = channel.unary_stream(
+            "/kvserve.v1.Inference/GenerateStream",
+            request_serializer=pb.GenerateRequest.SerializeToString,
+            response_deserializer=pb.GenerateStreamResponse.FromString)
+        self.open_session = u("/kvserve.v1.Inference/OpenSession",
+                              request_serializer=pb.OpenSessionRequest.SerializeToString,
+                              response_deserializer=pb.Session.FromString)
+        self.get_model_info = u("/kvserve.v1.Inference/GetModelInfo",
+                                request_serializer=pb.GetModelInfoRequest.SerializeToString,
+                                response_deserializer=pb.ModelInfo.FromString)
+
+
+class PrometheusProcess:
+    """Debian's /usr/bin/prometheus on a free loopback port with `config_path`, its data and
+    log in `tmpdir`. Use as a context manager; query() runs PromQL through the HTTP API."""
+
+    def __init__(self, config_path, tmpdir):
+        self.port = free_port()
+        self.args = ["/usr/bin/prometheus", "--config.file=" + config_path,
+                     "--storage.tsdb.path=" + os.path.join(tmpdir, "data"),
+                     "--web.listen-address=127.0.0.1:%d" % self.port, "--log.level=warn"]
+        self.log_path = os.path.join(tmpdir, "prometheus.log")
+
+    def __enter__(self):
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=log)
+        return self
+
+    def api(self, path, params=None):
+        import json
+        import urllib.parse
+        import urllib.request
+        url = "http://127.0.0.1:%d/api/v1/%s" % (self.port, path)
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            body = json.load(resp)
+        if body.get("status") != "success":
+            raise RuntimeError("%s failed: %r" % (url, body))
+        return body["data"]
+
+    def query(self, promql):
+        return self.api("query", {"query": promql})["result"]
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+
 class CacheProcess:
     """A `kvserve-cache` subprocess on `port` (0: any); with metrics=True also serves /metrics
     on an ephemeral port (metrics_port). Use as a context manager; exit sends SIGTERM."""

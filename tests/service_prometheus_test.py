@@ -3,16 +3,12 @@ through Prometheus' HTTP API returns the generated-token counter and a TTFT quan
 
 Usage: /usr/bin/python3 service_prometheus_test.py KVSERVE_BIN MODEL_PATH PYTHON_STUBS_DIR
 """
-import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
 import unittest
-import urllib.parse
-import urllib.request
 
 import grpc
 
@@ -25,16 +21,6 @@ import kvserve_testlib as lib  # noqa: E402
 lib.add_python_stubs(PYDIR)
 from kvserve.v1 import inference_pb2 as pb  # noqa: E402
 
-PROMETHEUS = "/usr/bin/prometheus"
-
-
-def query(port, promql, timeout=5.0):
-    url = "http://127.0.0.1:%d/api/v1/query?%s" % (port, urllib.parse.urlencode({"query": promql}))
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        body = json.load(resp)
-    if body.get("status") != "success":
-        raise RuntimeError("query failed: %r" % body)
-    return body["data"]["result"]
 
 
 def poll(fn, timeout, what):
@@ -71,21 +57,14 @@ class PrometheusScrapeTest(unittest.TestCase):
                 generated += len(r.token_ids)
             self.assertEqual(generated, 60)
 
-            prom_port = lib.free_port()
             config = os.path.join(tmp, "prometheus.yml")
             with open(config, "w") as f:
                 f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                         "scrape_configs:\n  - job_name: kvserve\n    static_configs:\n"
                         "      - targets: ['127.0.0.1:%d']\n" % server.metrics_port)
-            with open(os.path.join(tmp, "prometheus.log"), "w") as log:
-                prom = subprocess.Popen(
-                    [PROMETHEUS, "--config.file=" + config,
-                     "--storage.tsdb.path=" + os.path.join(tmp, "data"),
-                     "--web.listen-address=127.0.0.1:%d" % prom_port, "--log.level=warn"],
-                    stdout=subprocess.DEVNULL, stderr=log)
-            try:
+            with lib.PrometheusProcess(config, tmp) as prom:
                 def tokens():
-                    result = query(prom_port, "kvserve_request_generated_tokens_total")
+                    result = prom.query("kvserve_request_generated_tokens_total")
                     if result and float(result[0]["value"][1]) == generated:
                         return result
                     return None
@@ -93,25 +72,17 @@ class PrometheusScrapeTest(unittest.TestCase):
                 self.assertEqual(result[0]["metric"]["job"], "kvserve")
 
                 def ttft():
-                    result = query(prom_port, "histogram_quantile(0.5, "
-                                   "kvserve_request_time_to_first_token_seconds_bucket)")
+                    result = prom.query("histogram_quantile(0.5, "
+                                        "kvserve_request_time_to_first_token_seconds_bucket)")
                     if result:
                         return float(result[0]["value"][1])
                     return None
                 p50 = poll(ttft, 30, "the TTFT quantile")
                 self.assertTrue(math.isfinite(p50) and 0 < p50 < 10, p50)
 
-                engine = poll(lambda: query(prom_port, "kvserve_kv_blocks_free") or None, 30,
+                engine = poll(lambda: prom.query("kvserve_kv_blocks_free") or None, 30,
                               "engine gauges")
                 self.assertGreater(float(engine[0]["value"][1]), 0)
-            finally:
-                prom.terminate()
-                try:
-                    prom.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    prom.kill()
-                    prom.wait(timeout=5)
-
 
 if __name__ == "__main__":
     lib.main(170)
