@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 import grpc
@@ -193,24 +192,13 @@ class MonitoringTest(unittest.TestCase):
                 self.check_prometheus(prom)
 
     def check_prometheus(self, prom):
-        def wait(fn, timeout, what):
-            end = time.monotonic() + timeout
-            last = None
-            while time.monotonic() < end:
-                try:
-                    last = fn()
-                    if last is True:
-                        return
-                except Exception as e:  # Prometheus still starting
-                    last = e
-                time.sleep(0.5)
-            self.fail("timed out waiting for %s: %r" % (what, last))
-
         def both_up():
             up = prom.query("up")
-            return len(up) == 2 and all(r["value"][1] == "1" for r in up) or up
-        wait(both_up, 60, "both targets up")
-        time.sleep(2)
+            # Two scrapes of each target so far: rates over the traffic below have a base.
+            scrapes = prom.query("count_over_time(up[1m])")
+            return (len(up) == 2 and all(r["value"][1] == "1" for r in up) and
+                    len(scrapes) == 2 and all(float(r["value"][1]) >= 2 for r in scrapes))
+        lib.poll(both_up, 60, "both targets up and scraped twice")
         drive_traffic(self.server.target())  # inside the 1m rate window, after two scrapes
 
         def answers(exprs):
@@ -226,17 +214,17 @@ class MonitoringTest(unittest.TestCase):
             if names & PENDING and not answers(exprs):
                 print("panel %r: no data yet (pending metric %s)" % (title, names & PENDING))
                 continue
-            wait(lambda: answers(exprs) or exprs, 30, "data for panel %r" % title)
+            lib.poll(lambda: answers(exprs), 30, "data for panel %r: %s" % (title, exprs))
 
         def rules_evaluated():
             groups = prom.api("rules")["groups"]
             rules = [r for g in groups for r in g["rules"]]
-            if len(rules) != len(rule_exprs()):
-                return rules
             bad = [(r["name"], r.get("health"), r.get("lastError")) for r in rules
                    if r.get("health") != "ok"]
-            return True if not bad else bad
-        wait(rules_evaluated, 30, "every rule evaluated without error")
+            if bad:
+                print("rules not (yet) ok: %r" % bad)
+            return len(rules) == len(rule_exprs()) and not bad
+        lib.poll(rules_evaluated, 30, "every rule evaluated without error", interval=1)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ Usage: /usr/bin/python3 deploy_router_test.py KVSERVE_BIN CACHE_BIN MODEL_PATH P
 import os
 import subprocess
 import sys
-import time
 import unittest
 
 import grpc
@@ -29,21 +28,6 @@ CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy"
 SESSION_HEADER = "kvserve-session-id"
 TURNS = ["Once upon a time, there was a little girl named Lily.", " She saw a big dog.",
          " The dog was happy."]
-
-
-def until(fn, timeout, what):
-    """Calls fn() until it returns a truthy value (bounded); returns it."""
-    end = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < end:
-        try:
-            value = fn()
-            if value:
-                return value
-        except grpc.RpcError as e:
-            last = e
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting for %s (last error: %r)" % (what, last))
 
 
 class Router:
@@ -108,15 +92,16 @@ class RouterTest(unittest.TestCase):
                 "/kvserve.v1.SessionCache/GetSession",
                 request_serializer=cpb.GetSessionRecordRequest.SerializeToString,
                 response_deserializer=cpb.SessionRecord.FromString)
-            # HAProxy marks both replicas up (rise 2 x inter 1s) before traffic is judged.
-            until(lambda: info(pb.GetModelInfoRequest(), timeout=5), 30, "the router")
-            time.sleep(3)
+            # Without the header: round-robin, both replicas answer (retried while HAProxy
+            # still starts or checks them).
+            seen = set()
 
-            # Without the header: round-robin, both replicas answer.
-            seen = {self.which_replica(replicas, "GetModelInfo",
-                                       lambda: info(pb.GetModelInfoRequest(), timeout=10))[1]
-                    for _ in range(4)}
-            self.assertEqual(seen, {0, 1})
+            def both_seen():
+                seen.add(self.which_replica(
+                    replicas, "GetModelInfo",
+                    lambda: info(pb.GetModelInfoRequest(), timeout=10))[1])
+                return seen == {0, 1}
+            lib.poll(both_seen, 30, "GetModelInfo answered by both replicas")
 
             def turn(session_id, text):
                 request = pb.GenerateRequest(text=text, session_id=session_id, max_tokens=8,
@@ -134,7 +119,7 @@ class RouterTest(unittest.TestCase):
                 opened_on[session_id] = opener
                 # OpenSession may land on either replica; the record reaches the cache
                 # behind, and the first turn may continue it on the other one.
-                until(lambda: cache_get(cpb.GetSessionRecordRequest(session_id=session_id),
+                lib.poll(lambda: cache_get(cpb.GetSessionRecordRequest(session_id=session_id),
                                         timeout=5), 20, "the session record in kvserve-cache")
                 owners = []
                 for i, text in enumerate(TURNS):
@@ -157,7 +142,7 @@ class RouterTest(unittest.TestCase):
             self.assertEqual(r1.terminate_and_wait(), 0)
             moved = [s for s, o in owner_of.items() if o == stopped]
             for session_id in moved:
-                response = until(lambda: turn(session_id, " Then it rained."), 30,
+                response = lib.poll(lambda: turn(session_id, " Then it rained."), 30,
                                  "a turn of %s after its replica stopped" % session_id)
                 self.assertGreater(len(response.token_ids), 0)
                 # Its history came back from kvserve-cache. (Not asserted when the session

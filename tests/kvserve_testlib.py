@@ -39,6 +39,24 @@ def free_port():
         return s.getsockname()[1]
 
 
+def poll(fn, timeout, what, interval=0.2):
+    """Calls fn() until it returns a truthy value, which it returns; exceptions count as not
+    yet (a server still starting). After `timeout` seconds raises AssertionError naming
+    `what` with the last value or exception."""
+    end = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < end:
+        try:
+            value = fn()
+            if value:
+                return value
+            last = value
+        except Exception as e:  # noqa: BLE001 -- reported if it never succeeds
+            last = e
+        time.sleep(interval)
+    raise AssertionError("timed out after %gs waiting for %s (last: %r)" % (timeout, what, last))
+
+
 class KvserveProcess:
     """A `kvserve` subprocess. Use as a context manager."""
 

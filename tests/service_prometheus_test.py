@@ -7,7 +7,6 @@ import math
 import os
 import sys
 import tempfile
-import time
 import unittest
 
 import grpc
@@ -21,21 +20,6 @@ import kvserve_testlib as lib  # noqa: E402
 lib.add_python_stubs(PYDIR)
 from kvserve.v1 import inference_pb2 as pb  # noqa: E402
 
-
-
-def poll(fn, timeout, what):
-    """Calls fn() until it returns a value other than None; bounded by `timeout`."""
-    end = time.monotonic() + timeout
-    last_error = None
-    while time.monotonic() < end:
-        try:
-            value = fn()
-            if value is not None:
-                return value
-        except Exception as e:  # Prometheus still starting, or no sample yet
-            last_error = e
-        time.sleep(0.25)
-    raise AssertionError("timed out waiting for %s (last error: %r)" % (what, last_error))
 
 
 class PrometheusScrapeTest(unittest.TestCase):
@@ -68,7 +52,7 @@ class PrometheusScrapeTest(unittest.TestCase):
                     if result and float(result[0]["value"][1]) == generated:
                         return result
                     return None
-                result = poll(tokens, 60, "the generated-token counter")
+                result = lib.poll(tokens, 60, "the generated-token counter")
                 self.assertEqual(result[0]["metric"]["job"], "kvserve")
 
                 def ttft():
@@ -77,10 +61,10 @@ class PrometheusScrapeTest(unittest.TestCase):
                     if result:
                         return float(result[0]["value"][1])
                     return None
-                p50 = poll(ttft, 30, "the TTFT quantile")
+                p50 = lib.poll(ttft, 30, "the TTFT quantile")
                 self.assertTrue(math.isfinite(p50) and 0 < p50 < 10, p50)
 
-                engine = poll(lambda: prom.query("kvserve_kv_blocks_free") or None, 30,
+                engine = lib.poll(lambda: prom.query("kvserve_kv_blocks_free") or None, 30,
                               "engine gauges")
                 self.assertGreater(float(engine[0]["value"][1]), 0)
 
