@@ -28,8 +28,10 @@ while read -r sum name; do
     continue
   fi
   tmp="$(mktemp "$dest/.$name.XXXXXX")"
-  if [ -f "$mirror/$name" ]; then
-    cp "$mirror/$name" "$tmp"
+  # A mirror file this user cannot read (e.g. left at 0600 by an older fetch.sh and mounted
+  # into a container) falls through to the download.
+  if [ -r "$mirror/$name" ] && cp "$mirror/$name" "$tmp"; then
+    :
   elif command -v curl >/dev/null && curl -fsSL --retry 2 -o "$tmp" "${URLS[$name]}"; then
     :
   else
