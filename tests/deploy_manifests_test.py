@@ -398,6 +398,8 @@ class ManifestTest(unittest.TestCase):
         for name, s in services.items():
             if s.get("image") != IMAGE:
                 continue
+            # Built here from deploy/Dockerfile, never pulled.
+            self.assertEqual(s.get("build", {}).get("dockerfile"), "deploy/Dockerfile", name)
             command = s.get("entrypoint", ep)
             args = list(command[1:]) + list(s.get("command", cmd if "entrypoint" not in s
                                                       else []))
