@@ -3,9 +3,11 @@
 #include <utility>
 #include <vector>
 
+#include "cache/block_record.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
+#include "service/metric_family.h"
 
 namespace kvserve::cachesvc {
 namespace {
@@ -21,27 +23,6 @@ Histogram::BucketBoundaries RpcBuckets() {
 prometheus::Counter& AddCounter(prometheus::Registry& registry, const std::string& name,
                                 const std::string& help) {
   return prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
-}
-
-prometheus::MetricFamily Family(const std::string& name, const std::string& help,
-                                prometheus::MetricType type) {
-  prometheus::MetricFamily family;
-  family.name = name;
-  family.help = help;
-  family.type = type;
-  return family;
-}
-
-void AddValue(prometheus::MetricFamily& family, double value,
-              prometheus::ClientMetric::Label label) {
-  prometheus::ClientMetric metric;
-  if (!label.name.empty()) metric.label.push_back(std::move(label));
-  if (family.type == prometheus::MetricType::Counter) {
-    metric.counter.value = value;
-  } else {
-    metric.gauge.value = value;
-  }
-  family.metric.push_back(std::move(metric));
 }
 
 }  // namespace
@@ -64,8 +45,7 @@ class CacheMetrics::StateCollector : public prometheus::Collectable {
     using prometheus::MetricType;
     std::vector<prometheus::MetricFamily> out;
     auto gauge = [&out](const std::string& name, const std::string& help, double value) {
-      out.push_back(Family(name, help, MetricType::Gauge));
-      AddValue(out.back(), value, {});
+      out.push_back(service::SingleValueFamily(name, help, MetricType::Gauge, value));
     };
     gauge("kvserve_cache_blocks", "Block records held.", static_cast<double>(state.blocks.blocks));
     gauge("kvserve_cache_bytes", "Bytes of the block records held.",
@@ -73,10 +53,10 @@ class CacheMetrics::StateCollector : public prometheus::Collectable {
     gauge("kvserve_cache_capacity_bytes", "Capacity for block records.",
           static_cast<double>(state.blocks.capacity_bytes));
     gauge("kvserve_cache_sessions", "Session records held.", static_cast<double>(state.sessions));
-    out.push_back(Family("kvserve_cache_evicted_blocks_total", "Block records evicted, by reason.",
-                         MetricType::Counter));
+    out.push_back(service::MakeFamily("kvserve_cache_evicted_blocks_total",
+                                      "Block records evicted, by reason.", MetricType::Counter));
     for (const auto& [reason, count] : state.blocks.evictions) {
-      AddValue(out.back(), static_cast<double>(count), {"reason", reason});
+      service::AddSample(out.back(), static_cast<double>(count), {{"reason", reason}});
     }
     return out;
   }
@@ -89,6 +69,7 @@ class CacheMetrics::StateCollector : public prometheus::Collectable {
 CacheMetrics::CacheMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       state_collector_(std::make_shared<StateCollector>()),
+      process_collector_(std::make_shared<service::ProcessCollector>()),
       lookups_(AddCounter(*registry_, "kvserve_cache_lookups_total", "Lookup calls answered.")),
       hit_blocks_(AddCounter(*registry_, "kvserve_cache_hit_blocks_total",
                              "Blocks that Lookup found (the present prefixes).")),
@@ -113,7 +94,15 @@ CacheMetrics::CacheMetrics()
       rpc_duration_(prometheus::BuildHistogram()
                         .Name("kvserve_cache_rpc_duration_seconds")
                         .Help("Time from a SessionCache call's start to its status, by method.")
-                        .Register(*registry_)) {}
+                        .Register(*registry_)) {
+  // Every rejection reason is exported from the start (at 0), so that the family exists and
+  // rates over it work before the first rejection.
+  for (int check = static_cast<int>(cache::RecordCheck::kTruncated);
+       check <= static_cast<int>(cache::RecordCheck::kWrongTokens); ++check) {
+    rejected_blocks_.Add(
+        {{"reason", std::string(cache::RecordCheckName(static_cast<cache::RecordCheck>(check)))}});
+  }
+}
 
 void CacheMetrics::RecordLookup(int64_t chain_blocks, int64_t hit_blocks) {
   lookups_.Increment();
@@ -166,6 +155,8 @@ CacheTotals CacheMetrics::totals() const {
 std::string CacheMetrics::SerializeText() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   for (prometheus::MetricFamily& f : state_collector_->Collect()) families.push_back(std::move(f));
+  for (prometheus::MetricFamily& f : process_collector_->Collect())
+    families.push_back(std::move(f));
   return prometheus::TextSerializer().Serialize(families);
 }
 

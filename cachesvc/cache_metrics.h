@@ -5,6 +5,9 @@
 // bytes, capacity, sessions, evictions by reason) is read from the stores at scrape time
 // through a StateSource: the stores know nothing of Prometheus.
 //
+// The process_* families (memory, CPU, file descriptors, start time) come from
+// service::ProcessCollector, the same as kvserve's.
+//
 // Names follow kvserve_cache_<name>_<unit>; counters end in _total; time is in seconds.
 //
 // Threading: every method is thread-safe.
@@ -27,6 +30,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "service/metrics_http_server.h"
+#include "service/process_metrics.h"
 
 namespace kvserve::cachesvc {
 
@@ -79,6 +83,7 @@ class CacheMetrics final : public service::MetricsSource {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<StateCollector> state_collector_;
+  std::shared_ptr<service::ProcessCollector> process_collector_;
 
   prometheus::Counter& lookups_;
   prometheus::Counter& hit_blocks_;

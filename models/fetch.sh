@@ -24,11 +24,14 @@ while read -r sum name; do
   [ -n "$name" ] || continue
   target="$dest/$name"
   if [ -f "$target" ] && echo "$sum  $target" | sha256sum --check --status; then
+    chmod 0644 "$target" 2>/dev/null || true   # repairs files an older fetch.sh left at 0600
     continue
   fi
   tmp="$(mktemp "$dest/.$name.XXXXXX")"
-  if [ -f "$mirror/$name" ]; then
-    cp "$mirror/$name" "$tmp"
+  # A mirror file this user cannot read (e.g. left at 0600 by an older fetch.sh and mounted
+  # into a container) falls through to the download.
+  if [ -r "$mirror/$name" ] && cp "$mirror/$name" "$tmp"; then
+    :
   elif command -v curl >/dev/null && curl -fsSL --retry 2 -o "$tmp" "${URLS[$name]}"; then
     :
   else
@@ -36,6 +39,9 @@ while read -r sum name; do
     rm -f "$tmp"; status=1; continue
   fi
   if echo "$sum  $tmp" | sha256sum --check --status; then
+    # mktemp creates 0600; model files are read by other users (the container's non-root
+    # kvserve user), so they get 0644 like any other data file.
+    chmod 0644 "$tmp"
     mv "$tmp" "$target"
     echo "fetch.sh: $name ok"
   else

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package that kvserve's build, tests and benchmarks need.
+# (prometheus, haproxy and python3-yaml: the deploy/ tests run Prometheus, promtool and HAProxy.)
 # Idempotent: does nothing (no apt-get update) when everything is already installed.
 set -euo pipefail
 
@@ -10,7 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang clang-format libclang-rt-14-dev libfuzzer-14-dev
   python3 python3-grpcio python3-protobuf python3-h2
-  prometheus redis-server openssl libssl-dev
+  prometheus redis-server openssl libssl-dev haproxy python3-yaml
 )
 
 missing=()

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
+#include "service/metric_family.h"
 
 namespace kvserve::service {
 namespace {
@@ -15,6 +16,13 @@ using prometheus::Histogram;
 // Bucket upper bounds in seconds.
 Histogram::BucketBoundaries LatencyBuckets() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+}
+// A whole generation: long completions on a loaded CPU run for minutes, and a quantile
+// above the last finite bucket reads as that bucket's bound.
+Histogram::BucketBoundaries EndToEndBuckets() {
+  Histogram::BucketBoundaries buckets = LatencyBuckets();
+  buckets.insert(buckets.end(), {300, 600, 1200, 1800, 3600});
+  return buckets;
 }
 Histogram::BucketBoundaries InterTokenBuckets() {
   return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
@@ -69,20 +77,7 @@ class Metrics::EngineCollector : public prometheus::Collectable {
     if (!stats.has_value()) return {};
     std::vector<prometheus::MetricFamily> out;
     auto add = [&out](const std::string& name, const std::string& help, prometheus::MetricType type,
-                      double value) {
-      prometheus::MetricFamily family;
-      family.name = name;
-      family.help = help;
-      family.type = type;
-      prometheus::ClientMetric metric;
-      if (type == prometheus::MetricType::Counter) {
-        metric.counter.value = value;
-      } else {
-        metric.gauge.value = value;
-      }
-      family.metric.push_back(std::move(metric));
-      out.push_back(std::move(family));
-    };
+                      double value) { out.push_back(SingleValueFamily(name, help, type, value)); };
     using prometheus::MetricType;
     add("kvserve_engine_requests_running", "Requests in the running batch.", MetricType::Gauge,
         stats->running);
@@ -156,15 +151,12 @@ class Metrics::EngineCollector : public prometheus::Collectable {
     add("kvserve_session_cache_sessions_restored_total",
         "Sessions unknown here continued from the session cache service.", MetricType::Counter,
         static_cast<double>(r.sessions_restored_total));
-    prometheus::MetricFamily rejected;
-    rejected.name = "kvserve_session_cache_rejected_blocks_total";
-    rejected.help = "Fetched records that failed a check (and were recomputed), by reason.";
-    rejected.type = MetricType::Counter;
+    prometheus::MetricFamily rejected =
+        MakeFamily("kvserve_session_cache_rejected_blocks_total",
+                   "Fetched records that failed a check (and were recomputed), by reason.",
+                   MetricType::Counter);
     for (const auto& [reason, count] : r.rejected_by_reason) {
-      prometheus::ClientMetric metric;
-      metric.label.push_back({"reason", reason});
-      metric.counter.value = static_cast<double>(count);
-      rejected.metric.push_back(std::move(metric));
+      AddSample(rejected, static_cast<double>(count), {{"reason", reason}});
     }
     out.push_back(std::move(rejected));
   }
@@ -176,6 +168,7 @@ class Metrics::EngineCollector : public prometheus::Collectable {
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       engine_collector_(std::make_shared<EngineCollector>()),
+      process_collector_(std::make_shared<ProcessCollector>()),
       rpc_requests_(prometheus::BuildCounter()
                         .Name("kvserve_rpc_requests_total")
                         .Help("Finished RPCs by method and gRPC status code.")
@@ -203,7 +196,7 @@ Metrics::Metrics()
                                         "Gap between consecutive tokens of a request.",
                                         InterTokenBuckets())),
       e2e_latency_(AddHistogram(*registry_, "kvserve_request_e2e_latency_seconds",
-                                "From arrival to the end of generation.", LatencyBuckets())),
+                                "From arrival to the end of generation.", EndToEndBuckets())),
       queue_time_(AddHistogram(*registry_, "kvserve_request_queue_time_seconds",
                                "From arrival to the first engine step that ran the request.",
                                LatencyBuckets())),
@@ -248,12 +241,13 @@ void Metrics::SetEngineStatsSource(EngineStatsSource source) {
 }
 
 std::vector<std::weak_ptr<prometheus::Collectable>> Metrics::collectables() const {
-  return {registry_, engine_collector_};
+  return {registry_, engine_collector_, process_collector_};
 }
 
 std::string Metrics::SerializeText() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   for (auto& family : engine_collector_->Collect()) families.push_back(std::move(family));
+  for (auto& family : process_collector_->Collect()) families.push_back(std::move(family));
   return prometheus::TextSerializer().Serialize(families);
 }
 

@@ -5,6 +5,11 @@
 // cache and preemption counters, open sessions) is read from engine::EngineStats at
 // scrape time by a collector: the engine knows nothing of Prometheus.
 //
+// Process figures (process_resident_memory_bytes, process_cpu_seconds_total,
+// process_open_fds, process_start_time_seconds, ...) come from ProcessCollector
+// (service/process_metrics.h), read from procfs at scrape time; kvserve-cache exports the
+// same families through the same collector.
+//
 // Names follow kvserve_<subsystem>_<name>_<unit>; counters end in _total; time is in
 // seconds.
 #ifndef KVSERVE_SERVICE_METRICS_H_
@@ -28,6 +33,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "service/metrics_http_server.h"
+#include "service/process_metrics.h"
 
 namespace kvserve::service {
 
@@ -64,6 +70,7 @@ class Metrics : public MetricsSource {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<EngineCollector> engine_collector_;
+  std::shared_ptr<ProcessCollector> process_collector_;
 
   prometheus::Family<prometheus::Counter>& rpc_requests_;
   prometheus::Family<prometheus::Counter>& finished_;

@@ -130,5 +130,24 @@ TEST(MetricsTest, SessionCacheStatsWhenConfigured) {
              "\nkvserve_session_cache_sessions_restored_total 8\n"});
 }
 
+TEST(MetricsTest, EndToEndLatencyBucketsReachAnHour) {
+  Metrics metrics;
+  engine::Usage usage;
+  usage.completion_tokens = 1;
+  usage.total_time = absl::Seconds(200);
+  metrics.RecordGeneration(engine::FinishReason::kLength, usage);
+  ExpectAll(metrics.SerializeText(), {"kvserve_request_e2e_latency_seconds_bucket{le=\"120\"} 0",
+                                      "kvserve_request_e2e_latency_seconds_bucket{le=\"300\"} 1",
+                                      "kvserve_request_e2e_latency_seconds_bucket{le=\"3600\"} 1"});
+}
+
+TEST(MetricsTest, ExportsProcessMetrics) {
+  Metrics metrics;
+  ExpectAll(
+      metrics.SerializeText(),
+      {"# TYPE process_resident_memory_bytes gauge", "# TYPE process_cpu_seconds_total counter",
+       "# TYPE process_open_fds gauge", "# TYPE process_start_time_seconds gauge"});
+}
+
 }  // namespace
 }  // namespace kvserve::service

@@ -279,8 +279,8 @@ class SessionCacheFaultTest(unittest.TestCase):
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             time.sleep(0.5)
-            with lib.CacheProcess(CACHE, ["--redis", "127.0.0.1:%d" % rport,
-                                          "--metrics-listen", "127.0.0.1:0"]) as cache, \
+            with lib.CacheProcess(CACHE, ["--redis", "127.0.0.1:%d" % rport],
+                                  metrics=True) as cache, \
                     lib.KvserveProcess(KVSERVE, MODEL, [
                         "--session-cache", cache.target(),
                         "--session-cache-timeout", "1s"]) as server:

@@ -4,6 +4,7 @@ Starts the server on ephemeral loopback ports (--listen/--metrics-listen 127.0.0
 reads the bound ports from its first stdout line, and always cleans the process up.
 Every wait is bounded.
 """
+import os
 import re
 import signal
 import socket
@@ -49,6 +50,24 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def poll(fn, timeout, what, interval=0.2):
+    """Calls fn() until it returns a truthy value, which it returns; exceptions count as not
+    yet (a server still starting). After `timeout` seconds raises AssertionError naming
+    `what` with the last value or exception."""
+    end = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < end:
+        try:
+            value = fn()
+            if value:
+                return value
+            last = value
+        except Exception as e:  # noqa: BLE001 -- reported if it never succeeds
+            last = e
+        time.sleep(interval)
+    raise AssertionError("timed out after %gs waiting for %s (last: %r)" % (timeout, what, last))
 
 
 class KvserveProcess:
@@ -120,14 +139,16 @@ class KvserveProcess:
 
 
 class CacheProcess:
-    """A `kvserve-cache` subprocess on `port` (0: any free one), /metrics off unless
-    `args` sets --metrics-listen. Use as a context manager; `kill()` SIGKILLs it."""
+    """A `kvserve-cache` subprocess on `port` (0: any free one); with metrics=True also
+    serves /metrics on an ephemeral port (metrics_port). Use as a context manager (exit
+    sends SIGTERM); `kill()` SIGKILLs it."""
 
     LISTEN_RE = re.compile(r"kvserve-cache listening on \S+:(\d+)")
     METRICS_RE = re.compile(r"metrics port (\d+)")
 
-    def __init__(self, binary, args=(), port=0, timeout=30.0):
-        self.args = [binary, "--listen", "127.0.0.1:%d" % port, "--metrics-listen", ""] + list(args)
+    def __init__(self, binary, args=(), port=0, metrics=False, timeout=30.0):
+        self.args = [binary, "--listen", "127.0.0.1:%d" % port,
+                     "--metrics-listen", "127.0.0.1:0" if metrics else ""] + list(args)
         self.timeout = timeout
         self.proc = None
         self.port = None
@@ -179,17 +200,101 @@ class CacheProcess:
 
 
 def wait_for(predicate, timeout=20.0, what="condition"):
-    """Polls `predicate` (RpcErrors count as False) until it holds; AssertionError after
-    `timeout` seconds."""
+    """Polls `predicate` (RpcErrors and OSErrors, e.g. a refused TLS handshake, count as
+    False) until it holds; AssertionError after `timeout` seconds."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         try:
             if predicate():
                 return
-        except grpc.RpcError:
+        except (grpc.RpcError, OSError):
             pass
         time.sleep(0.05)
     raise AssertionError("timed out waiting for " + what)
+
+
+class Inference:
+    """Stubs of kvserve.v1.Inference on `channel` (call add_python_stubs first)."""
+
+    def __init__(self, channel):
+        from kvserve.v1 import inference_pb2 as pb
+        u = channel.unary_unary
+        self.generate = u("/kvserve.v1.Inference/Generate",
+                          request_serializer=pb.GenerateRequest.SerializeToString,
+                          response_deserializer=pb.GenerateResponse.FromString)
+        self.generate_stream = channel.unary_stream(
+            "/kvserve.v1.Inference/GenerateStream",
+            request_serializer=pb.GenerateRequest.SerializeToString,
+            response_deserializer=pb.GenerateStreamResponse.FromString)
+        self.open_session = u("/kvserve.v1.Inference/OpenSession",
+                              request_serializer=pb.OpenSessionRequest.SerializeToString,
+                              response_deserializer=pb.Session.FromString)
+        self.get_model_info = u("/kvserve.v1.Inference/GetModelInfo",
+                                request_serializer=pb.GetModelInfoRequest.SerializeToString,
+                                response_deserializer=pb.ModelInfo.FromString)
+
+
+class PrometheusProcess:
+    """Debian's /usr/bin/prometheus on a free loopback port with `config_path`, its data and
+    log in `tmpdir`. Use as a context manager; query() runs PromQL through the HTTP API."""
+
+    def __init__(self, config_path, tmpdir):
+        self.port = free_port()
+        self.args = ["/usr/bin/prometheus", "--config.file=" + config_path,
+                     "--storage.tsdb.path=" + os.path.join(tmpdir, "data"),
+                     "--web.listen-address=127.0.0.1:%d" % self.port, "--log.level=warn"]
+        self.log_path = os.path.join(tmpdir, "prometheus.log")
+
+    def __enter__(self):
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=log)
+        return self
+
+    def api(self, path, params=None):
+        import json
+        import urllib.parse
+        import urllib.request
+        url = "http://127.0.0.1:%d/api/v1/%s" % (self.port, path)
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            body = json.load(resp)
+        if body.get("status") != "success":
+            raise RuntimeError("%s failed: %r" % (url, body))
+        return body["data"]
+
+    def query(self, promql):
+        return self.api("query", {"query": promql})["result"]
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+
+def scrape(port, timeout=10.0):
+    """The text of http://127.0.0.1:PORT/metrics."""
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=timeout) as resp:
+        return resp.read().decode()
+
+
+def metric_value(text, name, labels=None):
+    """Sum of the samples of `name` in exposition `text` whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)", line)
+        if not m or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        if all(got.get(k) == v for k, v in (labels or {}).items()):
+            total += float(m.group(3))
+    return total
 
 
 def health_status(channel, service, timeout=5.0):

@@ -48,15 +48,7 @@ def replica(cache=None, extra=()):
     return lib.KvserveProcess(KVSERVE, MODEL, args)
 
 
-class Inference:
-    def __init__(self, channel):
-        u = channel.unary_unary
-        self.generate = u("/kvserve.v1.Inference/Generate",
-                          request_serializer=pb.GenerateRequest.SerializeToString,
-                          response_deserializer=pb.GenerateResponse.FromString)
-        self.open = u("/kvserve.v1.Inference/OpenSession",
-                      request_serializer=pb.OpenSessionRequest.SerializeToString,
-                      response_deserializer=pb.Session.FromString)
+Inference = lib.Inference
 
 
 class Cache:
@@ -95,7 +87,7 @@ class SessionCacheEndToEndTest(unittest.TestCase):
         are in the cache. Returns (session id, history token ids)."""
         with grpc.insecure_channel(server.target()) as ch:
             api = Inference(ch)
-            session = api.open(pb.OpenSessionRequest(), timeout=10)
+            session = api.open_session(pb.OpenSessionRequest(), timeout=10)
             first = api.generate(greedy(60, text=FIRST, session_id=session.session_id),
                                  timeout=60)
             history_len = first.usage.prompt_tokens + first.usage.completion_tokens
