@@ -295,10 +295,10 @@ class EngineImpl final : public Engine {
 absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<RequestSink> sink) {
   const model::ModelConfig& config = model_.config();
   if (sink == nullptr) return absl::InvalidArgumentError("sink must not be null");
-  if (absl::Status s = ValidateRequest(
-          request, RequestRules{config.vocab_size, options_.max_tokens_limit,
-                                options_.max_cache_salt_bytes, options_.stop_limits,
-                                tokenizer_ != nullptr});
+  if (absl::Status s =
+          ValidateRequest(request, RequestRules{config.vocab_size, options_.max_tokens_limit,
+                                                options_.max_cache_salt_bytes, options_.stop_limits,
+                                                tokenizer_ != nullptr});
       !s.ok()) {
     return s;
   }

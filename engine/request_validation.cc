@@ -13,8 +13,8 @@ absl::Status ValidateRequest(const Request& request, const RequestRules& rules) 
                         absl::StrCat("must be in [0, ", rules.vocab_size, "), got ", t));
     }
   }
-  if (absl::Status s = request.sampling.Validate(rules.vocab_size, rules.max_tokens_limit,
-                                                     rules.stop_limits);
+  if (absl::Status s =
+          request.sampling.Validate(rules.vocab_size, rules.max_tokens_limit, rules.stop_limits);
       !s.ok()) {
     return NestField("sampling", s);
   }

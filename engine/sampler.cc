@@ -20,8 +20,8 @@ absl::StatusOr<Sampler> Sampler::Create(const SamplingParams& params, int32_t vo
   if (vocab_size <= 0) {
     return absl::InvalidArgumentError("vocab_size must be > 0");
   }
-  absl::Status status = params.Validate(vocab_size, std::numeric_limits<int32_t>::max(),
-                                        StopLimits::Unlimited());
+  absl::Status status =
+      params.Validate(vocab_size, std::numeric_limits<int32_t>::max(), StopLimits::Unlimited());
   if (!status.ok()) return status;
   return Sampler(params, vocab_size, params.seed.value_or(fallback_seed));
 }

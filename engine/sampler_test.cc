@@ -108,7 +108,8 @@ std::vector<BadCase> BadCases() {
   add("presence_penalty", [](SamplingParams& p) { p.presence_penalty = 3.0f; });
   add("presence_penalty", [](SamplingParams& p) { p.presence_penalty = kNaN; });
   add("max_tokens", [](SamplingParams& p) { p.max_tokens = 0; });
-  add("max_tokens", [](SamplingParams& p) { p.max_tokens = 1001; }, true);
+  add(
+      "max_tokens", [](SamplingParams& p) { p.max_tokens = 1001; }, true);
   add("stop_token_ids", [](SamplingParams& p) { p.stop_token_ids = {5, 100}; });
   add("stop_token_ids", [](SamplingParams& p) { p.stop_token_ids = {-1}; });
   add(

@@ -50,10 +50,10 @@ absl::Status SamplingParams::Validate(int32_t vocab_size, int32_t max_tokens_lim
                       absl::StrCat("must be in [1, ", max_tokens_limit, "], got ", max_tokens));
   }
   if (stop_token_ids.size() > static_cast<size_t>(stop_limits.max_stop_token_ids)) {
-    return FieldError("stop_token_ids",
-                      absl::StrCat("has ", stop_token_ids.size(), " entries, at most ",
-                                   stop_limits.max_stop_token_ids,
-                                   " allowed (the server's max_stop_token_ids)"));
+    return FieldError(
+        "stop_token_ids",
+        absl::StrCat("has ", stop_token_ids.size(), " entries, at most ",
+                     stop_limits.max_stop_token_ids, " allowed (the server's max_stop_token_ids)"));
   }
   for (size_t i = 0; i < stop_token_ids.size(); ++i) {
     if (stop_token_ids[i] < 0 || stop_token_ids[i] >= vocab_size) {
@@ -62,10 +62,10 @@ absl::Status SamplingParams::Validate(int32_t vocab_size, int32_t max_tokens_lim
     }
   }
   if (stop_strings.size() > static_cast<size_t>(stop_limits.max_stop_strings)) {
-    return FieldError("stop_strings",
-                      absl::StrCat("has ", stop_strings.size(), " entries, at most ",
-                                   stop_limits.max_stop_strings,
-                                   " allowed (the server's max_stop_strings)"));
+    return FieldError(
+        "stop_strings",
+        absl::StrCat("has ", stop_strings.size(), " entries, at most ",
+                     stop_limits.max_stop_strings, " allowed (the server's max_stop_strings)"));
   }
   for (size_t i = 0; i < stop_strings.size(); ++i) {
     const std::string& s = stop_strings[i];
@@ -73,10 +73,10 @@ absl::Status SamplingParams::Validate(int32_t vocab_size, int32_t max_tokens_lim
       return FieldError(absl::StrCat("stop_strings[", i, "]"), "must not be empty");
     }
     if (s.size() > static_cast<size_t>(stop_limits.max_stop_string_bytes)) {
-      return FieldError(absl::StrCat("stop_strings[", i, "]"),
-                        absl::StrCat("is ", s.size(), " bytes, at most ",
-                                     stop_limits.max_stop_string_bytes,
-                                     " allowed (the server's max_stop_string_bytes)"));
+      return FieldError(
+          absl::StrCat("stop_strings[", i, "]"),
+          absl::StrCat("is ", s.size(), " bytes, at most ", stop_limits.max_stop_string_bytes,
+                       " allowed (the server's max_stop_string_bytes)"));
     }
     if (!model::IsValidUtf8(s)) {
       return FieldError(absl::StrCat("stop_strings[", i, "]"), "is not valid UTF-8");

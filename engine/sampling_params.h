@@ -13,17 +13,17 @@ namespace kvserve::engine {
 
 // Limits of the API itself, enforced by SamplingParams::Validate (requests beyond them
 // are INVALID_ARGUMENT).
-inline constexpr int32_t kMaxTopLogprobs = 20;       // top_logprobs upper bound
-inline constexpr float kMaxAbsTokenPenalty = 2.0f;   // |frequency_penalty|, |presence_penalty|
+inline constexpr int32_t kMaxTopLogprobs = 20;      // top_logprobs upper bound
+inline constexpr float kMaxAbsTokenPenalty = 2.0f;  // |frequency_penalty|, |presence_penalty|
 
 // Server-set limits on a request's stop conditions (Engine::Options::stop_limits; kvserve
 // --max_stop_strings, --max_stop_string_bytes, --max_stop_token_ids). A request beyond one
 // is INVALID_ARGUMENT naming the field and the limit. Matching cost per generated token
 // grows with strings x bytes, so they stay small by default.
 struct StopLimits {
-  int32_t max_stop_strings = 16;       // stop_strings entries. Default 16.
+  int32_t max_stop_strings = 16;        // stop_strings entries. Default 16.
   int32_t max_stop_string_bytes = 256;  // bytes per stop string. Default 256.
-  int32_t max_stop_token_ids = 64;     // stop_token_ids entries. Default 64.
+  int32_t max_stop_token_ids = 64;      // stop_token_ids entries. Default 64.
 
   // No limit (callers that validate parameters they built themselves).
   static StopLimits Unlimited();

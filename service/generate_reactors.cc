@@ -64,7 +64,10 @@ class UnarySink final : public GenerationSink {
  public:
   UnarySink(GenerationHost* host, grpc::CallbackServerContext* context,
             grpc::ServerUnaryReactor* reactor, v1::GenerateResponse* response, bool logprobs)
-      : GenerationSink(host, logprobs, CallDeadline(context)), context_(context), reactor_(reactor), response_(response) {}
+      : GenerationSink(host, logprobs, CallDeadline(context)),
+        context_(context),
+        reactor_(reactor),
+        response_(response) {}
 
  private:
   void Deliver(const engine::TokenEvent& event) override {

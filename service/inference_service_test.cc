@@ -64,10 +64,10 @@ class InferenceServiceTest : public ::testing::Test {
 
   void Attach() {
     auto engine = std::make_unique<testing::FakeEngine>();
-    engine->SetSubmitLimits({.max_tokens_limit = 100,
-                             .stop_limits = {.max_stop_strings = 3,
-                                             .max_stop_string_bytes = 40,
-                                             .max_stop_token_ids = 5}});
+    engine->SetSubmitLimits(
+        {.max_tokens_limit = 100,
+         .stop_limits = {
+             .max_stop_strings = 3, .max_stop_string_bytes = 40, .max_stop_token_ids = 5}});
     engine_ = engine.get();
     auto model = LoadStories();
     ASSERT_NE(model, nullptr);
