@@ -761,11 +761,9 @@ void EngineImpl::SyncSession(const std::string& id, const std::string& tenant) {
     }
     return;
   }
-  if (sessions_.Restore(id, record->tenant, std::move(record->tokens),
-                        std::move(record->turn_ends), record->ttl, now)
-          .ok()) {
-    sessions_restored_.fetch_add(1);
-  }
+  const absl::Status restored = sessions_.Restore(id, record->tenant, std::move(record->tokens),
+                                                  std::move(record->turn_ends), record->ttl, now);
+  if (restored.ok()) sessions_restored_.fetch_add(1);
 }
 
 void EngineImpl::PublishStats(double step_seconds) {
