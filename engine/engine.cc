@@ -311,8 +311,8 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
       request.add_bos ? std::optional<int32_t>(model_.vocab().bos_id) : std::nullopt;
   std::vector<int32_t> context;
   if (is_turn) {
-    // BOS is decided under the session's lock: only an empty history gets it.
     SyncSession(request.session_id, request.tenant);
+    // BOS is decided under the session's lock: only an empty history gets it.
     auto begun =
         sessions_.BeginTurn(request.session_id, request.tenant, request.prompt_tokens, bos, now);
     if (!begun.ok()) return begun.status();
