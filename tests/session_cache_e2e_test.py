@@ -144,7 +144,8 @@ class SessionCacheEndToEndTest(unittest.TestCase):
             with replica(cache) as a, replica(cache) as b, \
                     grpc.insecure_channel(a.target()) as ach, \
                     grpc.insecure_channel(b.target()) as bch:
-                session_id = Inference(bch).open(pb.OpenSessionRequest(), timeout=10).session_id
+                session_id = Inference(bch).open_session(pb.OpenSessionRequest(),
+                                                         timeout=10).session_id
                 lib.wait_for(lambda: cache_client.get_session(session_id) is not None,
                              what="the opened session's record")
                 for text in (FIRST, " She had a big red ball.", " The sun was warm."):
