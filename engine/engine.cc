@@ -144,10 +144,8 @@ class EngineImpl final : public Engine {
   absl::StatusOr<SessionInfo> ForkSession(const std::string& parent_id, absl::Duration ttl,
                                           const std::string& tenant) override {
     if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
+    SyncSession(parent_id, tenant);
     auto info = sessions_.Fork(parent_id, ttl, tenant, clock_->Now());
-    if (absl::IsNotFound(info.status()) && RestoreSession(parent_id, tenant)) {
-      info = sessions_.Fork(parent_id, ttl, tenant, clock_->Now());
-    }
     if (info.ok()) PublishSession(info->id);
     Wake();
     return info;
@@ -165,10 +163,8 @@ class EngineImpl final : public Engine {
   }
   absl::StatusOr<SessionInfo> GetSession(const std::string& id,
                                          const std::string& tenant) override {
+    SyncSession(id, tenant);
     auto info = sessions_.Get(id, tenant, clock_->Now());
-    if (absl::IsNotFound(info.status()) && RestoreSession(id, tenant)) {
-      info = sessions_.Get(id, tenant, clock_->Now());
-    }
     if (!info.ok()) Wake();  // it may just have expired: release its KV blocks
     return info;
   }
@@ -228,11 +224,15 @@ class EngineImpl final : public Engine {
   // The session cache service (all no-ops without one). Any thread:
   //   RemoteRecord: the service's record of `id` if it is for this model and `tenant`'s
   //     (NOT_FOUND otherwise).
-  //   RestoreSession: continues a session of `tenant` unknown here from the service's
-  //     record; true when the session is open here afterwards.
+  //   SyncSession: before session `id` of `tenant` is used (turn, fork, get), one
+  //     GetSession brings it up to date: a session unknown here is restored from the
+  //     record; a local copy with fewer completed turns than the record (the session
+  //     continued on another replica) is replaced by it (SessionStore::AdoptNewer).
+  //     No record, another tenant's or a failing service: the local copy is used as is
+  //     (failures are counted and logged by the tier); the caller's call never fails here.
   //   PublishSession: writes `id`'s record behind (history and turn ends as of now).
   absl::StatusOr<RemoteSession> RemoteRecord(const std::string& id, const std::string& tenant);
-  bool RestoreSession(const std::string& id, const std::string& tenant);
+  void SyncSession(const std::string& id, const std::string& tenant);
   void PublishSession(const std::string& id);
   // The record of session `id` for the service; `root` is the chain root of its last
   // turn (its head block's chain).
@@ -285,6 +285,7 @@ class EngineImpl final : public Engine {
 
   std::atomic<RequestId> next_id_{1};
   std::atomic<int64_t> sessions_restored_{0};
+  std::atomic<int64_t> sessions_refreshed_{0};
   std::mutex join_mu_;
   std::thread thread_;
   std::thread::id step_thread_id_;  // set once in the constructor
@@ -310,13 +311,10 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
       request.add_bos ? std::optional<int32_t>(model_.vocab().bos_id) : std::nullopt;
   std::vector<int32_t> context;
   if (is_turn) {
+    SyncSession(request.session_id, request.tenant);
     // BOS is decided under the session's lock: only an empty history gets it.
     auto begun =
         sessions_.BeginTurn(request.session_id, request.tenant, request.prompt_tokens, bos, now);
-    if (absl::IsNotFound(begun.status()) && RestoreSession(request.session_id, request.tenant)) {
-      begun =
-          sessions_.BeginTurn(request.session_id, request.tenant, request.prompt_tokens, bos, now);
-    }
     if (!begun.ok()) return begun.status();
     context = std::move(begun->context);
   } else {
@@ -734,18 +732,38 @@ absl::StatusOr<RemoteSession> EngineImpl::RemoteRecord(const std::string& id,
   for (int32_t t : record->tokens) {
     if (t < 0 || t >= vocab) return absl::DataLossError("session record holds invalid tokens");
   }
+  // The number of turn ends is the record's version (SyncSession): as the service
+  // checks on writes, ascending within the history, the last one at its end.
+  const int64_t n = static_cast<int64_t>(record->tokens.size());
+  int32_t previous = 0;
+  for (int32_t end : record->turn_ends) {
+    if (end < previous || end > n) {
+      return absl::DataLossError("session record holds invalid turn ends");
+    }
+    previous = end;
+  }
+  if (!record->turn_ends.empty() && previous != n) {
+    return absl::DataLossError("session record's last turn end is not its history's end");
+  }
   return record;
 }
 
-bool EngineImpl::RestoreSession(const std::string& id, const std::string& tenant) {
+void EngineImpl::SyncSession(const std::string& id, const std::string& tenant) {
+  if (remote_tier_ == nullptr) return;
+  const absl::Time now = clock_->Now();
+  const bool here = sessions_.Get(id, tenant, now).ok();
   absl::StatusOr<RemoteSession> record = RemoteRecord(id, tenant);
-  if (!record.ok()) return false;
-  const absl::Status restored =
-      sessions_.Restore(id, record->tenant, std::move(record->tokens), std::move(record->turn_ends),
-                        record->ttl, clock_->Now());
-  if (!restored.ok()) return false;
-  sessions_restored_.fetch_add(1);
-  return true;
+  if (!record.ok()) return;
+  if (here) {
+    if (sessions_.AdoptNewer(id, tenant, std::move(record->tokens), std::move(record->turn_ends),
+                             now)) {
+      sessions_refreshed_.fetch_add(1);
+    }
+    return;
+  }
+  const absl::Status restored = sessions_.Restore(id, record->tenant, std::move(record->tokens),
+                                                  std::move(record->turn_ends), record->ttl, now);
+  if (restored.ok()) sessions_restored_.fetch_add(1);
 }
 
 void EngineImpl::PublishStats(double step_seconds) {
@@ -770,6 +788,7 @@ void EngineImpl::PublishStats(double step_seconds) {
   if (remote_tier_ != nullptr) {
     s.remote = remote_tier_->stats();
     s.remote.sessions_restored_total = sessions_restored_.load();
+    s.remote.sessions_refreshed_total = sessions_refreshed_.load();
   }
   s.last_step_seconds = step_seconds;
   {

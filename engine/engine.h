@@ -114,6 +114,8 @@ struct RemoteCacheStats {
   int64_t store_dropped_total = 0;      // store jobs dropped (queue full or failure)
   int64_t errors_total = 0;             // failed remote calls
   int64_t sessions_restored_total = 0;  // sessions unknown here, continued from the service
+  // Local sessions replaced by the service's newer record (continued on another replica).
+  int64_t sessions_refreshed_total = 0;
 };
 
 struct EngineStats {

@@ -76,6 +76,18 @@ class RemoteTierTest : public ::testing::Test {
     ADD_FAILURE() << "the engine did not write its blocks behind within 20 s";
   }
 
+  // Waits until the service's record of session `id` has `turns` turn ends; returns its
+  // history.
+  std::vector<int32_t> WaitRecord(const std::string& id, size_t turns) {
+    for (const absl::Time end = absl::Now() + absl::Seconds(20); absl::Now() < end;) {
+      auto record = service_.GetSession(id, absl::InfiniteFuture());
+      if (record.ok() && record->turn_ends.size() == turns) return record->tokens;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    ADD_FAILURE() << "no record of " << id << " with " << turns << " turns within 20 s";
+    return {};
+  }
+
   // The cold answer: the whole context as one stateless request on an engine without
   // a session cache (prefilled in one piece: the same tokens, logprobs equal up to the
   // rounding of a differently blocked matrix product).
@@ -312,6 +324,87 @@ TEST_F(RemoteTierTest, DifferentSaltsNeverShareBlocks) {
   const Result same = testing::RunRequest(*c, r);
   EXPECT_GT(same.usage.cached_tokens_remote, 0);
   EXPECT_EQ(same.tokens, other.tokens);
+}
+
+// Opened on A (which keeps the empty session), continued for three turns on B: A's next
+// turn sees B's whole history (the service's record has more turns than A's copy), never
+// A's stale copy; then B, now behind, forks from A's newer record.
+TEST_F(RemoteTierTest, AStaleLocalCopyGivesWayToTheNewerRecord) {
+  auto a = Replica();
+  auto b = Replica();
+  auto session = a->OpenSession(absl::ZeroDuration(), "");
+  ASSERT_TRUE(session.ok());
+  const std::string id = session->id;
+  WaitRecord(id, 0);
+  for (const char* text : {"Once upon a time, there was a little girl named Lily.",
+                           " She had a big red ball.", " One day, she went to the park."}) {
+    Request r = Greedy(Encode(text), 12, /*bos=*/true);
+    r.session_id = id;
+    ASSERT_TRUE(testing::RunRequest(*b, r).status.ok());
+  }
+  const std::vector<int32_t> history = WaitRecord(id, 3);
+  WaitStored(*b, static_cast<int64_t>(history.size()) / 16);
+
+  const std::vector<int32_t> next = Encode(" Then she saw a cat.");
+  Request turn = Greedy(next, 20, /*bos=*/true);  // BOS would mark a (wrongly) empty history
+  turn.session_id = id;
+  const Result got = testing::RunRequest(*a, turn);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_EQ(got.usage.prompt_tokens, static_cast<int32_t>(history.size() + next.size()));
+  EXPECT_EQ(got.usage.cached_tokens_remote, static_cast<int32_t>(history.size()) / 16 * 16);
+  EXPECT_EQ(a->Stats().remote.sessions_refreshed_total, 1);
+  EXPECT_EQ(a->Stats().remote.sessions_restored_total, 0);
+  std::vector<int32_t> context = history;
+  context.insert(context.end(), next.begin(), next.end());
+  ExpectSameOutput(got, Cold(context, 20), 1e-4f);
+
+  // Fork and get on the replica that is now behind (B) also start from the newest record.
+  const std::vector<int32_t> latest = WaitRecord(id, 4);
+  auto child = b->ForkSession(id, absl::ZeroDuration(), "");
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_EQ(child->history_tokens, static_cast<int32_t>(latest.size()));
+  // (Stats are published by the step thread, which the fork woke.)
+  for (const absl::Time end = absl::Now() + absl::Seconds(20);
+       b->Stats().remote.sessions_refreshed_total == 0 && absl::Now() < end;) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_EQ(b->Stats().remote.sessions_refreshed_total, 1);
+  auto info = b->GetSession(id, "");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->history_tokens, static_cast<int32_t>(latest.size()));
+}
+
+// The local copy stays when the service fails (the turn succeeds, the failure is
+// counted) and when its record is older (a turn's record not written yet).
+TEST_F(RemoteTierTest, TheLocalCopyStaysWhenTheRecordIsNotNewer) {
+  auto a = Replica();
+  const auto [id, history] = FirstTurn(*a);
+  ASSERT_FALSE(id.empty());
+  const std::vector<int32_t> next = Encode(" Then she saw a cat.");
+  const auto turn_on_a = [&](const std::vector<int32_t>& prompt) {
+    Request r = Greedy(prompt, 10, /*bos=*/true);
+    r.session_id = id;
+    return testing::RunRequest(*a, r);
+  };
+
+  service_.SetDown(true);
+  const Result down = turn_on_a(next);
+  ASSERT_TRUE(down.status.ok()) << down.status;
+  EXPECT_EQ(down.usage.prompt_tokens, static_cast<int32_t>(history.size() + next.size()));
+  EXPECT_EQ(down.usage.cached_tokens, static_cast<int32_t>(history.size()) / 16 * 16);
+  EXPECT_GT(a->Stats().remote.errors_total, 0);
+  service_.SetDown(false);
+  WaitStored(*a, 0);
+
+  // The service still holds turn 1's record (turn 2's was lost while it was down).
+  auto record = service_.GetSession(id, absl::InfiniteFuture());
+  ASSERT_TRUE(record.ok());
+  ASSERT_EQ(record->turn_ends.size(), 1u);
+  const int32_t two_turns = down.usage.prompt_tokens + down.usage.completion_tokens;
+  const Result after = turn_on_a(next);
+  ASSERT_TRUE(after.status.ok()) << after.status;
+  EXPECT_EQ(after.usage.prompt_tokens, two_turns + static_cast<int32_t>(next.size()));
+  EXPECT_EQ(a->Stats().remote.sessions_refreshed_total, 0);
 }
 
 // A dead service costs nothing but the reuse: every request succeeds, the incident is

@@ -228,6 +228,18 @@ absl::Status SessionStore::Restore(const std::string& id, const std::string& own
   return absl::OkStatus();
 }
 
+bool SessionStore::AdoptNewer(const std::string& id, const std::string& owner,
+                              std::vector<int32_t> history, std::vector<int32_t> turn_ends,
+                              absl::Time now) {
+  if (static_cast<int64_t>(history.size()) > options_.max_session_tokens) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  Session* s = FindOwned(id, owner, now);
+  if (s == nullptr || s->busy || turn_ends.size() <= s->turn_ends.size()) return false;
+  s->history = std::move(history);
+  s->turn_ends = std::move(turn_ends);
+  return true;
+}
+
 std::optional<SessionStore::Snapshot> SessionStore::GetSnapshot(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);

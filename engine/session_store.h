@@ -107,6 +107,14 @@ class SessionStore {
   absl::Status Restore(const std::string& id, const std::string& owner,
                        std::vector<int32_t> history, std::vector<int32_t> turn_ends,
                        absl::Duration ttl, absl::Time now);
+  // Replaces the history and turn ends of open session `id` of `owner` with a copy known
+  // elsewhere (the session cache service) when that copy is newer: it holds more
+  // completed turns (each completed turn adds one turn end, wherever it ran, so the
+  // count is the session's version). Nothing changes when the session is unknown,
+  // expired, someone else's or running a turn, or when the copy is not newer or its
+  // history exceeds max_session_tokens. Expiry is not touched. True when replaced.
+  bool AdoptNewer(const std::string& id, const std::string& owner, std::vector<int32_t> history,
+                  std::vector<int32_t> turn_ends, absl::Time now);
   // A session's history, turn ends, ttl and owner (nullopt when unknown or expired).
   struct Snapshot {
     std::vector<int32_t> history;

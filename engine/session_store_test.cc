@@ -120,6 +120,39 @@ TEST(SessionStoreTest, RestoreAdoptsARemoteSession) {
   EXPECT_FALSE(store.GetSnapshot("s-1123456789abcdef0123456789abcdef").has_value());
 }
 
+// A copy with more completed turns replaces the local one (history and turn ends); a
+// copy that is not newer, too long, someone else's, or arriving during a turn does not.
+TEST(SessionStoreTest, AdoptNewerReplacesOnlyAnOlderIdleCopy) {
+  SessionStore store(Opts());
+  auto s = store.Open(absl::ZeroDuration(), "alice", kT0);
+  ASSERT_TRUE(s.ok());
+  const std::string& id = s->id;
+  // Not newer: as many turns (zero), or fewer.
+  EXPECT_FALSE(store.AdoptNewer(id, "alice", {1, 2}, {}, kT0));
+  // Someone else's, or unknown: untouched.
+  EXPECT_FALSE(store.AdoptNewer(id, "bob", {1, 2}, {2}, kT0));
+  EXPECT_FALSE(store.AdoptNewer("s-0123456789abcdef0123456789abcdef", "alice", {1}, {1}, kT0));
+  // Over max_session_tokens (20).
+  EXPECT_FALSE(store.AdoptNewer(id, "alice", std::vector<int32_t>(21, 1), {21}, kT0));
+  EXPECT_TRUE(store.GetSnapshot(id)->history.empty());
+
+  ASSERT_TRUE(store.AdoptNewer(id, "alice", {1, 2, 3, 4}, {2, 4}, kT0));
+  EXPECT_EQ(store.GetSnapshot(id)->history, (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(store.GetSnapshot(id)->turn_ends, (std::vector<int32_t>{2, 4}));
+  EXPECT_EQ(store.Get(id, "alice", kT0)->expires_at, kT0 + absl::Seconds(10));  // not touched
+  // The next turn continues the adopted history.
+  auto turn = store.BeginTurn(id, "alice", {5}, /*bos_if_empty=*/7, kT0);
+  ASSERT_TRUE(turn.ok());
+  EXPECT_EQ(turn->context, (std::vector<int32_t>{1, 2, 3, 4, 5}));
+  // During a turn nothing is replaced.
+  EXPECT_FALSE(store.AdoptNewer(id, "alice", {1, 2, 3, 4, 8, 8}, {2, 4, 6}, kT0));
+  const std::vector<int32_t> history = {1, 2, 3, 4, 5, 6};
+  ASSERT_TRUE(store.EndTurn(id, &history, kT0));
+  // Same number of turns (3) as the local copy: the local copy stays.
+  EXPECT_FALSE(store.AdoptNewer(id, "alice", {1, 2, 3, 4, 8, 8}, {2, 4, 6}, kT0));
+  EXPECT_EQ(store.GetSnapshot(id)->history, history);
+}
+
 // Another owner's session is exactly an unknown id: the same NOT_FOUND message from
 // every method, and the session itself untouched (not expired, not closed, not busy).
 TEST(SessionStoreTest, SessionsBelongToTheirOwner) {

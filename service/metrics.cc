@@ -151,6 +151,10 @@ class Metrics::EngineCollector : public prometheus::Collectable {
     add("kvserve_session_cache_sessions_restored_total",
         "Sessions unknown here continued from the session cache service.", MetricType::Counter,
         static_cast<double>(r.sessions_restored_total));
+    add("kvserve_session_cache_sessions_refreshed_total",
+        "Local sessions replaced by the newer record another replica wrote to the session cache "
+        "service.",
+        MetricType::Counter, static_cast<double>(r.sessions_refreshed_total));
     prometheus::MetricFamily rejected =
         MakeFamily("kvserve_session_cache_rejected_blocks_total",
                    "Fetched records that failed a check (and were recomputed), by reason.",

@@ -114,7 +114,8 @@ TEST(MetricsTest, SessionCacheStatsWhenConfigured) {
                                           .stored_bytes_total = 500,
                                           .store_dropped_total = 6,
                                           .errors_total = 7,
-                                          .sessions_restored_total = 8};
+                                          .sessions_restored_total = 8,
+                                          .sessions_refreshed_total = 9};
   ExpectAll(metrics.SerializeText(),
             {"\nkvserve_session_cache_up 0\n", "\nkvserve_session_cache_lookups_total 3\n",
              "\nkvserve_session_cache_lookup_blocks_total 40\n",
@@ -127,7 +128,8 @@ TEST(MetricsTest, SessionCacheStatsWhenConfigured) {
              "\nkvserve_session_cache_stored_bytes_total 500\n",
              "\nkvserve_session_cache_store_dropped_total 6\n",
              "\nkvserve_session_cache_errors_total 7\n",
-             "\nkvserve_session_cache_sessions_restored_total 8\n"});
+             "\nkvserve_session_cache_sessions_restored_total 8\n",
+             "\nkvserve_session_cache_sessions_refreshed_total 9\n"});
 }
 
 TEST(MetricsTest, EndToEndLatencyBucketsReachAnHour) {

@@ -4,6 +4,8 @@
 - A session turned on replica A continues on replica B with its history fetched
   (cached_tokens_remote > 0), with the tokens and top logprobs of a cold run of the whole
   context (logprobs equal up to the rounding of a differently blocked prefill).
+- A session opened on B (which keeps an empty copy) and turned on A: B's next turn
+  continues the newer record in kvserve-cache, with the whole history, as a cold run.
 - A replica restarted between turns reuses the prefix remotely; a kvserve-cache with a
   disk tier restarted between turns still has its blocks and session records: a fresh
   replica continues the session by id.
@@ -22,6 +24,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.request
 
 import grpc
 
@@ -131,6 +134,42 @@ class SessionCacheEndToEndTest(unittest.TestCase):
                 context = list(record.tokens)[:got.usage.prompt_tokens]
                 self.assertEqual(context[:len(history)], history)
             self.assert_cold_equal(got, context, 40)
+
+    def test_opener_continues_the_newer_record(self):
+        """Opened on B, three turns on A: B's next turn starts from the whole history in
+        kvserve-cache (not B's empty copy) and answers as a cold run of it."""
+        with lib.CacheProcess(CACHE, ["--memory-bytes", str(256 << 20)]) as cache, \
+                grpc.insecure_channel(cache.target()) as cch:
+            cache_client = Cache(cch)
+            with replica(cache) as a, replica(cache) as b, \
+                    grpc.insecure_channel(a.target()) as ach, \
+                    grpc.insecure_channel(b.target()) as bch:
+                session_id = Inference(bch).open_session(pb.OpenSessionRequest(),
+                                                         timeout=10).session_id
+                lib.wait_for(lambda: cache_client.get_session(session_id) is not None,
+                             what="the opened session's record")
+                for text in (FIRST, " She had a big red ball.", " The sun was warm."):
+                    Inference(ach).generate(greedy(12, text=text, session_id=session_id),
+                                            timeout=60)
+                lib.wait_for(lambda: len(cache_client.get_session(session_id).turn_ends) == 3,
+                             what="turn 3's record")
+                history = list(cache_client.get_session(session_id).tokens)
+                lib.wait_for(lambda: cache_client.stats().blocks >= len(history) // 16,
+                             what="the history's blocks")
+                got = Inference(bch).generate(greedy(20, text=SECOND, session_id=session_id),
+                                              timeout=60)
+                self.assertGreater(got.usage.prompt_tokens, len(history))
+                self.assertEqual(got.usage.cached_tokens_local + got.usage.cached_tokens_remote,
+                                 len(history) // 16 * 16)
+                lib.wait_for(lambda: len(cache_client.get_session(session_id).turn_ends) == 4,
+                             what="turn 4's record")
+                context = list(cache_client.get_session(session_id).tokens)[:got.usage.prompt_tokens]
+                self.assertEqual(context[:len(history)], history)
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % b.metrics_port,
+                                            timeout=5) as m:
+                    self.assertIn("\nkvserve_session_cache_sessions_refreshed_total 1\n",
+                                  m.read().decode())
+            self.assert_cold_equal(got, context, 20)
 
     def test_no_prompt_or_output_in_the_logs(self):
         """A full run (sessions, streams, the cache, an outage) at the default log level:

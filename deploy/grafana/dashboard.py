@@ -100,7 +100,9 @@ ROWS = [
             (rate("kvserve_session_cache_fetches_skipped_total"), "fetch skipped {{instance}}"),
             (rate("kvserve_session_cache_stored_blocks_total"), "stored {{instance}}"),
             (rate("kvserve_session_cache_sessions_restored_total"),
-             "sessions restored {{instance}}")]),
+             "sessions restored {{instance}}"),
+            (rate("kvserve_session_cache_sessions_refreshed_total"),
+             "sessions refreshed {{instance}}")]),
         ("Remote bytes / s and fetch time", "Bps", [
             (rate("kvserve_session_cache_fetched_bytes_total"), "fetched {{instance}}"),
             (rate("kvserve_session_cache_stored_bytes_total"), "stored {{instance}}"),
