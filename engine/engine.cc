@@ -220,7 +220,9 @@ class EngineImpl final : public Engine {
   //     (NOT_FOUND otherwise).
   //   RestoreSession: continues a session of `tenant` unknown here from the service's
   //     record; true when the session is open here afterwards.
-  //   PublishSession: writes `id`'s record behind (history and turn ends as of now).
+  //   PublishSession: writes the record of new session `id` now (history and turn ends
+  //     as of now; blocks up to the remote timeout), so that a session-affine router
+  //     may send its first turn to another replica. A failed write is only counted.
   absl::StatusOr<RemoteSession> RemoteRecord(const std::string& id, const std::string& tenant);
   bool RestoreSession(const std::string& id, const std::string& tenant);
   void PublishSession(const std::string& id);
@@ -706,7 +708,7 @@ std::optional<RemoteSession> EngineImpl::SessionRecordOf(const std::string& id,
 void EngineImpl::PublishSession(const std::string& id) {
   if (remote_tier_ == nullptr) return;
   std::optional<RemoteSession> record = SessionRecordOf(id, kv_->RootHash(""));
-  if (record.has_value()) remote_tier_->PutSession(*std::move(record));
+  if (record.has_value()) remote_tier_->PutSessionNow(*record).IgnoreError();
 }
 
 absl::StatusOr<RemoteSession> EngineImpl::RemoteRecord(const std::string& id,
