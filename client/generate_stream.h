@@ -63,15 +63,16 @@ class GenerateStream {
   const Client* const client_;
   const v1::GenerateRequest request_;
   State state_ = State::kNotStarted;
-  std::unique_ptr<grpc::ClientReader<v1::GenerateStreamResponse>> reader_;
   absl::Status final_status_;
   CallInfo info_;
 
   mutable std::mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   // The context of the current attempt (replaced per attempt, under mu_, so that Cancel
-  // reaches the attempt in flight).
+  // reaches the attempt in flight). Declared before reader_: the reader of an attempt is
+  // destroyed before its context.
   std::unique_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<grpc::ClientReader<v1::GenerateStreamResponse>> reader_;
 };
 
 }  // namespace kvserve::client

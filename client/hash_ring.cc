@@ -3,23 +3,11 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "xxhash.h"
 
 namespace kvserve::client {
 
-uint64_t HashRing::Hash(std::string_view bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a offset basis
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ull;  // FNV prime
-  }
-  // MurmurHash3's fmix64: FNV alone leaves keys that differ in their last byte close.
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
-  return h;
-}
+uint64_t HashRing::Hash(std::string_view bytes) { return XXH3_64bits(bytes.data(), bytes.size()); }
 
 HashRing::HashRing(std::vector<std::string> replicas, int virtual_nodes)
     : replicas_(std::move(replicas)) {

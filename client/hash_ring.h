@@ -36,8 +36,8 @@ class HashRing {
 
   const std::vector<std::string>& replicas() const { return replicas_; }
 
-  // The stable 64-bit hash the ring uses (FNV-1a, then a 64-bit finalizer to spread
-  // nearby inputs).
+  // The stable 64-bit hash the ring uses: XXH3-64 with seed 0 (libxxhash), the same on
+  // every machine and in every process.
   static uint64_t Hash(std::string_view bytes);
 
  private:
