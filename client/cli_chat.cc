@@ -68,8 +68,8 @@ int RunChat(const Client& client, const v1::GenerateRequest& turn, absl::Duratio
       if (line == "/reset") {
         if (absl::Status closed = client.CloseSession(id); !closed.ok()) Fail(closed);
       }
-      std::fprintf(stderr, "session %s (%s of %s)\n", next->session_id().c_str(),
-                   line == "/fork" ? "fork" : "replacing", id.c_str());
+      std::fprintf(stderr, "session %s (%s %s)\n", next->session_id().c_str(),
+                   line == "/fork" ? "fork of" : "new; closed", id.c_str());
       id = next->session_id();
       continue;
     }

@@ -106,10 +106,11 @@ class CliTest(unittest.TestCase):
 
     def test_chat_fork_and_reset_commands(self):
         out = cli(self.target, "chat", "--max-tokens", "8",
-                  stdin="Once upon a time\n/fork\nThen a dog came.\n/reset\nHello\n/nope\n")
+                  stdin="A small boy named Tom had a red kite and flew it every day in the "
+                        "wind.\n/fork\nThen a dog came.\n/reset\nHello\n/nope\n")
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn("(fork of s-", out.stderr)
-        self.assertIn("(replacing s-", out.stderr)
+        self.assertIn("(new; closed s-", out.stderr)
         self.assertIn("unknown command /nope", out.stderr)
         usages = [m for m in map(USAGE_RE.search, out.stderr.splitlines()) if m]
         self.assertEqual(len(usages), 3, out.stderr)
