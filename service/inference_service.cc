@@ -21,14 +21,16 @@ absl::Time CallDeadline(const grpc::CallbackServerContext* context) {
   return absl::FromChrono(deadline);
 }
 
-// Copies a session call's answer into the response, and for a new session (`is_new`:
-// OpenSession, ForkSession) its id into the initial metadata (service/session_metadata.h).
+// Copies a session call's answer into the response; for a new session (OpenSession,
+// ForkSession pass their `context`) also its id into the initial metadata
+// (service/session_metadata.h).
 absl::Status ReplySession(const absl::StatusOr<engine::SessionInfo>& info, v1::Session* response,
                           grpc::CallbackServerContext* context = nullptr) {
   if (!info.ok()) return info.status();
   ToProtoSession(*info, response);
-  if (context != nullptr)
+  if (context != nullptr) {
     context->AddInitialMetadata(kSessionIdMetadataKey, response->session_id());
+  }
   return absl::OkStatus();
 }
 

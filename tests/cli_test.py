@@ -10,8 +10,12 @@
 - bearer tokens: against kvserve --auth-tokens, --token-file works and no token is
   UNAUTHENTICATED (not retried).
 - --help documents every flag.
+- session affinity with real processes: chat with --target listing three replicas that
+  share a kvserve-cache; three turns land on the session's owner, which is then stopped;
+  the next turns move to one other replica, continue the history from the cache
+  (cached tokens remote) and succeed.
 
-Usage: /usr/bin/python3 cli_test.py KVSERVE_BIN CLI_BIN MODEL
+Usage: /usr/bin/python3 cli_test.py KVSERVE_BIN CLI_BIN MODEL CACHE_BIN PYTHON_STUBS_DIR
 """
 import json
 import os
@@ -19,13 +23,20 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 
-KVSERVE, CLI, MODEL = sys.argv[1:4]
-del sys.argv[1:4]
+import grpc
+
+KVSERVE, CLI, MODEL, CACHE, PYDIR = sys.argv[1:6]
+del sys.argv[1:6]
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import kvserve_testlib as lib  # noqa: E402
+
+lib.add_python_stubs(PYDIR)
+from kvserve.v1 import session_cache_pb2 as cpb  # noqa: E402
 
 PROMPT = "Once upon a time"
 USAGE_RE = re.compile(r"^\[FINISH_REASON_\w+\] prompt (\d+) \(cached local (\d+), remote (\d+), "
@@ -193,6 +204,137 @@ class CliAuthTest(unittest.TestCase):
                 missing = cli(s.target(), "info", extra=["--token-file", tmp + "/none"])
                 self.assertEqual(missing.returncode, 2)
                 self.assertIn("--token-file", missing.stderr)
+
+
+class CacheProcess:
+    """A kvserve-cache subprocess on an ephemeral port. Use as a context manager."""
+
+    LISTEN_RE = re.compile(r"kvserve-cache listening on \S+:(\d+)")
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([CACHE, "--listen", "127.0.0.1:0", "--metrics-listen", ""],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.port = None
+        for line in self.proc.stdout:  # bounded: the process prints its port or exits
+            m = self.LISTEN_RE.search(line)
+            if m:
+                self.port = int(m.group(1))
+                break
+        if self.port is None:
+            self.proc.kill()
+            raise RuntimeError("kvserve-cache did not start")
+        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
+        return self
+
+    def target(self):
+        return "127.0.0.1:%d" % self.port
+
+    def session_tokens(self, session_id):
+        """Tokens in the cache's record of `session_id` (-1: none)."""
+        with grpc.insecure_channel(self.target()) as channel:
+            get = channel.unary_unary("/kvserve.v1.SessionCache/GetSession",
+                                      request_serializer=cpb.GetSessionRecordRequest.SerializeToString,
+                                      response_deserializer=cpb.SessionRecord.FromString)
+            try:
+                return len(get(cpb.GetSessionRecordRequest(session_id=session_id), timeout=5).tokens)
+            except grpc.RpcError:
+                return -1
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+
+
+class Chat:
+    """An interactive `kvserve-cli chat`: send a line, wait for its usage lines."""
+
+    TURN_RE = re.compile(r"client ttft [\d.]+ ms, replica (\S+)")
+
+    def __init__(self, args):
+        self.proc = subprocess.Popen([CLI, "chat"] + args, stdin=subprocess.PIPE,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.lines = []
+        self.cv = threading.Condition()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        for line in self.proc.stderr:
+            with self.cv:
+                self.lines.append(line.rstrip("\n"))
+                self.cv.notify_all()
+        with self.cv:
+            self.lines.append(None)
+            self.cv.notify_all()
+
+    def turn(self, text, timeout=60):
+        """Sends a turn; returns (usage match, replica)."""
+        with self.cv:
+            start = len(self.lines)
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+        end = time.monotonic() + timeout
+        with self.cv:
+            while True:
+                new = self.lines[start:]
+                if None in new:
+                    raise AssertionError("chat ended: %r" % self.lines)
+                replicas = [self.TURN_RE.search(l) for l in new]
+                replicas = [m.group(1) for m in replicas if m]
+                usages = [m for m in map(USAGE_RE.search, new) if m]
+                if replicas and usages:
+                    return usages[0], replicas[0]
+                if any(l.startswith("kvserve-cli:") for l in new):
+                    raise AssertionError("turn failed: %r" % new)
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise AssertionError("no usage line: %r" % self.lines)
+                self.cv.wait(left)
+
+    def close(self):
+        self.proc.stdin.close()
+        code = self.proc.wait(timeout=60)
+        return code, self.lines
+
+
+class CliAffinityTest(unittest.TestCase):
+    def test_chat_over_three_replicas_follows_its_session(self):
+        with CacheProcess() as cache:
+            args = ["--kv-budget-mib", "32", "--session-cache", cache.target()]
+            replicas = [lib.KvserveProcess(KVSERVE, MODEL, args).__enter__() for _ in range(3)]
+            try:
+                targets = [r.target() for r in replicas]
+                chat = Chat(["--target", ",".join(targets), "--max-tokens", "8"])
+                first = [chat.turn("Once upon a time, there was a little girl named Lily who "
+                                   "loved to play outside in the sun."),
+                         chat.turn("One day she saw a big dog in the park."),
+                         chat.turn("The dog wanted to play with her ball.")]
+                owner = first[0][1]
+                self.assertEqual([r for _, r in first], [owner] * 3)
+                self.assertGreater(int(first[1][0].group(2)), 0)  # cached local
+                self.assertGreater(int(first[2][0].group(2)), 0)
+                history = int(first[2][0].group(1)) + int(first[2][0].group(5))
+                sid = re.search(r"session (s-[0-9a-f]+)", chat.lines[0]).group(1)
+                end = time.monotonic() + 20
+                while cache.session_tokens(sid) != history and time.monotonic() < end:
+                    time.sleep(0.02)
+                self.assertEqual(cache.session_tokens(sid), history)
+
+                stopped = replicas[targets.index(owner)]
+                stopped.__exit__(None, None, None)  # killed
+                moved, where = chat.turn("Then it started to rain.")
+                self.assertNotEqual(where, owner)
+                self.assertGreater(int(moved.group(1)), history)  # the whole history
+                self.assertGreater(int(moved.group(3)), 0)  # fetched from the cache
+                again, where_again = chat.turn("They ran home together.")
+                self.assertEqual(where_again, where)
+                self.assertGreater(int(again.group(2)), 0)
+                code, lines = chat.close()
+                self.assertEqual(code, 0, lines)
+            finally:
+                for r in replicas:
+                    if r.proc.poll() is None:
+                        r.__exit__(None, None, None)
 
 
 if __name__ == "__main__":
