@@ -34,8 +34,8 @@ RequestResult Measure(const Client& client, const v1::GenerateRequest& request) 
     if (k > 0) {
       const absl::Time now = absl::Now();
       if (r.ttft_s < 0) {
+        // Tokens that came with the first one have no gap of their own to measure.
         r.ttft_s = absl::ToDoubleSeconds(now - sent);
-        for (int i = 1; i < k; ++i) r.itl_s.push_back(0.0);
       } else {
         const double gap = absl::ToDoubleSeconds(now - last_token) / k;
         for (int i = 0; i < k; ++i) r.itl_s.push_back(gap);

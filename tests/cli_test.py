@@ -256,7 +256,8 @@ class Chat:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.lines = []
         self.cv = threading.Condition()
-        threading.Thread(target=self._pump, daemon=True).start()
+        self.pump = threading.Thread(target=self._pump, daemon=True)
+        self.pump.start()
 
     def _pump(self):
         for line in self.proc.stderr:
@@ -294,6 +295,8 @@ class Chat:
     def close(self):
         self.proc.stdin.close()
         code = self.proc.wait(timeout=60)
+        self.pump.join(timeout=10)
+        self.proc.stderr.close()
         return code, self.lines
 
 
