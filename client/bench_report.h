@@ -22,8 +22,8 @@ namespace kvserve::client::bench {
 struct RequestResult {
   absl::StatusCode code = absl::StatusCode::kOk;
   double ttft_s = -1.0;       // send -> first message with a token; < 0: none
-  std::vector<double> itl_s;  // gaps between tokens (a message of k tokens after a gap
-                              // g adds k gaps of g / k)
+  std::vector<double> itl_s;  // gaps between tokens: a message of k tokens after a gap
+                              // g adds k gaps of g / k (the first message adds none)
   double e2e_s = 0.0;         // send -> end of the call
   int64_t prompt_tokens = 0;  // from the last message's usage
   int64_t cached_tokens_local = 0;
