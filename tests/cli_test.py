@@ -206,44 +206,16 @@ class CliAuthTest(unittest.TestCase):
                 self.assertIn("--token-file", missing.stderr)
 
 
-class CacheProcess:
-    """A kvserve-cache subprocess on an ephemeral port. Use as a context manager."""
-
-    LISTEN_RE = re.compile(r"kvserve-cache listening on \S+:(\d+)")
-
-    def __enter__(self):
-        self.proc = subprocess.Popen([CACHE, "--listen", "127.0.0.1:0", "--metrics-listen", ""],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.port = None
-        for line in self.proc.stdout:  # bounded: the process prints its port or exits
-            m = self.LISTEN_RE.search(line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        if self.port is None:
-            self.proc.kill()
-            raise RuntimeError("kvserve-cache did not start")
-        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
-        return self
-
-    def target(self):
-        return "127.0.0.1:%d" % self.port
-
-    def session_tokens(self, session_id):
-        """Tokens in the cache's record of `session_id` (-1: none)."""
-        with grpc.insecure_channel(self.target()) as channel:
-            get = channel.unary_unary("/kvserve.v1.SessionCache/GetSession",
-                                      request_serializer=cpb.GetSessionRecordRequest.SerializeToString,
-                                      response_deserializer=cpb.SessionRecord.FromString)
-            try:
-                return len(get(cpb.GetSessionRecordRequest(session_id=session_id), timeout=5).tokens)
-            except grpc.RpcError:
-                return -1
-
-    def __exit__(self, *exc):
-        self.proc.kill()
-        self.proc.wait(timeout=10)
-        self.proc.stdout.close()
+def session_tokens(cache, session_id):
+    """Tokens in `cache`'s record of `session_id` (-1: none)."""
+    with grpc.insecure_channel(cache.target()) as channel:
+        get = channel.unary_unary("/kvserve.v1.SessionCache/GetSession",
+                                  request_serializer=cpb.GetSessionRecordRequest.SerializeToString,
+                                  response_deserializer=cpb.SessionRecord.FromString)
+        try:
+            return len(get(cpb.GetSessionRecordRequest(session_id=session_id), timeout=5).tokens)
+        except grpc.RpcError:
+            return -1
 
 
 class Chat:
@@ -302,7 +274,7 @@ class Chat:
 
 class CliAffinityTest(unittest.TestCase):
     def test_chat_over_three_replicas_follows_its_session(self):
-        with CacheProcess() as cache:
+        with lib.CacheProcess(CACHE) as cache:
             args = ["--kv-budget-mib", "32", "--session-cache", cache.target()]
             replicas = [lib.KvserveProcess(KVSERVE, MODEL, args).__enter__() for _ in range(3)]
             try:
@@ -319,9 +291,9 @@ class CliAffinityTest(unittest.TestCase):
                 history = int(first[2][0].group(1)) + int(first[2][0].group(5))
                 sid = re.search(r"session (s-[0-9a-f]+)", chat.lines[0]).group(1)
                 end = time.monotonic() + 20
-                while cache.session_tokens(sid) != history and time.monotonic() < end:
+                while session_tokens(cache, sid) != history and time.monotonic() < end:
                     time.sleep(0.02)
-                self.assertEqual(cache.session_tokens(sid), history)
+                self.assertEqual(session_tokens(cache, sid), history)
 
                 stopped = replicas[targets.index(owner)]
                 stopped.__exit__(None, None, None)  # killed

@@ -101,6 +101,52 @@ class KvserveProcess:
         self.proc.stdout.close()
 
 
+class CacheProcess:
+    """A `kvserve-cache` subprocess on 127.0.0.1 (`port` 0: an ephemeral one) with `args`,
+    its metrics endpoint off. Use as a context manager; stopped with SIGTERM (then killed)."""
+
+    LISTEN_RE = re.compile(r"kvserve-cache listening on \S+:(\d+)")
+
+    def __init__(self, binary, args=(), port=0):
+        self.args = [binary, "--listen", "127.0.0.1:%d" % port, "--metrics-listen", ""] + list(args)
+        self.proc = None
+        self.port = None
+        self.lines = []
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+        for line in self.proc.stdout:  # ends at EOF if the process exits
+            self.lines.append(line)
+            m = self.LISTEN_RE.search(line)
+            if m:
+                self.port = int(m.group(1))
+                break
+        if self.port is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            raise RuntimeError("kvserve-cache did not start: %r" % self.lines)
+        threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True).start()
+        return self
+
+    def target(self):
+        return "127.0.0.1:%d" % self.port
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+
+
 def health_status(channel, service, timeout=5.0):
     """grpc.health.v1.Health/Check by hand-encoded bytes (the stub module would be named
     grpc.health..., which the installed grpc package shadows). 1 SERVING, 2 NOT_SERVING."""

@@ -42,55 +42,10 @@ FIRST = ("Once upon a time, there was a little girl named Lily. She loved to pla
 SECOND = " Then she saw a big dog."
 
 
-class CacheProcess:
-    """A kvserve-cache subprocess on `port` (0: any). Use as a context manager."""
+def CacheProcess(args=(), port=0):
+    """A kvserve-cache subprocess (kvserve_testlib.CacheProcess of this test's binary)."""
+    return lib.CacheProcess(CACHE, args, port)
 
-    LISTEN_RE = re.compile(r"kvserve-cache listening on \S+:(\d+)")
-
-    def __init__(self, args=(), port=0):
-        self.args = [CACHE, "--listen", "127.0.0.1:%d" % port, "--metrics-listen", ""] + list(args)
-        self.proc = None
-        self.port = None
-        self.lines = []
-
-    def __enter__(self):
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
-        end = time.monotonic() + 30
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            m = self.LISTEN_RE.search(line)
-            if m:
-                self.port = int(m.group(1))
-                break
-            if time.monotonic() > end:
-                break
-        if self.port is None:
-            self.proc.kill()
-            raise RuntimeError("kvserve-cache did not start: %r" % self.lines)
-        threading.Thread(target=self._drain, daemon=True).start()
-        return self
-
-    def _drain(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def target(self):
-        return "127.0.0.1:%d" % self.port
-
-    def kill(self):
-        self.proc.kill()
-        self.proc.wait(timeout=10)
-
-    def __exit__(self, *exc):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.proc.stdout.close()
 
 
 def replica(cache=None, extra=()):

@@ -115,45 +115,10 @@ def server_tls_args(certs, server="server-a", client_ca=None):
     return args
 
 
-class CacheProcess:
-    """A kvserve-cache subprocess on any free port. Use as a context manager."""
+def CacheProcess(args=()):
+    """A kvserve-cache subprocess (kvserve_testlib.CacheProcess of this test's binary)."""
+    return lib.CacheProcess(CACHE, args)
 
-    LISTEN_RE = re.compile(r"kvserve-cache listening on \S+:(\d+)")
-
-    def __init__(self, args=()):
-        self.args = [CACHE, "--listen", "127.0.0.1:0", "--metrics-listen", ""] + list(args)
-        self.proc = None
-        self.port = None
-        self.lines = []
-
-    def __enter__(self):
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
-        for line in self.proc.stdout:  # ends at EOF if the process exits
-            self.lines.append(line)
-            m = self.LISTEN_RE.search(line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        if self.port is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-            raise RuntimeError("kvserve-cache did not start: %r" % self.lines)
-        threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True).start()
-        return self
-
-    def target(self):
-        return "127.0.0.1:%d" % self.port
-
-    def __exit__(self, *exc):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.proc.stdout.close()
 
 
 def wait_for(predicate, timeout=20.0, what="condition"):
