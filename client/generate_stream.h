@@ -41,7 +41,8 @@ class GenerateStream {
   bool Next(v1::GenerateStreamResponse* message);
   // Ends the call: a Next() waiting or to come returns false soon, and Finish() answers
   // CANCELLED (unless the call had already ended). The server stops generating and
-  // frees the request's KV. Idempotent.
+  // frees the request's KV. Idempotent. During a retry's backoff (before the first
+  // message) it takes effect when the backoff ends: no further attempt is made.
   void Cancel();
   // The final status. Called before Next() returned false, it cancels the call first.
   absl::Status Finish();

@@ -15,9 +15,7 @@
 Usage: /usr/bin/python3 session_cache_e2e_test.py KVSERVE_BIN CACHE_BIN MODEL PYTHON_STUBS_DIR
 """
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile

@@ -18,13 +18,11 @@ Usage: /usr/bin/python3 tls_test.py KVSERVE_BIN CACHE_BIN CLI_BIN MODEL PYTHON_S
 import os
 import re
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 import urllib.request
