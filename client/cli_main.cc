@@ -1,36 +1,45 @@
-// kvserve-cli: talk to a kvserve server.
-//   kvserve-cli generate --prompt "Once upon a time" [--stream] [--max_tokens 64]
-//   kvserve-cli chat                      (one session; each stdin line is a turn)
-//   kvserve-cli bench --streams 8 --requests 32 --max_tokens 128
-//   kvserve-cli info
-#include <algorithm>
-#include <atomic>
-#include <cstdint>
-#include <cstdio>
+// kvserve-cli: talk to kvserve. This file only maps flags onto the commands' arguments
+// (client/cli_commands.h); every command lives in its own file.
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "client/cli_commands.h"
 #include "client/client.h"
 #include "common/flags.h"
-#include "common/stats.h"
 #include "service/tls_credentials.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address HOST:PORT.");
+// Connection.
+ABSL_FLAG(std::string, target, "127.0.0.1:50051",
+          "Server address HOST:PORT, or several separated by commas: session calls then go to "
+          "the replica that owns the session id on a consistent-hash ring (and move when it "
+          "is down), other calls rotate.");
 ABSL_FLAG(std::string, tls_ca, "",
           "TLS: PEM CA file the server's certificate must chain to (its SAN must name the "
           "target host); empty = plaintext.");
 ABSL_FLAG(std::string, tls_cert, "",
           "Mutual TLS: PEM client certificate (with --tls-key and --tls-ca).");
 ABSL_FLAG(std::string, tls_key, "", "Mutual TLS: PEM key of --tls-cert (unencrypted).");
-ABSL_FLAG(std::string, prompt, "Once upon a time", "generate/bench: the prompt text.");
+ABSL_FLAG(std::string, token_file, "",
+          "File whose first line is the bearer token to send (\"authorization: Bearer "
+          "TOKEN\", for a server started with --auth-tokens); empty = none.");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(120), "Deadline of each call, retries included.");
+ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(5),
+          "How long to wait for a first replica to be reachable.");
+ABSL_FLAG(int32_t, max_attempts, 4,
+          "Attempts per call (1 = no retry): UNAVAILABLE is retried with exponential backoff "
+          "and jitter (on another replica when there is one), RESOURCE_EXHAUSTED after the "
+          "server's retry hint; a retry budget stops retries while most calls fail.");
+// Requests.
+ABSL_FLAG(std::string, prompt, "Once upon a time", "generate/tokenize/bench: the prompt text.");
 ABSL_FLAG(int32_t, max_tokens, 64, "Completion tokens per request.");
 ABSL_FLAG(float, temperature, 0.0f, "Sampling temperature; 0 = greedy.");
 ABSL_FLAG(int32_t, top_k, 0, "Top-k; 0 = off.");
@@ -38,24 +47,82 @@ ABSL_FLAG(float, top_p, 1.0f, "Top-p in (0, 1]; 1 = off.");
 ABSL_FLAG(int64_t, seed, -1, "Sampling seed; -1 = server-chosen.");
 ABSL_FLAG(bool, stream, false, "generate: stream the text as it is produced.");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating past end-of-sequence (benchmarks).");
-ABSL_FLAG(absl::Duration, timeout, absl::Seconds(120), "Per-call deadline.");
-ABSL_FLAG(int32_t, streams, 4, "bench: concurrent streams.");
-ABSL_FLAG(int32_t, requests, 16, "bench: total streamed requests.");
-ABSL_FLAG(int32_t, latency_calls, 50, "bench: one-token Generate calls timed one by one.");
+ABSL_FLAG(bool, add_bos, false, "tokenize: prepend the BOS token.");
+ABSL_FLAG(absl::Duration, ttl, absl::ZeroDuration(),
+          "chat/sessions: idle time after which a new session expires; 0 = the server's "
+          "default.");
+// bench.
+ABSL_FLAG(int32_t, concurrency, 4, "bench: requests (or conversations) in flight at once.");
+ABSL_FLAG(int64_t, requests, 16,
+          "bench: requests to send in all (turns count one each); 0 = until --duration.");
+ABSL_FLAG(absl::Duration, duration, absl::ZeroDuration(),
+          "bench: stop starting requests after this long (e.g. 60s); 0 = until --requests.");
+ABSL_FLAG(double, request_rate, 0,
+          "bench: start requests (or conversations) at this rate per second with Poisson "
+          "arrivals, at most --concurrency at once; 0 = closed loop (each worker sends its next "
+          "request when the previous one ended).");
+ABSL_FLAG(std::string, shape, "single",
+          "bench: single (every request is --prompt) or conversation (sessions of --turns "
+          "turns over a shared --system-prompt).");
+ABSL_FLAG(int32_t, turns, 3, "bench --shape conversation: turns per conversation.");
+ABSL_FLAG(std::string, system_prompt,
+          "You are a storyteller. You tell short, happy stories about children and animals.",
+          "bench --shape conversation: the first turn's shared prefix.");
+ABSL_FLAG(int32_t, warmup, 1, "bench: requests sent and not measured before the run.");
+ABSL_FLAG(int64_t, arrival_seed, 1, "bench: seed of the Poisson arrival times.");
+ABSL_FLAG(bool, json, false, "bench: print the report as one JSON object.");
 
-namespace kvserve::client {
+namespace kvserve::client::cli {
 namespace {
 
-using common::Percentile;
+constexpr char kUsage[] =
+    "talk to a kvserve server.\n"
+    "  kvserve-cli generate --prompt TEXT [--stream] [--max-tokens N] [--temperature T]\n"
+    "  kvserve-cli chat            a session; each stdin line is a turn (/fork /reset /close "
+    "/help)\n"
+    "  kvserve-cli tokenize --prompt TEXT [--add-bos]\n"
+    "  kvserve-cli sessions open | get ID | fork ID | close ID   [--ttl D]\n"
+    "  kvserve-cli info            the model and the server's limits\n"
+    "  kvserve-cli bench [--concurrency N] [--requests M | --duration D] [--request-rate R]\n"
+    "                    [--shape single|conversation --turns T] [--json]\n"
+    "Common: --target HOST:PORT[,HOST:PORT...] (default 127.0.0.1:50051), --token-file FILE,\n"
+    "--tls-ca FILE [--tls-cert FILE --tls-key FILE], --timeout D, --max-attempts N.\n"
+    "Flags accept - or _.";
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "kvserve-cli: %s\n", status.ToString().c_str());
-  return 1;
+absl::StatusOr<std::string> ReadToken(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("--token-file: cannot read ", path));
+  std::string token;
+  std::getline(in, token);
+  token = std::string(absl::StripAsciiWhitespace(token));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--token-file: ", path, " has no token on its first line"));
+  }
+  return token;
 }
 
-v1::GenerateRequest RequestFromFlags(const std::string& text) {
+absl::StatusOr<Client::Options> ClientOptionsFromFlags() {
+  Client::Options options;
+  options.timeout = absl::GetFlag(FLAGS_timeout);
+  options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+  options.retry.max_attempts = absl::GetFlag(FLAGS_max_attempts);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      service::MakeChannelCredentials({.ca_file = absl::GetFlag(FLAGS_tls_ca),
+                                       .cert_file = absl::GetFlag(FLAGS_tls_cert),
+                                       .key_file = absl::GetFlag(FLAGS_tls_key)});
+  if (!credentials.ok()) return credentials.status();
+  options.credentials = *std::move(credentials);
+  if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) {
+    absl::StatusOr<std::string> token = ReadToken(file);
+    if (!token.ok()) return token.status();
+    options.bearer_token = *std::move(token);
+  }
+  return options;
+}
+
+v1::GenerateRequest RequestFromFlags() {
   v1::GenerateRequest request;
-  request.set_text(text);
   request.set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
   request.set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
   v1::SamplingParams* s = request.mutable_sampling();
@@ -66,173 +133,70 @@ v1::GenerateRequest RequestFromFlags(const std::string& text) {
   return request;
 }
 
-double Seconds(const google::protobuf::Duration& d) { return d.seconds() + d.nanos() * 1e-9; }
-
-void PrintUsage(const v1::Usage& u, v1::FinishReason reason) {
-  std::fprintf(stderr,
-               "[%s] prompt %d (cached local %d, remote %d, computed %d), completion %d; "
-               "queue %.1f ms, ttft %.1f ms, total %.1f ms\n",
-               v1::FinishReason_Name(reason).c_str(), u.prompt_tokens(), u.cached_tokens_local(),
-               u.cached_tokens_remote(), u.computed_tokens(), u.completion_tokens(),
-               Seconds(u.queue_time()) * 1e3, Seconds(u.time_to_first_token()) * 1e3,
-               Seconds(u.total_time()) * 1e3);
+BenchOptions BenchOptionsFromFlags() {
+  BenchOptions o;
+  o.workload.shape = absl::GetFlag(FLAGS_shape);
+  o.workload.prompt = absl::GetFlag(FLAGS_prompt);
+  o.workload.system_prompt = absl::GetFlag(FLAGS_system_prompt);
+  o.workload.turns = absl::GetFlag(FLAGS_turns);
+  o.workload.requests = absl::GetFlag(FLAGS_requests);
+  o.workload.duration = absl::GetFlag(FLAGS_duration);
+  o.workload.request_rate = absl::GetFlag(FLAGS_request_rate);
+  o.workload.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_arrival_seed));
+  o.request = RequestFromFlags();
+  o.concurrency = absl::GetFlag(FLAGS_concurrency);
+  o.warmup = absl::GetFlag(FLAGS_warmup);
+  o.json = absl::GetFlag(FLAGS_json);
+  return o;
 }
 
-// Streams `request`, printing each text delta as it arrives, then a newline; the last
-// message (finish reason and usage) goes to `last`.
-absl::Status StreamToStdout(const Client& client, const v1::GenerateRequest& request,
-                            v1::GenerateStreamResponse* last) {
-  absl::Status status = client.GenerateStream(request, [&](const v1::GenerateStreamResponse& m) {
-    std::printf("%s", m.text().c_str());
-    std::fflush(stdout);
-    *last = m;
-  });
-  std::printf("\n");
-  return status;
-}
-
-int RunGenerate(const Client& client) {
-  v1::GenerateRequest request = RequestFromFlags(absl::GetFlag(FLAGS_prompt));
-  if (!absl::GetFlag(FLAGS_stream)) {
-    absl::StatusOr<v1::GenerateResponse> response = client.Generate(request);
-    if (!response.ok()) return Fail(response.status());
-    std::printf("%s%s\n", request.text().c_str(), response->text().c_str());
-    PrintUsage(response->usage(), response->finish_reason());
-    return 0;
+int Run(const std::vector<std::string>& args) {
+  const std::string command = args[1];
+  const std::vector<std::string> rest(args.begin() + 2, args.end());
+  static const char* const kCommands[] = {"generate", "chat", "tokenize",
+                                          "sessions", "info", "bench"};
+  if (std::find(std::begin(kCommands), std::end(kCommands), command) == std::end(kCommands)) {
+    std::fprintf(stderr, "kvserve-cli: unknown command \"%s\"\n%s\n", command.c_str(), kUsage);
+    return 2;
   }
-  std::printf("%s", request.text().c_str());
-  v1::GenerateStreamResponse last;
-  if (absl::Status status = StreamToStdout(client, request, &last); !status.ok()) {
-    return Fail(status);
+  if (command != "sessions" && !rest.empty()) {
+    std::fprintf(stderr, "kvserve-cli: %s takes no arguments (got \"%s\")\n", command.c_str(),
+                 rest[0].c_str());
+    return 2;
   }
-  PrintUsage(last.usage(), last.finish_reason());
-  return 0;
-}
-
-int RunChat(const Client& client) {
-  absl::StatusOr<v1::Session> session = client.OpenSession();
-  if (!session.ok()) return Fail(session.status());
-  std::fprintf(stderr, "session %s; type a turn per line, Ctrl-D to end\n",
-               session->session_id().c_str());
-  std::string line;
-  while (std::getline(std::cin, line)) {
-    v1::GenerateRequest request = RequestFromFlags(line);
-    request.set_session_id(session->session_id());
-    v1::GenerateStreamResponse last;
-    if (absl::Status status = StreamToStdout(client, request, &last); !status.ok()) {
-      Fail(status);
-      continue;
-    }
-    PrintUsage(last.usage(), last.finish_reason());
+  absl::StatusOr<Client::Options> options = ClientOptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "kvserve-cli: %s\n", std::string(options.status().message()).c_str());
+    return 2;
   }
-  absl::Status closed = client.CloseSession(session->session_id());
-  return closed.ok() ? 0 : Fail(closed);
-}
-
-int RunBench(const Client& client) {
-  const int streams = std::max(1, absl::GetFlag(FLAGS_streams));
-  const int requests = std::max(1, absl::GetFlag(FLAGS_requests));
-  v1::GenerateRequest request = RequestFromFlags(absl::GetFlag(FLAGS_prompt));
-  // Warm-up: one request, so that lazy initialization is not measured.
-  if (absl::Status s = client.GenerateStream(request, [](const auto&) {}); !s.ok()) {
-    return Fail(s);
+  std::vector<std::string> targets =
+      absl::StrSplit(absl::GetFlag(FLAGS_target), ',', absl::SkipWhitespace());
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(targets, *std::move(options));
+  if (!client.ok()) return Fail(client.status());
+  const Client& c = **client;
+  if (command == "generate") {
+    v1::GenerateRequest request = RequestFromFlags();
+    request.set_text(absl::GetFlag(FLAGS_prompt));
+    return RunGenerate(c, request, absl::GetFlag(FLAGS_stream));
   }
-  std::atomic<int> next{0};
-  std::atomic<int64_t> tokens{0};
-  std::atomic<int> failures{0};
-  std::vector<std::vector<double>> ttft(streams);
-  const absl::Time start = absl::Now();
-  std::vector<std::thread> workers;
-  for (int w = 0; w < streams; ++w) {
-    workers.emplace_back([&, w] {
-      while (next.fetch_add(1) < requests) {
-        const absl::Time sent = absl::Now();
-        bool first = true;
-        absl::Status s = client.GenerateStream(request, [&](const v1::GenerateStreamResponse& m) {
-          if (first && m.token_ids_size() > 0) {
-            ttft[w].push_back(absl::ToDoubleSeconds(absl::Now() - sent));
-            first = false;
-          }
-          tokens.fetch_add(m.token_ids_size());
-        });
-        if (!s.ok()) {
-          failures.fetch_add(1);
-          std::fprintf(stderr, "kvserve-cli: %s\n", s.ToString().c_str());
-        }
-      }
-    });
+  if (command == "chat") return RunChat(c, RequestFromFlags(), absl::GetFlag(FLAGS_ttl), std::cin);
+  if (command == "tokenize") {
+    return RunTokenize(c, absl::GetFlag(FLAGS_prompt), absl::GetFlag(FLAGS_add_bos));
   }
-  for (auto& t : workers) t.join();
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  std::vector<double> all_ttft;
-  for (const auto& v : ttft) all_ttft.insert(all_ttft.end(), v.begin(), v.end());
-
-  // One-token unary latency, calls one after another.
-  v1::GenerateRequest one = request;
-  one.set_max_tokens(1);
-  std::vector<double> latency;
-  for (int i = 0; i < absl::GetFlag(FLAGS_latency_calls); ++i) {
-    const absl::Time sent = absl::Now();
-    absl::StatusOr<v1::GenerateResponse> r = client.Generate(one);
-    if (!r.ok()) return Fail(r.status());
-    latency.push_back(absl::ToDoubleSeconds(absl::Now() - sent));
-  }
-  std::printf(
-      "{\"bench\":\"grpc_stream\",\"streams\":%d,\"requests\":%d,\"failures\":%d,"
-      "\"tokens\":%lld,\"seconds\":%.4f,\"tokens_per_second\":%.1f,\"ttft_p50_ms\":%.3f,"
-      "\"ttft_p95_ms\":%.3f,\"one_token_generate_p50_ms\":%.3f,"
-      "\"one_token_generate_p99_ms\":%.3f}\n",
-      streams, requests, failures.load(), static_cast<long long>(tokens.load()), seconds,
-      tokens.load() / seconds, Percentile(all_ttft, 0.5) * 1e3, Percentile(all_ttft, 0.95) * 1e3,
-      Percentile(latency, 0.5) * 1e3, Percentile(latency, 0.99) * 1e3);
-  return failures.load() == 0 ? 0 : 1;
-}
-
-int RunInfo(const Client& client) {
-  absl::StatusOr<v1::ModelInfo> info = client.GetModelInfo();
-  if (!info.ok()) return Fail(info.status());
-  std::printf("%s\n", info->DebugString().c_str());
-  return 0;
+  if (command == "sessions") return RunSessions(c, rest, absl::GetFlag(FLAGS_ttl));
+  if (command == "info") return RunInfo(c);
+  return RunBench(c, BenchOptionsFromFlags());
 }
 
 }  // namespace
-}  // namespace kvserve::client
+}  // namespace kvserve::client::cli
 
 int main(int argc, char** argv) {
-  const std::vector<std::string> args = kvserve::common::ParseFlags(
-      argc, argv,
-      "talk to a kvserve server.\n"
-      "  kvserve-cli generate --prompt TEXT [--stream] [--max_tokens N] [--temperature T]\n"
-      "  kvserve-cli chat     (opens a session; each stdin line is a turn)\n"
-      "  kvserve-cli bench    [--streams N] [--requests M] [--max_tokens K] [--ignore_eos]\n"
-      "  kvserve-cli info\n"
-      "Common: --target HOST:PORT (default 127.0.0.1:50051), --tls-ca FILE [--tls-cert FILE "
-      "--tls-key FILE]. Flags accept - or _.",
-      "cli_main.cc");
-  if (args.size() != 2) {
-    std::fprintf(stderr, "%s", absl::ProgramUsageMessage().data());
-    std::fprintf(stderr, "\n");
+  const std::vector<std::string> args =
+      kvserve::common::ParseFlags(argc, argv, kvserve::client::cli::kUsage, "cli_main.cc");
+  if (args.size() < 2) {
+    std::fprintf(stderr, "%s\n", absl::ProgramUsageMessage().data());
     return 2;
   }
-  const std::string command = args[1];
-  kvserve::client::Client::Options options;
-  options.timeout = absl::GetFlag(FLAGS_timeout);
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      kvserve::service::MakeChannelCredentials({.ca_file = absl::GetFlag(FLAGS_tls_ca),
-                                                .cert_file = absl::GetFlag(FLAGS_tls_cert),
-                                                .key_file = absl::GetFlag(FLAGS_tls_key)});
-  if (!credentials.ok()) {
-    std::fprintf(stderr, "kvserve-cli: %s\n", std::string(credentials.status().message()).c_str());
-    return 2;
-  }
-  options.credentials = *std::move(credentials);
-  auto client = kvserve::client::Client::Connect(absl::GetFlag(FLAGS_target), options);
-  if (!client.ok()) return kvserve::client::Fail(client.status());
-  if (command == "generate") return kvserve::client::RunGenerate(**client);
-  if (command == "chat") return kvserve::client::RunChat(**client);
-  if (command == "bench") return kvserve::client::RunBench(**client);
-  if (command == "info") return kvserve::client::RunInfo(**client);
-  std::fprintf(stderr, "kvserve-cli: unknown command \"%s\" (generate, chat, bench, info)\n",
-               command.c_str());
-  return 2;
+  return kvserve::client::cli::Run(args);
 }

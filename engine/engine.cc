@@ -230,7 +230,9 @@ class EngineImpl final : public Engine {
   //     continued on another replica) is replaced by it (SessionStore::AdoptNewer).
   //     No record, another tenant's or a failing service: the local copy is used as is
   //     (failures are counted and logged by the tier); the caller's call never fails here.
-  //   PublishSession: writes `id`'s record behind (history and turn ends as of now).
+  //   PublishSession: writes the record of new session `id` now (history and turn ends
+  //     as of now; blocks up to the remote timeout), so that a session-affine router
+  //     may send its first turn to another replica. A failed write is only counted.
   absl::StatusOr<RemoteSession> RemoteRecord(const std::string& id, const std::string& tenant);
   void SyncSession(const std::string& id, const std::string& tenant);
   void PublishSession(const std::string& id);
@@ -715,7 +717,7 @@ std::optional<RemoteSession> EngineImpl::SessionRecordOf(const std::string& id,
 void EngineImpl::PublishSession(const std::string& id) {
   if (remote_tier_ == nullptr) return;
   std::optional<RemoteSession> record = SessionRecordOf(id, kv_->RootHash(""));
-  if (record.has_value()) remote_tier_->PutSession(*std::move(record));
+  if (record.has_value()) remote_tier_->PutSessionNow(*record).IgnoreError();
 }
 
 absl::StatusOr<RemoteSession> EngineImpl::RemoteRecord(const std::string& id,

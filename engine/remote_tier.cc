@@ -83,6 +83,12 @@ void RemoteTier::PutSession(RemoteSession session) {
   cv_.notify_all();
 }
 
+absl::Status RemoteTier::PutSessionNow(const RemoteSession& session) {
+  const absl::Status status = remote_->PutSession(session, Deadline());
+  Observe(status, "PutSession");
+  return status;
+}
+
 void RemoteTier::DeleteSession(std::string id) {
   {
     std::lock_guard<std::mutex> lock(mu_);

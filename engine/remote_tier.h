@@ -21,8 +21,8 @@
 // logged; the next success logs one line again. Per-request failures are only counted.
 //
 // Threading: Fetch/Store/PutSession/DeleteSession/stats are thread-safe and never block
-// for long; GetSession blocks its caller up to the timeout. Callbacks run on worker
-// threads.
+// for long; GetSession and PutSessionNow block their caller up to the timeout. Callbacks run on
+// worker threads.
 #ifndef KVSERVE_ENGINE_REMOTE_TIER_H_
 #define KVSERVE_ENGINE_REMOTE_TIER_H_
 
@@ -109,6 +109,11 @@ class RemoteTier {
   bool Store(StoreJob job);
   // Queued behind the stores.
   void PutSession(RemoteSession session);
+  // Written now, on the caller's thread (blocks up to the timeout): for a new session
+  // (OpenSession, ForkSession), whose record must be there before the client's next
+  // call, which a session-affine router may send to another replica. A failure is
+  // counted and returned (the session still works here).
+  absl::Status PutSessionNow(const RemoteSession& session);
   void DeleteSession(std::string id);
   // The service's record of `id` (NOT_FOUND when it has none; UNAVAILABLE on failure).
   absl::StatusOr<RemoteSession> GetSession(const std::string& id);

@@ -38,7 +38,7 @@ Reach it:
   $CLI --target $LISTEN info
   $CLI --target $LISTEN generate --prompt "Once upon a time" --max_tokens 64 --stream
   $CLI --target $LISTEN chat        # a session: each line you type is a turn
-  $CLI --target $LISTEN bench --streams 4 --requests 16 --max_tokens 128 --ignore_eos
+  $CLI --target $LISTEN bench --concurrency 4 --requests 16 --max_tokens 128 --ignore_eos
   curl -s http://$METRICS/metrics | grep '^kvserve_'
   # any gRPC client, e.g. grpcurl (server reflection is on):
   #   grpcurl -plaintext $LISTEN list

@@ -10,14 +10,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "service/grpc_status.h"
+#include "service/session_metadata.h"
 
 namespace kvserve::service {
 namespace {
 
-// Copies a session call's answer into the response.
-absl::Status ReplySession(const absl::StatusOr<engine::SessionInfo>& info, v1::Session* response) {
+// Copies a session call's answer into the response; for a new session (OpenSession,
+// ForkSession pass their `context`) also its id into the initial metadata
+// (service/session_metadata.h).
+absl::Status ReplySession(const absl::StatusOr<engine::SessionInfo>& info, v1::Session* response,
+                          grpc::CallbackServerContext* context = nullptr) {
   if (!info.ok()) return info.status();
   ToProtoSession(*info, response);
+  if (context != nullptr) {
+    context->AddInitialMetadata(kSessionIdMetadataKey, response->session_id());
+  }
   return absl::OkStatus();
 }
 
@@ -119,6 +126,10 @@ grpc::ServerUnaryReactor* InferenceService::RunOnSession(
     const char* field, absl::FunctionRef<absl::Status(const Caller& caller)> body) const {
   return RunUnary(context, method, [&](const Caller& caller) -> absl::Status {
     if (absl::Status s = CheckSessionId(session_id, options_.limits, field); !s.ok()) return s;
+    if (absl::Status s = CheckSessionMetadata(context->client_metadata(), session_id, field);
+        !s.ok()) {
+      return s;
+    }
     return body(caller);
   });
 }
@@ -127,6 +138,11 @@ void InferenceService::StartGeneration(grpc::CallbackServerContext* context,
                                        const v1::GenerateRequest& request, GenerationCall* call) {
   absl::StatusOr<Caller> caller = Admit(context);
   if (!caller.ok()) return call->Reject(caller.status());
+  if (absl::Status s =
+          CheckSessionMetadata(context->client_metadata(), request.session_id(), "session_id");
+      !s.ok()) {
+    return call->Reject(s);
+  }
   absl::StatusOr<engine::Request> engine_request =
       PrepareGeneration(*caller->core, context, request);
   if (!engine_request.ok()) return call->Reject(engine_request.status());
@@ -226,7 +242,7 @@ grpc::ServerUnaryReactor* InferenceService::OpenSession(grpc::CallbackServerCont
   return RunUnary(context, "OpenSession", [&](const Caller& caller) -> absl::Status {
     absl::StatusOr<absl::Duration> ttl = SessionTtl(request->ttl(), "ttl");
     if (!ttl.ok()) return ttl.status();
-    return ReplySession(caller.core->engine->OpenSession(*ttl, caller.tenant), response);
+    return ReplySession(caller.core->engine->OpenSession(*ttl, caller.tenant), response, context);
   });
 }
 
@@ -239,8 +255,8 @@ grpc::ServerUnaryReactor* InferenceService::ForkSession(grpc::CallbackServerCont
                         absl::StatusOr<absl::Duration> ttl = SessionTtl(request->ttl(), "ttl");
                         if (!ttl.ok()) return ttl.status();
                         return ReplySession(
-                            caller.core->engine->ForkSession(parent, *ttl, caller.tenant),
-                            response);
+                            caller.core->engine->ForkSession(parent, *ttl, caller.tenant), response,
+                            context);
                       });
 }
 

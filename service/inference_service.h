@@ -1,6 +1,7 @@
 // kvserve.v1.Inference over gRPC's callback API: stateless plumbing in front of the
 // engine. Every method: admission (authenticated, model attached, not draining) ->
-// validate -> call the engine -> convert the status once -> record metrics. The
+// validate -> call the engine -> convert the status once -> record metrics. Validation
+// includes the "kvserve-session-id" metadata of session calls (service/session_metadata.h). The
 // generation calls' reactors and engine sinks are in service/generate_reactors.h.
 //
 // Authentication (Options::auth): every call of this service carries

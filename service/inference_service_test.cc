@@ -433,5 +433,88 @@ TEST_F(InferenceServiceTest, SessionsAndModelInfo) {
   EXPECT_THAT(s.error_message(), StartsWith("token_ids"));
 }
 
+// The session id as metadata "kvserve-session-id" (for routers): OpenSession and
+// ForkSession answer with it in their initial metadata; a call carrying it must name the
+// same session in its body (INVALID_ARGUMENT naming the key otherwise, before the engine
+// sees the call); calls without it are not checked.
+TEST_F(InferenceServiceTest, SessionIdMetadataIsAnsweredAndChecked) {
+  StartServer();
+  auto metadata = [](const grpc::ClientContext& ctx) {
+    auto it = ctx.GetServerInitialMetadata().find("kvserve-session-id");
+    return it == ctx.GetServerInitialMetadata().end()
+               ? std::string()
+               : std::string(it->second.data(), it->second.size());
+  };
+  grpc::ClientContext open_ctx;
+  v1::Session session;
+  ASSERT_TRUE(stub_->OpenSession(&open_ctx, v1::OpenSessionRequest(), &session).ok());
+  EXPECT_EQ(metadata(open_ctx), session.session_id());
+  grpc::ClientContext fork_ctx;
+  fork_ctx.AddMetadata("kvserve-session-id", session.session_id());
+  v1::ForkSessionRequest fork;
+  fork.set_parent_session_id(session.session_id());
+  v1::Session child;
+  ASSERT_TRUE(stub_->ForkSession(&fork_ctx, fork, &child).ok());
+  EXPECT_EQ(metadata(fork_ctx), child.session_id());
+  EXPECT_NE(child.session_id(), session.session_id());
+
+  engine_->SetImmediateTokens({});
+  v1::GenerateRequest turn = TextRequest("Hello");
+  turn.set_session_id(session.session_id());
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("kvserve-session-id", session.session_id());
+    v1::GenerateResponse resp;
+    EXPECT_TRUE(Generate(turn, &resp, &ctx).ok());
+  }
+  // A mismatch on each kind of call: a turn (unary and streamed), a stateless request, a
+  // session call; none reaches the engine.
+  const size_t submitted = engine_->submitted().size();
+  for (const std::string& header : {child.session_id(), std::string("s-other")}) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("kvserve-session-id", header);
+    v1::GenerateResponse resp;
+    grpc::Status s = Generate(turn, &resp, &ctx);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("kvserve-session-id"));
+    EXPECT_THAT(s.error_message(), HasSubstr("session_id"));
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    ctx.AddMetadata("kvserve-session-id", child.session_id());
+    auto reader = stub_->GenerateStream(&ctx, turn);
+    EXPECT_EQ(ReadRest(reader.get()).text, "");
+    grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("kvserve-session-id"));
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("kvserve-session-id", session.session_id());
+    v1::GenerateResponse resp;
+    grpc::Status s = Generate(TextRequest("stateless"), &resp, &ctx);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("stateless"));
+  }
+  EXPECT_EQ(engine_->submitted().size(), submitted);
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("kvserve-session-id", session.session_id());
+    v1::GetSessionRequest get;
+    get.set_session_id(child.session_id());
+    v1::Session out;
+    grpc::Status s = stub_->GetSession(&ctx, get, &out);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("kvserve-session-id"));
+  }
+  grpc::ClientContext close_ctx;
+  close_ctx.AddMetadata("kvserve-session-id", child.session_id());
+  v1::CloseSessionRequest close;
+  close.set_session_id(child.session_id());
+  v1::CloseSessionResponse closed;
+  EXPECT_TRUE(stub_->CloseSession(&close_ctx, close, &closed).ok());
+}
+
 }  // namespace
 }  // namespace kvserve::service

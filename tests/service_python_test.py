@@ -125,15 +125,14 @@ class PythonClientTest(unittest.TestCase):
             self.assertEqual(len(usages), 2, chat.stderr)
             # Turn 2 reuses the full KV blocks (16 tokens) of turn 1's 25-token history.
             self.assertNotIn("cached local 0,", usages[1])
-            bench = subprocess.run([CLI, "bench"] + target + ["--streams", "2", "--requests",
-                                   "4", "--max-tokens", "16", "--ignore-eos",
-                                   "--latency-calls", "5"],
+            bench = subprocess.run([CLI, "bench"] + target + ["--concurrency", "2", "--requests",
+                                   "4", "--max-tokens", "16", "--ignore-eos", "--json"],
                                    capture_output=True, text=True, timeout=120)
             self.assertEqual(bench.returncode, 0, bench.stderr)
             report = json.loads(bench.stdout.strip().splitlines()[-1])
-            self.assertEqual(report["tokens"], 4 * 16)
-            self.assertEqual(report["failures"], 0)
-            self.assertGreater(report["tokens_per_second"], 0)
+            self.assertEqual(report["tokens"]["output"], 4 * 16)
+            self.assertEqual(report["requests"]["failed"], 0)
+            self.assertGreater(report["output_tokens_per_s"], 0)
 
     def test_run_main_script_serves_and_stops_on_sigterm(self):
         build_dir = os.path.dirname(os.path.dirname(os.path.abspath(KVSERVE)))
