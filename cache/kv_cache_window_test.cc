@@ -51,13 +51,18 @@ int GrowSequence(KvCacheManager& m, SequenceId id, const std::vector<int32_t>& t
   return max_used;
 }
 
+// Opens sequence `id` over `tokens` with nothing cached and grows it to the end.
+int OpenAndGrow(KvCacheManager& m, SequenceId id, const std::vector<int32_t>& tokens, int step) {
+  EXPECT_EQ(m.Open(id, m.RootHash(""), tokens, 0), 0);
+  return GrowSequence(m, id, tokens, 0, step);
+}
+
 TEST(KvCacheWindowTest, MemoryStaysBoundedOverASequenceEightTimesTheWindow) {
   // A pool of 6 blocks (24 positions) serves a 64-position sequence one token at a time:
   // at most the window's blocks plus the one being written are held.
   const std::vector<int32_t> tokens = Iota(8 * kWindow);
   auto m = MakeManager(6, kWindow);
-  EXPECT_EQ(m->Open(1, m->RootHash(""), tokens, 0), 0);
-  const int max_used = GrowSequence(*m, 1, tokens, 0, 1);
+  const int max_used = OpenAndGrow(*m, 1, tokens, 1);
   EXPECT_GE(max_used, kWindow / kBlockTokens);
   EXPECT_LE(max_used, kWindow / kBlockTokens + 2);  // O(W), not O(length)
   const std::span<uint8_t* const> pointers = m->BlockPointers(1);
@@ -71,8 +76,7 @@ TEST(KvCacheWindowTest, MemoryStaysBoundedOverASequenceEightTimesTheWindow) {
 
   // Without a window the same pool runs out.
   auto full = MakeManager(6, 0);
-  full->Open(1, full->RootHash(""), tokens, 0);
-  EXPECT_EQ(GrowSequence(*full, 1, tokens, 0, 1), -1);
+  EXPECT_EQ(OpenAndGrow(*full, 1, tokens, 1), -1);
 }
 
 TEST(KvCacheWindowTest, SequenceCapacityIsUnboundedWhenWindowAndStepFit) {
@@ -86,9 +90,8 @@ TEST(KvCacheWindowTest, SequenceCapacityIsUnboundedWhenWindowAndStepFit) {
 TEST(KvCacheWindowTest, PrefillChunksKeepOnlyTheWindowBetweenSteps) {
   const std::vector<int32_t> tokens = Iota(8 * kWindow);
   auto m = MakeManager(8, kWindow);
-  m->Open(1, m->RootHash(""), tokens, 0);
   // Chunks of 8: each step holds its chunk's blocks plus the window before it.
-  const int max_used = GrowSequence(*m, 1, tokens, 0, 8);
+  const int max_used = OpenAndGrow(*m, 1, tokens, 8);
   EXPECT_GT(max_used, 0);
   EXPECT_LE(max_used, (kWindow + 8) / kBlockTokens + 1);
 }
@@ -98,8 +101,7 @@ TEST(KvCacheWindowTest, PrefixReuseNeedsOnlyTheWindowOfTheResumePoint) {
   auto m = MakeManager(8, kWindow);
   const BlockHash root = m->RootHash("");
   const std::vector<int32_t> a = Iota(40);
-  m->Open(1, root, a, 0);
-  ASSERT_GE(GrowSequence(*m, 1, a, 0, 4), 0);
+  ASSERT_GE(OpenAndGrow(*m, 1, a, 4), 0);
   m->Close(1);
   // Another sequence takes 4 blocks: the least recently released ones, A's early blocks,
   // are evicted.
@@ -130,8 +132,7 @@ TEST(KvCacheWindowTest, ADifferingBlockLimitsReuseToBeforeIt) {
   auto m = MakeManager(16, kWindow);  // nothing is evicted
   const BlockHash root = m->RootHash("");
   const std::vector<int32_t> a = Iota(40);
-  m->Open(1, root, a, 0);
-  ASSERT_GE(GrowSequence(*m, 1, a, 0, 4), 0);
+  ASSERT_GE(OpenAndGrow(*m, 1, a, 4), 0);
   m->Close(1);
   std::vector<int32_t> b = Iota(44);
   b[38] = 777;  // block 9 differs
@@ -149,8 +150,7 @@ TEST(KvCacheWindowTest, SessionsPinOnlyTheWindow) {
   auto m = MakeManager(16, kWindow);
   const BlockHash root = m->RootHash("");
   const std::vector<int32_t> a = Iota(40);
-  m->Open(1, root, a, 0);
-  ASSERT_GE(GrowSequence(*m, 1, a, 0, 1), 0);
+  ASSERT_GE(OpenAndGrow(*m, 1, a, 1), 0);
   m->PinSession("s", 1, a);
   m->Close(1);
   EXPECT_EQ(m->session_blocks("s"), 2);  // blocks 8 and 9: what resuming at 40 reads

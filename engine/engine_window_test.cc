@@ -19,6 +19,7 @@
 namespace kvserve::engine {
 namespace {
 
+using testing::GreedyRequest;
 using testing::MakeEngine;
 using testing::Result;
 using testing::RunRequest;
@@ -37,30 +38,13 @@ std::unique_ptr<model::Model> WindowModel() {
   return *std::move(m);
 }
 
-Request Greedy(std::vector<int32_t> prompt, int max_tokens) {
-  Request r;
-  r.prompt_tokens = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.sampling.max_tokens = max_tokens;
-  r.sampling.ignore_eos = true;
-  return r;
-}
-
 // Greedy continuation of `prompt` by the textbook masked forward pass.
-std::vector<int32_t> TextbookGreedy(const model::Model& m, std::vector<int32_t> tokens,
+std::vector<int32_t> TextbookGreedy(const model::Model& m, const std::vector<int32_t>& prompt,
                                     int max_tokens) {
-  const size_t vocab = static_cast<size_t>(m.config().vocab_size);
-  std::vector<int32_t> out;
-  for (int i = 0; i < max_tokens; ++i) {
-    auto logits = backends::testing::TextbookForward(m, tokens);
-    EXPECT_TRUE(logits.ok()) << logits.status();
-    if (!logits.ok()) break;
-    const double* last = logits->data() + (tokens.size() - 1) * vocab;
-    const int32_t best = static_cast<int32_t>(std::max_element(last, last + vocab) - last);
-    out.push_back(best);
-    tokens.push_back(best);
-  }
-  return out;
+  absl::StatusOr<std::vector<int32_t>> out =
+      backends::testing::TextbookGreedy(m, prompt, max_tokens);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return out.ok() ? *out : std::vector<int32_t>();
 }
 
 class EngineWindowTest : public ::testing::TestWithParam<std::string> {
@@ -89,7 +73,7 @@ TEST_P(EngineWindowTest, ASequenceEightTimesTheWindowRunsInBoundedMemory) {
   ASSERT_EQ(engine->Stats().blocks_total, kPoolBlocks);
   const std::vector<int32_t> prompt = Prompt(20, 1);
   const int max_tokens = 8 * kWindow - 20;  // 128 positions, 32 blocks' worth
-  const Result got = RunRequest(*engine, Greedy(prompt, max_tokens));
+  const Result got = RunRequest(*engine, GreedyRequest(prompt, max_tokens));
   ASSERT_TRUE(got.status.ok()) << got.status;
   EXPECT_EQ(got.tokens, TextbookGreedy(*model_, prompt, max_tokens));
   const EngineStats stats = engine->Stats();
@@ -100,7 +84,7 @@ TEST_P(EngineWindowTest, ASequenceEightTimesTheWindowRunsInBoundedMemory) {
 TEST_P(EngineWindowTest, ReusedBlocksGiveTheTextbookResult) {
   auto engine = NewEngine();
   const std::vector<int32_t> prompt = Prompt(20, 2);
-  const Result first = RunRequest(*engine, Greedy(prompt, 60));
+  const Result first = RunRequest(*engine, GreedyRequest(prompt, 60));
   ASSERT_TRUE(first.status.ok()) << first.status;
   // The second request continues the first's 80 positions: the blocks of its window are
   // still cached (block 0 is long evicted), so only the tail is recomputed.
@@ -108,7 +92,7 @@ TEST_P(EngineWindowTest, ReusedBlocksGiveTheTextbookResult) {
   history.insert(history.end(), first.tokens.begin(), first.tokens.end());
   std::vector<int32_t> second_prompt = history;
   for (int32_t t : Prompt(6, 3)) second_prompt.push_back(t);
-  const Result second = RunRequest(*engine, Greedy(second_prompt, 12));
+  const Result second = RunRequest(*engine, GreedyRequest(second_prompt, 12));
   ASSERT_TRUE(second.status.ok()) << second.status;
   EXPECT_GE(second.usage.cached_tokens, 64);
   EXPECT_EQ(second.tokens, TextbookGreedy(*model_, second_prompt, 12));

@@ -201,23 +201,14 @@ TEST_P(ArchitectureParityTest, GreedyTokensEqualTextbookForwardPass) {
   ASSERT_TRUE(m.ok()) << m.status();
   const std::vector<int32_t> prompt = {1, 300, 301, 302, 303, 304};
   constexpr int kTextbookSteps = 24;  // O(n^2) per step in double
-  std::vector<int32_t> tokens = prompt;
-  std::vector<int32_t> want;
-  const size_t vocab = static_cast<size_t>((*m)->config().vocab_size);
-  for (int step = 0; step < kTextbookSteps; ++step) {
-    absl::StatusOr<std::vector<double>> logits = backends::testing::TextbookForward(**m, tokens);
-    ASSERT_TRUE(logits.ok()) << logits.status();
-    const double* last = logits->data() + (tokens.size() - 1) * vocab;
-    const int32_t best = static_cast<int32_t>(std::max_element(last, last + vocab) - last);
-    if (best == (*m)->vocab().eos_id) break;
-    want.push_back(best);
-    tokens.push_back(best);
-  }
+  absl::StatusOr<std::vector<int32_t>> want =
+      backends::testing::TextbookGreedy(**m, prompt, kTextbookSteps, (*m)->vocab().eos_id);
+  ASSERT_TRUE(want.ok()) << want.status();
   for (const char* backend : {"reference", "cpu_blas"}) {
     float margin = 0;
     std::vector<int32_t> got = Greedy(**m, backend, prompt, &margin);
-    got.resize(std::min(got.size(), want.size()));
-    EXPECT_EQ(got, want) << backend;
+    got.resize(std::min(got.size(), want->size()));
+    EXPECT_EQ(got, *want) << backend;
   }
   std::filesystem::remove(*path);
 }

@@ -7,28 +7,39 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "backends/kernels/matvec.h"
 
 namespace kvserve::backends::testing {
 namespace {
 
 using Matrix = std::vector<double>;  // row-major
 
-// Element (r, c) of an F32 tensor.
-double At(const model::TensorView& t, int64_t r, int64_t c) {
-  float v;
-  std::memcpy(&v, static_cast<const uint8_t*>(t.data) + (r * t.cols + c) * sizeof(float),
-              sizeof(float));
-  return v;
+// A weight tensor dequantised to double, [rows, cols] (kernels::RowToFloat converts each
+// element exactly as model/dtype.h defines it; nothing else is shared with the backends).
+struct Dense {
+  int64_t rows = 0, cols = 0;
+  std::vector<double> w;  // empty for an absent tensor
+  double At(int64_t r, int64_t c) const { return w[r * cols + c]; }
+};
+
+Dense ToDense(const model::TensorView& t) {
+  if (t.data == nullptr) return Dense{};
+  Dense d{t.rows, t.cols, std::vector<double>(static_cast<size_t>(t.rows * t.cols))};
+  std::vector<float> row(static_cast<size_t>(t.cols));
+  for (int64_t r = 0; r < t.rows; ++r) {
+    kernels::RowToFloat(t, r, row);
+    for (int64_t c = 0; c < t.cols; ++c) d.w[r * t.cols + c] = row[c];
+  }
+  return d;
 }
 
-// Y[n, rows] = X[n, cols] · W^T (+ bias when given).
-Matrix Project(const Matrix& x, int n, const model::TensorView& w,
-               const model::TensorView* bias = nullptr) {
+// Y[n, rows] = X[n, cols] · W^T (+ bias when present).
+Matrix Project(const Matrix& x, int n, const Dense& w, const Dense& bias = Dense{}) {
   Matrix y(static_cast<size_t>(n) * w.rows);
   for (int t = 0; t < n; ++t) {
     for (int64_t r = 0; r < w.rows; ++r) {
-      double sum = bias != nullptr && bias->data != nullptr ? At(*bias, 0, r) : 0.0;
-      for (int64_t c = 0; c < w.cols; ++c) sum += x[t * w.cols + c] * At(w, r, c);
+      double sum = bias.w.empty() ? 0.0 : bias.w[r];
+      for (int64_t c = 0; c < w.cols; ++c) sum += x[t * w.cols + c] * w.At(r, c);
       y[t * w.rows + r] = sum;
     }
   }
@@ -36,15 +47,27 @@ Matrix Project(const Matrix& x, int n, const model::TensorView& w,
 }
 
 // Every consecutive `width` slice of x = slice / rms(slice) * gain.
-Matrix RmsNormSlices(const Matrix& x, const model::TensorView& gain, int width, double eps) {
+Matrix RmsNormSlices(const Matrix& x, const Dense& gain, int width, double eps) {
   Matrix y(x.size());
   for (size_t s = 0; s < x.size(); s += width) {
     double ss = 0;
     for (int i = 0; i < width; ++i) ss += x[s + i] * x[s + i];
     const double inv = 1.0 / std::sqrt(ss / width + eps);
-    for (int i = 0; i < width; ++i) y[s + i] = x[s + i] * inv * At(gain, 0, i);
+    for (int i = 0; i < width; ++i) y[s + i] = x[s + i] * inv * gain.w[i];
   }
   return y;
+}
+
+// One layer's tensors, dequantised.
+struct Layer {
+  Dense attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, bq, bk, bv, bo, q_norm, k_norm;
+};
+
+Layer ToDense(const model::LayerWeights& L) {
+  return {ToDense(L.attn_norm), ToDense(L.wq),       ToDense(L.wk),     ToDense(L.wv),
+          ToDense(L.wo),        ToDense(L.ffn_norm), ToDense(L.w_gate), ToDense(L.w_up),
+          ToDense(L.w_down),    ToDense(L.bq),       ToDense(L.bk),     ToDense(L.bv),
+          ToDense(L.bo),        ToDense(L.q_norm),   ToDense(L.k_norm)};
 }
 
 // RoPE of every head of row t of x [n, heads * head_dim] at position t.
@@ -79,31 +102,20 @@ absl::StatusOr<std::vector<double>> TextbookForward(const model::Model& model,
   if (n == 0 || n > c.context_length) {
     return absl::InvalidArgumentError(absl::StrCat("textbook forward: ", n, " tokens"));
   }
-  std::vector<const model::TensorView*> all = {&w.token_embedding, &w.output, &w.output_norm};
-  for (const model::LayerWeights& L : w.layers) {
-    for (const model::TensorView* t :
-         {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down,
-          &L.bq, &L.bk, &L.bv, &L.bo, &L.q_norm, &L.k_norm}) {
-      all.push_back(t);
-    }
-  }
-  for (const model::TensorView* t : all) {
-    if (t->data != nullptr && t->type != model::DType::kF32) {
-      return absl::InvalidArgumentError("textbook forward: weights must be f32");
-    }
-  }
   const int dim = c.dim, hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
   const double eps = c.rms_eps;
 
+  const Dense embedding = ToDense(w.token_embedding);
   Matrix x(static_cast<size_t>(n) * dim);  // [n, dim] residual stream
   for (int t = 0; t < n; ++t) {
-    for (int i = 0; i < dim; ++i) x[t * dim + i] = At(w.token_embedding, tokens[t], i);
+    for (int i = 0; i < dim; ++i) x[t * dim + i] = embedding.At(tokens[t], i);
   }
-  for (const model::LayerWeights& L : w.layers) {
+  for (const model::LayerWeights& weights : w.layers) {
+    const Layer L = ToDense(weights);
     const Matrix xn = RmsNormSlices(x, L.attn_norm, dim, eps);
-    Matrix q = Project(xn, n, L.wq, &L.bq);  // [n, n_heads * hd]
-    Matrix k = Project(xn, n, L.wk, &L.bk);  // [n, n_kv_heads * hd]
-    const Matrix v = Project(xn, n, L.wv, &L.bv);
+    Matrix q = Project(xn, n, L.wq, L.bq);  // [n, n_heads * hd]
+    Matrix k = Project(xn, n, L.wk, L.bk);  // [n, n_kv_heads * hd]
+    const Matrix v = Project(xn, n, L.wv, L.bv);
     if (c.qk_norm) {
       q = RmsNormSlices(q, L.q_norm, hd, eps);
       k = RmsNormSlices(k, L.k_norm, hd, eps);
@@ -140,7 +152,7 @@ absl::StatusOr<std::vector<double>> TextbookForward(const model::Model& model,
         }
       }
     }
-    const Matrix o = Project(att, n, L.wo, &L.bo);
+    const Matrix o = Project(att, n, L.wo, L.bo);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 
     const Matrix fn = RmsNormSlices(x, L.ffn_norm, dim, eps);
@@ -150,7 +162,24 @@ absl::StatusOr<std::vector<double>> TextbookForward(const model::Model& model,
     const Matrix down = Project(gate, n, L.w_down);
     for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
   }
-  return Project(RmsNormSlices(x, w.output_norm, dim, eps), n, w.output);
+  return Project(RmsNormSlices(x, ToDense(w.output_norm), dim, eps), n, ToDense(w.output));
+}
+
+absl::StatusOr<std::vector<int32_t>> TextbookGreedy(const model::Model& model,
+                                                    std::vector<int32_t> tokens, int max_tokens,
+                                                    int32_t stop_token) {
+  const size_t vocab = static_cast<size_t>(model.config().vocab_size);
+  std::vector<int32_t> out;
+  for (int i = 0; i < max_tokens; ++i) {
+    absl::StatusOr<std::vector<double>> logits = TextbookForward(model, tokens);
+    if (!logits.ok()) return logits.status();
+    const double* last = logits->data() + (tokens.size() - 1) * vocab;
+    const int32_t best = static_cast<int32_t>(std::max_element(last, last + vocab) - last);
+    if (best == stop_token) break;
+    out.push_back(best);
+    tokens.push_back(best);
+  }
+  return out;
 }
 
 }  // namespace kvserve::backends::testing
