@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "backends/testing/random_model.h"
 #include "backends/testing/textbook_forward.h"
 #include "engine/engine.h"
@@ -96,6 +98,37 @@ TEST_P(EngineWindowTest, ReusedBlocksGiveTheTextbookResult) {
   ASSERT_TRUE(second.status.ok()) << second.status;
   EXPECT_GE(second.usage.cached_tokens, 64);
   EXPECT_EQ(second.tokens, TextbookGreedy(*model_, second_prompt, 12));
+}
+
+TEST_P(EngineWindowTest, ALongChatReusesItsWindowEveryTurn) {
+  // Six turns make a 144-position history (9x the window) in a 48-position pool: each turn
+  // reuses the blocks the session pinned (its window) and equals the textbook pass over
+  // the whole history.
+  auto engine = NewEngine();
+  auto session = engine->OpenSession(absl::ZeroDuration(), "");
+  ASSERT_TRUE(session.ok()) << session.status();
+  std::vector<int32_t> history;
+  for (int turn = 0; turn < 6; ++turn) {
+    SCOPED_TRACE(turn);
+    const std::vector<int32_t> prompt = Prompt(10, 10 + turn);
+    Request r = GreedyRequest(prompt, 14);
+    r.session_id = session->id;
+    const Result out = RunRequest(*engine, r);
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    std::vector<int32_t> context = history;
+    context.insert(context.end(), prompt.begin(), prompt.end());
+    if (turn > 0) {
+      // Every full block of the computed history (its last token was sampled, not run).
+      EXPECT_EQ(out.usage.cached_tokens,
+                (static_cast<int>(history.size()) - 1) / kBlockTokens * kBlockTokens);
+    }
+    EXPECT_EQ(out.tokens, TextbookGreedy(*model_, context, 14));
+    history = std::move(context);
+    history.insert(history.end(), out.tokens.begin(), out.tokens.end());
+  }
+  EXPECT_EQ(history.size(), 144u);
+  EXPECT_EQ(engine->Stats().preemptions_total, 0);
+  EXPECT_LE(engine->Stats().session_blocks, kWindow / kBlockTokens + 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, EngineWindowTest, ::testing::Values("reference", "cpu_blas"));
