@@ -206,8 +206,9 @@ TEST_P(ParityTest, LogitsMatchReference) {
 }
 
 // Every architecture feature set (biases, Q/K norms, RoPE factors and scaling, rotate
-// halves, local attention with the blocks before the window gone), f32 and f16 KV: the
-// schedule's 9-token chunk takes the sgemm attention path, decode rows the paged one.
+// halves, local attention with the blocks before the window gone), f32 and f16 KV, every
+// kernel level the CPU has: the schedule's 9-token chunk takes the sgemm attention path,
+// decode rows the paged one.
 class ArchParityTest : public ::testing::TestWithParam<std::tuple<testing::NamedConfig, DType>> {};
 
 TEST_P(ArchParityTest, LogitsMatchReference) {
@@ -215,11 +216,16 @@ TEST_P(ArchParityTest, LogitsMatchReference) {
   auto m = MakeModel(DType::kF32, false, named.config);
   ASSERT_NE(m, nullptr);
   const KvLayout layout = KvLayout::ForModel(m->config(), 4, kv_dtype);
-  CpuBlasOptions options;
-  options.threads = 2;
-  Driver fast(MakeCpuBlas(*m, layout, options), *m);
-  Driver ref(MakeReference(*m, layout), *m);
-  EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size), kLogitTolerance);
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (!cpu_blas::IsaSupported(isa)) continue;  // EveryKernelLevelAndPath... notes it
+    SCOPED_TRACE(std::string(cpu_blas::IsaName(isa)));
+    CpuBlasOptions options;
+    options.threads = 2;
+    options.isa = isa;
+    Driver fast(MakeCpuBlas(*m, layout, options), *m);
+    Driver ref(MakeReference(*m, layout), *m);
+    EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size), kLogitTolerance);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, ArchParityTest,
