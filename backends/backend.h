@@ -23,7 +23,9 @@ struct SequenceInput {
   int32_t cached_tokens = 0;
   // KV blocks of this sequence, in position order, each KvLayout::block_bytes() long.
   // Must cover every position up to cached_tokens + tokens.size(). The backend
-  // writes K/V of the new tokens into them. Memory belongs to the caller.
+  // writes K/V of the new tokens into them. Memory belongs to the caller. With local
+  // attention (ModelConfig::sliding_window) the blocks wholly before the window of the
+  // first new token may be null: they are never read.
   std::span<uint8_t* const> blocks;
   // When false the LM head is skipped for this sequence and its logits row is left
   // untouched (a prefill chunk that does not end the prompt).
@@ -52,7 +54,8 @@ class Backend {
 
   // Computes one step. For each sequence i: embeds its new tokens, and in every layer
   // computes Q/K/V of the new tokens only, appends K/V into its blocks, attends
-  // causally over all cached plus new K/V, and runs the FFN; then, if want_logits,
+  // causally over all cached plus new K/V (only the last sliding_window positions with
+  // local attention), and runs the FFN; then, if want_logits,
   // writes logits of its LAST new token to logits[i * vocab_size, (i+1) * vocab_size).
   // `logits` must hold sequences.size() * vocab_size floats ([B, V]).
   // Errors: INVALID_ARGUMENT when a sequence has no tokens, a token id is out of range,

@@ -41,7 +41,11 @@ absl::Status ValidateBatch(const model::ModelConfig& config, const model::KvLayo
                                                      layout.block_tokens, " tokens cannot hold ",
                                                      end, " positions"));
     }
-    for (int64_t b = 0; b < blocks_needed; ++b) {
+    // With local attention the blocks wholly before the first new token's window are
+    // never read and may be null (the KV cache gave them back to the pool).
+    const int64_t first_block =
+        config.FirstVisiblePosition(seq.cached_tokens) / layout.block_tokens;
+    for (int64_t b = first_block; b < blocks_needed; ++b) {
       if (seq.blocks[static_cast<size_t>(b)] == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat(where, "KV block ", b, " is null"));
       }

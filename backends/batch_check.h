@@ -14,7 +14,9 @@ namespace kvserve::backends {
 
 // OK when `batch` can run: every sequence has at least one token, every token id is in
 // [0, vocab_size), 0 <= cached_tokens and cached_tokens + tokens.size() <= context_length,
-// the blocks (non-null) cover every position up to cached_tokens + tokens.size(), and
+// the blocks cover every position up to cached_tokens + tokens.size() (non-null from the
+// block of config.FirstVisiblePosition(cached_tokens) on: with a sliding window earlier
+// blocks are never read and may be null), and
 // `logits_size` >= sequences.size() * vocab_size. Otherwise INVALID_ARGUMENT whose
 // message names the sequence index ("sequence 2: token 7 has id 600, vocab size is 512").
 // An empty batch is OK (nothing to do).

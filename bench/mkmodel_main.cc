@@ -1,5 +1,6 @@
-// kvserve-mkmodel: writes a llama GGUF with seeded random weights at a preset shape.
-//   kvserve-mkmodel --preset NAME --dtype f32|f16|bf16|q8_0 --out FILE [--seed N]
+// kvserve-mkmodel: writes a llama, qwen2 or qwen3 GGUF with seeded random weights at a
+// preset shape.
+//   kvserve-mkmodel --preset NAME --dtype f32|f16|bf16|q8_0 --out FILE [--seed N] [--arch A]
 // Exit status as for every bench tool (bench/tool_main.h).
 #include <chrono>
 #include <cstdint>
@@ -15,22 +16,75 @@
 #include "model/dtype.h"
 
 ABSL_FLAG(std::string, preset, "",
-          "Model shape: tiny (tests), s110m, smol135m (tied embeddings) "
-          "or tl1b. Required.");
+          "Model shape: tiny (tests), s110m, smol135m (tied embeddings), "
+          "tl1b or l3-1b (Llama 3.2 1B shape, tied). Required.");
 ABSL_FLAG(std::string, dtype, "", "Matrix element type: f32, f16, bf16 or q8_0. Required.");
 ABSL_FLAG(std::string, out, "", "The GGUF file to write. Required.");
 ABSL_FLAG(uint64_t, seed, 1, "Weight seed: same seed, same bytes.");
 ABSL_FLAG(int32_t, context_length, 0,
           "Context length written into the file; 0 = the preset's (e.g. 2048 for s110m).");
+ABSL_FLAG(std::string, arch, "llama",
+          "Architecture: llama, qwen2 (Q/K/V biases, rotate-halves RoPE) or qwen3 (Q/K norms, "
+          "rotate-halves RoPE).");
+ABSL_FLAG(bool, llama_biases, false, "llama only: add Q/K/V and output-projection biases.");
+ABSL_FLAG(bool, tied, false, "Tie the LM head to the token embedding (omit output.weight).");
+ABSL_FLAG(float, rope_freq_base, 0.0f, "RoPE base (rope.freq_base); 0 = the preset's (10000).");
+ABSL_FLAG(float, rope_llama3_factor, 0.0f,
+          "llama only: write Llama 3.x RoPE factors (rope_freqs) for rope_scaling llama3 with "
+          "this factor (low 1, high 4, original context 8192); 0 = the preset's (none except "
+          "l3-1b).");
+ABSL_FLAG(float, rope_scale_linear, 0.0f,
+          "Linear RoPE scaling factor (rope.scaling.type linear, rope.scaling.factor); 0 = none.");
+ABSL_FLAG(int32_t, sliding_window, 0,
+          "attention.sliding_window (local attention; llama.cpp ignores it for these "
+          "architectures); 0 = none.");
+ABSL_FLAG(float, weight_std, 0.02f,
+          "Standard deviation of the random matrices; larger values spread the logits apart "
+          "(0.02 suits the presets' activations).");
 
 namespace {
 
 constexpr char kUsage[] =
     R"(Usage: kvserve-mkmodel --preset NAME --dtype f32|f16|bf16|q8_0 --out FILE [--seed N]
-                       [--context_length N]
+                       [--context_length N] [--arch llama|qwen2|qwen3] [--tied]
+                       [--llama_biases] [--rope_freq_base F] [--rope_llama3_factor F]
+                       [--rope_scale_linear F] [--sliding_window N] [--weight_std F]
 
-Writes a valid llama GGUF (loadable by kvserve and llama.cpp) with random weights,
-approximately N(0, 0.02^2), norm gains 1.0, and a byte-fallback SentencePiece vocabulary.)";
+Writes a valid GGUF (loadable by kvserve and llama.cpp) with random weights,
+approximately N(0, weight_std^2), norm gains 1.0, and a byte-fallback SentencePiece
+vocabulary.)";
+
+// The architecture and RoPE flags onto `config`.
+absl::Status ApplyFeatureFlags(kvserve::model::ModelConfig& config) {
+  namespace bench = kvserve::bench;
+  const std::string arch = absl::GetFlag(FLAGS_arch);
+  if (absl::Status s = bench::ApplyArchitecture(arch, config); !s.ok()) return s;
+  if (absl::GetFlag(FLAGS_tied)) config.tied_embeddings = true;
+  if (absl::GetFlag(FLAGS_llama_biases)) {
+    if (arch != "llama") return absl::InvalidArgumentError("--llama_biases needs --arch llama");
+    config.attention_qkv_bias = true;
+    config.attention_output_bias = true;
+  }
+  const float base = absl::GetFlag(FLAGS_rope_freq_base);
+  if (base < 0.0f) return absl::InvalidArgumentError("--rope_freq_base must be >= 0");
+  if (base > 0.0f) config.rope_base = base;
+  if (arch != "llama") config.rope_freq_factors.clear();  // llama.cpp reads them for llama only
+  const float llama3 = absl::GetFlag(FLAGS_rope_llama3_factor);
+  if (llama3 < 0.0f) return absl::InvalidArgumentError("--rope_llama3_factor must be >= 0");
+  if (llama3 > 0.0f) {
+    if (arch != "llama") {
+      return absl::InvalidArgumentError("--rope_llama3_factor needs --arch llama");
+    }
+    config.rope_freq_factors = bench::Llama3RopeFactors(config.rope_base, config.rope_dim, llama3);
+  }
+  const float linear = absl::GetFlag(FLAGS_rope_scale_linear);
+  if (linear < 0.0f) return absl::InvalidArgumentError("--rope_scale_linear must be >= 0");
+  if (linear > 0.0f) config.rope_freq_scale = 1.0f / linear;
+  const int32_t window = absl::GetFlag(FLAGS_sliding_window);
+  if (window < 0) return absl::InvalidArgumentError("--sliding_window must be >= 0");
+  config.sliding_window = window;
+  return config.Validate();
+}
 
 absl::Status Run() {
   namespace bench = kvserve::bench;
@@ -48,9 +102,14 @@ absl::Status Run() {
     return absl::InvalidArgumentError("--context_length must be in [0, 1048576]");
   }
   if (context_length > 0) config->context_length = context_length;
+  if (absl::Status s = ApplyFeatureFlags(*config); !s.ok()) return s;
   bench::SyntheticModelOptions options;
   options.config = *config;
   options.seed = absl::GetFlag(FLAGS_seed);
+  options.weight_std = absl::GetFlag(FLAGS_weight_std);
+  if (!(options.weight_std > 0.0f) || options.weight_std > 1.0f) {
+    return absl::InvalidArgumentError("--weight_std must be in (0, 1]");
+  }
   options.name = absl::StrCat("kvserve-synthetic-", preset);
   const std::optional<model::DType> matrix_dtype = model::DTypeFromName(dtype);
   if (!matrix_dtype.has_value()) {

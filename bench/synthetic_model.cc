@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <numbers>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -127,6 +128,17 @@ absl::Status AddMatrix(GgufWriter& w, const std::string& name, DType dtype, int6
                      });
 }
 
+// A [n] f32 vector of mean + N(0, stddev^2) values (biases, Q/K norm gains).
+absl::Status AddVector(GgufWriter& w, const std::string& name, int64_t n, uint64_t seed, float mean,
+                       float stddev) {
+  return w.AddTensor(name, DType::kF32, {static_cast<uint64_t>(n)}, [=](GgufByteSink& sink) {
+    NormalStream rng(seed ^ HashName(name), stddev);
+    std::vector<float> values(static_cast<size_t>(n));  // [n]
+    for (float& v : values) v = mean + rng.Next();
+    return sink.Append(values.data(), values.size() * sizeof(float));
+  });
+}
+
 // A [dim] f32 RMSNorm gain of ones.
 absl::Status AddNorm(GgufWriter& w, const std::string& name, int64_t dim) {
   return w.AddTensor(name, DType::kF32, {static_cast<uint64_t>(dim)}, [dim](GgufByteSink& sink) {
@@ -152,15 +164,62 @@ uint32_t FileType(DType t) {
 
 }  // namespace
 
-std::vector<std::string> PresetNames() { return {"tiny", "s110m", "smol135m", "tl1b"}; }
+std::vector<std::string> PresetNames() { return {"tiny", "s110m", "smol135m", "tl1b", "l3-1b"}; }
 
 absl::StatusOr<model::ModelConfig> PresetConfig(std::string_view name) {
   if (name == "tiny") return Shape(64, 2, 4, 2, 128, 512, 256, false);
   if (name == "s110m") return Shape(768, 12, 12, 12, 2048, 32000, 2048, false);
   if (name == "smol135m") return Shape(576, 30, 9, 3, 1536, 49152, 2048, true);
   if (name == "tl1b") return Shape(2048, 22, 32, 4, 5632, 32000, 2048, false);
-  return absl::NotFoundError(
-      absl::StrCat("unknown preset '", std::string(name), "' (tiny, s110m, smol135m, tl1b)"));
+  if (name == "l3-1b") {
+    ModelConfig c = Shape(2048, 16, 32, 8, 8192, 128256, 8192, true);
+    c.rope_base = 500000.0f;
+    c.rope_freq_factors = Llama3RopeFactors(c.rope_base, c.rope_dim, 32.0f);
+    return c;
+  }
+  return absl::NotFoundError(absl::StrCat("unknown preset '", std::string(name),
+                                          "' (tiny, s110m, smol135m, tl1b, l3-1b)"));
+}
+
+absl::Status ApplyArchitecture(std::string_view arch, model::ModelConfig& config) {
+  if (arch == "llama") return absl::OkStatus();
+  if (arch != "qwen2" && arch != "qwen3") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown architecture '", std::string(arch), "' (llama, qwen2, qwen3)"));
+  }
+  config.architecture = std::string(arch);
+  config.rope_style = model::RopeStyle::kRotateHalves;
+  if (arch == "qwen2") {
+    if (config.q_dim() != config.dim) {
+      return absl::InvalidArgumentError("qwen2 needs n_heads * head_dim == dim");
+    }
+    config.attention_qkv_bias = true;
+  } else {
+    config.qk_norm = true;
+  }
+  return absl::OkStatus();
+}
+
+std::vector<float> Llama3RopeFactors(float rope_base, int rope_dim, float factor,
+                                     float low_freq_factor, float high_freq_factor,
+                                     int original_context) {
+  const double low_freq_wavelen = original_context / low_freq_factor;
+  const double high_freq_wavelen = original_context / high_freq_factor;
+  std::vector<float> factors;
+  for (int i = 0; i < rope_dim / 2; ++i) {
+    const double freq = std::pow(static_cast<double>(rope_base), -2.0 * i / rope_dim);
+    const double wavelen = 2.0 * std::numbers::pi / freq;
+    if (wavelen < high_freq_wavelen) {
+      factors.push_back(1.0f);
+    } else if (wavelen > low_freq_wavelen) {
+      factors.push_back(factor);
+    } else {
+      const double smooth =
+          (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      factors.push_back(static_cast<float>(1.0 / ((1.0 - smooth) / factor + smooth)));
+    }
+  }
+  return factors;
 }
 
 absl::StatusOr<model::Vocabulary> SyntheticVocabulary(int vocab_size) {
@@ -229,8 +288,18 @@ absl::StatusOr<model::Vocabulary> SyntheticVocabulary(int vocab_size) {
 absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std::string& path) {
   const ModelConfig& c = options.config;
   if (absl::Status s = c.Validate(); !s.ok()) return s;
-  if (c.architecture != "llama" || c.rope_style != model::RopeStyle::kAdjacentPairs) {
-    return absl::InvalidArgumentError("synthetic models are llama with adjacent-pair RoPE");
+  const bool llama = c.architecture == "llama";
+  if (!(llama || c.architecture == "qwen2" || c.architecture == "qwen3") ||
+      (c.rope_style == model::RopeStyle::kAdjacentPairs) != llama) {
+    return absl::InvalidArgumentError(
+        "synthetic models are llama (adjacent-pair RoPE), qwen2 or qwen3 (rotate halves)");
+  }
+  // What llama.cpp reads per architecture (see model/gguf_llama.h).
+  if ((c.architecture == "qwen2") != (c.attention_qkv_bias && !llama) ||
+      (c.architecture == "qwen3") != c.qk_norm || (!llama && c.attention_output_bias) ||
+      (!llama && !c.rope_freq_factors.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the config's features do not match what llama.cpp reads for ", c.architecture));
   }
   if (options.dtype == DType::kQ8_0 &&
       (c.dim % model::kQ8_0BlockElems != 0 || c.q_dim() % model::kQ8_0BlockElems != 0 ||
@@ -241,22 +310,30 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
   if (!vocab.ok()) return vocab.status();
 
   GgufWriter w;
-  w.SetString("general.architecture", "llama");
+  w.SetString("general.architecture", c.architecture);
   w.SetString("general.name", options.name);
   w.SetUint32("general.file_type", FileType(options.dtype));
   w.SetUint32("general.quantization_version", 2);
-  w.SetUint32("llama.context_length", static_cast<uint32_t>(c.context_length));
-  w.SetUint32("llama.embedding_length", static_cast<uint32_t>(c.dim));
-  w.SetUint32("llama.block_count", static_cast<uint32_t>(c.n_layers));
-  w.SetUint32("llama.feed_forward_length", static_cast<uint32_t>(c.ffn_dim));
-  w.SetUint32("llama.attention.head_count", static_cast<uint32_t>(c.n_heads));
-  w.SetUint32("llama.attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
-  w.SetUint32("llama.attention.key_length", static_cast<uint32_t>(c.head_dim));
-  w.SetUint32("llama.attention.value_length", static_cast<uint32_t>(c.head_dim));
-  w.SetUint32("llama.rope.dimension_count", static_cast<uint32_t>(c.rope_dim));
-  w.SetFloat32("llama.rope.freq_base", c.rope_base);
-  w.SetFloat32("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
-  w.SetUint32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
+  const std::string a = c.architecture + ".";
+  w.SetUint32(a + "context_length", static_cast<uint32_t>(c.context_length));
+  w.SetUint32(a + "embedding_length", static_cast<uint32_t>(c.dim));
+  w.SetUint32(a + "block_count", static_cast<uint32_t>(c.n_layers));
+  w.SetUint32(a + "feed_forward_length", static_cast<uint32_t>(c.ffn_dim));
+  w.SetUint32(a + "attention.head_count", static_cast<uint32_t>(c.n_heads));
+  w.SetUint32(a + "attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
+  w.SetUint32(a + "attention.key_length", static_cast<uint32_t>(c.head_dim));
+  w.SetUint32(a + "attention.value_length", static_cast<uint32_t>(c.head_dim));
+  w.SetUint32(a + "rope.dimension_count", static_cast<uint32_t>(c.rope_dim));
+  w.SetFloat32(a + "rope.freq_base", c.rope_base);
+  if (c.rope_freq_scale != 1.0f) {
+    w.SetString(a + "rope.scaling.type", "linear");
+    w.SetFloat32(a + "rope.scaling.factor", 1.0f / c.rope_freq_scale);
+  }
+  if (c.sliding_window > 0) {
+    w.SetUint32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
+  }
+  w.SetFloat32(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
+  w.SetUint32(a + "vocab_size", static_cast<uint32_t>(c.vocab_size));
 
   w.SetString("tokenizer.ggml.model", "llama");
   w.SetStringArray("tokenizer.ggml.tokens", vocab->pieces);
@@ -287,6 +364,25 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
     if (s.ok()) s = AddMatrix(w, p + "ffn_gate.weight", dt, c.ffn_dim, c.dim, seed, sd);
     if (s.ok()) s = AddMatrix(w, p + "ffn_up.weight", dt, c.ffn_dim, c.dim, seed, sd);
     if (s.ok()) s = AddMatrix(w, p + "ffn_down.weight", dt, c.dim, c.ffn_dim, seed, sd);
+    if (c.attention_qkv_bias) {
+      if (s.ok()) s = AddVector(w, p + "attn_q.bias", c.q_dim(), seed, 0.0f, sd);
+      if (s.ok()) s = AddVector(w, p + "attn_k.bias", c.kv_dim(), seed, 0.0f, sd);
+      if (s.ok()) s = AddVector(w, p + "attn_v.bias", c.kv_dim(), seed, 0.0f, sd);
+    }
+    if (c.attention_output_bias && s.ok()) {
+      s = AddVector(w, p + "attn_output.bias", c.dim, seed, 0.0f, sd);
+    }
+    if (c.qk_norm) {
+      if (s.ok()) s = AddVector(w, p + "attn_q_norm.weight", c.head_dim, seed, 1.0f, 0.2f);
+      if (s.ok()) s = AddVector(w, p + "attn_k_norm.weight", c.head_dim, seed, 1.0f, 0.2f);
+    }
+  }
+  if (s.ok() && !c.rope_freq_factors.empty()) {
+    const std::vector<float> factors = c.rope_freq_factors;  // [rope_dim / 2]
+    s = w.AddTensor("rope_freqs.weight", DType::kF32, {factors.size()},
+                    [factors](GgufByteSink& sink) {
+                      return sink.Append(factors.data(), factors.size() * sizeof(float));
+                    });
   }
   if (s.ok()) s = AddNorm(w, "output_norm.weight", c.dim);
   if (s.ok() && !c.tied_embeddings) {

@@ -21,9 +21,25 @@ namespace kvserve::bench {
 //   s110m    dim 768, 12 layers, 12 heads, 12 KV heads, FFN 2048, vocab 32000
 //   smol135m dim 576, 30 layers, 9 heads, 3 KV heads, FFN 1536, vocab 49152, tied embeddings
 //   tl1b     dim 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632, vocab 32000
+//   l3-1b    Llama 3.2 1B: dim 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, vocab 128256,
+//            tied, rope_base 500000 with Llama3RopeFactors(factor 32), context 8192
 // NOT_FOUND for another name.
 absl::StatusOr<model::ModelConfig> PresetConfig(std::string_view name);
 std::vector<std::string> PresetNames();
+
+// Turns a llama-architecture config into `arch` ("llama", "qwen2" or "qwen3") with that
+// architecture's features: qwen2 rotate-halves RoPE and Q/K/V biases, qwen3 rotate-halves
+// RoPE and Q/K norms. INVALID_ARGUMENT for another name, or for qwen2 when
+// n_heads * head_dim != dim (llama.cpp's qwen2 loader requires it).
+absl::Status ApplyArchitecture(std::string_view arch, model::ModelConfig& config);
+
+// Llama 3.x RoPE factors (the rope_freqs tensor convert_hf_to_gguf.py writes for
+// rope_scaling.rope_type "llama3"): for each pair i with wavelength 2 pi / base^(-2i/dim),
+// 1 below original_context / high_freq_factor, `factor` above original_context /
+// low_freq_factor, and the smooth interpolation in between. [rope_dim / 2] values.
+std::vector<float> Llama3RopeFactors(float rope_base, int rope_dim, float factor,
+                                     float low_freq_factor = 1.0f, float high_freq_factor = 4.0f,
+                                     int original_context = 8192);
 
 // A vocabulary of `vocab_size` tokens: <unk>=0 (kind unknown), <s>=1, </s>=2 (control),
 // the 256 byte tokens <0x00>..<0xFF> (kind byte, ids 3..258), then normal pieces: "▁",
@@ -35,7 +51,10 @@ std::vector<std::string> PresetNames();
 absl::StatusOr<model::Vocabulary> SyntheticVocabulary(int vocab_size);
 
 struct SyntheticModelOptions {
-  model::ModelConfig config;  // shape; config.tied_embeddings omits output.weight
+  // Shape and architecture; config.tied_embeddings omits output.weight. The features of
+  // config (attention_qkv_bias, attention_output_bias, qk_norm, rope_freq_factors,
+  // rope_freq_scale, sliding_window) become the tensors and keys llama.cpp reads for them.
+  model::ModelConfig config;
   // Element type of the matrices (norm gains are always f32): kF32, kF16, kBF16 or kQ8_0.
   model::DType dtype = model::DType::kF32;
   uint64_t seed = 1;
@@ -46,9 +65,13 @@ struct SyntheticModelOptions {
   std::string name = "kvserve-synthetic";  // general.name
 };
 
-// Writes a llama GGUF v3 file with every key llama.cpp needs (general.*, llama.*,
-// tokenizer.ggml.*) and tensors token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v,
-// attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}, output_norm and (untied) output.
+// Writes a GGUF v3 file of config.architecture (llama, qwen2 or qwen3) with every key
+// llama.cpp needs (general.*, <arch>.*, tokenizer.ggml.*) and tensors token_embd,
+// blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up,
+// ffn_down}, output_norm and (untied) output; plus blk.N.attn_{q,k,v}.bias,
+// blk.N.attn_output.bias, blk.N.attn_{q,k}_norm.weight and rope_freqs.weight when the
+// config has those features (biases are N(0, weight_std^2) in f32, Q/K norm gains
+// 1 + N(0, 0.2^2) in f32).
 // Tensor bytes are generated row by row while writing: memory use stays small for any
 // size. The same options always give the same bytes. Errors: INVALID_ARGUMENT for an
 // invalid config or dtype, I/O errors from the writer.

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -193,6 +194,52 @@ TEST(WriteSyntheticModelTest, TiedEmbeddingsHaveNoOutputTensor) {
                          std::filesystem::file_size(dir.File("tied.gguf"));
   EXPECT_GE(diff, 512u * 64u * 2u);
   EXPECT_LE(diff, 512u * 64u * 2u + 128u);
+}
+
+TEST(WriteSyntheticModelTest, ArchitecturesLoadBackWithTheirFeatures) {
+  TempDir dir;
+  for (const char* arch : {"llama", "qwen2", "qwen3"}) {
+    SCOPED_TRACE(arch);
+    SyntheticModelOptions o;
+    o.config = *PresetConfig("tiny");
+    ASSERT_TRUE(ApplyArchitecture(arch, o.config).ok());
+    if (std::string(arch) == "llama") {
+      o.config.rope_freq_factors = Llama3RopeFactors(500000.0f, o.config.rope_dim, 8.0f);
+      o.config.attention_qkv_bias = true;
+      o.config.attention_output_bias = true;
+    }
+    o.config.rope_freq_scale = 0.5f;
+    o.config.sliding_window = 32;
+    const std::string path = dir.File(std::string(arch) + ".gguf");
+    ASSERT_TRUE(WriteSyntheticModel(o, path).ok());
+    absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Load(path);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const model::ModelConfig& c = (*m)->config();
+    EXPECT_EQ(c.architecture, arch);
+    EXPECT_EQ(c.rope_style, o.config.rope_style);
+    EXPECT_EQ(c.attention_qkv_bias, o.config.attention_qkv_bias);
+    EXPECT_EQ(c.attention_output_bias, o.config.attention_output_bias);
+    EXPECT_EQ(c.qk_norm, o.config.qk_norm);
+    EXPECT_EQ(c.rope_freq_factors, o.config.rope_freq_factors);
+    EXPECT_FLOAT_EQ(c.rope_freq_scale, 0.5f);
+    EXPECT_EQ(c.sliding_window, 32);
+  }
+  model::ModelConfig c = *PresetConfig("tiny");
+  EXPECT_EQ(ApplyArchitecture("gemma", c).code(), absl::StatusCode::kInvalidArgument);
+  c.head_dim = 32;  // q_dim 128 != dim 64: llama.cpp's qwen2 cannot load it
+  EXPECT_EQ(ApplyArchitecture("qwen2", c).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Llama3RopeFactorsTest, FollowsTheConverterCurve) {
+  // Llama 3.1 8B: base 500000, head 128, factor 8: high frequencies unscaled, low ones
+  // divided by 8, a smooth ramp between (convert_hf_to_gguf.py's formula).
+  const std::vector<float> f = Llama3RopeFactors(500000.0f, 128, 8.0f);
+  ASSERT_EQ(f.size(), 64u);
+  EXPECT_FLOAT_EQ(f.front(), 1.0f);
+  EXPECT_FLOAT_EQ(f.back(), 8.0f);
+  for (size_t i = 1; i < f.size(); ++i) EXPECT_GE(f[i], f[i - 1]) << i;
+  EXPECT_TRUE(std::any_of(f.begin(), f.end(), [](float v) { return v > 1.0f && v < 8.0f; }));
+  EXPECT_EQ(PresetConfig("l3-1b")->rope_freq_factors.size(), 32u);
 }
 
 TEST(WriteSyntheticModelTest, RejectsBadInput) {

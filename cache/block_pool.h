@@ -33,10 +33,14 @@ using BlockId = int32_t;
 //     its key, parent key and tokens until it is evicted (reused).
 //   * Allocation takes free blocks first, then evicts the least recently released cached
 //     block (the LRU head). Release() walks a chain from its tail to its head, so a
-//     chain's tail is always older in the LRU than its head, and a block is only
-//     referenced together with all of its ancestors (sequences and sessions hold whole
-//     prefixes): eviction therefore removes chains from the tail and never leaves a
-//     cached block whose parent is gone.
+//     chain's tail is always older in the LRU than its head. With full attention a
+//     block is only referenced together with all of its ancestors (sequences and
+//     sessions hold whole prefixes): eviction then removes chains from the tail and
+//     never leaves a cached block whose parent is gone. With local attention (a sliding
+//     window, see KvCacheManager) a sequence gives back the head of its chain first and
+//     holds only its window, so a cached block may outlive its parent; that is correct
+//     there because a lookup needs only the blocks of the window it resumes in, and a
+//     block's key still chains over every earlier token.
 //
 // Threading: not thread-safe. The engine's step thread owns the pool.
 class BlockPool {

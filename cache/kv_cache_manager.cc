@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 namespace kvserve::cache {
@@ -19,11 +20,25 @@ absl::StatusOr<std::unique_ptr<KvCacheManager>> KvCacheManager::Create(const Opt
 
 KvCacheManager::KvCacheManager(const Options& options, std::unique_ptr<BlockPool> pool)
     : identity_{options.model_fingerprint, options.kv_heads, options.layout},
+      window_tokens_(std::max(options.sliding_window_tokens, 0)),
       pool_(std::move(pool)) {}
+
+size_t KvCacheManager::WindowStartBlock(int64_t pos) const {
+  if (window_tokens_ == 0 || pos < window_tokens_) return 0;
+  return static_cast<size_t>((pos - window_tokens_ + 1) / block_tokens());
+}
 
 int32_t KvCacheManager::BlocksFor(int64_t num_tokens) const {
   const int64_t bt = block_tokens();
   return static_cast<int32_t>((std::max<int64_t>(num_tokens, 0) + bt - 1) / bt);
+}
+
+int64_t KvCacheManager::SequenceCapacityTokens(int32_t max_step_tokens) const {
+  if (window_tokens_ > 0 &&
+      pool_->num_blocks() >= BlocksFor(int64_t{window_tokens_} - 1 + max_step_tokens) + 2) {
+    return std::numeric_limits<int64_t>::max();
+  }
+  return capacity_tokens();
 }
 
 BlockHash KvCacheManager::RootHash(std::string_view cache_salt) const {
@@ -52,22 +67,41 @@ int32_t KvCacheManager::Open(SequenceId seq, const BlockHash& root, std::span<co
   const size_t bt = static_cast<size_t>(block_tokens());
   const size_t limit = std::min(tokens.size(), static_cast<size_t>(std::max(max_cached_tokens, 0)));
   const size_t candidates = limit / bt;
+  // found[i]: the cached block with chain key hashes[i]. Resuming after k blocks needs
+  // blocks [WindowStartBlock(k * bt), k) cached: scan runs of consecutive cached blocks
+  // and keep the largest k whose window lies inside the run ending at k - 1. Without a
+  // window that is the longest cached prefix, and the scan stops at its first miss.
+  std::vector<BlockHash> hashes;
+  std::vector<BlockId> found;
+  size_t run_start = 0;
+  size_t best = 0;
   BlockHash parent = root;
   for (size_t i = 0; i < candidates; ++i) {
     std::span<const int32_t> block_tokens = tokens.subspan(i * bt, bt);
     const BlockHash h = ChainBlockHash(parent, block_tokens);
-    std::optional<BlockId> id = pool_->Find(h, parent, block_tokens);
-    if (!id.has_value()) break;
-    pool_->Ref(*id);
-    t.blocks.push_back(*id);
-    t.pointers.push_back(pool_->data(*id));
-    t.hashes.push_back(h);
+    const std::optional<BlockId> id = pool_->Find(h, parent, block_tokens);
+    hashes.push_back(h);
+    found.push_back(id.value_or(kNoBlock));
     parent = h;
+    if (!id.has_value()) {
+      if (window_tokens_ == 0) break;
+      run_start = i + 1;
+      continue;
+    }
+    if (WindowStartBlock(static_cast<int64_t>((i + 1) * bt)) >= run_start) best = i + 1;
+  }
+  t.first_held = WindowStartBlock(static_cast<int64_t>(best * bt));
+  for (size_t i = 0; i < best; ++i) {
+    const bool held = i >= t.first_held;
+    if (held) pool_->Ref(found[i]);
+    t.blocks.push_back(held ? found[i] : kNoBlock);
+    t.pointers.push_back(held ? pool_->data(found[i]) : nullptr);
+    t.hashes.push_back(hashes[i]);
   }
   if (record_stats) {
-    RecordPrefixLookup(static_cast<int64_t>(candidates), static_cast<int64_t>(t.blocks.size()));
+    RecordPrefixLookup(static_cast<int64_t>(candidates), static_cast<int64_t>(best));
   }
-  return static_cast<int32_t>(t.blocks.size() * bt);
+  return static_cast<int32_t>(best * bt);
 }
 
 int32_t KvCacheManager::BlocksToReserve(SequenceId seq, int32_t num_tokens) const {
@@ -101,6 +135,17 @@ void KvCacheManager::Commit(SequenceId seq, std::span<const int32_t> tokens, int
     pool_->Register(t.blocks[i], h, parent, block_tokens);
     t.hashes.push_back(h);
   }
+  // Local attention: give back the blocks no later position reads (all committed).
+  const size_t keep_from = std::min(WindowStartBlock(num_computed), t.hashes.size());
+  if (keep_from > t.first_held) {
+    pool_->Release(
+        std::span<const BlockId>(t.blocks).subspan(t.first_held, keep_from - t.first_held));
+    for (size_t i = t.first_held; i < keep_from; ++i) {
+      t.blocks[i] = kNoBlock;
+      t.pointers[i] = nullptr;
+    }
+    t.first_held = keep_from;
+  }
 }
 
 std::span<uint8_t* const> KvCacheManager::BlockPointers(SequenceId seq) const {
@@ -114,16 +159,18 @@ int32_t KvCacheManager::committed_blocks(SequenceId seq) const {
 void KvCacheManager::Close(SequenceId seq) {
   auto it = tables_.find(seq);
   if (it == tables_.end()) return;
-  pool_->Release(it->second.blocks);
+  const Table& t = it->second;
+  pool_->Release(std::span<const BlockId>(t.blocks).subspan(t.first_held));
   tables_.erase(it);
 }
 
-std::vector<BlockId> KvCacheManager::RefCommitted(SequenceId seq, std::span<const int32_t> tokens) {
+std::vector<BlockId> KvCacheManager::RefCommitted(SequenceId seq, std::span<const int32_t> tokens,
+                                                  size_t first) {
   const Table& t = table(seq);
   const size_t bt = static_cast<size_t>(block_tokens());
   std::vector<BlockId> refs;
   refs.reserve(t.hashes.size());
-  for (size_t i = 0; i < t.hashes.size(); ++i) {
+  for (size_t i = first; i < t.hashes.size(); ++i) {
     const BlockHash parent = i == 0 ? t.root : t.hashes[i - 1];
     std::optional<BlockId> id = pool_->Find(t.hashes[i], parent, tokens.subspan(i * bt, bt));
     if (!id.has_value()) break;
@@ -143,7 +190,8 @@ void KvCacheManager::SetSessionBlocks(const std::string& session, std::vector<Bl
 
 void KvCacheManager::PinSession(const std::string& session, SequenceId seq,
                                 std::span<const int32_t> tokens) {
-  SetSessionBlocks(session, RefCommitted(seq, tokens));
+  const int64_t committed_tokens = static_cast<int64_t>(table(seq).hashes.size()) * block_tokens();
+  SetSessionBlocks(session, RefCommitted(seq, tokens, WindowStartBlock(committed_tokens)));
 }
 
 void KvCacheManager::ForkSession(const std::string& parent, const std::string& child) {
@@ -257,7 +305,7 @@ int32_t KvCacheManager::ImportBlocks(const BlockHash& root, std::span<const int3
 std::vector<KvCacheManager::ExportBlock> KvCacheManager::PinExport(
     uint64_t key, SequenceId seq, std::span<const int32_t> tokens) {
   assert(!exports_.contains(key));
-  std::vector<BlockId> blocks = RefCommitted(seq, tokens);
+  std::vector<BlockId> blocks = RefCommitted(seq, tokens, 0);  // a whole chain from the root
   const Table& t = table(seq);
   std::vector<ExportBlock> out;
   out.reserve(blocks.size());

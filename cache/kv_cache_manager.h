@@ -55,6 +55,17 @@ struct KvCacheStats {
 //     cached (evictable, findable by key) when it is full and registered, else free.
 //   * Nobody outside this class takes or drops references.
 //
+// Local attention (Options::sliding_window_tokens = W > 0): a token at position p reads
+// only positions [p - W + 1, p], so once a sequence has computed n positions no later
+// token reads a block that ends at or before n - W + 1. Commit gives such blocks back to
+// the pool at once (registered, so still findable until evicted) and leaves a hole in
+// the table: a sequence holds O(W) blocks however long it grows, and BlockPointers has
+// null entries before the window (backends never read them). Prefix lookup (Open) takes
+// the longest cached prefix whose *window* is cached: resuming at position P needs only
+// the blocks holding [P - W + 1, P), not their ancestors, so a block is reused exactly
+// where the window makes it valid (its KV is keyed by the chain over every earlier token,
+// as always). The session tier pins only the window blocks of a turn's end.
+//
 // The session tier: after a turn, a session keeps references on the committed chain of
 // its history (PinSession), so its next turn finds the whole history cached even under
 // pressure from other requests. When the pool cannot supply a Reserve, the tier gives
@@ -77,6 +88,9 @@ class KvCacheManager {
     uint64_t model_fingerprint = 0;
     // The model's KV heads (part of the identity, see cache::KvIdentity).
     int32_t kv_heads = 0;
+    // The model's local-attention window in positions (ModelConfig::sliding_window);
+    // 0 = full attention (every block of a running sequence stays held). Default 0.
+    int32_t sliding_window_tokens = 0;
   };
 
   // Errors as BlockPool::Create.
@@ -88,6 +102,12 @@ class KvCacheManager {
   int64_t capacity_tokens() const {
     return static_cast<int64_t>(pool_->num_blocks()) * block_tokens();
   }
+  // Positions one sequence can reach with the whole pool to itself, growing by at most
+  // `max_step_tokens` positions a step: capacity_tokens() with full attention; with a
+  // sliding window W, unbounded (INT64_MAX) when the pool holds the blocks of W - 1 +
+  // max_step_tokens positions plus two partial ones (what a sequence holds at most after
+  // a Reserve: its window and the step's new positions), else capacity_tokens().
+  int64_t SequenceCapacityTokens(int32_t max_step_tokens) const;
   // Blocks needed to hold `num_tokens` positions.
   int32_t BlocksFor(int64_t num_tokens) const;
 
@@ -98,8 +118,11 @@ class KvCacheManager {
 
   // Opens the table of a new sequence whose tokens start with `tokens`, and fills it
   // with the longest run of cached full blocks matching tokens[0, max_cached_tokens)
-  // (taking a reference on each). Returns the number of positions found (a multiple of
-  // block_tokens). The lookup counts in stats() (full blocks queried, blocks found)
+  // (taking a reference on each). With a sliding window the run need only cover the
+  // window of the position after it: the largest k such that the blocks of positions
+  // [FirstVisible(k * block_tokens), k * block_tokens) are cached; the table's blocks
+  // before that are holes. Returns k * block_tokens, the positions that need no
+  // recomputation. The lookup counts in stats() (full blocks queried, k)
   // when `record_stats`; a caller that may retry can record it later instead, once, with
   // RecordPrefixLookup. Precondition: `seq` is not open.
   int32_t Open(SequenceId seq, const BlockHash& root, std::span<const int32_t> tokens,
@@ -119,10 +142,13 @@ class KvCacheManager {
 
   // Registers the blocks of `seq` that became full: those inside its first
   // `num_computed` positions. `tokens` are the sequence's tokens (at least num_computed).
+  // With a sliding window, then releases the blocks that no position >= num_computed
+  // can read (those ending at or before FirstVisible(num_computed)).
   void Commit(SequenceId seq, std::span<const int32_t> tokens, int32_t num_computed);
 
-  // Block pointers of `seq`, in position order, for backends::SequenceInput::blocks.
-  // Valid until the next Reserve/Close of `seq`.
+  // Block pointers of `seq`, in position order, for backends::SequenceInput::blocks
+  // (null for the holes before a sliding window). Valid until the next Reserve/Close
+  // of `seq`.
   std::span<uint8_t* const> BlockPointers(SequenceId seq) const;
   int32_t committed_blocks(SequenceId seq) const;
 
@@ -135,9 +161,10 @@ class KvCacheManager {
   // Makes `session` hold the committed chain of open sequence `seq` (whose tokens are
   // `tokens`): the registered copy of each committed block (a block whose key another
   // block registered first is represented by that one), in chain order, up to the first
-  // key no longer cached. Replaces what the session held (the new chain is referenced
-  // first, so a shared prefix never passes through the LRU) and makes it the most
-  // recently pinned session.
+  // key no longer cached. With a sliding window, only the chain's blocks from the window
+  // of the position after it (what resuming there reads). Replaces what the session held (the new
+  // chain is referenced first, so a shared prefix never passes through the LRU) and makes it the
+  // most recently pinned session.
   void PinSession(const std::string& session, SequenceId seq, std::span<const int32_t> tokens);
   // Makes `child` hold what `parent` holds now (nothing if the parent holds nothing),
   // replacing what the child held; the child becomes the most recently pinned.
@@ -191,12 +218,21 @@ class KvCacheManager {
   const BlockPool& pool() const { return *pool_; }
 
  private:
+  // Invariants: blocks[0, first_held) are holes (kNoBlock, pointer null), given back
+  // because no future position of the sequence reads them; blocks[first_held, end) are
+  // referenced by this table. Holes exist only with a sliding window, and only among
+  // committed blocks (first_held <= hashes.size()).
   struct Table {
     BlockHash root;
     std::vector<BlockId> blocks;
     std::vector<uint8_t*> pointers;  // parallel to blocks
     std::vector<BlockHash> hashes;   // keys of the committed prefix of `blocks`
+    size_t first_held = 0;
   };
+  static constexpr BlockId kNoBlock = -1;
+
+  // The block of the first position a token at `pos` reads (0 without a window).
+  size_t WindowStartBlock(int64_t pos) const;
 
   struct SessionBlocks {
     std::vector<BlockId> blocks;  // chain order
@@ -206,8 +242,9 @@ class KvCacheManager {
   KvCacheManager(const Options& options, std::unique_ptr<BlockPool> pool);
   Table& table(SequenceId seq);
   const Table& table(SequenceId seq) const;
-  // References the registered copies of `seq`'s committed blocks (see PinSession).
-  std::vector<BlockId> RefCommitted(SequenceId seq, std::span<const int32_t> tokens);
+  // References the registered copies of `seq`'s committed blocks [first, committed) (see
+  // PinSession), up to the first one no longer cached.
+  std::vector<BlockId> RefCommitted(SequenceId seq, std::span<const int32_t> tokens, size_t first);
   // Replaces what `session` holds with `blocks` (already referenced).
   void SetSessionBlocks(const std::string& session, std::vector<BlockId> blocks);
   // Releases the blocks of the least recently pinned session that holds any; false
@@ -215,6 +252,7 @@ class KvCacheManager {
   bool ReclaimOneSession();
 
   const KvIdentity identity_;
+  const int32_t window_tokens_;  // Options::sliding_window_tokens
   std::unique_ptr<BlockPool> pool_;
   absl::flat_hash_map<SequenceId, Table> tables_;
   absl::flat_hash_map<std::string, SessionBlocks> sessions_;

@@ -97,7 +97,7 @@ class EngineImpl final : public Engine {
         clock_(options.clock != nullptr ? options.clock : common::Clock::Real()),
         max_session_tokens_(options.max_session_tokens > 0 ? options.max_session_tokens
                                                            : model.config().context_length),
-        kv_capacity_tokens_(kv->capacity_tokens()),
+        kv_capacity_tokens_(kv->SequenceCapacityTokens(options.max_step_tokens)),
         backend_(std::move(backend)),
         kv_(std::move(kv)),
         tokenizer_(std::move(tokenizer)),
@@ -831,6 +831,7 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Engine::Options& opti
   kv_options.populate = options.kv_prefault;
   kv_options.model_fingerprint = model.fingerprint();
   kv_options.kv_heads = model.config().n_kv_heads;
+  kv_options.sliding_window_tokens = model.config().sliding_window;
   auto kv = cache::KvCacheManager::Create(kv_options);
   if (!kv.ok()) return kv.status();
   // A vocabulary without a usable tokenizer (some synthetic models) still serves token

@@ -1,9 +1,12 @@
 #include "model/gguf_llama.h"
 
+#include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -111,65 +114,124 @@ TensorView View(const GgufFile& f, const std::string& name) {
   return TensorView{t->dtype, t->data, t->rows(), t->cols()};
 }
 
+// llama.cpp's rope_freq_scale: 1 / factor for scaling type "linear" (the default when the
+// type key is absent; factor from `factor_key`, else the older `linear_key`, 0 or absent
+// meaning 1), and 1 for "none". Other types (yarn, longrope) are not supported.
+absl::StatusOr<float> RopeFreqScale(const GgufFile& f, const std::string& type_key,
+                                    const std::string& factor_key, const std::string& linear_key) {
+  std::string_view type = "linear";
+  if (f.FindMetadata(type_key) != nullptr) {
+    absl::StatusOr<std::string_view> t = RequiredString(f, type_key);
+    if (!t.ok()) return t.status();
+    type = *t;
+  }
+  if (type == "none") return 1.0f;
+  if (type != "linear") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(type_key, " \"", std::string(type), "\" is not supported (none, linear)"));
+  }
+  absl::StatusOr<std::optional<float>> factor = OptionalFloat(f, factor_key);
+  if (!factor.ok()) return factor.status();
+  if (!factor->has_value()) {
+    factor = OptionalFloat(f, linear_key);
+    if (!factor.ok()) return factor.status();
+  }
+  const float v = factor->value_or(0.0f);
+  if (v == 0.0f) return 1.0f;
+  if (!(v > 0.0f) || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(factor_key, " must be a positive finite number, got ", v));
+  }
+  return 1.0f / v;
+}
+
+// The rope_freqs.weight tensor (Llama 3.x RoPE factors): F32 with rope_dim / 2 elements,
+// or absent (empty result).
+absl::StatusOr<std::vector<float>> RopeFreqFactors(const GgufFile& f, int rope_dim) {
+  const GgufTensorInfo* t = f.FindTensor("rope_freqs.weight");
+  if (t == nullptr) return std::vector<float>();
+  if (t->dtype != DType::kF32 || t->rows() * t->cols() != rope_dim / 2) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor rope_freqs.weight must be f32 with ",
+                                                   rope_dim / 2, " elements (rope_dim / 2)"));
+  }
+  std::vector<float> factors(static_cast<size_t>(rope_dim / 2));
+  std::memcpy(factors.data(), t->data, factors.size() * sizeof(float));
+  return factors;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file) {
   absl::StatusOr<std::string_view> arch = RequiredString(file, "general.architecture");
   if (!arch.ok()) return arch.status();
-  if (*arch != "llama") {
-    return absl::InvalidArgumentError(absl::StrCat("architecture \"", std::string(*arch),
-                                                   "\" is not supported (only \"llama\")"));
+  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("architecture \"", std::string(*arch),
+                     "\" is not supported (supported: llama, qwen2, qwen3)"));
   }
   ModelConfig c;
-  c.architecture = "llama";
-  c.rope_style = RopeStyle::kAdjacentPairs;
-  for (auto [key, field] : {std::pair<const char*, int*>{"llama.embedding_length", &c.dim},
-                            {"llama.block_count", &c.n_layers},
-                            {"llama.attention.head_count", &c.n_heads},
-                            {"llama.feed_forward_length", &c.ffn_dim},
-                            {"llama.context_length", &c.context_length}}) {
-    absl::StatusOr<int> v = RequiredInt(file, key);
+  c.architecture = std::string(*arch);
+  // Every hyperparameter key is "<arch>.<name>".
+  auto key = [&c](std::string_view name) {
+    return absl::StrCat(c.architecture, ".", std::string(name));
+  };
+  // llama.cpp: LLAMA_ROPE_TYPE_NORM for llama, LLAMA_ROPE_TYPE_NEOX for qwen2/qwen3.
+  c.rope_style = c.architecture == "llama" ? RopeStyle::kAdjacentPairs : RopeStyle::kRotateHalves;
+  for (auto [name, field] : {std::pair<const char*, int*>{"embedding_length", &c.dim},
+                             {"block_count", &c.n_layers},
+                             {"attention.head_count", &c.n_heads},
+                             {"feed_forward_length", &c.ffn_dim},
+                             {"context_length", &c.context_length}}) {
+    absl::StatusOr<int> v = RequiredInt(file, key(name));
     if (!v.ok()) return v.status();
     *field = *v;
   }
   absl::StatusOr<std::optional<float>> eps =
-      OptionalFloat(file, "llama.attention.layer_norm_rms_epsilon");
+      OptionalFloat(file, key("attention.layer_norm_rms_epsilon"));
   if (!eps.ok()) return eps.status();
-  if (!eps->has_value()) return Missing("llama.attention.layer_norm_rms_epsilon");
+  if (!eps->has_value()) return Missing(key("attention.layer_norm_rms_epsilon"));
   c.rms_eps = **eps;
 
-  absl::StatusOr<std::optional<float>> base = OptionalFloat(file, "llama.rope.freq_base");
+  absl::StatusOr<std::optional<float>> base = OptionalFloat(file, key("rope.freq_base"));
   if (!base.ok()) return base.status();
   c.rope_base = base->value_or(10000.0f);
+  absl::StatusOr<float> freq_scale = RopeFreqScale(
+      file, key("rope.scaling.type"), key("rope.scaling.factor"), key("rope.scale_linear"));
+  if (!freq_scale.ok()) return freq_scale.status();
+  c.rope_freq_scale = *freq_scale;
 
-  absl::StatusOr<std::optional<int>> kv = OptionalInt(file, "llama.attention.head_count_kv");
+  absl::StatusOr<std::optional<int>> kv = OptionalInt(file, key("attention.head_count_kv"));
   if (!kv.ok()) return kv.status();
   c.n_kv_heads = kv->value_or(c.n_heads);
 
-  absl::StatusOr<std::optional<int>> key_len = OptionalInt(file, "llama.attention.key_length");
+  absl::StatusOr<std::optional<int>> key_len = OptionalInt(file, key("attention.key_length"));
   if (!key_len.ok()) return key_len.status();
   if (key_len->has_value()) {
     c.head_dim = **key_len;
   } else {
     if (c.n_heads <= 0 || c.dim % c.n_heads != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "llama.embedding_length ", c.dim, " is not a multiple of head_count ", c.n_heads));
+          key("embedding_length"), " ", c.dim, " is not a multiple of head_count ", c.n_heads));
     }
     c.head_dim = c.dim / c.n_heads;
   }
-  absl::StatusOr<std::optional<int>> value_len = OptionalInt(file, "llama.attention.value_length");
+  absl::StatusOr<std::optional<int>> value_len = OptionalInt(file, key("attention.value_length"));
   if (!value_len.ok()) return value_len.status();
   if (value_len->has_value() && **value_len != c.head_dim) {
-    return absl::InvalidArgumentError(absl::StrCat("llama.attention.value_length ", **value_len,
+    return absl::InvalidArgumentError(absl::StrCat(key("attention.value_length"), " ", **value_len,
                                                    " differs from the key length ", c.head_dim,
                                                    " (not supported)"));
   }
 
-  absl::StatusOr<std::optional<int>> rope_dim = OptionalInt(file, "llama.rope.dimension_count");
+  absl::StatusOr<std::optional<int>> rope_dim = OptionalInt(file, key("rope.dimension_count"));
   if (!rope_dim.ok()) return rope_dim.status();
   c.rope_dim = rope_dim->value_or(c.head_dim);
 
-  absl::StatusOr<std::optional<int>> vocab = OptionalInt(file, "llama.vocab_size");
+  absl::StatusOr<std::optional<int>> window = OptionalInt(file, key("attention.sliding_window"));
+  if (!window.ok()) return window.status();
+  c.sliding_window = window->value_or(0);
+
+  absl::StatusOr<std::optional<int>> vocab = OptionalInt(file, key("vocab_size"));
   if (!vocab.ok()) return vocab.status();
   const GgufValue* tokens = file.FindMetadata("tokenizer.ggml.tokens");
   if (tokens == nullptr) return Missing("tokenizer.ggml.tokens");
@@ -178,11 +240,26 @@ absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file) {
   }
   c.vocab_size = static_cast<int>(tokens->size());
   if (vocab->has_value() && **vocab != c.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("llama.vocab_size ", **vocab,
+    return absl::InvalidArgumentError(absl::StrCat(key("vocab_size"), " ", **vocab,
                                                    " differs from the ", c.vocab_size,
                                                    " entries of tokenizer.ggml.tokens"));
   }
   c.tied_embeddings = file.FindTensor("output.weight") == nullptr;
+
+  // Architecture features, as llama.cpp's loader decides them: qwen2 requires Q/K/V
+  // biases, qwen3 Q/K norms; llama takes biases when the file has them (all layers alike:
+  // Model::FromParts reports a layer that lacks one) and Llama 3.x RoPE factors.
+  if (c.architecture == "qwen2") {
+    c.attention_qkv_bias = true;
+  } else if (c.architecture == "qwen3") {
+    c.qk_norm = true;
+  } else {
+    c.attention_qkv_bias = file.FindTensor("blk.0.attn_q.bias") != nullptr;
+    c.attention_output_bias = file.FindTensor("blk.0.attn_output.bias") != nullptr;
+    absl::StatusOr<std::vector<float>> factors = RopeFreqFactors(file, c.rope_dim);
+    if (!factors.ok()) return factors.status();
+    c.rope_freq_factors = *std::move(factors);
+  }
   if (absl::Status s = c.Validate(); !s.ok()) return s;
   return c;
 }
@@ -242,12 +319,13 @@ absl::StatusOr<Vocabulary> VocabularyFromGguf(const GgufFile& file) {
   return v;
 }
 
-ModelWeights LlamaWeightsFromGguf(const GgufFile& file, int n_layers) {
+ModelWeights LlamaWeightsFromGguf(const GgufFile& file, const ModelConfig& config) {
   ModelWeights w;
   w.token_embedding = View(file, "token_embd.weight");
   w.output_norm = View(file, "output_norm.weight");
   w.output =
       file.FindTensor("output.weight") != nullptr ? View(file, "output.weight") : w.token_embedding;
+  const int n_layers = config.n_layers;
   w.layers.resize(n_layers > 0 ? n_layers : 0);
   for (int l = 0; l < n_layers; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
@@ -261,6 +339,16 @@ ModelWeights LlamaWeightsFromGguf(const GgufFile& file, int n_layers) {
     L.w_gate = View(file, p + "ffn_gate.weight");
     L.w_up = View(file, p + "ffn_up.weight");
     L.w_down = View(file, p + "ffn_down.weight");
+    if (config.attention_qkv_bias) {
+      L.bq = View(file, p + "attn_q.bias");
+      L.bk = View(file, p + "attn_k.bias");
+      L.bv = View(file, p + "attn_v.bias");
+    }
+    if (config.attention_output_bias) L.bo = View(file, p + "attn_output.bias");
+    if (config.qk_norm) {
+      L.q_norm = View(file, p + "attn_q_norm.weight");
+      L.k_norm = View(file, p + "attn_k_norm.weight");
+    }
   }
   return w;
 }
@@ -271,7 +359,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFromGguf(const GgufFile& file,
   if (!config.ok()) return config.status();
   absl::StatusOr<Vocabulary> vocab = VocabularyFromGguf(file);
   if (!vocab.ok()) return vocab.status();
-  ModelWeights weights = LlamaWeightsFromGguf(file, config->n_layers);
+  ModelWeights weights = LlamaWeightsFromGguf(file, *config);
   return Model::FromParts(*std::move(config), std::move(weights), *std::move(vocab),
                           std::move(storage));
 }

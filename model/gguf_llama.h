@@ -1,5 +1,5 @@
-// Maps a parsed GGUF container of architecture "llama" onto ModelConfig, ModelWeights
-// and Vocabulary (llama.cpp's key and tensor names).
+// Maps a parsed GGUF container of architecture "llama", "qwen2" or "qwen3" onto
+// ModelConfig, ModelWeights and Vocabulary (llama.cpp's key and tensor names).
 #ifndef KVSERVE_MODEL_GGUF_LLAMA_H_
 #define KVSERVE_MODEL_GGUF_LLAMA_H_
 
@@ -14,15 +14,20 @@
 
 namespace kvserve::model {
 
-// general.architecture must be "llama". Reads llama.embedding_length, block_count,
-// attention.head_count, feed_forward_length, context_length,
+// general.architecture (ARCH) must be "llama", "qwen2" or "qwen3". Reads ARCH.embedding_length,
+// block_count, attention.head_count, feed_forward_length, context_length,
 // attention.layer_norm_rms_epsilon (required); attention.head_count_kv (default
 // head_count), attention.key_length (default embedding_length / head_count),
 // rope.freq_base (default 10000), rope.dimension_count (default head_dim),
-// vocab_size (if present, must equal the length of tokenizer.ggml.tokens, which is
-// required). RoPE on adjacent pairs.
-// tied_embeddings is set when output.weight is absent. Integer keys accept any
-// integer type, float keys float32/float64. INVALID_ARGUMENT naming the key.
+// rope.scaling.type ("none" or "linear", default linear) with rope.scaling.factor
+// (default none), attention.sliding_window (default 0 = none), vocab_size (if present,
+// must equal the length of tokenizer.ggml.tokens, which is required).
+// Per architecture, as llama.cpp (c392e50 for llama/qwen2, later for qwen3): llama has
+// adjacent-pair RoPE, Q/K/V biases when blk.0.attn_q.bias exists, an output bias when
+// blk.0.attn_output.bias exists, and RoPE factors from the rope_freqs.weight tensor when
+// present (Llama 3.x); qwen2 has rotate-halves RoPE and Q/K/V biases; qwen3 rotate-halves
+// RoPE and Q/K RMSNorms. tied_embeddings is set when output.weight is absent. Integer keys
+// accept any integer type, float keys float32/float64. INVALID_ARGUMENT naming the key.
 absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file);
 
 // tokenizer.ggml.model must be "llama". tokens (required), scores (default 0),
@@ -31,10 +36,12 @@ absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file);
 absl::StatusOr<Vocabulary> VocabularyFromGguf(const GgufFile& file);
 
 // Views of token_embd, output_norm, output (token_embd when absent) and
-// blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,ffn_norm,ffn_gate,ffn_up,ffn_down}.
+// blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,ffn_norm,ffn_gate,ffn_up,ffn_down}
+// .weight, plus what `config` asks for: blk.N.attn_{q,k,v}.bias (attention_qkv_bias),
+// blk.N.attn_output.bias (attention_output_bias), blk.N.attn_{q,k}_norm.weight (qk_norm).
 // GGUF ne[0] is the column count, the other dims multiply into rows. A missing tensor
 // stays an empty view (Model::FromParts reports it); other tensors are ignored.
-ModelWeights LlamaWeightsFromGguf(const GgufFile& file, int n_layers);
+ModelWeights LlamaWeightsFromGguf(const GgufFile& file, const ModelConfig& config);
 
 // All of the above, then Model::FromParts (which checks every shape). `storage`
 // keeps the bytes `file` points into alive for the model's lifetime.

@@ -167,8 +167,8 @@ TEST(GgufLlamaTest, InconsistentVocabulary) {
 }
 
 TEST(GgufLlamaTest, UnsupportedArchitecture) {
-  ExpectError(MakeTinyLlamaGguf().SetString("general.architecture", "qwen2"),
-              "architecture \"qwen2\" is not supported (only \"llama\")");
+  ExpectError(MakeTinyLlamaGguf().SetString("general.architecture", "gemma2"),
+              "architecture \"gemma2\" is not supported (supported: llama, qwen2, qwen3)");
 }
 
 TEST(GgufLlamaTest, ShapeMismatchAndMissingTensor) {

@@ -64,6 +64,16 @@ absl::Status CheckNorm(const std::string& name, const TensorView& t, int64_t dim
   return absl::OkStatus();
 }
 
+// A vector the config asks for (an F32 [1, dim] view) or does not (an empty view).
+absl::Status CheckOptional(const std::string& name, const TensorView& t, bool wanted, int64_t dim) {
+  if (wanted) return CheckNorm(name, t, dim);
+  if (t.data != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", name, " is present but the model config does not use it"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckWeights(const ModelConfig& c, const ModelWeights& w) {
   if (static_cast<int>(w.layers.size()) != c.n_layers) {
     return absl::InvalidArgumentError(absl::StrCat("model has ", w.layers.size(),
@@ -84,6 +94,12 @@ absl::Status CheckWeights(const ModelConfig& c, const ModelWeights& w) {
     if (s.ok()) s = CheckShape(p + "ffn_gate.weight", L.w_gate, c.ffn_dim, c.dim);
     if (s.ok()) s = CheckShape(p + "ffn_up.weight", L.w_up, c.ffn_dim, c.dim);
     if (s.ok()) s = CheckShape(p + "ffn_down.weight", L.w_down, c.dim, c.ffn_dim);
+    if (s.ok()) s = CheckOptional(p + "attn_q.bias", L.bq, c.attention_qkv_bias, c.q_dim());
+    if (s.ok()) s = CheckOptional(p + "attn_k.bias", L.bk, c.attention_qkv_bias, c.kv_dim());
+    if (s.ok()) s = CheckOptional(p + "attn_v.bias", L.bv, c.attention_qkv_bias, c.kv_dim());
+    if (s.ok()) s = CheckOptional(p + "attn_output.bias", L.bo, c.attention_output_bias, c.dim);
+    if (s.ok()) s = CheckOptional(p + "attn_q_norm.weight", L.q_norm, c.qk_norm, c.head_dim);
+    if (s.ok()) s = CheckOptional(p + "attn_k_norm.weight", L.k_norm, c.qk_norm, c.head_dim);
   }
   return s;
 }
@@ -118,6 +134,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromParts(ModelConfig config, Mode
   h.AddValue(config.rms_eps);
   h.AddValue(config.rope_base);
   h.AddValue(config.rope_style);
+  h.AddValue(config.rope_freq_scale);
+  h.Add(config.rope_freq_factors.data(), config.rope_freq_factors.size() * sizeof(float));
+  for (bool b : {config.tied_embeddings, config.attention_qkv_bias, config.attention_output_bias,
+                 config.qk_norm}) {
+    h.AddValue(b);
+  }
+  h.AddValue(config.sliding_window);
   for (const std::string& piece : vocab.pieces) h.Add(piece.data(), piece.size() + 1);
   h.Add(vocab.scores.data(), vocab.scores.size() * sizeof(vocab.scores[0]));
   h.Add(vocab.kinds.data(), vocab.kinds.size() * sizeof(vocab.kinds[0]));
@@ -127,8 +150,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromParts(ModelConfig config, Mode
   HashTensor(h, weights.output_norm);
   for (const LayerWeights& L : weights.layers) {
     for (const TensorView* t :
-         {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down}) {
-      HashTensor(h, *t);
+         {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down,
+          &L.bq, &L.bk, &L.bv, &L.bo, &L.q_norm, &L.k_norm}) {
+      if (t->data != nullptr) HashTensor(h, *t);
     }
   }
 

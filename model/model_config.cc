@@ -54,6 +54,27 @@ absl::Status ModelConfig::Validate() const {
   if (!(rope_base > 0.0f) || !std::isfinite(rope_base)) {
     return absl::InvalidArgumentError("model config: rope_base must be a positive finite number");
   }
+  if (!(rope_freq_scale > 0.0f) || !std::isfinite(rope_freq_scale)) {
+    return absl::InvalidArgumentError(
+        "model config: rope_freq_scale must be a positive finite number");
+  }
+  if (!rope_freq_factors.empty()) {
+    if (rope_freq_factors.size() != static_cast<size_t>(rope_dim / 2)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: rope_freq_factors has ", rope_freq_factors.size(),
+                       " entries, expected rope_dim / 2 = ", rope_dim / 2));
+    }
+    for (float f : rope_freq_factors) {
+      if (!(f > 0.0f) || !std::isfinite(f)) {
+        return absl::InvalidArgumentError(
+            "model config: rope_freq_factors must be positive finite numbers");
+      }
+    }
+  }
+  if (sliding_window < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: sliding_window must be >= 0 (0 = none), got ", sliding_window));
+  }
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -15,6 +16,11 @@ enum class RopeStyle : uint8_t {
   kRotateHalves,   // (x[i], x[i + rope_dim/2]) rotate together: NeoX / qwen2 style.
 };
 
+// The architectures kvserve runs (general.architecture of a GGUF file). They share one
+// forward pass and differ only in the features below:
+//   llama  adjacent-pair RoPE; optional Q/K/V and output biases; Llama 3.x RoPE factors
+//   qwen2  rotate-halves RoPE; Q/K/V biases
+//   qwen3  rotate-halves RoPE; per-head RMSNorm of Q and K before RoPE
 struct ModelConfig {
   std::string architecture = "llama";
   int dim = 0;  // hidden size (embedding length)
@@ -29,10 +35,28 @@ struct ModelConfig {
   float rope_base = 10000.0f;
   int rope_dim = 0;  // dimensions of each head that RoPE rotates (<= head_dim, even)
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
-  bool tied_embeddings = false;  // LM head is the token embedding table
+  // Linear RoPE scaling (GGUF rope.scaling.factor f, scaling.type "linear"): every angle is
+  // multiplied by rope_freq_scale = 1 / f. Default 1 (no scaling).
+  float rope_freq_scale = 1.0f;
+  // Per-pair RoPE frequency divisors (GGUF tensor rope_freqs, written for Llama 3.x's
+  // "llama3" rope scaling): angle i is divided by rope_freq_factors[i]. Empty = all 1;
+  // otherwise [rope_dim / 2], every entry positive and finite.
+  std::vector<float> rope_freq_factors;
+  bool tied_embeddings = false;        // LM head is the token embedding table
+  bool attention_qkv_bias = false;     // Q, K and V projections add a bias (qwen2)
+  bool attention_output_bias = false;  // the attention output projection adds a bias
+  bool qk_norm = false;                // RMSNorm of every Q and K head before RoPE (qwen3)
+  // Local attention (GGUF attention.sliding_window): when > 0, the token at position p
+  // attends to positions [max(0, p - sliding_window + 1), p] only, so at most the last
+  // sliding_window positions (itself included). 0 = full causal attention.
+  int sliding_window = 0;
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
+  // The first position a token at `pos` attends to (0 without a sliding window).
+  int FirstVisiblePosition(int pos) const {
+    return sliding_window > 0 && pos >= sliding_window ? pos - sliding_window + 1 : 0;
+  }
 
   // OK when every field is positive and consistent; otherwise INVALID_ARGUMENT
   // naming the offending field. Readers call this before building weights.

@@ -18,6 +18,14 @@ struct LayerWeights {
   TensorView w_gate;     // [ffn_dim, dim]       SwiGLU gate (w1)
   TensorView w_up;       // [ffn_dim, dim]       SwiGLU up (w3)
   TensorView w_down;     // [dim, ffn_dim]       SwiGLU down (w2)
+  // Present only when the config says so (ModelConfig::attention_qkv_bias,
+  // attention_output_bias, qk_norm); empty views otherwise. All F32.
+  TensorView bq;      // [1, n_heads*head_dim]    added to Q
+  TensorView bk;      // [1, n_kv_heads*head_dim] added to K
+  TensorView bv;      // [1, n_kv_heads*head_dim] added to V
+  TensorView bo;      // [1, dim]                 added to the output projection
+  TensorView q_norm;  // [1, head_dim]            RMSNorm gain of every Q head
+  TensorView k_norm;  // [1, head_dim]            RMSNorm gain of every K head
 };
 
 struct ModelWeights {

@@ -11,6 +11,7 @@
 // optimized backend joins the list to inherit every check).
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -24,9 +25,9 @@
 #include <vector>
 
 #include "backends/backend.h"
-#include "backends/kernels/matvec.h"
 #include "backends/kv_arena.h"
 #include "backends/testing/random_model.h"
+#include "backends/testing/textbook_forward.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
 
@@ -59,137 +60,16 @@ constexpr double kF16SameBackendTolerance = 1e-2;
 const std::vector<std::string> kBackends = {"reference", "cpu_blas"};
 
 // ---------------------------------------------------------------------------------------
-// The textbook forward pass, without any cache.
+// The textbook forward pass, without any cache (backends/testing/textbook_forward.h).
 
-struct Dense {  // a weight matrix dequantised to double, [rows, cols]
-  int64_t rows = 0, cols = 0;
-  std::vector<double> w;
-};
-
-Dense ToDense(const model::TensorView& t) {
-  Dense d{t.rows, t.cols, std::vector<double>(static_cast<size_t>(t.rows * t.cols))};
-  std::vector<float> row(static_cast<size_t>(t.cols));
-  for (int64_t r = 0; r < t.rows; ++r) {
-    backends::kernels::RowToFloat(t, r, row);
-    for (int64_t c = 0; c < t.cols; ++c) d.w[r * t.cols + c] = row[c];
-  }
-  return d;
+// Logits of the last position of `tokens`, computing every position from scratch.
+std::vector<double> TextbookLastLogits(const model::Model& m, const std::vector<int32_t>& tokens) {
+  absl::StatusOr<std::vector<double>> all = backends::testing::TextbookForward(m, tokens);
+  EXPECT_TRUE(all.ok()) << all.status();
+  if (!all.ok()) return {};
+  const size_t vocab = static_cast<size_t>(m.config().vocab_size);
+  return std::vector<double>(all->end() - static_cast<std::ptrdiff_t>(vocab), all->end());
 }
-
-// y = W x
-std::vector<double> Apply(const Dense& m, const std::vector<double>& x) {
-  std::vector<double> y(m.rows, 0.0);
-  for (int64_t r = 0; r < m.rows; ++r) {
-    for (int64_t c = 0; c < m.cols; ++c) y[r] += m.w[r * m.cols + c] * x[c];
-  }
-  return y;
-}
-
-std::vector<double> RmsNormed(const std::vector<double>& x, const Dense& gain, double eps) {
-  double ms = 0;
-  for (double v : x) ms += v * v;
-  ms /= static_cast<double>(x.size());
-  std::vector<double> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] / std::sqrt(ms + eps) * gain.w[i];
-  return y;
-}
-
-void RotateInPlace(std::vector<double>& v, const model::ModelConfig& c, int pos) {
-  const int half = c.rope_dim / 2;
-  for (size_t h = 0; h < v.size() / c.head_dim; ++h) {
-    double* head = v.data() + h * c.head_dim;
-    for (int i = 0; i < half; ++i) {
-      const double theta = pos * std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.rope_dim);
-      const bool adjacent = c.rope_style == model::RopeStyle::kAdjacentPairs;
-      double& a = head[adjacent ? 2 * i : i];
-      double& b = head[adjacent ? 2 * i + 1 : i + half];
-      const double a0 = a, b0 = b;
-      a = a0 * std::cos(theta) - b0 * std::sin(theta);
-      b = a0 * std::sin(theta) + b0 * std::cos(theta);
-    }
-  }
-}
-
-class TextbookModel {
- public:
-  explicit TextbookModel(const model::Model& m) : c_(m.config()) {
-    const model::ModelWeights& w = m.weights();
-    embedding_ = ToDense(w.token_embedding);
-    output_ = ToDense(w.output);
-    output_norm_ = ToDense(w.output_norm);
-    for (const model::LayerWeights& L : w.layers) {
-      layers_.push_back({ToDense(L.attn_norm), ToDense(L.wq), ToDense(L.wk), ToDense(L.wv),
-                         ToDense(L.wo), ToDense(L.ffn_norm), ToDense(L.w_gate), ToDense(L.w_up),
-                         ToDense(L.w_down)});
-    }
-  }
-
-  // Logits of the last position of `tokens`, computing every position from scratch.
-  std::vector<double> LastLogits(const std::vector<int32_t>& tokens) const {
-    const int T = static_cast<int>(tokens.size());
-    std::vector<std::vector<double>> x(T);  // [T, dim]
-    for (int t = 0; t < T; ++t) {
-      x[t].assign(embedding_.w.begin() + tokens[t] * c_.dim,
-                  embedding_.w.begin() + (tokens[t] + 1) * c_.dim);
-    }
-    const int group = c_.n_heads / c_.n_kv_heads;
-    for (const Layer& L : layers_) {
-      std::vector<std::vector<double>> q(T), k(T), v(T);
-      for (int t = 0; t < T; ++t) {
-        const std::vector<double> xb = RmsNormed(x[t], L.attn_norm, c_.rms_eps);
-        q[t] = Apply(L.wq, xb);
-        k[t] = Apply(L.wk, xb);
-        v[t] = Apply(L.wv, xb);
-        RotateInPlace(q[t], c_, t);
-        RotateInPlace(k[t], c_, t);
-      }
-      for (int t = 0; t < T; ++t) {
-        std::vector<double> att_out(c_.q_dim(), 0.0);
-        for (int h = 0; h < c_.n_heads; ++h) {
-          const int kvh = h / group;
-          // Scores against every position, then the causal mask (u > t excluded).
-          std::vector<double> s(T, -INFINITY);
-          double max_s = -INFINITY;
-          for (int u = 0; u <= t; ++u) {
-            double dot = 0;
-            for (int i = 0; i < c_.head_dim; ++i) {
-              dot += q[t][h * c_.head_dim + i] * k[u][kvh * c_.head_dim + i];
-            }
-            s[u] = dot / std::sqrt(static_cast<double>(c_.head_dim));
-            max_s = std::max(max_s, s[u]);
-          }
-          double z = 0;
-          for (double& e : s) z += (e = std::exp(e - max_s));
-          for (int u = 0; u < T; ++u) {
-            for (int i = 0; i < c_.head_dim; ++i) {
-              att_out[h * c_.head_dim + i] += s[u] / z * v[u][kvh * c_.head_dim + i];
-            }
-          }
-        }
-        const std::vector<double> o = Apply(L.wo, att_out);
-        for (int i = 0; i < c_.dim; ++i) x[t][i] += o[i];
-      }
-      for (int t = 0; t < T; ++t) {
-        const std::vector<double> xb = RmsNormed(x[t], L.ffn_norm, c_.rms_eps);
-        std::vector<double> gate = Apply(L.w_gate, xb);
-        const std::vector<double> up = Apply(L.w_up, xb);
-        for (size_t i = 0; i < gate.size(); ++i)
-          gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
-        const std::vector<double> down = Apply(L.w_down, gate);
-        for (int i = 0; i < c_.dim; ++i) x[t][i] += down[i];
-      }
-    }
-    return Apply(output_, RmsNormed(x[T - 1], output_norm_, c_.rms_eps));
-  }
-
- private:
-  struct Layer {
-    Dense attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
-  };
-  model::ModelConfig c_;
-  Dense embedding_, output_, output_norm_;
-  std::vector<Layer> layers_;
-};
 
 // ---------------------------------------------------------------------------------------
 // Models under test.
@@ -358,7 +238,6 @@ class KvEquivalenceTest : public ::testing::TestWithParam<std::tuple<std::string
 TEST_P(KvEquivalenceTest, CachedDecodeEqualsRecomputeAtEveryStep) {
   auto backend = MakeBackend(16);
   ASSERT_NE(backend, nullptr);
-  const TextbookModel textbook(*model_);
   const std::vector<int32_t> prompt = PromptTokens(6, vocab_, 7);
   const int steps = 24;
   std::vector<int32_t> tokens;
@@ -367,7 +246,7 @@ TEST_P(KvEquivalenceTest, CachedDecodeEqualsRecomputeAtEveryStep) {
   for (int step = 0; step <= steps; ++step) {
     const std::vector<int32_t> prefix(tokens.begin(), tokens.begin() + prompt.size() + step);
     const std::vector<float> recomputed = FromScratch(*backend, prefix);
-    const std::vector<double> reference = textbook.LastLogits(prefix);
+    const std::vector<double> reference = TextbookLastLogits(*model_, prefix);
     const double same = MaxAbsDiff(cached[step], recomputed);
     const double tb = MaxAbsDiff(cached[step], reference);
     EXPECT_LE(same, kSameBackendTolerance) << "step " << step;

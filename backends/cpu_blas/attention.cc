@@ -41,7 +41,8 @@ void PagedAttention::Run(const Batch& batch, const StepPlan& plan, int layer, co
   int64_t work = 0;
   for (const AttentionTask& t : plan.attention_tasks) {
     for (int j = t.row_begin; j < t.row_end; ++j) {
-      work += int64_t{plan.rows[j].pos + 1} * t.kv_heads;
+      const int pos = plan.rows[j].pos;
+      work += int64_t{pos + 1 - config_.FirstVisiblePosition(pos)} * t.kv_heads;
     }
   }
   work *= static_cast<int64_t>(config_.head_dim) * (config_.n_heads / config_.n_kv_heads) * 2;
@@ -88,69 +89,76 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
   const int n_heads = task.kv_heads * group;
 
   for (int j = task.row_begin; j < task.row_end; ++j) {
-    const int n_pos = step.plan.rows[j].pos + 1;  // causal: positions [0, pos]
-    const size_t un_pos = static_cast<size_t>(n_pos);
-    Grow(att, static_cast<size_t>(n_heads) * un_pos);  // [n_heads, n_pos]
+    // Causal (and, with a sliding window, local): positions [first, pos].
+    const int n_pos = step.plan.rows[j].pos + 1;
+    const int first = c.FirstVisiblePosition(n_pos - 1);
+    const size_t n_vis = static_cast<size_t>(n_pos - first);
+    Grow(att, static_cast<size_t>(n_heads) * n_vis);  // [n_heads, n_vis]
     const float* qj = step.q + static_cast<size_t>(j) * q_dim;
     float* oj = step.att_out + static_cast<size_t>(j) * q_dim;
 
-    // scores[h][t] = scale * q_h · K[t][kv_head(h)]
-    for (int t0 = 0; t0 < n_pos; t0 += bt) {
+    // scores[h][t - first] = scale * q_h · K[t][kv_head(h)], one block's rows at a time.
+    for (int t0 = first; t0 < n_pos;) {
       const uint8_t* plane = kv.Row(step.layer, KvKind::kKey, t0);
-      const int count = std::min(n_pos, t0 + bt) - t0;
+      const int t1 = std::min(n_pos, (t0 / bt + 1) * bt);
       for (int i = 0; i < n_heads; ++i) {
         const int h = h_begin + i;
         dot_rows(qj + static_cast<size_t>(h) * hd,
-                 plane + static_cast<size_t>(h / group) * head_bytes, row_bytes, count, hd, scale,
-                 att.data() + static_cast<size_t>(i) * un_pos + t0);
+                 plane + static_cast<size_t>(h / group) * head_bytes, row_bytes, t1 - t0, hd, scale,
+                 att.data() + static_cast<size_t>(i) * n_vis + (t0 - first));
       }
+      t0 = t1;
     }
     for (int i = 0; i < n_heads; ++i) {
-      kernels::Softmax(std::span<float>(att.data() + static_cast<size_t>(i) * un_pos, un_pos));
+      kernels::Softmax(std::span<float>(att.data() + static_cast<size_t>(i) * n_vis, n_vis));
     }
-    // out_h = sum_t att[h][t] * V[t][kv_head(h)]
+    // out_h = sum_t att[h][t - first] * V[t][kv_head(h)]
     std::fill(oj + static_cast<size_t>(h_begin) * hd,
               oj + static_cast<size_t>(h_begin + n_heads) * hd, 0.0f);
-    for (int t0 = 0; t0 < n_pos; t0 += bt) {
+    for (int t0 = first; t0 < n_pos;) {
       const uint8_t* plane = kv.Row(step.layer, KvKind::kValue, t0);
-      const int count = std::min(n_pos, t0 + bt) - t0;
+      const int t1 = std::min(n_pos, (t0 / bt + 1) * bt);
       for (int i = 0; i < n_heads; ++i) {
         const int h = h_begin + i;
-        axpy_rows(att.data() + static_cast<size_t>(i) * un_pos + t0,
-                  plane + static_cast<size_t>(h / group) * head_bytes, row_bytes, count, hd,
+        axpy_rows(att.data() + static_cast<size_t>(i) * n_vis + (t0 - first),
+                  plane + static_cast<size_t>(h / group) * head_bytes, row_bytes, t1 - t0, hd,
                   oj + static_cast<size_t>(h) * hd);
       }
+      t0 = t1;
     }
   }
 }
 
 void PagedAttention::GatherHead(const kernels::SequenceKv& kv, int layer, KvKind kind, int kv_head,
-                                int n_pos, float* out) const {
+                                int first, int n_pos, float* out) const {
   const int hd = config_.head_dim;
   const bool f16 = layout_.dtype == model::DType::kF16;
   const size_t head_offset_bytes =
       static_cast<size_t>(kv_head) * static_cast<size_t>(hd) * (f16 ? 2 : 4);
   const size_t row_bytes = layout_.row_bytes();
   const int bt = layout_.block_tokens;
-  for (int t0 = 0; t0 < n_pos; t0 += bt) {
+  for (int t0 = first; t0 < n_pos;) {
     const uint8_t* plane = kv.Row(layer, kind, t0) + head_offset_bytes;
-    const int t1 = std::min(n_pos, t0 + bt);
+    const int t1 = std::min(n_pos, (t0 / bt + 1) * bt);
     for (int t = t0; t < t1; ++t) {
       const uint8_t* src = plane + static_cast<size_t>(t - t0) * row_bytes;
-      float* dst = out + static_cast<size_t>(t) * hd;
+      float* dst = out + static_cast<size_t>(t - first) * hd;
       if (f16) {
         kernels_->f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, hd);
       } else {
         std::memcpy(dst, src, static_cast<size_t>(hd) * sizeof(float));
       }
     }
+    t0 = t1;
   }
 }
 
-// All rows of the task belong to one sequence at consecutive positions, so the last row
-// sees the most positions (n_ctx); every row r sees [0, pos_r]. With the query heads of
-// the KV head stacked as rows (row i = query row j, head g: i = (j - row_begin) * group + g):
-//   S = scale * Q · K[0:n_ctx]^T,  causal mask and softmax per row,  O = S · V[0:n_ctx].
+// All rows of the task belong to one sequence at consecutive positions, so together they
+// see positions [first, n_ctx): first = the first row's first visible position, n_ctx =
+// the last row's position + 1; row r sees [first_r, pos_r] (first_r = 0 without a sliding
+// window). With the query heads of the KV head stacked as rows (row i = query row j, head
+// g: i = (j - row_begin) * group + g):
+//   S = scale * Q · K[first:n_ctx]^T,  mask and softmax per row,  O = S · V[first:n_ctx].
 void PagedAttention::AttendSgemm(const Step& step, const AttentionTask& task, Scratch& sc) const {
   const model::ModelConfig& c = config_;
   const kernels::SequenceKv kv(layout_, step.batch.sequences[task.seq].blocks);
@@ -160,9 +168,11 @@ void PagedAttention::AttendSgemm(const Step& step, const AttentionTask& task, Sc
   const size_t q_dim = static_cast<size_t>(c.q_dim());
   const size_t head_bytes = static_cast<size_t>(hd) * sizeof(float);
   const int m = (task.row_end - task.row_begin) * group;
+  const int first = c.FirstVisiblePosition(rows[task.row_begin].pos);
   const int n_ctx = rows[task.row_end - 1].pos + 1;
+  const int n_cols = n_ctx - first;  // positions some row of the task sees
   const size_t um = static_cast<size_t>(m);
-  const size_t un_ctx = static_cast<size_t>(n_ctx);
+  const size_t un_ctx = static_cast<size_t>(n_cols);
   const size_t uhd = static_cast<size_t>(hd);
   Grow(sc.q, um * uhd);
   Grow(sc.k, un_ctx * uhd);
@@ -176,21 +186,24 @@ void PagedAttention::AttendSgemm(const Step& step, const AttentionTask& task, Sc
     std::memcpy(sc.q.data() + static_cast<size_t>(j - task.row_begin) * group * uhd,
                 step.q + static_cast<size_t>(j) * q_dim + first_head, head_bytes * group);
   }
-  GatherHead(kv, step.layer, KvKind::kKey, task.kv_head, n_ctx, sc.k.data());
-  GatherHead(kv, step.layer, KvKind::kValue, task.kv_head, n_ctx, sc.v.data());
+  GatherHead(kv, step.layer, KvKind::kKey, task.kv_head, first, n_ctx, sc.k.data());
+  GatherHead(kv, step.layer, KvKind::kValue, task.kv_head, first, n_ctx, sc.v.data());
 
-  // S[m, n_ctx] = scale * Q[m, hd] · K[n_ctx, hd]^T
+  // S[m, n_cols] = scale * Q[m, hd] · K[n_cols, hd]^T
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n_ctx, hd, scale, sc.q.data(), hd,
-              sc.k.data(), hd, 0.0f, sc.s.data(), n_ctx);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n_cols, hd, scale, sc.q.data(), hd,
+              sc.k.data(), hd, 0.0f, sc.s.data(), n_cols);
   for (int i = 0; i < m; ++i) {
-    const int n_pos = rows[task.row_begin + i / group].pos + 1;
+    const int pos = rows[task.row_begin + i / group].pos;
+    const int lo = c.FirstVisiblePosition(pos) - first;  // row's columns: [lo, hi)
+    const int hi = pos + 1 - first;
     float* s_row = sc.s.data() + static_cast<size_t>(i) * un_ctx;
-    kernels::Softmax(std::span<float>(s_row, static_cast<size_t>(n_pos)));
-    std::fill(s_row + n_pos, s_row + n_ctx, 0.0f);  // causal mask
+    kernels::Softmax(std::span<float>(s_row + lo, static_cast<size_t>(hi - lo)));
+    std::fill(s_row, s_row + lo, 0.0f);           // before the window (local attention)
+    std::fill(s_row + hi, s_row + n_cols, 0.0f);  // after the row (causal mask)
   }
-  // O[m, hd] = P[m, n_ctx] · V[n_ctx, hd]
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, n_ctx, 1.0f, sc.s.data(), n_ctx,
+  // O[m, hd] = P[m, n_cols] · V[n_cols, hd]
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, n_cols, 1.0f, sc.s.data(), n_cols,
               sc.v.data(), hd, 0.0f, sc.o.data(), hd);
   for (int j = task.row_begin; j < task.row_end; ++j) {
     std::memcpy(step.att_out + static_cast<size_t>(j) * q_dim + first_head,

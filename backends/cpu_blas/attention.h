@@ -7,9 +7,9 @@
 //   the outer loop and the task's heads the inner one, so a pass reads one contiguous
 //   slice of every cached row.
 // - kSgemm (prefill chunks): the task's KV head is gathered to f32 for positions
-//   [0, n_ctx) of its last row, then S = scale * Q K^T and O = softmax(S) V are two sgemm
+//   [first, n_ctx) of its rows, then S = scale * Q K^T and O = softmax(S) V are two sgemm
 //   products with the group's query heads stacked as rows; each row's weights past its
-//   own position are zero (causal mask).
+//   own position, or before its window, are zero (causal and local masks).
 // Both compute the reference formula (backends/kernels/attention.h, AttendOneQuery) up
 // to float summation order.
 #ifndef KVSERVE_BACKENDS_CPU_BLAS_ATTENTION_H_
@@ -38,8 +38,10 @@ class PagedAttention {
 
   // Attention of layer `layer` for every task of `plan`. For each stacked row r of a
   // task (sequence s = plan.rows[r].seq, position p = plan.rows[r].pos) and each query
-  // head h of the task, with g = h / (n_heads / n_kv_heads):
-  //   att_out[r, h] = sum_{t <= p} softmax_t(scale * q[r, h] · K[s, t, g]) * V[s, t, g]
+  // head h of the task, with g = h / (n_heads / n_kv_heads) and f = the config's
+  // FirstVisiblePosition(p) (0 without a sliding window):
+  //   att_out[r, h] = sum_{f <= t <= p} softmax_t(scale * q[r, h] · K[s, t, g]) * V[s, t, g]
+  // Positions before f are never read (their blocks may be null).
   // where scale = 1 / sqrt(head_dim) and K/V are layer `layer` of sequence s's blocks.
   // q: [rows, q_dim] queries after RoPE; att_out: [rows, q_dim]. Each task writes exactly
   // its rows' slices of its heads, so tasks never overlap.
@@ -73,9 +75,10 @@ class PagedAttention {
   void RunTask(const Step& step, const AttentionTask& task, Scratch& scratch) const;
   void AttendPaged(const Step& step, const AttentionTask& task, std::vector<float>& att) const;
   void AttendSgemm(const Step& step, const AttentionTask& task, Scratch& scratch) const;
-  // out[t, 0:head_dim) = K or V of `kv_head` at position t, as f32, for t in [0, n_pos).
+  // out[t - first, 0:head_dim) = K or V of `kv_head` at position t, as f32, for t in
+  // [first, n_pos).
   void GatherHead(const kernels::SequenceKv& kv, int layer, kernels::KvKind kind, int kv_head,
-                  int n_pos, float* out) const;
+                  int first, int n_pos, float* out) const;
 
   const model::ModelConfig& config_;
   const model::KvLayout& layout_;

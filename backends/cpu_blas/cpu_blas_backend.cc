@@ -1,6 +1,7 @@
 // The forward pass over a stacked batch. Per layer: norm every row, project all rows at
-// once (Q, K, V), rotate and append K/V of every row to its sequence's blocks, attend
-// (each row over its own sequence's positions up to its own: causal), project O, add,
+// once (Q, K, V), add biases, norm Q/K heads and rotate (per architecture), append K/V of
+// every row to its sequence's blocks, attend (each row over its own sequence's positions
+// up to its own: causal; only the last sliding_window ones: local), project O, add,
 // norm, SwiGLU FFN over all rows, add. Only the last row of each sequence that wants
 // logits goes through the final norm and the LM head, stacked into one product.
 //
@@ -24,6 +25,7 @@
 #include "backends/kernels/kv_rows.h"
 #include "backends/kernels/matvec.h"
 #include "backends/kernels/ops.h"
+#include "backends/kernels/qkv.h"
 #include "backends/kernels/rope.h"
 
 namespace kvserve::backends {
@@ -134,10 +136,10 @@ struct CpuBlasBackend::State {
   void AttentionNorm(const model::LayerWeights& L);
   // q, k, v = xb · Wq^T, Wk^T, Wv^T for all rows at once.
   void ProjectQkv(const model::LayerWeights& L);
-  // RoPE on q[r] and k[r] at row r's position; k[r], v[r] written into the row's
-  // sequence's blocks at that position in `layer`.
-  void RotateAndAppendKv(const Batch& batch, int layer);
-  // x += att_out · Wo^T, then xb = RMSNorm(x) with the layer's FFN norm.
+  // kernels::PrepareQkv (biases, Q/K norms, RoPE) on q[r], k[r], v[r] at row r's
+  // position; k[r], v[r] written into the row's sequence's blocks at that position.
+  void PrepareAndAppendKv(const Batch& batch, const model::LayerWeights& L, int layer);
+  // x += att_out · Wo^T (+ bo), then xb = RMSNorm(x) with the layer's FFN norm.
   void OutputProjectionAndFfnNorm(const model::LayerWeights& L);
   // x += W_down · (silu(W_gate · xb) * (W_up · xb)).
   void FeedForward(const model::LayerWeights& L);
@@ -213,14 +215,15 @@ void CpuBlasBackend::State::ProjectQkv(const model::LayerWeights& L) {
            rows());
 }
 
-void CpuBlasBackend::State::RotateAndAppendKv(const Batch& batch, int layer) {
+void CpuBlasBackend::State::PrepareAndAppendKv(const Batch& batch, const model::LayerWeights& L,
+                                               int layer) {
   const size_t q_dim = static_cast<size_t>(config.q_dim());
   const size_t kv_dim = static_cast<size_t>(config.kv_dim());
   ForRows(rows(), config.q_dim() + 2 * config.kv_dim(), [&](int b, int e) {
     for (int r = b; r < e; ++r) {
       const int pos = plan.rows[r].pos;
-      rope.Apply(Row(act.q, q_dim, r), pos);
-      rope.Apply(Row(act.k, kv_dim, r), pos);
+      kernels::PrepareQkv(config, L, rope, pos, Row(act.q, q_dim, r), Row(act.k, kv_dim, r),
+                          Row(act.v, kv_dim, r));
       const kernels::SequenceKv kv(layout, batch.sequences[plan.rows[r].seq].blocks);
       kv.Write(layer, KvKind::kKey, pos, Row(act.k, kv_dim, r));
       kv.Write(layer, KvKind::kValue, pos, Row(act.v, kv_dim, r));
@@ -233,6 +236,7 @@ void CpuBlasBackend::State::OutputProjectionAndFfnNorm(const model::LayerWeights
   gemm.Run(L.wo, act.att_out.data(), rows(), act.xb2.data());
   ForRows(rows(), config.dim, [&](int b, int e) {
     for (int r = b; r < e; ++r) {
+      kernels::AddOutputBias(config, L, Row(act.xb2, dim, r));
       kernels::AddInPlace(Row(act.x, dim, r), Row(act.xb2, dim, r));
       kernels::RmsNorm(Row(act.x, dim, r), kernels::F32Values(L.ffn_norm), config.rms_eps,
                        Row(act.xb, dim, r));
@@ -286,7 +290,7 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
     const model::LayerWeights& L = st.weights.layers[l];
     st.AttentionNorm(L);
     st.ProjectQkv(L);
-    st.RotateAndAppendKv(batch, l);
+    st.PrepareAndAppendKv(batch, L, l);
     st.attention.Run(batch, st.plan, l, st.act.q.data(), st.act.att_out.data());
     st.OutputProjectionAndFfnNorm(L);
     st.FeedForward(L);

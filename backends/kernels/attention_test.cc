@@ -77,12 +77,12 @@ TEST(AttentionSeedTest, ScoresAndWeightsOfOneDecodeRow) {
   }
 
   std::vector<float> scores(5);
-  AttentionScores(kv, 0, 0, 3, 1.0f, kQ, scores);
+  AttentionScores(kv, 0, 0, 3, 1.0f, 0, kQ, scores);
   for (int t = 0; t < 5; ++t) EXPECT_NEAR(scores[t], kScores[t], kPrinted) << t;
 
   const AttentionShape shape{1, 1, 3, 1.0f};
   std::vector<float> att(5), out(3);
-  AttendOneQuery(shape, kv, 0, 5, kQ, att, out);
+  AttendOneQuery(shape, kv, 0, 0, 5, kQ, att, out);
   for (int t = 0; t < 5; ++t) EXPECT_NEAR(att[t], kWeights[t], kPrintedWeights) << t;
   for (int i = 0; i < 3; ++i) {
     double want = 0;
@@ -135,7 +135,7 @@ TEST(AttentionTest, GroupedHeadsReadTheirKvHead) {
     }
     const AttentionShape shape{n_heads, n_kv_heads, head_dim, scale};
     std::vector<float> att(n_heads * n_pos), out(n_heads * head_dim);
-    AttendOneQuery(shape, kv, 1, n_pos, q, att, out);
+    AttendOneQuery(shape, kv, 1, 0, n_pos, q, att, out);
     // f16 storage rounds K and V to 11 significant bits.
     const double tolerance = kv_dtype == DType::kF32 ? 1e-6 : 2e-3;
     for (int h = 0; h < n_heads; ++h) {
@@ -164,9 +164,34 @@ TEST(AttentionTest, OnlyTheFirstNPositionsAreRead) {
   const AttentionShape shape{1, 1, 2, 1.0f};
   const std::vector<float> q = {1.0f, 0.0f};
   std::vector<float> att(2), out(2);
-  AttendOneQuery(shape, kv, 0, 2, q, att, out);
+  AttendOneQuery(shape, kv, 0, 0, 2, q, att, out);
   const double w1 = std::exp(1.0) / (1.0 + std::exp(1.0));
   EXPECT_NEAR(out[0], 10.0 * w1, 1e-5);
+  EXPECT_NEAR(out[1], 1.0, 1e-6);
+}
+
+TEST(AttentionTest, AWindowReadsOnlyItsPositions) {
+  // Local attention: a query at position 3 with first_pos 2 weighs positions 2 and 3 only;
+  // the blocks before the window are null (given back to the pool) and never touched.
+  const KvLayout layout{1, 2, 2, DType::kF32};
+  KvArena arena(layout);
+  const std::span<uint8_t* const> owned = arena.Allocate(4);
+  std::vector<uint8_t*> blocks(owned.begin(), owned.end());
+  const SequenceKv full(layout, blocks);
+  for (int t = 0; t < 4; ++t) {
+    full.Write(0, KvKind::kKey, t, std::vector<float>{1.0f * t, 0.0f});
+    full.Write(0, KvKind::kValue, t, std::vector<float>{10.0f * t, 1.0f});
+  }
+  blocks[0] = nullptr;
+  const SequenceKv windowed(layout, blocks);
+  const AttentionShape shape{1, 1, 2, 1.0f};
+  const std::vector<float> q = {1.0f, 0.0f};
+  std::vector<float> att(2), out(2);
+  AttendOneQuery(shape, windowed, 0, 2, 4, q, att, out);
+  // Textbook masked softmax over scores {-inf, -inf, 2, 3}.
+  const double w3 = std::exp(3.0) / (std::exp(2.0) + std::exp(3.0));
+  EXPECT_NEAR(att[1], w3, 1e-6);
+  EXPECT_NEAR(out[0], 20.0 * (1.0 - w3) + 30.0 * w3, 1e-4);
   EXPECT_NEAR(out[1], 1.0, 1e-6);
 }
 

@@ -5,10 +5,13 @@
 
 namespace kvserve::backends::kernels {
 
-Rope::Rope(int head_dim, int rope_dim, float base, model::RopeStyle style)
+Rope::Rope(int head_dim, int rope_dim, float base, model::RopeStyle style, float freq_scale,
+           std::span<const float> factors)
     : head_dim_(head_dim), rope_dim_(rope_dim), style_(style), inv_freq_(rope_dim / 2) {
   for (int i = 0; i < rope_dim / 2; ++i) {
-    inv_freq_[i] = std::pow(static_cast<double>(base), -2.0 * i / rope_dim);
+    const double factor = factors.empty() ? 1.0 : static_cast<double>(factors[i]);
+    inv_freq_[i] = static_cast<double>(freq_scale) *
+                   std::pow(static_cast<double>(base), -2.0 * i / rope_dim) / factor;
   }
 }
 

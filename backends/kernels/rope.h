@@ -10,7 +10,10 @@
 namespace kvserve::backends::kernels {
 
 // Rotates the first `rope_dim` dimensions of every head by position-dependent angles:
-//   for pair i in [0, rope_dim / 2):  theta_i(pos) = pos * base^(-2i / rope_dim)
+//   for pair i in [0, rope_dim / 2):
+//     theta_i(pos) = pos * freq_scale * base^(-2i / rope_dim) / factor_i
+// (freq_scale: linear RoPE scaling, 1 by default; factor_i: Llama 3.x's rope_freqs, 1 when
+// no factors are given; both as llama.cpp's ggml_rope_ext applies them without YaRN)
 //   kAdjacentPairs rotates (x[2i], x[2i+1]);  kRotateHalves rotates (x[i], x[i + rope_dim/2]):
 //     (a, b) -> (a cos theta - b sin theta,  a sin theta + b cos theta)
 // Dimensions [rope_dim, head_dim) of each head are left unchanged.
@@ -22,9 +25,12 @@ namespace kvserve::backends::kernels {
 // Threading: immutable after construction; Apply may run concurrently on disjoint data.
 class Rope {
  public:
-  Rope(int head_dim, int rope_dim, float base, model::RopeStyle style);
+  // `factors`: empty or [rope_dim / 2] positive numbers.
+  Rope(int head_dim, int rope_dim, float base, model::RopeStyle style, float freq_scale = 1.0f,
+       std::span<const float> factors = {});
   static Rope ForModel(const model::ModelConfig& config) {
-    return Rope(config.head_dim, config.rope_dim, config.rope_base, config.rope_style);
+    return Rope(config.head_dim, config.rope_dim, config.rope_base, config.rope_style,
+                config.rope_freq_scale, config.rope_freq_factors);
   }
 
   // Rotates x in place: x is [n_heads, head_dim] (n_heads = x.size() / head_dim), every
@@ -39,7 +45,7 @@ class Rope {
   int head_dim_;
   int rope_dim_;
   model::RopeStyle style_;
-  std::vector<double> inv_freq_;  // [rope_dim / 2]: base^(-2i / rope_dim)
+  std::vector<double> inv_freq_;  // [rope_dim / 2]: freq_scale * base^(-2i / rope_dim) / factor_i
 };
 
 }  // namespace kvserve::backends::kernels

@@ -1,7 +1,8 @@
 // The forward pass, one token at a time, in the order of llama2.c's run.c. A prefill
 // chunk runs its tokens in position order: token t of a layer attends to the K/V that
 // tokens 0..t-1 already wrote into the sequence's blocks, which is exactly causal
-// attention, so no mask is needed.
+// attention, so no causal mask is needed. Local (sliding-window) attention is the
+// textbook mask on top: the token at pos weighs only [FirstVisiblePosition(pos), pos].
 #include "backends/reference/reference_backend.h"
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "backends/kernels/kv_rows.h"
 #include "backends/kernels/matvec.h"
 #include "backends/kernels/ops.h"
+#include "backends/kernels/qkv.h"
 #include "backends/kernels/rope.h"
 
 namespace kvserve::backends {
@@ -84,10 +86,10 @@ void ForwardToken(const model::ModelConfig& c, const model::ModelWeights& w,
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, scale};
   const int n_pos = pos + 1;
-  if (s.att.size() < static_cast<size_t>(c.n_heads) * n_pos) {
-    s.att.resize(static_cast<size_t>(c.n_heads) * n_pos);
-  }
-  std::span<float> att(s.att.data(), static_cast<size_t>(c.n_heads) * n_pos);
+  const int first_pos = c.FirstVisiblePosition(pos);
+  const size_t att_size = static_cast<size_t>(c.n_heads) * (n_pos - first_pos);
+  if (s.att.size() < att_size) s.att.resize(att_size);
+  std::span<float> att(s.att.data(), att_size);
 
   // Token embedding: dequantise row `token` of the table.
   kernels::RowToFloat(w.token_embedding, token, s.x);
@@ -103,19 +105,19 @@ void ForwardToken(const model::ModelConfig& c, const model::ModelWeights& w,
     kernels::MatVec(L.wk, s.xb, s.k);
     kernels::MatVec(L.wv, s.xb, s.v);
 
-    // RoPE on Q and K at the token's absolute position.
-    rope.Apply(s.q, pos);
-    rope.Apply(s.k, pos);
+    // Biases, Q/K norms (per architecture), then RoPE at the token's absolute position.
+    kernels::PrepareQkv(c, L, rope, pos, s.q, s.k, s.v);
 
     // Append K and V to the sequence's blocks.
     kv.Write(l, KvKind::kKey, pos, s.k);
     kv.Write(l, KvKind::kValue, pos, s.v);
 
-    // Causal attention over positions [0, pos], query head h on KV head h / group.
-    kernels::AttendOneQuery(shape, kv, l, n_pos, s.q, att, s.att_out);
+    // Causal attention over positions [first_pos, pos], query head h on KV head h / group.
+    kernels::AttendOneQuery(shape, kv, l, first_pos, n_pos, s.q, att, s.att_out);
 
-    // Output projection and residual.
+    // Output projection (and bias) and residual.
     kernels::MatVec(L.wo, s.att_out, s.xb2);
+    kernels::AddOutputBias(c, L, s.xb2);
     kernels::AddInPlace(s.x, s.xb2);
 
     // FFN RMSNorm.

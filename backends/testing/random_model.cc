@@ -107,6 +107,30 @@ model::ModelConfig RandomModelOptions::DefaultConfig() {
   return c;
 }
 
+std::vector<NamedConfig> ArchitectureConfigs() {
+  const model::ModelConfig base = RandomModelOptions::DefaultConfig();
+  model::ModelConfig llama3 = base;
+  llama3.rope_base = 500000.0f;
+  llama3.rope_freq_scale = 0.5f;
+  llama3.rope_freq_factors = {1.0f, 1.5f, 4.0f, 8.0f};  // [rope_dim / 2]
+  llama3.attention_qkv_bias = true;
+  llama3.attention_output_bias = true;
+  model::ModelConfig qwen2 = base;
+  qwen2.architecture = "qwen2";
+  qwen2.rope_style = model::RopeStyle::kRotateHalves;
+  qwen2.attention_qkv_bias = true;
+  model::ModelConfig qwen3 = base;
+  qwen3.architecture = "qwen3";
+  qwen3.rope_style = model::RopeStyle::kRotateHalves;
+  qwen3.qk_norm = true;
+  qwen3.head_dim = 16;
+  qwen3.rope_dim = 12;
+  model::ModelConfig local = base;
+  local.sliding_window = 5;
+  return {
+      {"llama", base}, {"llama3", llama3}, {"qwen2", qwen2}, {"qwen3", qwen3}, {"local", local}};
+}
+
 std::vector<uint8_t> EncodeRow(std::span<const float> values, DType dtype) {
   std::vector<uint8_t> out(model::DTypeBytes(dtype, values.size()));
   switch (dtype) {
@@ -163,6 +187,20 @@ absl::StatusOr<std::unique_ptr<model::Model>> MakeRandomModel(const RandomModelO
     L.w_gate = AddMatrix(*storage, rng, dt, config.ffn_dim, config.dim, scale);
     L.w_up = AddMatrix(*storage, rng, dt, config.ffn_dim, config.dim, scale);
     L.w_down = AddMatrix(*storage, rng, dt, config.dim, config.ffn_dim, scale);
+    // Architecture features, drawn after the common tensors so that a plain llama config
+    // gives the same weights as before they existed.
+    if (config.attention_qkv_bias) {
+      L.bq = AddTensor(*storage, rng, DType::kF32, 1, config.q_dim(), -0.5f, 0.5f);
+      L.bk = AddTensor(*storage, rng, DType::kF32, 1, config.kv_dim(), -0.5f, 0.5f);
+      L.bv = AddTensor(*storage, rng, DType::kF32, 1, config.kv_dim(), -0.5f, 0.5f);
+    }
+    if (config.attention_output_bias) {
+      L.bo = AddTensor(*storage, rng, DType::kF32, 1, config.dim, -0.5f, 0.5f);
+    }
+    if (config.qk_norm) {
+      L.q_norm = AddNorm(*storage, rng, config.head_dim);
+      L.k_norm = AddNorm(*storage, rng, config.head_dim);
+    }
     w.layers.push_back(L);
   }
   w.output_norm = AddNorm(*storage, rng, config.dim);

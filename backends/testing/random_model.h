@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -18,6 +19,9 @@ namespace kvserve::backends::testing {
 struct RandomModelOptions {
   // Shape. Defaults: a tiny GQA model (dim 32, 2 layers, 4 query heads, 2 KV heads,
   // head_dim 8, ffn 64, vocab 64, context 128, rope_dim = head_dim, adjacent pairs).
+  // Architecture features come from the config too: attention_qkv_bias and
+  // attention_output_bias add biases in [-0.5, 0.5], qk_norm adds Q/K norm gains in
+  // [0.5, 1.5]; rope_freq_factors and sliding_window are used as given.
   model::ModelConfig config = DefaultConfig();
   // Element type of the matrices (norm gains are always f32): kF32, kF16, kBF16 or kQ8_0
   // (q8_0 needs dim, q_dim and ffn_dim multiples of 32). Default kF32.
@@ -32,6 +36,21 @@ struct RandomModelOptions {
 
   static model::ModelConfig DefaultConfig();
 };
+
+// A small config for each architecture feature set the backends implement, for tests
+// that must cover them all (reference against the textbook pass, cpu_blas against the
+// reference):
+//   llama   DefaultConfig()
+//   llama3  rope_base 500000, rope_freq_factors (Llama 3.x shape), rope_freq_scale 0.5,
+//           Q/K/V and output biases
+//   qwen2   rotate-halves RoPE, Q/K/V biases
+//   qwen3   rotate-halves RoPE, Q/K norms, head_dim 16 (not dim / n_heads), partial RoPE
+//   local   llama with sliding_window 5
+struct NamedConfig {
+  std::string name;
+  model::ModelConfig config;
+};
+std::vector<NamedConfig> ArchitectureConfigs();
 
 // Deterministic for given options (same seed, same bytes, same fingerprint). The
 // vocabulary has <unk>=0, <s>=1, </s>=2, then byte tokens <0x00>..<0xFF> while they fit,

@@ -112,6 +112,16 @@ inline absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(
   return CreateEngine(options, model, *std::move(backend));
 }
 
+// A greedy request (temperature 0, EOS ignored) for `max_tokens` tokens after `prompt`.
+inline Request GreedyRequest(std::vector<int32_t> prompt, int max_tokens) {
+  Request r;
+  r.prompt_tokens = std::move(prompt);
+  r.sampling.temperature = 0.0f;
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
 // Submits and waits. Submit errors come back as Result::status with reason kError.
 inline Result RunRequest(Engine& engine, Request request) {
   auto sink = std::make_shared<CollectingSink>();

@@ -1,0 +1,185 @@
+#include "backends/testing/textbook_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "backends/kernels/matvec.h"
+
+namespace kvserve::backends::testing {
+namespace {
+
+using Matrix = std::vector<double>;  // row-major
+
+// A weight tensor dequantised to double, [rows, cols] (kernels::RowToFloat converts each
+// element exactly as model/dtype.h defines it; nothing else is shared with the backends).
+struct Dense {
+  int64_t rows = 0, cols = 0;
+  std::vector<double> w;  // empty for an absent tensor
+  double At(int64_t r, int64_t c) const { return w[r * cols + c]; }
+};
+
+Dense ToDense(const model::TensorView& t) {
+  if (t.data == nullptr) return Dense{};
+  Dense d{t.rows, t.cols, std::vector<double>(static_cast<size_t>(t.rows * t.cols))};
+  std::vector<float> row(static_cast<size_t>(t.cols));
+  for (int64_t r = 0; r < t.rows; ++r) {
+    kernels::RowToFloat(t, r, row);
+    for (int64_t c = 0; c < t.cols; ++c) d.w[r * t.cols + c] = row[c];
+  }
+  return d;
+}
+
+// Y[n, rows] = X[n, cols] · W^T (+ bias when present).
+Matrix Project(const Matrix& x, int n, const Dense& w, const Dense& bias = Dense{}) {
+  Matrix y(static_cast<size_t>(n) * w.rows);
+  for (int t = 0; t < n; ++t) {
+    for (int64_t r = 0; r < w.rows; ++r) {
+      double sum = bias.w.empty() ? 0.0 : bias.w[r];
+      for (int64_t c = 0; c < w.cols; ++c) sum += x[t * w.cols + c] * w.At(r, c);
+      y[t * w.rows + r] = sum;
+    }
+  }
+  return y;
+}
+
+// Every consecutive `width` slice of x = slice / rms(slice) * gain.
+Matrix RmsNormSlices(const Matrix& x, const Dense& gain, int width, double eps) {
+  Matrix y(x.size());
+  for (size_t s = 0; s < x.size(); s += width) {
+    double ss = 0;
+    for (int i = 0; i < width; ++i) ss += x[s + i] * x[s + i];
+    const double inv = 1.0 / std::sqrt(ss / width + eps);
+    for (int i = 0; i < width; ++i) y[s + i] = x[s + i] * inv * gain.w[i];
+  }
+  return y;
+}
+
+// One layer's tensors, dequantised.
+struct Layer {
+  Dense attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, bq, bk, bv, bo, q_norm, k_norm;
+};
+
+Layer ToDense(const model::LayerWeights& L) {
+  return {ToDense(L.attn_norm), ToDense(L.wq),       ToDense(L.wk),     ToDense(L.wv),
+          ToDense(L.wo),        ToDense(L.ffn_norm), ToDense(L.w_gate), ToDense(L.w_up),
+          ToDense(L.w_down),    ToDense(L.bq),       ToDense(L.bk),     ToDense(L.bv),
+          ToDense(L.bo),        ToDense(L.q_norm),   ToDense(L.k_norm)};
+}
+
+// RoPE of every head of row t of x [n, heads * head_dim] at position t.
+void Rotate(const model::ModelConfig& c, Matrix& x, int n, int heads) {
+  const int half = c.rope_dim / 2;
+  for (int t = 0; t < n; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      double* head = &x[(static_cast<size_t>(t) * heads + h) * c.head_dim];
+      for (int i = 0; i < half; ++i) {
+        const double factor = c.rope_freq_factors.empty() ? 1.0 : c.rope_freq_factors[i];
+        const double theta = t * static_cast<double>(c.rope_freq_scale) *
+                             std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.rope_dim) /
+                             factor;
+        const bool adjacent = c.rope_style == model::RopeStyle::kAdjacentPairs;
+        double& a = head[adjacent ? 2 * i : i];
+        double& b = head[adjacent ? 2 * i + 1 : i + half];
+        const double a0 = a, b0 = b;
+        a = a0 * std::cos(theta) - b0 * std::sin(theta);
+        b = a0 * std::sin(theta) + b0 * std::cos(theta);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<double>> TextbookForward(const model::Model& model,
+                                                    std::span<const int32_t> tokens) {
+  const model::ModelConfig& c = model.config();
+  const model::ModelWeights& w = model.weights();
+  const int n = static_cast<int>(tokens.size());
+  if (n == 0 || n > c.context_length) {
+    return absl::InvalidArgumentError(absl::StrCat("textbook forward: ", n, " tokens"));
+  }
+  const int dim = c.dim, hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
+  const double eps = c.rms_eps;
+
+  const Dense embedding = ToDense(w.token_embedding);
+  Matrix x(static_cast<size_t>(n) * dim);  // [n, dim] residual stream
+  for (int t = 0; t < n; ++t) {
+    for (int i = 0; i < dim; ++i) x[t * dim + i] = embedding.At(tokens[t], i);
+  }
+  for (const model::LayerWeights& weights : w.layers) {
+    const Layer L = ToDense(weights);
+    const Matrix xn = RmsNormSlices(x, L.attn_norm, dim, eps);
+    Matrix q = Project(xn, n, L.wq, L.bq);  // [n, n_heads * hd]
+    Matrix k = Project(xn, n, L.wk, L.bk);  // [n, n_kv_heads * hd]
+    const Matrix v = Project(xn, n, L.wv, L.bv);
+    if (c.qk_norm) {
+      q = RmsNormSlices(q, L.q_norm, hd, eps);
+      k = RmsNormSlices(k, L.k_norm, hd, eps);
+    }
+    Rotate(c, q, n, c.n_heads);
+    Rotate(c, k, n, c.n_kv_heads);
+
+    // Masked softmax attention: S[t][j] = q_t · k_j / sqrt(hd), -inf where masked.
+    Matrix att(static_cast<size_t>(n) * c.q_dim(), 0.0);  // [n, n_heads * hd]
+    std::vector<double> s(n);
+    for (int h = 0; h < c.n_heads; ++h) {
+      const int g = h / group;
+      for (int t = 0; t < n; ++t) {
+        double max_s = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j < n; ++j) {
+          const bool visible = j <= t && (c.sliding_window == 0 || t - j < c.sliding_window);
+          if (!visible) {
+            s[j] = -std::numeric_limits<double>::infinity();
+            continue;
+          }
+          double dot = 0;
+          for (int i = 0; i < hd; ++i) {
+            dot += q[(t * c.n_heads + h) * hd + i] * k[(j * c.n_kv_heads + g) * hd + i];
+          }
+          s[j] = dot / std::sqrt(static_cast<double>(hd));
+          max_s = std::max(max_s, s[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - max_s));
+        for (int j = 0; j < n; ++j) {
+          for (int i = 0; i < hd; ++i) {
+            att[(t * c.n_heads + h) * hd + i] += s[j] / sum * v[(j * c.n_kv_heads + g) * hd + i];
+          }
+        }
+      }
+    }
+    const Matrix o = Project(att, n, L.wo, L.bo);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+
+    const Matrix fn = RmsNormSlices(x, L.ffn_norm, dim, eps);
+    Matrix gate = Project(fn, n, L.w_gate);
+    const Matrix up = Project(fn, n, L.w_up);
+    for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+    const Matrix down = Project(gate, n, L.w_down);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
+  }
+  return Project(RmsNormSlices(x, ToDense(w.output_norm), dim, eps), n, ToDense(w.output));
+}
+
+absl::StatusOr<std::vector<int32_t>> TextbookGreedy(const model::Model& model,
+                                                    std::vector<int32_t> tokens, int max_tokens,
+                                                    int32_t stop_token) {
+  const size_t vocab = static_cast<size_t>(model.config().vocab_size);
+  std::vector<int32_t> out;
+  for (int i = 0; i < max_tokens; ++i) {
+    absl::StatusOr<std::vector<double>> logits = TextbookForward(model, tokens);
+    if (!logits.ok()) return logits.status();
+    const double* last = logits->data() + (tokens.size() - 1) * vocab;
+    const int32_t best = static_cast<int32_t>(std::max_element(last, last + vocab) - last);
+    if (best == stop_token) break;
+    out.push_back(best);
+    tokens.push_back(best);
+  }
+  return out;
+}
+
+}  // namespace kvserve::backends::testing

@@ -1,0 +1,157 @@
+// The GGUF reader's architecture features: qwen2 (Q/K/V biases, rotate-halves RoPE),
+// qwen3 (Q/K norms), llama's optional biases and Llama 3.x RoPE settings (rope_freqs,
+// linear scaling), and attention.sliding_window.
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/gguf_llama.h"
+#include "model/model.h"
+#include "model/testing/gguf_builder.h"
+
+namespace kvserve::model {
+namespace {
+
+using testing::GgufBuilder;
+using ::testing::HasSubstr;
+using testing::MakeTinyLlamaGguf;
+using testing::TestValues;
+using S = testing::TinyLlamaShape;
+
+absl::StatusOr<std::unique_ptr<Model>> Build(const GgufBuilder& b, std::vector<uint8_t>& bytes) {
+  bytes = b.Build();
+  absl::StatusOr<GgufFile> f = ParseGguf(std::span<const uint8_t>(bytes.data(), bytes.size()));
+  if (!f.ok()) return f.status();
+  return ModelFromGguf(*f, nullptr);
+}
+
+std::string ErrorOf(const GgufBuilder& b) {
+  std::vector<uint8_t> bytes;
+  absl::StatusOr<std::unique_ptr<Model>> m = Build(b, bytes);
+  if (m.ok()) return "OK";
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(m.status().message());
+}
+
+// The tiny llama file as architecture `arch`: its hyperparameter keys under "<arch>.".
+GgufBuilder TinyAs(const std::string& arch) {
+  GgufBuilder b = MakeTinyLlamaGguf();
+  b.SetString("general.architecture", arch);
+  for (auto [key, value] : {std::pair<const char*, uint32_t>{"context_length", S::kContext},
+                            {"embedding_length", S::kDim},
+                            {"feed_forward_length", S::kFfn},
+                            {"attention.head_count", S::kHeads},
+                            {"attention.head_count_kv", S::kKvHeads},
+                            {"block_count", S::kLayers},
+                            {"rope.dimension_count", S::kHeadDim}}) {
+    b.Remove(std::string("llama.") + key);
+    b.SetU32(arch + "." + key, value);
+  }
+  b.Remove("llama.attention.layer_norm_rms_epsilon");
+  b.SetF32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  return b;
+}
+
+// Adds blk.N.<name> of `n` values to every layer.
+void AddPerLayer(GgufBuilder& b, const std::string& name, uint64_t n) {
+  for (int l = 0; l < S::kLayers; ++l) {
+    b.AddF32Tensor("blk." + std::to_string(l) + "." + name, {n}, TestValues(n, 0.5f + l));
+  }
+}
+
+TEST(GgufArchTest, Qwen2HasBiasesAndRotateHalves) {
+  GgufBuilder b = TinyAs("qwen2");
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.attn_q.bias is missing"));
+  AddPerLayer(b, "attn_q.bias", S::kDim);
+  AddPerLayer(b, "attn_k.bias", S::kKvDim);
+  AddPerLayer(b, "attn_v.bias", S::kKvDim);
+  std::vector<uint8_t> bytes;
+  absl::StatusOr<std::unique_ptr<Model>> m = Build(b, bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelConfig& c = (*m)->config();
+  EXPECT_EQ(c.architecture, "qwen2");
+  EXPECT_EQ(c.rope_style, RopeStyle::kRotateHalves);
+  EXPECT_TRUE(c.attention_qkv_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ((*m)->weights().layers[1].bk.cols, S::kKvDim);
+  EXPECT_NE((*m)->weights().layers[1].bv.data, nullptr);
+}
+
+TEST(GgufArchTest, Qwen3HasQkNorms) {
+  GgufBuilder b = TinyAs("qwen3");
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.attn_q_norm.weight is missing"));
+  AddPerLayer(b, "attn_q_norm.weight", S::kHeadDim);
+  AddPerLayer(b, "attn_k_norm.weight", S::kHeadDim + 1);
+  EXPECT_THAT(ErrorOf(b),
+              HasSubstr("tensor blk.0.attn_k_norm.weight has shape [1, 5], expected [1, 4]"));
+  for (int l = 0; l < S::kLayers; ++l)
+    b.RemoveTensor("blk." + std::to_string(l) + ".attn_k_norm.weight");
+  AddPerLayer(b, "attn_k_norm.weight", S::kHeadDim);
+  std::vector<uint8_t> bytes;
+  absl::StatusOr<std::unique_ptr<Model>> m = Build(b, bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE((*m)->config().qk_norm);
+  EXPECT_FALSE((*m)->config().attention_qkv_bias);
+  EXPECT_EQ((*m)->config().rope_style, RopeStyle::kRotateHalves);
+}
+
+TEST(GgufArchTest, LlamaTakesOptionalBiasesLayerByLayer) {
+  GgufBuilder b = MakeTinyLlamaGguf();
+  b.AddF32Tensor("blk.0.attn_q.bias", {S::kDim}, TestValues(S::kDim, 1.0f));
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.attn_k.bias is missing"));
+  AddPerLayer(b, "attn_k.bias", S::kKvDim);
+  AddPerLayer(b, "attn_v.bias", S::kKvDim);
+  b.AddF32Tensor("blk.1.attn_q.bias", {S::kDim}, TestValues(S::kDim, 2.0f));
+  AddPerLayer(b, "attn_output.bias", S::kDim);
+  std::vector<uint8_t> bytes;
+  absl::StatusOr<std::unique_ptr<Model>> m = Build(b, bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE((*m)->config().attention_qkv_bias);
+  EXPECT_TRUE((*m)->config().attention_output_bias);
+  EXPECT_EQ((*m)->config().rope_style, RopeStyle::kAdjacentPairs);
+}
+
+TEST(GgufArchTest, Llama3RopeSettings) {
+  GgufBuilder b = MakeTinyLlamaGguf();
+  b.SetF32("llama.rope.freq_base", 500000.0f);
+  b.AddF32Tensor("rope_freqs.weight", {S::kHeadDim / 2}, {1.0f, 8.0f});
+  b.SetString("llama.rope.scaling.type", "linear");
+  b.SetF32("llama.rope.scaling.factor", 4.0f);
+  b.SetU32("llama.attention.sliding_window", 6);
+  std::vector<uint8_t> bytes;
+  absl::StatusOr<std::unique_ptr<Model>> m = Build(b, bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelConfig& c = (*m)->config();
+  EXPECT_FLOAT_EQ(c.rope_base, 500000.0f);
+  EXPECT_THAT(c.rope_freq_factors, ::testing::ElementsAre(1.0f, 8.0f));
+  EXPECT_FLOAT_EQ(c.rope_freq_scale, 0.25f);
+  EXPECT_EQ(c.sliding_window, 6);
+  EXPECT_EQ(c.FirstVisiblePosition(5), 0);
+  EXPECT_EQ(c.FirstVisiblePosition(6), 1);
+
+  b.SetString("llama.rope.scaling.type", "none");
+  ASSERT_TRUE((m = Build(b, bytes)).ok());
+  EXPECT_FLOAT_EQ((*m)->config().rope_freq_scale, 1.0f);
+  b.SetString("llama.rope.scaling.type", "yarn");
+  EXPECT_THAT(ErrorOf(b), HasSubstr("llama.rope.scaling.type \"yarn\" is not supported"));
+  b.SetString("llama.rope.scaling.type", "linear");
+  b.SetF32("llama.rope.scaling.factor", -1.0f);
+  EXPECT_THAT(ErrorOf(b), HasSubstr("llama.rope.scaling.factor must be a positive finite"));
+  b.SetF32("llama.rope.scaling.factor", 1.0f);
+  b.RemoveTensor("rope_freqs.weight");
+  b.AddF32Tensor("rope_freqs.weight", {3}, {1.0f, 2.0f, 3.0f});
+  EXPECT_THAT(ErrorOf(b), HasSubstr("rope_freqs.weight must be f32 with 2 elements"));
+  b.RemoveTensor("rope_freqs.weight");
+  b.AddF32Tensor("rope_freqs.weight", {2}, {1.0f, 0.0f});
+  EXPECT_THAT(ErrorOf(b), HasSubstr("rope_freq_factors must be positive"));
+}
+
+TEST(GgufArchTest, NegativeWindowIsRejected) {
+  GgufBuilder b = MakeTinyLlamaGguf();
+  b.SetI32("llama.attention.sliding_window", -2);
+  EXPECT_THAT(ErrorOf(b), HasSubstr("sliding_window must be >= 0"));
+}
+
+}  // namespace
+}  // namespace kvserve::model
