@@ -62,7 +62,7 @@ absl::Status Run() {
     read_s.push_back(Seconds(t0));
     t0 = Clock::now();
     absl::StatusOr<std::unique_ptr<kvserve::model::Tokenizer>> t =
-        kvserve::model::Tokenizer::Create(*vocab);
+        kvserve::model::Tokenizer::Create(*std::move(vocab));
     if (!t.ok()) return t.status();
     create_s.push_back(Seconds(t0));
     tok = *std::move(t);

@@ -1,6 +1,6 @@
 #include "model/bpe_encoder.h"
 
-#include <queue>
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -76,55 +76,47 @@ void BpeEncoder::Encode(std::string_view text, bool /*at_boundary*/,
                         std::vector<int32_t>& out) const {
   std::vector<std::string_view> words;
   pre_.Split(text, words);
-  for (std::string_view word : words) EncodeWord(word, out);
+  Scratch scratch;
+  for (std::string_view word : words) EncodeWord(word, scratch, out);
 }
 
-void BpeEncoder::EncodeWord(std::string_view word, std::vector<int32_t>& out) const {
+void BpeEncoder::EncodeWord(std::string_view word, Scratch& scratch,
+                            std::vector<int32_t>& out) const {
   if (pre_.ignore_merges()) {
-    std::string mapped;
-    mapped.reserve(word.size() * 2);
-    for (char c : word) mapped.append(byte_chars_[static_cast<uint8_t>(c)]);
-    const int32_t id = FindToken(mapped);
+    scratch.mapped.clear();
+    for (char c : word) scratch.mapped.append(byte_chars_[static_cast<uint8_t>(c)]);
+    const int32_t id = FindToken(scratch.mapped);
     if (id >= 0) {
       out.push_back(id);
       return;
     }
   }
-  // One symbol per byte, in a doubly linked list. Invariant: live symbols (id != -2)
-  // are linked in text order; a merged-away symbol has id -2.
-  struct Symbol {
-    int32_t id;  // -1: a byte without a token (never merges)
-    int32_t prev;
-    int32_t next;
-  };
-  constexpr int32_t kGone = -2;
   const auto n = static_cast<int32_t>(word.size());
-  std::vector<Symbol> symbols(n);
+  std::vector<Symbol>& symbols = scratch.symbols;
+  symbols.resize(n);
   for (int32_t i = 0; i < n; ++i) {
     symbols[i] = {byte_tokens_[static_cast<uint8_t>(word[i])], i - 1, i + 1 < n ? i + 1 : -1};
   }
-  struct Bigram {
-    int32_t rank;
-    int32_t left;
-    int32_t left_id;   // ids when queued: the entry is stale once either changed
-    int32_t right_id;
-  };
+  // A min-heap on (rank, left): the best merge, leftmost among equals.
+  std::vector<Bigram>& heap = scratch.heap;
+  heap.clear();
   auto worse = [](const Bigram& a, const Bigram& b) {
     return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
   };
-  std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
   auto try_add = [&](int32_t left) {
     if (left < 0) return;
     const int32_t right = symbols[left].next;
     if (right < 0 || symbols[left].id < 0 || symbols[right].id < 0) return;
     const auto it = merges_.find(PairKey(symbols[left].id, symbols[right].id));
     if (it == merges_.end()) return;
-    queue.push({it->second.rank, left, symbols[left].id, symbols[right].id});
+    heap.push_back({it->second.rank, left, symbols[left].id, symbols[right].id});
+    std::push_heap(heap.begin(), heap.end(), worse);
   };
   for (int32_t i = 0; i + 1 < n; ++i) try_add(i);
-  while (!queue.empty()) {
-    const Bigram b = queue.top();
-    queue.pop();
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), worse);
+    const Bigram b = heap.back();
+    heap.pop_back();
     Symbol& left = symbols[b.left];
     if (left.id != b.left_id || left.next < 0) continue;
     Symbol& right = symbols[left.next];

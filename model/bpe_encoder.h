@@ -54,8 +54,29 @@ class BpeEncoder final : public TextEncoder {
   static uint64_t PairKey(int32_t left, int32_t right) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
   }
+  // One symbol per byte of a word, in a doubly linked list. Invariant: live symbols
+  // are linked in text order; a merged-away symbol has id kGone.
+  struct Symbol {
+    int32_t id;  // -1: a byte without a token (never merges)
+    int32_t prev;
+    int32_t next;
+  };
+  struct Bigram {
+    int32_t rank;
+    int32_t left;
+    int32_t left_id;  // ids when queued: the entry is stale once either changed
+    int32_t right_id;
+  };
+  // Buffers reused across the words of one Encode call.
+  struct Scratch {
+    std::string mapped;
+    std::vector<Symbol> symbols;
+    std::vector<Bigram> heap;
+  };
+  static constexpr int32_t kGone = -2;
+
   int32_t FindToken(std::string_view text) const;
-  void EncodeWord(std::string_view word, std::vector<int32_t>& out) const;
+  void EncodeWord(std::string_view word, Scratch& scratch, std::vector<int32_t>& out) const;
 
   const Vocabulary& vocab_;
   PreTokenizer pre_;

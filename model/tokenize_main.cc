@@ -73,9 +73,9 @@ absl::StatusOr<std::string> Run() {
       kvserve::model::LoadVocabulary(absl::GetFlag(FLAGS_model));
   if (!vocab.ok()) return vocab.status();
   absl::StatusOr<std::unique_ptr<kvserve::model::Tokenizer>> tok =
-      kvserve::model::Tokenizer::Create(*vocab);
+      kvserve::model::Tokenizer::Create(*std::move(vocab));
   if (!tok.ok()) return tok.status();
-  const bool add_bos = vocab->add_bos && !absl::GetFlag(FLAGS_no_bos);
+  const bool add_bos = (*tok)->vocab().add_bos && !absl::GetFlag(FLAGS_no_bos);
   return absl::StrCat("[",
                       absl::StrJoin((*tok)->Encode(*text, add_bos, absl::GetFlag(FLAGS_parse_special)),
                                     ","),

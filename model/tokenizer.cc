@@ -38,7 +38,7 @@ size_t AppendValidUtf8(std::string_view bytes, bool final, std::string& out) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(const Vocabulary& vocab) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(Vocabulary vocab) {
   const size_t n = vocab.pieces.size();
   if (n == 0) return absl::InvalidArgumentError("vocabulary is empty");
   if (vocab.scores.size() != n || vocab.kinds.size() != n) {
@@ -63,8 +63,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Create(const Vocabulary& v
         absl::StrCat("UNK id ", vocab.unk_id, " is outside the vocabulary of ", size));
   }
 
-  auto tok = std::unique_ptr<Tokenizer>(new Tokenizer(vocab));
-  if (vocab.model == TokenizerModel::kBytePairEncoding) {
+  const bool bpe = vocab.model == TokenizerModel::kBytePairEncoding;
+  auto tok = std::unique_ptr<Tokenizer>(new Tokenizer(std::move(vocab)));
+  if (bpe) {
     absl::StatusOr<std::unique_ptr<BpeEncoder>> enc = BpeEncoder::Create(tok->vocab_);
     if (!enc.ok()) return enc.status();
     tok->encoder_ = *std::move(enc);

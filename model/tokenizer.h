@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -38,12 +39,13 @@ namespace kvserve::model {
 // threads at once.
 class Tokenizer {
  public:
-  // Validates `vocab` and builds the lookup tables (the vocabulary is copied).
+  // Validates `vocab` and builds the lookup tables (the tokenizer keeps `vocab`; pass
+  // it with std::move to avoid copying a large vocabulary).
   // INVALID_ARGUMENT when: the vocabulary is empty; pieces, scores and kinds
   // differ in length; bos_id or eos_id is out of range; unk_id is neither -1 nor in
   // range; or the encoder of the vocabulary's kind refuses it (SpmEncoder::Create,
   // BpeEncoder::Create: e.g. a missing byte-fallback token, an unknown pre-tokenizer).
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(const Vocabulary& vocab);
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(Vocabulary vocab);
 
   // Encodes any bytes (never fails; every byte is representable). With `add_bos`
   // the result starts with vocab().bos_id (and ends with eos_id when
@@ -69,7 +71,7 @@ class Tokenizer {
  private:
   friend class TokenStreamDecoder;
 
-  explicit Tokenizer(const Vocabulary& vocab) : vocab_(vocab), special_(vocab_) {}
+  explicit Tokenizer(Vocabulary vocab) : vocab_(std::move(vocab)), special_(vocab_) {}
 
   // The bytes token `id` contributes after `prev_id` (before UTF-8 repair).
   // Precondition: 0 <= id < vocab_.size().
