@@ -142,9 +142,10 @@ std::string BpeEncoder::DecodedPiece(int32_t id) const {
       for (size_t i = 0; i < piece.size();) {
         const Utf8Step step = ScanUtf8(std::string_view(piece).substr(i));
         const size_t len = step.kind == Utf8Kind::kChar ? step.n : 1;
-        const auto it = step.kind == Utf8Kind::kChar
-                            ? char_bytes_.find(DecodeUtf8Char(std::string_view(piece).substr(i, len)))
-                            : char_bytes_.end();
+        const auto it =
+            step.kind == Utf8Kind::kChar
+                ? char_bytes_.find(DecodeUtf8Char(std::string_view(piece).substr(i, len)))
+                : char_bytes_.end();
         if (it != char_bytes_.end()) {
           bytes.push_back(static_cast<char>(it->second));
         } else {

@@ -52,7 +52,8 @@ class BpeEncoder final : public TextEncoder {
   };
   BpeEncoder(const Vocabulary& vocab, PreTokenizer pre) : vocab_(vocab), pre_(std::move(pre)) {}
   static uint64_t PairKey(int32_t left, int32_t right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
+           static_cast<uint32_t>(right);
   }
   // One symbol per byte of a word, in a doubly linked list. Invariant: live symbols
   // are linked in text order; a merged-away symbol has id kGone.
@@ -82,8 +83,8 @@ class BpeEncoder final : public TextEncoder {
   PreTokenizer pre_;
   absl::flat_hash_map<absl::string_view, int32_t> token_ids_;  // any kind; the last id wins
   absl::flat_hash_map<uint64_t, Merge> merges_;                // PairKey(left, right)
-  std::array<std::string, 256> byte_chars_;  // byte -> UTF-8 of its GPT-2 character
-  std::array<int32_t, 256> byte_tokens_{};   // byte -> token of its character, or -1
+  std::array<std::string, 256> byte_chars_;            // byte -> UTF-8 of its GPT-2 character
+  std::array<int32_t, 256> byte_tokens_{};             // byte -> token of its character, or -1
   absl::flat_hash_map<uint32_t, uint8_t> char_bytes_;  // GPT-2 character -> byte
   int64_t skipped_merges_ = 0;
 };

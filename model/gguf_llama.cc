@@ -251,11 +251,10 @@ absl::StatusOr<Vocabulary> VocabularyFromGguf(const GgufFile& file) {
     }
     v.kinds.push_back(kind);
   }
-  for (auto [key, field, dflt] :
-       {std::tuple<const char*, int32_t*, int32_t>{"tokenizer.ggml.bos_token_id", &v.bos_id,
-                                                   default_bos},
-        {"tokenizer.ggml.eos_token_id", &v.eos_id, default_eos},
-        {"tokenizer.ggml.unknown_token_id", &v.unk_id, default_unk}}) {
+  for (auto [key, field, dflt] : {std::tuple<const char*, int32_t*, int32_t>{
+                                      "tokenizer.ggml.bos_token_id", &v.bos_id, default_bos},
+                                  {"tokenizer.ggml.eos_token_id", &v.eos_id, default_eos},
+                                  {"tokenizer.ggml.unknown_token_id", &v.unk_id, default_unk}}) {
     absl::StatusOr<int32_t> id = TokenIdOr(file, key, dflt);
     if (!id.ok()) return id.status();
     *field = *id;

@@ -16,7 +16,8 @@
 //                                [\p{P}$+<=>^~|]+, GPT-2's, \p{N}+, [0-9][0-9][0-9]
 //   deepseek-coder               [\r\n], \s?\p{L}+, \s?\p{P}+, [一-龥ࠀ-一가-퟿]+, \p{N}
 //   deepseek-llm                 [\r\n], \s?[<Latin/Greek/Cyrillic/... letters>]+,
-//                                \s?[!-/:-~！-／：-～‘-‟　-。]+, \s+$, [一-龥ࠀ-一가-퟿]+, \p{N}+
+//                                \s?[!-/:-~！-／：-～‘-‟　-。]+, \s+$,
+//                                [一-龥ࠀ-一가-퟿]+, \p{N}+
 // Categories (\p{..}, \s = White_Space) come from ICU (unicode_class.h). Explicit
 // ranges are part of the model's own regex (from its tokenizer.json), not categories.
 // As in llama.cpp, non-ASCII whitespace compares as U+000B against explicit ranges,
@@ -49,9 +50,9 @@ struct CharClass {
 // One step; see the header comment. `kind` picks the matcher.
 struct PreTokenizeStep {
   enum class Kind {
-    kGpt2,    // GPT-2's regex
-    kLlama3,  // Llama 3's regex with \p{N}{1,max_digits}
-    kClass,   // [\s?] class, repeated once, one-or-more, or exactly three times
+    kGpt2,                // GPT-2's regex
+    kLlama3,              // Llama 3's regex with \p{N}{1,max_digits}
+    kClass,               // [\s?] class, repeated once, one-or-more, or exactly three times
     kTrailingWhitespace,  // \s+$ (end of the current word)
   };
   enum class Repeat { kOnce, kOneOrMore, kThree };

@@ -13,10 +13,9 @@ SpecialTokenSplitter::SpecialTokenSplitter(const Vocabulary& vocab) {
       candidates_.push_back({vocab.pieces[id], id, kind == TokenKind::kUserDefined});
     }
   }
-  std::stable_sort(candidates_.begin(), candidates_.end(),
-                   [](const Candidate& a, const Candidate& b) {
-                     return a.text.size() > b.text.size();
-                   });
+  std::stable_sort(
+      candidates_.begin(), candidates_.end(),
+      [](const Candidate& a, const Candidate& b) { return a.text.size() > b.text.size(); });
 }
 
 void SpecialTokenSplitter::Split(std::string_view text, bool parse_special,

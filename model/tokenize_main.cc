@@ -76,10 +76,9 @@ absl::StatusOr<std::string> Run() {
       kvserve::model::Tokenizer::Create(*std::move(vocab));
   if (!tok.ok()) return tok.status();
   const bool add_bos = (*tok)->vocab().add_bos && !absl::GetFlag(FLAGS_no_bos);
-  return absl::StrCat("[",
-                      absl::StrJoin((*tok)->Encode(*text, add_bos, absl::GetFlag(FLAGS_parse_special)),
-                                    ","),
-                      "]");
+  return absl::StrCat(
+      "[", absl::StrJoin((*tok)->Encode(*text, add_bos, absl::GetFlag(FLAGS_parse_special)), ","),
+      "]");
 }
 
 }  // namespace

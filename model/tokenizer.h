@@ -78,9 +78,9 @@ class Tokenizer {
   std::string_view PieceBytes(int32_t prev_id, int32_t id) const;
 
   Vocabulary vocab_;
-  SpecialTokenSplitter special_;          // views into vocab_
+  SpecialTokenSplitter special_;                // views into vocab_
   std::unique_ptr<const TextEncoder> encoder_;  // refers to vocab_
-  std::vector<std::string> decoded_;      // [vocab] bytes each token decodes to
+  std::vector<std::string> decoded_;            // [vocab] bytes each token decodes to
 };
 
 // Turns generated tokens into text as they arrive, never splitting a UTF-8

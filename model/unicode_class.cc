@@ -74,8 +74,6 @@ std::vector<TextChar> ClassifyText(std::string_view text) {
   return out;
 }
 
-uint32_t ToLower(uint32_t cp) {
-  return static_cast<uint32_t>(u_tolower(static_cast<UChar32>(cp)));
-}
+uint32_t ToLower(uint32_t cp) { return static_cast<uint32_t>(u_tolower(static_cast<UChar32>(cp))); }
 
 }  // namespace kvserve::model

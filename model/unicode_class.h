@@ -25,10 +25,10 @@ enum class CharGroup : uint8_t {
 // One character of a text: a well-formed UTF-8 sequence, or one byte of an ill-formed
 // one (classified as U+FFFD, which is what llama.cpp substitutes for it).
 struct TextChar {
-  uint32_t offset;     // byte offset in the text
-  uint8_t len;         // bytes, 1..4
+  uint32_t offset;  // byte offset in the text
+  uint8_t len;      // bytes, 1..4
   CharGroup group;
-  bool whitespace;     // Unicode White_Space property (regex \s)
+  bool whitespace;  // Unicode White_Space property (regex \s)
   // The code point a regex literal or range compares against: the character itself,
   // U+FFFD for an ill-formed byte, and 0x0B for non-ASCII whitespace (llama.cpp
   // replaces those before running std::wregex, so `[　-。]` never matches U+3000).

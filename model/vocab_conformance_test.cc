@@ -87,7 +87,7 @@ INSTANTIATE_TEST_SUITE_P(AllVocabularies, LlamaCppIdsTest,
 // whitespace of several kinds.
 std::string RandomText(std::mt19937& rng, size_t n_chars) {
   static constexpr std::pair<uint32_t, uint32_t> kRanges[] = {
-      {0x20, 0x7E}, {0x09, 0x0D}, {0xA0, 0x24F},   {0x400, 0x4FF},   {0x4E00, 0x9FFF},
+      {0x20, 0x7E},     {0x09, 0x0D},     {0xA0, 0x24F},      {0x400, 0x4FF},   {0x4E00, 0x9FFF},
       {0xAC00, 0xD7A3}, {0x3000, 0x303F}, {0x1F600, 0x1F64F}, {0x2000, 0x206F}, {0x0E00, 0x0E7F}};
   std::string s;
   for (size_t i = 0; i < n_chars; ++i) {
@@ -135,8 +135,7 @@ TEST_P(RoundTripTest, DecodeOfEncodeIsTheText) {
   EXPECT_GT(checked * 2, texts.size()) << missing_bytes.size() << " bytes have no token";
 }
 
-INSTANTIATE_TEST_SUITE_P(AllVocabularies, RoundTripTest,
-                         ::testing::ValuesIn(testing::VocabNames()),
+INSTANTIATE_TEST_SUITE_P(AllVocabularies, RoundTripTest, ::testing::ValuesIn(testing::VocabNames()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string s = info.param;
                            for (char& ch : s) {

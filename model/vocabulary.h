@@ -21,7 +21,7 @@ enum class TokenKind : int32_t {
 
 // Which algorithm turns text into pieces (GGUF tokenizer.ggml.model).
 enum class TokenizerModel {
-  kSentencePiece,  // "llama": score-ordered merges over characters, byte fallback
+  kSentencePiece,     // "llama": score-ordered merges over characters, byte fallback
   kBytePairEncoding,  // "gpt2": byte-level BPE, rank-ordered merges after a pre-tokenizer
 };
 

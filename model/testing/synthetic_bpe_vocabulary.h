@@ -36,9 +36,9 @@ inline Vocabulary MakeSyntheticBpeVocabulary(std::string_view pre_tokenizer) {
   }
   // "Ġ" is the byte character of ' '.
   const std::pair<const char*, const char*> merges[] = {
-      {"h", "e"},   {"Ġ", "t"},  {"Ġt", "he"}, {"l", "l"},   {"he", "ll"}, {"hell", "o"},
-      {"Ġ", "a"},   {"i", "n"},  {"in", "g"},  {"e", "r"},   {"Ġ", "Ġ"},   {"1", "2"},
-      {"12", "3"},  {"ä", "¸"},  {"x", "y"},  // x y: result "xy" is no token (skipped)
+      {"h", "e"},  {"Ġ", "t"}, {"Ġt", "he"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"},
+      {"Ġ", "a"},  {"i", "n"}, {"in", "g"},  {"e", "r"}, {"Ġ", "Ġ"},   {"1", "2"},
+      {"12", "3"}, {"ä", "¸"}, {"x", "y"},  // x y: result "xy" is no token (skipped)
   };
   for (const auto& [l, r] : merges) {
     v.merges.push_back(std::string(l) + " " + r);

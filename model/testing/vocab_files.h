@@ -28,8 +28,8 @@ struct VocabCase {
 };
 inline std::vector<VocabCase> VocabCases() {
   std::vector<VocabCase> cases;
-  for (const char* name : {"llama-spm", "phi-3", "gpt-2", "mpt", "falcon", "starcoder",
-                           "refact", "deepseek-coder", "deepseek-llm", "llama-bpe", "qwen2"}) {
+  for (const char* name : {"llama-spm", "phi-3", "gpt-2", "mpt", "falcon", "starcoder", "refact",
+                           "deepseek-coder", "deepseek-llm", "llama-bpe", "qwen2"}) {
     cases.push_back({name, name});
   }
   cases.push_back({"deepseek-r1-qwen", "qwen2"});  // llama.cpp tests it with Qwen2's vocabulary
@@ -38,9 +38,8 @@ inline std::vector<VocabCase> VocabCases() {
 
 // Every vocabulary file, including gpt-neox (no llama.cpp ids in the folder).
 inline std::vector<std::string> VocabNames() {
-  return {"llama-spm", "phi-3",          "baichuan",     "gpt-2",     "gpt-neox",
-          "mpt",       "falcon",         "starcoder",    "refact",    "deepseek-coder",
-          "deepseek-llm", "llama-bpe",   "qwen2"};
+  return {"llama-spm", "phi-3",  "baichuan",       "gpt-2",        "gpt-neox",  "mpt",  "falcon",
+          "starcoder", "refact", "deepseek-coder", "deepseek-llm", "llama-bpe", "qwen2"};
 }
 
 // $KVSERVE_MODELS_DIR/vocab when it holds the files; FAILED_PRECONDITION naming what
@@ -74,8 +73,7 @@ inline std::string ReadFileOrEmpty(const std::string& path) {
 
 // The texts of a .inp file (separated by "\n__ggml_vocab_test__\n", which also ends it).
 inline std::vector<std::string> ReadVocabTexts(const std::string& path) {
-  std::vector<std::string> texts =
-      absl::StrSplit(ReadFileOrEmpty(path), "\n__ggml_vocab_test__\n");
+  std::vector<std::string> texts = absl::StrSplit(ReadFileOrEmpty(path), "\n__ggml_vocab_test__\n");
   if (!texts.empty() && texts.back().empty()) texts.pop_back();
   return texts;
 }
