@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "model/pre_tokenizer.h"
 
@@ -110,6 +111,26 @@ TensorView View(const GgufFile& f, const std::string& name) {
   const GgufTensorInfo* t = f.FindTensor(name);
   if (t == nullptr) return TensorView{};
   return TensorView{t->dtype, t->data, t->rows(), t->cols()};
+}
+
+// llama.cpp gives Phi-3's special tokens (general.name containing "phi-3" or "phi3",
+// any case) the RSTRIP attribute, except <unk>, <s> and <|endoftext|>.
+void SetRstripTokens(const GgufFile& file, Vocabulary& v) {
+  const GgufValue* name_value = file.FindMetadata("general.name");
+  const std::optional<std::string_view> name =
+      name_value == nullptr ? std::nullopt : name_value->AsString();
+  if (!name.has_value()) return;
+  const std::string lower = absl::AsciiStrToLower(std::string(*name));
+  if (lower.find("phi-3") == std::string::npos && lower.find("phi3") == std::string::npos) return;
+  for (int32_t id = 0; id < v.size(); ++id) {
+    const TokenKind kind = v.kinds[id];
+    const std::string& piece = v.pieces[id];
+    const bool special = kind == TokenKind::kControl || kind == TokenKind::kUserDefined ||
+                         kind == TokenKind::kUnknown || piece == "</s>";
+    if (special && piece != "<unk>" && piece != "<s>" && piece != "<|endoftext|>") {
+      v.rstrip_ids.push_back(id);
+    }
+  }
 }
 
 }  // namespace
@@ -259,6 +280,7 @@ absl::StatusOr<Vocabulary> VocabularyFromGguf(const GgufFile& file) {
     if (!id.ok()) return id.status();
     *field = *id;
   }
+  SetRstripTokens(file, v);
   absl::StatusOr<bool> add_bos = BoolOr(file, "tokenizer.ggml.add_bos_token", v.add_bos);
   if (!add_bos.ok()) return add_bos.status();
   v.add_bos = *add_bos;

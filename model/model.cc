@@ -127,6 +127,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromParts(ModelConfig config, Mode
   h.AddValue(static_cast<int32_t>(vocab.model));
   for (const std::string& merge : vocab.merges) h.Add(merge.data(), merge.size() + 1);
   h.Add(vocab.pre_tokenizer.data(), vocab.pre_tokenizer.size());
+  h.Add(vocab.rstrip_ids.data(), vocab.rstrip_ids.size() * sizeof(vocab.rstrip_ids[0]));
   HashTensor(h, weights.token_embedding);
   HashTensor(h, weights.output);
   HashTensor(h, weights.output_norm);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
+
 namespace kvserve::model {
 
 SpecialTokenSplitter::SpecialTokenSplitter(const Vocabulary& vocab) {
@@ -10,7 +12,9 @@ SpecialTokenSplitter::SpecialTokenSplitter(const Vocabulary& vocab) {
     if (vocab.pieces[id].empty()) continue;
     if (kind == TokenKind::kControl || kind == TokenKind::kUnknown ||
         kind == TokenKind::kUserDefined) {
-      candidates_.push_back({vocab.pieces[id], id, kind == TokenKind::kUserDefined});
+      candidates_.push_back(
+          {vocab.pieces[id], id, kind == TokenKind::kUserDefined,
+           std::binary_search(vocab.rstrip_ids.begin(), vocab.rstrip_ids.end(), id)});
     }
   }
   std::stable_sort(
@@ -38,6 +42,9 @@ void SpecialTokenSplitter::Split(std::string_view text, bool parse_special,
         if (at > 0) next.push_back({rest.substr(0, at), -1});
         next.push_back({rest.substr(at, c.text.size()), c.id});
         rest.remove_prefix(at + c.text.size());
+        while (c.rstrip && !rest.empty() && absl::ascii_isspace(static_cast<uint8_t>(rest[0]))) {
+          rest.remove_prefix(1);
+        }
       }
       if (!rest.empty()) next.push_back({rest, -1});
     }

@@ -23,14 +23,15 @@ struct TextPart {
 // them from any text). Control and unknown tokens are matched only with
 // parse_special: text from users is never read as control tokens unless asked.
 // Tokens are tried longest string first (ties: lower id first); each splits every
-// remaining text part at all its non-overlapping occurrences, leftmost first.
+// remaining text part at all its non-overlapping occurrences, leftmost first. A token
+// in vocab.rstrip_ids swallows the ASCII whitespace that follows it in its part.
 class SpecialTokenSplitter {
  public:
   explicit SpecialTokenSplitter(const Vocabulary& vocab);
 
   // Appends the parts of `text` in order; the texts of the parts and the strings of
-  // the tokens concatenate to `text`. Empty text gives no part. O(n * t) for n bytes
-  // and t candidate tokens.
+  // the tokens concatenate to `text` less the whitespace rstrip tokens swallowed. Empty text gives
+  // no part. O(n * t) for n bytes and t candidate tokens.
   void Split(std::string_view text, bool parse_special, std::vector<TextPart>& out) const;
 
  private:
@@ -38,6 +39,7 @@ class SpecialTokenSplitter {
     std::string_view text;  // view into the vocabulary the tokenizer owns
     int32_t id;
     bool user_defined;
+    bool rstrip;
   };
   std::vector<Candidate> candidates_;  // longest first
 };

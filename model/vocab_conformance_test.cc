@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
 #include "model/testing/vocab_files.h"
@@ -170,6 +171,20 @@ TEST(ParseSpecialTest, EotInLlama3TextIsTheControlTokenOnlyWhenAsked) {
   expected.push_back(kEotId);
   expected.insert(expected.end(), there.begin(), there.end());
   EXPECT_EQ(parsed, expected);
+}
+
+TEST(ParseSpecialTest, Phi3SpecialTokensSwallowTheWhitespaceAfterThem) {
+  absl::StatusOr<std::string> dir = testing::VocabDir();
+  if (!dir.ok()) {
+    ASSERT_FALSE(testing::InCi()) << dir.status();  // CI must have the files
+    GTEST_SKIP() << dir.status();
+  }
+  std::unique_ptr<Tokenizer> tok = LoadTokenizer(*dir, "phi-3");
+  ASSERT_NE(tok, nullptr);
+  // llama.cpp c392e50: llama-tokenize -m ggml-vocab-phi-3.gguf --ids
+  //   -p $'<|user|>\nHi<|end|>\n<|assistant|>\nx'
+  EXPECT_THAT(tok->Encode("<|user|>\nHi<|end|>\n<|assistant|>\nx", true, /*parse_special=*/true),
+              ::testing::ElementsAre(1, 32010, 6324, 32007, 32001, 921));
 }
 
 TEST(PreTokenizerNameTest, UnknownPreTokenizerIsALoadErrorNamingIt) {

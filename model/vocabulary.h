@@ -35,6 +35,9 @@ struct Vocabulary {
   // pre-tokenizer name (GGUF tokenizer.ggml.pre, e.g. "llama-bpe"; see pre_tokenizer.h).
   std::vector<std::string> merges;
   std::string pre_tokenizer;
+  // Special tokens that swallow the ASCII whitespace after them when matched in text
+  // (llama.cpp's RSTRIP attribute; set for Phi-3 by VocabularyFromGguf). Sorted.
+  std::vector<int32_t> rstrip_ids;
   int32_t bos_id = 1;
   int32_t eos_id = 2;
   int32_t unk_id = 0;            // -1: none
