@@ -54,6 +54,7 @@ class Tokenizer {
   // the text become those tokens (default: they are plain text).
   // O(n log n) time in the text length n and about 100 bytes of scratch memory per
   // input byte; callers bound n (a 4k-token prompt of 11 KB takes about 2 ms).
+  // Precondition: text.size() < 2^31.
   std::vector<int32_t> Encode(std::string_view text, bool add_bos,
                               bool parse_special = false) const;
 
