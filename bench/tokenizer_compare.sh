@@ -32,7 +32,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 kv() { "$build/model/kvserve-tokenize" --model "$1" --file "$2" --no-bos; }
 # llama-tokenize parses special tokens by default; kvserve-tokenize does not.
-ll() { "$llama_bin/llama-tokenize" -m "$1" -f "$2" --ids --log-disable --no-bos --no-parse-special; }
+ll() { "$llama_bin/llama-tokenize" -m "$1" -f "$2" --ids --log-disable --no-bos --no-parse-special --no-escape; }
 
 for name in llama-bpe qwen2; do
   vocab="$vocab_dir/ggml-vocab-$name.gguf"
