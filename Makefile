@@ -12,13 +12,17 @@ TEST_FLAGS = -DKVSERVE_WERROR=ON
 MODEL ?= models/stories260K.gguf
 PROMPT ?= Once upon a time
 
-.PHONY: run test deps models configure build build-run test-format build-asan build-tsan build-fuzz test-plain test-asan test-tsan test-fuzz bench clean
+.PHONY: run test deps models vocab configure build build-run test-format build-asan build-tsan build-fuzz test-plain test-asan test-tsan test-fuzz bench clean
 
 deps:
 	./scripts/install-deps.sh
 
 models:
 	./models/fetch.sh
+
+# Tokenizer test vocabularies (tests only; `make run` does not need them).
+vocab:
+	./models/fetch-vocab.sh
 
 # The plain build is a standard Release build (what users and packagers get).
 configure: deps models
@@ -34,7 +38,7 @@ build-run: configure
 run: build-run
 	./scripts/run-main.sh $(BUILD) $(MODEL)
 
-test-plain: build
+test-plain: build vocab
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -LE "fuzz|tsan-only"
 
 # AddressSanitizer + UBSan over every GoogleTest binary (label asan).
@@ -42,7 +46,7 @@ build-asan: deps models
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVSERVE_SANITIZE=address $(TEST_FLAGS) $(CMAKE_FLAGS)
 	cmake --build build-asan -j$(JOBS) --target kvserve_asan_tests
 
-test-asan: build-asan
+test-asan: build-asan vocab
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j$(JOBS) -L asan
 
 # ThreadSanitizer over the tests whose threads are kvserve's own (labels tsan, tsan-only; README).

@@ -15,5 +15,7 @@ pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 # Block checksums and the session cache's digests (xxHash's XXH3).
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+# Unicode character properties for the BPE pre-tokenizers (libicu-dev).
+pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
 # The session cache service's Redis backend.
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)

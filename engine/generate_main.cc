@@ -4,7 +4,7 @@
 //       [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]
 //       [--frequency-penalty F] [--presence-penalty P] [--seed S] [--stop STR]...
 //       [--backend reference|cpu_blas] [--threads N] [--ignore-eos] [--kv-dtype f32|f16]
-//       [--no-echo]
+//       [--no-echo] [--parse-special]
 //
 // Prints the prompt and then the continuation as tokens arrive (like llama2.c's run);
 // token counts and tokens/s go to stderr. --help lists every flag with its default.
@@ -76,6 +76,8 @@ ABSL_FLAG(int32_t, threads, 0, "Backend worker threads; 0 = all cores.");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating past end-of-sequence.");
 ABSL_FLAG(std::string, kv_dtype, "f32", "Element type of cached K/V: f32 or f16.");
 ABSL_FLAG(bool, no_echo, false, "Do not print the prompt before the continuation.");
+ABSL_FLAG(bool, parse_special, false,
+          "Turn control-token strings in the prompt (e.g. <|eot_id|>) into those tokens.");
 
 namespace {
 
@@ -134,6 +136,7 @@ absl::StatusOr<OfflineGenerateOptions> OptionsFromFlags() {
   if (!kv_dtype.ok()) return kv_dtype.status();
   options.kv_dtype = *kv_dtype;
   options.echo_prompt = !absl::GetFlag(FLAGS_no_echo);
+  options.parse_special = absl::GetFlag(FLAGS_parse_special);
   if (!sampling.seed.has_value()) {
     std::random_device device;
     options.fallback_seed = (static_cast<uint64_t>(device()) << 32) | device();

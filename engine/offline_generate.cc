@@ -34,7 +34,7 @@ absl::StatusOr<OfflineGenerateResult> GenerateOffline(
   if (!sampler.ok()) return sampler.status();
 
   OfflineGenerateResult result;
-  result.prompt_tokens = tokenizer.Encode(prompt, vocab.add_bos);
+  result.prompt_tokens = tokenizer.Encode(prompt, vocab.add_bos, options.parse_special);
   const int32_t prompt_len = static_cast<int32_t>(result.prompt_tokens.size());
   if (prompt_len == 0) {
     return absl::InvalidArgumentError("prompt is empty and the vocabulary adds no BOS");

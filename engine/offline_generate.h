@@ -26,6 +26,7 @@ struct OfflineGenerateOptions {
   SamplingParams sampling;                     // max_tokens counts generated tokens
   uint64_t fallback_seed = 0;                  // RNG seed when sampling.seed is empty
   bool echo_prompt = true;                     // pass the decoded prompt to on_text first
+  bool parse_special = false;  // control-token strings in the prompt become those tokens
 };
 
 struct OfflineGenerateResult {

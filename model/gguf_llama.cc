@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "model/pre_tokenizer.h"
 
 namespace kvserve::model {
 namespace {
@@ -159,6 +161,26 @@ absl::StatusOr<std::vector<float>> RopeFreqFactors(const GgufFile& f, int rope_d
   return factors;
 }
 
+// llama.cpp gives Phi-3's special tokens (general.name containing "phi-3" or "phi3",
+// any case) the RSTRIP attribute, except <unk>, <s> and <|endoftext|>.
+void SetRstripTokens(const GgufFile& file, Vocabulary& v) {
+  const GgufValue* name_value = file.FindMetadata("general.name");
+  const std::optional<std::string_view> name =
+      name_value == nullptr ? std::nullopt : name_value->AsString();
+  if (!name.has_value()) return;
+  const std::string lower = absl::AsciiStrToLower(std::string(*name));
+  if (lower.find("phi-3") == std::string::npos && lower.find("phi3") == std::string::npos) return;
+  for (int32_t id = 0; id < v.size(); ++id) {
+    const TokenKind kind = v.kinds[id];
+    const std::string& piece = v.pieces[id];
+    const bool special = kind == TokenKind::kControl || kind == TokenKind::kUserDefined ||
+                         kind == TokenKind::kUnknown || piece == "</s>";
+    if (special && piece != "<unk>" && piece != "<s>" && piece != "<|endoftext|>") {
+      v.rstrip_ids.push_back(id);
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file) {
@@ -267,9 +289,35 @@ absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file) {
 absl::StatusOr<Vocabulary> VocabularyFromGguf(const GgufFile& file) {
   absl::StatusOr<std::string_view> model = RequiredString(file, "tokenizer.ggml.model");
   if (!model.ok()) return model.status();
-  if (*model != "llama") {
+  Vocabulary v;
+  // Defaults as llama.cpp's llama_vocab::load sets them per kind, before the keys.
+  int32_t default_bos = 1, default_eos = 2, default_unk = 0;
+  if (*model == "gpt2") {
+    v.model = TokenizerModel::kBytePairEncoding;
+    default_bos = default_eos = 11;
+    default_unk = -1;
+    v.add_space_prefix = false;
+    const GgufValue* pre = file.FindMetadata("tokenizer.ggml.pre");
+    if (pre == nullptr) {
+      v.pre_tokenizer = "default";  // llama.cpp's choice (with a warning) for old files
+    } else {
+      const std::optional<std::string_view> name = pre->AsString();
+      if (!name.has_value()) return WrongType("tokenizer.ggml.pre", *pre, "string");
+      v.pre_tokenizer = std::string(*name);
+    }
+    absl::StatusOr<PreTokenizer> pre_tokenizer = PreTokenizer::Create(v.pre_tokenizer);
+    if (!pre_tokenizer.ok()) return pre_tokenizer.status();
+    v.add_bos = pre_tokenizer->ignore_merges();  // llama.cpp: true for Llama 3 only
+    const GgufValue* merges = file.FindMetadata("tokenizer.ggml.merges");
+    if (merges == nullptr) return Missing("tokenizer.ggml.merges");
+    if (merges->type() != GgufType::kArray || merges->elem_type() != GgufType::kString) {
+      return WrongType("tokenizer.ggml.merges", *merges, "array of string");
+    }
+    v.merges.reserve(merges->size());
+    for (uint64_t i = 0; i < merges->size(); ++i) v.merges.emplace_back(*merges->StringAt(i));
+  } else if (*model != "llama") {
     return absl::InvalidArgumentError(absl::StrCat("tokenizer model \"", std::string(*model),
-                                                   "\" is not supported (only \"llama\")"));
+                                                   "\" is not supported (\"llama\", \"gpt2\")"));
   }
   const GgufValue* tokens = file.FindMetadata("tokenizer.ggml.tokens");
   if (tokens == nullptr) return Missing("tokenizer.ggml.tokens");
@@ -284,7 +332,6 @@ absl::StatusOr<Vocabulary> VocabularyFromGguf(const GgufFile& file) {
       OptionalArray(file, "tokenizer.ggml.token_type", "array of int32", IsIntType, n);
   if (!types.ok()) return types.status();
 
-  Vocabulary v;
   v.pieces.reserve(n);
   v.scores.reserve(n);
   v.kinds.reserve(n);
@@ -302,18 +349,23 @@ absl::StatusOr<Vocabulary> VocabularyFromGguf(const GgufFile& file) {
     }
     v.kinds.push_back(kind);
   }
-  for (auto [key, field, dflt] :
-       {std::tuple<const char*, int32_t*, int32_t>{"tokenizer.ggml.bos_token_id", &v.bos_id, 1},
-        {"tokenizer.ggml.eos_token_id", &v.eos_id, 2},
-        {"tokenizer.ggml.unknown_token_id", &v.unk_id, 0}}) {
+  for (auto [key, field, dflt] : {std::tuple<const char*, int32_t*, int32_t>{
+                                      "tokenizer.ggml.bos_token_id", &v.bos_id, default_bos},
+                                  {"tokenizer.ggml.eos_token_id", &v.eos_id, default_eos},
+                                  {"tokenizer.ggml.unknown_token_id", &v.unk_id, default_unk}}) {
     absl::StatusOr<int32_t> id = TokenIdOr(file, key, dflt);
     if (!id.ok()) return id.status();
     *field = *id;
   }
-  absl::StatusOr<bool> add_bos = BoolOr(file, "tokenizer.ggml.add_bos_token", true);
+  SetRstripTokens(file, v);
+  absl::StatusOr<bool> add_bos = BoolOr(file, "tokenizer.ggml.add_bos_token", v.add_bos);
   if (!add_bos.ok()) return add_bos.status();
   v.add_bos = *add_bos;
-  absl::StatusOr<bool> add_space = BoolOr(file, "tokenizer.ggml.add_space_prefix", true);
+  absl::StatusOr<bool> add_eos = BoolOr(file, "tokenizer.ggml.add_eos_token", v.add_eos);
+  if (!add_eos.ok()) return add_eos.status();
+  v.add_eos = *add_eos;
+  absl::StatusOr<bool> add_space =
+      BoolOr(file, "tokenizer.ggml.add_space_prefix", v.add_space_prefix);
   if (!add_space.ok()) return add_space.status();
   v.add_space_prefix = *add_space;
   return v;

@@ -30,9 +30,15 @@ namespace kvserve::model {
 // accept any integer type, float keys float32/float64. INVALID_ARGUMENT naming the key.
 absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file);
 
-// tokenizer.ggml.model must be "llama". tokens (required), scores (default 0),
-// token_type (default normal) must have equal lengths; bos/eos/unknown_token_id
-// default to 1/2/0, add_bos_token and add_space_prefix to true.
+// tokenizer.ggml.model must be "llama" (SentencePiece) or "gpt2" (byte-level BPE).
+// tokens (required), scores (default 0), token_type (default normal) must have equal
+// lengths. "llama": bos/eos/unknown_token_id default to 1/2/0, add_bos_token and
+// add_space_prefix to true. "gpt2": merges are required, pre (the pre-tokenizer)
+// defaults to "default" and must be known to PreTokenizer::Create (else
+// INVALID_ARGUMENT naming it); bos/eos/unknown default to 11/11/none, add_bos_token
+// to true for the Llama 3 pre-tokenizers only, add_space_prefix to false, as in
+// llama.cpp. add_eos_token defaults to false. Reads only tokenizer.* keys, so it
+// works on vocabulary-only files.
 absl::StatusOr<Vocabulary> VocabularyFromGguf(const GgufFile& file);
 
 // Views of token_embd, output_norm, output (token_embd when absent) and

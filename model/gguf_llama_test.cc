@@ -162,8 +162,14 @@ TEST(GgufLlamaTest, InconsistentVocabulary) {
               "llama.vocab_size 7 differs from the 6 entries of tokenizer.ggml.tokens");
   ExpectError(MakeTinyLlamaGguf().SetU32("tokenizer.ggml.bos_token_id", 6),
               "bos token id 6 is out of range");
+  ExpectError(MakeTinyLlamaGguf().SetString("tokenizer.ggml.model", "bert"),
+              "tokenizer model \"bert\" is not supported");
   ExpectError(MakeTinyLlamaGguf().SetString("tokenizer.ggml.model", "gpt2"),
-              "tokenizer model \"gpt2\" is not supported");
+              "missing metadata key tokenizer.ggml.merges");
+  ExpectError(MakeTinyLlamaGguf()
+                  .SetString("tokenizer.ggml.model", "gpt2")
+                  .SetString("tokenizer.ggml.pre", "brand-new-pre"),
+              "unknown pre-tokenizer \"brand-new-pre\"");
 }
 
 TEST(GgufLlamaTest, UnsupportedArchitecture) {

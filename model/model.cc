@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -119,7 +120,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromParts(ModelConfig config, Mode
   for (auto [name, id] : {std::pair<const char*, int32_t>{"bos", vocab.bos_id},
                           {"eos", vocab.eos_id},
                           {"unk", vocab.unk_id}}) {
-    if (id < 0 || id >= vocab.size()) {
+    const bool none_allowed = std::string_view(name) == "unk" && id == -1;
+    if (!none_allowed && (id < 0 || id >= vocab.size())) {
       return absl::InvalidArgumentError(
           absl::StrCat("vocabulary: ", name, " token id ", id, " is out of range"));
     }
@@ -145,6 +147,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromParts(ModelConfig config, Mode
   h.Add(vocab.scores.data(), vocab.scores.size() * sizeof(vocab.scores[0]));
   h.Add(vocab.kinds.data(), vocab.kinds.size() * sizeof(vocab.kinds[0]));
   for (int32_t id : {vocab.bos_id, vocab.eos_id, vocab.unk_id}) h.AddValue(id);
+  h.AddValue(static_cast<int32_t>(vocab.model));
+  for (const std::string& merge : vocab.merges) h.Add(merge.data(), merge.size() + 1);
+  h.Add(vocab.pre_tokenizer.data(), vocab.pre_tokenizer.size());
+  h.Add(vocab.rstrip_ids.data(), vocab.rstrip_ids.size() * sizeof(vocab.rstrip_ids[0]));
   HashTensor(h, weights.token_embedding);
   HashTensor(h, weights.output);
   HashTensor(h, weights.output_norm);

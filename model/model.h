@@ -49,6 +49,12 @@ class Model {
   uint64_t fingerprint_ = 0;
 };
 
+// Reads only the vocabulary of a GGUF file (which may hold no tensors at all, as the
+// vocabulary-only files llama.cpp tests with): VocabularyFromGguf on the parsed file.
+// NOT_FOUND for a missing file, INVALID_ARGUMENT (naming the file) for anything else.
+// Implemented in model_load.cc.
+absl::StatusOr<Vocabulary> LoadVocabulary(const std::string& path);
+
 }  // namespace kvserve::model
 
 #endif  // KVSERVE_MODEL_MODEL_H_

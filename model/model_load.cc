@@ -88,4 +88,17 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path,
   return model;
 }
 
+absl::StatusOr<Vocabulary> LoadVocabulary(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<MappedFile>> file = MappedFile::Open(path);
+  if (!file.ok()) return file.status();
+  if (!HasGgufMagic((*file)->bytes())) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a GGUF file"));
+  }
+  absl::StatusOr<GgufFile> gguf = ParseGguf((*file)->bytes());
+  if (!gguf.ok()) return Prefixed(path, gguf.status());
+  absl::StatusOr<Vocabulary> vocab = VocabularyFromGguf(*gguf);
+  if (!vocab.ok()) return Prefixed(path, vocab.status());
+  return vocab;
+}
+
 }  // namespace kvserve::model

@@ -1,29 +1,21 @@
-// SentencePiece BPE tokenizer (the kind GGUF calls "llama") and a streaming,
-// UTF-8-safe detokenizer for generated tokens.
+// The tokenizer of a vocabulary, whatever its kind (SentencePiece, model/spm_encoder.h,
+// or byte-level BPE, model/bpe_encoder.h), and a streaming, UTF-8-safe detokenizer
+// for generated tokens.
 //
-// Encoding follows llama.cpp's llm_tokenizer_spm and llama2.c's encode():
-//   1. When vocab.add_space_prefix and the text is not empty, prepend " ".
-//   2. Replace every ' ' (0x20) with "▁" (U+2581).
-//   3. Split into UTF-8 characters. A character is a complete, well-formed UTF-8
-//      sequence; any other byte is a one-byte symbol of its own (llama2.c does the
-//      same in effect; llama.cpp groups by the lead byte only, which gives the same
-//      tokens for valid UTF-8).
-//   4. Repeatedly merge the adjacent pair whose concatenation is a mergeable piece
-//      with the highest score; ties go to the leftmost pair.
-//   5. Each final symbol becomes its piece id, or, when the symbol is not a piece,
-//      one byte-fallback token <0xNN> per byte.
-// Mergeable pieces are those of kind kNormal and kUserDefined. Control, unknown,
-// unused and byte tokens are never produced from text (text "<s>" encodes as the
-// characters '<', 's', '>'). When two mergeable pieces have the same text, the
-// lower id wins.
+// Encoding, shared by both kinds (llama.cpp's llama_vocab::tokenize):
+//   1. Split the text on special-token strings (model/special_tokens.h): user-defined
+//      tokens always, control and unknown tokens only with parse_special.
+//   2. Encode each plain-text part with the vocabulary's TextEncoder.
+//   3. With add_bos, BOS first and, when vocab.add_eos, EOS last.
+// Without parse_special, text "<s>" or "<|eot_id|>" is the characters, never the
+// control token: text from users cannot end a turn unless the caller asks for it.
 //
-// Decoding: byte tokens give their byte, normal pieces give their text with "▁"
-// turned into ' ', user-defined pieces their text verbatim, every other kind "".
-// Following the SentencePiece decoder (and llama2.c), when add_space_prefix is set
-// a normal piece right after BOS loses one leading ' '. The bytes are then made
-// valid UTF-8: every ill-formed sequence (maximal subpart, as Unicode recommends)
-// becomes U+FFFD. Hence for any valid UTF-8 `x` without U+2581,
-// Decode(Encode(x, /*add_bos=*/true)) == x.
+// Decoding: each token's bytes (TextEncoder::DecodedPiece). Following the
+// SentencePiece decoder (and llama2.c), when add_space_prefix is set a normal piece
+// right after BOS loses one leading ' '. The bytes are then made valid UTF-8: every
+// ill-formed sequence (maximal subpart, as Unicode recommends) becomes U+FFFD. Hence
+// for valid UTF-8 `x` (SentencePiece: without U+2581, and without the string of a
+// user-defined token), Decode(Encode(x, /*add_bos=*/true)) == x.
 #ifndef KVSERVE_MODEL_TOKENIZER_H_
 #define KVSERVE_MODEL_TOKENIZER_H_
 
@@ -33,10 +25,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "model/special_tokens.h"
+#include "model/text_encoder.h"
 #include "model/vocabulary.h"
 
 namespace kvserve::model {
@@ -45,19 +39,24 @@ namespace kvserve::model {
 // threads at once.
 class Tokenizer {
  public:
-  // Validates `vocab` and builds the lookup tables (the vocabulary is copied).
+  // Validates `vocab` and builds the lookup tables (the tokenizer keeps `vocab`; pass
+  // it with std::move to avoid copying a large vocabulary).
   // INVALID_ARGUMENT when: the vocabulary is empty; pieces, scores and kinds
-  // differ in length; a score is NaN; bos_id or eos_id is out of range; unk_id is
-  // neither -1 nor in range; a kByte piece is not "<0xNN>" or repeats a byte; or
-  // one of the 256 byte-fallback tokens is missing (the message names it).
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(const Vocabulary& vocab);
+  // differ in length; bos_id or eos_id is out of range; unk_id is neither -1 nor in
+  // range; or the encoder of the vocabulary's kind refuses it (SpmEncoder::Create,
+  // BpeEncoder::Create: e.g. a missing byte-fallback token, an unknown pre-tokenizer).
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(Vocabulary vocab);
 
-  // Encodes any bytes (never fails; bytes that are no piece use byte fallback).
-  // With `add_bos` the result starts with vocab().bos_id. Encode("", true) is
-  // {bos_id} and Encode("", false) is {}, as in llama.cpp and llama2.c.
+  // Encodes any bytes (never fails; every byte is representable). With `add_bos`
+  // the result starts with vocab().bos_id (and ends with eos_id when
+  // vocab().add_eos). Encode("", true) is {bos_id} and Encode("", false) is {}, as
+  // in llama.cpp and llama2.c. `parse_special`: control and unknown token strings in
+  // the text become those tokens (default: they are plain text).
   // O(n log n) time in the text length n and about 100 bytes of scratch memory per
   // input byte; callers bound n (a 4k-token prompt of 11 KB takes about 2 ms).
-  std::vector<int32_t> Encode(std::string_view text, bool add_bos) const;
+  // Precondition: text.size() < 2^31.
+  std::vector<int32_t> Encode(std::string_view text, bool add_bos,
+                              bool parse_special = false) const;
 
   // Full decode as described above, as if the token before ids[0] were none.
   // Ids outside [0, vocab().size()) are skipped (they contribute no text and do
@@ -73,17 +72,16 @@ class Tokenizer {
  private:
   friend class TokenStreamDecoder;
 
-  explicit Tokenizer(const Vocabulary& vocab) : vocab_(vocab) {}
+  explicit Tokenizer(Vocabulary vocab) : vocab_(std::move(vocab)), special_(vocab_) {}
 
   // The bytes token `id` contributes after `prev_id` (before UTF-8 repair).
   // Precondition: 0 <= id < vocab_.size().
   std::string_view PieceBytes(int32_t prev_id, int32_t id) const;
 
   Vocabulary vocab_;
-  // Mergeable piece text -> id (kNormal and kUserDefined only).
-  absl::flat_hash_map<std::string, int32_t> piece_ids_;
-  std::array<int32_t, 256> byte_ids_{};  // byte value -> id of its <0xNN> token
-  std::vector<std::string> decoded_;     // [vocab] bytes each token decodes to
+  SpecialTokenSplitter special_;                // views into vocab_
+  std::unique_ptr<const TextEncoder> encoder_;  // refers to vocab_
+  std::vector<std::string> decoded_;            // [vocab] bytes each token decodes to
 };
 
 // Turns generated tokens into text as they arrive, never splitting a UTF-8

@@ -42,4 +42,30 @@ bool IsValidUtf8(std::string_view s) {
   return true;
 }
 
+uint32_t DecodeUtf8Char(std::string_view ch) {
+  const auto b0 = static_cast<uint8_t>(ch[0]);
+  if (ch.size() == 1) return b0;
+  uint32_t cp = b0 & (ch.size() == 2 ? 0x1F : ch.size() == 3 ? 0x0F : 0x07);
+  for (size_t i = 1; i < ch.size(); ++i) cp = (cp << 6) | (static_cast<uint8_t>(ch[i]) & 0x3F);
+  return cp;
+}
+
+void AppendUtf8(uint32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
 }  // namespace kvserve::model

@@ -4,6 +4,8 @@
 #define KVSERVE_MODEL_UTF8_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace kvserve::model {
@@ -27,6 +29,13 @@ Utf8Step ScanUtf8(std::string_view s);
 
 // True when all of `s` is well-formed UTF-8 (the empty string is). O(s.size()).
 bool IsValidUtf8(std::string_view s);
+
+// The code point of `ch`, which must be one well-formed character (ScanUtf8 gave
+// kChar with n == ch.size()). O(1).
+uint32_t DecodeUtf8Char(std::string_view ch);
+
+// Appends the UTF-8 encoding of code point `cp` (precondition: a Unicode scalar value).
+void AppendUtf8(uint32_t cp, std::string& out);
 
 }  // namespace kvserve::model
 

@@ -1,4 +1,5 @@
-// The token table a tokenizer works from: pieces, merge scores, token kinds, special ids.
+// The token table a tokenizer works from: pieces, merge scores or merge rules, token
+// kinds, special ids and the encoding flags the file declares.
 #ifndef KVSERVE_MODEL_VOCABULARY_H_
 #define KVSERVE_MODEL_VOCABULARY_H_
 
@@ -18,14 +19,30 @@ enum class TokenKind : int32_t {
   kByte = 6,  // <0xNN> byte fallback
 };
 
+// Which algorithm turns text into pieces (GGUF tokenizer.ggml.model).
+enum class TokenizerModel {
+  kSentencePiece,     // "llama": score-ordered merges over characters, byte fallback
+  kBytePairEncoding,  // "gpt2": byte-level BPE, rank-ordered merges after a pre-tokenizer
+};
+
 struct Vocabulary {
-  std::vector<std::string> pieces;  // [vocab]; SentencePiece spaces are U+2581 ("▁")
-  std::vector<float> scores;        // [vocab]; higher merges first
+  TokenizerModel model = TokenizerModel::kSentencePiece;
+  std::vector<std::string> pieces;  // [vocab]; SentencePiece spaces are U+2581 ("▁"),
+                                    // byte-level BPE bytes are GPT-2's byte characters
+  std::vector<float> scores;        // [vocab]; higher merges first (SentencePiece only)
   std::vector<TokenKind> kinds;     // [vocab]
+  // Byte-level BPE only: merge rules "left right", best (rank 0) first, and the
+  // pre-tokenizer name (GGUF tokenizer.ggml.pre, e.g. "llama-bpe"; see pre_tokenizer.h).
+  std::vector<std::string> merges;
+  std::string pre_tokenizer;
+  // Special tokens that swallow the ASCII whitespace after them when matched in text
+  // (llama.cpp's RSTRIP attribute; set for Phi-3 by VocabularyFromGguf). Sorted.
+  std::vector<int32_t> rstrip_ids;
   int32_t bos_id = 1;
   int32_t eos_id = 2;
-  int32_t unk_id = 0;
+  int32_t unk_id = 0;            // -1: none
   bool add_bos = true;           // prepend BOS when encoding a prompt
+  bool add_eos = false;          // append EOS when encoding a prompt
   bool add_space_prefix = true;  // prepend "▁" to the text (SentencePiece dummy prefix)
 
   int32_t size() const { return static_cast<int32_t>(pieces.size()); }

@@ -4,13 +4,15 @@
 # Source order: the local mirror folder $KVSERVE_MODEL_MIRROR (default ../shared/models
 # relative to the repository), then the public download URLs below.
 # Usage: models/fetch.sh [DEST_DIR]   (default: the models/ folder of the repository)
+# models/fetch-vocab.sh reuses it for another list (KVSERVE_FETCH_SUMS, KVSERVE_FETCH_MIRROR);
+# a file without a download URL comes from the mirror only.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 dest="${1:-$here}"
-mirror="${KVSERVE_MODEL_MIRROR:-$repo/../shared/models}"
-sums="$here/SHA256SUMS"
+mirror="${KVSERVE_FETCH_MIRROR:-${KVSERVE_MODEL_MIRROR:-$repo/../shared/models}}"
+sums="${KVSERVE_FETCH_SUMS:-$here/SHA256SUMS}"
 
 declare -A URLS=(
   [stories260K.gguf]="https://huggingface.co/ggml-org/models/resolve/main/tinyllamas/stories260K.gguf"
@@ -32,7 +34,8 @@ while read -r sum name; do
   # into a container) falls through to the download.
   if [ -r "$mirror/$name" ] && cp "$mirror/$name" "$tmp"; then
     :
-  elif command -v curl >/dev/null && curl -fsSL --retry 2 -o "$tmp" "${URLS[$name]}"; then
+  elif [ -n "${URLS[$name]:-}" ] && command -v curl >/dev/null &&
+       curl -fsSL --retry 2 -o "$tmp" "${URLS[$name]}"; then
     :
   else
     echo "fetch.sh: $name: not in mirror $mirror and download failed" >&2

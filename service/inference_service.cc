@@ -186,7 +186,8 @@ grpc::ServerUnaryReactor* InferenceService::Tokenize(grpc::CallbackServerContext
                                                      " bytes, at most ",
                                                      options_.limits.max_prompt_bytes, " allowed"));
     }
-    for (int32_t id : core.tokenizer->Encode(request->text(), request->add_bos())) {
+    for (int32_t id :
+         core.tokenizer->Encode(request->text(), request->add_bos(), request->parse_special())) {
       response->add_token_ids(id);
     }
     return absl::OkStatus();

@@ -104,7 +104,8 @@ absl::StatusOr<engine::Request> ToEngineRequest(const v1::GenerateRequest& reque
         return Invalid(absl::StrCat("prompt.text is ", request.text().size(), " bytes, at most ",
                                     limits.max_prompt_bytes, " allowed"));
       }
-      out.prompt_tokens = tokenizer.Encode(request.text(), /*add_bos=*/false);
+      out.prompt_tokens =
+          tokenizer.Encode(request.text(), /*add_bos=*/false, request.parse_special());
       out.add_bos = true;
       break;
     case v1::GenerateRequest::kTokens:

@@ -26,7 +26,8 @@ struct RequestLimits {
 };
 
 // Converts `request` into an engine request: text is tokenized without BOS and asks for
-// one (engine::Request::add_bos: the engine adds it only where the context starts);
+// one (engine::Request::add_bos: the engine adds it only where the context starts),
+// control-token strings in it staying text unless request.parse_special();
 // token ids are passed as they are. Checks only RequestLimits (INVALID_ARGUMENT naming
 // prompt.text or session_id).
 absl::StatusOr<engine::Request> ToEngineRequest(const v1::GenerateRequest& request,

@@ -1,5 +1,6 @@
 #include "service/request_convert.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -86,6 +87,20 @@ TEST_F(RequestConvertTest, TextAsksTheEngineForBosAndGetsDefaults) {
     EXPECT_EQ(req->sampling.temperature, 1.0f);
     EXPECT_FALSE(req->sampling.seed.has_value());
   }
+}
+
+TEST_F(RequestConvertTest, ControlTokenTextIsParsedOnlyWithParseSpecial) {
+  v1::GenerateRequest r;
+  r.set_text("a</s>a");
+  auto plain = Convert(r);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(std::count(plain->prompt_tokens.begin(), plain->prompt_tokens.end(), 2), 0)
+      << "</s> in user text must stay text";
+  r.set_parse_special(true);
+  auto parsed = Convert(r);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(std::count(parsed->prompt_tokens.begin(), parsed->prompt_tokens.end(), 2), 1);
+  EXPECT_EQ(parsed->prompt_tokens, tokenizer_->Encode("a</s>a", false, /*parse_special=*/true));
 }
 
 TEST_F(RequestConvertTest, TokenPromptAndSamplingAreCopied) {

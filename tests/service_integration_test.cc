@@ -1,5 +1,6 @@
 // End-to-end tests of the gRPC service with the real engine and the real stories260K
 // model: a Server on an ephemeral loopback port, called through the generated C++ stub.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -187,6 +188,23 @@ TEST_F(ServiceIntegrationTest, GreedyUnaryMatchesStreamAndTheReferenceStory) {
   v1::GenerateResponse from_ids;
   ASSERT_TRUE(Generate(by_ids, &from_ids).ok());
   EXPECT_EQ(from_ids.text(), unary.text());
+}
+
+// Tokenize reads "</s>" in the text as the control token only with parse_special.
+TEST_F(ServiceIntegrationTest, TokenizeParsesControlTokensOnlyWhenAsked) {
+  StartServer();
+  const int32_t eos = 2;  // </s> in the stories vocabulary
+  for (bool parse_special : {false, true}) {
+    grpc::ClientContext ctx;
+    v1::TokenizeRequest tok;
+    tok.set_text("Once</s>upon");
+    tok.set_parse_special(parse_special);
+    v1::TokenizeResponse ids;
+    ASSERT_TRUE(stub_->Tokenize(&ctx, tok, &ids).ok());
+    EXPECT_EQ(std::count(ids.token_ids().begin(), ids.token_ids().end(), eos),
+              parse_special ? 1 : 0)
+        << "parse_special=" << parse_special;
+  }
 }
 
 // Tokens produced within the flush interval after a write share the next message; the
