@@ -14,12 +14,14 @@
 // SentencePiece decoder (and llama2.c), when add_space_prefix is set a normal piece
 // right after BOS loses one leading ' '. The bytes are then made valid UTF-8: every
 // ill-formed sequence (maximal subpart, as Unicode recommends) becomes U+FFFD. Hence
-// for valid UTF-8 `x` (SentencePiece: without U+2581, and without the string of a
-// user-defined token), Decode(Encode(x, /*add_bos=*/true)) == x.
+// Decode(Encode(x, /*add_bos=*/true)) == x for valid UTF-8 `x` that holds no string of a
+// user-defined token (SentencePiece adds its dummy space after one; Phi-3's swallow
+// whitespace), no U+2581 with SentencePiece, and no byte the vocabulary lacks a token
+// for (Falcon has none for \v and 27 other control bytes; they are dropped, as in
+// llama.cpp).
 #ifndef KVSERVE_MODEL_TOKENIZER_H_
 #define KVSERVE_MODEL_TOKENIZER_H_
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
