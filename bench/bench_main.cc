@@ -162,7 +162,7 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-absl::Status Run(const Flags& flags, const backends::cpu_blas::BlasCoreDecision& blas) {
+absl::Status Run(const Flags& flags, const kvserve::backends::cpu_blas::BlasCoreDecision& blas) {
   namespace backends = kvserve::backends;
   namespace bench = kvserve::bench;
   namespace model = kvserve::model;
