@@ -349,11 +349,10 @@ absl::Status Main() {
 }  // namespace kvserve::bench
 
 int main(int argc, char** argv) {
-  return kvserve::bench::ToolMain(argc, argv, "kvserve-engine-bench", kvserve::bench::kUsage,
-                                  "engine_bench.cc", [argv] {
-                                    kvserve::backends::cpu_blas::EnsureBestBlasCore(
-                                        "kvserve-engine-bench", absl::GetFlag(FLAGS_blas_reexec),
-                                        argv);
-                                    return kvserve::bench::Main();
-                                  });
+  return kvserve::bench::ToolMain(
+      argc, argv, "kvserve-engine-bench", kvserve::bench::kUsage, "engine_bench.cc", [argv] {
+        kvserve::backends::cpu_blas::EnsureBestBlasCore("kvserve-engine-bench",
+                                                        absl::GetFlag(FLAGS_blas_reexec), argv);
+        return kvserve::bench::Main();
+      });
 }

@@ -63,10 +63,11 @@ TEST(MeasurementTest, JsonHasTheRequiredFields) {
   m.blas_core = "Haswell";
   const std::string j = MeasurementJson(m);
   for (const char* field :
-       {R"("kernel_level": "avx2")", R"("blas_core": "Haswell")", R"("backend": "cpu_blas")", R"("dtype": "f32")", R"("threads": 2)", R"("test": "decode")",
-        R"("batch": 16)", R"("tokens_per_s": 512)", R"("bytes_per_token": 400000000)",
-        R"("bandwidth_gbs": 32)", R"("model": "m.gguf")", R"("repeats": 3)", R"("median": 512)",
-        R"("min": 511)", R"("max": 513)"}) {
+       {R"("kernel_level": "avx2")", R"("blas_core": "Haswell")", R"("backend": "cpu_blas")",
+        R"("dtype": "f32")", R"("threads": 2)", R"("test": "decode")", R"("batch": 16)",
+        R"("tokens_per_s": 512)", R"("bytes_per_token": 400000000)", R"("bandwidth_gbs": 32)",
+        R"("model": "m.gguf")", R"("repeats": 3)", R"("median": 512)", R"("min": 511)",
+        R"("max": 513)"}) {
     EXPECT_THAT(j, HasSubstr(field));
   }
 }

@@ -257,8 +257,8 @@ int main(int argc, char** argv) {
       "Usage: kvserve-service-bench [--model models/stories260K.gguf] [flags]\n"
       "Flags accept - or _ (--max-tokens or --max_tokens).",
       "service_bench.cc", [argv] {
-        kvserve::backends::cpu_blas::EnsureBestBlasCore(
-            "kvserve-service-bench", absl::GetFlag(FLAGS_blas_reexec), argv);
+        kvserve::backends::cpu_blas::EnsureBestBlasCore("kvserve-service-bench",
+                                                        absl::GetFlag(FLAGS_blas_reexec), argv);
         return kvserve::bench::Run();
       });
 }

@@ -20,8 +20,7 @@ namespace {
 
 // ParseFlags may run once per process (Abseil's usage message is set once), so every
 // case parses in a death-test child and prints what it got to stderr.
-void ParseAndPrint(std::vector<std::string> args,
-                   std::function<std::string()> version = nullptr) {
+void ParseAndPrint(std::vector<std::string> args, std::function<std::string()> version = nullptr) {
   args.insert(args.begin(), "flags_test");
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

@@ -17,13 +17,11 @@ struct CoreGeneration {
 
 // Every x86-64 core name of OpenBLAS 0.3.21's DYNAMIC_ARCH build (driver/others/dynamic.c).
 constexpr CoreGeneration kCores[] = {
-    {"Katmai", 1},      {"Coppermine", 1},   {"Northwood", 1},  {"Prescott", 1},
-    {"Banias", 1},      {"Atom", 1},         {"Athlon", 1},     {"Opteron", 1},
-    {"Opteron_SSE3", 1}, {"Barcelona", 1},   {"Nano", 1},       {"Bobcat", 1},
-    {"Core2", 2},       {"Penryn", 2},       {"Dunnington", 2}, {"Nehalem", 3},
-    {"Sandybridge", 4}, {"Bulldozer", 4},    {"Piledriver", 4}, {"Steamroller", 4},
-    {"Haswell", 5},     {"Zen", 5},          {"Excavator", 5},  {"SkylakeX", 6},
-    {"Cooperlake", 6},
+    {"Katmai", 1},  {"Coppermine", 1},  {"Northwood", 1}, {"Prescott", 1},     {"Banias", 1},
+    {"Atom", 1},    {"Athlon", 1},      {"Opteron", 1},   {"Opteron_SSE3", 1}, {"Barcelona", 1},
+    {"Nano", 1},    {"Bobcat", 1},      {"Core2", 2},     {"Penryn", 2},       {"Dunnington", 2},
+    {"Nehalem", 3}, {"Sandybridge", 4}, {"Bulldozer", 4}, {"Piledriver", 4},   {"Steamroller", 4},
+    {"Haswell", 5}, {"Zen", 5},         {"Excavator", 5}, {"SkylakeX", 6},     {"Cooperlake", 6},
 };
 
 }  // namespace
@@ -50,10 +48,17 @@ CpuFeatures DetectCpuFeatures() {
 
 std::string CpuFeatureList(const CpuFeatures& cpu) {
   const std::pair<bool, const char*> features[] = {
-      {cpu.avx512f, "avx512f"},   {cpu.avx512bw, "avx512bw"},     {cpu.avx512vl, "avx512vl"},
-      {cpu.avx512dq, "avx512dq"}, {cpu.avx512bf16, "avx512bf16"}, {cpu.avx2, "avx2"},
-      {cpu.fma, "fma"},           {cpu.avx, "avx"},               {cpu.sse4_2, "sse4.2"},
-      {cpu.ssse3, "ssse3"},       {cpu.sse3, "sse3"},
+      {cpu.avx512f, "avx512f"},
+      {cpu.avx512bw, "avx512bw"},
+      {cpu.avx512vl, "avx512vl"},
+      {cpu.avx512dq, "avx512dq"},
+      {cpu.avx512bf16, "avx512bf16"},
+      {cpu.avx2, "avx2"},
+      {cpu.fma, "fma"},
+      {cpu.avx, "avx"},
+      {cpu.sse4_2, "sse4.2"},
+      {cpu.ssse3, "ssse3"},
+      {cpu.sse3, "sse3"},
   };
   std::vector<std::string> present;
   for (const auto& [has, name] : features) {
@@ -101,9 +106,9 @@ BlasCoreDecision DecideBlasCore(const CpuFeatures& cpu, std::string_view chosen_
   if (env.marker.has_value()) {
     const std::pair<std::string, std::string> from_to = absl::StrSplit(*env.marker, '>');
     if (env.coretype.has_value() && absl::EqualsIgnoreCase(*env.coretype, from_to.second)) {
-      d.reason = absl::StrCat("BLAS core ", chosen_core, ": OpenBLAS had chosen ",
-                              from_to.first, ", re-executed with OPENBLAS_CORETYPE=",
-                              *env.coretype, "; ", cpu_says);
+      d.reason =
+          absl::StrCat("BLAS core ", chosen_core, ": OpenBLAS had chosen ", from_to.first,
+                       ", re-executed with OPENBLAS_CORETYPE=", *env.coretype, "; ", cpu_says);
       if (d.degraded) absl::StrAppend(&d.reason, " (OpenBLAS did not take it: degraded)");
       return d;
     }

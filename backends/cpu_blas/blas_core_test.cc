@@ -112,8 +112,9 @@ TEST(DecideBlasCoreTest, MarkerStopsASecondReexec) {
   const BlasCoreDecision d = DecideBlasCore(Avx512(false), "SkylakeX", env, true);
   EXPECT_FALSE(d.reexec);
   EXPECT_FALSE(d.degraded);
-  EXPECT_THAT(d.reason,
-              HasSubstr("OpenBLAS had chosen Prescott, re-executed with OPENBLAS_CORETYPE=SkylakeX"));
+  EXPECT_THAT(
+      d.reason,
+      HasSubstr("OpenBLAS had chosen Prescott, re-executed with OPENBLAS_CORETYPE=SkylakeX"));
   // OpenBLAS ignored the setting: still no loop, but degraded.
   const BlasCoreDecision ignored = DecideBlasCore(Avx512(false), "Prescott", env, true);
   EXPECT_FALSE(ignored.reexec);

@@ -27,8 +27,7 @@ int main(int argc, char** argv) {
       "blas_reexec_probe_main.cc");
   const std::string pretend = absl::GetFlag(FLAGS_pretend_chosen_core);
   const bool reexecuted = std::getenv(cpu_blas::kBlasReexecMarker) != nullptr;
-  const std::string chosen =
-      pretend.empty() || reexecuted ? cpu_blas::OpenBlasCoreName() : pretend;
+  const std::string chosen = pretend.empty() || reexecuted ? cpu_blas::OpenBlasCoreName() : pretend;
   const cpu_blas::BlasCoreDecision decision = cpu_blas::EnsureBestBlasCoreFrom(
       "blas_reexec_probe", chosen, absl::GetFlag(FLAGS_blas_reexec), argv);
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");

@@ -70,10 +70,10 @@ BlasCoreDecision EnsureBestBlasCoreFrom(std::string_view program, std::string_vi
     const absl::Status failed = ReexecWithBlasCore(decision, chosen_core, argv);
     decision.reexec = false;
     decision.degraded = true;
-    decision.reason = absl::StrCat("BLAS core ", std::string(chosen_core),
-                                   ": chosen by OpenBLAS; could not ",
-                                   "re-execute with OPENBLAS_CORETYPE=", decision.target_core,
-                                   " (", failed.message(), "): degraded");
+    decision.reason =
+        absl::StrCat("BLAS core ", std::string(chosen_core), ": chosen by OpenBLAS; could not ",
+                     "re-execute with OPENBLAS_CORETYPE=", decision.target_core, " (",
+                     failed.message(), "): degraded");
     decision.target_core = std::string(chosen_core);
   }
   Log(program, decision);
