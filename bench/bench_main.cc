@@ -10,6 +10,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "backends/backend.h"
+#include "backends/cpu_blas/blas_startup.h"
+#include "backends/runtime_info.h"
 #include "bench/bandwidth.h"
 #include "bench/model_runner.h"
 #include "bench/report.h"
@@ -52,6 +54,7 @@ ABSL_FLAG(int32_t, paired_probe_mib, 256,
           "probe at the start; off when --bandwidth-mib is 0.");
 ABSL_FLAG(uint64_t, seed, 1, "Token id seed.");
 ABSL_FLAG(bool, json, false, "One JSON object per measurement and line, nothing else on stdout.");
+ABSL_FLAG(bool, blas_reexec, true, kvserve::backends::cpu_blas::kBlasReexecFlagHelp);
 ABSL_FLAG(bool, ignore_eos, true, "Accepted for symmetry with kvserve-generate; always in effect.");
 
 namespace {
@@ -159,7 +162,7 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-absl::Status Run(const Flags& flags) {
+absl::Status Run(const Flags& flags, const kvserve::backends::cpu_blas::BlasCoreDecision& blas) {
   namespace backends = kvserve::backends;
   namespace bench = kvserve::bench;
   namespace model = kvserve::model;
@@ -229,6 +232,9 @@ absl::Status Run(const Flags& flags) {
     base.repeats = repeats;
     base.bytes_per_token = bytes_per_token;
     base.bandwidth_gbs = bandwidth_gbs;
+    const backends::RuntimeInfo runtime = backends::DescribeRuntime(name, blas);
+    base.kernel_level = runtime.kernel_level;
+    base.blas_core = runtime.blas_core;
     if (prompt_tokens > 0) {
       absl::StatusOr<std::vector<double>> s =
           bench::MeasurePrefill(**backend, mdl, prompt_tokens, repeats, flags.seed);
@@ -281,8 +287,11 @@ absl::Status Run(const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return kvserve::bench::ToolMain(argc, argv, "kvserve-bench", kUsage, "bench_main.cc", [] {
+  return kvserve::bench::ToolMain(argc, argv, "kvserve-bench", kUsage, "bench_main.cc", [argv] {
+    const kvserve::backends::cpu_blas::BlasCoreDecision blas =
+        kvserve::backends::cpu_blas::EnsureBestBlasCore("kvserve-bench",
+                                                        absl::GetFlag(FLAGS_blas_reexec), argv);
     const absl::StatusOr<Flags> flags = FlagsFromCommandLine();
-    return flags.ok() ? Run(*flags) : flags.status();
+    return flags.ok() ? Run(*flags, blas) : flags.status();
   });
 }

@@ -10,7 +10,7 @@ import tempfile
 REQUIRED = {"model": str, "backend": str, "dtype": str, "threads": int, "test": str,
             "batch": int, "tokens_per_s": (int, float), "bytes_per_token": int,
             "bandwidth_gbs": (int, float), "repeats": int, "median": (int, float),
-            "min": (int, float), "max": (int, float)}
+            "min": (int, float), "max": (int, float), "kernel_level": str, "blas_core": str}
 
 
 def main():
@@ -19,6 +19,16 @@ def main():
         path = os.path.join(tmp, "tiny.gguf")
         subprocess.run([mkmodel, "--preset", "tiny", "--dtype", "f32", "--out", path, "--seed", "7"],
                        check=True)
+        # An explicit OPENBLAS_CORETYPE is kept, logged, and reported on every line.
+        env = {k: v for k, v in os.environ.items() if k != "KVSERVE_BLAS_REEXEC"}
+        env["OPENBLAS_CORETYPE"] = "Prescott"
+        pinned = subprocess.run([bench, "--model", path, "--backends", "cpu_blas", "--repeats", "1",
+                                 "--prompt-tokens", "8", "--decode-tokens", "2", "--batches", "1",
+                                 "--bandwidth-mib", "0", "--json"],
+                                check=True, capture_output=True, text=True, env=env)
+        assert "OPENBLAS_CORETYPE=Prescott set by the user, kept" in pinned.stderr, pinned.stderr
+        for line in pinned.stdout.splitlines():
+            assert json.loads(line)["blas_core"] == "Prescott", line
         out = subprocess.run([bench, "--model", path, "--backends", "reference,cpu_blas",
                               "--threads", "2", "--repeats", "1", "--prompt-tokens", "16",
                               "--reference-prompt-tokens", "16", "--decode-tokens", "3",
@@ -43,6 +53,8 @@ def main():
         if o["test"] == "bandwidth":
             continue
         assert o["tokens_per_s"] > 0 and o["min"] <= o["median"] <= o["max"], o
+        assert o["blas_core"] and o["kernel_level"] in ("avx512", "avx2", "scalar"), o
+        assert o["backend"] != "reference" or o["kernel_level"] == "scalar", o
         assert o["dtype"] == "f32" and o["threads"] == 2 and o["repeats"] == 1, o
         if o["test"] == "decode":
             # Paired probes: the median probe of the repeats, and the median of the ratios.

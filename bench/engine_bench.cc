@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "backends/cpu_blas/blas_startup.h"
 #include "bench/synthetic_model.h"
 #include "bench/tool_flags.h"
 #include "bench/tool_main.h"
@@ -40,6 +41,7 @@
 #include "model/dtype.h"
 #include "model/model.h"
 
+ABSL_FLAG(bool, blas_reexec, true, kvserve::backends::cpu_blas::kBlasReexecFlagHelp);
 ABSL_FLAG(std::string, model, "", "GGUF model file. Required.");
 ABSL_FLAG(std::string, mode, "all", "ttft, throughput or all.");
 ABSL_FLAG(std::string, backend, "cpu_blas", "Compute backend: cpu_blas or reference.");
@@ -347,6 +349,10 @@ absl::Status Main() {
 }  // namespace kvserve::bench
 
 int main(int argc, char** argv) {
-  return kvserve::bench::ToolMain(argc, argv, "kvserve-engine-bench", kvserve::bench::kUsage,
-                                  "engine_bench.cc", kvserve::bench::Main);
+  return kvserve::bench::ToolMain(
+      argc, argv, "kvserve-engine-bench", kvserve::bench::kUsage, "engine_bench.cc", [argv] {
+        kvserve::backends::cpu_blas::EnsureBestBlasCore("kvserve-engine-bench",
+                                                        absl::GetFlag(FLAGS_blas_reexec), argv);
+        return kvserve::bench::Main();
+      });
 }

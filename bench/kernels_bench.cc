@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu_blas/blas_startup.h"
 #include "backends/cpu_blas/cpu_blas_backend.h"
 #include "backends/cpu_blas/gemm.h"
 #include "backends/cpu_blas/simd_kernels.h"
@@ -345,4 +346,13 @@ BENCHMARK(BM_Prefill)
 }  // namespace
 }  // namespace kvserve::bench
 
-BENCHMARK_MAIN();
+// BENCHMARK_MAIN() with the best OpenBLAS core first (no --blas_reexec here: Google
+// Benchmark owns the flags; set OPENBLAS_CORETYPE to pin a core).
+int main(int argc, char** argv) {
+  kvserve::backends::cpu_blas::EnsureBestBlasCore("kernels_bench", true, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

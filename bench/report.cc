@@ -127,7 +127,9 @@ std::string MeasurementJson(const Measurement& m) {
       .Add("weight_gbs", m.weight_gbs())
       .Add("fraction_of_bound", m.fraction_of_bound())
       .Add("paired", m.paired_fraction > 0.0 ? 1 : 0)
-      .Add("detail", m.detail);
+      .Add("detail", m.detail)
+      .Add("kernel_level", m.kernel_level)
+      .Add("blas_core", m.blas_core);
   return j.str();
 }
 
@@ -183,6 +185,10 @@ std::string FormatReport(const std::vector<Measurement>& ms) {
     if (m.test == "bandwidth") continue;
     if (std::find(backends.begin(), backends.end(), m.backend) == backends.end()) {
       backends.push_back(m.backend);
+      if (!m.kernel_level.empty()) {
+        out += absl::StrCat(m.backend, ": kernel level ", m.kernel_level, ", BLAS core ",
+                            m.blas_core, "\n");
+      }
     }
     const bool decode = m.test == "decode";
     rows.push_back({m.model, m.backend, m.dtype, absl::StrCat(m.threads), m.test,

@@ -58,12 +58,16 @@ TEST(MeasurementTest, WeightBandwidthCountsOneWeightPassPerStep) {
 }
 
 TEST(MeasurementTest, JsonHasTheRequiredFields) {
-  const std::string j = MeasurementJson(Decode("cpu_blas", 16, 512.0));
+  Measurement m = Decode("cpu_blas", 16, 512.0);
+  m.kernel_level = "avx2";
+  m.blas_core = "Haswell";
+  const std::string j = MeasurementJson(m);
   for (const char* field :
-       {R"("backend": "cpu_blas")", R"("dtype": "f32")", R"("threads": 2)", R"("test": "decode")",
-        R"("batch": 16)", R"("tokens_per_s": 512)", R"("bytes_per_token": 400000000)",
-        R"("bandwidth_gbs": 32)", R"("model": "m.gguf")", R"("repeats": 3)", R"("median": 512)",
-        R"("min": 511)", R"("max": 513)"}) {
+       {R"("kernel_level": "avx2")", R"("blas_core": "Haswell")", R"("backend": "cpu_blas")",
+        R"("dtype": "f32")", R"("threads": 2)", R"("test": "decode")", R"("batch": 16)",
+        R"("tokens_per_s": 512)", R"("bytes_per_token": 400000000)", R"("bandwidth_gbs": 32)",
+        R"("model": "m.gguf")", R"("repeats": 3)", R"("median": 512)", R"("min": 511)",
+        R"("max": 513)"}) {
     EXPECT_THAT(j, HasSubstr(field));
   }
 }
@@ -78,8 +82,16 @@ TEST(FormatReportTest, PrintsRatios) {
   const std::vector<Measurement> ms = {bw, Decode("reference", 1, 4.0),
                                        Decode("reference", 16, 8.0), Decode("cpu_blas", 1, 64.0),
                                        Decode("cpu_blas", 16, 512.0)};
-  const std::string r = FormatReport(ms);
+  std::vector<Measurement> with_levels = ms;
+  for (Measurement& m : with_levels) {
+    if (m.test == "bandwidth") continue;
+    m.kernel_level = m.backend == "cpu_blas" ? "avx512" : "scalar";
+    m.blas_core = "SkylakeX";
+  }
+  const std::string r = FormatReport(with_levels);
   EXPECT_THAT(r, HasSubstr("read bandwidth, 2 threads: 32.0 GB/s best of 5 passes"));
+  EXPECT_THAT(r, HasSubstr("cpu_blas: kernel level avx512, BLAS core SkylakeX\n"));
+  EXPECT_THAT(r, HasSubstr("reference: kernel level scalar, BLAS core SkylakeX\n"));
   EXPECT_THAT(r, ContainsRegex("cpu_blas / reference +decode b1 +16.00x\n"));
   EXPECT_THAT(r, ContainsRegex("cpu_blas / reference +decode b16 +64.00x\n"));
   EXPECT_THAT(r, ContainsRegex("cpu_blas weight GB/s / measured GB/s +decode b1 +80.0%\n"));

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "backends/cpu_blas/blas_startup.h"
 #include "bench/tool_main.h"
 #include "common/stats.h"
 #include "engine/model_loading.h"
@@ -27,6 +28,7 @@
 #include "model/tokenizer.h"
 #include "service/server.h"
 
+ABSL_FLAG(bool, blas_reexec, true, kvserve::backends::cpu_blas::kBlasReexecFlagHelp);
 ABSL_FLAG(std::string, model, "models/stories260K.gguf", "Model file (GGUF).");
 ABSL_FLAG(std::string, backend, "cpu_blas", "Backend: cpu_blas or reference.");
 ABSL_FLAG(int32_t, threads, 0, "Backend threads; 0 = all cores.");
@@ -254,5 +256,9 @@ int main(int argc, char** argv) {
       "through a kvserve server on loopback; prints one JSON line.\n"
       "Usage: kvserve-service-bench [--model models/stories260K.gguf] [flags]\n"
       "Flags accept - or _ (--max-tokens or --max_tokens).",
-      "service_bench.cc", kvserve::bench::Run);
+      "service_bench.cc", [argv] {
+        kvserve::backends::cpu_blas::EnsureBestBlasCore("kvserve-service-bench",
+                                                        absl::GetFlag(FLAGS_blas_reexec), argv);
+        return kvserve::bench::Run();
+      });
 }

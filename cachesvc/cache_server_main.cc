@@ -23,6 +23,7 @@
 #include "cachesvc/redis_session_store.h"
 #include "cachesvc/tiered_block_store.h"
 #include "common/bearer_auth.h"
+#include "common/build_version.h"
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/shutdown_signals.h"
@@ -297,7 +298,12 @@ int main(int argc, char** argv) {
       "[--auth-tokens FILE] [--metrics-listen HOST:PORT] [--tls-cert FILE --tls-key FILE "
       "[--tls-client-ca FILE]] [flags]\n"
       "Flags accept - or _ (--memory-bytes or --memory_bytes). SIGTERM stops and exits 0.",
-      "cache_server_main.cc");
+      "cache_server_main.cc", {}, [] {
+        return absl::StrCat("kvserve-cache ", kvserve::common::kVersion,
+                            "\ncommit: ", kvserve::common::kGitCommit,
+                            "\nbackend: none (stores KV blocks and sessions; runs no model, no "
+                            "BLAS)\n");
+      });
   if (args.size() > 1) {
     std::fprintf(stderr, "kvserve-cache: unexpected argument \"%s\" (see --help)\n",
                  args[1].c_str());

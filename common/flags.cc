@@ -76,13 +76,15 @@ std::vector<std::vector<std::string>> TakeRepeated(std::vector<std::string>& arg
 
 std::vector<std::string> ParseFlags(int argc, char** argv, std::string_view usage,
                                     std::string_view main_file,
-                                    std::initializer_list<RepeatedFlag*> repeated) {
+                                    std::initializer_list<RepeatedFlag*> repeated,
+                                    std::function<std::string()> version) {
   absl::FlagsUsageConfig config;
   const std::string file(main_file);
   config.contains_help_flags = [file](absl::string_view path) {
     return absl::EndsWith(path, file);
   };
   config.contains_helpshort_flags = config.contains_help_flags;
+  config.version_string = std::move(version);
   absl::SetFlagsUsageConfig(config);
   absl::SetProgramUsageMessage(std::string(usage));
 

@@ -2,6 +2,7 @@
 #ifndef KVSERVE_COMMON_FLAGS_H_
 #define KVSERVE_COMMON_FLAGS_H_
 
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -25,9 +26,12 @@ using RepeatedFlag = absl::Flag<std::vector<std::string>>;
 // in order, each kept whole (a comma is no separator). Returns the positional arguments,
 // argv[0] first. Unknown flags or bad values (also a repeated flag without a value) print
 // a message and exit(1): call it only from main().
+// --version (Abseil's built-in flag) prints `version()` on stdout and exits 0; `version`
+// runs after every flag is parsed, so it may read them. Null: Abseil's default text.
 std::vector<std::string> ParseFlags(int argc, char** argv, std::string_view usage,
                                     std::string_view main_file,
-                                    std::initializer_list<RepeatedFlag*> repeated = {});
+                                    std::initializer_list<RepeatedFlag*> repeated = {},
+                                    std::function<std::string()> version = nullptr);
 
 }  // namespace kvserve::common
 

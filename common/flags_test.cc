@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,12 +20,13 @@ namespace {
 
 // ParseFlags may run once per process (Abseil's usage message is set once), so every
 // case parses in a death-test child and prints what it got to stderr.
-void ParseAndPrint(std::vector<std::string> args) {
+void ParseAndPrint(std::vector<std::string> args, std::function<std::string()> version = nullptr) {
   args.insert(args.begin(), "flags_test");
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
-  const std::vector<std::string> positional = ParseFlags(
-      static_cast<int>(argv.size()), argv.data(), "flags_test", "flags_test.cc", {&FLAGS_stop});
+  const std::vector<std::string> positional =
+      ParseFlags(static_cast<int>(argv.size()), argv.data(), "flags_test", "flags_test.cc",
+                 {&FLAGS_stop}, std::move(version));
   std::fprintf(stderr, "stop=[%s] prompt=[%s] max_tokens=%d ignore_eos=%d positional=[%s]\n",
                absl::StrJoin(absl::GetFlag(FLAGS_stop), "|").c_str(),
                absl::GetFlag(FLAGS_prompt).c_str(), absl::GetFlag(FLAGS_max_tokens),
@@ -56,6 +58,16 @@ TEST(ParseFlagsTest, ValuesOfOtherFlagsAndArgumentsAfterDoubleDashAreNotTaken) {
 TEST(ParseFlagsTest, ShortHelpIsHelp) {
   // Help goes to stdout; an unknown "-h" would be an error on stderr.
   EXPECT_EXIT(ParseAndPrint({"-h"}), testing::ExitedWithCode(1), "^$");
+}
+
+TEST(ParseFlagsTest, VersionRunsAfterTheFlagsAreParsedAndExitsZero) {
+  // The callback sees --max-tokens even though it comes after --version.
+  const auto version = [] {
+    std::fprintf(stderr, "version sees max_tokens=%d\n", absl::GetFlag(FLAGS_max_tokens));
+    return std::string("v1\n");
+  };
+  EXPECT_EXIT(ParseAndPrint({"--version", "--max-tokens=5"}, version), testing::ExitedWithCode(0),
+              "^version sees max_tokens=5\n$");
 }
 
 TEST(ParseFlagsTest, BadFlagsExitNonZeroWithAMessage) {

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "backends/cpu_blas/blas_startup.h"
 #include "common/flags.h"
 #include "engine/offline_generate.h"
 #include "engine/sampling_params.h"
@@ -75,6 +76,7 @@ ABSL_FLAG(std::string, backend, "cpu_blas", "Compute backend: cpu_blas or refere
 ABSL_FLAG(int32_t, threads, 0, "Backend worker threads; 0 = all cores.");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating past end-of-sequence.");
 ABSL_FLAG(std::string, kv_dtype, "f32", "Element type of cached K/V: f32 or f16.");
+ABSL_FLAG(bool, blas_reexec, true, kvserve::backends::cpu_blas::kBlasReexecFlagHelp);
 ABSL_FLAG(bool, no_echo, false, "Do not print the prompt before the continuation.");
 ABSL_FLAG(bool, parse_special, false,
           "Turn control-token strings in the prompt (e.g. <|eot_id|>) into those tokens.");
@@ -159,6 +161,8 @@ int main(int argc, char** argv) {
                  args[1].c_str());
     return 2;
   }
+  kvserve::backends::cpu_blas::EnsureBestBlasCore("kvserve-generate",
+                                                  absl::GetFlag(FLAGS_blas_reexec), argv);
   absl::StatusOr<OfflineGenerateOptions> options = OptionsFromFlags();
   if (!options.ok()) {
     std::fprintf(stderr, "kvserve-generate: %s (see --help)\n",

@@ -173,6 +173,17 @@ Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       engine_collector_(std::make_shared<EngineCollector>()),
       process_collector_(std::make_shared<ProcessCollector>()),
+      build_info_(prometheus::BuildGauge()
+                      .Name("kvserve_build_info")
+                      .Help("Always 1; the labels say what runs: version, git commit, backend, "
+                            "SIMD kernel level, OpenBLAS core.")
+                      .Register(*registry_)),
+      degraded_path_(prometheus::BuildGauge()
+                         .Name("kvserve_degraded_path")
+                         .Help("1 when a slow path runs by accident: blas_core (OpenBLAS runs an "
+                               "older core than the CPU supports), simd_kernels (scalar "
+                               "fallback); else 0.")
+                         .Register(*registry_)),
       rpc_requests_(prometheus::BuildCounter()
                         .Name("kvserve_rpc_requests_total")
                         .Help("Finished RPCs by method and gRPC status code.")
@@ -215,6 +226,18 @@ Metrics::Metrics()
         engine::FinishReason::kDeadline, engine::FinishReason::kError}) {
     finished_.Add({{"reason", FinishReasonLabel(reason)}});
   }
+}
+
+void Metrics::SetBuildInfo(const backends::RuntimeInfo& info) {
+  build_info_
+      .Add({{"version", info.version},
+            {"commit", info.commit},
+            {"backend", info.backend},
+            {"kernel_level", info.kernel_level},
+            {"blas_core", info.blas_core}})
+      .Set(1.0);
+  degraded_path_.Add({{"path", "blas_core"}}).Set(info.blas_core_degraded ? 1.0 : 0.0);
+  degraded_path_.Add({{"path", "simd_kernels"}}).Set(info.kernels_degraded ? 1.0 : 0.0);
 }
 
 void Metrics::RecordRpc(const std::string& method, const std::string& code) {

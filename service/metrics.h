@@ -25,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "backends/runtime_info.h"
 #include "engine/engine.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
@@ -57,6 +58,13 @@ class Metrics : public MetricsSource {
   // The gap between two consecutive tokens of one request.
   void RecordInterTokenLatency(absl::Duration gap);
 
+  // What this process runs: kvserve_build_info{version, commit, backend, kernel_level,
+  // blas_core} = 1, and kvserve_degraded_path{path} = 1 for each slow path taken by
+  // accident, else 0: path="blas_core" (OpenBLAS runs an older core than this CPU
+  // supports), path="simd_kernels" (cpu_blas runs its scalar kernels). Call at most once,
+  // at start (a second call would export a second build_info series).
+  void SetBuildInfo(const backends::RuntimeInfo& info);
+
   // Sets where engine stats come from (replaces any previous source).
   void SetEngineStatsSource(EngineStatsSource source);
 
@@ -72,6 +80,8 @@ class Metrics : public MetricsSource {
   std::shared_ptr<EngineCollector> engine_collector_;
   std::shared_ptr<ProcessCollector> process_collector_;
 
+  prometheus::Family<prometheus::Gauge>& build_info_;
+  prometheus::Family<prometheus::Gauge>& degraded_path_;
   prometheus::Family<prometheus::Counter>& rpc_requests_;
   prometheus::Family<prometheus::Counter>& finished_;
   prometheus::Counter& prompt_tokens_;

@@ -47,6 +47,30 @@ TEST(MetricsTest, RecordsGenerationsAndRpcs) {
   EXPECT_THAT(text, Not(HasSubstr("kvserve_kv_blocks_free")));
 }
 
+TEST(MetricsTest, BuildInfoAndDegradedPaths) {
+  Metrics metrics;
+  EXPECT_THAT(metrics.SerializeText(), Not(HasSubstr("kvserve_build_info{")));
+  metrics.SetBuildInfo({.version = "1.2.3",
+                        .commit = "abc",
+                        .backend = "cpu_blas",
+                        .kernel_level = "avx2",
+                        .blas_core = "Prescott",
+                        .blas_config = "OpenBLAS 0.3.21",
+                        .blas_reason = "",
+                        .blas_core_degraded = true,
+                        .kernels_degraded = false});
+  ExpectAll(metrics.SerializeText(),
+            {"kvserve_build_info{backend=\"cpu_blas\",blas_core=\"Prescott\",commit=\"abc\","
+             "kernel_level=\"avx2\",version=\"1.2.3\"} 1",
+             "kvserve_degraded_path{path=\"blas_core\"} 1",
+             "kvserve_degraded_path{path=\"simd_kernels\"} 0"});
+
+  Metrics fine;
+  fine.SetBuildInfo({.backend = "cpu_blas", .kernel_level = "scalar", .kernels_degraded = true});
+  ExpectAll(fine.SerializeText(), {"kvserve_degraded_path{path=\"blas_core\"} 0",
+                                   "kvserve_degraded_path{path=\"simd_kernels\"} 1"});
+}
+
 TEST(MetricsTest, NoTokenMeansNoTtftObservation) {
   Metrics metrics;
   engine::Usage usage;

@@ -20,6 +20,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "backends/cpu_blas/blas_startup.h"
+#include "backends/runtime_info.h"
 #include "cachesvc/remote_cache_client.h"
 #include "common/bearer_auth.h"
 #include "common/flags.h"
@@ -137,6 +139,7 @@ ABSL_FLAG(std::string, auth_tokens, "",
           "needs \"authorization: Bearer TOKEN\" with a listed token (else UNAUTHENTICATED), "
           "sessions belong to their tenant and KV is shared only within a tenant. Health and "
           "reflection stay open. Empty = no authentication.");
+ABSL_FLAG(bool, blas_reexec, true, kvserve::backends::cpu_blas::kBlasReexecFlagHelp);
 ABSL_FLAG(uint64_t, seed, 0,
           "Seeds the sampling of requests without a seed (session ids never depend on it).");
 
@@ -338,7 +341,7 @@ absl::StatusOr<std::unique_ptr<cachesvc::RemoteCacheClient>> SessionCacheFromFla
   return cachesvc::RemoteCacheClient::Create(options);
 }
 
-int Run() {
+int Run(const backends::RuntimeInfo& runtime) {
   if (absl::Status s = CheckFlags(); !s.ok()) return Fail(s);
   absl::StatusOr<ServerOptions> server_options = ServerOptionsFromFlags();
   if (!server_options.ok()) return Fail(server_options.status());
@@ -357,6 +360,7 @@ int Run() {
 
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(*server_options);
   if (!server.ok()) return Fail(server.status());
+  (*server)->metrics().SetBuildInfo(runtime);
   std::printf("kvserve: listening on %s (port %d), metrics on %s (port %d); loading %s\n",
               server_options->listen_address.c_str(), (*server)->port(),
               server_options->metrics.address.c_str(), (*server)->metrics_port(),
@@ -381,8 +385,9 @@ int Run() {
         model_options->engine.kv_prefault ? ", resident from start" : ", touched as used",
         static_cast<double>(ResidentBytes()) / (1 << 20));
   }
-  std::printf("kvserve: ready (backend %s%s%s)\n", model_options->backend.c_str(),
-              *session_cache != nullptr ? ", session cache " : "",
+  std::printf("kvserve: ready (backend %s, kernel level %s, BLAS core %s%s%s)\n",
+              model_options->backend.c_str(), runtime.kernel_level.c_str(),
+              runtime.blas_core.c_str(), *session_cache != nullptr ? ", session cache " : "",
               absl::GetFlag(FLAGS_session_cache).c_str());
   std::fflush(stdout);
 
@@ -412,6 +417,21 @@ int Run() {
 }  // namespace kvserve::service
 
 int main(int argc, char** argv) {
+  namespace backends = kvserve::backends;
+  // Once the flags are parsed: choose the OpenBLAS core (may re-execute this process)
+  // and describe what runs. --version does it too, so it reports the core that runs.
+  const auto runtime = [argv] {
+    const backends::cpu_blas::BlasCoreDecision blas =
+        backends::cpu_blas::EnsureBestBlasCore("kvserve", absl::GetFlag(FLAGS_blas_reexec), argv);
+    const backends::RuntimeInfo info =
+        backends::DescribeRuntime(absl::GetFlag(FLAGS_backend), blas);
+    if (info.kernels_degraded) {
+      std::fprintf(stderr,
+                   "kvserve: warning: cpu_blas runs its scalar kernels (this CPU has no "
+                   "AVX2 + FMA + F16C)\n");
+    }
+    return info;
+  };
   const std::vector<std::string> args = kvserve::common::ParseFlags(
       argc, argv,
       "LLM inference over gRPC (kvserve.v1.Inference), with health, reflection "
@@ -420,10 +440,10 @@ int main(int argc, char** argv) {
       "--tls-key FILE [--tls-client-ca FILE]] [--auth-tokens FILE] [flags]\n"
       "Flags accept - or _ (--metrics-listen or --metrics_listen). SIGTERM drains and "
       "exits 0.",
-      "server_main.cc");
+      "server_main.cc", {}, [&runtime] { return backends::FormatVersion("kvserve", runtime()); });
   if (args.size() > 1) {
     std::fprintf(stderr, "kvserve: unexpected argument \"%s\" (see --help)\n", args[1].c_str());
     return 2;
   }
-  return kvserve::service::Run();
+  return kvserve::service::Run(runtime());
 }

@@ -75,10 +75,11 @@ class KvserveProcess:
 
     LISTEN_RE = re.compile(r"listening on \S+ \(port (\d+)\), metrics on \S* \(port (\d+)\)")
 
-    def __init__(self, binary, model, extra_args=(), timeout=30.0):
+    def __init__(self, binary, model, extra_args=(), timeout=30.0, env=None):
         self.args = [binary, "--model", model, "--listen", "127.0.0.1:0",
                      "--metrics-listen", "127.0.0.1:0", "--threads", "1"] + list(extra_args)
         self.timeout = timeout
+        self.env = env  # the process environment; None = this process's
         self.proc = None
         self.port = None
         self.metrics_port = None
@@ -88,7 +89,7 @@ class KvserveProcess:
 
     def __enter__(self):
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
+                                     text=True, env=self.env)
         threading.Thread(target=self._pump, daemon=True).start()
         self.wait_for_line("ready", self.timeout)
         for line in self.lines:
