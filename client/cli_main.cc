@@ -1,6 +1,6 @@
 // kvserve-cli: talk to a kvserve server.
 //   kvserve-cli generate --prompt "Once upon a time" [--stream] [--max_tokens 64]
-//   kvserve-cli chat                      (one session; each stdin line is a turn)
+//   kvserve-cli chat [--system TEXT]      (one session; each stdin line is a turn)
 //   kvserve-cli bench --streams 8 --requests 32 --max_tokens 128
 //   kvserve-cli info
 #include <algorithm>
@@ -42,6 +42,9 @@ ABSL_FLAG(absl::Duration, timeout, absl::Seconds(120), "Per-call deadline.");
 ABSL_FLAG(int32_t, streams, 4, "bench: concurrent streams.");
 ABSL_FLAG(int32_t, requests, 16, "bench: total streamed requests.");
 ABSL_FLAG(int32_t, latency_calls, 50, "bench: one-token Generate calls timed one by one.");
+ABSL_FLAG(std::string, system, "",
+          "chat: system message opening the conversation (only when the model has a chat "
+          "template); empty = none.");
 
 namespace kvserve::client {
 namespace {
@@ -109,20 +112,45 @@ int RunGenerate(const Client& client) {
   return 0;
 }
 
+// A chat turn: the line as a user message when the model has a chat template (the
+// server renders it; the first turn opens with --system), else the line as text.
+v1::GenerateRequest ChatTurn(const std::string& line, bool use_messages, bool first_turn) {
+  v1::GenerateRequest request = RequestFromFlags(line);
+  if (!use_messages) return request;
+  v1::Conversation* conversation = request.mutable_messages();  // clears the text
+  const std::string system = absl::GetFlag(FLAGS_system);
+  if (first_turn && !system.empty()) {
+    v1::Message* m = conversation->add_messages();
+    m->set_role("system");
+    m->set_content(system);
+  }
+  v1::Message* m = conversation->add_messages();
+  m->set_role("user");
+  m->set_content(line);
+  return request;
+}
+
 int RunChat(const Client& client) {
+  absl::StatusOr<v1::ModelInfo> info = client.GetModelInfo();
+  if (!info.ok()) return Fail(info.status());
+  const bool use_messages = !info->chat_template().empty();
   absl::StatusOr<v1::Session> session = client.OpenSession();
   if (!session.ok()) return Fail(session.status());
-  std::fprintf(stderr, "session %s; type a turn per line, Ctrl-D to end\n",
-               session->session_id().c_str());
+  std::fprintf(stderr, "session %s (%s); type a turn per line, Ctrl-D to end\n",
+               session->session_id().c_str(),
+               use_messages ? absl::StrCat(info->chat_template(), " chat template").c_str()
+                            : "no chat template: lines are sent as text");
   std::string line;
+  bool first_turn = true;
   while (std::getline(std::cin, line)) {
-    v1::GenerateRequest request = RequestFromFlags(line);
+    v1::GenerateRequest request = ChatTurn(line, use_messages, first_turn);
     request.set_session_id(session->session_id());
     v1::GenerateStreamResponse last;
     if (absl::Status status = StreamToStdout(client, request, &last); !status.ok()) {
       Fail(status);
       continue;
     }
+    first_turn = false;
     PrintUsage(last.usage(), last.finish_reason());
   }
   absl::Status closed = client.CloseSession(session->session_id());

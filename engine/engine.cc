@@ -300,11 +300,13 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   std::vector<int32_t> context;
   if (is_turn) {
     // BOS is decided under the session's lock: only an empty history gets it.
-    auto begun =
-        sessions_.BeginTurn(request.session_id, request.tenant, request.prompt_tokens, bos, now);
+    auto begin_turn = [&] {
+      return sessions_.BeginTurn(request.session_id, request.tenant, request.prompt_tokens, bos,
+                                 now, request.turn_separator);
+    };
+    auto begun = begin_turn();
     if (absl::IsNotFound(begun.status()) && RestoreSession(request.session_id, request.tenant)) {
-      begun =
-          sessions_.BeginTurn(request.session_id, request.tenant, request.prompt_tokens, bos, now);
+      begun = begin_turn();
     }
     if (!begun.ok()) return begun.status();
     context = std::move(begun->context);

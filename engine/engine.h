@@ -71,6 +71,11 @@ struct Request {
   // request, or a turn of a session whose history is empty (decided atomically with
   // the turn, so callers never read the session first). Set for text prompts.
   bool add_bos = false;
+  // For a session turn: tokens put before prompt_tokens when the session already has
+  // history (a chat template's end of the previous assistant reply), except that the
+  // first is left out when the history already ends with it (the model stopped on it).
+  // Decided under the session's lock, like add_bos. Ignored for stateless requests.
+  std::vector<int32_t> turn_separator;
   std::string session_id;  // empty: stateless request
   SamplingParams sampling;
   absl::Time deadline = absl::InfiniteFuture();

@@ -91,7 +91,7 @@ absl::StatusOr<engine::Request> InferenceService::PrepareGeneration(
   if (deadline <= absl::Now()) {
     return absl::DeadlineExceededError("deadline expired before the request was queued");
   }
-  return ToEngineRequest(request, options_.limits, *core.tokenizer, deadline);
+  return ToEngineRequest(request, options_.limits, *core.tokenizer, deadline, core.chat);
 }
 
 absl::Status InferenceService::GenerationStatus(engine::FinishReason reason,
@@ -218,6 +218,10 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerCon
     response->set_backend(core.backend_name);
     response->set_max_tokens_limit(core.engine->submit_limits().max_tokens_limit);
     response->set_default_max_tokens(options_.limits.default_max_tokens);
+    response->set_tokenizer_model(model.vocab().tokenizer_model);
+    response->set_tokenizer_pre(model.vocab().tokenizer_pre);
+    if (core.chat != nullptr) response->set_chat_template(std::string(core.chat->family_name()));
+    // sliding_window stays 0: ModelConfig has no window yet (every model attends fully).
     return absl::OkStatus();
   });
 }

@@ -1,0 +1,25 @@
+#include "model/chat_prompter.h"
+
+#include <utility>
+
+namespace kvserve::model {
+
+ChatPrompter::ChatPrompter(const Tokenizer& tokenizer)
+    : template_(ChatTemplate::FromJinja(tokenizer.vocab().chat_template)), encoder_(tokenizer) {
+  if (template_.ok()) turn_separator_ = encoder_.EncodeTemplateText(template_->TurnSeparator());
+}
+
+std::string_view ChatPrompter::family_name() const {
+  return template_.ok() ? ChatTemplateFamilyName(template_->family()) : std::string_view();
+}
+
+absl::StatusOr<ChatPrompter::Prompt> ChatPrompter::Encode(
+    std::span<const ChatMessage> messages) const {
+  if (!template_.ok()) return template_.status();
+  absl::StatusOr<std::vector<ChatSegment>> segments =
+      template_->Render(messages, /*add_generation_prompt=*/true);
+  if (!segments.ok()) return segments.status();
+  return Prompt{encoder_.Encode(*segments), turn_separator_};
+}
+
+}  // namespace kvserve::model

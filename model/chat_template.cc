@@ -1,0 +1,355 @@
+#include "model/chat_template.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace kvserve::model {
+namespace {
+
+using Family = ChatTemplateFamily;
+
+struct FamilyText {
+  Family family;
+  std::string_view name;
+  std::string_view separator;  // ends an assistant reply (ChatTemplate::TurnSeparator)
+};
+
+constexpr FamilyText kFamilies[] = {
+    {Family::kChatMl, "chatml", "<|im_end|>\n"},
+    {Family::kPhi4, "phi4", "<|im_end|>"},
+    {Family::kLlama2, "llama2", "</s>"},
+    {Family::kLlama2Sys, "llama2-sys", "</s>"},
+    // The next turn opens with "[INST] "; this variant writes "<s>" before it.
+    {Family::kLlama2SysBos, "llama2-sys-bos", "</s><s>"},
+    {Family::kLlama2SysStrip, "llama2-sys-strip", "</s>"},
+    {Family::kMistralV1, "mistral-v1", "</s>"},
+    {Family::kMistralV3, "mistral-v3", "</s>"},
+    {Family::kMistralV3Tekken, "mistral-v3-tekken", "</s>"},
+    {Family::kMistralV7, "mistral-v7", "</s>"},
+    {Family::kLlama3, "llama3", "<|eot_id|>"},
+    {Family::kPhi3, "phi3", "<|end|>\n"},
+    {Family::kGemma, "gemma", "<end_of_turn>\n"},
+    {Family::kDeepSeek, "deepseek", "\n<|EOT|>\n"},
+    {Family::kDeepSeek3, "deepseek3", "<｜end▁of▁sentence｜>"},
+};
+
+const FamilyText& TextOf(Family family) {
+  for (const FamilyText& f : kFamilies) {
+    if (f.family == family) return f;
+  }
+  return kFamilies[0];  // unreachable: every enumerator has a row
+}
+
+// The [INST] families: Mistral's official templates carry markers of their own; the
+// rest are Llama 2 variants told apart by how they treat system text, BOS and spaces.
+bool Contains(std::string_view text, std::string_view part) {
+  return text.find(part) != std::string_view::npos;
+}
+
+Family DetectInstFamily(std::string_view t) {
+  auto has = [t](std::string_view s) { return Contains(t, s); };
+  if (has("[SYSTEM_PROMPT]")) return Family::kMistralV7;
+  if (has("' [INST] ' + system_message") || has("[AVAILABLE_TOOLS]")) {
+    if (has(" [INST]")) return Family::kMistralV1;
+    if (has("\"[INST]\"")) return Family::kMistralV3Tekken;
+    return Family::kMistralV3;
+  }
+  if (has("content.strip()")) return Family::kLlama2SysStrip;
+  if (has("bos_token + '[INST]")) return Family::kLlama2SysBos;
+  if (has("<<SYS>>")) return Family::kLlama2Sys;
+  return Family::kLlama2;
+}
+
+// Appends segments, merging neighbours of the same kind.
+class SegmentWriter {
+ public:
+  void Template(std::string_view text) { Add(text, false); }
+  void Content(std::string_view text) { Add(text, true); }
+  std::vector<ChatSegment> Take() { return std::move(segments_); }
+
+ private:
+  void Add(std::string_view text, bool is_content) {
+    if (text.empty()) return;
+    if (!segments_.empty() && segments_.back().is_content == is_content) {
+      segments_.back().text.append(text);
+    } else {
+      segments_.push_back({std::string(text), is_content});
+    }
+  }
+  std::vector<ChatSegment> segments_;
+};
+
+// ASCII whitespace trimmed from both ends (Python's str.strip() on ASCII text; Jinja's
+// trim filter).
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && absl::ascii_isspace(static_cast<unsigned char>(s.front()))) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && absl::ascii_isspace(static_cast<unsigned char>(s.back()))) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+void RenderChatMl(std::span<const ChatMessage> messages, bool add_gen, SegmentWriter& w) {
+  for (const ChatMessage& m : messages) {
+    w.Template(absl::StrCat("<|im_start|>", m.role, "\n"));
+    w.Content(m.content);
+    w.Template("<|im_end|>\n");
+  }
+  if (add_gen) w.Template("<|im_start|>assistant\n");
+}
+
+void RenderPhi4(std::span<const ChatMessage> messages, bool add_gen, SegmentWriter& w) {
+  for (const ChatMessage& m : messages) {
+    w.Template(absl::StrCat("<|im_start|>", m.role, "<|im_sep|>"));
+    w.Content(m.content);
+    w.Template("<|im_end|>");
+  }
+  if (add_gen) w.Template("<|im_start|>assistant<|im_sep|>");
+}
+
+// Llama 2: the conversation starts inside an [INST] block; an assistant reply closes it
+// and the next message opens another.
+void RenderLlama2(Family family, std::span<const ChatMessage> messages, SegmentWriter& w) {
+  const bool system_blocks = family != Family::kLlama2;
+  const bool bos_inside = family == Family::kLlama2SysBos;
+  const bool strip = family == Family::kLlama2SysStrip;
+  bool inside_turn = true;
+  w.Template("[INST] ");
+  for (const ChatMessage& m : messages) {
+    const std::string_view content = strip ? Trim(m.content) : std::string_view(m.content);
+    if (!inside_turn) {
+      inside_turn = true;
+      w.Template(bos_inside ? "<s>[INST] " : "[INST] ");
+    }
+    if (m.role == "system") {
+      if (system_blocks) w.Template("<<SYS>>\n");
+      w.Content(content);
+      w.Template(system_blocks ? "\n<</SYS>>\n\n" : "\n");
+    } else if (m.role == "user") {
+      w.Content(content);
+      w.Template(" [/INST]");
+    } else {
+      w.Content(content);
+      w.Template("</s>");
+      inside_turn = false;
+    }
+  }
+}
+
+// Mistral v1/v3/v3-tekken: like Llama 2 but every turn opens its own [INST] block and
+// the spaces around the markers differ by version.
+void RenderMistral(Family family, std::span<const ChatMessage> messages, SegmentWriter& w) {
+  const std::string_view lead = family == Family::kMistralV1 ? " " : "";
+  const std::string_view trail = family == Family::kMistralV3Tekken ? "" : " ";
+  const bool trim_reply = family == Family::kMistralV3;
+  bool inside_turn = false;
+  for (const ChatMessage& m : messages) {
+    if (!inside_turn) {
+      w.Template(std::string(lead) + "[INST]" + std::string(trail));
+      inside_turn = true;
+    }
+    if (m.role == "system") {
+      w.Content(m.content);
+      w.Template("\n\n");
+    } else if (m.role == "user") {
+      w.Content(m.content);
+      w.Template(std::string(lead) + "[/INST]");
+    } else {
+      w.Template(trail);
+      w.Content(trim_reply ? Trim(m.content) : std::string_view(m.content));
+      w.Template("</s>");
+      inside_turn = false;
+    }
+  }
+}
+
+void RenderMistralV7(std::span<const ChatMessage> messages, SegmentWriter& w) {
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      w.Template("[SYSTEM_PROMPT] ");
+      w.Content(m.content);
+      w.Template("[/SYSTEM_PROMPT]");
+    } else if (m.role == "user") {
+      w.Template("[INST] ");
+      w.Content(m.content);
+      w.Template("[/INST]");
+    } else {
+      w.Template(" ");
+      w.Content(m.content);
+      w.Template("</s>");
+    }
+  }
+}
+
+void RenderLlama3(std::span<const ChatMessage> messages, bool add_gen, SegmentWriter& w) {
+  for (const ChatMessage& m : messages) {
+    w.Template(absl::StrCat("<|start_header_id|>", m.role, "<|end_header_id|>\n\n"));
+    w.Content(Trim(m.content));
+    w.Template("<|eot_id|>");
+  }
+  if (add_gen) w.Template("<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+void RenderPhi3(std::span<const ChatMessage> messages, bool add_gen, SegmentWriter& w) {
+  for (const ChatMessage& m : messages) {
+    w.Template(absl::StrCat("<|", m.role, "|>\n"));
+    w.Content(m.content);
+    w.Template("<|end|>\n");
+  }
+  if (add_gen) w.Template("<|assistant|>\n");
+}
+
+// Gemma has no system role: a system message's text opens the next user turn.
+void RenderGemma(std::span<const ChatMessage> messages, bool add_gen, SegmentWriter& w) {
+  std::string_view pending_system;
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      pending_system = Trim(m.content);
+      continue;
+    }
+    const bool is_model = m.role == "assistant";
+    w.Template(is_model ? "<start_of_turn>model\n" : "<start_of_turn>user\n");
+    if (!pending_system.empty() && !is_model) {
+      w.Content(pending_system);
+      w.Template("\n\n");
+      pending_system = {};
+    }
+    w.Content(Trim(m.content));
+    w.Template("<end_of_turn>\n");
+  }
+  if (add_gen) w.Template("<start_of_turn>model\n");
+}
+
+void RenderDeepSeek(std::span<const ChatMessage> messages, bool add_gen, SegmentWriter& w) {
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      w.Content(m.content);
+    } else if (m.role == "user") {
+      w.Template("### Instruction:\n");
+      w.Content(m.content);
+      w.Template("\n");
+    } else {
+      w.Template("### Response:\n");
+      w.Content(m.content);
+      w.Template("\n<|EOT|>\n");
+    }
+  }
+  if (add_gen) w.Template("### Response:\n");
+}
+
+void RenderDeepSeek3(std::span<const ChatMessage> messages, bool add_gen, SegmentWriter& w) {
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      w.Content(m.content);
+      w.Template("\n\n");
+    } else if (m.role == "user") {
+      w.Template("<｜User｜>");
+      w.Content(m.content);
+    } else {
+      w.Template("<｜Assistant｜>");
+      w.Content(m.content);
+      w.Template("<｜end▁of▁sentence｜>");
+    }
+  }
+  if (add_gen) w.Template("<｜Assistant｜>");
+}
+
+}  // namespace
+
+std::string_view ChatTemplateFamilyName(ChatTemplateFamily family) { return TextOf(family).name; }
+
+std::optional<ChatTemplateFamily> DetectChatTemplateFamily(std::string_view t) {
+  auto has = [t](std::string_view s) { return Contains(t, s); };
+  if (has("<|im_start|>")) return has("<|im_sep|>") ? Family::kPhi4 : Family::kChatMl;
+  if (t.starts_with("mistral") || has("[INST]")) return DetectInstFamily(t);
+  if (has("<|assistant|>") && has("<|end|>")) return Family::kPhi3;
+  if (has("<start_of_turn>")) return Family::kGemma;
+  if (has("### Instruction:") && has("<|EOT|>")) return Family::kDeepSeek;
+  if (has("<|start_header_id|>") && has("<|end_header_id|>")) return Family::kLlama3;
+  if (has("<｜Assistant｜>") && has("<｜User｜>") && has("<｜end▁of▁sentence｜>")) {
+    return Family::kDeepSeek3;
+  }
+  return std::nullopt;
+}
+
+std::string JoinChatSegments(std::span<const ChatSegment> segments) {
+  std::string out;
+  for (const ChatSegment& s : segments) out.append(s.text);
+  return out;
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::FromJinja(std::string_view jinja) {
+  if (jinja.empty()) {
+    return absl::FailedPreconditionError(
+        "the model has no chat template (tokenizer.chat_template); send prompt text instead");
+  }
+  const std::optional<ChatTemplateFamily> family = DetectChatTemplateFamily(jinja);
+  if (!family.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the model's chat template (tokenizer.chat_template, ", jinja.size(),
+        " bytes) is of no supported family (chatml, llama2, mistral, llama3, phi3, phi4, gemma, "
+        "deepseek, deepseek3); send prompt text instead"));
+  }
+  return ChatTemplate(*family);
+}
+
+std::string_view ChatTemplate::TurnSeparator() const { return TextOf(family_).separator; }
+
+absl::StatusOr<std::vector<ChatSegment>> ChatTemplate::Render(std::span<const ChatMessage> messages,
+                                                              bool add_generation_prompt) const {
+  if (messages.empty()) return absl::InvalidArgumentError("messages must not be empty");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
+    if (role != "system" && role != "user" && role != "assistant") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "messages[", i, "].role must be \"system\", \"user\" or \"assistant\""));
+    }
+  }
+  SegmentWriter w;
+  const bool gen = add_generation_prompt;
+  switch (family_) {
+    case Family::kChatMl:
+      RenderChatMl(messages, gen, w);
+      break;
+    case Family::kPhi4:
+      RenderPhi4(messages, gen, w);
+      break;
+    case Family::kLlama2:
+    case Family::kLlama2Sys:
+    case Family::kLlama2SysBos:
+    case Family::kLlama2SysStrip:
+      RenderLlama2(family_, messages, w);
+      break;
+    case Family::kMistralV1:
+    case Family::kMistralV3:
+    case Family::kMistralV3Tekken:
+      RenderMistral(family_, messages, w);
+      break;
+    case Family::kMistralV7:
+      RenderMistralV7(messages, w);
+      break;
+    case Family::kLlama3:
+      RenderLlama3(messages, gen, w);
+      break;
+    case Family::kPhi3:
+      RenderPhi3(messages, gen, w);
+      break;
+    case Family::kGemma:
+      RenderGemma(messages, gen, w);
+      break;
+    case Family::kDeepSeek:
+      RenderDeepSeek(messages, gen, w);
+      break;
+    case Family::kDeepSeek3:
+      RenderDeepSeek3(messages, gen, w);
+      break;
+  }
+  return w.Take();
+}
+
+}  // namespace kvserve::model
