@@ -79,7 +79,9 @@ ABSL_FLAG(absl::Duration, session_ttl, absl::Minutes(10),
 ABSL_FLAG(absl::Duration, max_session_ttl, absl::Hours(24), "Sessions: largest accepted ttl.");
 ABSL_FLAG(int32_t, max_tokens_limit, 4096, "Largest accepted GenerateRequest.max_tokens.");
 ABSL_FLAG(int32_t, default_max_tokens, 256, "max_tokens of a request that leaves it unset.");
-ABSL_FLAG(int64_t, max_prompt_bytes, 1 << 20, "Largest accepted text prompt, in bytes.");
+ABSL_FLAG(int64_t, max_prompt_bytes, 1 << 20,
+          "Largest accepted text prompt (or chat messages' contents together), in bytes.");
+ABSL_FLAG(int32_t, max_chat_messages, 1024, "Most messages a GenerateRequest.messages may hold.");
 ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
           "Largest accepted request message, in bytes (larger: RESOURCE_EXHAUSTED).");
 ABSL_FLAG(int64_t, grpc_memory_quota_mib, 256,
@@ -229,6 +231,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   }
   options.service.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   options.service.limits.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
+  options.service.limits.max_messages = absl::GetFlag(FLAGS_max_chat_messages);
   options.service.retry_after = absl::GetFlag(FLAGS_retry_after);
   options.service.stream_flush_interval = absl::GetFlag(FLAGS_stream_flush_interval);
   if (const std::string path = absl::GetFlag(FLAGS_auth_tokens); !path.empty()) {
