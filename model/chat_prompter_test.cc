@@ -22,18 +22,8 @@ constexpr char kChatMl[] =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}";
 
-// The synthetic vocabulary plus ChatML's two control tokens and `chat_template`.
 std::unique_ptr<Tokenizer> ChatTokenizer(const std::string& chat_template) {
-  Vocabulary v = MakeSyntheticTokenizer()->vocab();
-  for (const char* control : {"<|im_start|>", "<|im_end|>"}) {
-    v.pieces.push_back(control);
-    v.scores.push_back(0);
-    v.kinds.push_back(TokenKind::kControl);
-  }
-  v.chat_template = chat_template;
-  auto tok = Tokenizer::Create(v);
-  EXPECT_TRUE(tok.ok()) << tok.status();
-  return tok.ok() ? *std::move(tok) : nullptr;
+  return MakeSyntheticChatTokenizer(chat_template);
 }
 
 int32_t IdOf(const Tokenizer& tok, const std::string& piece) {
