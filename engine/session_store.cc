@@ -156,12 +156,9 @@ absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id, const std::
   return Info(id, *s);
 }
 
-absl::StatusOr<SessionStore::Turn> SessionStore::BeginTurn(const std::string& id,
-                                                           const std::string& owner,
-                                                           const std::vector<int32_t>& new_tokens,
-                                                           std::optional<int32_t> bos_if_empty,
-                                                           absl::Time now,
-                                                           std::span<const int32_t> separator) {
+absl::StatusOr<SessionStore::Turn> SessionStore::BeginTurn(
+    const std::string& id, const std::string& owner, const std::vector<int32_t>& new_tokens,
+    std::optional<int32_t> bos_if_empty, absl::Time now, std::span<const int32_t> separator) {
   std::lock_guard<std::mutex> lock(mu_);
   Session* s = FindOwned(id, owner, now);
   if (s == nullptr) return SessionNotFound(id);
@@ -174,8 +171,7 @@ absl::StatusOr<SessionStore::Turn> SessionStore::BeginTurn(const std::string& id
   } else if (!separator.empty() && s->history.back() == separator.front()) {
     separator = separator.subspan(1);
   }
-  const size_t total =
-      s->history.size() + separator.size() + new_tokens.size() + (add_bos ? 1 : 0);
+  const size_t total = s->history.size() + separator.size() + new_tokens.size() + (add_bos ? 1 : 0);
   if (absl::Status fits =
           CheckContextFits(options_.context, total, static_cast<int32_t>(s->history.size()));
       !fits.ok()) {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <string>
 
-
 namespace kvserve::model {
 
 ChatEncoder::ChatEncoder(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {

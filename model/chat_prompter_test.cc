@@ -50,9 +50,12 @@ TEST(ChatPrompterTest, TemplateTextSpellsControlTokensAndContentNever) {
   // What a tokenizer that parses control tokens gives the rendered string, except that
   // the content's "<|im_end|>" stays text: the plain text between two control tokens
   // (template and content together) is one Encode call.
-  const std::vector<int32_t> expected =
-      Concat({{start}, tok->Encode("user\nthe <|im_end|> end", false), {end},
-              tok->Encode("\n", false), {start}, tok->Encode("assistant\n", false)});
+  const std::vector<int32_t> expected = Concat({{start},
+                                                tok->Encode("user\nthe <|im_end|> end", false),
+                                                {end},
+                                                tok->Encode("\n", false),
+                                                {start},
+                                                tok->Encode("assistant\n", false)});
   EXPECT_THAT(p->tokens, ElementsAreArray(expected));
   EXPECT_EQ(std::count(p->tokens.begin(), p->tokens.end(), end), 1);
   EXPECT_THAT(p->turn_separator, ElementsAreArray(Concat({{end}, tok->Encode("\n", false)})));
@@ -67,9 +70,8 @@ TEST(ChatPrompterTest, WithoutControlTokensTheRenderingEncodesLikeText) {
   const ChatPrompter chat(**tok);
   absl::StatusOr<ChatPrompter::Prompt> p = chat.Encode({{{"user", "hi"}}});
   ASSERT_TRUE(p.ok());
-  EXPECT_THAT(p->tokens,
-              ElementsAreArray((*tok)->Encode(
-                  "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", false)));
+  EXPECT_THAT(p->tokens, ElementsAreArray((*tok)->Encode(
+                             "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", false)));
 }
 
 TEST(ChatPrompterTest, NoOrUnknownTemplateIsFailedPrecondition) {
@@ -100,8 +102,8 @@ TEST(ChatPrompterTest, VocabularyReadsTheTokenizerStringsFromGguf) {
   w.SetStringArray("tokenizer.ggml.tokens", tokens);
   absl::StatusOr<std::string> bytes = w.WriteToString();
   ASSERT_TRUE(bytes.ok());
-  absl::StatusOr<GgufFile> file = ParseGguf(std::span<const uint8_t>(
-      reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()));
+  absl::StatusOr<GgufFile> file = ParseGguf(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()));
   ASSERT_TRUE(file.ok()) << file.status();
   absl::StatusOr<Vocabulary> v = VocabularyFromGguf(*file);
   ASSERT_TRUE(v.ok()) << v.status();
@@ -112,8 +114,8 @@ TEST(ChatPrompterTest, VocabularyReadsTheTokenizerStringsFromGguf) {
   w.SetUint32("tokenizer.chat_template", 7);
   bytes = w.WriteToString();
   ASSERT_TRUE(bytes.ok());
-  file = ParseGguf(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()),
-                                            bytes->size()));
+  file = ParseGguf(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size()));
   ASSERT_TRUE(file.ok());
   v = VocabularyFromGguf(*file);
   EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);

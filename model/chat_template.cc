@@ -306,8 +306,8 @@ absl::StatusOr<std::vector<ChatSegment>> ChatTemplate::Render(std::span<const Ch
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
     if (role != "system" && role != "user" && role != "assistant") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "messages[", i, "].role must be \"system\", \"user\" or \"assistant\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("messages[", i, "].role must be \"system\", \"user\" or \"assistant\""));
     }
   }
   SegmentWriter w;

@@ -28,14 +28,14 @@ namespace kvserve::model {
 
 // The families recognised, named as llama.cpp names them.
 enum class ChatTemplateFamily {
-  kChatMl,          // "chatml": <|im_start|>role\n...<|im_end|>\n (Qwen, SmolLM, Hermes)
-  kPhi4,            // "phi4": ChatML with <|im_sep|>
-  kLlama2,          // "llama2": [INST] ... [/INST], no system role
-  kLlama2Sys,       // "llama2-sys": with <<SYS>> system blocks
-  kLlama2SysBos,    // "llama2-sys-bos": and <s> before every later [INST]
-  kLlama2SysStrip,  // "llama2-sys-strip": and content stripped of outer whitespace
-  kMistralV1,       // "mistral-v1":  " [INST] ... [/INST]"
-  kMistralV3,       // "mistral-v3": "[INST] ...[/INST]", assistant content trimmed
+  kChatMl,           // "chatml": <|im_start|>role\n...<|im_end|>\n (Qwen, SmolLM, Hermes)
+  kPhi4,             // "phi4": ChatML with <|im_sep|>
+  kLlama2,           // "llama2": [INST] ... [/INST], no system role
+  kLlama2Sys,        // "llama2-sys": with <<SYS>> system blocks
+  kLlama2SysBos,     // "llama2-sys-bos": and <s> before every later [INST]
+  kLlama2SysStrip,   // "llama2-sys-strip": and content stripped of outer whitespace
+  kMistralV1,        // "mistral-v1":  " [INST] ... [/INST]"
+  kMistralV3,        // "mistral-v3": "[INST] ...[/INST]", assistant content trimmed
   kMistralV3Tekken,  // "mistral-v3-tekken": "[INST]...[/INST]"
   kMistralV7,        // "mistral-v7": [SYSTEM_PROMPT] blocks
   kLlama3,           // "llama3": <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>

@@ -74,8 +74,7 @@ TEST(ChatTemplateTest, EveryFixtureIsDetectedAndRendersItsExpectedText) {
     absl::StatusOr<ChatTemplate> t = ChatTemplate::FromJinja(jinja);
     ASSERT_TRUE(t.ok()) << t.status();
     EXPECT_EQ(ChatTemplateFamilyName(t->family()), f.family);
-    EXPECT_EQ(Render(*t, FixtureConversation(), true),
-              ReadFile(FixturePath(f.name + ".expected")));
+    EXPECT_EQ(Render(*t, FixtureConversation(), true), ReadFile(FixturePath(f.name + ".expected")));
   }
 }
 
@@ -110,7 +109,8 @@ TEST(ChatTemplateTest, Llama2WithSystemBlocks) {
 }
 
 TEST(ChatTemplateTest, UnsupportedAndMissingTemplatesAreFailedPrecondition) {
-  for (const char* name : {"unsupported-vicuna-13b-1.1.jinja", "unsupported-command-r-plus.jinja"}) {
+  for (const char* name :
+       {"unsupported-vicuna-13b-1.1.jinja", "unsupported-command-r-plus.jinja"}) {
     SCOPED_TRACE(name);
     const std::string jinja = ReadFile(FixturePath(name));
     ASSERT_FALSE(jinja.empty());

@@ -249,8 +249,9 @@ absl::StatusOr<Vocabulary> VocabularyFromGguf(const GgufFile& file) {
   if (!add_space.ok()) return add_space.status();
   v.add_space_prefix = *add_space;
   v.tokenizer_model = std::string(*model);
-  for (auto [key, field] : {std::pair<const char*, std::string*>{"tokenizer.ggml.pre", &v.tokenizer_pre},
-                            {"tokenizer.chat_template", &v.chat_template}}) {
+  for (auto [key, field] :
+       {std::pair<const char*, std::string*>{"tokenizer.ggml.pre", &v.tokenizer_pre},
+        {"tokenizer.chat_template", &v.chat_template}}) {
     absl::StatusOr<std::string> value = StringOr(file, key);
     if (!value.ok()) return value.status();
     *field = *std::move(value);

@@ -103,8 +103,8 @@ absl::Status ConvertMessages(const v1::Conversation& conversation, const Request
   for (const v1::Message& m : conversation.messages()) {
     content_bytes += static_cast<int64_t>(m.content().size());
     if (content_bytes > limits.max_prompt_bytes) {
-      return Invalid(absl::StrCat("prompt.messages contents exceed ", limits.max_prompt_bytes,
-                                  " bytes"));
+      return Invalid(
+          absl::StrCat("prompt.messages contents exceed ", limits.max_prompt_bytes, " bytes"));
     }
     messages.push_back({m.role(), m.content()});
   }

@@ -65,8 +65,8 @@ class ChatServiceTest : public ::testing::Test {
     auto server = Server::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    stub_ = v1::Inference::NewStub(grpc::CreateChannel(
-        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+    stub_ = v1::Inference::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                                       grpc::InsecureChannelCredentials()));
     engine::ModelOptions model_options;
     model_options.model_path = model_path;
     model_options.backend = "cpu_blas";

@@ -72,7 +72,8 @@ inline absl::Status CopyArray(std::string_view key, const GgufValue& v, GgufWrit
     case GgufType::kArray:
       break;
   }
-  return absl::UnimplementedError(absl::StrCat("cannot copy ", std::string(key), " (", v.Describe(), ")"));
+  return absl::UnimplementedError(
+      absl::StrCat("cannot copy ", std::string(key), " (", v.Describe(), ")"));
 }
 
 inline absl::Status CopyValue(std::string_view key, const GgufValue& v, GgufWriter* out) {
