@@ -94,22 +94,81 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
-void RenderChatMl(std::span<const ChatMessage> messages, bool add_gen, SegmentWriter& w) {
-  for (const ChatMessage& m : messages) {
-    w.Template(absl::StrCat("<|im_start|>", m.role, "\n"));
-    w.Content(m.content);
-    w.Template("<|im_end|>\n");
+// Families that write each message as its role's opening text, the content and the
+// role's closing text, and end with a fixed generation prompt.
+struct Frame {
+  std::string_view open;
+  std::string_view close;
+};
+struct FramedTurns {
+  Family family;
+  Frame system, user, assistant;
+  bool trim_content;
+  std::string_view generation_prompt;
+};
+
+constexpr FramedTurns kFramedFamilies[] = {
+    {Family::kChatMl,
+     {"<|im_start|>system\n", "<|im_end|>\n"},
+     {"<|im_start|>user\n", "<|im_end|>\n"},
+     {"<|im_start|>assistant\n", "<|im_end|>\n"},
+     false,
+     "<|im_start|>assistant\n"},
+    {Family::kPhi4,
+     {"<|im_start|>system<|im_sep|>", "<|im_end|>"},
+     {"<|im_start|>user<|im_sep|>", "<|im_end|>"},
+     {"<|im_start|>assistant<|im_sep|>", "<|im_end|>"},
+     false,
+     "<|im_start|>assistant<|im_sep|>"},
+    {Family::kLlama3,
+     {"<|start_header_id|>system<|end_header_id|>\n\n", "<|eot_id|>"},
+     {"<|start_header_id|>user<|end_header_id|>\n\n", "<|eot_id|>"},
+     {"<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"},
+     true,
+     "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+    {Family::kPhi3,
+     {"<|system|>\n", "<|end|>\n"},
+     {"<|user|>\n", "<|end|>\n"},
+     {"<|assistant|>\n", "<|end|>\n"},
+     false,
+     "<|assistant|>\n"},
+    // Mistral v7's user turn ends with [/INST]: no generation prompt.
+    {Family::kMistralV7,
+     {"[SYSTEM_PROMPT] ", "[/SYSTEM_PROMPT]"},
+     {"[INST] ", "[/INST]"},
+     {" ", "</s>"},
+     false,
+     ""},
+    {Family::kDeepSeek,
+     {"", ""},
+     {"### Instruction:\n", "\n"},
+     {"### Response:\n", "\n<|EOT|>\n"},
+     false,
+     "### Response:\n"},
+    {Family::kDeepSeek3,
+     {"", "\n\n"},
+     {"<｜User｜>", ""},
+     {"<｜Assistant｜>", "<｜end▁of▁sentence｜>"},
+     false,
+     "<｜Assistant｜>"},
+};
+
+const FramedTurns* FramesOf(Family family) {
+  for (const FramedTurns& f : kFramedFamilies) {
+    if (f.family == family) return &f;
   }
-  if (add_gen) w.Template("<|im_start|>assistant\n");
+  return nullptr;
 }
 
-void RenderPhi4(std::span<const ChatMessage> messages, bool add_gen, SegmentWriter& w) {
+void RenderFramed(const FramedTurns& f, std::span<const ChatMessage> messages, bool add_gen,
+                  SegmentWriter& w) {
   for (const ChatMessage& m : messages) {
-    w.Template(absl::StrCat("<|im_start|>", m.role, "<|im_sep|>"));
-    w.Content(m.content);
-    w.Template("<|im_end|>");
+    const Frame& frame = m.role == "system" ? f.system : m.role == "user" ? f.user : f.assistant;
+    w.Template(frame.open);
+    w.Content(f.trim_content ? Trim(m.content) : std::string_view(m.content));
+    w.Template(frame.close);
   }
-  if (add_gen) w.Template("<|im_start|>assistant<|im_sep|>");
+  if (add_gen) w.Template(f.generation_prompt);
 }
 
 // Llama 2: the conversation starts inside an [INST] block; an assistant reply closes it
@@ -168,42 +227,6 @@ void RenderMistral(Family family, std::span<const ChatMessage> messages, Segment
   }
 }
 
-void RenderMistralV7(std::span<const ChatMessage> messages, SegmentWriter& w) {
-  for (const ChatMessage& m : messages) {
-    if (m.role == "system") {
-      w.Template("[SYSTEM_PROMPT] ");
-      w.Content(m.content);
-      w.Template("[/SYSTEM_PROMPT]");
-    } else if (m.role == "user") {
-      w.Template("[INST] ");
-      w.Content(m.content);
-      w.Template("[/INST]");
-    } else {
-      w.Template(" ");
-      w.Content(m.content);
-      w.Template("</s>");
-    }
-  }
-}
-
-void RenderLlama3(std::span<const ChatMessage> messages, bool add_gen, SegmentWriter& w) {
-  for (const ChatMessage& m : messages) {
-    w.Template(absl::StrCat("<|start_header_id|>", m.role, "<|end_header_id|>\n\n"));
-    w.Content(Trim(m.content));
-    w.Template("<|eot_id|>");
-  }
-  if (add_gen) w.Template("<|start_header_id|>assistant<|end_header_id|>\n\n");
-}
-
-void RenderPhi3(std::span<const ChatMessage> messages, bool add_gen, SegmentWriter& w) {
-  for (const ChatMessage& m : messages) {
-    w.Template(absl::StrCat("<|", m.role, "|>\n"));
-    w.Content(m.content);
-    w.Template("<|end|>\n");
-  }
-  if (add_gen) w.Template("<|assistant|>\n");
-}
-
 // Gemma has no system role: a system message's text opens the next user turn.
 void RenderGemma(std::span<const ChatMessage> messages, bool add_gen, SegmentWriter& w) {
   std::string_view pending_system;
@@ -223,40 +246,6 @@ void RenderGemma(std::span<const ChatMessage> messages, bool add_gen, SegmentWri
     w.Template("<end_of_turn>\n");
   }
   if (add_gen) w.Template("<start_of_turn>model\n");
-}
-
-void RenderDeepSeek(std::span<const ChatMessage> messages, bool add_gen, SegmentWriter& w) {
-  for (const ChatMessage& m : messages) {
-    if (m.role == "system") {
-      w.Content(m.content);
-    } else if (m.role == "user") {
-      w.Template("### Instruction:\n");
-      w.Content(m.content);
-      w.Template("\n");
-    } else {
-      w.Template("### Response:\n");
-      w.Content(m.content);
-      w.Template("\n<|EOT|>\n");
-    }
-  }
-  if (add_gen) w.Template("### Response:\n");
-}
-
-void RenderDeepSeek3(std::span<const ChatMessage> messages, bool add_gen, SegmentWriter& w) {
-  for (const ChatMessage& m : messages) {
-    if (m.role == "system") {
-      w.Content(m.content);
-      w.Template("\n\n");
-    } else if (m.role == "user") {
-      w.Template("<｜User｜>");
-      w.Content(m.content);
-    } else {
-      w.Template("<｜Assistant｜>");
-      w.Content(m.content);
-      w.Template("<｜end▁of▁sentence｜>");
-    }
-  }
-  if (add_gen) w.Template("<｜Assistant｜>");
 }
 
 }  // namespace
@@ -311,43 +300,15 @@ absl::StatusOr<std::vector<ChatSegment>> ChatTemplate::Render(std::span<const Ch
     }
   }
   SegmentWriter w;
-  const bool gen = add_generation_prompt;
-  switch (family_) {
-    case Family::kChatMl:
-      RenderChatMl(messages, gen, w);
-      break;
-    case Family::kPhi4:
-      RenderPhi4(messages, gen, w);
-      break;
-    case Family::kLlama2:
-    case Family::kLlama2Sys:
-    case Family::kLlama2SysBos:
-    case Family::kLlama2SysStrip:
-      RenderLlama2(family_, messages, w);
-      break;
-    case Family::kMistralV1:
-    case Family::kMistralV3:
-    case Family::kMistralV3Tekken:
-      RenderMistral(family_, messages, w);
-      break;
-    case Family::kMistralV7:
-      RenderMistralV7(messages, w);
-      break;
-    case Family::kLlama3:
-      RenderLlama3(messages, gen, w);
-      break;
-    case Family::kPhi3:
-      RenderPhi3(messages, gen, w);
-      break;
-    case Family::kGemma:
-      RenderGemma(messages, gen, w);
-      break;
-    case Family::kDeepSeek:
-      RenderDeepSeek(messages, gen, w);
-      break;
-    case Family::kDeepSeek3:
-      RenderDeepSeek3(messages, gen, w);
-      break;
+  if (const FramedTurns* frames = FramesOf(family_); frames != nullptr) {
+    RenderFramed(*frames, messages, add_generation_prompt, w);
+  } else if (family_ == Family::kGemma) {
+    RenderGemma(messages, add_generation_prompt, w);
+  } else if (family_ == Family::kMistralV1 || family_ == Family::kMistralV3 ||
+             family_ == Family::kMistralV3Tekken) {
+    RenderMistral(family_, messages, w);
+  } else {
+    RenderLlama2(family_, messages, w);  // the four Llama 2 variants
   }
   return w.Take();
 }
