@@ -1,10 +1,16 @@
 #include "model/chat_prompter.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/gguf.h"
@@ -35,6 +41,60 @@ std::vector<int32_t> Concat(std::initializer_list<std::vector<int32_t>> parts) {
   std::vector<int32_t> out;
   for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
   return out;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The ids llama.cpp gives a rendered chat (special tokens parsed) on a real vocabulary:
+// the Mistral-7B-Instruct-v0.2 fixture on Llama 2's SentencePiece vocabulary, whose "</s>"
+// is a control token between turns. The vocabulary is not in the repository
+// (../shared/vocab, or $KVSERVE_VOCAB_DIR); the test skips without it.
+TEST(ChatPrompterTest, EncodesTheRenderedFixtureAsLlamaCppDoesOnLlamaSpm) {
+  const char* src = std::getenv("KVSERVE_SOURCE_DIR");
+  const std::string source = src == nullptr ? "." : src;
+  const char* vocab_dir = std::getenv("KVSERVE_VOCAB_DIR");
+  const std::string vocab_path =
+      (vocab_dir != nullptr ? std::string(vocab_dir) : source + "/../shared/vocab") +
+      "/ggml-vocab-llama-spm.gguf";
+  absl::StatusOr<MappedGguf> gguf = OpenGguf(vocab_path);
+  if (!gguf.ok()) GTEST_SKIP() << "no " << vocab_path << ": " << gguf.status();
+  absl::StatusOr<Vocabulary> vocab = VocabularyFromGguf(gguf->gguf);
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  const std::string fixtures = source + "/model/testdata/chat_templates/";
+  vocab->chat_template = ReadFile(fixtures + "mistral-7b-instruct-v0.2.jinja");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::Create(*vocab);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const ChatPrompter chat(**tok);
+  ASSERT_EQ(chat.family_name(), "llama2");
+
+  std::vector<int32_t> expected;
+  std::istringstream golden(ReadFile(fixtures + "mistral-7b-instruct-v0.2.llama-spm.ids"));
+  std::string line;
+  while (std::getline(golden, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    for (absl::string_view id : absl::StrSplit(absl::StripAsciiWhitespace(line).substr(1),
+                                               absl::ByAnyChar(",]"), absl::SkipWhitespace())) {
+      int32_t v = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(id, &v)) << id;
+      expected.push_back(v);
+    }
+  }
+  ASSERT_FALSE(expected.empty());
+  const std::vector<ChatMessage> conversation = {{"system", "You are a helpful assistant"},
+                                                 {"user", "Hello"},
+                                                 {"assistant", "Hi there"},
+                                                 {"user", "Who are you"},
+                                                 {"assistant", "   I am an assistant   "},
+                                                 {"user", "Another question"}};
+  absl::StatusOr<ChatPrompter::Prompt> p = chat.Encode(conversation);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT(p->tokens, ElementsAreArray(expected));
+  EXPECT_THAT(p->turn_separator, ElementsAreArray({vocab->eos_id}));
 }
 
 TEST(ChatPrompterTest, TemplateTextSpellsControlTokensAndContentNever) {
