@@ -10,16 +10,19 @@ ChatEncoder::ChatEncoder(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {
   for (int32_t id = 0; id < v.size(); ++id) {
     const TokenKind kind = v.kinds[id];
     if ((kind == TokenKind::kControl || kind == TokenKind::kUserDefined) && !v.pieces[id].empty()) {
-      specials_.push_back({v.pieces[id], id});
+      specials_[static_cast<unsigned char>(v.pieces[id][0])].push_back({v.pieces[id], id});
     }
   }
-  std::stable_sort(specials_.begin(), specials_.end(), [](const Special& a, const Special& b) {
-    return a.text.size() > b.text.size();
-  });
+  for (std::vector<Special>& bucket : specials_) {
+    std::stable_sort(bucket.begin(), bucket.end(), [](const Special& a, const Special& b) {
+      return a.text.size() > b.text.size();
+    });
+  }
 }
 
 const ChatEncoder::Special* ChatEncoder::MatchAt(std::string_view text) const {
-  for (const Special& s : specials_) {
+  if (text.empty()) return nullptr;
+  for (const Special& s : specials_[static_cast<unsigned char>(text.front())]) {
     if (text.starts_with(s.text)) return &s;
   }
   return nullptr;

@@ -8,6 +8,7 @@
 #ifndef KVSERVE_MODEL_CHAT_ENCODING_H_
 #define KVSERVE_MODEL_CHAT_ENCODING_H_
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -39,9 +40,9 @@ class ChatEncoder {
   const Special* MatchAt(std::string_view text) const;
 
   const Tokenizer& tokenizer_;
-  // Control and user-defined tokens with non-empty text, longest text first (for equal
-  // text the lower id wins).
-  std::vector<Special> specials_;
+  // Control and user-defined tokens with non-empty text by their first byte, longest
+  // text first (for equal text the lower id wins).
+  std::array<std::vector<Special>, 256> specials_;
 };
 
 }  // namespace kvserve::model
