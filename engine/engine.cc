@@ -302,7 +302,7 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
     // BOS is decided under the session's lock: only an empty history gets it.
     auto begin_turn = [&] {
       return sessions_.BeginTurn(request.session_id, request.tenant, request.prompt_tokens, bos,
-                                 now, request.turn_separator);
+                                 now, request.turn_separator, request.turn_end_token);
     };
     auto begun = begin_turn();
     if (absl::IsNotFound(begun.status()) && RestoreSession(request.session_id, request.tenant)) {

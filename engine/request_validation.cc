@@ -27,6 +27,10 @@ absl::Status ValidateRequest(const Request& request, const RequestRules& rules) 
                                    std::pair{&request.turn_separator, "turn_separator"}}) {
     if (absl::Status s = CheckTokenIds(*ids, field, rules.vocab_size); !s.ok()) return s;
   }
+  if (request.turn_end_token < -1 || request.turn_end_token >= rules.vocab_size) {
+    return FieldError("turn_end_token", absl::StrCat("must be -1 or in [0, ", rules.vocab_size,
+                                                     "), got ", request.turn_end_token));
+  }
   if (absl::Status s = request.sampling.Validate(rules.vocab_size, rules.max_tokens_limit);
       !s.ok()) {
     return NestField("sampling", s);

@@ -158,7 +158,8 @@ absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id, const std::
 
 absl::StatusOr<SessionStore::Turn> SessionStore::BeginTurn(
     const std::string& id, const std::string& owner, const std::vector<int32_t>& new_tokens,
-    std::optional<int32_t> bos_if_empty, absl::Time now, std::span<const int32_t> separator) {
+    std::optional<int32_t> bos_if_empty, absl::Time now, std::span<const int32_t> separator,
+    int32_t end_token) {
   std::lock_guard<std::mutex> lock(mu_);
   Session* s = FindOwned(id, owner, now);
   if (s == nullptr) return SessionNotFound(id);
@@ -168,8 +169,9 @@ absl::StatusOr<SessionStore::Turn> SessionStore::BeginTurn(
   const bool add_bos = bos_if_empty.has_value() && s->history.empty();
   if (s->history.empty()) {
     separator = {};
-  } else if (!separator.empty() && s->history.back() == separator.front()) {
-    separator = separator.subspan(1);
+  } else if (end_token >= 0 && s->history.back() == end_token) {
+    const auto end = std::find(separator.begin(), separator.end(), end_token);
+    if (end != separator.end()) separator = separator.subspan(end - separator.begin() + 1);
   }
   const size_t total = s->history.size() + separator.size() + new_tokens.size() + (add_bos ? 1 : 0);
   if (absl::Status fits =

@@ -6,7 +6,15 @@ namespace kvserve::model {
 
 ChatPrompter::ChatPrompter(const Tokenizer& tokenizer)
     : template_(ChatTemplate::FromJinja(tokenizer.vocab().chat_template)), encoder_(tokenizer) {
-  if (template_.ok()) turn_separator_ = encoder_.EncodeTemplateText(template_->TurnSeparator());
+  if (!template_.ok()) return;
+  turn_separator_ = encoder_.EncodeTemplateText(template_->TurnSeparator());
+  const Vocabulary& v = tokenizer.vocab();
+  for (int32_t id : turn_separator_) {
+    if (v.kinds[id] == TokenKind::kControl || v.kinds[id] == TokenKind::kUserDefined) {
+      turn_end_token_ = id;
+      break;
+    }
+  }
 }
 
 std::string_view ChatPrompter::family_name() const {
@@ -19,7 +27,7 @@ absl::StatusOr<ChatPrompter::Prompt> ChatPrompter::Encode(
   absl::StatusOr<std::vector<ChatSegment>> segments =
       template_->Render(messages, /*add_generation_prompt=*/true);
   if (!segments.ok()) return segments.status();
-  return Prompt{encoder_.Encode(*segments), turn_separator_};
+  return Prompt{encoder_.Encode(*segments), turn_separator_, turn_end_token_};
 }
 
 }  // namespace kvserve::model

@@ -33,6 +33,9 @@ class ChatPrompter {
     // ChatTemplate::TurnSeparator() encoded: what a session puts between its history
     // and `tokens` (engine::Request::turn_separator).
     std::vector<int32_t> turn_separator;
+    // The separator's first control (or user-defined) token, e.g. <|im_end|>, or -1: a
+    // reply the model ended with it needs only the rest (engine::Request::turn_end_token).
+    int32_t turn_end_token = -1;
   };
   // FAILED_PRECONDITION when the model has no usable template; INVALID_ARGUMENT as
   // ChatTemplate::Render.
@@ -42,6 +45,7 @@ class ChatPrompter {
   absl::StatusOr<ChatTemplate> template_;
   ChatEncoder encoder_;
   std::vector<int32_t> turn_separator_;
+  int32_t turn_end_token_ = -1;
 };
 
 }  // namespace kvserve::model

@@ -95,6 +95,7 @@ TEST(ChatPrompterTest, EncodesTheRenderedFixtureAsLlamaCppDoesOnLlamaSpm) {
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_THAT(p->tokens, ElementsAreArray(expected));
   EXPECT_THAT(p->turn_separator, ElementsAreArray({vocab->eos_id}));
+  EXPECT_EQ(p->turn_end_token, vocab->eos_id);
 }
 
 TEST(ChatPrompterTest, TemplateTextSpellsControlTokensAndContentNever) {
@@ -119,6 +120,7 @@ TEST(ChatPrompterTest, TemplateTextSpellsControlTokensAndContentNever) {
   EXPECT_THAT(p->tokens, ElementsAreArray(expected));
   EXPECT_EQ(std::count(p->tokens.begin(), p->tokens.end(), end), 1);
   EXPECT_THAT(p->turn_separator, ElementsAreArray(Concat({{end}, tok->Encode("\n", false)})));
+  EXPECT_EQ(p->turn_end_token, end);
 }
 
 TEST(ChatPrompterTest, WithoutControlTokensTheRenderingEncodesLikeText) {

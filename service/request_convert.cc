@@ -121,6 +121,7 @@ absl::Status ConvertMessages(const v1::Conversation& conversation, const Request
   }
   out->prompt_tokens = std::move(prompt->tokens);
   out->turn_separator = std::move(prompt->turn_separator);
+  out->turn_end_token = prompt->turn_end_token;
   out->add_bos = true;
   return absl::OkStatus();
 }

@@ -286,6 +286,7 @@ TEST_F(MessagesConvertTest, RendersWithControlTokensAndCarriesTheTurnSeparator) 
   EXPECT_EQ(req->prompt_tokens.front(), im_start_);
   ASSERT_FALSE(req->turn_separator.empty());
   EXPECT_EQ(req->turn_separator.front(), im_end_);
+  EXPECT_EQ(req->turn_end_token, im_end_);
 }
 
 TEST_F(MessagesConvertTest, LimitsRolesAndMissingTemplate) {

@@ -42,6 +42,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (t < 0 || t >= rules.vocab_size) std::abort();
     }
   }
+  if (converted->turn_end_token < -1 || converted->turn_end_token >= rules.vocab_size) {
+    std::abort();
+  }
   if (converted->sampling.max_tokens < 1 || converted->sampling.max_tokens > 4096) std::abort();
   return 0;
 }
