@@ -1,6 +1,8 @@
 // Chat messages end to end: GenerateRequest.messages through the gRPC service with the real
 // engine, on a copy of stories260K.gguf given a ChatML tokenizer.chat_template (the
 // original has none), and the original for the "no template" answer.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -35,18 +37,17 @@ std::string ModelsDir() {
   return dir == nullptr ? "models" : dir;
 }
 
-// stories260K.gguf with tokenizer.chat_template set, written with the repo's GGUF writer.
-std::string WriteChatModel() {
+// stories260K.gguf with tokenizer.chat_template set, written with the repo's GGUF writer
+// to `path`.
+void WriteChatModel(const std::string& path) {
   absl::StatusOr<model::MappedGguf> in = model::OpenGguf(ModelsDir() + "/stories260K.gguf");
   EXPECT_TRUE(in.ok()) << in.status();
-  if (!in.ok()) return "";
+  if (!in.ok()) return;
   model::GgufWriter writer(static_cast<uint32_t>(in->gguf.alignment));
   EXPECT_TRUE(model::CopyGguf(in->gguf, &writer).ok());
   writer.SetString("tokenizer.chat_template", kChatMlTemplate);
-  const std::string path = ::testing::TempDir() + "/stories260K-chatml.gguf";
   const absl::Status written = writer.WriteToFile(path);
   EXPECT_TRUE(written.ok()) << written;
-  return path;
 }
 
 v1::Message Msg(const std::string& role, const std::string& content) {
@@ -58,6 +59,20 @@ v1::Message Msg(const std::string& role, const std::string& content) {
 
 class ChatServiceTest : public ::testing::Test {
  protected:
+  // The server goes first: the engine maps the model file.
+  void TearDown() override {
+    server_.reset();
+    std::remove(chat_model_.c_str());
+  }
+
+  // Starts on a fresh ChatML copy of stories260K (one per process: tests may run in
+  // parallel binaries).
+  void StartWithChatModel() {
+    chat_model_ = absl::StrCat(::testing::TempDir(), "/stories260K-chatml-", getpid(), ".gguf");
+    WriteChatModel(chat_model_);
+    Start(chat_model_);
+  }
+
   void Start(const std::string& model_path) {
     ServerOptions options;
     options.listen_address = "127.0.0.1:0";
@@ -91,13 +106,14 @@ class ChatServiceTest : public ::testing::Test {
     return req;
   }
 
+  std::string chat_model_;
   std::unique_ptr<Server> server_;
   std::unique_ptr<v1::Inference::Stub> stub_;
   int block_tokens_ = 0;
 };
 
 TEST_F(ChatServiceTest, ModelInfoReportsTheTokenizerAndTemplateFamily) {
-  Start(WriteChatModel());
+  StartWithChatModel();
   grpc::ClientContext ctx;
   v1::ModelInfo info;
   ASSERT_TRUE(stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
@@ -110,7 +126,7 @@ TEST_F(ChatServiceTest, ModelInfoReportsTheTokenizerAndTemplateFamily) {
 // stories260K's vocabulary has no ChatML control tokens, so the rendering is encoded as
 // plain text: messages must give exactly what the rendered string sent as text gives.
 TEST_F(ChatServiceTest, MessagesGenerateWhatTheRenderedTextGenerates) {
-  Start(WriteChatModel());
+  StartWithChatModel();
   v1::GenerateRequest chat = Greedy(24);
   *chat.mutable_messages()->add_messages() = Msg("system", "Tell a story.");
   *chat.mutable_messages()->add_messages() = Msg("user", "Once upon a time");
@@ -129,7 +145,7 @@ TEST_F(ChatServiceTest, MessagesGenerateWhatTheRenderedTextGenerates) {
 }
 
 TEST_F(ChatServiceTest, BadRoleAndOversizedConversationsAreInvalidArgument) {
-  Start(WriteChatModel());
+  StartWithChatModel();
   v1::GenerateRequest req = Greedy(4);
   *req.mutable_messages()->add_messages() = Msg("user", "hi");
   *req.mutable_messages()->add_messages() = Msg("root", "hi");
@@ -163,7 +179,7 @@ TEST_F(ChatServiceTest, ModelWithoutTemplateIsFailedPrecondition) {
 // of turn and the rendering to the history, so every full block of turn 1's history (its
 // prompt and the reply) comes from the prefix cache.
 TEST_F(ChatServiceTest, SessionTurnTwoReusesEveryFullBlockOfTurnOne) {
-  Start(WriteChatModel());
+  StartWithChatModel();
   grpc::ClientContext open_ctx;
   v1::Session session;
   ASSERT_TRUE(stub_->OpenSession(&open_ctx, v1::OpenSessionRequest(), &session).ok());
