@@ -43,12 +43,12 @@ const FamilyText& TextOf(Family family) {
   return kFamilies[0];  // unreachable: every enumerator has a row
 }
 
-// The [INST] families: Mistral's official templates carry markers of their own; the
-// rest are Llama 2 variants told apart by how they treat system text, BOS and spaces.
 bool Contains(std::string_view text, std::string_view part) {
   return text.find(part) != std::string_view::npos;
 }
 
+// The [INST] families: Mistral's official templates carry markers of their own; the
+// rest are Llama 2 variants told apart by how they treat system text, BOS and spaces.
 Family DetectInstFamily(std::string_view t) {
   auto has = [t](std::string_view s) { return Contains(t, s); };
   if (has("[SYSTEM_PROMPT]")) return Family::kMistralV7;
