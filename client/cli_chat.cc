@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/cli_commands.h"
@@ -42,15 +43,41 @@ absl::Status RunTurn(const Client& client, v1::GenerateRequest request) {
   return absl::OkStatus();
 }
 
+// Puts one chat line into `request`: as a user message (after `system`, when non-empty,
+// on the first turn of a conversation) when the model has a chat template, else as text.
+void SetTurnPrompt(const std::string& line, bool use_messages, bool first_turn,
+                   const std::string& system, v1::GenerateRequest& request) {
+  if (!use_messages) {
+    request.set_text(line);
+    return;
+  }
+  v1::Conversation* conversation = request.mutable_messages();  // clears any text
+  if (first_turn && !system.empty()) {
+    v1::Message* m = conversation->add_messages();
+    m->set_role("system");
+    m->set_content(system);
+  }
+  v1::Message* m = conversation->add_messages();
+  m->set_role("user");
+  m->set_content(line);
+}
+
 }  // namespace
 
 int RunChat(const Client& client, const v1::GenerateRequest& turn, absl::Duration ttl,
-            std::istream& in) {
+            const std::string& system, std::istream& in) {
+  absl::StatusOr<v1::ModelInfo> model = client.GetModelInfo();
+  if (!model.ok()) return Fail(model.status());
+  const bool use_messages = !model->chat_template().empty();
   absl::StatusOr<v1::Session> session = client.OpenSession(ttl);
   if (!session.ok()) return Fail(session.status());
   std::string id = session->session_id();
-  std::fprintf(stderr, "session %s; %s", id.c_str(), kHelp);
+  std::fprintf(stderr, "session %s (%s); %s", id.c_str(),
+               use_messages ? absl::StrCat(model->chat_template(), " chat template").c_str()
+                            : "no chat template: lines are sent as text",
+               kHelp);
   std::string line;
+  bool first_turn = true;
   int exit_code = 0;
   while (std::getline(in, line)) {
     if (line == "/help") {
@@ -67,6 +94,7 @@ int RunChat(const Client& client, const v1::GenerateRequest& turn, absl::Duratio
       }
       if (line == "/reset") {
         if (absl::Status closed = client.CloseSession(id); !closed.ok()) Fail(closed);
+        first_turn = true;
       }
       std::fprintf(stderr, "session %s (%s %s)\n", next->session_id().c_str(),
                    line == "/fork" ? "fork of" : "new; closed", id.c_str());
@@ -78,9 +106,13 @@ int RunChat(const Client& client, const v1::GenerateRequest& turn, absl::Duratio
       continue;
     }
     v1::GenerateRequest request = turn;
-    request.set_text(line);
+    SetTurnPrompt(line, use_messages, first_turn, system, request);
     request.set_session_id(id);
-    if (absl::Status status = RunTurn(client, request); !status.ok()) exit_code = Fail(status);
+    if (absl::Status status = RunTurn(client, request); !status.ok()) {
+      exit_code = Fail(status);
+      continue;
+    }
+    first_turn = false;
   }
   absl::Status closed = client.CloseSession(id);
   if (!closed.ok()) return Fail(closed);

@@ -42,9 +42,11 @@ int RunSessions(const Client& client, const std::vector<std::string>& args, absl
 // limits), streamed to stdout; after each turn a usage line on stderr, with the client's
 // time to first token. Lines starting with '/' are commands: /fork (continue in a fork of
 // the session), /reset (close it, open a new one), /close (close it and end), /help.
-// The session is closed at the end of input.
+// When the model has a chat template (ModelInfo.chat_template), each line goes as a user
+// message (the server renders it) and a non-empty `system` opens each new conversation as
+// a system message; else lines are sent as text. The session is closed at the end of input.
 int RunChat(const Client& client, const v1::GenerateRequest& turn, absl::Duration ttl,
-            std::istream& in);
+            const std::string& system, std::istream& in);
 
 struct BenchOptions {
   // What to send and when (shape, count or duration, request rate).

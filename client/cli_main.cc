@@ -47,6 +47,9 @@ ABSL_FLAG(float, top_p, 1.0f, "Top-p in (0, 1]; 1 = off.");
 ABSL_FLAG(int64_t, seed, -1, "Sampling seed; -1 = server-chosen.");
 ABSL_FLAG(bool, stream, false, "generate: stream the text as it is produced.");
 ABSL_FLAG(bool, ignore_eos, false, "Keep generating past end-of-sequence (benchmarks).");
+ABSL_FLAG(std::string, system, "",
+          "chat: system message opening each conversation (only when the model has a chat "
+          "template); empty = none.");
 ABSL_FLAG(bool, add_bos, false, "tokenize: prepend the BOS token.");
 ABSL_FLAG(absl::Duration, ttl, absl::ZeroDuration(),
           "chat/sessions: idle time after which a new session expires; 0 = the server's "
@@ -179,7 +182,10 @@ int Run(const std::vector<std::string>& args) {
     request.set_text(absl::GetFlag(FLAGS_prompt));
     return RunGenerate(c, request, absl::GetFlag(FLAGS_stream));
   }
-  if (command == "chat") return RunChat(c, RequestFromFlags(), absl::GetFlag(FLAGS_ttl), std::cin);
+  if (command == "chat") {
+    return RunChat(c, RequestFromFlags(), absl::GetFlag(FLAGS_ttl), absl::GetFlag(FLAGS_system),
+                   std::cin);
+  }
   if (command == "tokenize") {
     return RunTokenize(c, absl::GetFlag(FLAGS_prompt), absl::GetFlag(FLAGS_add_bos));
   }

@@ -315,8 +315,8 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   if (is_turn) {
     SyncSession(request.session_id, request.tenant);
     // BOS is decided under the session's lock: only an empty history gets it.
-    auto begun =
-        sessions_.BeginTurn(request.session_id, request.tenant, request.prompt_tokens, bos, now);
+    auto begun = sessions_.BeginTurn(request.session_id, request.tenant, request.prompt_tokens, bos,
+                                     now, request.turn_separator, request.turn_end_token);
     if (!begun.ok()) return begun.status();
     context = std::move(begun->context);
   } else {

@@ -71,7 +71,14 @@ struct Request {
   // request, or a turn of a session whose history is empty (decided atomically with
   // the turn, so callers never read the session first). Set for text prompts.
   bool add_bos = false;
-  std::string session_id;  // empty: stateless request
+  // For a session turn: tokens put before prompt_tokens when the session already has
+  // history (a chat template's end of the previous assistant reply, e.g. "<|im_end|>\n"),
+  // less everything up to and including turn_end_token when the history already ends
+  // with that token (the model stopped on it) and the separator contains it. Decided
+  // under the session's lock, like add_bos. Ignored for stateless requests.
+  std::vector<int32_t> turn_separator;
+  int32_t turn_end_token = -1;  // -1: none
+  std::string session_id;       // empty: stateless request
   SamplingParams sampling;
   absl::Time deadline = absl::InfiniteFuture();
   // Requests with different salts never share KV blocks. With a tenant, the salt the

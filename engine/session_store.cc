@@ -156,11 +156,10 @@ absl::StatusOr<SessionInfo> SessionStore::Get(const std::string& id, const std::
   return Info(id, *s);
 }
 
-absl::StatusOr<SessionStore::Turn> SessionStore::BeginTurn(const std::string& id,
-                                                           const std::string& owner,
-                                                           const std::vector<int32_t>& new_tokens,
-                                                           std::optional<int32_t> bos_if_empty,
-                                                           absl::Time now) {
+absl::StatusOr<SessionStore::Turn> SessionStore::BeginTurn(
+    const std::string& id, const std::string& owner, const std::vector<int32_t>& new_tokens,
+    std::optional<int32_t> bos_if_empty, absl::Time now, std::span<const int32_t> separator,
+    int32_t end_token) {
   std::lock_guard<std::mutex> lock(mu_);
   Session* s = FindOwned(id, owner, now);
   if (s == nullptr) return SessionNotFound(id);
@@ -168,7 +167,13 @@ absl::StatusOr<SessionStore::Turn> SessionStore::BeginTurn(const std::string& id
     return absl::FailedPreconditionError(absl::StrCat("session ", id, " has a turn running"));
   }
   const bool add_bos = bos_if_empty.has_value() && s->history.empty();
-  const size_t total = s->history.size() + new_tokens.size() + (add_bos ? 1 : 0);
+  if (s->history.empty()) {
+    separator = {};
+  } else if (end_token >= 0 && s->history.back() == end_token) {
+    const auto end = std::find(separator.begin(), separator.end(), end_token);
+    if (end != separator.end()) separator = separator.subspan(end - separator.begin() + 1);
+  }
+  const size_t total = s->history.size() + separator.size() + new_tokens.size() + (add_bos ? 1 : 0);
   if (absl::Status fits =
           CheckContextFits(options_.context, total, static_cast<int32_t>(s->history.size()));
       !fits.ok()) {
@@ -184,6 +189,7 @@ absl::StatusOr<SessionStore::Turn> SessionStore::BeginTurn(const std::string& id
   turn.context.reserve(total);
   turn.context.insert(turn.context.end(), s->history.begin(), s->history.end());
   if (add_bos) turn.context.push_back(*bos_if_empty);
+  turn.context.insert(turn.context.end(), separator.begin(), separator.end());
   turn.context.insert(turn.context.end(), new_tokens.begin(), new_tokens.end());
   s->busy = true;
   return turn;

@@ -6,6 +6,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -85,14 +86,18 @@ class SessionStore {
     int32_t history_tokens = 0;    // of which history
   };
   // Starts a turn that appends `new_tokens` (after `bos_if_empty`, when given and the
-  // history is empty; decided under the store's lock): returns the whole context and
-  // marks the session busy. NOT_FOUND (unknown, expired or not `owner`'s),
-  // FAILED_PRECONDITION (a turn
-  // is running), FieldError "prompt_tokens" (CheckContextFits against options.context),
-  // RESOURCE_EXHAUSTED (history would exceed max_session_tokens).
+  // history is empty; after `separator_if_history` when the history is not empty, less
+  // its tokens up to and including the first `end_token` when the history already ends
+  // with `end_token`; decided under the store's lock): returns the whole context and
+  // marks the session busy. NOT_FOUND (unknown,
+  // expired or not `owner`'s), FAILED_PRECONDITION (a turn is running), FieldError "prompt_tokens"
+  // (CheckContextFits against options.context), RESOURCE_EXHAUSTED (history would exceed
+  // max_session_tokens).
   absl::StatusOr<Turn> BeginTurn(const std::string& id, const std::string& owner,
                                  const std::vector<int32_t>& new_tokens,
-                                 std::optional<int32_t> bos_if_empty, absl::Time now);
+                                 std::optional<int32_t> bos_if_empty, absl::Time now,
+                                 std::span<const int32_t> separator_if_history = {},
+                                 int32_t end_token = -1);
   // Ends the turn started by BeginTurn. With `history`, it becomes the stored history
   // (the turn completed); without, the history is unchanged (cancelled or failed).
   // Returns false when the session was closed meanwhile.

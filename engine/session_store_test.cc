@@ -52,6 +52,36 @@ TEST(SessionStoreTest, TurnsAppendHistoryOneAtATime) {
       absl::StatusCode::kResourceExhausted);
 }
 
+// A chat turn's separator (a template's end of the assistant reply: here {8, 5, 6} with
+// end token 5, like DeepSeek Coder's "\n<|EOT|>\n") goes between history and the new
+// tokens; when the history already ends with the end token (the model stopped on it),
+// only what follows it in the separator; an empty history gets none.
+TEST(SessionStoreTest, TurnSeparatorOnlyAfterHistoryAndNeverTheEndTokenTwice) {
+  SessionStore store(Opts());
+  auto s = store.Open(absl::ZeroDuration(), "", kT0);
+  ASSERT_TRUE(s.ok());
+  const std::vector<int32_t> separator = {8, 5, 6};
+  auto ctx = store.BeginTurn(s->id, "", {1}, /*bos_if_empty=*/7, kT0, separator, 5);
+  ASSERT_TRUE(ctx.ok());
+  EXPECT_EQ(ctx->context, (std::vector<int32_t>{7, 1}));
+  std::vector<int32_t> history = {7, 1, 9};  // stopped at the length limit
+  EXPECT_TRUE(store.EndTurn(s->id, &history, kT0));
+  ctx = store.BeginTurn(s->id, "", {3}, /*bos_if_empty=*/7, kT0, separator, 5);
+  ASSERT_TRUE(ctx.ok());
+  EXPECT_EQ(ctx->context, (std::vector<int32_t>{7, 1, 9, 8, 5, 6, 3}));
+  history = {7, 1, 9, 8, 5, 6, 3, 9, 5};  // stopped on the end token 5
+  EXPECT_TRUE(store.EndTurn(s->id, &history, kT0));
+  ctx = store.BeginTurn(s->id, "", {4}, /*bos_if_empty=*/7, kT0, separator, 5);
+  ASSERT_TRUE(ctx.ok());
+  EXPECT_EQ(ctx->context, (std::vector<int32_t>{7, 1, 9, 8, 5, 6, 3, 9, 5, 6, 4}));
+  // A history ending with another token of the separator (8, plain text) gets it all.
+  history = {7, 1, 8};
+  EXPECT_TRUE(store.EndTurn(s->id, &history, kT0));
+  ctx = store.BeginTurn(s->id, "", {4}, /*bos_if_empty=*/7, kT0, separator, 5);
+  ASSERT_TRUE(ctx.ok());
+  EXPECT_EQ(ctx->context, (std::vector<int32_t>{7, 1, 8, 8, 5, 6, 4}));
+}
+
 TEST(SessionStoreTest, ForkCloseExpiryAndEvents) {
   SessionStore store(Opts());
   auto a = store.Open(absl::Seconds(5), "", kT0);

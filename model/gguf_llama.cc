@@ -71,6 +71,15 @@ absl::StatusOr<std::string_view> RequiredString(const GgufFile& f, std::string_v
 }
 
 // The array at `key` (nullptr when absent) after checking its element kind and length.
+// A string key's value, "" when absent; INVALID_ARGUMENT when not a string.
+absl::StatusOr<std::string> StringOr(const GgufFile& f, std::string_view key) {
+  const GgufValue* v = f.FindMetadata(key);
+  if (v == nullptr) return std::string();
+  const std::optional<std::string_view> s = v->AsString();
+  if (!s.has_value()) return WrongType(key, *v, "string");
+  return std::string(*s);
+}
+
 absl::StatusOr<const GgufValue*> OptionalArray(const GgufFile& f, std::string_view key,
                                                std::string_view expected, bool (*elem_ok)(GgufType),
                                                uint64_t length) {
@@ -368,6 +377,14 @@ absl::StatusOr<Vocabulary> VocabularyFromGguf(const GgufFile& file) {
       BoolOr(file, "tokenizer.ggml.add_space_prefix", v.add_space_prefix);
   if (!add_space.ok()) return add_space.status();
   v.add_space_prefix = *add_space;
+  v.tokenizer_model = std::string(*model);
+  for (auto [key, field] :
+       {std::pair<const char*, std::string*>{"tokenizer.ggml.pre", &v.tokenizer_pre},
+        {"tokenizer.chat_template", &v.chat_template}}) {
+    absl::StatusOr<std::string> value = StringOr(file, key);
+    if (!value.ok()) return value.status();
+    *field = *std::move(value);
+  }
   return v;
 }
 

@@ -44,6 +44,11 @@ struct Vocabulary {
   bool add_bos = true;           // prepend BOS when encoding a prompt
   bool add_eos = false;          // append EOS when encoding a prompt
   bool add_space_prefix = true;  // prepend "▁" to the text (SentencePiece dummy prefix)
+  // GGUF metadata strings, as read (for ModelInfo and chat): tokenizer.ggml.model,
+  // tokenizer.ggml.pre ("" when absent) and tokenizer.chat_template ("" when absent).
+  std::string tokenizer_model = "llama";
+  std::string tokenizer_pre;
+  std::string chat_template;
 
   int32_t size() const { return static_cast<int32_t>(pieces.size()); }
 };

@@ -92,7 +92,7 @@ absl::StatusOr<engine::Request> InferenceService::PrepareGeneration(
   if (deadline <= absl::Now()) {
     return absl::DeadlineExceededError("deadline expired before the request was queued");
   }
-  return ToEngineRequest(request, options_.limits, *core.tokenizer, deadline);
+  return ToEngineRequest(request, options_.limits, *core.tokenizer, deadline, core.chat);
 }
 
 absl::Status InferenceService::GenerationStatus(engine::FinishReason reason,
@@ -233,6 +233,10 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerCon
     response->set_max_stop_string_bytes(limits.stop_limits.max_stop_string_bytes);
     response->set_max_stop_token_ids(limits.stop_limits.max_stop_token_ids);
     response->set_default_max_tokens(options_.limits.default_max_tokens);
+    response->set_tokenizer_model(model.vocab().tokenizer_model);
+    response->set_tokenizer_pre(model.vocab().tokenizer_pre);
+    if (core.chat != nullptr) response->set_chat_template(std::string(core.chat->family_name()));
+    response->set_sliding_window(model.config().sliding_window);
     return absl::OkStatus();
   });
 }

@@ -28,6 +28,7 @@
 #include "engine/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "kvserve/v1/inference.grpc.pb.h"
+#include "model/chat_prompter.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "service/generate_reactors.h"
@@ -41,6 +42,7 @@ namespace kvserve::service {
 struct ServingCore {
   const model::Model* model = nullptr;
   const model::Tokenizer* tokenizer = nullptr;
+  const model::ChatPrompter* chat = nullptr;  // renders GenerateRequest.messages
   engine::Engine* engine = nullptr;
   std::string backend_name;
 };

@@ -3,6 +3,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -87,10 +88,51 @@ absl::Status CheckSessionId(const std::string& id, const RequestLimits& limits, 
   return absl::OkStatus();
 }
 
+namespace {
+
+// Renders and encodes prompt.messages into `out` (see ToEngineRequest).
+absl::Status ConvertMessages(const v1::Conversation& conversation, const RequestLimits& limits,
+                             const model::ChatPrompter* chat, engine::Request* out) {
+  if (conversation.messages_size() > limits.max_messages) {
+    return Invalid(absl::StrCat("prompt.messages has ", conversation.messages_size(),
+                                " messages, at most ", limits.max_messages, " allowed"));
+  }
+  std::vector<model::ChatMessage> messages;
+  messages.reserve(conversation.messages_size());
+  int64_t content_bytes = 0;
+  for (const v1::Message& m : conversation.messages()) {
+    content_bytes += static_cast<int64_t>(m.content().size());
+    if (content_bytes > limits.max_prompt_bytes) {
+      return Invalid(
+          absl::StrCat("prompt.messages contents exceed ", limits.max_prompt_bytes, " bytes"));
+    }
+    messages.push_back({m.role(), m.content()});
+  }
+  if (chat == nullptr) {
+    return absl::FailedPreconditionError("chat messages are not available on this server");
+  }
+  absl::StatusOr<model::ChatPrompter::Prompt> prompt = chat->Encode(messages);
+  if (!prompt.ok()) {
+    // Render names "messages[i].role"; the wire path is one level deeper.
+    if (absl::IsInvalidArgument(prompt.status())) {
+      return Invalid(absl::StrCat("messages.", prompt.status().message()));
+    }
+    return prompt.status();
+  }
+  out->prompt_tokens = std::move(prompt->tokens);
+  out->turn_separator = std::move(prompt->turn_separator);
+  out->turn_end_token = prompt->turn_end_token;
+  out->add_bos = true;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<engine::Request> ToEngineRequest(const v1::GenerateRequest& request,
                                                 const RequestLimits& limits,
                                                 const model::Tokenizer& tokenizer,
-                                                absl::Time deadline) {
+                                                absl::Time deadline,
+                                                const model::ChatPrompter* chat) {
   if (!request.session_id().empty()) {
     if (absl::Status s = CheckSessionId(request.session_id(), limits, "session_id"); !s.ok()) {
       return s;
@@ -110,6 +152,11 @@ absl::StatusOr<engine::Request> ToEngineRequest(const v1::GenerateRequest& reque
       break;
     case v1::GenerateRequest::kTokens:
       out.prompt_tokens.assign(request.tokens().ids().begin(), request.tokens().ids().end());
+      break;
+    case v1::GenerateRequest::kMessages:
+      if (absl::Status s = ConvertMessages(request.messages(), limits, chat, &out); !s.ok()) {
+        return s;
+      }
       break;
     case v1::GenerateRequest::PROMPT_NOT_SET:
       break;  // only a turn of a session with history may be empty: the engine decides

@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "kvserve/v1/inference.pb.h"
+#include "model/chat_prompter.h"
 #include "model/tokenizer.h"
 
 namespace kvserve::service {
@@ -21,19 +22,25 @@ namespace kvserve::service {
 // context length) is validated once, by engine::Engine::Submit.
 struct RequestLimits {
   int32_t default_max_tokens = 256;    // max_tokens when unset
-  int64_t max_prompt_bytes = 1 << 20;  // prompt.text size limit (checked before tokenizing)
+  int64_t max_prompt_bytes = 1 << 20;  // prompt.text size limit (checked before tokenizing);
+                                       // also the messages' contents together
+  int32_t max_messages = 1024;         // prompt.messages length limit
   int32_t max_session_id_bytes = 128;
 };
 
 // Converts `request` into an engine request: text is tokenized without BOS and asks for
 // one (engine::Request::add_bos: the engine adds it only where the context starts),
-// control-token strings in it staying text unless request.parse_special();
-// token ids are passed as they are. Checks only RequestLimits (INVALID_ARGUMENT naming
-// prompt.text or session_id).
+// control-token strings in it staying text unless request.parse_special(); token ids
+// are passed as they are; messages are rendered and encoded by `chat` (with BOS as for
+// text, and the template's turn separator for a session turn). Checks only RequestLimits
+// (INVALID_ARGUMENT naming prompt.text, prompt.messages or session_id) and, for messages,
+// the roles (INVALID_ARGUMENT naming messages.messages[i].role) and that the model has a
+// usable chat template (FAILED_PRECONDITION; also when `chat` is null).
 absl::StatusOr<engine::Request> ToEngineRequest(const v1::GenerateRequest& request,
                                                 const RequestLimits& limits,
                                                 const model::Tokenizer& tokenizer,
-                                                absl::Time deadline);
+                                                absl::Time deadline,
+                                                const model::ChatPrompter* chat = nullptr);
 
 // An engine FieldError (engine/field_error.h) renamed to the proto's field path
 // ("sampling.max_tokens" -> "max_tokens", "prompt_tokens[3]" -> "prompt.tokens.ids[3]",

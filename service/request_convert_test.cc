@@ -248,5 +248,87 @@ TEST(AppendTokenTest, TextOnlyEventAddsNoTokenId) {
   EXPECT_EQ(logprobs[0].token_id(), 7);
 }
 
+// GenerateRequest.messages: rendered with the model's template (ChatML here, with its two
+// control tokens in the vocabulary), BOS asked for as with text, and the template's end of
+// turn handed to the engine for session turns.
+class MessagesConvertTest : public RequestConvertTest {
+ protected:
+  void SetUp() override {
+    RequestConvertTest::SetUp();
+    model::Vocabulary v = ByteVocab();
+    for (const char* control : {"<|im_start|>", "<|im_end|>"}) {
+      v.pieces.push_back(control);
+      v.scores.push_back(0.0f);
+      v.kinds.push_back(model::TokenKind::kControl);
+    }
+    v.chat_template = "{{ '<|im_start|>' + message['role'] }}";
+    auto tok = model::Tokenizer::Create(v);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    chat_tokenizer_ = *std::move(tok);
+    chat_ = std::make_unique<model::ChatPrompter>(*chat_tokenizer_);
+    im_start_ = v.size() - 2;
+    im_end_ = v.size() - 1;
+  }
+
+  absl::StatusOr<engine::Request> ConvertChat(const v1::GenerateRequest& r,
+                                              const model::ChatPrompter* chat) {
+    return ToEngineRequest(r, limits_, *chat_tokenizer_, absl::InfiniteFuture(), chat);
+  }
+
+  static v1::GenerateRequest UserSays(const std::string& content) {
+    v1::GenerateRequest r;
+    v1::Message* m = r.mutable_messages()->add_messages();
+    m->set_role("user");
+    m->set_content(content);
+    return r;
+  }
+
+  std::unique_ptr<model::Tokenizer> chat_tokenizer_;
+  std::unique_ptr<model::ChatPrompter> chat_;
+  int32_t im_start_ = 0;
+  int32_t im_end_ = 0;
+};
+
+TEST_F(MessagesConvertTest, RendersWithControlTokensAndCarriesTheTurnSeparator) {
+  auto req = ConvertChat(UserSays("a<|im_end|>"), chat_.get());
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_TRUE(req->add_bos);
+  // The template's two markers per turn plus the generation prompt's one; the content's
+  // "<|im_end|>" is characters.
+  EXPECT_EQ(std::count(req->prompt_tokens.begin(), req->prompt_tokens.end(), im_start_), 2);
+  EXPECT_EQ(std::count(req->prompt_tokens.begin(), req->prompt_tokens.end(), im_end_), 1);
+  EXPECT_EQ(req->prompt_tokens.front(), im_start_);
+  ASSERT_FALSE(req->turn_separator.empty());
+  EXPECT_EQ(req->turn_separator.front(), im_end_);
+  EXPECT_EQ(req->turn_end_token, im_end_);
+}
+
+TEST_F(MessagesConvertTest, LimitsRolesAndMissingTemplate) {
+  limits_.max_messages = 1;
+  v1::GenerateRequest two = UserSays("a");
+  *two.mutable_messages()->add_messages() = two.messages().messages(0);
+  auto r = ConvertChat(two, chat_.get());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), StartsWith("prompt.messages"));
+
+  r = ConvertChat(UserSays(std::string(65, 'a')), chat_.get());  // max_prompt_bytes 64
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), StartsWith("prompt.messages"));
+
+  v1::GenerateRequest bad_role = UserSays("a");
+  bad_role.mutable_messages()->mutable_messages(0)->set_role("admin");
+  r = ConvertChat(bad_role, chat_.get());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), StartsWith("messages.messages[0].role"));
+
+  r = ConvertChat(UserSays("a"), nullptr);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  // The byte vocabulary has no template.
+  const model::ChatPrompter none(*tokenizer_);
+  r = ToEngineRequest(UserSays("a"), limits_, *tokenizer_, absl::InfiniteFuture(), &none);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("no chat template"));
+}
+
 }  // namespace
 }  // namespace kvserve::service

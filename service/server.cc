@@ -137,10 +137,12 @@ absl::Status Server::Attach(std::unique_ptr<model::Model> model,
   }
   model_ = std::move(model);
   tokenizer_ = *std::move(tokenizer);
+  chat_ = std::make_unique<model::ChatPrompter>(*tokenizer_);
   engine_ = std::move(engine);
   core_ = std::make_unique<ServingCore>();
   core_->model = model_.get();
   core_->tokenizer = tokenizer_.get();
+  core_->chat = chat_.get();
   core_->engine = engine_.get();
   core_->backend_name = std::move(backend_name);
   service_->Attach(core_.get());

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "grpcpp/grpcpp.h"
+#include "model/chat_prompter.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "service/inference_service.h"
@@ -114,6 +115,7 @@ class Server {
   std::mutex mu_;
   std::unique_ptr<model::Model> model_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<model::Tokenizer> tokenizer_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<model::ChatPrompter> chat_ ABSL_GUARDED_BY(mu_);  // over tokenizer_
   std::unique_ptr<engine::Engine> engine_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<ServingCore> core_ ABSL_GUARDED_BY(mu_);
 

@@ -87,7 +87,9 @@ ABSL_FLAG(int32_t, max_stop_token_ids, 64,
           "Largest number of stop token ids a request may carry (more: INVALID_ARGUMENT).");
 ABSL_FLAG(int32_t, max_cache_salt_bytes, 256, "Longest accepted cache_salt, in bytes.");
 ABSL_FLAG(int32_t, default_max_tokens, 256, "max_tokens of a request that leaves it unset.");
-ABSL_FLAG(int64_t, max_prompt_bytes, 1 << 20, "Largest accepted text prompt, in bytes.");
+ABSL_FLAG(int64_t, max_prompt_bytes, 1 << 20,
+          "Largest accepted text prompt (or chat messages' contents together), in bytes.");
+ABSL_FLAG(int32_t, max_chat_messages, 1024, "Most messages a GenerateRequest.messages may hold.");
 ABSL_FLAG(int32_t, max_session_id_bytes, 128,
           "Longest accepted session id, in bytes (kvserve issues 34-byte ids).");
 ABSL_FLAG(int32_t, max_message_bytes, 4 << 20,
@@ -244,6 +246,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   options.service.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   options.service.limits.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
   options.service.limits.max_session_id_bytes = absl::GetFlag(FLAGS_max_session_id_bytes);
+  options.service.limits.max_messages = absl::GetFlag(FLAGS_max_chat_messages);
   options.service.retry_after = absl::GetFlag(FLAGS_retry_after);
   options.service.stream_flush_interval = absl::GetFlag(FLAGS_stream_flush_interval);
   options.service.deadline_slack = absl::GetFlag(FLAGS_deadline_slack);

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -296,6 +297,31 @@ def metric_value(text, name, labels=None):
         if all(got.get(k) == v for k, v in (labels or {}).items()):
             total += float(m.group(3))
     return total
+
+
+def write_gguf_with_string(src, dst, key, value):
+    """Copies the GGUF file `src` to `dst` with the string metadata `key` = `value` added.
+
+    The new pair goes right after the header, followed by a padding pair that makes the
+    inserted bytes a multiple of 256, so every tensor keeps its offset from the (equally
+    shifted) data section under any alignment up to 256. `key` must not be in `src`.
+    """
+    def kv(k, v):
+        k, v = k.encode(), v.encode()
+        return (struct.pack("<Q", len(k)) + k + struct.pack("<I", 8) +
+                struct.pack("<Q", len(v)) + v)
+    with open(src, "rb") as f:
+        data = f.read()
+    magic, version, n_tensors, n_kv = struct.unpack_from("<4sIQQ", data)
+    assert magic == b"GGUF", src
+    added = kv(key, value)
+    empty_pad = len(kv("kvserve.test.padding", ""))
+    pad = -(len(added) + empty_pad) % 256
+    added += kv("kvserve.test.padding", " " * pad)
+    with open(dst, "wb") as f:
+        f.write(struct.pack("<4sIQQ", magic, version, n_tensors, n_kv + 2))
+        f.write(added)
+        f.write(data[24:])
 
 
 def health_status(channel, service, timeout=5.0):

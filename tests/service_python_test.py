@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import unittest
 
@@ -133,6 +134,29 @@ class PythonClientTest(unittest.TestCase):
             self.assertEqual(report["tokens"]["output"], 4 * 16)
             self.assertEqual(report["requests"]["failed"], 0)
             self.assertGreater(report["output_tokens_per_s"], 0)
+
+    def test_cli_chat_sends_messages_when_the_model_has_a_template(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            model = os.path.join(tmp, "stories260K-chatml.gguf")
+            lib.write_gguf_with_string(
+                MODEL, model, "tokenizer.chat_template",
+                "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+                "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}")
+            with lib.KvserveProcess(KVSERVE, model) as server:
+                chat = subprocess.run([CLI, "chat", "--target", server.target(),
+                                       "--max-tokens", "20", "--system", "Tell a story."],
+                                      input="Once upon a time\nShe was happy.\n",
+                                      capture_output=True, text=True, timeout=60)
+                self.assertEqual(chat.returncode, 0, chat.stderr)
+                self.assertIn("(chatml chat template)", chat.stderr)
+                usages = [l for l in chat.stderr.splitlines() if l.startswith("[FINISH")]
+                self.assertEqual(len(usages), 2, chat.stderr)
+                # Turn 2 (one user message) continues turn 1's rendered history.
+                self.assertNotIn("cached local 0,", usages[1])
+                # The rendered turn 1 (system, user, generation prompt) is longer than
+                # the line itself: the template was applied.
+                first_prompt = int(usages[0].split("prompt ")[1].split(" ")[0])
+                self.assertGreater(first_prompt, 30, usages[0])
 
     def test_run_main_script_serves_and_stops_on_sigterm(self):
         build_dir = os.path.dirname(os.path.dirname(os.path.abspath(KVSERVE)))

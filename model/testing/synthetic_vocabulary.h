@@ -2,6 +2,7 @@
 // targets and tests: <unk>, <s>, </s>, the 256 byte tokens, a few merges with tied
 // scores (ties resolve leftmost-first), multi-byte pieces, a user-defined and an unused
 // token. Test-only.
+// MakeSyntheticChatTokenizer: the same with ChatML control tokens and a chat template.
 #ifndef KVSERVE_MODEL_TESTING_SYNTHETIC_VOCABULARY_H_
 #define KVSERVE_MODEL_TESTING_SYNTHETIC_VOCABULARY_H_
 
@@ -39,6 +40,21 @@ inline std::unique_ptr<Tokenizer> MakeSyntheticTokenizer() {
   for (char c = 'a'; c <= 'z'; ++c) add(std::string(1, c), -20, TokenKind::kNormal);
   add("<user>", 0, TokenKind::kUserDefined);
   add("<unused>", 0, TokenKind::kUnused);
+  auto tok = Tokenizer::Create(v);
+  if (!tok.ok()) __builtin_trap();
+  return *std::move(tok);
+}
+
+// The synthetic vocabulary plus ChatML's control tokens "<|im_start|>" and "<|im_end|>"
+// (the last two ids) and `chat_template` as its tokenizer.chat_template. Never fails.
+inline std::unique_ptr<Tokenizer> MakeSyntheticChatTokenizer(const std::string& chat_template) {
+  Vocabulary v = MakeSyntheticTokenizer()->vocab();
+  for (const char* control : {"<|im_start|>", "<|im_end|>"}) {
+    v.pieces.push_back(control);
+    v.scores.push_back(0);
+    v.kinds.push_back(TokenKind::kControl);
+  }
+  v.chat_template = chat_template;
   auto tok = Tokenizer::Create(v);
   if (!tok.ok()) __builtin_trap();
   return *std::move(tok);
