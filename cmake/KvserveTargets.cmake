@@ -80,7 +80,7 @@ set(KVSERVE_TEST_TIMEOUT 600 CACHE STRING "CTest timeout of each GoogleTest bina
 # the uninstrumented gRPC, Abseil and protobuf libraries are ignored, and the races wholly
 # inside gRPC's own header code are suppressed one by one (tests/tsan_grpc.supp says why).
 set(KVSERVE_TSAN_GRPC_OPTIONS
-  "ignore_noninstrumented_modules=1:suppressions=${PROJECT_SOURCE_DIR}/tests/tsan_grpc.supp")
+  "ignore_noninstrumented_modules=1:history_size=7:suppressions=${PROJECT_SOURCE_DIR}/tests/tsan_grpc.supp")
 
 # kvserve_test_variant(NAME TEST ARGS ... [LABELS ...]): TEST's binary again as CTest
 # test NAME with ARGS. A run whose tests all skipped itself (GTEST_SKIP, e.g. a SIMD
