@@ -37,12 +37,6 @@ function(kvserve_binary name)
   add_executable(${name} ${ARG_SRCS})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
   target_compile_options(${name} PRIVATE ${KVSERVE_WARNINGS})
-  if(KVSERVE_SANITIZE STREQUAL "thread")
-    # absl::GetFlag of a Duration or string uses atomic_thread_fence, which GCC warns
-    # ThreadSanitizer does not model (-Wtsan). Flags are read only by main() on the
-    # main thread before any other starts, so a binary's flag reads are not an error.
-    target_compile_options(${name} PRIVATE -Wno-error=tsan)
-  endif()
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
 endfunction()
 
