@@ -45,12 +45,20 @@ endfunction()
 # Tests run from the build directory; KVSERVE_MODELS_DIR points at the fetched model files.
 # Every test has a timeout (KVSERVE_TEST_TIMEOUT seconds, default 600: the slowest suite
 # under AddressSanitizer takes a few minutes), so a deadlock fails CI instead of hanging it.
+#
+# GRPC marks a test that runs gRPC calls: under ThreadSanitizer it gets the options of
+# tests/tsan_grpc.supp (Debian's gRPC is not instrumented; README, Tests).
 function(kvserve_test name)
-  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS;ARGS" ${ARGN})
+  cmake_parse_arguments(ARG "GRPC" "" "SRCS;DEPS;LABELS;ARGS" ${ARGN})
   kvserve_binary(${name} SRCS ${ARG_SRCS} DEPS ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
   add_test(NAME ${name} COMMAND ${name} ${ARG_ARGS})
+  set(environment "KVSERVE_MODELS_DIR=${PROJECT_SOURCE_DIR}/models"
+                  "KVSERVE_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+  if(ARG_GRPC)
+    list(APPEND environment "TSAN_OPTIONS=${KVSERVE_TSAN_GRPC_OPTIONS}")
+  endif()
   set_tests_properties(${name} PROPERTIES
-    ENVIRONMENT "KVSERVE_MODELS_DIR=${PROJECT_SOURCE_DIR}/models;KVSERVE_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+    ENVIRONMENT "${environment}"
     LABELS "${ARG_LABELS}"
     TIMEOUT ${KVSERVE_TEST_TIMEOUT})
   # Labels "asan" / "tsan" put the test into the sanitizer suites (make test-asan / test-tsan).
@@ -60,6 +68,13 @@ function(kvserve_test name)
 endfunction()
 
 set(KVSERVE_TEST_TIMEOUT 600 CACHE STRING "CTest timeout of each GoogleTest binary, in seconds")
+
+# ThreadSanitizer options of the tests that run gRPC (kvserve_test GRPC), and of the
+# servers they start (children inherit the environment): accesses and interceptors inside
+# the uninstrumented gRPC, Abseil and protobuf libraries are ignored, and the races wholly
+# inside gRPC's own header code are suppressed one by one (tests/tsan_grpc.supp says why).
+set(KVSERVE_TSAN_GRPC_OPTIONS
+  "ignore_noninstrumented_modules=1:history_size=7:suppressions=${PROJECT_SOURCE_DIR}/tests/tsan_grpc.supp")
 
 # kvserve_test_variant(NAME TEST ARGS ... [LABELS ...]): TEST's binary again as CTest
 # test NAME with ARGS. A run whose tests all skipped itself (GTEST_SKIP, e.g. a SIMD

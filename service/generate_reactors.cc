@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "common/tsan_annotations.h"
 #include "service/request_convert.h"
 
 namespace kvserve::service {
@@ -63,7 +64,7 @@ class GenerationSink : public engine::RequestSink {
 class UnarySink final : public GenerationSink {
  public:
   UnarySink(GenerationHost* host, grpc::CallbackServerContext* context,
-            grpc::ServerUnaryReactor* reactor, v1::GenerateResponse* response, bool logprobs)
+            UnaryGenerateReactor* reactor, v1::GenerateResponse* response, bool logprobs)
       : GenerationSink(host, logprobs, CallDeadline(context)),
         context_(context),
         reactor_(reactor),
@@ -82,13 +83,15 @@ class UnarySink final : public GenerationSink {
       ToProtoUsage(usage, response_->mutable_usage());
     }
     GenerationHost* host = host_;
+    // The response goes to gRPC's thread (OnDone, then gRPC destroys it).
+    common::TsanRelease(reactor_);
     // After Finish the reactor, context and response may be gone.
     reactor_->Finish(host->FinalStatus(context_, kGenerate, final_status));
     host->GenerationEnded();
   }
 
   grpc::CallbackServerContext* const context_;
-  grpc::ServerUnaryReactor* const reactor_;
+  UnaryGenerateReactor* const reactor_;
   v1::GenerateResponse* const response_;
 };
 
@@ -141,6 +144,7 @@ void CancelLink::Cancel() {
 }
 
 void UnaryGenerateReactor::Reject(const absl::Status& status) {
+  common::TsanRelease(this);
   Finish(host_->FinalStatus(context_, kGenerate, status));
 }
 
@@ -148,9 +152,18 @@ std::shared_ptr<engine::RequestSink> UnaryGenerateReactor::NewSink(bool logprobs
   return std::make_shared<UnarySink>(host_, context_, this, response_, logprobs);
 }
 
-void UnaryGenerateReactor::OnCancel() { cancel_link()->Cancel(); }
+void UnaryGenerateReactor::OnCancel() {
+  common::TsanAcquire(this);
+  cancel_link()->Cancel();
+}
+
+void UnaryGenerateReactor::OnDone() {
+  common::TsanAcquire(this);
+  delete this;
+}
 
 void StreamGenerateReactor::Reject(const absl::Status& status) {
+  common::TsanRelease(this);
   Finish(host_->FinalStatus(context_, kGenerateStream, status));
 }
 
@@ -196,6 +209,7 @@ void StreamGenerateReactor::Kick() {
 }
 
 void StreamGenerateReactor::OnWriteDone(bool ok) {
+  common::TsanAcquire(this);
   std::unique_lock<std::mutex> lock(mu_);
   if (state_ == State::kFinished) return;  // the last write, started with the finish
   if (!ok) {
@@ -214,7 +228,15 @@ void StreamGenerateReactor::OnWriteDone(bool ok) {
   Advance(std::move(lock));
 }
 
-void StreamGenerateReactor::OnCancel() { cancel_link()->Cancel(); }
+void StreamGenerateReactor::OnCancel() {
+  common::TsanAcquire(this);
+  cancel_link()->Cancel();
+}
+
+void StreamGenerateReactor::OnDone() {
+  common::TsanAcquire(this);
+  delete this;
+}
 
 void StreamGenerateReactor::ScheduleKick(std::unique_lock<std::mutex> lock) {
   if (state_ != State::kNoWriteYet && state_ != State::kIdle) return;
@@ -245,6 +267,7 @@ void StreamGenerateReactor::Advance(std::unique_lock<std::mutex> lock) {
   pending_events_ = 0;
   state_ = State::kWriting;
   lock.unlock();
+  common::TsanRelease(this);  // in_flight_ and this reactor go to OnWriteDone's thread
   StartWrite(&in_flight_);
 }
 
@@ -255,6 +278,7 @@ void StreamGenerateReactor::FinishCall(std::unique_lock<std::mutex> lock, bool w
   lock.unlock();
   GenerationHost* host = host_;
   const grpc::Status status = host->FinalStatus(context_, kGenerateStream, final_status);
+  common::TsanRelease(this);  // everything this call wrote goes to OnDone's thread
   // After these calls `this` may be deleted at any moment.
   if (write_last) {
     StartWriteAndFinish(&in_flight_, grpc::WriteOptions(), status);

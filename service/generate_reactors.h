@@ -101,7 +101,7 @@ class UnaryGenerateReactor final : public grpc::ServerUnaryReactor, public Gener
   void Reject(const absl::Status& status) override;
   std::shared_ptr<engine::RequestSink> NewSink(bool logprobs) override;
   void OnCancel() override;
-  void OnDone() override { delete this; }
+  void OnDone() override;
 
  private:
   GenerationHost* const host_;
@@ -133,7 +133,7 @@ class StreamGenerateReactor final : public grpc::ServerWriteReactor<v1::Generate
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
-  void OnDone() override { delete this; }
+  void OnDone() override;
 
  private:
   // Where the write side is. Every transition happens under mu_.

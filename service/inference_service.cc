@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/tsan_annotations.h"
 #include "service/grpc_status.h"
 #include "service/session_metadata.h"
 
@@ -27,6 +28,24 @@ absl::Status ReplySession(const absl::StatusOr<engine::SessionInfo>& info, v1::S
   }
   return absl::OkStatus();
 }
+
+// A unary call its handler answers before returning (the reactor RunUnary returns).
+// Unlike context->DefaultReactor(), it tells ThreadSanitizer that the response written
+// on the handler's thread goes to the gRPC thread that runs OnDone and then destroys the
+// response (common/tsan_annotations.h).
+class AnsweredUnaryReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit AnsweredUnaryReactor(const grpc::Status& status) {
+    // Before the handler returns this reactor, Finish only records the status in it (gRPC
+    // sends it once it binds the call), so no reaction can run before this release.
+    Finish(status);
+    common::TsanRelease(this);
+  }
+  void OnDone() override {
+    common::TsanAcquire(this);
+    delete this;
+  }
+};
 
 }  // namespace
 
@@ -116,9 +135,7 @@ grpc::ServerUnaryReactor* InferenceService::RunUnary(
     absl::FunctionRef<absl::Status(const Caller& caller)> body) const {
   absl::StatusOr<Caller> caller = Admit(context);
   const absl::Status status = caller.ok() ? body(*caller) : caller.status();
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(FinalStatus(context, method, status));
-  return reactor;
+  return new AnsweredUnaryReactor(FinalStatus(context, method, status));
 }
 
 grpc::ServerUnaryReactor* InferenceService::RunOnSession(
@@ -166,6 +183,7 @@ grpc::ServerUnaryReactor* InferenceService::Generate(grpc::CallbackServerContext
                                                      v1::GenerateResponse* response) {
   auto* reactor = new UnaryGenerateReactor(this, context, response);
   StartGeneration(context, *request, reactor);
+  common::TsanRelease(reactor);  // to its reactions on gRPC's threads
   return reactor;
 }
 
@@ -173,6 +191,7 @@ grpc::ServerWriteReactor<v1::GenerateStreamResponse>* InferenceService::Generate
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   auto* reactor = new StreamGenerateReactor(this, context);
   StartGeneration(context, *request, reactor);
+  common::TsanRelease(reactor);  // to its reactions on gRPC's threads
   return reactor;
 }
 
