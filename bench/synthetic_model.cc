@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/gguf_writer.h"
+#include "model/quant.h"
 
 namespace kvserve::bench {
 namespace {
@@ -74,42 +75,12 @@ class NormalStream {
   float scale_;
 };
 
-// Appends `values` to `out` encoded as `dtype` (q8_0: per block of 32, d = max|x| / 127
-// as f16, q = round(x / d)).
+// Replaces `out` with `values` encoded as `dtype` (model::EncodeRow).
 void EncodeRow(const std::vector<float>& values, DType dtype, std::vector<uint8_t>& out) {
   out.resize(model::DTypeBytes(dtype, values.size()));
-  uint8_t* p = out.data();
-  switch (dtype) {
-    case DType::kF32:
-      std::memcpy(p, values.data(), values.size() * 4);
-      break;
-    case DType::kF16:
-    case DType::kBF16:
-      for (size_t i = 0; i < values.size(); ++i) {
-        const uint16_t h =
-            dtype == DType::kF16 ? model::FloatToHalf(values[i]) : model::FloatToBF16(values[i]);
-        std::memcpy(p + 2 * i, &h, 2);
-      }
-      break;
-    case DType::kQ8_0:
-      for (size_t b = 0; b < values.size() / model::kQ8_0BlockElems; ++b) {
-        const float* x = values.data() + b * model::kQ8_0BlockElems;
-        uint8_t* blk = p + b * model::kQ8_0BlockBytes;
-        float amax = 0.0f;
-        for (int i = 0; i < model::kQ8_0BlockElems; ++i) amax = std::max(amax, std::fabs(x[i]));
-        const float d = amax / 127.0f;
-        const uint16_t dh = model::FloatToHalf(d);
-        std::memcpy(blk, &dh, 2);
-        const float inv = d != 0.0f ? 1.0f / d : 0.0f;
-        for (int i = 0; i < model::kQ8_0BlockElems; ++i) {
-          blk[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[i] * inv)));
-        }
-      }
-      break;
-  }
+  model::EncodeRow(dtype, values, out.data());
 }
 
-// A [rows, cols] matrix of random weights, generated and encoded one row at a time.
 absl::Status AddMatrix(GgufWriter& w, const std::string& name, DType dtype, int64_t rows,
                        int64_t cols, uint64_t seed, float stddev) {
   return w.AddTensor(name, dtype, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)},

@@ -1,0 +1,127 @@
+// DecodeRow: dequantization element by element, following ggml's dequantize_row_* math.
+#include <cstring>
+
+#include "model/quant.h"
+
+namespace kvserve::model {
+namespace {
+
+uint16_t Load16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+float LoadHalf(const uint8_t* p) { return HalfToFloat(Load16(p)); }
+
+// q8_0 block: f16 d, int8 q[32]; x[j] = d * q[j].
+void DecodeQ8_0(const uint8_t* b, float* x) {
+  const float d = LoadHalf(b);
+  for (int j = 0; j < 32; ++j) x[j] = d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
+}
+
+// q4_0 block: f16 d, uint8 qs[16]; x[j] = d * ((qs[j] & 15) - 8),
+// x[j + 16] = d * ((qs[j] >> 4) - 8).
+void DecodeQ4_0(const uint8_t* b, float* x) {
+  const float d = LoadHalf(b);
+  const uint8_t* qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    x[j] = d * static_cast<float>((qs[j] & 15) - 8);
+    x[j + 16] = d * static_cast<float>((qs[j] >> 4) - 8);
+  }
+}
+
+// q4_K block: f16 d, f16 dmin, scales[12], qs[128]. Sub-block s (32 elements) has a 6-bit
+// scale sc and min m (Q4KScaleMin); within each 64 elements 32 bytes of qs hold the
+// first sub-block in their low nibbles and the second in their high nibbles.
+// x = d * sc * q - dmin * m.
+void DecodeQ4_K(const uint8_t* b, float* x) {
+  const float d = LoadHalf(b);
+  const float dmin = LoadHalf(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qs = b + 16;
+  for (int s = 0; s < 8; ++s) {
+    uint8_t sc;
+    uint8_t m;
+    Q4KScaleMin(scales, s, &sc, &m);
+    const uint8_t* q = qs + 32 * (s / 2);
+    const int shift = (s % 2) * 4;
+    for (int l = 0; l < 32; ++l) {
+      x[32 * s + l] = d * sc * static_cast<float>((q[l] >> shift) & 15) - dmin * m;
+    }
+  }
+}
+
+// q6_K block: ql[128], qh[64], int8 scales[16], f16 d. Element e = 128 * h + 32 * k + l
+// (h half, k quarter, l < 32): low 4 bits in ql[64h + l + 32 (k % 2)] (nibble k / 2),
+// high 2 bits in qh[32h + l] (bits 2k, 2k + 1); scale scales[8h + 2k + l / 16].
+// x = d * scale * (q - 32).
+void DecodeQ6_K(const uint8_t* b, float* x) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = LoadHalf(b + 208);
+  for (int e = 0; e < 256; ++e) {
+    const int h = e / 128;
+    const int k = (e % 128) / 32;
+    const int l = e % 32;
+    const int lo = (ql[64 * h + l + 32 * (k % 2)] >> (4 * (k / 2))) & 15;
+    const int hi = (qh[32 * h + l] >> (2 * k)) & 3;
+    const int q = (lo | (hi << 4)) - 32;
+    x[e] = d * static_cast<float>(scales[8 * h + 2 * k + l / 16]) * static_cast<float>(q);
+  }
+}
+
+}  // namespace
+
+void Q4KScaleMin(const uint8_t* scales, int s, uint8_t* sc, uint8_t* m) {
+  if (s < 4) {
+    *sc = scales[s] & 63;
+    *m = scales[s + 4] & 63;
+  } else {
+    *sc = (scales[s + 4] & 15) | ((scales[s - 4] >> 6) << 4);
+    *m = (scales[s + 4] >> 4) | ((scales[s] >> 6) << 4);
+  }
+}
+
+void DecodeRow(DType t, const uint8_t* row, std::span<float> out) {
+  const size_t n = out.size();
+  float* x = out.data();
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(x, row, n * 4);
+      return;
+    case DType::kF16:
+      for (size_t i = 0; i < n; ++i) x[i] = HalfToFloat(Load16(row + 2 * i));
+      return;
+    case DType::kBF16:
+      for (size_t i = 0; i < n; ++i) x[i] = BF16ToFloat(Load16(row + 2 * i));
+      return;
+    default:
+      break;
+  }
+  const size_t block = static_cast<size_t>(DTypeBlockElems(t));
+  const size_t bytes = static_cast<size_t>(DTypeBlockBytes(t));
+  for (size_t b = 0; b < n / block; ++b) {
+    const uint8_t* src = row + b * bytes;
+    float* dst = x + b * block;
+    switch (t) {
+      case DType::kQ8_0:
+        DecodeQ8_0(src, dst);
+        break;
+      case DType::kQ4_0:
+        DecodeQ4_0(src, dst);
+        break;
+      case DType::kQ4_K:
+        DecodeQ4_K(src, dst);
+        break;
+      case DType::kQ6_K:
+        DecodeQ6_K(src, dst);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace kvserve::model
