@@ -107,18 +107,31 @@ absl::Status AddNorm(GgufWriter& w, const std::string& name, int64_t dim) {
 }
 
 // llama.cpp's general.file_type (LLAMA_FTYPE_*).
-uint32_t FileType(DType t) {
-  switch (t) {
+uint32_t FileType(const SyntheticModelOptions& options) {
+  if (options.mix == QuantMix::kQ4_K_M) return 15;  // MOSTLY_Q4_K_M
+  switch (options.dtype) {
     case DType::kF32:
       return 0;
     case DType::kF16:
       return 1;
     case DType::kQ8_0:
       return 7;
+    case DType::kQ4_0:
+      return 2;
+    case DType::kQ4_K:
+      return 14;  // MOSTLY_Q4_K_S: all q4_K
+    case DType::kQ6_K:
+      return 18;
     case DType::kBF16:
       return 32;
   }
   return 0;
+}
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and every third
+// one between them.
+bool UseMoreBits(int layer, int n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
 }
 
 }  // namespace
@@ -197,16 +210,32 @@ absl::StatusOr<model::Vocabulary> SyntheticVocabulary(int vocab_size) {
   return v;
 }
 
+DType MatrixDType(const SyntheticModelOptions& options, std::string_view tensor, int layer) {
+  if (options.mix == QuantMix::kUniform) return options.dtype;
+  const int n = options.config.n_layers;
+  const bool is_output =
+      tensor == "output" || (tensor == "token_embd" && options.config.tied_embeddings);
+  if (is_output) return DType::kQ6_K;
+  if ((tensor == "attn_v" || tensor == "ffn_down") && UseMoreBits(layer, n)) return DType::kQ6_K;
+  return DType::kQ4_K;
+}
+
 absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std::string& path) {
   const ModelConfig& c = options.config;
   if (absl::Status s = c.Validate(); !s.ok()) return s;
   if (c.architecture != "llama" || c.rope_style != model::RopeStyle::kAdjacentPairs) {
     return absl::InvalidArgumentError("synthetic models are llama with adjacent-pair RoPE");
   }
-  if (options.dtype == DType::kQ8_0 &&
-      (c.dim % model::kQ8_0BlockElems != 0 || c.q_dim() % model::kQ8_0BlockElems != 0 ||
-       c.ffn_dim % model::kQ8_0BlockElems != 0)) {
-    return absl::InvalidArgumentError("q8_0 needs dim, q_dim and ffn_dim multiples of 32");
+  // Every matrix row (dim, q_dim or ffn_dim long) must be a whole number of blocks.
+  for (std::string_view t : {"token_embd", "attn_v", "ffn_down", "attn_q", "output"}) {
+    for (int layer = 0; layer < c.n_layers; ++layer) {
+      const int block = model::DTypeBlockElems(MatrixDType(options, t, layer));
+      if (c.dim % block != 0 || c.q_dim() % block != 0 || c.ffn_dim % block != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(std::string(model::DTypeName(MatrixDType(options, t, layer))),
+                         " needs dim, q_dim and ffn_dim multiples of ", block));
+      }
+    }
   }
   absl::StatusOr<model::Vocabulary> vocab = SyntheticVocabulary(c.vocab_size);
   if (!vocab.ok()) return vocab.status();
@@ -214,7 +243,7 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
   GgufWriter w;
   w.SetString("general.architecture", "llama");
   w.SetString("general.name", options.name);
-  w.SetUint32("general.file_type", FileType(options.dtype));
+  w.SetUint32("general.file_type", FileType(options));
   w.SetUint32("general.quantization_version", 2);
   w.SetUint32("llama.context_length", static_cast<uint32_t>(c.context_length));
   w.SetUint32("llama.embedding_length", static_cast<uint32_t>(c.dim));
@@ -243,26 +272,28 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
   w.SetBool("tokenizer.ggml.add_eos_token", false);
   w.SetBool("tokenizer.ggml.add_space_prefix", vocab->add_space_prefix);
 
-  const DType dt = options.dtype;
   const float sd = options.weight_std;
   const uint64_t seed = options.seed;
-  absl::Status s = AddMatrix(w, "token_embd.weight", dt, c.vocab_size, c.dim, seed, sd);
+  auto matrix = [&](std::string_view tensor, int layer, int64_t rows, int64_t cols) {
+    const std::string name = layer < 0 ? absl::StrCat(tensor, ".weight")
+                                       : absl::StrCat("blk.", layer, ".", tensor, ".weight");
+    return AddMatrix(w, name, MatrixDType(options, tensor, layer), rows, cols, seed, sd);
+  };
+  absl::Status s = matrix("token_embd", -1, c.vocab_size, c.dim);
   for (int l = 0; s.ok() && l < c.n_layers; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
     if (s.ok()) s = AddNorm(w, p + "attn_norm.weight", c.dim);
-    if (s.ok()) s = AddMatrix(w, p + "attn_q.weight", dt, c.q_dim(), c.dim, seed, sd);
-    if (s.ok()) s = AddMatrix(w, p + "attn_k.weight", dt, c.kv_dim(), c.dim, seed, sd);
-    if (s.ok()) s = AddMatrix(w, p + "attn_v.weight", dt, c.kv_dim(), c.dim, seed, sd);
-    if (s.ok()) s = AddMatrix(w, p + "attn_output.weight", dt, c.dim, c.q_dim(), seed, sd);
+    if (s.ok()) s = matrix("attn_q", l, c.q_dim(), c.dim);
+    if (s.ok()) s = matrix("attn_k", l, c.kv_dim(), c.dim);
+    if (s.ok()) s = matrix("attn_v", l, c.kv_dim(), c.dim);
+    if (s.ok()) s = matrix("attn_output", l, c.dim, c.q_dim());
     if (s.ok()) s = AddNorm(w, p + "ffn_norm.weight", c.dim);
-    if (s.ok()) s = AddMatrix(w, p + "ffn_gate.weight", dt, c.ffn_dim, c.dim, seed, sd);
-    if (s.ok()) s = AddMatrix(w, p + "ffn_up.weight", dt, c.ffn_dim, c.dim, seed, sd);
-    if (s.ok()) s = AddMatrix(w, p + "ffn_down.weight", dt, c.dim, c.ffn_dim, seed, sd);
+    if (s.ok()) s = matrix("ffn_gate", l, c.ffn_dim, c.dim);
+    if (s.ok()) s = matrix("ffn_up", l, c.ffn_dim, c.dim);
+    if (s.ok()) s = matrix("ffn_down", l, c.dim, c.ffn_dim);
   }
   if (s.ok()) s = AddNorm(w, "output_norm.weight", c.dim);
-  if (s.ok() && !c.tied_embeddings) {
-    s = AddMatrix(w, "output.weight", dt, c.vocab_size, c.dim, seed, sd);
-  }
+  if (s.ok() && !c.tied_embeddings) s = matrix("output", -1, c.vocab_size, c.dim);
   if (!s.ok()) return s;
   return w.WriteToFile(path);
 }

@@ -28,6 +28,15 @@ void DecodeRow(DType t, const uint8_t* row, std::span<float> out);
 // 0-3 (scales) and 4-7 (mins).
 void Q4KScaleMin(const uint8_t* scales, int s, uint8_t* sc, uint8_t* m);
 
+// Quant code of element e in [0, 256) of a q4_K block: 0..15.
+int Q4KQuant(const uint8_t* block, int e);
+
+// Quant code of element e in [0, 256) of a q6_K block, minus 32: -32..31. Element
+// e = 128 h + 32 k + l (h < 2, k < 4, l < 32) has its low 4 bits in
+// ql[64 h + 32 (k % 2) + l] (low nibble for k < 2, high for k >= 2) and its high 2 bits
+// in qh[32 h + l] (bits 2k and 2k + 1); its scale is scales[e / 16].
+int Q6KQuant(const uint8_t* block, int e);
+
 // Writes values as a row of type `t` to `out` (DTypeBytes(t, values.size()) bytes):
 //   f32 as is; f16 and bf16 rounded to nearest even;
 //   q8_0  per 32: d = max|x| / 127 (f16), q = round(x / d);

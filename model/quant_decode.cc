@@ -31,44 +31,27 @@ void DecodeQ4_0(const uint8_t* b, float* x) {
   }
 }
 
-// q4_K block: f16 d, f16 dmin, scales[12], qs[128]. Sub-block s (32 elements) has a 6-bit
-// scale sc and min m (Q4KScaleMin); within each 64 elements 32 bytes of qs hold the
-// first sub-block in their low nibbles and the second in their high nibbles.
-// x = d * sc * q - dmin * m.
+// q4_K block: f16 d, f16 dmin, scales[12], qs[128]. Sub-block s (32 elements) has a
+// 6-bit scale sc and min m (Q4KScaleMin); x = d * sc * q - dmin * m.
 void DecodeQ4_K(const uint8_t* b, float* x) {
   const float d = LoadHalf(b);
   const float dmin = LoadHalf(b + 2);
-  const uint8_t* scales = b + 4;
-  const uint8_t* qs = b + 16;
   for (int s = 0; s < 8; ++s) {
     uint8_t sc;
     uint8_t m;
-    Q4KScaleMin(scales, s, &sc, &m);
-    const uint8_t* q = qs + 32 * (s / 2);
-    const int shift = (s % 2) * 4;
-    for (int l = 0; l < 32; ++l) {
-      x[32 * s + l] = d * sc * static_cast<float>((q[l] >> shift) & 15) - dmin * m;
+    Q4KScaleMin(b + 4, s, &sc, &m);
+    for (int l = 32 * s; l < 32 * s + 32; ++l) {
+      x[l] = d * sc * static_cast<float>(Q4KQuant(b, l)) - dmin * m;
     }
   }
 }
 
-// q6_K block: ql[128], qh[64], int8 scales[16], f16 d. Element e = 128 * h + 32 * k + l
-// (h half, k quarter, l < 32): low 4 bits in ql[64h + l + 32 (k % 2)] (nibble k / 2),
-// high 2 bits in qh[32h + l] (bits 2k, 2k + 1); scale scales[8h + 2k + l / 16].
-// x = d * scale * (q - 32).
+// q6_K block: ql[128], qh[64], int8 scales[16], f16 d; x = d * scale * (q - 32).
 void DecodeQ6_K(const uint8_t* b, float* x) {
-  const uint8_t* ql = b;
-  const uint8_t* qh = b + 128;
   const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
   const float d = LoadHalf(b + 208);
   for (int e = 0; e < 256; ++e) {
-    const int h = e / 128;
-    const int k = (e % 128) / 32;
-    const int l = e % 32;
-    const int lo = (ql[64 * h + l + 32 * (k % 2)] >> (4 * (k / 2))) & 15;
-    const int hi = (qh[32 * h + l] >> (2 * k)) & 3;
-    const int q = (lo | (hi << 4)) - 32;
-    x[e] = d * static_cast<float>(scales[8 * h + 2 * k + l / 16]) * static_cast<float>(q);
+    x[e] = d * static_cast<float>(scales[e / 16]) * static_cast<float>(Q6KQuant(b, e));
   }
 }
 
@@ -82,6 +65,24 @@ void Q4KScaleMin(const uint8_t* scales, int s, uint8_t* sc, uint8_t* m) {
     *sc = (scales[s + 4] & 15) | ((scales[s - 4] >> 6) << 4);
     *m = (scales[s + 4] >> 4) | ((scales[s] >> 6) << 4);
   }
+}
+
+// Within each 64 elements, 32 bytes of qs hold the first 32 in their low nibbles and the
+// next 32 in their high nibbles.
+int Q4KQuant(const uint8_t* block, int e) {
+  const uint8_t* qs = block + 16;
+  return (qs[32 * (e / 64) + e % 32] >> (4 * ((e / 32) % 2))) & 15;
+}
+
+int Q6KQuant(const uint8_t* block, int e) {
+  const uint8_t* ql = block;
+  const uint8_t* qh = block + 128;
+  const int h = e / 128;
+  const int k = (e % 128) / 32;
+  const int l = e % 32;
+  const int lo = (ql[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 15;
+  const int hi = (qh[32 * h + l] >> (2 * k)) & 3;
+  return (lo | (hi << 4)) - 32;
 }
 
 void DecodeRow(DType t, const uint8_t* row, std::span<float> out) {
