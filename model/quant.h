@@ -26,7 +26,16 @@ void DecodeRow(DType t, const uint8_t* row, std::span<float> out);
 // (ggml's get_scale_min_k4): sub-blocks 0-3 in the low 6 bits of bytes 0-3 (scales) and
 // 4-7 (mins); sub-blocks 4-7 in the nibbles of bytes 8-11 plus the top 2 bits of bytes
 // 0-3 (scales) and 4-7 (mins).
-void Q4KScaleMin(const uint8_t* scales, int s, uint8_t* sc, uint8_t* m);
+// (Inline: the cpu_blas kernels unpack 8 pairs per 256 weights.)
+inline void Q4KScaleMin(const uint8_t* scales, int s, uint8_t* sc, uint8_t* m) {
+  if (s < 4) {
+    *sc = scales[s] & 63;
+    *m = scales[s + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((scales[s + 4] & 15) | ((scales[s - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((scales[s + 4] >> 4) | ((scales[s] >> 6) << 4));
+  }
+}
 
 // Quant code of element e in [0, 256) of a q4_K block: 0..15.
 int Q4KQuant(const uint8_t* block, int e);

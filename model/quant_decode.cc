@@ -32,40 +32,48 @@ void DecodeQ4_0(const uint8_t* b, float* x) {
 }
 
 // q4_K block: f16 d, f16 dmin, scales[12], qs[128]. Sub-block s (32 elements) has a
-// 6-bit scale sc and min m (Q4KScaleMin); x = d * sc * q - dmin * m.
+// 6-bit scale sc and min m (Q4KScaleMin); x = d * sc * q - dmin * m. Within each 64
+// elements, 32 bytes of qs hold the first 32 in their low nibbles and the next 32 in
+// their high nibbles (Q4KQuant), written out here so the compiler vectorises it (tile
+// decoding for prefill).
 void DecodeQ4_K(const uint8_t* b, float* x) {
   const float d = LoadHalf(b);
   const float dmin = LoadHalf(b + 2);
-  for (int s = 0; s < 8; ++s) {
-    uint8_t sc;
-    uint8_t m;
-    Q4KScaleMin(b + 4, s, &sc, &m);
-    for (int l = 32 * s; l < 32 * s + 32; ++l) {
-      x[l] = d * sc * static_cast<float>(Q4KQuant(b, l)) - dmin * m;
+  for (int j = 0; j < 4; ++j) {
+    uint8_t sc0, m0, sc1, m1;
+    Q4KScaleMin(b + 4, 2 * j, &sc0, &m0);
+    Q4KScaleMin(b + 4, 2 * j + 1, &sc1, &m1);
+    const float d0 = d * sc0, o0 = dmin * m0, d1 = d * sc1, o1 = dmin * m1;
+    const uint8_t* q = b + 16 + 32 * j;
+    float* y = x + 64 * j;
+    for (int l = 0; l < 32; ++l) y[l] = d0 * static_cast<float>(q[l] & 15) - o0;
+    for (int l = 0; l < 32; ++l) y[32 + l] = d1 * static_cast<float>(q[l] >> 4) - o1;
+  }
+}
+
+// q6_K block: ql[128], qh[64], int8 scales[16], f16 d; x = d * scale * (q - 32), the
+// layout of Q6KQuant written out per 32 elements so the compiler vectorises it.
+void DecodeQ6_K(const uint8_t* b, float* x) {
+  const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = LoadHalf(b + 208);
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = b + 64 * h;
+    const uint8_t* qh = b + 128 + 32 * h;
+    for (int k = 0; k < 4; ++k) {
+      const uint8_t* lo = ql + 32 * (k % 2);
+      const int shift = 4 * (k / 2);
+      float* y = x + 128 * h + 32 * k;
+      const float s0 = d * scales[8 * h + 2 * k];
+      const float s1 = d * scales[8 * h + 2 * k + 1];
+      for (int l = 0; l < 32; ++l) {
+        const int q = (((lo[l] >> shift) & 15) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+        y[l] = (l < 16 ? s0 : s1) * static_cast<float>(q);
+      }
     }
   }
 }
 
-// q6_K block: ql[128], qh[64], int8 scales[16], f16 d; x = d * scale * (q - 32).
-void DecodeQ6_K(const uint8_t* b, float* x) {
-  const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
-  const float d = LoadHalf(b + 208);
-  for (int e = 0; e < 256; ++e) {
-    x[e] = d * static_cast<float>(scales[e / 16]) * static_cast<float>(Q6KQuant(b, e));
-  }
-}
-
 }  // namespace
-
-void Q4KScaleMin(const uint8_t* scales, int s, uint8_t* sc, uint8_t* m) {
-  if (s < 4) {
-    *sc = scales[s] & 63;
-    *m = scales[s + 4] & 63;
-  } else {
-    *sc = (scales[s + 4] & 15) | ((scales[s - 4] >> 6) << 4);
-    *m = (scales[s + 4] >> 4) | ((scales[s] >> 6) << 4);
-  }
-}
 
 // Within each 64 elements, 32 bytes of qs hold the first 32 in their low nibbles and the
 // next 32 in their high nibbles.

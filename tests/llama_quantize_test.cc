@@ -136,7 +136,7 @@ TEST(LlamaQuantizeTest, Q4_K_MFileLoadsMatchesOurQuantizerAndRunsOnCpuBlas) {
   }
 
   // cpu_blas (quantized activations, best kernel level) against the reference oracle on
-  // llama.cpp's file; tolerance as kQuantLogitTolerance in cpu_blas_backend_test.cc.
+  // llama.cpp's file (see kQuantLogitTolerance in cpu_blas_backend_test.cc).
   const model::KvLayout layout = model::KvLayout::ForModel((*theirs)->config(), 16, DType::kF32);
   backends::CpuBlasOptions options;
   options.threads = 2;
@@ -154,7 +154,8 @@ TEST(LlamaQuantizeTest, Q4_K_MFileLoadsMatchesOurQuantizerAndRunsOnCpuBlas) {
     max_abs = std::max(max_abs, std::fabs(b[i]));
     max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
   }
-  EXPECT_LE(max_diff / max_abs, 3e-2f);
+  // Measured 1.9e-2 (activation blocks of 256 on a small random model); 5e-2 leaves margin.
+  EXPECT_LE(max_diff / max_abs, 5e-2f);
   std::printf("[  NOTE    ] cpu_blas vs reference on llama-quantize's Q4_K_M: %.2e\n",
               max_diff / max_abs);
 }

@@ -9,6 +9,7 @@
 #endif
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 

@@ -36,137 +36,222 @@ KVSERVE_SIMD_TARGET inline __m256i Load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
-inline float LoadHalf(const uint8_t* p) {
+// f16 -> f32 with F16C (exact).
+KVSERVE_SIMD_TARGET inline float LoadHalf(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
-  return model::HalfToFloat(h);
+  return _cvtsh_ss(h);
 }
+
+// Block b of activation row i (rows ldxq bytes apart).
+template <typename XBlock>
+inline const XBlock& XAt(const uint8_t* xq, int64_t ldxq, int i, int64_t b) {
+  return reinterpret_cast<const XBlock*>(xq + i * ldxq)[b];
+}
+
+// Each Row* kernel below computes out[i] = W[row] · X[i] for N activation rows at once:
+// the weight block is loaded and unpacked once, then multiplied with each row's block
+// (N accumulators), so batched decode does not redo the unpacking per sequence.
 
 // q8_0 x Q8Block: per block d_w * d_x * sum w[j] x[j]. The signed x signed product runs
 // as |w| (unsigned) times x with w's sign.
-template <typename D>
-KVSERVE_SIMD_TARGET inline float RowQ8_0(const uint8_t* w, const Q8Block* x, int64_t cols) {
-  __m256 acc = _mm256_setzero_ps();
+template <typename D, int N>
+KVSERVE_SIMD_TARGET inline void RowQ8_0(const uint8_t* w, const uint8_t* xq, int64_t ldxq,
+                                        int64_t cols, float* out) {
+  __m256 acc[N];
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < cols / 32; ++b) {
     const uint8_t* wb = w + b * model::kQ8_0BlockBytes;
     const __m256i wq = Load256(wb + 2);
-    const __m256i xq = Load256(x[b].q);
-    const __m256i dot = D::DotU8S8(_mm256_setzero_si256(), _mm256_sign_epi8(wq, wq),
-                                    _mm256_sign_epi8(xq, wq));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(LoadHalf(wb) * x[b].d), acc);
+    const __m256i wabs = _mm256_sign_epi8(wq, wq);
+    const float dw = LoadHalf(wb);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const Q8Block& xb = XAt<Q8Block>(xq, ldxq, i, b);
+      const __m256i dot = D::DotU8S8(_mm256_setzero_si256(), wabs,
+                                     _mm256_sign_epi8(Load256(xb.q), wq));
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * xb.d), acc[i]);
+    }
   }
-  return HSum8(acc);
+  for (int i = 0; i < N; ++i) out[i] = HSum8(acc[i]);
 }
 
 // q4_0 x Q8Block: per block d_w * d_x * (sum q[j] x[j] - 8 sum x[j]), q the unsigned
 // nibbles (low nibbles are elements 0..15, high nibbles 16..31).
-template <typename D>
-KVSERVE_SIMD_TARGET inline float RowQ4_0(const uint8_t* w, const Q8Block* x, int64_t cols) {
+template <typename D, int N>
+KVSERVE_SIMD_TARGET inline void RowQ4_0(const uint8_t* w, const uint8_t* xq, int64_t ldxq,
+                                        int64_t cols, float* out) {
   const __m256i low4 = _mm256_set1_epi8(15);
-  __m256 acc = _mm256_setzero_ps();
-  float offset = 0.0f;  // sum_b d_w d_x sum x
+  __m256 acc[N];
+  float offset[N];  // sum_b d_w d_x sum x
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) {
+    acc[i] = _mm256_setzero_ps();
+    offset[i] = 0.0f;
+  }
   for (int64_t b = 0; b < cols / 32; ++b) {
     const uint8_t* wb = w + b * model::kQ4_0BlockBytes;
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
-    const __m256i q = _mm256_and_si256(
-        _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low4);
-    const __m256i dot = D::DotU8S8(_mm256_setzero_si256(), q, Load256(x[b].q));
-    const float d = LoadHalf(wb) * x[b].d;
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d), acc);
-    offset += d * static_cast<float>(x[b].sum);
+    const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low4);
+    const float dw = LoadHalf(wb);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const Q8Block& xb = XAt<Q8Block>(xq, ldxq, i, b);
+      const __m256i dot = D::DotU8S8(_mm256_setzero_si256(), q, Load256(xb.q));
+      const float d = dw * xb.d;
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d), acc[i]);
+      offset[i] += d * static_cast<float>(xb.sum);
+    }
   }
-  return HSum8(acc) - 8.0f * offset;
+  for (int i = 0; i < N; ++i) out[i] = HSum8(acc[i]) - 8.0f * offset[i];
 }
 
 // q4_K x Q8KBlock: per block d_x * (d * sum_s sc_s sum q x - dmin * sum_s m_s sum x),
 // sum x of a sub-block from the activation's bsums.
-template <typename D>
-KVSERVE_SIMD_TARGET inline float RowQ4_K(const uint8_t* w, const Q8KBlock* x, int64_t cols) {
+template <typename D, int N>
+KVSERVE_SIMD_TARGET inline void RowQ4_K(const uint8_t* w, const uint8_t* xq, int64_t ldxq,
+                                        int64_t cols, float* out) {
   const __m256i low4 = _mm256_set1_epi8(15);
-  __m256 acc = _mm256_setzero_ps();
-  float mins = 0.0f;
+  __m256 acc[N];
+  float mins[N];
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) {
+    acc[i] = _mm256_setzero_ps();
+    mins[i] = 0.0f;
+  }
   for (int64_t b = 0; b < cols / 256; ++b) {
     const uint8_t* wb = w + b * model::kQ4_KBlockBytes;
-    const Q8KBlock& xb = x[b];
     uint8_t sc[8];
-    int32_t min_sum = 0;
-    for (int s = 0; s < 8; ++s) {
-      uint8_t m;
-      model::Q4KScaleMin(wb + 4, s, &sc[s], &m);
-      min_sum += m * (xb.bsums[2 * s] + xb.bsums[2 * s + 1]);
+    uint8_t m[8];
+    for (int s = 0; s < 8; ++s) model::Q4KScaleMin(wb + 4, s, &sc[s], &m[s]);
+    const float d = LoadHalf(wb);
+    const float dmin = LoadHalf(wb + 2);
+    __m256i sum[N];
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const Q8KBlock& xb = XAt<Q8KBlock>(xq, ldxq, i, b);
+      int32_t min_sum = 0;
+      for (int s = 0; s < 8; ++s) min_sum += m[s] * (xb.bsums[2 * s] + xb.bsums[2 * s + 1]);
+      mins[i] += dmin * xb.d * static_cast<float>(min_sum);
+      sum[i] = _mm256_setzero_si256();
     }
-    __m256i sum = _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j) {
       const __m256i packed = Load256(wb + 16 + 32 * j);
       const __m256i lo = _mm256_and_si256(packed, low4);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-      const __m256i dlo = D::DotU8S8(_mm256_setzero_si256(), lo, Load256(xb.q + 64 * j));
-      const __m256i dhi = D::DotU8S8(_mm256_setzero_si256(), hi, Load256(xb.q + 64 * j + 32));
-      sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(dlo, _mm256_set1_epi32(sc[2 * j])));
-      sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(dhi, _mm256_set1_epi32(sc[2 * j + 1])));
+      const __m256i sc_lo = _mm256_set1_epi32(sc[2 * j]);
+      const __m256i sc_hi = _mm256_set1_epi32(sc[2 * j + 1]);
+#pragma GCC unroll 8
+      for (int i = 0; i < N; ++i) {
+        const int8_t* x = XAt<Q8KBlock>(xq, ldxq, i, b).q + 64 * j;
+        const __m256i dlo = D::DotU8S8(_mm256_setzero_si256(), lo, Load256(x));
+        const __m256i dhi = D::DotU8S8(_mm256_setzero_si256(), hi, Load256(x + 32));
+        sum[i] = _mm256_add_epi32(sum[i], _mm256_mullo_epi32(dlo, sc_lo));
+        sum[i] = _mm256_add_epi32(sum[i], _mm256_mullo_epi32(dhi, sc_hi));
+      }
     }
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(LoadHalf(wb) * xb.d), acc);
-    mins += LoadHalf(wb + 2) * xb.d * static_cast<float>(min_sum);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const float dx = d * XAt<Q8KBlock>(xq, ldxq, i, b).d;
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i]), _mm256_set1_ps(dx), acc[i]);
+    }
   }
-  return HSum8(acc) - mins;
+  for (int i = 0; i < N; ++i) out[i] = HSum8(acc[i]) - mins[i];
 }
 
 // q6_K x Q8KBlock: per block d * d_x * sum_g scale_g (sum q x - 32 sum x) over the 16
 // groups of 16, q the unsigned 6-bit codes (layout in model/quant.h, Q6KQuant).
-template <typename D>
-KVSERVE_SIMD_TARGET inline float RowQ6_K(const uint8_t* w, const Q8KBlock* x, int64_t cols) {
+template <typename D, int N>
+KVSERVE_SIMD_TARGET inline void RowQ6_K(const uint8_t* w, const uint8_t* xq, int64_t ldxq,
+                                        int64_t cols, float* out) {
   const __m256i low4 = _mm256_set1_epi8(15);
   const __m256i low2 = _mm256_set1_epi8(3);
-  __m256 acc = _mm256_setzero_ps();
-  float offsets = 0.0f;
+  __m256 acc[N];
+  float offsets[N];
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) {
+    acc[i] = _mm256_setzero_ps();
+    offsets[i] = 0.0f;
+  }
   for (int64_t b = 0; b < cols / 256; ++b) {
     const uint8_t* wb = w + b * model::kQ6_KBlockBytes;
     const auto* scales = reinterpret_cast<const int8_t*>(wb + 192);
-    const Q8KBlock& xb = x[b];
-    int32_t offset = 0;
-    for (int g = 0; g < 16; ++g) offset += scales[g] * xb.bsums[g];
-    __m256i sum = _mm256_setzero_si256();
+    const float d = LoadHalf(wb + 208);
+    __m256i sum[N];
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const Q8KBlock& xb = XAt<Q8KBlock>(xq, ldxq, i, b);
+      int32_t offset = 0;
+      for (int g = 0; g < 16; ++g) offset += scales[g] * xb.bsums[g];
+      offsets[i] += d * xb.d * static_cast<float>(32 * offset);
+      sum[i] = _mm256_setzero_si256();
+    }
     for (int h = 0; h < 2; ++h) {
       const __m256i ql0 = Load256(wb + 64 * h);       // k = 0 (low), 2 (high nibbles)
       const __m256i ql1 = Load256(wb + 64 * h + 32);  // k = 1 (low), 3 (high nibbles)
       const __m256i qh = Load256(wb + 128 + 32 * h);
-      __m256i q[4];
-      q[0] = _mm256_and_si256(ql0, low4);
-      q[1] = _mm256_and_si256(ql1, low4);
-      q[2] = _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4);
-      q[3] = _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4);
+      const __m256i q[4] = {_mm256_and_si256(ql0, low4), _mm256_and_si256(ql1, low4),
+                            _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4)};
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), low2);
         const __m256i code = _mm256_or_si256(q[k], _mm256_slli_epi16(high, 4));
-        const __m256i dot = D::DotU8S8(_mm256_setzero_si256(), code,
-                                        Load256(xb.q + 128 * h + 32 * k));
         // Lanes 0-3 are elements 0-15 of the 32 (group 8h + 2k), lanes 4-7 the next 16.
         const int g = 8 * h + 2 * k;
         const __m256i sc = _mm256_setr_epi32(scales[g], scales[g], scales[g], scales[g],
                                              scales[g + 1], scales[g + 1], scales[g + 1],
                                              scales[g + 1]);
-        sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(dot, sc));
+#pragma GCC unroll 8
+        for (int i = 0; i < N; ++i) {
+          const int8_t* x = XAt<Q8KBlock>(xq, ldxq, i, b).q + 128 * h + 32 * k;
+          const __m256i dot = D::DotU8S8(_mm256_setzero_si256(), code, Load256(x));
+          sum[i] = _mm256_add_epi32(sum[i], _mm256_mullo_epi32(dot, sc));
+        }
       }
     }
-    const float d = LoadHalf(wb + 208) * xb.d;
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d), acc);
-    offsets += d * static_cast<float>(32 * offset);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const float dx = d * XAt<Q8KBlock>(xq, ldxq, i, b).d;
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i]), _mm256_set1_ps(dx), acc[i]);
+    }
   }
-  return HSum8(acc) - offsets;
+  for (int i = 0; i < N; ++i) out[i] = HSum8(acc[i]) - offsets[i];
 }
 
 // KernelSet::matmul_q* (simd_kernels.h): every weight row once against the n activation
-// rows (a row of s110m is 200 to 1200 bytes, so it stays in L1 for the n products).
-template <typename XBlock, float (*kRowDot)(const uint8_t*, const XBlock*, int64_t)>
+// rows, four at a time (a row of s110m is 200 to 1200 bytes, so it stays in L1 while the
+// groups pass).
+template <void (*kRow1)(const uint8_t*, const uint8_t*, int64_t, int64_t, float*),
+          void (*kRow2)(const uint8_t*, const uint8_t*, int64_t, int64_t, float*),
+          void (*kRow3)(const uint8_t*, const uint8_t*, int64_t, int64_t, float*),
+          void (*kRow4)(const uint8_t*, const uint8_t*, int64_t, int64_t, float*)>
 KVSERVE_SIMD_TARGET void QMatMul(const uint8_t* w, int64_t row_bytes, int64_t cols,
                                  int64_t row_begin, int64_t row_end, const void* xq,
                                  int64_t ldxq, int n, float* y, int64_t ldy) {
-  const auto* xb = static_cast<const uint8_t*>(xq);
+  const auto* x = static_cast<const uint8_t*>(xq);
+  float out[4];
   for (int64_t r = row_begin; r < row_end; ++r) {
     const uint8_t* wr = w + r * row_bytes;
-    for (int i = 0; i < n; ++i) {
-      y[i * ldy + r] = kRowDot(wr, reinterpret_cast<const XBlock*>(xb + i * ldxq), cols);
+    for (int i = 0; i < n; i += 4) {
+      const uint8_t* xi = x + i * ldxq;
+      const int nn = std::min(4, n - i);
+      switch (nn) {
+        case 1:
+          kRow1(wr, xi, ldxq, cols, out);
+          break;
+        case 2:
+          kRow2(wr, xi, ldxq, cols, out);
+          break;
+        case 3:
+          kRow3(wr, xi, ldxq, cols, out);
+          break;
+        default:
+          kRow4(wr, xi, ldxq, cols, out);
+          break;
+      }
+      for (int k = 0; k < nn; ++k) y[(i + k) * ldy + r] = out[k];
     }
   }
 }
@@ -174,9 +259,9 @@ KVSERVE_SIMD_TARGET void QMatMul(const uint8_t* w, int64_t row_bytes, int64_t co
 // The quantized kernels of the including level, added to a KernelSet.
 template <typename D>
 constexpr KernelSet WithQuantKernels(KernelSet k) {
-  k.matmul_q8_0 = &QMatMul<Q8Block, &RowQ8_0<D>>;
-  k.matmul_q4_0 = &QMatMul<Q8Block, &RowQ4_0<D>>;
-  k.matmul_q4_k = &QMatMul<Q8KBlock, &RowQ4_K<D>>;
-  k.matmul_q6_k = &QMatMul<Q8KBlock, &RowQ6_K<D>>;
+  k.matmul_q8_0 = &QMatMul<&RowQ8_0<D, 1>, &RowQ8_0<D, 2>, &RowQ8_0<D, 3>, &RowQ8_0<D, 4>>;
+  k.matmul_q4_0 = &QMatMul<&RowQ4_0<D, 1>, &RowQ4_0<D, 2>, &RowQ4_0<D, 3>, &RowQ4_0<D, 4>>;
+  k.matmul_q4_k = &QMatMul<&RowQ4_K<D, 1>, &RowQ4_K<D, 2>, &RowQ4_K<D, 3>, &RowQ4_K<D, 4>>;
+  k.matmul_q6_k = &QMatMul<&RowQ6_K<D, 1>, &RowQ6_K<D, 2>, &RowQ6_K<D, 3>, &RowQ6_K<D, 4>>;
   return k;
 }
