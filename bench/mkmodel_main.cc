@@ -1,5 +1,6 @@
 // kvserve-mkmodel: writes a llama GGUF with seeded random weights at a preset shape.
-//   kvserve-mkmodel --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m --out FILE [--seed N]
+//   kvserve-mkmodel --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m --out FILE
+//   [--seed N]
 // Exit status as for every bench tool (bench/tool_main.h).
 #include <chrono>
 #include <cstdint>

@@ -275,8 +275,9 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
   const float sd = options.weight_std;
   const uint64_t seed = options.seed;
   auto matrix = [&](std::string_view tensor, int layer, int64_t rows, int64_t cols) {
-    const std::string name = layer < 0 ? absl::StrCat(std::string(tensor), ".weight")
-                                       : absl::StrCat("blk.", layer, ".", std::string(tensor), ".weight");
+    const std::string name = layer < 0
+                                 ? absl::StrCat(std::string(tensor), ".weight")
+                                 : absl::StrCat("blk.", layer, ".", std::string(tensor), ".weight");
     return AddMatrix(w, name, MatrixDType(options, tensor, layer), rows, cols, seed, sd);
   };
   absl::Status s = matrix("token_embd", -1, c.vocab_size, c.dim);

@@ -61,8 +61,7 @@ struct SyntheticModelOptions {
 
 // The element type of matrix `tensor` ("token_embd", "output" or a layer's "attn_q",
 // "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down") of layer `layer`.
-model::DType MatrixDType(const SyntheticModelOptions& options, std::string_view tensor,
-                         int layer);
+model::DType MatrixDType(const SyntheticModelOptions& options, std::string_view tensor, int layer);
 
 // Writes a llama GGUF v3 file with every key llama.cpp needs (general.*, llama.*,
 // tokenizer.ggml.*) and tensors token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v,

@@ -49,10 +49,9 @@ absl::Status CheckShape(const std::string& name, const TensorView& t, int64_t ro
                                                    t.cols, "], expected [", rows, ", ", cols, "]"));
   }
   if (cols % DTypeBlockElems(t.type) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, ": ",
-                                                   std::string(DTypeName(t.type)),
-                                                   " rows must be a multiple of ",
-                                                   DTypeBlockElems(t.type), " elements"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", name, ": ", std::string(DTypeName(t.type)),
+                     " rows must be a multiple of ", DTypeBlockElems(t.type), " elements"));
   }
   return absl::OkStatus();
 }

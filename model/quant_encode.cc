@@ -237,7 +237,8 @@ void EncodeQ6_K(const float* x, uint8_t* b) {
   const float iscale = -128.0f / max_scale;
   StoreHalf(b + 208, 1 / iscale);
   const float d_all = HalfToFloat(FloatToHalf(1 / iscale));
-  for (int g = 0; g < 16; ++g) sc[g] = static_cast<int8_t>(std::min(127, NearestInt(iscale * scales[g])));
+  for (int g = 0; g < 16; ++g)
+    sc[g] = static_cast<int8_t>(std::min(127, NearestInt(iscale * scales[g])));
   for (int g = 0; g < 16; ++g) {
     const float d = d_all * sc[g];
     if (d == 0.0f) continue;

@@ -112,9 +112,9 @@ TEST(EncodeRowTest, RoundTripsWithinQuantizationError) {
   };
   // The bounds sit about 1.5x above what each format gives on these values (q8_0 ~ 0.4 %,
   // q6_K ~ 1.5 %, q4_K ~ 5 %, q4_0 ~ 8 %).
-  for (const Case& c : {Case{DType::kF16, 1e-3f}, Case{DType::kBF16, 5e-3f},
-                        Case{DType::kQ8_0, 0.008f}, Case{DType::kQ6_K, 0.025f},
-                        Case{DType::kQ4_K, 0.08f}, Case{DType::kQ4_0, 0.12f}}) {
+  for (const Case& c :
+       {Case{DType::kF16, 1e-3f}, Case{DType::kBF16, 5e-3f}, Case{DType::kQ8_0, 0.008f},
+        Case{DType::kQ6_K, 0.025f}, Case{DType::kQ4_K, 0.08f}, Case{DType::kQ4_0, 0.12f}}) {
     const std::vector<float> v = TestValues(1024);
     std::vector<uint8_t> bytes(DTypeBytes(c.type, v.size()));
     EncodeRow(c.type, v, bytes.data());

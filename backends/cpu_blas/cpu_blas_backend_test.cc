@@ -51,21 +51,6 @@ float ToleranceFor(DType weights) {
   return model::IsQuantized(weights) ? kQuantLogitTolerance : kLogitTolerance;
 }
 
-// Rows that are whole q4_K / q6_K super-blocks (256): dim 256, ffn 512.
-model::ModelConfig QuantConfig() {
-  model::ModelConfig c = testing::RandomModelOptions::DefaultConfig();
-  c.dim = 256;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 64;
-  c.rope_dim = 64;
-  c.ffn_dim = 512;
-  c.vocab_size = 300;
-  c.context_length = 256;
-  return c;
-}
-
 // max |a - b| / max(1, max |b|); infinite when the sizes differ or either side holds
 // a NaN or an infinity (a NaN never equals a NaN here).
 float RelativeDiff(std::span<const float> a, std::span<const float> b) {
@@ -93,6 +78,17 @@ model::ModelConfig WideConfig() {
   c.ffn_dim = 100;
   c.vocab_size = 300;
   c.context_length = 256;
+  return c;
+}
+
+// Rows that are whole q4_K / q6_K super-blocks (256): dim 256, ffn 512.
+model::ModelConfig QuantConfig() {
+  model::ModelConfig c = WideConfig();
+  c.dim = 256;
+  c.n_layers = 2;
+  c.head_dim = 64;
+  c.rope_dim = 64;
+  c.ffn_dim = 512;
   return c;
 }
 

@@ -82,7 +82,7 @@ class Gemm {
   std::vector<std::vector<float>> tiles_;  // per pool thread: [tile_rows, cols] f32
   std::vector<uint8_t> xq8_;               // [n] rows of Q8Block, xq8_row_ bytes each
   int64_t xq8_row_ = 0;
-  std::vector<uint8_t> xq8k_;              // [n] rows of Q8KBlock, xq8k_row_ bytes each
+  std::vector<uint8_t> xq8k_;  // [n] rows of Q8KBlock, xq8k_row_ bytes each
   int64_t xq8k_row_ = 0;
 };
 

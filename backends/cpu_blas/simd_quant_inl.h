@@ -49,6 +49,16 @@ inline const XBlock& XAt(const uint8_t* xq, int64_t ldxq, int i, int64_t b) {
   return reinterpret_cast<const XBlock*>(xq + i * ldxq)[b];
 }
 
+// Zeroes N vector accumulators and N scalar corrections.
+template <int N>
+KVSERVE_SIMD_TARGET inline void ZeroAccumulators(__m256 (&acc)[N], float (&corr)[N]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) {
+    acc[i] = _mm256_setzero_ps();
+    corr[i] = 0.0f;
+  }
+}
+
 // Each Row* kernel below computes out[i] = W[row] · X[i] for N activation rows at once:
 // the weight block is loaded and unpacked once, then multiplied with each row's block
 // (N accumulators), so batched decode does not redo the unpacking per sequence.
@@ -69,8 +79,8 @@ KVSERVE_SIMD_TARGET inline void RowQ8_0(const uint8_t* w, const uint8_t* xq, int
 #pragma GCC unroll 8
     for (int i = 0; i < N; ++i) {
       const Q8Block& xb = XAt<Q8Block>(xq, ldxq, i, b);
-      const __m256i dot = D::DotU8S8(_mm256_setzero_si256(), wabs,
-                                     _mm256_sign_epi8(Load256(xb.q), wq));
+      const __m256i dot =
+          D::DotU8S8(_mm256_setzero_si256(), wabs, _mm256_sign_epi8(Load256(xb.q), wq));
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * xb.d), acc[i]);
     }
   }
@@ -85,11 +95,7 @@ KVSERVE_SIMD_TARGET inline void RowQ4_0(const uint8_t* w, const uint8_t* xq, int
   const __m256i low4 = _mm256_set1_epi8(15);
   __m256 acc[N];
   float offset[N];  // sum_b d_w d_x sum x
-#pragma GCC unroll 8
-  for (int i = 0; i < N; ++i) {
-    acc[i] = _mm256_setzero_ps();
-    offset[i] = 0.0f;
-  }
+  ZeroAccumulators(acc, offset);
   for (int64_t b = 0; b < cols / 32; ++b) {
     const uint8_t* wb = w + b * model::kQ4_0BlockBytes;
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
@@ -115,11 +121,7 @@ KVSERVE_SIMD_TARGET inline void RowQ4_K(const uint8_t* w, const uint8_t* xq, int
   const __m256i low4 = _mm256_set1_epi8(15);
   __m256 acc[N];
   float mins[N];
-#pragma GCC unroll 8
-  for (int i = 0; i < N; ++i) {
-    acc[i] = _mm256_setzero_ps();
-    mins[i] = 0.0f;
-  }
+  ZeroAccumulators(acc, mins);
   for (int64_t b = 0; b < cols / 256; ++b) {
     const uint8_t* wb = w + b * model::kQ4_KBlockBytes;
     uint8_t sc[8];
@@ -169,11 +171,7 @@ KVSERVE_SIMD_TARGET inline void RowQ6_K(const uint8_t* w, const uint8_t* xq, int
   const __m256i low2 = _mm256_set1_epi8(3);
   __m256 acc[N];
   float offsets[N];
-#pragma GCC unroll 8
-  for (int i = 0; i < N; ++i) {
-    acc[i] = _mm256_setzero_ps();
-    offsets[i] = 0.0f;
-  }
+  ZeroAccumulators(acc, offsets);
   for (int64_t b = 0; b < cols / 256; ++b) {
     const uint8_t* wb = w + b * model::kQ6_KBlockBytes;
     const auto* scales = reinterpret_cast<const int8_t*>(wb + 192);
@@ -200,9 +198,9 @@ KVSERVE_SIMD_TARGET inline void RowQ6_K(const uint8_t* w, const uint8_t* xq, int
         const __m256i code = _mm256_or_si256(q[k], _mm256_slli_epi16(high, 4));
         // Lanes 0-3 are elements 0-15 of the 32 (group 8h + 2k), lanes 4-7 the next 16.
         const int g = 8 * h + 2 * k;
-        const __m256i sc = _mm256_setr_epi32(scales[g], scales[g], scales[g], scales[g],
-                                             scales[g + 1], scales[g + 1], scales[g + 1],
-                                             scales[g + 1]);
+        const __m256i sc =
+            _mm256_setr_epi32(scales[g], scales[g], scales[g], scales[g], scales[g + 1],
+                              scales[g + 1], scales[g + 1], scales[g + 1]);
 #pragma GCC unroll 8
         for (int i = 0; i < N; ++i) {
           const int8_t* x = XAt<Q8KBlock>(xq, ldxq, i, b).q + 128 * h + 32 * k;
@@ -228,8 +226,8 @@ template <void (*kRow1)(const uint8_t*, const uint8_t*, int64_t, int64_t, float*
           void (*kRow3)(const uint8_t*, const uint8_t*, int64_t, int64_t, float*),
           void (*kRow4)(const uint8_t*, const uint8_t*, int64_t, int64_t, float*)>
 KVSERVE_SIMD_TARGET void QMatMul(const uint8_t* w, int64_t row_bytes, int64_t cols,
-                                 int64_t row_begin, int64_t row_end, const void* xq,
-                                 int64_t ldxq, int n, float* y, int64_t ldy) {
+                                 int64_t row_begin, int64_t row_end, const void* xq, int64_t ldxq,
+                                 int n, float* y, int64_t ldy) {
   const auto* x = static_cast<const uint8_t*>(xq);
   float out[4];
   for (int64_t r = row_begin; r < row_end; ++r) {

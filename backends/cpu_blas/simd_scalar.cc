@@ -63,8 +63,7 @@ void QMatMul(const uint8_t* w, int64_t row_bytes, int64_t cols, int64_t row_begi
   const auto* x = static_cast<const uint8_t*>(xq);
   for (int64_t r = row_begin; r < row_end; ++r) {
     for (int i = 0; i < n; ++i) {
-      y[i * ldy + r] =
-          kDot(w + r * row_bytes, reinterpret_cast<const XBlock*>(x + i * ldxq), cols);
+      y[i * ldy + r] = kDot(w + r * row_bytes, reinterpret_cast<const XBlock*>(x + i * ldxq), cols);
     }
   }
 }
