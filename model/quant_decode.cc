@@ -109,28 +109,12 @@ void DecodeRow(DType t, const uint8_t* row, std::span<float> out) {
     default:
       break;
   }
+  void (*decode)(const uint8_t*, float*) = t == DType::kQ8_0   ? DecodeQ8_0
+                                           : t == DType::kQ4_0 ? DecodeQ4_0
+                                           : t == DType::kQ4_K ? DecodeQ4_K
+                                                               : DecodeQ6_K;
   const size_t block = static_cast<size_t>(DTypeBlockElems(t));
-  const size_t bytes = static_cast<size_t>(DTypeBlockBytes(t));
-  for (size_t b = 0; b < n / block; ++b) {
-    const uint8_t* src = row + b * bytes;
-    float* dst = x + b * block;
-    switch (t) {
-      case DType::kQ8_0:
-        DecodeQ8_0(src, dst);
-        break;
-      case DType::kQ4_0:
-        DecodeQ4_0(src, dst);
-        break;
-      case DType::kQ4_K:
-        DecodeQ4_K(src, dst);
-        break;
-      case DType::kQ6_K:
-        DecodeQ6_K(src, dst);
-        break;
-      default:
-        break;
-    }
-  }
+  for (size_t b = 0; b < n / block; ++b) decode(row + b * DTypeBytes(t, block), x + b * block);
 }
 
 }  // namespace kvserve::model

@@ -277,28 +277,12 @@ void EncodeRow(DType t, std::span<const float> values, uint8_t* out) {
     default:
       break;
   }
+  void (*encode)(const float*, uint8_t*) = t == DType::kQ8_0   ? EncodeQ8_0
+                                           : t == DType::kQ4_0 ? EncodeQ4_0
+                                           : t == DType::kQ4_K ? EncodeQ4_K
+                                                               : EncodeQ6_K;
   const size_t block = static_cast<size_t>(DTypeBlockElems(t));
-  const size_t bytes = static_cast<size_t>(DTypeBlockBytes(t));
-  for (size_t b = 0; b < n / block; ++b) {
-    const float* src = x + b * block;
-    uint8_t* dst = out + b * bytes;
-    switch (t) {
-      case DType::kQ8_0:
-        EncodeQ8_0(src, dst);
-        break;
-      case DType::kQ4_0:
-        EncodeQ4_0(src, dst);
-        break;
-      case DType::kQ4_K:
-        EncodeQ4_K(src, dst);
-        break;
-      case DType::kQ6_K:
-        EncodeQ6_K(src, dst);
-        break;
-      default:
-        break;
-    }
-  }
+  for (size_t b = 0; b < n / block; ++b) encode(x + b * block, out + b * DTypeBytes(t, block));
 }
 
 }  // namespace kvserve::model
