@@ -120,8 +120,10 @@ KVSERVE_SIMD_TARGET inline void RowQ4_K(const uint8_t* w, const uint8_t* xq, int
                                         int64_t cols, float* out) {
   const __m256i low4 = _mm256_set1_epi8(15);
   __m256 acc[N];
-  float mins[N];
-  ZeroAccumulators(acc, mins);
+  __m256 min_acc[N];  // dmin * d_x * sum_s m_s sum x, per lane
+  float unused[N];
+  ZeroAccumulators(acc, unused);
+  ZeroAccumulators(min_acc, unused);
   for (int64_t b = 0; b < cols / 256; ++b) {
     const uint8_t* wb = w + b * model::kQ4_KBlockBytes;
     uint8_t sc[8];
@@ -129,13 +131,17 @@ KVSERVE_SIMD_TARGET inline void RowQ4_K(const uint8_t* w, const uint8_t* xq, int
     for (int s = 0; s < 8; ++s) model::Q4KScaleMin(wb + 4, s, &sc[s], &m[s]);
     const float d = LoadHalf(wb);
     const float dmin = LoadHalf(wb + 2);
+    // [m0, m0, m1, m1, ..., m7, m7] as int16: vpmaddwd with the 16 bsums gives
+    // m_s * (bsums[2s] + bsums[2s + 1]) in int32 lane s.
+    const __m256i m16 = _mm256_setr_epi16(m[0], m[0], m[1], m[1], m[2], m[2], m[3], m[3], m[4],
+                                          m[4], m[5], m[5], m[6], m[6], m[7], m[7]);
     __m256i sum[N];
 #pragma GCC unroll 8
     for (int i = 0; i < N; ++i) {
       const Q8KBlock& xb = XAt<Q8KBlock>(xq, ldxq, i, b);
-      int32_t min_sum = 0;
-      for (int s = 0; s < 8; ++s) min_sum += m[s] * (xb.bsums[2 * s] + xb.bsums[2 * s + 1]);
-      mins[i] += dmin * xb.d * static_cast<float>(min_sum);
+      const __m256i min_sums = _mm256_madd_epi16(Load256(xb.bsums), m16);
+      min_acc[i] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_sums), _mm256_set1_ps(dmin * xb.d), min_acc[i]);
       sum[i] = _mm256_setzero_si256();
     }
     for (int j = 0; j < 4; ++j) {
@@ -159,7 +165,7 @@ KVSERVE_SIMD_TARGET inline void RowQ4_K(const uint8_t* w, const uint8_t* xq, int
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i]), _mm256_set1_ps(dx), acc[i]);
     }
   }
-  for (int i = 0; i < N; ++i) out[i] = HSum8(acc[i]) - mins[i];
+  for (int i = 0; i < N; ++i) out[i] = HSum8(acc[i]) - HSum8(min_acc[i]);
 }
 
 // q6_K x Q8KBlock: per block d * d_x * sum_g scale_g (sum q x - 32 sum x) over the 16
@@ -170,19 +176,24 @@ KVSERVE_SIMD_TARGET inline void RowQ6_K(const uint8_t* w, const uint8_t* xq, int
   const __m256i low4 = _mm256_set1_epi8(15);
   const __m256i low2 = _mm256_set1_epi8(3);
   __m256 acc[N];
-  float offsets[N];
-  ZeroAccumulators(acc, offsets);
+  __m256 offset_acc[N];  // 32 * d * d_x * sum_g scale_g sum x, per lane
+  float unused[N];
+  ZeroAccumulators(acc, unused);
+  ZeroAccumulators(offset_acc, unused);
   for (int64_t b = 0; b < cols / 256; ++b) {
     const uint8_t* wb = w + b * model::kQ6_KBlockBytes;
     const auto* scales = reinterpret_cast<const int8_t*>(wb + 192);
     const float d = LoadHalf(wb + 208);
+    // The 16 scales as int16: vpmaddwd with the 16 bsums sums scale_g * bsums[g] in pairs.
+    const __m256i sc16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
     __m256i sum[N];
 #pragma GCC unroll 8
     for (int i = 0; i < N; ++i) {
       const Q8KBlock& xb = XAt<Q8KBlock>(xq, ldxq, i, b);
-      int32_t offset = 0;
-      for (int g = 0; g < 16; ++g) offset += scales[g] * xb.bsums[g];
-      offsets[i] += d * xb.d * static_cast<float>(32 * offset);
+      const __m256i offset = _mm256_madd_epi16(Load256(xb.bsums), sc16);
+      offset_acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(offset), _mm256_set1_ps(32.0f * d * xb.d),
+                                      offset_acc[i]);
       sum[i] = _mm256_setzero_si256();
     }
     for (int h = 0; h < 2; ++h) {
@@ -215,7 +226,7 @@ KVSERVE_SIMD_TARGET inline void RowQ6_K(const uint8_t* w, const uint8_t* xq, int
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i]), _mm256_set1_ps(dx), acc[i]);
     }
   }
-  for (int i = 0; i < N; ++i) out[i] = HSum8(acc[i]) - offsets[i];
+  for (int i = 0; i < N; ++i) out[i] = HSum8(acc[i]) - HSum8(offset_acc[i]);
 }
 
 // KernelSet::matmul_q* (simd_kernels.h): every weight row once against the n activation
