@@ -375,7 +375,7 @@ TEST(CpuBlasBackendTest, CreateChecksOptionsAndLayout) {
   bad.kv_dim += 1;
   EXPECT_EQ(CpuBlasBackend::Create(*m, bad, CpuBlasOptions{}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
     if (cpu_blas::IsaSupported(isa)) continue;
     CpuBlasOptions forced;
     forced.isa = isa;
