@@ -152,6 +152,7 @@ void BM_Gemm(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(2));
   backends::cpu_blas::GemmOptions options;
   options.sgemm_min_rows = static_cast<int>(state.range(3));
+  options.quant_sgemm_min_rows = options.sgemm_min_rows;
   const int64_t rows = 2048, cols = 768;
   const MatrixSet set = MakeMatrices(dtype, rows, cols, size_t{256} << 20);
   backends::cpu_blas::SetOpenBlasSingleThreaded();
@@ -172,8 +173,9 @@ void BM_Gemm(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 void GemmArgs(benchmark::internal::Benchmark* b) {
-  for (int64_t dtype : {0, 1, 2}) {
-    for (int64_t n : {1, 2, 4, 8, 16, 32, 64}) {
+  // DType numbering: 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0, 5 q4_K, 6 q6_K.
+  for (int64_t dtype : {0, 1, 2, 3, 4, 5, 6}) {
+    for (int64_t n : {1, 2, 4, 8, 16, 32, 64, 128, 512}) {
       for (int64_t threads : {1, 2}) {
         b->Args({dtype, n, threads, 1 << 20});  // streaming kernels
         b->Args({dtype, n, threads, 1});        // sgemm tiles

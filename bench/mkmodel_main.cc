@@ -1,6 +1,7 @@
 // kvserve-mkmodel: writes a llama, qwen2 or qwen3 GGUF with seeded random weights at a
 // preset shape.
-//   kvserve-mkmodel --preset NAME --dtype f32|f16|bf16|q8_0 --out FILE [--seed N] [--arch A]
+//   kvserve-mkmodel --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m --out FILE
+//   [--seed N] [--arch A]
 // Exit status as for every bench tool (bench/tool_main.h).
 #include <chrono>
 #include <cstdint>
@@ -18,7 +19,9 @@
 ABSL_FLAG(std::string, preset, "",
           "Model shape: tiny (tests), s110m, smol135m (tied embeddings), "
           "tl1b or l3-1b (Llama 3.2 1B shape, tied). Required.");
-ABSL_FLAG(std::string, dtype, "", "Matrix element type: f32, f16, bf16 or q8_0. Required.");
+ABSL_FLAG(std::string, dtype, "",
+          "Matrix element type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, or q4_k_m (llama.cpp's "
+          "Q4_K_M mix of q4_k and q6_k). Required.");
 ABSL_FLAG(std::string, out, "", "The GGUF file to write. Required.");
 ABSL_FLAG(uint64_t, seed, 1, "Weight seed: same seed, same bytes.");
 ABSL_FLAG(int32_t, context_length, 0,
@@ -45,9 +48,9 @@ ABSL_FLAG(float, weight_std, 0.02f,
 namespace {
 
 constexpr char kUsage[] =
-    R"(Usage: kvserve-mkmodel --preset NAME --dtype f32|f16|bf16|q8_0 --out FILE [--seed N]
-                       [--context_length N] [--arch llama|qwen2|qwen3] [--tied]
-                       [--llama_biases] [--rope_freq_base F] [--rope_llama3_factor F]
+    R"(Usage: kvserve-mkmodel --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m
+                       --out FILE [--seed N] [--context_length N] [--arch llama|qwen2|qwen3]
+                       [--tied] [--llama_biases] [--rope_freq_base F] [--rope_llama3_factor F]
                        [--rope_scale_linear F] [--sliding_window N] [--weight_std F]
 
 Writes a valid GGUF (loadable by kvserve and llama.cpp) with random weights,
@@ -112,10 +115,14 @@ absl::Status Run() {
   }
   options.name = absl::StrCat("kvserve-synthetic-", preset);
   const std::optional<model::DType> matrix_dtype = model::DTypeFromName(dtype);
-  if (!matrix_dtype.has_value()) {
-    return absl::InvalidArgumentError("--dtype must be f32, f16, bf16 or q8_0, not " + dtype);
+  if (dtype == "q4_k_m") {
+    options.mix = bench::QuantMix::kQ4_K_M;
+  } else if (matrix_dtype.has_value()) {
+    options.dtype = *matrix_dtype;
+  } else {
+    return absl::InvalidArgumentError(
+        "--dtype must be f32, f16, bf16, q8_0, q4_0, q4_k, q6_k or q4_k_m, not " + dtype);
   }
-  options.dtype = *matrix_dtype;
   const auto start = std::chrono::steady_clock::now();
   if (absl::Status s = bench::WriteSyntheticModel(options, out); !s.ok()) return s;
   const double seconds =

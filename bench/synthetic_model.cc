@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/gguf_writer.h"
+#include "model/quant.h"
 
 namespace kvserve::bench {
 namespace {
@@ -75,42 +76,12 @@ class NormalStream {
   float scale_;
 };
 
-// Appends `values` to `out` encoded as `dtype` (q8_0: per block of 32, d = max|x| / 127
-// as f16, q = round(x / d)).
+// Replaces `out` with `values` encoded as `dtype` (model::EncodeRow).
 void EncodeRow(const std::vector<float>& values, DType dtype, std::vector<uint8_t>& out) {
   out.resize(model::DTypeBytes(dtype, values.size()));
-  uint8_t* p = out.data();
-  switch (dtype) {
-    case DType::kF32:
-      std::memcpy(p, values.data(), values.size() * 4);
-      break;
-    case DType::kF16:
-    case DType::kBF16:
-      for (size_t i = 0; i < values.size(); ++i) {
-        const uint16_t h =
-            dtype == DType::kF16 ? model::FloatToHalf(values[i]) : model::FloatToBF16(values[i]);
-        std::memcpy(p + 2 * i, &h, 2);
-      }
-      break;
-    case DType::kQ8_0:
-      for (size_t b = 0; b < values.size() / model::kQ8_0BlockElems; ++b) {
-        const float* x = values.data() + b * model::kQ8_0BlockElems;
-        uint8_t* blk = p + b * model::kQ8_0BlockBytes;
-        float amax = 0.0f;
-        for (int i = 0; i < model::kQ8_0BlockElems; ++i) amax = std::max(amax, std::fabs(x[i]));
-        const float d = amax / 127.0f;
-        const uint16_t dh = model::FloatToHalf(d);
-        std::memcpy(blk, &dh, 2);
-        const float inv = d != 0.0f ? 1.0f / d : 0.0f;
-        for (int i = 0; i < model::kQ8_0BlockElems; ++i) {
-          blk[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[i] * inv)));
-        }
-      }
-      break;
-  }
+  model::EncodeRow(dtype, values, out.data());
 }
 
-// A [rows, cols] matrix of random weights, generated and encoded one row at a time.
 absl::Status AddMatrix(GgufWriter& w, const std::string& name, DType dtype, int64_t rows,
                        int64_t cols, uint64_t seed, float stddev) {
   return w.AddTensor(name, dtype, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)},
@@ -148,18 +119,31 @@ absl::Status AddNorm(GgufWriter& w, const std::string& name, int64_t dim) {
 }
 
 // llama.cpp's general.file_type (LLAMA_FTYPE_*).
-uint32_t FileType(DType t) {
-  switch (t) {
+uint32_t FileType(const SyntheticModelOptions& options) {
+  if (options.mix == QuantMix::kQ4_K_M) return 15;  // MOSTLY_Q4_K_M
+  switch (options.dtype) {
     case DType::kF32:
       return 0;
     case DType::kF16:
       return 1;
     case DType::kQ8_0:
       return 7;
+    case DType::kQ4_0:
+      return 2;
+    case DType::kQ4_K:
+      return 14;  // MOSTLY_Q4_K_S: all q4_K
+    case DType::kQ6_K:
+      return 18;
     case DType::kBF16:
       return 32;
   }
   return 0;
+}
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and every third
+// one between them.
+bool UseMoreBits(int layer, int n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
 }
 
 }  // namespace
@@ -285,6 +269,16 @@ absl::StatusOr<model::Vocabulary> SyntheticVocabulary(int vocab_size) {
   return v;
 }
 
+DType MatrixDType(const SyntheticModelOptions& options, std::string_view tensor, int layer) {
+  if (options.mix == QuantMix::kUniform) return options.dtype;
+  const int n = options.config.n_layers;
+  const bool is_output =
+      tensor == "output" || (tensor == "token_embd" && options.config.tied_embeddings);
+  if (is_output) return DType::kQ6_K;
+  if ((tensor == "attn_v" || tensor == "ffn_down") && UseMoreBits(layer, n)) return DType::kQ6_K;
+  return DType::kQ4_K;
+}
+
 absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std::string& path) {
   const ModelConfig& c = options.config;
   if (absl::Status s = c.Validate(); !s.ok()) return s;
@@ -301,10 +295,16 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
     return absl::InvalidArgumentError(absl::StrCat(
         "the config's features do not match what llama.cpp reads for ", c.architecture));
   }
-  if (options.dtype == DType::kQ8_0 &&
-      (c.dim % model::kQ8_0BlockElems != 0 || c.q_dim() % model::kQ8_0BlockElems != 0 ||
-       c.ffn_dim % model::kQ8_0BlockElems != 0)) {
-    return absl::InvalidArgumentError("q8_0 needs dim, q_dim and ffn_dim multiples of 32");
+  // Every matrix row (dim, q_dim or ffn_dim long) must be a whole number of blocks.
+  for (std::string_view t : {"token_embd", "attn_v", "ffn_down", "attn_q", "output"}) {
+    for (int layer = 0; layer < c.n_layers; ++layer) {
+      const int block = model::DTypeBlockElems(MatrixDType(options, t, layer));
+      if (c.dim % block != 0 || c.q_dim() % block != 0 || c.ffn_dim % block != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(std::string(model::DTypeName(MatrixDType(options, t, layer))),
+                         " needs dim, q_dim and ffn_dim multiples of ", block));
+      }
+    }
   }
   absl::StatusOr<model::Vocabulary> vocab = SyntheticVocabulary(c.vocab_size);
   if (!vocab.ok()) return vocab.status();
@@ -312,7 +312,7 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
   GgufWriter w;
   w.SetString("general.architecture", c.architecture);
   w.SetString("general.name", options.name);
-  w.SetUint32("general.file_type", FileType(options.dtype));
+  w.SetUint32("general.file_type", FileType(options));
   w.SetUint32("general.quantization_version", 2);
   const std::string a = c.architecture + ".";
   w.SetUint32(a + "context_length", static_cast<uint32_t>(c.context_length));
@@ -349,21 +349,26 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
   w.SetBool("tokenizer.ggml.add_eos_token", false);
   w.SetBool("tokenizer.ggml.add_space_prefix", vocab->add_space_prefix);
 
-  const DType dt = options.dtype;
   const float sd = options.weight_std;
   const uint64_t seed = options.seed;
-  absl::Status s = AddMatrix(w, "token_embd.weight", dt, c.vocab_size, c.dim, seed, sd);
+  auto matrix = [&](std::string_view tensor, int layer, int64_t rows, int64_t cols) {
+    const std::string name = layer < 0
+                                 ? absl::StrCat(std::string(tensor), ".weight")
+                                 : absl::StrCat("blk.", layer, ".", std::string(tensor), ".weight");
+    return AddMatrix(w, name, MatrixDType(options, tensor, layer), rows, cols, seed, sd);
+  };
+  absl::Status s = matrix("token_embd", -1, c.vocab_size, c.dim);
   for (int l = 0; s.ok() && l < c.n_layers; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
     if (s.ok()) s = AddNorm(w, p + "attn_norm.weight", c.dim);
-    if (s.ok()) s = AddMatrix(w, p + "attn_q.weight", dt, c.q_dim(), c.dim, seed, sd);
-    if (s.ok()) s = AddMatrix(w, p + "attn_k.weight", dt, c.kv_dim(), c.dim, seed, sd);
-    if (s.ok()) s = AddMatrix(w, p + "attn_v.weight", dt, c.kv_dim(), c.dim, seed, sd);
-    if (s.ok()) s = AddMatrix(w, p + "attn_output.weight", dt, c.dim, c.q_dim(), seed, sd);
+    if (s.ok()) s = matrix("attn_q", l, c.q_dim(), c.dim);
+    if (s.ok()) s = matrix("attn_k", l, c.kv_dim(), c.dim);
+    if (s.ok()) s = matrix("attn_v", l, c.kv_dim(), c.dim);
+    if (s.ok()) s = matrix("attn_output", l, c.dim, c.q_dim());
     if (s.ok()) s = AddNorm(w, p + "ffn_norm.weight", c.dim);
-    if (s.ok()) s = AddMatrix(w, p + "ffn_gate.weight", dt, c.ffn_dim, c.dim, seed, sd);
-    if (s.ok()) s = AddMatrix(w, p + "ffn_up.weight", dt, c.ffn_dim, c.dim, seed, sd);
-    if (s.ok()) s = AddMatrix(w, p + "ffn_down.weight", dt, c.dim, c.ffn_dim, seed, sd);
+    if (s.ok()) s = matrix("ffn_gate", l, c.ffn_dim, c.dim);
+    if (s.ok()) s = matrix("ffn_up", l, c.ffn_dim, c.dim);
+    if (s.ok()) s = matrix("ffn_down", l, c.dim, c.ffn_dim);
     if (c.attention_qkv_bias) {
       if (s.ok()) s = AddVector(w, p + "attn_q.bias", c.q_dim(), seed, 0.0f, sd);
       if (s.ok()) s = AddVector(w, p + "attn_k.bias", c.kv_dim(), seed, 0.0f, sd);
@@ -385,9 +390,7 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
                     });
   }
   if (s.ok()) s = AddNorm(w, "output_norm.weight", c.dim);
-  if (s.ok() && !c.tied_embeddings) {
-    s = AddMatrix(w, "output.weight", dt, c.vocab_size, c.dim, seed, sd);
-  }
+  if (s.ok() && !c.tied_embeddings) s = matrix("output", -1, c.vocab_size, c.dim);
   if (!s.ok()) return s;
   return w.WriteToFile(path);
 }

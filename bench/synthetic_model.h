@@ -50,13 +50,26 @@ std::vector<float> Llama3RopeFactors(float rope_base, int rope_dim, float factor
 // byte tokens). INVALID_ARGUMENT when vocab_size < 260.
 absl::StatusOr<model::Vocabulary> SyntheticVocabulary(int vocab_size);
 
+// How the matrices' element types are chosen.
+enum class QuantMix {
+  kUniform,  // every matrix is SyntheticModelOptions::dtype
+  // llama.cpp's Q4_K_M (llama_tensor_get_type in src/llama-quant.cpp, llama without
+  // experts): q6_K for output.weight (token_embd when tied) and for attn_v and ffn_down
+  // in the layers where use_more_bits(i, n) holds (i < n/8, i >= 7n/8, or
+  // (i - n/8) % 3 == 2); q4_K for every other matrix.
+  kQ4_K_M,
+};
+
 struct SyntheticModelOptions {
   // Shape and architecture; config.tied_embeddings omits output.weight. The features of
   // config (attention_qkv_bias, attention_output_bias, qk_norm, rope_freq_factors,
   // rope_freq_scale, sliding_window) become the tensors and keys llama.cpp reads for them.
   model::ModelConfig config;
-  // Element type of the matrices (norm gains are always f32): kF32, kF16, kBF16 or kQ8_0.
+  // Element type of the matrices under QuantMix::kUniform (norm gains are always f32):
+  // any model::DType; a quantized type needs dim, q_dim and ffn_dim multiples of its
+  // block (32 for q8_0 and q4_0, 256 for q4_k and q6_k).
   model::DType dtype = model::DType::kF32;
+  QuantMix mix = QuantMix::kUniform;
   uint64_t seed = 1;
   // Matrix elements are approximately N(0, weight_std^2) (an Irwin-Hall sum of four
   // uniforms, so bounded by 3.5 sigma); norm gains are 1.0. Default 0.02 keeps the
@@ -64,6 +77,10 @@ struct SyntheticModelOptions {
   float weight_std = 0.02f;
   std::string name = "kvserve-synthetic";  // general.name
 };
+
+// The element type of matrix `tensor` ("token_embd", "output" or a layer's "attn_q",
+// "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down") of layer `layer`.
+model::DType MatrixDType(const SyntheticModelOptions& options, std::string_view tensor, int layer);
 
 // Writes a GGUF v3 file of config.architecture (llama, qwen2 or qwen3) with every key
 // llama.cpp needs (general.*, <arch>.*, tokenizer.ggml.*) and tensors token_embd,

@@ -106,8 +106,8 @@ TEST(SyntheticVocabularyTest, TokenizerRoundTripsAndMerges) {
 
 TEST(WriteSyntheticModelTest, LoadsBackWithTheSameShapeAndVocabulary) {
   TempDir dir;
-  for (model::DType dtype :
-       {model::DType::kF32, model::DType::kF16, model::DType::kBF16, model::DType::kQ8_0}) {
+  for (model::DType dtype : {model::DType::kF32, model::DType::kF16, model::DType::kBF16,
+                             model::DType::kQ8_0, model::DType::kQ4_0}) {
     SCOPED_TRACE(std::string(model::DTypeName(dtype)));
     SyntheticModelOptions o;
     o.config = *PresetConfig("tiny");
@@ -240,6 +240,38 @@ TEST(Llama3RopeFactorsTest, FollowsTheConverterCurve) {
   for (size_t i = 1; i < f.size(); ++i) EXPECT_GE(f[i], f[i - 1]) << i;
   EXPECT_TRUE(std::any_of(f.begin(), f.end(), [](float v) { return v > 1.0f && v < 8.0f; }));
   EXPECT_EQ(PresetConfig("l3-1b")->rope_freq_factors.size(), 32u);
+}
+
+TEST(WriteSyntheticModelTest, Q4_K_MMixGivesQ6_KToOutputAndSomeAttnVAndFfnDown) {
+  TempDir dir;
+  SyntheticModelOptions o;
+  o.config = *PresetConfig("tiny");
+  o.config.n_layers = 8;  // use_more_bits(i, 8): layers 0, 3, 6, 7
+  o.config.dim = 256;
+  o.config.head_dim = 64;
+  o.config.rope_dim = 64;
+  o.config.ffn_dim = 512;
+  o.mix = QuantMix::kQ4_K_M;
+  ASSERT_TRUE(WriteSyntheticModel(o, dir.File("m.gguf")).ok());
+  absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Load(dir.File("m.gguf"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  const model::ModelWeights& w = (*m)->weights();
+  EXPECT_EQ(w.output.type, model::DType::kQ6_K);
+  EXPECT_EQ(w.token_embedding.type, model::DType::kQ4_K);
+  for (int l = 0; l < 8; ++l) {
+    const bool more = l == 0 || l == 3 || l == 6 || l == 7;
+    const model::DType wide = more ? model::DType::kQ6_K : model::DType::kQ4_K;
+    EXPECT_EQ(w.layers[l].wv.type, wide) << l;
+    EXPECT_EQ(w.layers[l].w_down.type, wide) << l;
+    EXPECT_EQ(w.layers[l].wq.type, model::DType::kQ4_K) << l;
+    EXPECT_EQ(w.layers[l].w_up.type, model::DType::kQ4_K) << l;
+  }
+  // Tied: the embedding doubles as the output and gets its q6_K.
+  o.config.tied_embeddings = true;
+  EXPECT_EQ(MatrixDType(o, "token_embd", -1), model::DType::kQ6_K);
+  // The tiny preset's 64-wide rows are not whole 256-element blocks.
+  o.config = *PresetConfig("tiny");
+  EXPECT_EQ(WriteSyntheticModel(o, dir.File("t.gguf")).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(WriteSyntheticModelTest, RejectsBadInput) {

@@ -18,12 +18,18 @@ std::string_view DTypeName(DType t) {
       return "bf16";
     case DType::kQ8_0:
       return "q8_0";
+    case DType::kQ4_0:
+      return "q4_0";
+    case DType::kQ4_K:
+      return "q4_k";
+    case DType::kQ6_K:
+      return "q6_k";
   }
   return "unknown";
 }
 
 std::optional<DType> DTypeFromName(std::string_view name) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0}) {
+  for (DType t : kAllDTypes) {
     if (DTypeName(t) == name) return t;
   }
   return std::nullopt;

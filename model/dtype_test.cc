@@ -61,12 +61,24 @@ TEST(BF16Test, KnownEncodings) {
 }
 
 TEST(DTypeNameTest, FromNameInvertsName) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0}) {
+  for (DType t : kAllDTypes) {
     EXPECT_EQ(DTypeFromName(DTypeName(t)), t) << DTypeName(t);
   }
   EXPECT_EQ(DTypeFromName("F32"), std::nullopt);
   EXPECT_EQ(DTypeFromName(""), std::nullopt);
   EXPECT_EQ(DTypeFromName("unknown"), std::nullopt);
+}
+
+TEST(DTypeBytesTest, BlockGeometryMatchesGgml) {
+  // sizeof(block_q8_0) = 34, block_q4_0 = 18, block_q4_K = 144, block_q6_K = 210.
+  EXPECT_EQ(DTypeBytes(DType::kF32, 3), 12u);
+  EXPECT_EQ(DTypeBytes(DType::kBF16, 3), 6u);
+  EXPECT_EQ(DTypeBytes(DType::kQ8_0, 64), 68u);
+  EXPECT_EQ(DTypeBytes(DType::kQ4_0, 64), 36u);
+  EXPECT_EQ(DTypeBytes(DType::kQ4_K, 512), 288u);
+  EXPECT_EQ(DTypeBytes(DType::kQ6_K, 768), 630u);
+  EXPECT_FALSE(IsQuantized(DType::kF16));
+  EXPECT_TRUE(IsQuantized(DType::kQ4_K));
 }
 
 TEST(DTypeNameTest, KvDTypeFromNameTakesOnlyKvTypes) {

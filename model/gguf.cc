@@ -105,6 +105,12 @@ std::optional<DType> DTypeFromGgml(uint32_t id) {
       return DType::kF16;
     case kGgmlTypeQ8_0:
       return DType::kQ8_0;
+    case kGgmlTypeQ4_0:
+      return DType::kQ4_0;
+    case kGgmlTypeQ4_K:
+      return DType::kQ4_K;
+    case kGgmlTypeQ6_K:
+      return DType::kQ6_K;
     case kGgmlTypeBF16:
       return DType::kBF16;
     default:
@@ -378,17 +384,19 @@ class GgufParser {
     if (!dtype.has_value()) {
       return Invalid(absl::StrCat("tensor ", name, " has unsupported type id ", t.ggml_type, " (",
                                   std::string(GgmlTypeName(t.ggml_type)),
-                                  "); supported: f32, f16, q8_0, bf16"));
+                                  "); supported: f32, f16, bf16, q8_0, q4_0, q4_K, q6_K"));
     }
     t.dtype = *dtype;
-    if (t.dtype == DType::kQ8_0 && t.ne[0] % kQ8_0BlockElems != 0) {
-      return Invalid(absl::StrCat("tensor ", name, ": q8_0 row length ", t.ne[0],
-                                  " is not a multiple of ", kQ8_0BlockElems));
+    const int block = DTypeBlockElems(t.dtype);
+    if (t.ne[0] % block != 0) {
+      return Invalid(absl::StrCat("tensor ", name, ": ", std::string(GgmlTypeName(t.ggml_type)),
+                                  " row length ", t.ne[0], " is not a multiple of ", block));
     }
-    // elements < 2^63, so bytes per element (<= 4) or 34/32 fits after the division.
-    t.size_bytes = t.dtype == DType::kQ8_0 ? elements / kQ8_0BlockElems * kQ8_0BlockBytes
-                                           : DTypeBytes(t.dtype, 1) * elements;
-    if (t.dtype != DType::kQ8_0 && t.size_bytes / DTypeBytes(t.dtype, 1) != elements) {
+    // elements < 2^63 and a whole number of blocks; bytes = blocks * block bytes must not
+    // overflow.
+    const uint64_t blocks = elements / static_cast<uint64_t>(block);
+    if (__builtin_mul_overflow(blocks, static_cast<uint64_t>(DTypeBlockBytes(t.dtype)),
+                               &t.size_bytes)) {
       return Invalid(absl::StrCat("tensor ", name, " is too large"));
     }
     if (!r_.Read(&t.offset)) return EndOfFile(absl::StrCat("tensor ", name, " data offset"));

@@ -47,7 +47,10 @@ std::string_view GgufTypeName(GgufType t);
 // ggml tensor type ids that map onto DType.
 inline constexpr uint32_t kGgmlTypeF32 = 0;
 inline constexpr uint32_t kGgmlTypeF16 = 1;
+inline constexpr uint32_t kGgmlTypeQ4_0 = 2;
 inline constexpr uint32_t kGgmlTypeQ8_0 = 8;
+inline constexpr uint32_t kGgmlTypeQ4_K = 12;
+inline constexpr uint32_t kGgmlTypeQ6_K = 14;
 inline constexpr uint32_t kGgmlTypeBF16 = 30;
 
 // One metadata value. Strings and scalar arrays point into the parsed bytes (no
@@ -128,8 +131,9 @@ inline constexpr int kGgufMaxDims = 4;
 // Checks: magic, version 2 or 3, every count / length against the bytes left
 // (absurd counts fail before anything is allocated), metadata types, array nesting
 // depth, duplicate keys and tensor names, general.alignment (a power of two), tensor
-// dims (1..4, positive, product without overflow), tensor type (F32, F16, Q8_0,
-// BF16; others fail naming the tensor and type id), offsets aligned and every
+// dims (1..4, positive, product without overflow), tensor type (F32, F16, BF16, Q8_0,
+// Q4_0, Q4_K, Q6_K; others fail naming the tensor and type id; a row a whole number of
+// blocks), offsets aligned and every
 // tensor's bytes inside the file. Errors are INVALID_ARGUMENT naming the problem;
 // anything truncated says "end of file".
 absl::StatusOr<GgufFile> ParseGguf(std::span<const uint8_t> bytes);

@@ -244,8 +244,8 @@ TEST(GgufTest, HonoursGeneralAlignment) {
 
 TEST(GgufTest, RejectsUnsupportedTensorType) {
   GgufBuilder b = MakeTinyLlamaGguf();
-  b.FindTensor("blk.0.attn_q.weight")->ggml_type = 12;
-  ExpectError(b.Build(), "tensor blk.0.attn_q.weight has unsupported type id 12 (q4_K)");
+  b.FindTensor("blk.0.attn_q.weight")->ggml_type = 13;
+  ExpectError(b.Build(), "tensor blk.0.attn_q.weight has unsupported type id 13 (q5_K)");
   b.FindTensor("blk.0.attn_q.weight")->ggml_type = 1000;
   ExpectError(b.Build(), "tensor blk.0.attn_q.weight has unsupported type id 1000 (unknown)");
 }
@@ -288,11 +288,36 @@ TEST(GgufTest, SizesHalfAndQuantizedTensors) {
   ExpectError(odd.Build(), "tensor q: q8_0 row length 48 is not a multiple of 32");
 }
 
+TEST(GgufTest, SizesQ4AndKQuantTensors) {
+  GgufBuilder b;
+  b.SetString("general.architecture", "llama");
+  b.AddTensor({"q4", kGgmlTypeQ4_0, {64, 3}, std::vector<uint8_t>(2 * 18 * 3), std::nullopt});
+  b.AddTensor({"q4k", kGgmlTypeQ4_K, {512, 2}, std::vector<uint8_t>(2 * 144 * 2), std::nullopt});
+  b.AddTensor({"q6k", kGgmlTypeQ6_K, {256, 3}, std::vector<uint8_t>(210 * 3), std::nullopt});
+  const std::vector<uint8_t> bytes = b.Build();  // outlives f
+  absl::StatusOr<GgufFile> f = Parse(bytes);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->FindTensor("q4")->dtype, DType::kQ4_0);
+  EXPECT_EQ(f->FindTensor("q4")->size_bytes, 108u);
+  EXPECT_EQ(f->FindTensor("q4k")->dtype, DType::kQ4_K);
+  EXPECT_EQ(f->FindTensor("q4k")->size_bytes, 576u);
+  EXPECT_EQ(f->FindTensor("q6k")->dtype, DType::kQ6_K);
+  EXPECT_EQ(f->FindTensor("q6k")->size_bytes, 630u);
+  EXPECT_EQ(f->FindTensor("q6k")->rows(), 3);
+
+  GgufBuilder odd;
+  odd.AddTensor({"k", kGgmlTypeQ4_K, {288, 1}, std::vector<uint8_t>(288), std::nullopt});
+  ExpectError(odd.Build(), "tensor k: q4_K row length 288 is not a multiple of 256");
+  GgufBuilder short_data;
+  short_data.AddTensor({"k", kGgmlTypeQ6_K, {256, 2}, std::vector<uint8_t>(210), std::nullopt});
+  EXPECT_FALSE(Parse(short_data.Build()).ok());
+}
+
 TEST(GgufTest, EscapesNamesInMessages) {
   GgufBuilder b = MakeTinyLlamaGguf();
   b.FindTensor("blk.0.attn_q.weight")->name = std::string("bad\x01name\n", 9);
-  b.FindTensor("bad\x01name\n")->ggml_type = 2;
-  ExpectError(b.Build(), "tensor bad\\x01name\\n has unsupported type id 2 (q4_0)");
+  b.FindTensor("bad\x01name\n")->ggml_type = 3;
+  ExpectError(b.Build(), "tensor bad\\x01name\\n has unsupported type id 3 (q4_1)");
 }
 
 TEST(GgufTest, OpenGgufReportsMissingFile) {

@@ -43,6 +43,12 @@ uint32_t GgmlTypeId(DType t) {
       return 1;
     case DType::kQ8_0:
       return 8;
+    case DType::kQ4_0:
+      return 2;
+    case DType::kQ4_K:
+      return 12;
+    case DType::kQ6_K:
+      return 14;
     case DType::kBF16:
       return 30;
   }
@@ -260,7 +266,7 @@ uint64_t GgufWriter::TensorBytes(DType type, std::span<const uint64_t> dims) {
     if (d == 0 || d > (uint64_t{1} << 40) / elements) return 0;  // also guards overflow
     elements *= d;
   }
-  if (type == DType::kQ8_0 && dims[0] % kQ8_0BlockElems != 0) return 0;
+  if (dims[0] % static_cast<uint64_t>(DTypeBlockElems(type)) != 0) return 0;
   return DTypeBytes(type, elements);
 }
 

@@ -75,7 +75,7 @@ class GgufWriter {
 
   // Declares a tensor. `dims` are in GGUF (ggml) order: dims[0] is the contiguous
   // dimension, so a row-major matrix [rows, cols] has dims {cols, rows}. 1 to 4 dims,
-  // each >= 1. `type` is F32, F16, BF16 or Q8_0 (dims[0] a multiple of 32).
+  // each >= 1. `type` is any DType (dims[0] a multiple of DTypeBlockElems(type)).
   // INVALID_ARGUMENT for an empty or duplicate name, or a bad shape. The producer
   // must write exactly TensorBytes(type, dims) bytes.
   absl::Status AddTensor(std::string_view name, DType type, std::vector<uint64_t> dims,

@@ -49,9 +49,10 @@ absl::Status CheckShape(const std::string& name, const TensorView& t, int64_t ro
     return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has shape [", t.rows, ", ",
                                                    t.cols, "], expected [", rows, ", ", cols, "]"));
   }
-  if (t.type == DType::kQ8_0 && cols % kQ8_0BlockElems != 0) {
+  if (cols % DTypeBlockElems(t.type) != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tensor ", name, ": q8_0 rows must be a multiple of 32 elements"));
+        absl::StrCat("tensor ", name, ": ", std::string(DTypeName(t.type)),
+                     " rows must be a multiple of ", DTypeBlockElems(t.type), " elements"));
   }
   return absl::OkStatus();
 }

@@ -47,6 +47,10 @@ constexpr double kSameBackendTolerance = 1e-4;
 // Backend (float) vs the double-precision textbook pass: float rounding over a few layers
 // (measured for the reference: 2.6e-5 on stories260K, under 5e-6 on the random models).
 constexpr double kTextbookTolerance = 2e-4;
+// cpu_blas with quantized weights also quantizes each activation row to int8 per block
+// (backends/cpu_blas/q8_activations.h, as llama.cpp does): measured up to 1.2e-2 on
+// random_gqa_q8_0; cpu_blas_backend_test explains the bound.
+constexpr double kQuantizedActivationTolerance = 3e-2;
 // f16 KV vs f32 KV: K and V rounded to 11 significant bits before attention
 // (measured for the reference: 1.7e-2 on stories260K, under 1e-3 on the random models).
 constexpr double kF16KvTolerance = 5e-2;
@@ -242,6 +246,10 @@ TEST_P(KvEquivalenceTest, CachedDecodeEqualsRecomputeAtEveryStep) {
   const int steps = 24;
   std::vector<int32_t> tokens;
   const auto cached = PrefillAndDecode(*backend, prompt, steps, &tokens);
+  const bool int8_products = std::get<0>(GetParam()) == "cpu_blas" &&
+                             model::IsQuantized(model_->weights().layers[0].wq.type);
+  const double textbook_tolerance =
+      int8_products ? kQuantizedActivationTolerance : kTextbookTolerance;
   double worst_same = 0, worst_textbook = 0;
   for (int step = 0; step <= steps; ++step) {
     const std::vector<int32_t> prefix(tokens.begin(), tokens.begin() + prompt.size() + step);
@@ -250,7 +258,7 @@ TEST_P(KvEquivalenceTest, CachedDecodeEqualsRecomputeAtEveryStep) {
     const double same = MaxAbsDiff(cached[step], recomputed);
     const double tb = MaxAbsDiff(cached[step], reference);
     EXPECT_LE(same, kSameBackendTolerance) << "step " << step;
-    EXPECT_LE(tb, kTextbookTolerance) << "step " << step;
+    EXPECT_LE(tb, textbook_tolerance) << "step " << step;
     worst_same = std::max(worst_same, same);
     worst_textbook = std::max(worst_textbook, tb);
   }

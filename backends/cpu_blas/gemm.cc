@@ -5,7 +5,8 @@
 #include <algorithm>
 #include <span>
 
-#include "backends/kernels/matvec.h"
+#include "backends/cpu_blas/q8_activations.h"
+#include "model/quant.h"
 
 namespace kvserve::backends::cpu_blas {
 namespace {
@@ -15,6 +16,8 @@ namespace {
 constexpr int64_t kMinParallelMacs = 64 * 1024;
 
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+const uint8_t* Bytes(const model::TensorView& w) { return static_cast<const uint8_t*>(w.data); }
 
 }  // namespace
 
@@ -35,7 +38,10 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
     macs += p.w->rows * p.w->cols * n;
   }
   const int threads = pool_->size();
-  const bool sgemm = n >= options_.sgemm_min_rows;
+  const model::DType first_type = products.begin()->w->type;
+  const bool sgemm = n >= (model::IsQuantized(first_type) ? options_.quant_sgemm_min_rows
+                                                          : options_.sgemm_min_rows);
+  if (!sgemm) QuantizeActivations(products, x, n);
   // Rows per slice. Streaming: enough slices to balance (about 8 per thread), a multiple
   // of 4 rows (the kernels' register blocking), at least 16. sgemm: tiles of about
   // tile_bytes of f32, a multiple of 16 rows, no more than a thread's share.
@@ -58,7 +64,7 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   }
   pool_->Run(static_cast<int64_t>(tasks_.size()), [&](int64_t t, int thread) {
     const Task& task = tasks_[static_cast<size_t>(t)];
-    if (sgemm && task.w->type != model::DType::kQ8_0) {
+    if (sgemm) {
       RunSgemm(task, x, n, thread);
     } else {
       RunStreaming(task, x, n);
@@ -85,14 +91,43 @@ void Gemm::RunStreaming(const Task& task, const float* x, int n) {
                     task.y, rows);
       break;
     case model::DType::kQ8_0:
-      for (int64_t r = task.r0; r < task.r1; ++r) {
-        for (int i = 0; i < n; ++i) {
-          task.y[i * rows + r] = kernels::DotRow(
-              w, r, std::span<const float>(x + i * cols, static_cast<size_t>(cols)));
-        }
-      }
+      k.matmul_q8_0(Bytes(w), w.row_bytes(), cols, task.r0, task.r1, xq8_.data(), xq8_row_, n,
+                    task.y, rows);
+      break;
+    case model::DType::kQ4_0:
+      k.matmul_q4_0(Bytes(w), w.row_bytes(), cols, task.r0, task.r1, xq8_.data(), xq8_row_, n,
+                    task.y, rows);
+      break;
+    case model::DType::kQ4_K:
+      k.matmul_q4_k(Bytes(w), w.row_bytes(), cols, task.r0, task.r1, xq8k_.data(), xq8k_row_, n,
+                    task.y, rows);
+      break;
+    case model::DType::kQ6_K:
+      k.matmul_q6_k(Bytes(w), w.row_bytes(), cols, task.r0, task.r1, xq8k_.data(), xq8k_row_, n,
+                    task.y, rows);
       break;
   }
+}
+
+void Gemm::QuantizeActivations(std::initializer_list<Product> products, const float* x, int n) {
+  const int64_t cols = products.begin()->w->cols;
+  bool q8 = false;
+  bool q8k = false;
+  for (const Product& p : products) {
+    q8 |= p.w->type == model::DType::kQ8_0 || p.w->type == model::DType::kQ4_0;
+    q8k |= p.w->type == model::DType::kQ4_K || p.w->type == model::DType::kQ6_K;
+  }
+  // One pass on the calling thread: n * cols floats, against rows * cols * n multiply-adds
+  // in the products.
+  auto quantize = [&](model::DType t, std::vector<uint8_t>& buf, int64_t& row_bytes) {
+    row_bytes = static_cast<int64_t>(Q8RowBytes(t, cols));
+    if (buf.size() < static_cast<size_t>(row_bytes * n)) buf.resize(row_bytes * n);
+    for (int i = 0; i < n; ++i) {
+      cpu_blas::QuantizeActivations(t, x + i * cols, cols, buf.data() + i * row_bytes);
+    }
+  };
+  if (q8) quantize(model::DType::kQ8_0, xq8_, xq8_row_);
+  if (q8k) quantize(model::DType::kQ4_K, xq8k_, xq8k_row_);
 }
 
 void Gemm::RunSgemm(const Task& task, const float* x, int n, int thread) {
@@ -106,11 +141,20 @@ void Gemm::RunSgemm(const Task& task, const float* x, int n, int thread) {
   } else {
     std::vector<float>& scratch = tiles_[static_cast<size_t>(thread)];
     if (scratch.size() < static_cast<size_t>(nr * cols)) scratch.resize(nr * cols);
-    const uint16_t* src = static_cast<const uint16_t*>(w.data) + task.r0 * cols;
-    if (w.type == model::DType::kF16) {
-      kernels_->f16_to_f32(src, scratch.data(), nr * cols);
+    if (w.type == model::DType::kF16 || w.type == model::DType::kBF16) {
+      const uint16_t* src = static_cast<const uint16_t*>(w.data) + task.r0 * cols;
+      if (w.type == model::DType::kF16) {
+        kernels_->f16_to_f32(src, scratch.data(), nr * cols);
+      } else {
+        kernels_->bf16_to_f32(src, scratch.data(), nr * cols);
+      }
     } else {
-      kernels_->bf16_to_f32(src, scratch.data(), nr * cols);
+      // Quantized: decoded row by row (model::DecodeRow); the sgemm that follows does
+      // n multiply-adds per decoded element.
+      for (int64_t r = 0; r < nr; ++r) {
+        model::DecodeRow(w.type, w.row(task.r0 + r),
+                         std::span<float>(scratch.data() + r * cols, static_cast<size_t>(cols)));
+      }
     }
     tile = scratch.data();
   }

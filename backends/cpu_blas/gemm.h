@@ -21,6 +21,12 @@ struct GemmOptions {
   // AVX2, GFLOP/s SIMD vs sgemm): 16 rows f32 79 vs 63, bf16 100 vs 63; 32 rows f32 93 vs
   // 94, bf16 77 vs 97; 64 rows f32 101 vs 103, bf16 72 vs 109. Default 32.
   int sgemm_min_rows = 32;
+  // The same crossover for quantized weights (q8_0, q4_0, q4_K, q6_K): below it the rows
+  // run through the integer kernels against activations quantized to 8 bits; from it the
+  // weight tiles are decoded to f32 for sgemm (decoding costs about as much as 16 to 32
+  // multiply-adds per element, so the crossover sits higher than for 16-bit weights).
+  // Default 64.
+  int quant_sgemm_min_rows = 64;
   // Target size of one f32 weight tile handed to sgemm (16-bit tiles are converted into a
   // per-thread scratch of this size). Larger tiles repack the activations less often.
   // Default 1 MiB.
@@ -45,8 +51,10 @@ class Gemm {
 
   // y[i, r] = sum_c W[r, c] * x[i, c]    for i in [0, n), r in [0, w.rows)
   // x: [n, w.cols] row-major; y: [n, w.rows] row-major. Precondition: n >= 1, y does not
-  // alias x, and w.data holds w.rows * w.row_bytes() bytes (any model::DType; q8_0 runs
-  // through the shared scalar kernel, split across the pool).
+  // alias x, and w.data holds w.rows * w.row_bytes() bytes (any model::DType; with
+  // quantized weights and fewer than quant_sgemm_min_rows rows, x is first quantized to
+  // 8 bits per block (q8_activations.h), which bounds the difference from the float
+  // product).
   void Run(const model::TensorView& w, const float* x, int n, float* y);
 
   // Several products of the same x (e.g. Q, K and V) in one parallel loop, so the pool
@@ -64,12 +72,18 @@ class Gemm {
   };
   void RunStreaming(const Task& task, const float* x, int n);
   void RunSgemm(const Task& task, const float* x, int n, int thread);
+  // Fills xq8_ / xq8k_ with x in the activation formats the products' weights need.
+  void QuantizeActivations(std::initializer_list<Product> products, const float* x, int n);
 
   ThreadPool* pool_;
   const KernelSet* kernels_;
   GemmOptions options_;
   std::vector<Task> tasks_;                // the current Run's slices
   std::vector<std::vector<float>> tiles_;  // per pool thread: [tile_rows, cols] f32
+  std::vector<uint8_t> xq8_;               // [n] rows of Q8Block, xq8_row_ bytes each
+  int64_t xq8_row_ = 0;
+  std::vector<uint8_t> xq8k_;  // [n] rows of Q8KBlock, xq8k_row_ bytes each
+  int64_t xq8k_row_ = 0;
 };
 
 // Sets OpenBLAS to run every call on the calling thread only. OpenBLAS's thread count is

@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
+#include "backends/cpu_blas/q8_activations.h"
 #include "backends/cpu_blas/simd_kernels.h"
 #include "model/dtype.h"
+#include "model/quant.h"
 
 #define KVSERVE_SIMD_TARGET __attribute__((target("avx2,fma,f16c")))
 
@@ -58,8 +61,9 @@ struct BF16W {
 };
 
 #include "backends/cpu_blas/simd_kernels_inl.h"  // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_quant_inl.h"    // NOLINT(build/include): see its header
 
-constexpr KernelSet kAvx2Set = MakeKernelSet(Isa::kAvx2);
+constexpr KernelSet kAvx2Set = WithQuantKernels<MaddubsDot>(MakeKernelSet(Isa::kAvx2));
 
 }  // namespace
 

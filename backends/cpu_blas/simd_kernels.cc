@@ -10,6 +10,8 @@ std::string_view IsaName(Isa isa) {
       return "avx2";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAvx512Vnni:
+      return "avx512vnni";
   }
   return "unknown";
 }
@@ -25,6 +27,9 @@ bool IsaSupported(Isa isa) {
              __builtin_cpu_supports("f16c");
     case Isa::kAvx512:
       return IsaSupported(Isa::kAvx2) && __builtin_cpu_supports("avx512f");
+    case Isa::kAvx512Vnni:
+      return IsaSupported(Isa::kAvx512) && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   }
   return false;
 #else
@@ -33,6 +38,7 @@ bool IsaSupported(Isa isa) {
 }
 
 Isa BestIsa() {
+  if (IsaSupported(Isa::kAvx512Vnni)) return Isa::kAvx512Vnni;
   if (IsaSupported(Isa::kAvx512)) return Isa::kAvx512;
   if (IsaSupported(Isa::kAvx2)) return Isa::kAvx2;
   return Isa::kScalar;
@@ -40,6 +46,8 @@ Isa BestIsa() {
 
 const KernelSet& KernelsFor(Isa isa) {
   switch (isa) {
+    case Isa::kAvx512Vnni:
+      return Avx512VnniKernels();
     case Isa::kAvx512:
       return Avx512Kernels();
     case Isa::kAvx2:

@@ -22,6 +22,9 @@ enum class Isa : uint8_t {
   kScalar,  // portable C++
   kAvx2,    // AVX2 + FMA + F16C
   kAvx512,  // AVX-512 F (+ the AVX2 level)
+  // AVX-512 F + BW + VL + VNNI: the AVX-512 level whose quantized-weight products use
+  // vpdpbusd (one instruction for vpmaddubsw + vpmaddwd + vpaddd).
+  kAvx512Vnni,
 };
 
 std::string_view IsaName(Isa isa);
@@ -42,12 +45,25 @@ template <typename WeightT>
 using MatMulFn = void (*)(const WeightT* w, int64_t cols, int64_t row_begin, int64_t row_end,
                           const float* x, int64_t ldx, int n, float* y, int64_t ldy);
 
+// y[i * ldy + r] = W[r, :] · X[i, :]   for r in [row_begin, row_end), i in [0, n)
+// with W quantized (ggml block layout, `row_bytes` per row of `cols` elements) and X
+// quantized to the activation format of W's type (q8_activations.h; row i at
+// xq + i * ldxq bytes). Each weight row is read once for all n activation rows.
+// Results equal the scalar DotQ* functions up to float summation order.
+using QMatMulFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t cols, int64_t row_begin,
+                           int64_t row_end, const void* xq, int64_t ldxq, int n, float* y,
+                           int64_t ldy);
+
 // The kernels of one level. Obtain with KernelsFor(); the struct is immutable.
 struct KernelSet {
   Isa isa;
   MatMulFn<float> matmul_f32;
   MatMulFn<uint16_t> matmul_f16;
   MatMulFn<uint16_t> matmul_bf16;
+  QMatMulFn matmul_q8_0;  // activations: Q8Block rows
+  QMatMulFn matmul_q4_0;  // activations: Q8Block rows
+  QMatMulFn matmul_q4_k;  // activations: Q8KBlock rows
+  QMatMulFn matmul_q6_k;  // activations: Q8KBlock rows
   // Attention over `count` cached rows of one head (K or V rows of a KV block), row t at
   // rows + t * stride bytes, `hd` elements each, as f32 or f16 bits (an f32 row starts
   // on a 4-byte boundary):
@@ -73,10 +89,12 @@ struct KernelSet {
 // unsupported level faults with an illegal instruction).
 const KernelSet& KernelsFor(Isa isa);
 
-// Per-level sets, defined in simd_scalar.cc, simd_avx2.cc, simd_avx512.cc.
+// Per-level sets, defined in simd_scalar.cc, simd_avx2.cc, simd_avx512.cc,
+// simd_avx512_vnni.cc.
 const KernelSet& ScalarKernels();
 const KernelSet& Avx2Kernels();
 const KernelSet& Avx512Kernels();
+const KernelSet& Avx512VnniKernels();
 
 }  // namespace kvserve::backends::cpu_blas
 

@@ -350,12 +350,17 @@ KVSERVE_SIMD_TARGET void Convert(const uint16_t* in, float* out, int64_t n) {
   for (; i < n; ++i) out[i] = W::One(in[i]);
 }
 
-// The kernel set of the including level.
+// The float kernel set of the including level (the quantized kernels come from
+// simd_quant_inl.h's WithQuantKernels).
 constexpr KernelSet MakeKernelSet(Isa isa) {
   return KernelSet{isa,
                    &MatMul<F32W>,
                    &MatMul<F16W>,
                    &MatMul<BF16W>,
+                   nullptr,
+                   nullptr,
+                   nullptr,
+                   nullptr,
                    &DotRows<F32W>,
                    &DotRows<F16W>,
                    &AxpyRows<F32W>,

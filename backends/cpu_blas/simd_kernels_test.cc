@@ -2,16 +2,20 @@
 // blocking (4-row and 2-row blocks, 1..4 activation rows) and the scalar tails.
 #include "backends/cpu_blas/simd_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "backends/cpu_blas/q8_activations.h"
 #include "gtest/gtest.h"
 #include "model/dtype.h"
+#include "model/quant.h"
 
 namespace kvserve::backends::cpu_blas {
 namespace {
@@ -55,8 +59,8 @@ void CallMatMul(const KernelSet& k, DType dtype, const Weights& w, int64_t cols,
     case DType::kBF16:
       k.matmul_bf16(w.bits.data(), cols, r0, r1, x, ldx, n, y, ldy);
       break;
-    case DType::kQ8_0:
-      FAIL() << "no q8_0 kernel";
+    default:
+      FAIL() << "quantized types: see QuantizedMatMul below";
   }
 }
 
@@ -196,8 +200,97 @@ TEST_P(SimdKernelsTest, ConversionsAreExactForEveryBitPattern) {
   }
 }
 
+QMatMulFn QuantKernel(const KernelSet& k, DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+      return k.matmul_q8_0;
+    case DType::kQ4_0:
+      return k.matmul_q4_0;
+    case DType::kQ4_K:
+      return k.matmul_q4_k;
+    default:
+      return k.matmul_q6_k;
+  }
+}
+
+// Quantized weights, every level against
+//  (a) the scalar integer kernels: the same integer block products (exact), only the
+//      float scaling and summation order differ: SumTolerance;
+//  (b) the oracle: weights decoded by model::DecodeRow times the float activations.
+//      Quantizing x moves each element by at most d_b / 2 (d_b = max|x| / 127 of its
+//      block), so |y - oracle| <= sum_b d_b / 2 * sum_{j in b} |w_j| plus rounding.
+TEST_P(SimdKernelsTest, QuantizedMatMulMatchesScalarAndDequantizedOracle) {
+  std::mt19937 rng(5);
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+    const int64_t act_block = (dtype == DType::kQ8_0 || dtype == DType::kQ4_0) ? 32 : 256;
+    for (int64_t cols : {256, 768, 1024}) {
+      for (int n : {1, 2, 3, 8}) {
+        SCOPED_TRACE(::testing::Message()
+                     << model::DTypeName(dtype) << " cols=" << cols << " n=" << n);
+        constexpr int64_t kRows = 5;
+        const size_t row_bytes = model::DTypeBytes(dtype, static_cast<size_t>(cols));
+        std::vector<uint8_t> w(kRows * row_bytes);
+        std::vector<float> wf(static_cast<size_t>(kRows * cols));  // decoded weights
+        for (int64_t r = 0; r < kRows; ++r) {
+          const std::vector<float> v = RandomFloats(rng, static_cast<size_t>(cols));
+          model::EncodeRow(dtype, v, w.data() + r * row_bytes);
+        }
+        if (dtype == DType::kQ8_0) {
+          // Row 0 at the int8 extreme -128 that files may hold (|w| = 128 unsigned).
+          for (int64_t b = 0; b < cols / 32; ++b) std::memset(&w[b * 34 + 2], 0x80, 32);
+        }
+        for (int64_t r = 0; r < kRows; ++r) {
+          model::DecodeRow(dtype, w.data() + r * row_bytes,
+                           std::span<float>(wf.data() + r * cols, static_cast<size_t>(cols)));
+        }
+        std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * cols));
+        for (int64_t c = 0; c < cols; ++c) x[c] = -1.0f;  // -127 against the -128 row
+        const size_t xq_row = Q8RowBytes(dtype, cols);
+        std::vector<uint8_t> xq(static_cast<size_t>(n) * xq_row);
+        for (int i = 0; i < n; ++i) {
+          QuantizeActivations(dtype, x.data() + i * cols, cols, xq.data() + i * xq_row);
+        }
+        const int64_t ldy = kRows + 1;
+        std::vector<float> y(static_cast<size_t>(n * ldy), 7.0f);
+        std::vector<float> y_scalar = y;
+        QuantKernel(kernels(), dtype)(w.data(), static_cast<int64_t>(row_bytes), cols, 0, kRows,
+                                      xq.data(), static_cast<int64_t>(xq_row), n, y.data(), ldy);
+        QuantKernel(ScalarKernels(), dtype)(w.data(), static_cast<int64_t>(row_bytes), cols, 0,
+                                            kRows, xq.data(), static_cast<int64_t>(xq_row), n,
+                                            y_scalar.data(), ldy);
+        for (int i = 0; i < n; ++i) {
+          const float* xi = x.data() + i * cols;
+          for (int64_t r = 0; r < kRows; ++r) {
+            const float* wr = wf.data() + r * cols;
+            double oracle = 0.0;
+            double abs_sum = 0.0;
+            double bound = 0.0;
+            for (int64_t b = 0; b < cols / act_block; ++b) {
+              float amax = 0.0f;
+              double w_abs = 0.0;
+              for (int64_t c = b * act_block; c < (b + 1) * act_block; ++c) {
+                amax = std::max(amax, std::fabs(xi[c]));
+                w_abs += std::fabs(wr[c]);
+                oracle += static_cast<double>(wr[c]) * xi[c];
+                abs_sum += std::fabs(static_cast<double>(wr[c]) * xi[c]);
+              }
+              bound += amax / 127.0 / 2.0 * w_abs;
+            }
+            const float got = y[i * ldy + r];
+            const float tol = SumTolerance(cols, 2.0 * abs_sum);
+            EXPECT_NEAR(got, y_scalar[i * ldy + r], tol) << "i=" << i << " r=" << r;
+            EXPECT_NEAR(got, oracle, bound * 1.01 + tol) << "i=" << i << " r=" << r;
+          }
+          EXPECT_EQ(y[i * ldy + kRows], 7.0f) << "wrote outside rows";
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllLevels, SimdKernelsTest,
-                         ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+                         ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512,
+                                           Isa::kAvx512Vnni),
                          [](const ::testing::TestParamInfo<Isa>& info) {
                            return std::string(IsaName(info.param));
                          });

@@ -2,6 +2,7 @@
 // are tested against.
 #include <cstdint>
 
+#include "backends/cpu_blas/q8_activations.h"
 #include "backends/cpu_blas/simd_kernels.h"
 #include "model/dtype.h"
 
@@ -56,6 +57,17 @@ void AxpyRows(const float* a, const void* rows, size_t stride, int count, int hd
   }
 }
 
+template <typename XBlock, float (*kDot)(const uint8_t*, const XBlock*, int64_t)>
+void QMatMul(const uint8_t* w, int64_t row_bytes, int64_t cols, int64_t row_begin, int64_t row_end,
+             const void* xq, int64_t ldxq, int n, float* y, int64_t ldy) {
+  const auto* x = static_cast<const uint8_t*>(xq);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    for (int i = 0; i < n; ++i) {
+      y[i * ldy + r] = kDot(w + r * row_bytes, reinterpret_cast<const XBlock*>(x + i * ldxq), cols);
+    }
+  }
+}
+
 void F16ToF32(const uint16_t* in, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = model::HalfToFloat(in[i]);
 }
@@ -69,6 +81,10 @@ constexpr KernelSet kScalarSet = {
     &MatMul<F32, float>,
     &MatMul<F16, uint16_t>,
     &MatMul<BF16, uint16_t>,
+    &QMatMul<Q8Block, &DotQ8_0>,
+    &QMatMul<Q8Block, &DotQ4_0>,
+    &QMatMul<Q8KBlock, &DotQ4_K>,
+    &QMatMul<Q8KBlock, &DotQ6_K>,
     &DotRows<F32, float>,
     &DotRows<F16, uint16_t>,
     &AxpyRows<F32, float>,

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "model/dtype.h"
+#include "model/quant.h"
 
 namespace kvserve::backends::kernels {
 namespace {
@@ -43,13 +44,10 @@ void RowToFloat(const model::TensorView& w, int64_t row, std::span<float> out) {
       for (size_t c = 0; c < n; ++c) out[c] = model::BF16ToFloat(Load16(p, c));
       return;
     case DType::kQ8_0:
-      for (size_t b = 0; b < n / model::kQ8_0BlockElems; ++b) {
-        const uint8_t* block = p + b * model::kQ8_0BlockBytes;
-        const float d = Q8Scale(block);
-        for (int j = 0; j < model::kQ8_0BlockElems; ++j) {
-          out[b * model::kQ8_0BlockElems + j] = d * static_cast<float>(Q8Quant(block, j));
-        }
-      }
+    case DType::kQ4_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      model::DecodeRow(w.type, p, out);
       return;
   }
 }
@@ -80,6 +78,19 @@ float DotRow(const model::TensorView& w, int64_t row, std::span<const float> x) 
         sum += Q8Scale(block) * block_sum;
       }
       break;
+    case DType::kQ4_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K: {
+      // Decode a block, then accumulate its products in index order.
+      const size_t block = static_cast<size_t>(model::DTypeBlockElems(w.type));
+      const size_t block_bytes = static_cast<size_t>(model::DTypeBlockBytes(w.type));
+      float values[model::kQKBlockElems];
+      for (size_t b = 0; b < n / block; ++b) {
+        model::DecodeRow(w.type, p + b * block_bytes, std::span<float>(values, block));
+        for (size_t j = 0; j < block; ++j) sum += values[j] * x[b * block + j];
+      }
+      break;
+    }
   }
   return sum;
 }

@@ -1,6 +1,7 @@
 // Products of a weight TensorView (any model::DType) with float vectors. Elements are
-// converted one by one with model/dtype.h (f16/bf16 exactly; q8_0 as scale * int8), and
-// accumulated in float in index order. These are the scalar oracles that an optimized
+// converted one by one with model/dtype.h (f16/bf16 exactly) and model/quant.h
+// (DecodeRow; q8_0 products as scale * sum(int8 * x) per block, as ggml), and accumulated
+// in float in index order. These are the scalar oracles that an optimized
 // backend replaces with BLAS/SIMD and compares against.
 //
 // Threading: pure functions; concurrent calls on disjoint outputs are safe.

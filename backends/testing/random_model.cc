@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "model/quant.h"
 
 namespace kvserve::backends::testing {
 namespace {
@@ -133,34 +134,7 @@ std::vector<NamedConfig> ArchitectureConfigs() {
 
 std::vector<uint8_t> EncodeRow(std::span<const float> values, DType dtype) {
   std::vector<uint8_t> out(model::DTypeBytes(dtype, values.size()));
-  switch (dtype) {
-    case DType::kF32:
-      std::memcpy(out.data(), values.data(), out.size());
-      break;
-    case DType::kF16:
-    case DType::kBF16:
-      for (size_t i = 0; i < values.size(); ++i) {
-        const uint16_t h =
-            dtype == DType::kF16 ? model::FloatToHalf(values[i]) : model::FloatToBF16(values[i]);
-        std::memcpy(out.data() + 2 * i, &h, 2);
-      }
-      break;
-    case DType::kQ8_0:
-      for (size_t b = 0; b < values.size() / model::kQ8_0BlockElems; ++b) {
-        const float* x = values.data() + b * model::kQ8_0BlockElems;
-        uint8_t* block = out.data() + b * model::kQ8_0BlockBytes;
-        float amax = 0.0f;
-        for (int j = 0; j < model::kQ8_0BlockElems; ++j) amax = std::fmax(amax, std::fabs(x[j]));
-        const float d = amax / 127.0f;
-        const float inv_d = d > 0.0f ? 1.0f / d : 0.0f;
-        const uint16_t d16 = model::FloatToHalf(d);
-        std::memcpy(block, &d16, 2);
-        for (int j = 0; j < model::kQ8_0BlockElems; ++j) {
-          block[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[j] * inv_d)));
-        }
-      }
-      break;
-  }
+  model::EncodeRow(dtype, values, out.data());
   return out;
 }
 

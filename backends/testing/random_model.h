@@ -23,8 +23,9 @@ struct RandomModelOptions {
   // attention_output_bias add biases in [-0.5, 0.5], qk_norm adds Q/K norm gains in
   // [0.5, 1.5]; rope_freq_factors and sliding_window are used as given.
   model::ModelConfig config = DefaultConfig();
-  // Element type of the matrices (norm gains are always f32): kF32, kF16, kBF16 or kQ8_0
-  // (q8_0 needs dim, q_dim and ffn_dim multiples of 32). Default kF32.
+  // Element type of the matrices (norm gains are always f32): any model::DType (a
+  // quantized type needs dim, q_dim and ffn_dim multiples of its block: 32 for q8_0 and
+  // q4_0, 256 for q4_k and q6_k). Default kF32.
   model::DType dtype = model::DType::kF32;
   // When true, output aliases token_embedding (and config.tied_embeddings is set).
   bool tied = false;
@@ -57,9 +58,9 @@ std::vector<NamedConfig> ArchitectureConfigs();
 // then pieces "▁t<N>". Errors: whatever model::Model::FromParts reports for a bad shape.
 absl::StatusOr<std::unique_ptr<model::Model>> MakeRandomModel(const RandomModelOptions& options);
 
-// The bytes of `values` stored as `dtype` (f32, f16 and bf16 round to nearest even; q8_0
-// per block of 32: d = max|x| / 127 stored as f16, q = round(x / d)).
-// Precondition: for q8_0, values.size() is a multiple of 32.
+// The bytes of `values` stored as `dtype` (model::EncodeRow: f32, f16 and bf16 round to
+// nearest even; quantized types as llama.cpp's reference quantizers).
+// Precondition: values.size() is a multiple of model::DTypeBlockElems(dtype).
 std::vector<uint8_t> EncodeRow(std::span<const float> values, model::DType dtype);
 
 }  // namespace kvserve::backends::testing

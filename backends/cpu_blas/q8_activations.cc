@@ -1,0 +1,132 @@
+#include "backends/cpu_blas/q8_activations.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "model/quant.h"
+
+namespace kvserve::backends::cpu_blas {
+namespace {
+
+using model::DType;
+
+float LoadHalf(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return model::HalfToFloat(h);
+}
+
+// d and q for n floats: d = max|x| / 127, q = round(x / d) in [-127, 127].
+float QuantizeBlock(const float* x, int n, int8_t* q) {
+  float amax = 0.0f;
+  for (int j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int j = 0; j < n; ++j) {
+    q[j] = static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(x[j] * id)), -127, 127));
+  }
+  return d;
+}
+
+}  // namespace
+
+size_t Q8RowBytes(DType weights, int64_t cols) {
+  const size_t c = static_cast<size_t>(cols);
+  switch (weights) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+      return c / 32 * sizeof(Q8Block);
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return c / 256 * sizeof(Q8KBlock);
+    default:
+      return 0;
+  }
+}
+
+void QuantizeActivations(DType weights, const float* x, int64_t cols, void* out) {
+  if (weights == DType::kQ8_0 || weights == DType::kQ4_0) {
+    auto* blocks = static_cast<Q8Block*>(out);
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      Q8Block& o = blocks[b];
+      o.d = QuantizeBlock(x + 32 * b, 32, o.q);
+      o.sum = 0;
+      for (int j = 0; j < 32; ++j) o.sum += o.q[j];
+    }
+    return;
+  }
+  auto* blocks = static_cast<Q8KBlock*>(out);
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    Q8KBlock& o = blocks[b];
+    o.d = QuantizeBlock(x + 256 * b, 256, o.q);
+    for (int g = 0; g < 16; ++g) {
+      int s = 0;
+      for (int j = 0; j < 16; ++j) s += o.q[16 * g + j];
+      o.bsums[g] = static_cast<int16_t>(s);
+    }
+  }
+}
+
+float DotQ8_0(const uint8_t* w, const Q8Block* x, int64_t cols) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const uint8_t* wb = w + b * model::kQ8_0BlockBytes;
+    int32_t s = 0;
+    for (int j = 0; j < 32; ++j) s += static_cast<int8_t>(wb[2 + j]) * x[b].q[j];
+    sum += LoadHalf(wb) * x[b].d * static_cast<float>(s);
+  }
+  return sum;
+}
+
+float DotQ4_0(const uint8_t* w, const Q8Block* x, int64_t cols) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const uint8_t* wb = w + b * model::kQ4_0BlockBytes;
+    int32_t s = 0;
+    for (int j = 0; j < 16; ++j) {
+      s += ((wb[2 + j] & 15) - 8) * x[b].q[j] + ((wb[2 + j] >> 4) - 8) * x[b].q[j + 16];
+    }
+    sum += LoadHalf(wb) * x[b].d * static_cast<float>(s);
+  }
+  return sum;
+}
+
+float DotQ4_K(const uint8_t* w, const Q8KBlock* x, int64_t cols) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    const uint8_t* wb = w + b * model::kQ4_KBlockBytes;
+    int32_t scaled = 0;  // sum_s sc_s * sum_j q_j x_j
+    int32_t mins = 0;    // sum_s m_s * sum_j x_j
+    for (int s = 0; s < 8; ++s) {
+      uint8_t sc;
+      uint8_t m;
+      model::Q4KScaleMin(wb + 4, s, &sc, &m);
+      int32_t dot = 0;
+      for (int e = 32 * s; e < 32 * s + 32; ++e) dot += model::Q4KQuant(wb, e) * x[b].q[e];
+      scaled += sc * dot;
+      mins += m * (x[b].bsums[2 * s] + x[b].bsums[2 * s + 1]);
+    }
+    sum += x[b].d * (LoadHalf(wb) * static_cast<float>(scaled) -
+                     LoadHalf(wb + 2) * static_cast<float>(mins));
+  }
+  return sum;
+}
+
+float DotQ6_K(const uint8_t* w, const Q8KBlock* x, int64_t cols) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    const uint8_t* wb = w + b * model::kQ6_KBlockBytes;
+    const auto* scales = reinterpret_cast<const int8_t*>(wb + 192);
+    int32_t total = 0;
+    for (int g = 0; g < 16; ++g) {
+      int32_t dot = 0;
+      for (int e = 16 * g; e < 16 * g + 16; ++e) dot += model::Q6KQuant(wb, e) * x[b].q[e];
+      total += scales[g] * dot;
+    }
+    sum += LoadHalf(wb + 208) * x[b].d * static_cast<float>(total);
+  }
+  return sum;
+}
+
+}  // namespace kvserve::backends::cpu_blas

@@ -1,0 +1,60 @@
+// Activation rows quantized to int8 for products with quantized weights, as llama.cpp
+// does (its vec_dot_type): q8_0 and q4_0 weights meet Q8Block rows (32 elements per
+// block), q4_K and q6_K weights meet Q8KBlock rows (256 per block). The weight-times-
+// activation products then run in integer arithmetic, one float multiply per block.
+//
+// Error: each activation element is off by at most d / 2 (d = its block's max|x| / 127),
+// so a dot product with weights w differs from the float product by at most
+// sum_blocks d_b / 2 * sum_{j in b} |w_j| (plus float rounding), about 0.4 % of
+// sum |w x| for typical rows. Tests use this bound (ActivationErrorBound).
+//
+// Threading: pure functions.
+#ifndef KVSERVE_BACKENDS_CPU_BLAS_Q8_ACTIVATIONS_H_
+#define KVSERVE_BACKENDS_CPU_BLAS_Q8_ACTIVATIONS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "model/dtype.h"
+
+namespace kvserve::backends::cpu_blas {
+
+// 32 activations: x[j] ~ d * q[j], q in [-127, 127]; sum = sum_j q[j].
+struct Q8Block {
+  float d;
+  int32_t sum;
+  int8_t q[32];
+};
+static_assert(sizeof(Q8Block) == 40);
+
+// 256 activations: x[j] ~ d * q[j], q in [-127, 127]; bsums[g] = sum of q[16g .. 16g + 15].
+struct Q8KBlock {
+  float d;
+  int16_t bsums[16];
+  int8_t q[256];
+};
+static_assert(sizeof(Q8KBlock) == 292);
+
+// The activation format products with `weights` use, as bytes per row of `cols`
+// activations: cols / 32 * sizeof(Q8Block) for q8_0 and q4_0, cols / 256 *
+// sizeof(Q8KBlock) for q4_K and q6_K, 0 for the float types (no quantization).
+// Precondition: cols is a multiple of DTypeBlockElems(weights).
+size_t Q8RowBytes(model::DType weights, int64_t cols);
+
+// Quantizes `cols` floats x into the activation format of `weights` at `out`
+// (Q8RowBytes(weights, cols) bytes, aligned for Q8Block / Q8KBlock): per block
+// d = max|x| / 127, q = round(x / d) (ties to even). Precondition: as Q8RowBytes,
+// weights is quantized, x finite.
+void QuantizeActivations(model::DType weights, const float* x, int64_t cols, void* out);
+
+// Scalar products of one weight row (`cols` elements, ggml block layout) with one
+// quantized activation row: the portable kernels and the definition the vector levels
+// compute (up to float summation order).
+float DotQ8_0(const uint8_t* w, const Q8Block* x, int64_t cols);
+float DotQ4_0(const uint8_t* w, const Q8Block* x, int64_t cols);
+float DotQ4_K(const uint8_t* w, const Q8KBlock* x, int64_t cols);
+float DotQ6_K(const uint8_t* w, const Q8KBlock* x, int64_t cols);
+
+}  // namespace kvserve::backends::cpu_blas
+
+#endif  // KVSERVE_BACKENDS_CPU_BLAS_Q8_ACTIVATIONS_H_

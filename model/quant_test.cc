@@ -1,0 +1,153 @@
+// DecodeRow on blocks built by hand from ggml's struct layouts (ggml-common.h), and
+// EncodeRow round trips within each format's quantization error.
+#include "model/quant.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace kvserve::model {
+namespace {
+
+void PutHalf(uint8_t* p, float v) {
+  const uint16_t h = FloatToHalf(v);
+  std::memcpy(p, &h, 2);
+}
+
+std::vector<float> Decode(DType t, const std::vector<uint8_t>& bytes, size_t n) {
+  std::vector<float> out(n);
+  DecodeRow(t, bytes.data(), out);
+  return out;
+}
+
+TEST(DecodeRowTest, Q8_0IsScaleTimesInt8) {
+  std::vector<uint8_t> b(34);
+  PutHalf(b.data(), 0.25f);
+  for (int j = 0; j < 32; ++j) b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(j * 8 - 128));
+  const std::vector<float> x = Decode(DType::kQ8_0, b, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(x[j], 0.25f * static_cast<float>(j * 8 - 128)) << j;
+}
+
+TEST(DecodeRowTest, Q4_0LowNibblesFirstHalfHighNibblesSecond) {
+  std::vector<uint8_t> b(18);
+  PutHalf(b.data(), 0.5f);
+  for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  const std::vector<float> x = Decode(DType::kQ4_0, b, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(x[j], 0.5f * static_cast<float>(j - 8)) << j;
+    EXPECT_EQ(x[j + 16], 0.5f * static_cast<float>(7 - j)) << j;
+  }
+}
+
+TEST(DecodeRowTest, Q4_KSixBitScalesAndMins) {
+  // Sub-block s: scale sc[s], min m[s]; 4 to 7 use the packed high bits (values >= 16).
+  const int sc[8] = {1, 2, 3, 63, 17, 40, 5, 63};
+  const int m[8] = {0, 7, 63, 1, 16, 33, 2, 48};
+  std::vector<uint8_t> b(144, 0);
+  PutHalf(b.data(), 0.125f);
+  PutHalf(b.data() + 2, 0.5f);
+  uint8_t* scales = b.data() + 4;
+  for (int s = 0; s < 4; ++s) {
+    scales[s] = static_cast<uint8_t>(sc[s] | ((sc[s + 4] >> 4) << 6));
+    scales[s + 4] = static_cast<uint8_t>(m[s] | ((m[s + 4] >> 4) << 6));
+    scales[s + 8] = static_cast<uint8_t>((sc[s + 4] & 15) | ((m[s + 4] & 15) << 4));
+  }
+  // Element e: q = (e * 7) % 16; sub-block s = e / 32 lives in bytes 32 * (s / 2), low
+  // nibble for even s, high nibble for odd s.
+  uint8_t* qs = b.data() + 16;
+  for (int e = 0; e < 256; ++e) {
+    const int s = e / 32;
+    const int q = (e * 7) % 16;
+    qs[32 * (s / 2) + e % 32] |= static_cast<uint8_t>(q << (4 * (s % 2)));
+  }
+  const std::vector<float> x = Decode(DType::kQ4_K, b, 256);
+  for (int e = 0; e < 256; ++e) {
+    const int s = e / 32;
+    EXPECT_FLOAT_EQ(x[e], 0.125f * sc[s] * ((e * 7) % 16) - 0.5f * m[s]) << e;
+  }
+}
+
+TEST(DecodeRowTest, Q6_KSixBitQuantsAndSignedScales) {
+  std::vector<uint8_t> b(210, 0);
+  uint8_t* ql = b.data();
+  uint8_t* qh = b.data() + 128;
+  int8_t* scales = reinterpret_cast<int8_t*>(b.data() + 192);
+  PutHalf(b.data() + 208, 0.25f);
+  for (int g = 0; g < 16; ++g) scales[g] = static_cast<int8_t>(g * 9 - 70);
+  // Element e = 128 h + 32 k + l: low 4 bits in ql[64 h + 32 (k % 2) + l], nibble k / 2;
+  // high 2 bits in qh[32 h + l], bits 2k and 2k + 1 (dequantize_row_q6_K's y[l + 32k]).
+  auto q_of = [](int e) { return (e * 11 + 5) % 64; };
+  for (int e = 0; e < 256; ++e) {
+    const int h = e / 128;
+    const int k = (e % 128) / 32;
+    const int l = e % 32;
+    ql[64 * h + 32 * (k % 2) + l] |= static_cast<uint8_t>((q_of(e) & 15) << (4 * (k / 2)));
+    qh[32 * h + l] |= static_cast<uint8_t>((q_of(e) >> 4) << (2 * k));
+  }
+  const std::vector<float> x = Decode(DType::kQ6_K, b, 256);
+  for (int e = 0; e < 256; ++e) {
+    EXPECT_FLOAT_EQ(x[e], 0.25f * scales[e / 16] * (q_of(e) - 32)) << e;
+  }
+}
+
+// Deterministic values with a spread of magnitudes and signs (some blocks all zero).
+std::vector<float> TestValues(size_t n) {
+  std::vector<float> v(n);
+  uint32_t s = 12345;
+  for (size_t i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    const float u = static_cast<float>(s >> 8) / 16777216.0f - 0.5f;
+    v[i] = (i / 256 == 2) ? 0.0f : u * (1.0f + static_cast<float>(i % 97) / 10.0f);
+  }
+  return v;
+}
+
+TEST(EncodeRowTest, RoundTripsWithinQuantizationError) {
+  struct Case {
+    DType type;
+    float max_rel_rms;  // RMS error / RMS value over the row
+  };
+  // The bounds sit about 1.5x above what each format gives on these values (q8_0 ~ 0.4 %,
+  // q6_K ~ 1.5 %, q4_K ~ 5 %, q4_0 ~ 8 %).
+  for (const Case& c :
+       {Case{DType::kF16, 1e-3f}, Case{DType::kBF16, 5e-3f}, Case{DType::kQ8_0, 0.008f},
+        Case{DType::kQ6_K, 0.025f}, Case{DType::kQ4_K, 0.08f}, Case{DType::kQ4_0, 0.12f}}) {
+    const std::vector<float> v = TestValues(1024);
+    std::vector<uint8_t> bytes(DTypeBytes(c.type, v.size()));
+    EncodeRow(c.type, v, bytes.data());
+    const std::vector<float> back = Decode(c.type, bytes, v.size());
+    double err2 = 0;
+    double val2 = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      err2 += (back[i] - v[i]) * (back[i] - v[i]);
+      val2 += v[i] * v[i];
+      if (i / 256 == 2) {
+        EXPECT_EQ(back[i], 0.0f) << DTypeName(c.type) << " " << i;
+      }
+    }
+    const double rel = std::sqrt(err2 / val2);
+    EXPECT_LT(rel, c.max_rel_rms) << DTypeName(c.type);
+    EXPECT_GT(rel, c.max_rel_rms / 20) << DTypeName(c.type) << ": suspiciously exact";
+  }
+}
+
+TEST(EncodeRowTest, Q4_0MapsTheLargestMagnitudeToCodeZero) {
+  std::vector<float> v(32, 0.0f);
+  v[3] = -4.0f;  // d = -4 / -8 = 0.5, so -4 is code 0 and 3.5 code 15
+  v[5] = 3.5f;
+  v[20] = 1.0f;
+  std::vector<uint8_t> b(18);
+  EncodeRow(DType::kQ4_0, v, b.data());
+  EXPECT_EQ(HalfToFloat(static_cast<uint16_t>(b[0] | (b[1] << 8))), 0.5f);
+  EXPECT_EQ(b[2 + 3] & 15, 0);
+  EXPECT_EQ(b[2 + 5] & 15, 15);
+  EXPECT_EQ(b[2 + 4] >> 4, 10);  // element 20: 1.0 / 0.5 + 8
+  const std::vector<float> x = Decode(DType::kQ4_0, b, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(x[j], v[j]) << j;
+}
+
+}  // namespace
+}  // namespace kvserve::model

@@ -1,0 +1,164 @@
+// Files written by llama.cpp's llama-quantize (Q4_K_M: q4_K with q6_K for the output and
+// some attn_v / ffn_down) load in kvserve, hold the bytes kvserve-mkmodel's quantizer
+// writes for the same floats, and run on cpu_blas as on the reference backend.
+//
+// Needs the llama-quantize binary: its path comes from the environment variable
+// KVSERVE_LLAMA_QUANTIZE (CMake sets it from the cache variable of the same name,
+// default /tmp/llama.cpp/build/bin/llama-quantize). Without it the test is skipped,
+// saying why.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu_blas/cpu_blas_backend.h"
+#include "backends/kv_arena.h"
+#include "backends/reference/reference_backend.h"
+#include "bench/synthetic_model.h"
+#include "gtest/gtest.h"
+#include "model/model.h"
+
+namespace kvserve {
+namespace {
+
+using model::DType;
+
+class TempDir {
+ public:
+  TempDir()
+      : path_(std::filesystem::temp_directory_path() /
+              ("llama_quantize_test_" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A small llama whose rows are whole 256-element super-blocks; 8 layers so that
+// use_more_bits picks some (0, 3, 6, 7) and not others.
+bench::SyntheticModelOptions SmallModel() {
+  bench::SyntheticModelOptions o;
+  o.config = *bench::PresetConfig("tiny");
+  o.config.dim = 256;
+  o.config.n_layers = 8;
+  o.config.n_heads = 4;
+  o.config.n_kv_heads = 2;
+  o.config.head_dim = 64;
+  o.config.rope_dim = 64;
+  o.config.ffn_dim = 512;
+  o.config.vocab_size = 512;
+  o.seed = 7;
+  return o;
+}
+
+// Logits of a 12-token prompt then 4 decode steps, one row per step.
+std::vector<float> RunSteps(backends::Backend& backend, const model::Model& m) {
+  const model::KvLayout layout = backend.kv_layout();
+  backends::KvArena arena(layout);
+  const std::span<uint8_t* const> blocks = arena.Allocate(64);
+  const int vocab = m.config().vocab_size;
+  std::vector<float> all;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 12; ++i) prompt.push_back((i * 37 + 5) % vocab);
+  int32_t cached = 0;
+  std::vector<std::vector<int32_t>> steps = {prompt};
+  for (int i = 0; i < 4; ++i) steps.push_back({(i * 11 + 3) % vocab});
+  for (const std::vector<int32_t>& tokens : steps) {
+    backends::Batch batch;
+    batch.sequences.push_back(backends::SequenceInput{tokens, cached, blocks, true});
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    EXPECT_TRUE(backend.Forward(batch, logits).ok());
+    cached += static_cast<int32_t>(tokens.size());
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+TEST(LlamaQuantizeTest, Q4_K_MFileLoadsMatchesOurQuantizerAndRunsOnCpuBlas) {
+  const char* tool = std::getenv("KVSERVE_LLAMA_QUANTIZE");
+  if (tool == nullptr || ::access(tool, X_OK) != 0) {
+    GTEST_SKIP() << "llama-quantize not found (set KVSERVE_LLAMA_QUANTIZE, or the CMake "
+                    "cache variable of that name, to its path; see docs/performance.md)";
+  }
+  TempDir dir;
+  bench::SyntheticModelOptions f32 = SmallModel();
+  ASSERT_TRUE(bench::WriteSyntheticModel(f32, dir.File("f32.gguf")).ok());
+  bench::SyntheticModelOptions ours = f32;
+  ours.mix = bench::QuantMix::kQ4_K_M;
+  ASSERT_TRUE(bench::WriteSyntheticModel(ours, dir.File("ours.gguf")).ok());
+  const std::string cmd = std::string(tool) + " " + dir.File("f32.gguf") + " " +
+                          dir.File("llama.gguf") + " Q4_K_M 1 > " + dir.File("log.txt") + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+
+  absl::StatusOr<std::unique_ptr<model::Model>> theirs = model::Model::Load(dir.File("llama.gguf"));
+  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  absl::StatusOr<std::unique_ptr<model::Model>> mine = model::Model::Load(dir.File("ours.gguf"));
+  ASSERT_TRUE(mine.ok()) << mine.status();
+
+  // The mix: q6_K output and attn_v / ffn_down in layers 0, 3, 6, 7; q4_K elsewhere.
+  const model::ModelWeights& w = (*theirs)->weights();
+  EXPECT_EQ(w.output.type, DType::kQ6_K);
+  EXPECT_EQ(w.token_embedding.type, DType::kQ4_K);
+  for (int l = 0; l < 8; ++l) {
+    const bool more = l == 0 || l == 3 || l == 6 || l == 7;
+    EXPECT_EQ(w.layers[l].wv.type, more ? DType::kQ6_K : DType::kQ4_K) << l;
+    EXPECT_EQ(w.layers[l].w_down.type, more ? DType::kQ6_K : DType::kQ4_K) << l;
+    EXPECT_EQ(w.layers[l].wq.type, DType::kQ4_K) << l;
+  }
+
+  // Same floats, same reference quantizer: the bytes agree except where float rounding
+  // in the least-squares fits picks a neighbouring code (measured: under 0.01 %).
+  const model::ModelWeights& o = (*mine)->weights();
+  auto same_fraction = [](const model::TensorView& a, const model::TensorView& b) {
+    const size_t n = static_cast<size_t>(a.rows) * a.row_bytes();
+    EXPECT_EQ(n, static_cast<size_t>(b.rows) * b.row_bytes());
+    const auto* pa = static_cast<const uint8_t*>(a.data);
+    const auto* pb = static_cast<const uint8_t*>(b.data);
+    size_t same = 0;
+    for (size_t i = 0; i < n; ++i) same += pa[i] == pb[i];
+    return static_cast<double>(same) / static_cast<double>(n);
+  };
+  EXPECT_GT(same_fraction(w.output, o.output), 0.999);
+  EXPECT_GT(same_fraction(w.token_embedding, o.token_embedding), 0.999);
+  for (int l = 0; l < 8; ++l) {
+    EXPECT_GT(same_fraction(w.layers[l].wv, o.layers[l].wv), 0.999) << l;
+    EXPECT_GT(same_fraction(w.layers[l].w_down, o.layers[l].w_down), 0.999) << l;
+    EXPECT_GT(same_fraction(w.layers[l].w_up, o.layers[l].w_up), 0.999) << l;
+  }
+
+  // cpu_blas (quantized activations, best kernel level) against the reference oracle on
+  // llama.cpp's file (see kQuantLogitTolerance in cpu_blas_backend_test.cc).
+  const model::KvLayout layout = model::KvLayout::ForModel((*theirs)->config(), 16, DType::kF32);
+  backends::CpuBlasOptions options;
+  options.threads = 2;
+  auto fast = backends::CpuBlasBackend::Create(**theirs, layout, options);
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  auto ref = backends::ReferenceBackend::Create(**theirs, layout);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const std::vector<float> a = RunSteps(**fast, **theirs);
+  const std::vector<float> b = RunSteps(**ref, **theirs);
+  ASSERT_EQ(a.size(), b.size());
+  float max_abs = 1.0f;
+  float max_diff = 0.0f;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(a[i]) && std::isfinite(b[i])) << i;
+    max_abs = std::max(max_abs, std::fabs(b[i]));
+    max_diff = std::max(max_diff, std::fabs(a[i] - b[i]));
+  }
+  // Measured 1.9e-2 (activation blocks of 256 on a small random model); 5e-2 leaves margin.
+  EXPECT_LE(max_diff / max_abs, 5e-2f);
+  std::printf("[  NOTE    ] cpu_blas vs reference on llama-quantize's Q4_K_M: %.2e\n",
+              max_diff / max_abs);
+}
+
+}  // namespace
+}  // namespace kvserve
