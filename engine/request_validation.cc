@@ -31,8 +31,8 @@ absl::Status ValidateRequest(const Request& request, const RequestRules& rules) 
     return FieldError("turn_end_token", absl::StrCat("must be -1 or in [0, ", rules.vocab_size,
                                                      "), got ", request.turn_end_token));
   }
-  if (absl::Status s = request.sampling.Validate(rules.vocab_size, rules.max_tokens_limit,
-                                                     rules.stop_limits);
+  if (absl::Status s =
+          request.sampling.Validate(rules.vocab_size, rules.max_tokens_limit, rules.stop_limits);
       !s.ok()) {
     return NestField("sampling", s);
   }
