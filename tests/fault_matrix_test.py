@@ -78,7 +78,7 @@ class StormTest(unittest.TestCase):
     def test_deadline_storm(self):
         with lib.KvserveProcess(KVSERVE, MODEL) as server, \
                 grpc.insecure_channel(server.target()) as ch:
-            stubs = load.Stubs(ch)
+            stubs = lib.Inference(ch)
             before = load.scrape(server.metrics_port)
 
             def call(i):
@@ -112,7 +112,7 @@ class StormTest(unittest.TestCase):
     def test_cancel_storm(self):
         with lib.KvserveProcess(KVSERVE, MODEL) as server, \
                 grpc.insecure_channel(server.target()) as ch:
-            stubs = load.Stubs(ch)
+            stubs = lib.Inference(ch)
             stats = load.Stats()
             before = load.scrape(server.metrics_port)
             parallel(STORM, lambda i: load.run_stream(stubs, stats, long_request(),
@@ -131,7 +131,7 @@ class FullPoolTest(unittest.TestCase):
     def test_full_pool_preempts_and_answers_right(self):
         with lib.KvserveProcess(KVSERVE, MODEL, ["--kv-budget-mib", "1"]) as server, \
                 grpc.insecure_channel(server.target()) as ch:
-            stubs = load.Stubs(ch)
+            stubs = lib.Inference(ch)
             stats = load.Stats()
             # The idle server's answers, one request at a time.
             for i, prompt in enumerate(load.PROMPTS):

@@ -234,6 +234,9 @@ class Inference:
         self.get_model_info = u("/kvserve.v1.Inference/GetModelInfo",
                                 request_serializer=pb.GetModelInfoRequest.SerializeToString,
                                 response_deserializer=pb.ModelInfo.FromString)
+        self.close_session = u("/kvserve.v1.Inference/CloseSession",
+                               request_serializer=pb.CloseSessionRequest.SerializeToString,
+                               response_deserializer=pb.CloseSessionResponse.FromString)
 
 
 class PrometheusProcess:
@@ -322,6 +325,15 @@ def write_gguf_with_string(src, dst, key, value):
         f.write(struct.pack("<4sIQQ", magic, version, n_tensors, n_kv + 2))
         f.write(added)
         f.write(data[24:])
+
+
+def rss_bytes(pid):
+    """Resident set size of process `pid` (VmRSS), in bytes."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
 
 
 def health_status(channel, service, timeout=5.0):

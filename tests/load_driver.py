@@ -13,6 +13,7 @@ import urllib.request
 
 import grpc
 
+import kvserve_testlib as lib
 from kvserve.v1 import inference_pb2 as pb
 
 # Prompts of different lengths (stories260K is a TinyStories model); greedy outputs of one
@@ -30,25 +31,6 @@ PROMPTS = [
 
 
 UNAVAILABLE_BACKOFF_S = 0.05
-
-
-class Stubs:
-    """The Inference methods the driver calls."""
-
-    def __init__(self, channel):
-        u, s = channel.unary_unary, channel.unary_stream
-        self.generate = u("/kvserve.v1.Inference/Generate",
-                          request_serializer=pb.GenerateRequest.SerializeToString,
-                          response_deserializer=pb.GenerateResponse.FromString)
-        self.stream = s("/kvserve.v1.Inference/GenerateStream",
-                        request_serializer=pb.GenerateRequest.SerializeToString,
-                        response_deserializer=pb.GenerateStreamResponse.FromString)
-        self.open = u("/kvserve.v1.Inference/OpenSession",
-                      request_serializer=pb.OpenSessionRequest.SerializeToString,
-                      response_deserializer=pb.Session.FromString)
-        self.close = u("/kvserve.v1.Inference/CloseSession",
-                       request_serializer=pb.CloseSessionRequest.SerializeToString,
-                       response_deserializer=pb.CloseSessionResponse.FromString)
 
 
 def greedy(text, max_tokens, session_id=""):
@@ -131,7 +113,7 @@ def run_stream(stubs, stats, request, prompt_index=None, timeout=60.0, cancel_af
     usage = None
     ttft = None
     tokens = 0
-    call = stubs.stream(request, timeout=timeout)
+    call = stubs.generate_stream(request, timeout=timeout)
     try:
         for message in call:
             now = time.monotonic()
@@ -176,7 +158,7 @@ def conversations(stubs, stats, rng, done, turns=3):
     """Loop body: open a session, run `turns` streamed turns, close it; until done()."""
     while not done():
         try:
-            session = stubs.open(pb.OpenSessionRequest(), timeout=30)
+            session = stubs.open_session(pb.OpenSessionRequest(), timeout=30)
             stats.record("OpenSession", grpc.StatusCode.OK)
         except grpc.RpcError as e:
             check_error(stats, "OpenSession", e)
@@ -195,7 +177,7 @@ def conversations(stubs, stats, rng, done, turns=3):
                     if usage.cached_tokens_local + usage.cached_tokens_remote > 0:
                         stats.cached_turns += 1
         try:
-            stubs.close(pb.CloseSessionRequest(session_id=session.session_id), timeout=30)
+            stubs.close_session(pb.CloseSessionRequest(session_id=session.session_id), timeout=30)
             stats.record("CloseSession", grpc.StatusCode.OK)
         except grpc.RpcError as e:
             check_error(stats, "CloseSession", e)
@@ -212,7 +194,7 @@ def run_load(target, body, concurrency, seconds, stats, channels=4, seed=1, stop
         return time.monotonic() >= stop_time or (stop is not None and stop.is_set())
     threads = []
     for i in range(concurrency):
-        stubs = Stubs(chans[i % channels])
+        stubs = lib.Inference(chans[i % channels])
         rng = random.Random(seed * 100003 + i)
         t = threading.Thread(target=body, args=(stubs, stats, rng, done), daemon=True)
         t.start()
@@ -233,14 +215,6 @@ def percentile(values, q):
     return ordered[min(len(ordered) - 1, int(q / 100.0 * len(ordered)))]
 
 
-def rss_bytes(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
-
-
 class RssSampler:
     """Samples a process's resident size every `interval` seconds until stop()."""
 
@@ -254,7 +228,7 @@ class RssSampler:
 
     def _run(self):
         while not self._stop.wait(self.interval):
-            self.samples.append((time.monotonic() - self._start, rss_bytes(self.pid)))
+            self.samples.append((time.monotonic() - self._start, lib.rss_bytes(self.pid)))
 
     def stop(self):
         self._stop.set()

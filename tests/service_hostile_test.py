@@ -71,14 +71,6 @@ def request(method, path, body=b""):
     return head.encode() + b"\r\n" + body
 
 
-def rss_bytes(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
-
-
 def stub(channel, name, request_type, response_type, streaming=False):
     factory = channel.unary_stream if streaming else channel.unary_unary
     return factory("/kvserve.v1.Inference/" + name,
@@ -234,7 +226,7 @@ class ResetBurstTest(unittest.TestCase):
         """RSS once it is below `limit`, or the last reading after SETTLE_SECONDS."""
         end = time.monotonic() + self.SETTLE_SECONDS
         while True:
-            rss = rss_bytes(pid)
+            rss = lib.rss_bytes(pid)
             if rss < limit or time.monotonic() > end:
                 return rss
             time.sleep(0.2)
@@ -246,12 +238,12 @@ class ResetBurstTest(unittest.TestCase):
             with grpc.insecure_channel(server.target()) as channel:
                 info = stub(channel, "GetModelInfo", pb.GetModelInfoRequest, pb.ModelInfo)
                 info(pb.GetModelInfoRequest(), timeout=10)
-                idle = rss_bytes(pid)
+                idle = lib.rss_bytes(pid)
                 limit = idle + (self.QUOTA_MIB << 20) + self.MARGIN
                 peak = idle
                 for n in range(self.BURSTS):
                     self.burst(server.port)
-                    peak = max(peak, rss_bytes(pid))
+                    peak = max(peak, lib.rss_bytes(pid))
                     after = self.settled_rss(pid, limit)
                     print("reset burst %d: idle RSS %.0f MiB, peak so far %.0f MiB, settled "
                           "%.0f MiB, limit %.0f MiB" % (n, idle / 2**20, peak / 2**20,
