@@ -17,7 +17,7 @@ struct RuntimeInfo {
   std::string version;       // common::kVersion
   std::string commit;        // common::kGitCommit ("unknown" outside git)
   std::string backend;       // "cpu_blas" or "reference"
-  std::string kernel_level;  // cpu_blas: IsaName(BestIsa()) ("avx512", "avx2", "scalar");
+  std::string kernel_level;  // cpu_blas: IsaName(BestIsa()) ("avx512vnni", "avx512", "avx2", "scalar");
                              // reference: "scalar" (it has only portable code)
   std::string blas_core;     // the OpenBLAS core that runs, e.g. "SkylakeX"
   std::string blas_config;   // openblas_get_config()

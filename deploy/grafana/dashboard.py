@@ -159,11 +159,11 @@ ROWS = [
         ("Uptime", "s", [
             ("time() - process_start_time_seconds{job=~\"kvserve|kvserve-cache\"}",
              "{{job}} {{instance}}")]),
-        # kvserve_build_info comes with the build-info change (another branch); until it is
-        # merged this panel is empty and the monitoring test lists it as pending.
         ("Build", "short", [
             ("kvserve_build_info{%s}" % KV,
              "{{version}} {{commit}} {{backend}} {{kernel_level}} {{blas_core}} {{instance}}")]),
+        ("Degraded paths (1 = a slow path runs)", "short", [
+            ("kvserve_degraded_path{%s}" % KV, "{{path}} {{instance}}")]),
     ]),
 ]
 
