@@ -17,11 +17,11 @@ struct RuntimeInfo {
   std::string version;       // common::kVersion
   std::string commit;        // common::kGitCommit ("unknown" outside git)
   std::string backend;       // "cpu_blas" or "reference"
-  std::string kernel_level;  // cpu_blas: IsaName(BestIsa()) ("avx512vnni", "avx512", "avx2", "scalar");
-                             // reference: "scalar" (it has only portable code)
-  std::string blas_core;     // the OpenBLAS core that runs, e.g. "SkylakeX"
-  std::string blas_config;   // openblas_get_config()
-  std::string blas_reason;   // the start-up decision's log line (BlasCoreDecision::reason)
+  std::string kernel_level;  // cpu_blas: IsaName(BestIsa()) ("avx512vnni", "avx512", "avx2",
+                             // "scalar"); reference: "scalar" (it has only portable code)
+  std::string blas_core;    // the OpenBLAS core that runs, e.g. "SkylakeX"
+  std::string blas_config;  // openblas_get_config()
+  std::string blas_reason;  // the start-up decision's log line (BlasCoreDecision::reason)
   // The OpenBLAS core is older than this CPU supports (BlasCoreDecision::degraded).
   bool blas_core_degraded = false;
   // cpu_blas runs its portable scalar kernels (this CPU has no AVX2 + FMA + F16C).
