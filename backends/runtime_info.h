@@ -14,11 +14,12 @@
 namespace kvserve::backends {
 
 struct RuntimeInfo {
-  std::string version;       // common::kVersion
-  std::string commit;        // common::kGitCommit ("unknown" outside git)
-  std::string backend;       // "cpu_blas" or "reference"
-  std::string kernel_level;  // cpu_blas: IsaName(BestIsa()) ("avx512vnni", "avx512", "avx2",
-                             // "scalar"); reference: "scalar" (it has only portable code)
+  std::string version;  // common::kVersion
+  std::string commit;   // common::kGitCommit ("unknown" outside git)
+  std::string backend;  // "cpu_blas" or "reference"
+  // cpu_blas: IsaName(BestIsa()) ("avx512vnni", "avx512", "avx2", "scalar"); reference:
+  // "scalar" (it has only portable code).
+  std::string kernel_level;
   std::string blas_core;    // the OpenBLAS core that runs, e.g. "SkylakeX"
   std::string blas_config;  // openblas_get_config()
   std::string blas_reason;  // the start-up decision's log line (BlasCoreDecision::reason)
