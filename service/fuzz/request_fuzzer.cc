@@ -31,7 +31,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<kvserve::engine::Request> converted =
       kvserve::service::ToEngineRequest(request, limits, *tokenizer, absl::InfiniteFuture(), chat);
   if (!converted.ok()) return 0;
-  const kvserve::engine::RequestRules rules{tokenizer->vocab().size(), 4096, 256, true};
+  const kvserve::engine::RequestRules rules{.vocab_size = tokenizer->vocab().size(),
+                                            .max_tokens_limit = 4096,
+                                            .max_cache_salt_bytes = 256,
+                                            .stop_limits = {},
+                                            .has_tokenizer = true};
   const absl::Status valid = kvserve::engine::ValidateRequest(*converted, rules);
   if (!valid.ok()) {
     (void)kvserve::service::WithProtoFieldNames(valid);
