@@ -26,6 +26,7 @@ namespace {
 
 // 256-bit vpdpbusd (AVX512-VL form): see simd_quant_inl.h for why 256 bits.
 struct VnniDot {
+  static constexpr bool kUnsignedOffset = true;  // int32 sums: (w + 128) x cannot overflow
   KVSERVE_SIMD_TARGET static __m256i DotU8S8(__m256i acc, __m256i u, __m256i s) {
     return _mm256_dpbusd_epi32(acc, u, s);
   }

@@ -224,7 +224,9 @@ TEST_P(SimdKernelsTest, QuantizedMatMulMatchesScalarAndDequantizedOracle) {
   for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
     const int64_t act_block = (dtype == DType::kQ8_0 || dtype == DType::kQ4_0) ? 32 : 256;
     for (int64_t cols : {256, 768, 1024}) {
-      for (int n : {1, 2, 3, 8}) {
+      // n = 70: the batched kernels take at most 64 activation rows per pass over the
+      // weights (kQRowsPerPass), so the second pass starts at row 64.
+      for (int n : {1, 2, 3, 8, 17, 70}) {
         SCOPED_TRACE(::testing::Message()
                      << model::DTypeName(dtype) << " cols=" << cols << " n=" << n);
         constexpr int64_t kRows = 5;

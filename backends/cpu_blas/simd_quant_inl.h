@@ -5,19 +5,22 @@
 // and pass WithQuantKernels<D> a struct D with
 //   static __m256i DotU8S8(__m256i acc, __m256i u, __m256i s):
 //       acc[k] += sum_{j<4} u8(u[4k + j]) * s8(s[4k + j]) for the 8 int32 lanes
+//   static constexpr bool kUnsignedOffset: whether u may reach 255 (no intermediate
+//       16-bit saturation), which lets q8_0 codes run as w + 128
 // (MaddubsDot below for AVX2 and AVX-512 F; vpdpbusd on AVX-512 VNNI).
 // All levels use 256-bit integer vectors: a q8_0 / q4_0 block is 32 elements, a k-quant
 // sub-block 32, so 32 bytes are the natural step, and on Zen 4 a 512-bit integer op
 // issues as two 256-bit halves anyway (same throughput). Decode is bound by the weight
 // stream, not by these instructions.
 //
-// Exactness: the integer part of every block product is exact (no saturation: the
-// unsigned operand is < 64 or |w| <= 128 against |x| <= 127, so vpmaddubsw's pair sums stay
-// below 2^15); only the per-block float scaling and the final sum round, in a different
+// Exactness: the integer part of every block product is exact (no saturation: with
+// vpmaddubsw the unsigned operand is < 64 or |w| <= 128 against |x| <= 127, so its pair
+// sums stay below 2^15; vpdpbusd sums into int32 directly); only the per-block float scaling and the final sum round, in a different
 // order than the scalar DotQ* functions.
 
 // vpmaddubsw + vpmaddwd: 8 int32 sums of 4 adjacent u8 x s8 products.
 struct MaddubsDot {
+  static constexpr bool kUnsignedOffset = false;  // pairs of (w + 128) x would saturate
   KVSERVE_SIMD_TARGET static __m256i DotU8S8(__m256i acc, __m256i u, __m256i s) {
     const __m256i pairs = _mm256_maddubs_epi16(u, s);
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
@@ -49,218 +52,221 @@ inline const XBlock& XAt(const uint8_t* xq, int64_t ldxq, int i, int64_t b) {
   return reinterpret_cast<const XBlock*>(xq + i * ldxq)[b];
 }
 
-// Zeroes N vector accumulators and N scalar corrections.
-template <int N>
-KVSERVE_SIMD_TARGET inline void ZeroAccumulators(__m256 (&acc)[N], float (&corr)[N]) {
-#pragma GCC unroll 8
-  for (int i = 0; i < N; ++i) {
-    acc[i] = _mm256_setzero_ps();
-    corr[i] = 0.0f;
-  }
+// Batched products decode each weight block once (codes unpacked to bytes, scales to
+// vectors) and then multiply it with every activation row, instead of redoing the
+// unpacking per row: at batch 16 the decode is 1/16 of the work per row. Each format F
+// below provides
+//   struct Block;                        the decoded block (registers, or L1 when spilled)
+//   using XBlock;                        the activation block it meets (q8_activations.h)
+//   kElems, kBytes                       elements and bytes of one weight block
+//   static void Decode(const uint8_t* wb, Block* out)
+//   static __m256 Dot(const Block&, const XBlock& x, __m256 acc):
+//       acc + 8 float lanes whose sum is W_block · x_block
+// and QMatMulT runs them: per weight row, per block, decode once, then every row.
+
+// Integer accumulator holding `v` in lane 0 and 0 elsewhere: the block's offset
+// correction enters the dot product exactly, before any float rounding.
+KVSERVE_SIMD_TARGET inline __m256i Lane0(int32_t v) {
+  return _mm256_zextsi128_si256(_mm_cvtsi32_si128(v));
 }
 
-// Each Row* kernel below computes out[i] = W[row] · X[i] for N activation rows at once:
-// the weight block is loaded and unpacked once, then multiplied with each row's block
-// (N accumulators), so batched decode does not redo the unpacking per sequence.
-
-// q8_0 x Q8Block: per block d_w * d_x * sum w[j] x[j]. The signed x signed product runs
-// as |w| (unsigned) times x with w's sign.
-template <typename D, int N>
-KVSERVE_SIMD_TARGET inline void RowQ8_0(const uint8_t* w, const uint8_t* xq, int64_t ldxq,
-                                        int64_t cols, float* out) {
-  __m256 acc[N];
-#pragma GCC unroll 8
-  for (int i = 0; i < N; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < cols / 32; ++b) {
-    const uint8_t* wb = w + b * model::kQ8_0BlockBytes;
-    const __m256i wq = Load256(wb + 2);
-    const __m256i wabs = _mm256_sign_epi8(wq, wq);
-    const float dw = LoadHalf(wb);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      const Q8Block& xb = XAt<Q8Block>(xq, ldxq, i, b);
-      const __m256i dot =
-          D::DotU8S8(_mm256_setzero_si256(), wabs, _mm256_sign_epi8(Load256(xb.q), wq));
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * xb.d), acc[i]);
+// q8_0 (34 bytes per 32: f16 d, int8 w) x Q8Block. With vpdpbusd the codes become
+// unsigned as w + 128 (xor 0x80) and 128 sum x comes off in the integer accumulator;
+// vpmaddubsw would saturate on (w + 128) x pairs, so that level multiplies |w| by x with
+// w's sign instead (one more instruction per row).
+template <typename D>
+struct Q8_0Format {
+  static constexpr int64_t kElems = 32;
+  static constexpr int64_t kBytes = model::kQ8_0BlockBytes;
+  using XBlock = Q8Block;
+  struct Block {
+    __m256i u;  // w + 128 (offset form) or |w| (sign form), as unsigned bytes
+    __m256i w;  // the signed codes (sign form only)
+    float d;
+  };
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block* out) {
+    out->w = Load256(wb + 2);
+    out->u = D::kUnsignedOffset ? _mm256_xor_si256(out->w, _mm256_set1_epi8(-128))
+                                : _mm256_sign_epi8(out->w, out->w);
+    out->d = LoadHalf(wb);
+  }
+  KVSERVE_SIMD_TARGET static __m256 Dot(const Block& w, const XBlock& x, __m256 acc) {
+    __m256i dot;
+    if constexpr (D::kUnsignedOffset) {
+      dot = D::DotU8S8(Lane0(-128 * x.sum), w.u, Load256(x.q));
+    } else {
+      dot = D::DotU8S8(_mm256_setzero_si256(), w.u, _mm256_sign_epi8(Load256(x.q), w.w));
     }
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(w.d * x.d), acc);
   }
-  for (int i = 0; i < N; ++i) out[i] = HSum8(acc[i]);
-}
+};
 
-// q4_0 x Q8Block: per block d_w * d_x * (sum q[j] x[j] - 8 sum x[j]), q the unsigned
-// nibbles (low nibbles are elements 0..15, high nibbles 16..31).
-template <typename D, int N>
-KVSERVE_SIMD_TARGET inline void RowQ4_0(const uint8_t* w, const uint8_t* xq, int64_t ldxq,
-                                        int64_t cols, float* out) {
-  const __m256i low4 = _mm256_set1_epi8(15);
-  __m256 acc[N];
-  float offset[N];  // sum_b d_w d_x sum x
-  ZeroAccumulators(acc, offset);
-  for (int64_t b = 0; b < cols / 32; ++b) {
-    const uint8_t* wb = w + b * model::kQ4_0BlockBytes;
+// q4_0 (18 bytes per 32: f16 d, 16 bytes of nibbles; w = nibble - 8; low nibbles are
+// elements 0..15, high nibbles 16..31) x Q8Block: sum (q - 8) x = sum q x - 8 sum x.
+template <typename D>
+struct Q4_0Format {
+  static constexpr int64_t kElems = 32;
+  static constexpr int64_t kBytes = model::kQ4_0BlockBytes;
+  using XBlock = Q8Block;
+  struct Block {
+    __m256i q;
+    float d;
+  };
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block* out) {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
-    const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low4);
-    const float dw = LoadHalf(wb);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      const Q8Block& xb = XAt<Q8Block>(xq, ldxq, i, b);
-      const __m256i dot = D::DotU8S8(_mm256_setzero_si256(), q, Load256(xb.q));
-      const float d = dw * xb.d;
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d), acc[i]);
-      offset[i] += d * static_cast<float>(xb.sum);
-    }
+    out->q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed),
+                              _mm256_set1_epi8(15));
+    out->d = LoadHalf(wb);
   }
-  for (int i = 0; i < N; ++i) out[i] = HSum8(acc[i]) - 8.0f * offset[i];
-}
+  KVSERVE_SIMD_TARGET static __m256 Dot(const Block& w, const XBlock& x, __m256 acc) {
+    const __m256i dot = D::DotU8S8(Lane0(-8 * x.sum), w.q, Load256(x.q));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(w.d * x.d), acc);
+  }
+};
 
-// q4_K x Q8KBlock: per block d_x * (d * sum_s sc_s sum q x - dmin * sum_s m_s sum x),
-// sum x of a sub-block from the activation's bsums.
-template <typename D, int N>
-KVSERVE_SIMD_TARGET inline void RowQ4_K(const uint8_t* w, const uint8_t* xq, int64_t ldxq,
-                                        int64_t cols, float* out) {
-  const __m256i low4 = _mm256_set1_epi8(15);
-  __m256 acc[N];
-  __m256 min_acc[N];  // dmin * d_x * sum_s m_s sum x, per lane
-  float unused[N];
-  ZeroAccumulators(acc, unused);
-  ZeroAccumulators(min_acc, unused);
-  for (int64_t b = 0; b < cols / 256; ++b) {
-    const uint8_t* wb = w + b * model::kQ4_KBlockBytes;
-    uint8_t sc[8];
-    uint8_t m[8];
-    for (int s = 0; s < 8; ++s) model::Q4KScaleMin(wb + 4, s, &sc[s], &m[s]);
-    const float d = LoadHalf(wb);
-    const float dmin = LoadHalf(wb + 2);
-    // [m0, m0, m1, m1, ..., m7, m7] as int16: vpmaddwd with the 16 bsums gives
-    // m_s * (bsums[2s] + bsums[2s + 1]) in int32 lane s.
-    const __m256i m16 = _mm256_setr_epi16(m[0], m[0], m[1], m[1], m[2], m[2], m[3], m[3], m[4],
-                                          m[4], m[5], m[5], m[6], m[6], m[7], m[7]);
-    __m256i sum[N];
+// The two k-quants share one decoded form against Q8KBlock: eight vectors of 32 unsigned
+// codes (vector v covers elements 32v..32v+31), an int32 scale per lane of each, and an
+// int16 vector c16 whose vpmaddwd with the activation's 16 bsums gives the offset term:
+//   W · x = d d_x sum_v sum_lanes(sc_v * dot_v) - dc d_x sum_lanes(madd(bsums, c16)).
+struct KBlock {
+  __m256i q[8];
+  __m256i sc[8];
+  __m256i c16;
+  float d;
+  float dc;
+};
+
+template <typename D>
+struct KFormatDot {
+  using XBlock = Q8KBlock;
+  using Block = KBlock;
+  KVSERVE_SIMD_TARGET static __m256 Dot(const KBlock& w, const XBlock& x, __m256 acc) {
+    __m256i sum = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      const Q8KBlock& xb = XAt<Q8KBlock>(xq, ldxq, i, b);
-      const __m256i min_sums = _mm256_madd_epi16(Load256(xb.bsums), m16);
-      min_acc[i] =
-          _mm256_fmadd_ps(_mm256_cvtepi32_ps(min_sums), _mm256_set1_ps(dmin * xb.d), min_acc[i]);
-      sum[i] = _mm256_setzero_si256();
+    for (int v = 0; v < 8; ++v) {
+      const __m256i dot = D::DotU8S8(_mm256_setzero_si256(), w.q[v], Load256(x.q + 32 * v));
+      sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(dot, w.sc[v]));
     }
+    const __m256i offset = _mm256_madd_epi16(Load256(x.bsums), w.c16);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(w.d * x.d), acc);
+    return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offset), _mm256_set1_ps(w.dc * x.d), acc);
+  }
+};
+
+// q4_K (144 bytes per 256: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128
+// bytes of nibbles; sub-block s = elements 32s..32s+31, w = d sc_s q - dmin m_s; chunk j
+// of 32 packed bytes holds sub-block 2j in its low nibbles, 2j + 1 in its high ones).
+template <typename D>
+struct Q4_KFormat : KFormatDot<D> {
+  static constexpr int64_t kElems = 256;
+  static constexpr int64_t kBytes = model::kQ4_KBlockBytes;
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, KBlock* out) {
+    // The 12 scale bytes as 32-bit words: sc0-3 / m0-3 are the low 6 bits of bytes 0-3 /
+    // 4-7; sc4-7 / m4-7 take their low 4 bits from the nibbles of bytes 8-11 and their
+    // high 2 bits from the top bits of bytes 0-3 / 4-7 (model::Q4KScaleMin).
+    uint32_t u[3];
+    std::memcpy(u, wb + 4, 12);
+    constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+    const uint32_t sc_lo = u[0] & k6;
+    const uint32_t m_lo = u[1] & k6;
+    const uint32_t sc_hi = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
+    const uint32_t m_hi = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
+    const __m256i sc = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(sc_hi),
+                                                          static_cast<int>(sc_lo)));
+    const __m128i m8 = _mm_cvtepu8_epi16(
+        _mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo)));  // m0..m7
+    // [m0, m0, m1, m1, ..., m7, m7]: vpmaddwd with the bsums gives m_s (bsums[2s] +
+    // bsums[2s + 1]) in lane s.
+    out->c16 = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
+    const __m256i low4 = _mm256_set1_epi8(15);
+#pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
       const __m256i packed = Load256(wb + 16 + 32 * j);
-      const __m256i lo = _mm256_and_si256(packed, low4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-      const __m256i sc_lo = _mm256_set1_epi32(sc[2 * j]);
-      const __m256i sc_hi = _mm256_set1_epi32(sc[2 * j + 1]);
-#pragma GCC unroll 8
-      for (int i = 0; i < N; ++i) {
-        const int8_t* x = XAt<Q8KBlock>(xq, ldxq, i, b).q + 64 * j;
-        const __m256i dlo = D::DotU8S8(_mm256_setzero_si256(), lo, Load256(x));
-        const __m256i dhi = D::DotU8S8(_mm256_setzero_si256(), hi, Load256(x + 32));
-        sum[i] = _mm256_add_epi32(sum[i], _mm256_mullo_epi32(dlo, sc_lo));
-        sum[i] = _mm256_add_epi32(sum[i], _mm256_mullo_epi32(dhi, sc_hi));
-      }
+      out->q[2 * j] = _mm256_and_si256(packed, low4);
+      out->q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+      out->sc[2 * j] = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(2 * j));
+      out->sc[2 * j + 1] = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(2 * j + 1));
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      const float dx = d * XAt<Q8KBlock>(xq, ldxq, i, b).d;
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i]), _mm256_set1_ps(dx), acc[i]);
-    }
+    out->d = LoadHalf(wb);
+    out->dc = LoadHalf(wb + 2);
   }
-  for (int i = 0; i < N; ++i) out[i] = HSum8(acc[i]) - HSum8(min_acc[i]);
-}
+};
 
-// q6_K x Q8KBlock: per block d * d_x * sum_g scale_g (sum q x - 32 sum x) over the 16
-// groups of 16, q the unsigned 6-bit codes (layout in model/quant.h, Q6KQuant).
-template <typename D, int N>
-KVSERVE_SIMD_TARGET inline void RowQ6_K(const uint8_t* w, const uint8_t* xq, int64_t ldxq,
-                                        int64_t cols, float* out) {
-  const __m256i low4 = _mm256_set1_epi8(15);
-  const __m256i low2 = _mm256_set1_epi8(3);
-  __m256 acc[N];
-  __m256 offset_acc[N];  // 32 * d * d_x * sum_g scale_g sum x, per lane
-  float unused[N];
-  ZeroAccumulators(acc, unused);
-  ZeroAccumulators(offset_acc, unused);
-  for (int64_t b = 0; b < cols / 256; ++b) {
-    const uint8_t* wb = w + b * model::kQ6_KBlockBytes;
-    const auto* scales = reinterpret_cast<const int8_t*>(wb + 192);
-    const float d = LoadHalf(wb + 208);
-    // The 16 scales as int16: vpmaddwd with the 16 bsums sums scale_g * bsums[g] in pairs.
-    const __m256i sc16 =
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales)));
-    __m256i sum[N];
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      const Q8KBlock& xb = XAt<Q8KBlock>(xq, ldxq, i, b);
-      const __m256i offset = _mm256_madd_epi16(Load256(xb.bsums), sc16);
-      offset_acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(offset), _mm256_set1_ps(32.0f * d * xb.d),
-                                      offset_acc[i]);
-      sum[i] = _mm256_setzero_si256();
-    }
+// q6_K (210 bytes per 256: 128 bytes of low nibbles ql, 64 of high bit pairs qh, 16 int8
+// scales, f16 d; w = d scale_g (q - 32) over 16 groups g of 16; layout in model/quant.h,
+// Q6KQuant): vector v = 4h + k holds elements 128h + 32k ..+31, groups 8h + 2k (lanes
+// 0-3) and 8h + 2k + 1 (lanes 4-7); the offset is 32 d sum_g scale_g sum x.
+template <typename D>
+struct Q6_KFormat : KFormatDot<D> {
+  static constexpr int64_t kElems = 256;
+  static constexpr int64_t kBytes = model::kQ6_KBlockBytes;
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, KBlock* out) {
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 192));
+    out->c16 = _mm256_cvtepi8_epi16(sc8);
+    const __m256i low4 = _mm256_set1_epi8(15);
+    const __m256i low2 = _mm256_set1_epi8(3);
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m256i ql0 = Load256(wb + 64 * h);       // k = 0 (low), 2 (high nibbles)
       const __m256i ql1 = Load256(wb + 64 * h + 32);  // k = 1 (low), 3 (high nibbles)
       const __m256i qh = Load256(wb + 128 + 32 * h);
-      const __m256i q[4] = {_mm256_and_si256(ql0, low4), _mm256_and_si256(ql1, low4),
-                            _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
-                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4)};
+      const __m256i lo[4] = {_mm256_and_si256(ql0, low4), _mm256_and_si256(ql1, low4),
+                             _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                             _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4)};
+      // Groups 8h .. 8h + 7 as int32, each twice: [g, g, g+1, g+1, ...] in 128-bit halves.
+      const __m256i sc32 = _mm256_cvtepi8_epi32(h == 0 ? sc8 : _mm_srli_si128(sc8, 8));
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), low2);
-        const __m256i code = _mm256_or_si256(q[k], _mm256_slli_epi16(high, 4));
-        // Lanes 0-3 are elements 0-15 of the 32 (group 8h + 2k), lanes 4-7 the next 16.
-        const int g = 8 * h + 2 * k;
-        const __m256i sc =
-            _mm256_setr_epi32(scales[g], scales[g], scales[g], scales[g], scales[g + 1],
-                              scales[g + 1], scales[g + 1], scales[g + 1]);
-#pragma GCC unroll 8
-        for (int i = 0; i < N; ++i) {
-          const int8_t* x = XAt<Q8KBlock>(xq, ldxq, i, b).q + 128 * h + 32 * k;
-          const __m256i dot = D::DotU8S8(_mm256_setzero_si256(), code, Load256(x));
-          sum[i] = _mm256_add_epi32(sum[i], _mm256_mullo_epi32(dot, sc));
-        }
+        out->q[4 * h + k] = _mm256_or_si256(lo[k], _mm256_slli_epi16(high, 4));
+        // Lanes 0-3: scale of group 8h + 2k; lanes 4-7: of group 8h + 2k + 1.
+        out->sc[4 * h + k] = _mm256_permutevar8x32_epi32(
+            sc32, _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1, 2 * k + 1,
+                                    2 * k + 1));
       }
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      const float dx = d * XAt<Q8KBlock>(xq, ldxq, i, b).d;
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[i]), _mm256_set1_ps(dx), acc[i]);
-    }
+    out->d = LoadHalf(wb + 208);
+    out->dc = 32.0f * out->d;
   }
-  for (int i = 0; i < N; ++i) out[i] = HSum8(acc[i]) - HSum8(offset_acc[i]);
-}
+};
 
-// KernelSet::matmul_q* (simd_kernels.h): every weight row once against the n activation
-// rows, four at a time (a row of s110m is 200 to 1200 bytes, so it stays in L1 while the
-// groups pass).
-template <void (*kRow1)(const uint8_t*, const uint8_t*, int64_t, int64_t, float*),
-          void (*kRow2)(const uint8_t*, const uint8_t*, int64_t, int64_t, float*),
-          void (*kRow3)(const uint8_t*, const uint8_t*, int64_t, int64_t, float*),
-          void (*kRow4)(const uint8_t*, const uint8_t*, int64_t, int64_t, float*)>
-KVSERVE_SIMD_TARGET void QMatMul(const uint8_t* w, int64_t row_bytes, int64_t cols,
-                                 int64_t row_begin, int64_t row_end, const void* xq, int64_t ldxq,
-                                 int n, float* y, int64_t ldy) {
-  const auto* x = static_cast<const uint8_t*>(xq);
-  float out[4];
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const uint8_t* wr = w + r * row_bytes;
-    for (int i = 0; i < n; i += 4) {
-      const uint8_t* xi = x + i * ldxq;
-      const int nn = std::min(4, n - i);
-      switch (nn) {
-        case 1:
-          kRow1(wr, xi, ldxq, cols, out);
-          break;
-        case 2:
-          kRow2(wr, xi, ldxq, cols, out);
-          break;
-        case 3:
-          kRow3(wr, xi, ldxq, cols, out);
-          break;
-        default:
-          kRow4(wr, xi, ldxq, cols, out);
-          break;
+// Activation rows per pass of QMatMulT (their float accumulators live on the stack:
+// 64 x 32 bytes); more rows run in several passes over the weights.
+constexpr int kQRowsPerPass = 64;
+
+// KernelSet::matmul_q* (simd_kernels.h) for format F: every weight row once against the
+// n activation rows, each block decoded once per pass.
+template <typename F>
+KVSERVE_SIMD_TARGET void QMatMulT(const uint8_t* w, int64_t row_bytes, int64_t cols,
+                                  int64_t row_begin, int64_t row_end, const void* xq, int64_t ldxq,
+                                  int n, float* y, int64_t ldy) {
+  using XBlock = typename F::XBlock;
+  const int64_t blocks = cols / F::kElems;
+  __m256 acc[kQRowsPerPass];
+  for (int i0 = 0; i0 < n; i0 += kQRowsPerPass) {
+    const int nn = std::min(kQRowsPerPass, n - i0);
+    const uint8_t* x = static_cast<const uint8_t*>(xq) + i0 * ldxq;
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const uint8_t* wr = w + r * row_bytes;
+      if (nn == 1) {
+        // Batch 1: the accumulator in a register (through the stack, each block would
+        // wait for the previous one's store).
+        __m256 a = _mm256_setzero_ps();
+        for (int64_t b = 0; b < blocks; ++b) {
+          typename F::Block wb;
+          F::Decode(wr + b * F::kBytes, &wb);
+          a = F::Dot(wb, XAt<XBlock>(x, ldxq, 0, b), a);
+        }
+        y[i0 * ldy + r] = HSum8(a);
+        continue;
       }
-      for (int k = 0; k < nn; ++k) y[(i + k) * ldy + r] = out[k];
+      for (int i = 0; i < nn; ++i) acc[i] = _mm256_setzero_ps();
+      for (int64_t b = 0; b < blocks; ++b) {
+        typename F::Block wb;
+        F::Decode(wr + b * F::kBytes, &wb);
+        for (int i = 0; i < nn; ++i) acc[i] = F::Dot(wb, XAt<XBlock>(x, ldxq, i, b), acc[i]);
+      }
+      for (int i = 0; i < nn; ++i) y[(i0 + i) * ldy + r] = HSum8(acc[i]);
     }
   }
 }
@@ -268,9 +274,9 @@ KVSERVE_SIMD_TARGET void QMatMul(const uint8_t* w, int64_t row_bytes, int64_t co
 // The quantized kernels of the including level, added to a KernelSet.
 template <typename D>
 constexpr KernelSet WithQuantKernels(KernelSet k) {
-  k.matmul_q8_0 = &QMatMul<&RowQ8_0<D, 1>, &RowQ8_0<D, 2>, &RowQ8_0<D, 3>, &RowQ8_0<D, 4>>;
-  k.matmul_q4_0 = &QMatMul<&RowQ4_0<D, 1>, &RowQ4_0<D, 2>, &RowQ4_0<D, 3>, &RowQ4_0<D, 4>>;
-  k.matmul_q4_k = &QMatMul<&RowQ4_K<D, 1>, &RowQ4_K<D, 2>, &RowQ4_K<D, 3>, &RowQ4_K<D, 4>>;
-  k.matmul_q6_k = &QMatMul<&RowQ6_K<D, 1>, &RowQ6_K<D, 2>, &RowQ6_K<D, 3>, &RowQ6_K<D, 4>>;
+  k.matmul_q8_0 = &QMatMulT<Q8_0Format<D>>;
+  k.matmul_q4_0 = &QMatMulT<Q4_0Format<D>>;
+  k.matmul_q4_k = &QMatMulT<Q4_KFormat<D>>;
+  k.matmul_q6_k = &QMatMulT<Q6_KFormat<D>>;
   return k;
 }
