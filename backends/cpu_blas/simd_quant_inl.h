@@ -15,8 +15,8 @@
 //
 // Exactness: the integer part of every block product is exact (no saturation: with
 // vpmaddubsw the unsigned operand is < 64 or |w| <= 128 against |x| <= 127, so its pair
-// sums stay below 2^15; vpdpbusd sums into int32 directly); only the per-block float scaling and the final sum round, in a different
-// order than the scalar DotQ* functions.
+// sums stay below 2^15; vpdpbusd sums into int32 directly); only the per-block float scaling and
+// the final sum round, in a different order than the scalar DotQ* functions.
 
 // vpmaddubsw + vpmaddwd: 8 int32 sums of 4 adjacent u8 x s8 products.
 struct MaddubsDot {
@@ -114,8 +114,8 @@ struct Q4_0Format {
   };
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block* out) {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
-    out->q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed),
-                              _mm256_set1_epi8(15));
+    out->q =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
     out->d = LoadHalf(wb);
   }
   KVSERVE_SIMD_TARGET static __m256 Dot(const Block& w, const XBlock& x, __m256 acc) {
@@ -171,8 +171,8 @@ struct Q4_KFormat : KFormatDot<D> {
     const uint32_t m_lo = u[1] & k6;
     const uint32_t sc_hi = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
     const uint32_t m_hi = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
-    const __m256i sc = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(sc_hi),
-                                                          static_cast<int>(sc_lo)));
+    const __m256i sc =
+        _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo)));
     const __m128i m8 = _mm_cvtepu8_epi16(
         _mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo)));  // m0..m7
     // [m0, m0, m1, m1, ..., m7, m7]: vpmaddwd with the bsums gives m_s (bsums[2s] +
