@@ -186,6 +186,50 @@ void GemmArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Gemm)->Apply(GemmArgs)->UseRealTime();
 
+// Quantized products of a few activation rows with the natural and the interleaved
+// activation layout (GemmOptions::quant_interleave_min_rows), 2 threads, 2048 x 768
+// weights cycling through 64 MB (encoded once per dtype and kept: the k-quant encoders
+// take seconds). Args: dtype (as BM_Gemm), n, interleaved (0/1).
+const MatrixSet& QuantSetFor(DType dtype) {
+  static std::unique_ptr<MatrixSet> set;
+  static DType made = DType::kF32;
+  if (!set || made != dtype) {
+    set = std::make_unique<MatrixSet>(MakeMatrices(dtype, 2048, 768, size_t{64} << 20));
+    made = dtype;
+  }
+  return *set;
+}
+
+void BM_QuantLayout(benchmark::State& state) {
+  const DType dtype = DTypeArg(state.range(0));
+  const int n = static_cast<int>(state.range(1));
+  backends::cpu_blas::GemmOptions options;
+  options.quant_interleave_min_rows = state.range(2) != 0 ? 1 : 1 << 20;
+  const int64_t rows = 2048, cols = 768;
+  const MatrixSet& set = QuantSetFor(dtype);
+  backends::cpu_blas::ThreadPool pool(2);
+  backends::cpu_blas::Gemm gemm(
+      &pool, &backends::cpu_blas::KernelsFor(backends::cpu_blas::BestIsa()), options);
+  std::vector<float> x(static_cast<size_t>(n * cols), 0.5f), y(static_cast<size_t>(n * rows));
+  size_t i = 0;
+  for (auto _ : state) {
+    gemm.Run(set.views[i], x.data(), n, y.data());
+    i = (i + 1) % set.views.size();
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * n * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+void QuantLayoutArgs(benchmark::internal::Benchmark* b) {
+  for (int64_t dtype : {3, 4, 5, 6}) {
+    for (int64_t n : {1, 2, 4, 8, 16, 32}) {
+      for (int64_t il : {0, 1}) b->Args({dtype, n, il});
+    }
+  }
+  b->ArgNames({"dtype", "n", "interleaved"});
+}
+BENCHMARK(BM_QuantLayout)->Apply(QuantLayoutArgs)->UseRealTime();
+
 // A prefill-sized product Y[512, 2048] = X[512, 768] · W^T: one multi-threaded OpenBLAS
 // call (f32 only) versus cpu_blas's tiles (one single-threaded OpenBLAS call per tile on
 // each pool thread). Args: dtype, mode (0 = OpenBLAS threads, 1 = pool tiles), tile KiB.

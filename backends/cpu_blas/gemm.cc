@@ -41,6 +41,9 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   const model::DType first_type = products.begin()->w->type;
   const bool sgemm = n >= (model::IsQuantized(first_type) ? options_.quant_sgemm_min_rows
                                                           : options_.sgemm_min_rows);
+  const int64_t cols = products.begin()->w->cols;
+  interleaved_ = !sgemm && n >= options_.quant_interleave_min_rows && cols % 256 == 0 &&
+                 kernels_->matmul_q8_0_il != nullptr;
   if (!sgemm) QuantizeActivations(products, x, n);
   // Rows per slice. Streaming: enough slices to balance (about 8 per thread), a multiple
   // of 4 rows (the kernels' register blocking), at least 16. sgemm: tiles of about
@@ -51,7 +54,6 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   } else if (!sgemm) {
     chunk = std::max<int64_t>(16, RoundUp(total_rows / (threads * 8), 4));
   } else {
-    const int64_t cols = products.begin()->w->cols;
     chunk = std::max<int64_t>(16, options_.tile_bytes / (cols * 4) / 16 * 16);
     chunk =
         std::min(chunk, std::max<int64_t>(16, RoundUp((total_rows + threads - 1) / threads, 16)));
@@ -91,20 +93,22 @@ void Gemm::RunStreaming(const Task& task, const float* x, int n) {
                     task.y, rows);
       break;
     case model::DType::kQ8_0:
-      k.matmul_q8_0(Bytes(w), w.row_bytes(), cols, task.r0, task.r1, xq8_.data(), xq8_row_, n,
-                    task.y, rows);
+      (interleaved_ ? k.matmul_q8_0_il : k.matmul_q8_0)(
+          Bytes(w), w.row_bytes(), cols, task.r0, task.r1, xq8_.data(), xq8_row_, n, task.y, rows);
       break;
     case model::DType::kQ4_0:
-      k.matmul_q4_0(Bytes(w), w.row_bytes(), cols, task.r0, task.r1, xq8_.data(), xq8_row_, n,
-                    task.y, rows);
+      (interleaved_ ? k.matmul_q4_0_il : k.matmul_q4_0)(
+          Bytes(w), w.row_bytes(), cols, task.r0, task.r1, xq8_.data(), xq8_row_, n, task.y, rows);
       break;
     case model::DType::kQ4_K:
-      k.matmul_q4_k(Bytes(w), w.row_bytes(), cols, task.r0, task.r1, xq8k_.data(), xq8k_row_, n,
-                    task.y, rows);
+      (interleaved_ ? k.matmul_q4_k_il : k.matmul_q4_k)(Bytes(w), w.row_bytes(), cols, task.r0,
+                                                        task.r1, xq8k_.data(), xq8k_row_, n, task.y,
+                                                        rows);
       break;
     case model::DType::kQ6_K:
-      k.matmul_q6_k(Bytes(w), w.row_bytes(), cols, task.r0, task.r1, xq8k_.data(), xq8k_row_, n,
-                    task.y, rows);
+      (interleaved_ ? k.matmul_q6_k_il : k.matmul_q6_k)(Bytes(w), w.row_bytes(), cols, task.r0,
+                                                        task.r1, xq8k_.data(), xq8k_row_, n, task.y,
+                                                        rows);
       break;
   }
 }
@@ -120,10 +124,16 @@ void Gemm::QuantizeActivations(std::initializer_list<Product> products, const fl
   // One pass on the calling thread: n * cols floats, against rows * cols * n multiply-adds
   // in the products.
   auto quantize = [&](model::DType t, std::vector<uint8_t>& buf, int64_t& row_bytes) {
-    row_bytes = static_cast<int64_t>(Q8RowBytes(t, cols));
+    row_bytes =
+        static_cast<int64_t>(interleaved_ ? Q8RowBytesInterleaved(t, cols) : Q8RowBytes(t, cols));
     if (buf.size() < static_cast<size_t>(row_bytes * n)) buf.resize(row_bytes * n);
     for (int i = 0; i < n; ++i) {
-      cpu_blas::QuantizeActivations(t, x + i * cols, cols, buf.data() + i * row_bytes);
+      uint8_t* out = buf.data() + i * row_bytes;
+      if (interleaved_) {
+        QuantizeActivationsInterleaved(t, x + i * cols, cols, out);
+      } else {
+        cpu_blas::QuantizeActivations(t, x + i * cols, cols, out);
+      }
     }
   };
   if (q8) quantize(model::DType::kQ8_0, xq8_, xq8_row_);

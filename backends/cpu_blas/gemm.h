@@ -27,6 +27,14 @@ struct GemmOptions {
   // multiply-adds per element, so the crossover sits higher than for 16-bit weights).
   // Default 64.
   int quant_sgemm_min_rows = 64;
+  // From this many activation rows (and below quant_sgemm_min_rows), products with
+  // quantized weights whose rows are a multiple of 256 elements use the interleaved
+  // activation layout (q8_activations.h): each weight block is transposed once, then
+  // every row sums eight blocks per instruction chain. Default 2: bench/kernels_bench.cc
+  // BM_QuantLayout (2048 x 768, 2 threads, Zen 4, us natural -> interleaved): 2 rows
+  // q8_0 92 -> 95, q4_0 85 -> 65, q4_K 54 -> 53, q6_K 60 -> 61; 4 rows 123 -> 97,
+  // 113 -> 87, 82 -> 76, 95 -> 92; 16 rows 397 -> 265, 378 -> 254, 270 -> 231, 311 -> 271.
+  int quant_interleave_min_rows = 2;
   // Target size of one f32 weight tile handed to sgemm (16-bit tiles are converted into a
   // per-thread scratch of this size). Larger tiles repack the activations less often.
   // Default 1 MiB.
@@ -80,10 +88,12 @@ class Gemm {
   GemmOptions options_;
   std::vector<Task> tasks_;                // the current Run's slices
   std::vector<std::vector<float>> tiles_;  // per pool thread: [tile_rows, cols] f32
-  std::vector<uint8_t> xq8_;               // [n] rows of Q8Block, xq8_row_ bytes each
+  std::vector<uint8_t>
+      xq8_;  // [n] rows of Q8Block (Q8x8Block if interleaved_), xq8_row_ bytes each
   int64_t xq8_row_ = 0;
   std::vector<uint8_t> xq8k_;  // [n] rows of Q8KBlock, xq8k_row_ bytes each
   int64_t xq8k_row_ = 0;
+  bool interleaved_ = false;  // the current Run's activations are interleaved
 };
 
 // Sets OpenBLAS to run every call on the calling thread only. OpenBLAS's thread count is

@@ -17,6 +17,15 @@ float LoadHalf(const uint8_t* p) {
   return model::HalfToFloat(h);
 }
 
+// nearbyint(v) for |v| <= 2^22 in the default rounding mode, without a libm call (the
+// library is built for baseline x86-64, which has no rounding instruction): adding and
+// subtracting 1.5 * 2^23 leaves v rounded to an integer, ties to even.
+float RoundHalfEven(float v) {
+  // (IEEE arithmetic: without -ffast-math the compiler keeps both operations.)
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return (v + kMagic) - kMagic;
+}
+
 // d and q for n floats: d = max|x| / 127, q = round(x / d) in [-127, 127].
 float QuantizeBlock(const float* x, int n, int8_t* q) {
   float amax = 0.0f;
@@ -24,7 +33,7 @@ float QuantizeBlock(const float* x, int n, int8_t* q) {
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   for (int j = 0; j < n; ++j) {
-    q[j] = static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(x[j] * id)), -127, 127));
+    q[j] = static_cast<int8_t>(std::clamp(static_cast<int>(RoundHalfEven(x[j] * id)), -127, 127));
   }
   return d;
 }
@@ -65,6 +74,48 @@ void QuantizeActivations(DType weights, const float* x, int64_t cols, void* out)
       for (int j = 0; j < 16; ++j) s += o.q[16 * g + j];
       o.bsums[g] = static_cast<int16_t>(s);
     }
+  }
+}
+
+size_t Q8RowBytesInterleaved(DType weights, int64_t cols) {
+  const size_t c = static_cast<size_t>(cols);
+  return weights == DType::kQ8_0 || weights == DType::kQ4_0 ? c / 256 * sizeof(Q8x8Block)
+                                                            : c / 256 * sizeof(Q8KBlock);
+}
+
+namespace {
+
+// 256 codes in natural order to the interleaved order (see Q8x8Block).
+void Interleave(const int8_t* natural, int8_t* out) {
+  for (int v = 0; v < 8; ++v) {
+    for (int k = 0; k < 8; ++k) std::memcpy(out + 32 * k + 4 * v, natural + 32 * v + 4 * k, 4);
+  }
+}
+
+}  // namespace
+
+void QuantizeActivationsInterleaved(DType weights, const float* x, int64_t cols, void* out) {
+  if (weights == DType::kQ8_0 || weights == DType::kQ4_0) {
+    auto* blocks = static_cast<Q8x8Block*>(out);
+    for (int64_t b = 0; b < cols / 256; ++b) {
+      Q8Block natural[8];
+      QuantizeActivations(weights, x + 256 * b, 256, natural);
+      int8_t codes[256];
+      for (int v = 0; v < 8; ++v) {
+        blocks[b].d[v] = natural[v].d;
+        blocks[b].sum[v] = natural[v].sum;
+        std::memcpy(codes + 32 * v, natural[v].q, 32);
+      }
+      Interleave(codes, blocks[b].q);
+    }
+    return;
+  }
+  auto* blocks = static_cast<Q8KBlock*>(out);
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    Q8KBlock natural;
+    QuantizeActivations(weights, x + 256 * b, 256, &natural);
+    blocks[b] = natural;
+    Interleave(natural.q, blocks[b].q);
   }
 }
 

@@ -35,6 +35,29 @@ struct Q8KBlock {
 };
 static_assert(sizeof(Q8KBlock) == 292);
 
+// The interleaved layout, for the vector levels' batched products (KernelSet::
+// matmul_*_il), when cols % 256 == 0. Every 256 activations are quantized exactly as in
+// the layouts above (per 32 for q8_0/q4_0 weights, per 256 for the k-quants); only their
+// 256 codes are stored as the 8 x 8 transpose of 4-byte words: byte 32k + 4v + j holds
+// element 32v + 4k + j (v, k < 8; j < 4). A 32-byte vector then holds word k of each of
+// the eight 32-element (sub-)blocks, one per 32-bit lane, so one accumulator sums eight
+// blocks separately and their scales apply once per lane instead of once per block.
+// q8_0 / q4_0 weights meet Q8x8Block rows, the k-quants Q8KBlock rows with q interleaved.
+struct Q8x8Block {
+  float d[8];      // d of 32-element block v
+  int32_t sum[8];  // sum of block v's codes
+  int8_t q[256];   // interleaved
+};
+static_assert(sizeof(Q8x8Block) == 320);
+
+// Bytes per row of `cols` activations in the interleaved layout of `weights` (quantized).
+// Precondition: cols % 256 == 0.
+size_t Q8RowBytesInterleaved(model::DType weights, int64_t cols);
+
+// As QuantizeActivations, in the interleaved layout. Precondition: cols % 256 == 0,
+// weights quantized, x finite; `out` aligned for Q8x8Block / Q8KBlock.
+void QuantizeActivationsInterleaved(model::DType weights, const float* x, int64_t cols, void* out);
+
 // The activation format products with `weights` use, as bytes per row of `cols`
 // activations: cols / 32 * sizeof(Q8Block) for q8_0 and q4_0, cols / 256 *
 // sizeof(Q8KBlock) for q4_K and q6_K, 0 for the float types (no quantization).

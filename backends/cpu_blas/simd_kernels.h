@@ -83,6 +83,15 @@ struct KernelSet {
   // out[i] = float(in[i]) for f16 or bf16 bits.
   void (*f16_to_f32)(const uint16_t* in, float* out, int64_t n);
   void (*bf16_to_f32)(const uint16_t* in, float* out, int64_t n);
+  // The quantized products again, with X in the interleaved layout
+  // (q8_activations.h, QuantizeActivationsInterleaved): each decoded weight block is
+  // transposed the same way once, and then every activation row sums eight 32-element
+  // blocks per instruction chain. For batches: the transpose costs about as much as two
+  // rows. nullptr on levels without them (scalar). Precondition: cols % 256 == 0.
+  QMatMulFn matmul_q8_0_il = nullptr;  // activations: Q8x8Block rows
+  QMatMulFn matmul_q4_0_il = nullptr;  // activations: Q8x8Block rows
+  QMatMulFn matmul_q4_k_il = nullptr;  // activations: Q8KBlock rows, q interleaved
+  QMatMulFn matmul_q6_k_il = nullptr;  // activations: Q8KBlock rows, q interleaved
 };
 
 // The kernel set of `isa`. Precondition: IsaSupported(isa) (calling a kernel of an

@@ -213,6 +213,20 @@ QMatMulFn QuantKernel(const KernelSet& k, DType dtype) {
   }
 }
 
+// The kernel for interleaved activations (nullptr where the level has none).
+QMatMulFn InterleavedKernel(const KernelSet& k, DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+      return k.matmul_q8_0_il;
+    case DType::kQ4_0:
+      return k.matmul_q4_0_il;
+    case DType::kQ4_K:
+      return k.matmul_q4_k_il;
+    default:
+      return k.matmul_q6_k_il;
+  }
+}
+
 // Quantized weights, every level against
 //  (a) the scalar integer kernels: the same integer block products (exact), only the
 //      float scaling and summation order differ: SumTolerance;
@@ -260,6 +274,22 @@ TEST_P(SimdKernelsTest, QuantizedMatMulMatchesScalarAndDequantizedOracle) {
         QuantKernel(ScalarKernels(), dtype)(w.data(), static_cast<int64_t>(row_bytes), cols, 0,
                                             kRows, xq.data(), static_cast<int64_t>(xq_row), n,
                                             y_scalar.data(), ldy);
+        // The same product with interleaved activations (every cols here is a multiple
+        // of 256), rows 1..kRows only: the kernel must honour row_begin.
+        const QMatMulFn il = InterleavedKernel(kernels(), dtype);
+        std::vector<float> y_il(y.size(), 7.0f);
+        if (il != nullptr) {
+          const size_t il_row = Q8RowBytesInterleaved(dtype, cols);
+          std::vector<uint8_t> xil(static_cast<size_t>(n) * il_row);
+          for (int i = 0; i < n; ++i) {
+            QuantizeActivationsInterleaved(dtype, x.data() + i * cols, cols,
+                                           xil.data() + i * il_row);
+          }
+          il(w.data(), static_cast<int64_t>(row_bytes), cols, 1, kRows, xil.data(),
+             static_cast<int64_t>(il_row), n, y_il.data(), ldy);
+        } else {
+          EXPECT_EQ(GetParam(), Isa::kScalar) << "every vector level has interleaved kernels";
+        }
         for (int i = 0; i < n; ++i) {
           const float* xi = x.data() + i * cols;
           for (int64_t r = 0; r < kRows; ++r) {
@@ -282,8 +312,16 @@ TEST_P(SimdKernelsTest, QuantizedMatMulMatchesScalarAndDequantizedOracle) {
             const float tol = SumTolerance(cols, 2.0 * abs_sum);
             EXPECT_NEAR(got, y_scalar[i * ldy + r], tol) << "i=" << i << " r=" << r;
             EXPECT_NEAR(got, oracle, bound * 1.01 + tol) << "i=" << i << " r=" << r;
+            if (il != nullptr && r > 0) {
+              EXPECT_NEAR(y_il[i * ldy + r], y_scalar[i * ldy + r], tol)
+                  << "interleaved, i=" << i << " r=" << r;
+            }
           }
           EXPECT_EQ(y[i * ldy + kRows], 7.0f) << "wrote outside rows";
+          if (il != nullptr) {
+            EXPECT_EQ(y_il[i * ldy], 7.0f) << "interleaved: wrote before row_begin";
+            EXPECT_EQ(y_il[i * ldy + kRows], 7.0f) << "interleaved: wrote outside rows";
+          }
         }
       }
     }

@@ -153,6 +153,59 @@ struct KFormatDot {
   }
 };
 
+// q4_K sub-block scales as int32 lanes (lane s = sc_s) and the offset weights
+// [m0, m0, m1, m1, ..., m7, m7] as int16 (vpmaddwd with the 16 bsums gives m_s (bsums[2s]
+// + bsums[2s + 1]) in lane s).
+KVSERVE_SIMD_TARGET inline void Q4KScales(const uint8_t* wb, __m256i* sc, __m256i* c16) {
+  // The 12 scale bytes as 32-bit words: sc0-3 / m0-3 are the low 6 bits of bytes 0-3 /
+  // 4-7; sc4-7 / m4-7 take their low 4 bits from the nibbles of bytes 8-11 and their
+  // high 2 bits from the top bits of bytes 0-3 / 4-7 (model::Q4KScaleMin).
+  uint32_t u[3];
+  std::memcpy(u, wb + 4, 12);
+  constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+  const uint32_t sc_lo = u[0] & k6;
+  const uint32_t m_lo = u[1] & k6;
+  const uint32_t sc_hi = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
+  const uint32_t m_hi = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
+  *sc = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo)));
+  const __m128i m8 = _mm_cvtepu8_epi16(
+      _mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo)));  // m0..m7
+  *c16 = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
+}
+
+// The 256 q4_K codes as 8 vectors, q[v] = elements 32v..32v+31 (chunk j of 32 packed
+// bytes holds sub-block 2j in its low nibbles, 2j + 1 in its high ones).
+KVSERVE_SIMD_TARGET inline void Q4KCodes(const uint8_t* wb, __m256i (&q)[8]) {
+  const __m256i low4 = _mm256_set1_epi8(15);
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m256i packed = Load256(wb + 16 + 32 * j);
+    q[2 * j] = _mm256_and_si256(packed, low4);
+    q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+  }
+}
+
+// The 256 unsigned q6_K codes as 8 vectors, q[v] = elements 32v..32v+31 (layout in
+// model/quant.h, Q6KQuant: v = 4h + k takes ql's nibbles and qh's bit pair k of half h).
+KVSERVE_SIMD_TARGET inline void Q6KCodes(const uint8_t* wb, __m256i (&q)[8]) {
+  const __m256i low4 = _mm256_set1_epi8(15);
+  const __m256i low2 = _mm256_set1_epi8(3);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m256i ql0 = Load256(wb + 64 * h);       // k = 0 (low), 2 (high nibbles)
+    const __m256i ql1 = Load256(wb + 64 * h + 32);  // k = 1 (low), 3 (high nibbles)
+    const __m256i qh = Load256(wb + 128 + 32 * h);
+    const __m256i lo[4] = {_mm256_and_si256(ql0, low4), _mm256_and_si256(ql1, low4),
+                           _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                           _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4)};
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), low2);
+      q[4 * h + k] = _mm256_or_si256(lo[k], _mm256_slli_epi16(high, 4));
+    }
+  }
+}
+
 // q4_K (144 bytes per 256: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128
 // bytes of nibbles; sub-block s = elements 32s..32s+31, w = d sc_s q - dmin m_s; chunk j
 // of 32 packed bytes holds sub-block 2j in its low nibbles, 2j + 1 in its high ones).
@@ -161,32 +214,13 @@ struct Q4_KFormat : KFormatDot<D> {
   static constexpr int64_t kElems = 256;
   static constexpr int64_t kBytes = model::kQ4_KBlockBytes;
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, KBlock* out) {
-    // The 12 scale bytes as 32-bit words: sc0-3 / m0-3 are the low 6 bits of bytes 0-3 /
-    // 4-7; sc4-7 / m4-7 take their low 4 bits from the nibbles of bytes 8-11 and their
-    // high 2 bits from the top bits of bytes 0-3 / 4-7 (model::Q4KScaleMin).
-    uint32_t u[3];
-    std::memcpy(u, wb + 4, 12);
-    constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
-    const uint32_t sc_lo = u[0] & k6;
-    const uint32_t m_lo = u[1] & k6;
-    const uint32_t sc_hi = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
-    const uint32_t m_hi = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
-    const __m256i sc =
-        _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo)));
-    const __m128i m8 = _mm_cvtepu8_epi16(
-        _mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo)));  // m0..m7
-    // [m0, m0, m1, m1, ..., m7, m7]: vpmaddwd with the bsums gives m_s (bsums[2s] +
-    // bsums[2s + 1]) in lane s.
-    out->c16 = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
-    const __m256i low4 = _mm256_set1_epi8(15);
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      const __m256i packed = Load256(wb + 16 + 32 * j);
-      out->q[2 * j] = _mm256_and_si256(packed, low4);
-      out->q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-      out->sc[2 * j] = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(2 * j));
-      out->sc[2 * j + 1] = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(2 * j + 1));
+    __m256i sc;
+    Q4KScales(wb, &sc, &out->c16);
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) {
+      out->sc[v] = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(v));
     }
+    Q4KCodes(wb, out->q);
     out->d = LoadHalf(wb);
     out->dc = LoadHalf(wb + 2);
   }
@@ -203,30 +237,214 @@ struct Q6_KFormat : KFormatDot<D> {
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, KBlock* out) {
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 192));
     out->c16 = _mm256_cvtepi8_epi16(sc8);
-    const __m256i low4 = _mm256_set1_epi8(15);
-    const __m256i low2 = _mm256_set1_epi8(3);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      const __m256i ql0 = Load256(wb + 64 * h);       // k = 0 (low), 2 (high nibbles)
-      const __m256i ql1 = Load256(wb + 64 * h + 32);  // k = 1 (low), 3 (high nibbles)
-      const __m256i qh = Load256(wb + 128 + 32 * h);
-      const __m256i lo[4] = {_mm256_and_si256(ql0, low4), _mm256_and_si256(ql1, low4),
-                             _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
-                             _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4)};
-      // Groups 8h .. 8h + 7 as int32, each twice: [g, g, g+1, g+1, ...] in 128-bit halves.
+      // Groups 8h .. 8h + 7 as int32.
       const __m256i sc32 = _mm256_cvtepi8_epi32(h == 0 ? sc8 : _mm_srli_si128(sc8, 8));
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
-        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), low2);
-        out->q[4 * h + k] = _mm256_or_si256(lo[k], _mm256_slli_epi16(high, 4));
         // Lanes 0-3: scale of group 8h + 2k; lanes 4-7: of group 8h + 2k + 1.
         out->sc[4 * h + k] = _mm256_permutevar8x32_epi32(
             sc32, _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1, 2 * k + 1,
                                     2 * k + 1));
       }
     }
+    Q6KCodes(wb, out->q);
     out->d = LoadHalf(wb + 208);
     out->dc = 32.0f * out->d;
+  }
+};
+
+// --- Interleaved activations (q8_activations.h, Q8x8Block) ---------------------------
+// The decoded codes of 256 weights are transposed like the activations, so vector k
+// lane v holds word k of (sub-)block v: a dot product chain over k = 0..3 gives in lane v
+// the sum over elements 32v .. 32v + 15 (group 2v of 16), over k = 4..7 elements
+// 32v + 16 .. 32v + 31 (group 2v + 1), and each block's scale applies once per lane.
+
+// out[k] lane v = in[v] lane k (32-bit lanes).
+KVSERVE_SIMD_TARGET inline void Transpose8x8(const __m256i (&in)[8], __m256i (&out)[8]) {
+  const __m256i t0 = _mm256_unpacklo_epi32(in[0], in[1]);
+  const __m256i t1 = _mm256_unpackhi_epi32(in[0], in[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(in[2], in[3]);
+  const __m256i t3 = _mm256_unpackhi_epi32(in[2], in[3]);
+  const __m256i t4 = _mm256_unpacklo_epi32(in[4], in[5]);
+  const __m256i t5 = _mm256_unpackhi_epi32(in[4], in[5]);
+  const __m256i t6 = _mm256_unpacklo_epi32(in[6], in[7]);
+  const __m256i t7 = _mm256_unpackhi_epi32(in[6], in[7]);
+  const __m256i u0 = _mm256_unpacklo_epi64(t0, t2);  // words 0 | 4 of in[0..3]
+  const __m256i u1 = _mm256_unpackhi_epi64(t0, t2);  // 1 | 5
+  const __m256i u2 = _mm256_unpacklo_epi64(t1, t3);  // 2 | 6
+  const __m256i u3 = _mm256_unpackhi_epi64(t1, t3);  // 3 | 7
+  const __m256i u4 = _mm256_unpacklo_epi64(t4, t6);  // the same of in[4..7]
+  const __m256i u5 = _mm256_unpackhi_epi64(t4, t6);
+  const __m256i u6 = _mm256_unpacklo_epi64(t5, t7);
+  const __m256i u7 = _mm256_unpackhi_epi64(t5, t7);
+  out[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+  out[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+  out[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+  out[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+  out[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+  out[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+  out[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+  out[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
+
+// Two dot-product chains over interleaved codes: *lo lane v = sum over group 2v, *hi
+// over group 2v + 1 (see above). `s` are the activation codes; with kSign (vpmaddubsw
+// levels, q8_0) the weights `q` are |w| and each activation takes the sign of `w`.
+template <typename D, bool kSign>
+KVSERVE_SIMD_TARGET inline void DotGroups(const __m256i (&q)[8], const __m256i* w, const int8_t* x,
+                                          __m256i* lo, __m256i* hi) {
+  __m256i a = _mm256_setzero_si256();
+  __m256i b = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    __m256i xa = Load256(x + 32 * k);
+    __m256i xb = Load256(x + 32 * (k + 4));
+    if constexpr (kSign) {
+      xa = _mm256_sign_epi8(xa, w[k]);
+      xb = _mm256_sign_epi8(xb, w[k + 4]);
+    }
+    a = D::DotU8S8(a, q[k], xa);
+    b = D::DotU8S8(b, q[k + 4], xb);
+  }
+  *lo = a;
+  *hi = b;
+}
+
+// k-quants against interleaved Q8KBlock rows: lane v of the two chains is group 2v /
+// 2v + 1, scaled by sc_lo / sc_hi (q4_K: both sc of sub-block v; q6_K: the groups' own).
+struct KBlockIl {
+  __m256i q[8];
+  __m256i sc_lo;
+  __m256i sc_hi;
+  __m256i c16;
+  float d;
+  float dc;
+};
+
+template <typename D>
+struct KFormatIlDot {
+  using XBlock = Q8KBlock;
+  using Block = KBlockIl;
+  KVSERVE_SIMD_TARGET static __m256 Dot(const KBlockIl& w, const XBlock& x, __m256 acc) {
+    __m256i lo;
+    __m256i hi;
+    DotGroups<D, false>(w.q, nullptr, x.q, &lo, &hi);
+    const __m256i sum =
+        _mm256_add_epi32(_mm256_mullo_epi32(lo, w.sc_lo), _mm256_mullo_epi32(hi, w.sc_hi));
+    const __m256i offset = _mm256_madd_epi16(Load256(x.bsums), w.c16);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(w.d * x.d), acc);
+    return _mm256_fnmadd_ps(_mm256_cvtepi32_ps(offset), _mm256_set1_ps(w.dc * x.d), acc);
+  }
+};
+
+template <typename D>
+struct Q4_KFormatIl : KFormatIlDot<D> {
+  static constexpr int64_t kElems = 256;
+  static constexpr int64_t kBytes = model::kQ4_KBlockBytes;
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, KBlockIl* out) {
+    Q4KScales(wb, &out->sc_lo, &out->c16);
+    out->sc_hi = out->sc_lo;
+    __m256i q[8];
+    Q4KCodes(wb, q);
+    Transpose8x8(q, out->q);
+    out->d = LoadHalf(wb);
+    out->dc = LoadHalf(wb + 2);
+  }
+};
+
+template <typename D>
+struct Q6_KFormatIl : KFormatIlDot<D> {
+  static constexpr int64_t kElems = 256;
+  static constexpr int64_t kBytes = model::kQ6_KBlockBytes;
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, KBlockIl* out) {
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 192));
+    out->c16 = _mm256_cvtepi8_epi16(sc8);
+    // Even groups' scales to bytes 0-7, odd groups' to bytes 8-15.
+    const __m128i split =
+        _mm_shuffle_epi8(sc8, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    out->sc_lo = _mm256_cvtepi8_epi32(split);
+    out->sc_hi = _mm256_cvtepi8_epi32(_mm_srli_si128(split, 8));
+    __m256i q[8];
+    Q6KCodes(wb, q);
+    Transpose8x8(q, out->q);
+    out->d = LoadHalf(wb + 208);
+    out->dc = 32.0f * out->d;
+  }
+};
+
+// Eight q8_0 or q4_0 blocks against a Q8x8Block: lane v of the chains is block v, whose
+// integer sum takes off off * sum x (q4_0: 8; q8_0 as w + 128: 128) before its scale
+// d_w d_x applies.
+struct Block8 {
+  __m256i q[8];  // interleaved unsigned codes
+  __m256i w[8];  // interleaved signed codes (q8_0 in sign form only)
+  __m256 d;      // d_w of the 8 blocks
+};
+
+template <typename D, int kOffsetShift, bool kSign>
+KVSERVE_SIMD_TARGET inline __m256 DotBlock8(const Block8& w, const Q8x8Block& x, __m256 acc) {
+  __m256i lo;
+  __m256i hi;
+  DotGroups<D, kSign>(w.q, w.w, x.q, &lo, &hi);
+  __m256i sum = _mm256_add_epi32(lo, hi);
+  if constexpr (kOffsetShift > 0) {
+    sum = _mm256_sub_epi32(sum, _mm256_slli_epi32(Load256(x.sum), kOffsetShift));
+  }
+  const __m256 scale = _mm256_mul_ps(w.d, _mm256_loadu_ps(x.d));
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc);
+}
+
+template <typename D>
+struct Q8_0FormatIl {
+  static constexpr int64_t kElems = 256;
+  static constexpr int64_t kBytes = 8 * model::kQ8_0BlockBytes;
+  using XBlock = Q8x8Block;
+  using Block = Block8;
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block8* out) {
+    __m256i u[8];
+    __m256i w[8];
+    alignas(32) float d[8];
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) {
+      typename Q8_0Format<D>::Block b;
+      Q8_0Format<D>::Decode(wb + v * model::kQ8_0BlockBytes, &b);
+      u[v] = b.u;
+      w[v] = b.w;
+      d[v] = b.d;
+    }
+    Transpose8x8(u, out->q);
+    if constexpr (!D::kUnsignedOffset) Transpose8x8(w, out->w);
+    out->d = _mm256_load_ps(d);
+  }
+  KVSERVE_SIMD_TARGET static __m256 Dot(const Block8& w, const XBlock& x, __m256 acc) {
+    if constexpr (D::kUnsignedOffset) return DotBlock8<D, 7, false>(w, x, acc);
+    return DotBlock8<D, 0, true>(w, x, acc);
+  }
+};
+
+template <typename D>
+struct Q4_0FormatIl {
+  static constexpr int64_t kElems = 256;
+  static constexpr int64_t kBytes = 8 * model::kQ4_0BlockBytes;
+  using XBlock = Q8x8Block;
+  using Block = Block8;
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block8* out) {
+    __m256i q[8];
+    alignas(32) float d[8];
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) {
+      typename Q4_0Format<D>::Block b;
+      Q4_0Format<D>::Decode(wb + v * model::kQ4_0BlockBytes, &b);
+      q[v] = b.q;
+      d[v] = b.d;
+    }
+    Transpose8x8(q, out->q);
+    out->d = _mm256_load_ps(d);
+  }
+  KVSERVE_SIMD_TARGET static __m256 Dot(const Block8& w, const XBlock& x, __m256 acc) {
+    return DotBlock8<D, 3, false>(w, x, acc);
   }
 };
 
@@ -278,5 +496,9 @@ constexpr KernelSet WithQuantKernels(KernelSet k) {
   k.matmul_q4_0 = &QMatMulT<Q4_0Format<D>>;
   k.matmul_q4_k = &QMatMulT<Q4_KFormat<D>>;
   k.matmul_q6_k = &QMatMulT<Q6_KFormat<D>>;
+  k.matmul_q8_0_il = &QMatMulT<Q8_0FormatIl<D>>;
+  k.matmul_q4_0_il = &QMatMulT<Q4_0FormatIl<D>>;
+  k.matmul_q4_k_il = &QMatMulT<Q4_KFormatIl<D>>;
+  k.matmul_q6_k_il = &QMatMulT<Q6_KFormatIl<D>>;
   return k;
 }
