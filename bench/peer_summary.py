@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Table of bench/peer_compare.sh results: per model, the median over rounds of each
-figure (min-max over rounds in brackets) and of the per-round ratios.
+figure (min-max over rounds in brackets) and of the per-round ratios. Batch-1 decode is
+held against two bandwidth figures: kvserve-bench's paired probe (256 MiB before each
+repeat) and its 1 GiB probe at the start of the run.
 
 Usage: bench/peer_summary.py OUT_DIR
 """
@@ -17,6 +19,9 @@ def kvserve(path):
     with open(path) as f:
         for line in f:
             m = json.loads(line)
+            if m["test"] == "bandwidth":
+                fig["probe"] = m["median"]
+                continue
             if m["backend"] != "cpu_blas":
                 continue
             if m["test"] == "prefill":
@@ -24,6 +29,7 @@ def kvserve(path):
             elif m["test"] == "decode" and m["batch"] == 1:
                 fig["b1"] = m["median"]
                 fig["bound"] = m["fraction_of_bound"]
+                fig["weight_gbs"] = m["weight_gbs"]
             elif m["test"] == "decode" and m["batch"] == 16:
                 fig["b16"] = m["median"]
     return fig
@@ -70,17 +76,18 @@ def main():
             continue
         runs.setdefault(name, []).append((k, l))
     print("| model | rounds | kvserve prefill 512 | llama.cpp pp512 | ratio | kvserve decode b1 "
-          "| % of paired bound | llama.cpp tg | ratio | kvserve b16 | b16 / b1 "
+          "| % of paired bound | % of 1 GiB probe | llama.cpp tg | ratio | kvserve b16 | b16 / b1 "
           "| llama.cpp b16 (batched-bench) | its b16 / b1 |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, rs in runs.items():
         col = lambda f: [f(k, l) for k, l in rs]
-        print("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        print("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             name, len(rs),
             cell(col(lambda k, l: k["prefill"])), cell(col(lambda k, l: l["pp"])),
             cell(col(lambda k, l: k["prefill"] / l["pp"]), "%.2fx"),
             cell(col(lambda k, l: k["b1"])),
             cell(col(lambda k, l: 100 * k["bound"]), "%.0f%%"),
+            cell(col(lambda k, l: 100 * k["weight_gbs"] / k["probe"]), "%.0f%%"),
             cell(col(lambda k, l: l["tg"])),
             cell(col(lambda k, l: k["b1"] / l["tg"]), "%.2fx"),
             cell(col(lambda k, l: k["b16"])),
