@@ -145,6 +145,20 @@ MatrixSet MakeMatrices(DType dtype, int64_t rows, int64_t cols, size_t total_byt
   return set;
 }
 
+// Times gemm.Run over the matrices of `set` in turn (rows x cols each) with n activation
+// rows.
+void TimeProducts(benchmark::State& state, backends::cpu_blas::Gemm& gemm, const MatrixSet& set,
+                  int n) {
+  const int64_t rows = set.views[0].rows, cols = set.views[0].cols;
+  std::vector<float> x(static_cast<size_t>(n * cols), 0.5f), y(static_cast<size_t>(n * rows));
+  size_t i = 0;
+  for (auto _ : state) {
+    gemm.Run(set.views[i], x.data(), n, y.data());
+    i = (i + 1) % set.views.size();
+    benchmark::ClobberMemory();
+  }
+}
+
 // Args: dtype, activation rows n, threads, sgemm_min_rows.
 void BM_Gemm(benchmark::State& state) {
   const DType dtype = DTypeArg(state.range(0));
@@ -159,13 +173,7 @@ void BM_Gemm(benchmark::State& state) {
   backends::cpu_blas::ThreadPool pool(threads);
   backends::cpu_blas::Gemm gemm(
       &pool, &backends::cpu_blas::KernelsFor(backends::cpu_blas::BestIsa()), options);
-  std::vector<float> x(static_cast<size_t>(n * cols), 0.5f), y(static_cast<size_t>(n * rows));
-  size_t i = 0;
-  for (auto _ : state) {
-    gemm.Run(set.views[i], x.data(), n, y.data());
-    i = (i + 1) % set.views.size();
-    benchmark::ClobberMemory();
-  }
+  TimeProducts(state, gemm, set, n);
   const double bytes = static_cast<double>(model::DTypeBytes(dtype, rows * cols));
   state.counters["GB/s"] =
       benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
@@ -210,13 +218,7 @@ void BM_QuantLayout(benchmark::State& state) {
   backends::cpu_blas::ThreadPool pool(2);
   backends::cpu_blas::Gemm gemm(
       &pool, &backends::cpu_blas::KernelsFor(backends::cpu_blas::BestIsa()), options);
-  std::vector<float> x(static_cast<size_t>(n * cols), 0.5f), y(static_cast<size_t>(n * rows));
-  size_t i = 0;
-  for (auto _ : state) {
-    gemm.Run(set.views[i], x.data(), n, y.data());
-    i = (i + 1) % set.views.size();
-    benchmark::ClobberMemory();
-  }
+  TimeProducts(state, gemm, set, n);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * n * 1e-9,
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }

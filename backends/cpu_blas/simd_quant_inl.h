@@ -10,8 +10,9 @@
 // (MaddubsDot below for AVX2 and AVX-512 F; vpdpbusd on AVX-512 VNNI).
 // All levels use 256-bit integer vectors: a q8_0 / q4_0 block is 32 elements, a k-quant
 // sub-block 32, so 32 bytes are the natural step, and on Zen 4 a 512-bit integer op
-// issues as two 256-bit halves anyway (same throughput). Decode is bound by the weight
-// stream, not by these instructions.
+// issues as two 256-bit halves anyway (same throughput). Batch-1 decode is bound by the
+// weight stream for q8_0 and the k-quants; q4_0 (about 15 instructions per 18-byte block)
+// comes close to the instruction limit of two cores (docs/performance.md).
 //
 // Exactness: the integer part of every block product is exact (no saturation: with
 // vpmaddubsw the unsigned operand is < 64 or |w| <= 128 against |x| <= 127, so its pair
@@ -109,17 +110,17 @@ struct Q4_0Format {
   static constexpr int64_t kBytes = model::kQ4_0BlockBytes;
   using XBlock = Q8Block;
   struct Block {
-    __m256i q;
+    __m256i u;  // the unsigned nibbles
     float d;
   };
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block* out) {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
-    out->q =
+    out->u =
         _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
     out->d = LoadHalf(wb);
   }
   KVSERVE_SIMD_TARGET static __m256 Dot(const Block& w, const XBlock& x, __m256 acc) {
-    const __m256i dot = D::DotU8S8(Lane0(-8 * x.sum), w.q, Load256(x.q));
+    const __m256i dot = D::DotU8S8(Lane0(-8 * x.sum), w.u, Load256(x.q));
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(w.d * x.d), acc);
   }
 };
@@ -396,6 +397,27 @@ KVSERVE_SIMD_TARGET inline __m256 DotBlock8(const Block8& w, const Q8x8Block& x,
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc);
 }
 
+// Eight consecutive blocks of a 32-weight format F (Q8_0Format or Q4_0Format, whose Block
+// has the unsigned codes u, d and, for q8_0, the signed codes w), decoded and transposed
+// for the interleaved layout; kSigned also transposes w (q8_0 in sign form).
+template <typename F, bool kSigned>
+KVSERVE_SIMD_TARGET inline void DecodeEight(const uint8_t* wb, Block8* out) {
+  __m256i u[8];
+  __m256i w[8];
+  alignas(32) float d[8];
+#pragma GCC unroll 8
+  for (int v = 0; v < 8; ++v) {
+    typename F::Block b;
+    F::Decode(wb + v * F::kBytes, &b);
+    u[v] = b.u;
+    if constexpr (kSigned) w[v] = b.w;
+    d[v] = b.d;
+  }
+  Transpose8x8(u, out->q);
+  if constexpr (kSigned) Transpose8x8(w, out->w);
+  out->d = _mm256_load_ps(d);
+}
+
 template <typename D>
 struct Q8_0FormatIl {
   static constexpr int64_t kElems = 256;
@@ -403,21 +425,9 @@ struct Q8_0FormatIl {
   using XBlock = Q8x8Block;
   using Block = Block8;
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block8* out) {
-    __m256i u[8];
-    __m256i w[8];
-    alignas(32) float d[8];
-#pragma GCC unroll 8
-    for (int v = 0; v < 8; ++v) {
-      typename Q8_0Format<D>::Block b;
-      Q8_0Format<D>::Decode(wb + v * model::kQ8_0BlockBytes, &b);
-      u[v] = b.u;
-      w[v] = b.w;
-      d[v] = b.d;
-    }
-    Transpose8x8(u, out->q);
-    if constexpr (!D::kUnsignedOffset) Transpose8x8(w, out->w);
-    out->d = _mm256_load_ps(d);
+    DecodeEight<Q8_0Format<D>, !D::kUnsignedOffset>(wb, out);
   }
+
   KVSERVE_SIMD_TARGET static __m256 Dot(const Block8& w, const XBlock& x, __m256 acc) {
     if constexpr (D::kUnsignedOffset) return DotBlock8<D, 7, false>(w, x, acc);
     return DotBlock8<D, 0, true>(w, x, acc);
@@ -431,18 +441,9 @@ struct Q4_0FormatIl {
   using XBlock = Q8x8Block;
   using Block = Block8;
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block8* out) {
-    __m256i q[8];
-    alignas(32) float d[8];
-#pragma GCC unroll 8
-    for (int v = 0; v < 8; ++v) {
-      typename Q4_0Format<D>::Block b;
-      Q4_0Format<D>::Decode(wb + v * model::kQ4_0BlockBytes, &b);
-      q[v] = b.q;
-      d[v] = b.d;
-    }
-    Transpose8x8(q, out->q);
-    out->d = _mm256_load_ps(d);
+    DecodeEight<Q4_0Format<D>, false>(wb, out);
   }
+
   KVSERVE_SIMD_TARGET static __m256 Dot(const Block8& w, const XBlock& x, __m256 acc) {
     return DotBlock8<D, 3, false>(w, x, acc);
   }
