@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <random>
@@ -197,7 +198,8 @@ BENCHMARK(BM_Gemm)->Apply(GemmArgs)->UseRealTime();
 // Quantized products of a few activation rows with the natural and the interleaved
 // activation layout (GemmOptions::quant_interleave_min_rows), 2 threads, 2048 x 768
 // weights cycling through 64 MB (encoded once per dtype and kept: the k-quant encoders
-// take seconds). Args: dtype (as BM_Gemm), n, interleaved (0/1).
+// take seconds). Args: dtype (as BM_Gemm), n, path (0 natural layout, 1 interleaved,
+// 2 sgemm on decoded tiles).
 const MatrixSet& QuantSetFor(DType dtype) {
   static std::unique_ptr<MatrixSet> set;
   static DType made = DType::kF32;
@@ -208,16 +210,31 @@ const MatrixSet& QuantSetFor(DType dtype) {
   return *set;
 }
 
+// The kernel level BM_QuantLayout runs: the best this CPU has, or the one named by the
+// environment variable KVSERVE_BENCH_ISA (0 scalar, 1 avx2, 2 avx512, 3 avx512vnni; must
+// be supported), to compare levels on one machine.
+backends::cpu_blas::Isa QuantLayoutIsa() {
+  const char* forced = std::getenv("KVSERVE_BENCH_ISA");
+  if (forced == nullptr) return backends::cpu_blas::BestIsa();
+  const auto isa = static_cast<backends::cpu_blas::Isa>(std::atoi(forced));
+  if (!backends::cpu_blas::IsaSupported(isa)) {
+    std::fprintf(stderr, "KVSERVE_BENCH_ISA=%s: not supported by this CPU\n", forced);
+    std::exit(2);
+  }
+  return isa;
+}
+
 void BM_QuantLayout(benchmark::State& state) {
   const DType dtype = DTypeArg(state.range(0));
   const int n = static_cast<int>(state.range(1));
   backends::cpu_blas::GemmOptions options;
-  options.quant_interleave_min_rows = state.range(2) != 0 ? 1 : 1 << 20;
+  const int64_t path = state.range(2);
+  options.quant_interleave_min_rows = path == 1 ? 1 : 1 << 20;
+  options.quant_sgemm_min_rows = path == 2 ? 1 : 1 << 20;
   const int64_t rows = 2048, cols = 768;
   const MatrixSet& set = QuantSetFor(dtype);
   backends::cpu_blas::ThreadPool pool(2);
-  backends::cpu_blas::Gemm gemm(
-      &pool, &backends::cpu_blas::KernelsFor(backends::cpu_blas::BestIsa()), options);
+  backends::cpu_blas::Gemm gemm(&pool, &backends::cpu_blas::KernelsFor(QuantLayoutIsa()), options);
   TimeProducts(state, gemm, set, n);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * n * 1e-9,
                                                  benchmark::Counter::kIsIterationInvariantRate);
@@ -225,10 +242,13 @@ void BM_QuantLayout(benchmark::State& state) {
 void QuantLayoutArgs(benchmark::internal::Benchmark* b) {
   for (int64_t dtype : {3, 4, 5, 6}) {
     for (int64_t n : {1, 2, 4, 8, 16, 32}) {
-      for (int64_t il : {0, 1}) b->Args({dtype, n, il});
+      for (int64_t path : {0, 1}) b->Args({dtype, n, path});
+    }
+    for (int64_t n : {16, 64, 128, 512}) {
+      for (int64_t path : {1, 2}) b->Args({dtype, n, path});
     }
   }
-  b->ArgNames({"dtype", "n", "interleaved"});
+  b->ArgNames({"dtype", "n", "path"});
 }
 BENCHMARK(BM_QuantLayout)->Apply(QuantLayoutArgs)->UseRealTime();
 

@@ -284,7 +284,8 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, ParityTest,
                                   (p.wide ? "_wide" : "_default");
                          });
 
-// Each kernel level (forced), each product path (streaming kernels only; sgemm only),
+// Each kernel level (forced), each product path (streaming kernels only, interleaved from
+// 2 rows for quantized weights; sgemm only),
 // and several thread counts agree with the reference.
 TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
@@ -309,6 +310,8 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
           options.threads = threads;
           options.gemm.sgemm_min_rows = sgemm_min_rows;
           options.gemm.quant_sgemm_min_rows = sgemm_min_rows;
+          // (The interleaved layout never goes to sgemm: off for the sgemm-only pass.)
+          if (sgemm_min_rows == 1) options.gemm.quant_interleave_min_rows = 1 << 20;
           auto backend = CpuBlasBackend::Create(*m, layout, options);
           ASSERT_TRUE(backend.ok()) << backend.status();
           EXPECT_EQ((*backend)->isa(), isa);

@@ -38,12 +38,12 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
     macs += p.w->rows * p.w->cols * n;
   }
   const int threads = pool_->size();
-  const model::DType first_type = products.begin()->w->type;
-  const bool sgemm = n >= (model::IsQuantized(first_type) ? options_.quant_sgemm_min_rows
-                                                          : options_.sgemm_min_rows);
+  const bool quantized = model::IsQuantized(products.begin()->w->type);
   const int64_t cols = products.begin()->w->cols;
-  interleaved_ = !sgemm && n >= options_.quant_interleave_min_rows && cols % 256 == 0 &&
+  interleaved_ = quantized && n >= options_.quant_interleave_min_rows && cols % 256 == 0 &&
                  kernels_->matmul_q8_0_il != nullptr;
+  const bool sgemm =
+      !interleaved_ && n >= (quantized ? options_.quant_sgemm_min_rows : options_.sgemm_min_rows);
   if (!sgemm) QuantizeActivations(products, x, n);
   // Rows per slice. Streaming: enough slices to balance (about 8 per thread), a multiple
   // of 4 rows (the kernels' register blocking), at least 16. sgemm: tiles of about

@@ -21,19 +21,23 @@ struct GemmOptions {
   // AVX2, GFLOP/s SIMD vs sgemm): 16 rows f32 79 vs 63, bf16 100 vs 63; 32 rows f32 93 vs
   // 94, bf16 77 vs 97; 64 rows f32 101 vs 103, bf16 72 vs 109. Default 32.
   int sgemm_min_rows = 32;
-  // The same crossover for quantized weights (q8_0, q4_0, q4_K, q6_K): below it the rows
-  // run through the integer kernels against activations quantized to 8 bits; from it the
-  // weight tiles are decoded to f32 for sgemm (decoding costs about as much as 16 to 32
-  // multiply-adds per element, so the crossover sits higher than for 16-bit weights).
+  // The same crossover for quantized weights (q8_0, q4_0, q4_K, q6_K) whose rows do not
+  // take the interleaved layout below: under it the rows run through the integer kernels
+  // against activations quantized to 8 bits; from it the weight tiles are decoded to f32
+  // for sgemm (decoding costs about as much as 16 to 32 multiply-adds per element).
   // Default 64.
   int quant_sgemm_min_rows = 64;
-  // From this many activation rows (and below quant_sgemm_min_rows), products with
-  // quantized weights whose rows are a multiple of 256 elements use the interleaved
-  // activation layout (q8_activations.h): each weight block is transposed once, then
-  // every row sums eight blocks per instruction chain. Default 2: bench/kernels_bench.cc
-  // BM_QuantLayout (2048 x 768, 2 threads, Zen 4, us natural -> interleaved): 2 rows
-  // q8_0 92 -> 95, q4_0 85 -> 65, q4_K 54 -> 53, q6_K 60 -> 61; 4 rows 123 -> 97,
-  // 113 -> 87, 82 -> 76, 95 -> 92; 16 rows 397 -> 265, 378 -> 254, 270 -> 231, 311 -> 271.
+  // From this many activation rows, products with quantized weights whose rows are a
+  // multiple of 256 elements use the interleaved activation layout (q8_activations.h):
+  // each weight block is transposed once, then every row sums eight blocks per
+  // instruction chain. These products never go to sgemm: at 512 rows the interleaved
+  // kernels beat decoded tiles + sgemm (bench/kernels_bench.cc BM_QuantLayout, 2048 x 768,
+  // 2 threads, Zen 4, GFLOP/s interleaved vs sgemm: vpdpbusd q8_0 215 vs 147, q4_0 215 vs
+  // 153, q4_K 199 vs 151; the AVX2 level on the same CPU 145 vs 154, 162 vs 148, 155 vs
+  // 154, against OpenBLAS's AVX-512 sgemm). Default 2: BM_QuantLayout (us natural ->
+  // interleaved): 2 rows q8_0 92 -> 95, q4_0 85 -> 65, q4_K 54 -> 53, q6_K 60 -> 61;
+  // 4 rows 123 -> 97, 113 -> 87, 82 -> 76, 95 -> 92; 16 rows 397 -> 265, 378 -> 254,
+  // 270 -> 231, 311 -> 271.
   int quant_interleave_min_rows = 2;
   // Target size of one f32 weight tile handed to sgemm (16-bit tiles are converted into a
   // per-thread scratch of this size). Larger tiles repack the activations less often.
@@ -60,9 +64,9 @@ class Gemm {
   // y[i, r] = sum_c W[r, c] * x[i, c]    for i in [0, n), r in [0, w.rows)
   // x: [n, w.cols] row-major; y: [n, w.rows] row-major. Precondition: n >= 1, y does not
   // alias x, and w.data holds w.rows * w.row_bytes() bytes (any model::DType; with
-  // quantized weights and fewer than quant_sgemm_min_rows rows, x is first quantized to
-  // 8 bits per block (q8_activations.h), which bounds the difference from the float
-  // product).
+  // quantized weights, unless the product goes to sgemm (GemmOptions), x is first
+  // quantized to 8 bits per block (q8_activations.h), which bounds the difference from
+  // the float product).
   void Run(const model::TensorView& w, const float* x, int n, float* y);
 
   // Several products of the same x (e.g. Q, K and V) in one parallel loop, so the pool
