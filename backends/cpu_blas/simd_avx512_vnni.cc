@@ -1,5 +1,7 @@
 // AVX-512 VNNI level: the AVX-512 F kernel set, with products of quantized weights that
-// use vpdpbusd (u8 x s8 dot products of 4 into int32 in one instruction). Compiled with
+// use vpdpbusd (u8 x s8 dot products of 4 into int32 in one instruction): 256-bit for
+// batch 1 (simd_quant_inl.h), 512-bit register tiles for interleaved activation rows
+// (simd_quant_tiles_inl.h). Compiled with
 // per-function target attributes; called only when IsaSupported(Isa::kAvx512Vnni).
 // GCC 12's AVX-512 headers trip -Wuninitialized under target attributes (see
 // simd_avx512.cc).
@@ -12,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "backends/cpu_blas/q8_activations.h"
 #include "backends/cpu_blas/simd_kernels.h"
@@ -32,10 +35,11 @@ struct VnniDot {
   }
 };
 
-#include "backends/cpu_blas/simd_quant_inl.h"  // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_quant_inl.h"        // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_quant_tiles_inl.h"  // NOLINT(build/include): see its header
 
 KernelSet MakeVnniSet() {
-  KernelSet k = WithQuantKernels<VnniDot>(Avx512Kernels());
+  KernelSet k = WithTiledQuantKernels<VnniDot>(WithQuantKernels<VnniDot>(Avx512Kernels()));
   k.isa = Isa::kAvx512Vnni;
   return k;
 }

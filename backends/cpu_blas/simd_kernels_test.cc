@@ -246,7 +246,7 @@ TEST_P(SimdKernelsTest, QuantizedMatMulMatchesScalarAndDequantizedOracle) {
       for (int n : {1, 2, 3, 8, 17, 70}) {
         SCOPED_TRACE(::testing::Message()
                      << model::DTypeName(dtype) << " cols=" << cols << " n=" << n);
-        constexpr int64_t kRows = 5;
+        constexpr int64_t kRows = 6;  // interleaved: rows 1..5, a tile of 4 and one more
         const size_t row_bytes = model::DTypeBytes(dtype, static_cast<size_t>(cols));
         std::vector<uint8_t> w(kRows * row_bytes);
         std::vector<float> wf(static_cast<size_t>(kRows * cols));  // decoded weights

@@ -154,10 +154,8 @@ struct KFormatDot {
   }
 };
 
-// q4_K sub-block scales as int32 lanes (lane s = sc_s) and the offset weights
-// [m0, m0, m1, m1, ..., m7, m7] as int16 (vpmaddwd with the 16 bsums gives m_s (bsums[2s]
-// + bsums[2s + 1]) in lane s).
-KVSERVE_SIMD_TARGET inline void Q4KScales(const uint8_t* wb, __m256i* sc, __m256i* c16) {
+// q4_K sub-block scales and mins as int32 lanes (lane s = sc_s / m_s).
+KVSERVE_SIMD_TARGET inline void Q4KScaleMin(const uint8_t* wb, __m256i* sc, __m256i* m) {
   // The 12 scale bytes as 32-bit words: sc0-3 / m0-3 are the low 6 bits of bytes 0-3 /
   // 4-7; sc4-7 / m4-7 take their low 4 bits from the nibbles of bytes 8-11 and their
   // high 2 bits from the top bits of bytes 0-3 / 4-7 (model::Q4KScaleMin).
@@ -169,9 +167,16 @@ KVSERVE_SIMD_TARGET inline void Q4KScales(const uint8_t* wb, __m256i* sc, __m256
   const uint32_t sc_hi = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
   const uint32_t m_hi = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
   *sc = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo)));
-  const __m128i m8 = _mm_cvtepu8_epi16(
-      _mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo)));  // m0..m7
-  *c16 = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
+  *m = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo)));
+}
+
+// q4_K sub-block scales as int32 lanes (lane s = sc_s) and the offset weights
+// [m0, m0, m1, m1, ..., m7, m7] as int16 (vpmaddwd with the 16 bsums gives m_s (bsums[2s]
+// + bsums[2s + 1]) in lane s).
+KVSERVE_SIMD_TARGET inline void Q4KScales(const uint8_t* wb, __m256i* sc, __m256i* c16) {
+  __m256i m;
+  Q4KScaleMin(wb, sc, &m);
+  *c16 = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));  // m_s < 64 in both int16 halves
 }
 
 // The 256 q4_K codes as 8 vectors, q[v] = elements 32v..32v+31 (chunk j of 32 packed

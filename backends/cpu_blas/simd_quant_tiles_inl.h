@@ -1,0 +1,261 @@
+// Register-tiled products of quantized weights with interleaved activation rows
+// (q8_activations.h, Q8x8Block / interleaved Q8KBlock) in 512-bit vectors, for the
+// AVX-512 VNNI level. Not a normal header: simd_avx512_vnni.cc includes it inside its
+// anonymous namespace after simd_quant_inl.h (whose decoders it reuses), with
+// KVSERVE_SIMD_TARGET defined.
+//
+// Why: the 256-bit interleaved kernels of simd_quant_inl.h keep one weight block in
+// registers and walk the activation rows one at a time, each row's float accumulator on
+// the stack; per 256 multiply-adds they pay about as many loads, stores and scaling
+// instructions as dot products (about 14 multiply-adds per cycle per core on Zen 4). Here
+// each group of kTileRows weight rows is decoded once into a panel in memory (codes,
+// per-lane float scales), and a kTileRows x kTileCols tile of (weight row, activation
+// row) pairs keeps its accumulators in registers over the whole row: per block every
+// loaded code vector feeds several vpdpbusd, and the scaling is a few float instructions
+// per pair.
+//
+// 512-bit view of the interleaved codes: vector m (bytes 64m .. 64m + 63) holds words 2m
+// (lanes 0-7) and 2m + 1 (lanes 8-15), so lanes v and v + 8 both sum within (sub-)block
+// v: over m = 0, 1 within its first 16 elements (q6_K group 2v), over m = 2, 3 its last 16
+// (group 2v + 1). Every per-lane constant below therefore repeats in lanes v and v + 8,
+// except the k-quants' offset weights, which hold group 2v in lane v and 2v + 1 in v + 8.
+//
+// Exactness as in simd_quant_inl.h: the integer block sums are exact; scales (products of
+// an f16 and a small integer, exact in f32) and the final sums round in another order.
+
+// One decoded weight block of 256 elements.
+struct alignas(64) PanelBlock {
+  uint8_t q[256];      // interleaved unsigned codes (q8_0: w + 128)
+  float scale[16];     // multiplier of the m = 0..3 chain (q6_K: m = 0, 1), per lane
+  float scale_hi[16];  // q6_K: of the m = 2, 3 chain
+  float offset[16];    // k-quants: weight of the activations' group sums (see KPrep)
+};
+
+// Lanes 0-7 = lo, 8-15 = hi (AVX-512 F only: the level does not require DQ).
+KVSERVE_SIMD_TARGET inline __m512 Join(__m256 lo, __m256 hi) {
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+
+// Lanes 0-7 and 8-15 both = v.
+KVSERVE_SIMD_TARGET inline __m512 Twice(__m256 v) { return Join(v, v); }
+
+KVSERVE_SIMD_TARGET inline void StoreCodes(const __m256i (&q)[8], PanelBlock* out) {
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out->q + 32 * k), q[k]);
+  }
+}
+
+// The activation side of one (block, activation row), shared by the tile's weight rows.
+struct XPrep {
+  __m512 d;      // per-lane activation scale
+  __m512i init;  // start of the integer chain (q8_0 / q4_0: -offset * sum of the block)
+  __m512 b;      // k-quants: lane v = d bsums[2v], lane v + 8 = d bsums[2v + 1]
+};
+
+// q8_0 and q4_0 against Q8x8Block: eight 32-weight blocks per panel block; the integer
+// chain starts at -(off << kShift) sum x (q4_0: codes q - 8; q8_0 under VNNI: w + 128).
+template <typename F, int kShift>
+struct Tile32 {
+  using XBlock = Q8x8Block;
+  static constexpr bool kTwoChains = false;
+  static constexpr bool kFloatOffset = false;
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, PanelBlock* out) {
+    Block8 b;
+    DecodeEight<F, false>(wb, &b);
+    StoreCodes(b.q, out);
+    _mm512_store_ps(out->scale, Twice(b.d));
+  }
+  KVSERVE_SIMD_TARGET static void Prepare(const Q8x8Block& x, XPrep* p) {
+    p->d = Twice(_mm256_loadu_ps(x.d));
+    const __m256i sum = _mm256_slli_epi32(Load256(x.sum), kShift);
+    p->init = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), sum));
+  }
+  static constexpr int64_t kBytes = 8 * F::kBytes;
+};
+
+// The k-quants against interleaved Q8KBlock: the codes are unsigned, the offset
+// (q4_K: dmin m_s per sub-block; q6_K: 32 d sc_g per group) meets the group sums.
+KVSERVE_SIMD_TARGET inline void KPrepare(const Q8KBlock& x, XPrep* p) {
+  p->d = _mm512_set1_ps(x.d);
+  p->init = _mm512_setzero_si512();
+  const __m512i bs = _mm512_cvtepi16_epi32(Load256(x.bsums));
+  const __m512i even_odd = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  p->b = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(even_odd, bs)), p->d);
+}
+
+struct TileQ4K {
+  using XBlock = Q8KBlock;
+  static constexpr bool kTwoChains = false;
+  static constexpr bool kFloatOffset = true;
+  static constexpr int64_t kBytes = model::kQ4_KBlockBytes;
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, PanelBlock* out) {
+    __m256i sc;
+    __m256i m;
+    Q4KScaleMin(wb, &sc, &m);
+    __m256i q[8];
+    __m256i t[8];
+    Q4KCodes(wb, q);
+    Transpose8x8(q, t);
+    StoreCodes(t, out);
+    _mm512_store_ps(out->scale,
+                    Twice(_mm256_mul_ps(_mm256_set1_ps(LoadHalf(wb)), _mm256_cvtepi32_ps(sc))));
+    // Lanes v and v + 8 meet bsums 2v and 2v + 1: both halves of sub-block v.
+    _mm512_store_ps(out->offset,
+                    Twice(_mm256_mul_ps(_mm256_set1_ps(LoadHalf(wb + 2)), _mm256_cvtepi32_ps(m))));
+  }
+  KVSERVE_SIMD_TARGET static void Prepare(const Q8KBlock& x, XPrep* p) { KPrepare(x, p); }
+};
+
+struct TileQ6K {
+  using XBlock = Q8KBlock;
+  static constexpr bool kTwoChains = true;
+  static constexpr bool kFloatOffset = true;
+  static constexpr int64_t kBytes = model::kQ6_KBlockBytes;
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, PanelBlock* out) {
+    __m256i q[8];
+    __m256i t[8];
+    Q6KCodes(wb, q);
+    Transpose8x8(q, t);
+    StoreCodes(t, out);
+    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 192));
+    // Even groups' scales to bytes 0-7, odd groups' to bytes 8-15.
+    const __m128i split =
+        _mm_shuffle_epi8(sc8, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    const __m256 d = _mm256_set1_ps(LoadHalf(wb + 208));
+    const __m256 even = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(split)));
+    const __m256 odd =
+        _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(split, 8))));
+    _mm512_store_ps(out->scale, Twice(even));
+    _mm512_store_ps(out->scale_hi, Twice(odd));
+    // Codes are q = w / (d sc) + 32: group 2v in lane v, 2v + 1 in lane v + 8.
+    const __m512 both = Join(even, odd);
+    _mm512_store_ps(out->offset, _mm512_mul_ps(both, _mm512_set1_ps(32.0f)));
+  }
+  KVSERVE_SIMD_TARGET static void Prepare(const Q8KBlock& x, XPrep* p) { KPrepare(x, p); }
+};
+
+// Weight rows x activation rows per register tile: 8 float and 8 integer accumulators
+// (a q6_K tile reuses the integer ones for its second chain), 2 activation vectors, a
+// weight vector and the activation constants fit the 32 vector registers.
+constexpr int kTileRows = 4;
+constexpr int kTileCols = 2;
+
+// y[c * ldy + r] = W_r . x_c for the R panel rows and C activation rows at x (ldxq bytes
+// apart), `blocks` panel blocks per row.
+template <typename T, int R, int C>
+KVSERVE_SIMD_TARGET void MulTile(const PanelBlock* panel, int64_t blocks, const uint8_t* x,
+                                 int64_t ldxq, float* y, int64_t ldy) {
+  using XBlock = typename T::XBlock;
+  __m512 acc[R][C];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    XPrep xp[C];
+    const int8_t* xq[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      const XBlock& xb = XAt<XBlock>(x, ldxq, c, b);
+      T::Prepare(xb, &xp[c]);
+      xq[c] = xb.q;
+    }
+    constexpr int kChains = T::kTwoChains ? 2 : 1;
+#pragma GCC unroll 2
+    for (int chain = 0; chain < kChains; ++chain) {
+      __m512i sum[R][C];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) sum[r][c] = xp[c].init;
+      }
+      constexpr int kSteps = 4 / kChains;
+#pragma GCC unroll 4
+      for (int s = 0; s < kSteps; ++s) {
+        const int m = chain * kSteps + s;
+        __m512i xv[C];
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_si512(xq[c] + 64 * m);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+          const __m512i wv = _mm512_load_si512(panel[r * blocks + b].q + 64 * m);
+#pragma GCC unroll 4
+          for (int c = 0; c < C; ++c) sum[r][c] = _mm512_dpbusd_epi32(sum[r][c], wv, xv[c]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const PanelBlock& pb = panel[r * blocks + b];
+        const __m512 scale = _mm512_load_ps(chain == 0 ? pb.scale : pb.scale_hi);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) {
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r][c]), _mm512_mul_ps(scale, xp[c].d),
+                                      acc[r][c]);
+        }
+      }
+    }
+    if constexpr (T::kFloatOffset) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512 off = _mm512_load_ps(panel[r * blocks + b].offset);
+#pragma GCC unroll 4
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fnmadd_ps(off, xp[c].b, acc[r][c]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
+  }
+}
+
+// All activation rows against R decoded panel rows, in tiles of kTileCols rows.
+template <typename T, int R>
+KVSERVE_SIMD_TARGET void MulPanel(const PanelBlock* panel, int64_t blocks, const uint8_t* x,
+                                  int64_t ldxq, int n, float* y, int64_t ldy) {
+  int i = 0;
+  for (; i + kTileCols <= n; i += kTileCols) {
+    MulTile<T, R, kTileCols>(panel, blocks, x + i * ldxq, ldxq, y + i * ldy, ldy);
+  }
+  for (; i < n; ++i) MulTile<T, R, 1>(panel, blocks, x + i * ldxq, ldxq, y + i * ldy, ldy);
+}
+
+// KernelSet::matmul_*_il (simd_kernels.h) for tile format T: kTileRows weight rows at a
+// time are decoded into a panel, then multiplied with every activation row.
+template <typename T>
+KVSERVE_SIMD_TARGET void TiledQMatMul(const uint8_t* w, int64_t row_bytes, int64_t cols,
+                                      int64_t row_begin, int64_t row_end, const void* xq,
+                                      int64_t ldxq, int n, float* y, int64_t ldy) {
+  const int64_t blocks = cols / 256;
+  std::vector<PanelBlock> panel(static_cast<size_t>(kTileRows * blocks));
+  const uint8_t* x = static_cast<const uint8_t*>(xq);
+  for (int64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kTileRows, row_end - r0));
+    for (int r = 0; r < rows; ++r) {
+      const uint8_t* wr = w + (r0 + r) * row_bytes;
+      for (int64_t b = 0; b < blocks; ++b) T::Decode(wr + b * T::kBytes, &panel[r * blocks + b]);
+    }
+    if (rows == kTileRows) {
+      MulPanel<T, kTileRows>(panel.data(), blocks, x, ldxq, n, y + r0, ldy);
+    } else {
+      for (int r = 0; r < rows; ++r) {
+        MulPanel<T, 1>(panel.data() + r * blocks, blocks, x, ldxq, n, y + r0 + r, ldy);
+      }
+    }
+  }
+}
+
+// The tiled interleaved kernels, replacing the 256-bit ones in a KernelSet.
+template <typename D>
+KernelSet WithTiledQuantKernels(KernelSet k) {
+  static_assert(D::kUnsignedOffset, "the tiles run q8_0 as w + 128 (vpdpbusd)");
+  k.matmul_q8_0_il = &TiledQMatMul<Tile32<Q8_0Format<D>, 7>>;
+  k.matmul_q4_0_il = &TiledQMatMul<Tile32<Q4_0Format<D>, 3>>;
+  k.matmul_q4_k_il = &TiledQMatMul<TileQ4K>;
+  k.matmul_q6_k_il = &TiledQMatMul<TileQ6K>;
+  return k;
+}
