@@ -160,7 +160,7 @@ void TimeProducts(benchmark::State& state, backends::cpu_blas::Gemm& gemm, const
   }
 }
 
-// Args: dtype, activation rows n, threads, sgemm_min_rows.
+// Args: dtype, activation rows n, threads, sgemm_min_rows, bf16_dot (GemmOptions, 0/1).
 void BM_Gemm(benchmark::State& state) {
   const DType dtype = DTypeArg(state.range(0));
   const int n = static_cast<int>(state.range(1));
@@ -168,6 +168,7 @@ void BM_Gemm(benchmark::State& state) {
   backends::cpu_blas::GemmOptions options;
   options.sgemm_min_rows = static_cast<int>(state.range(3));
   options.quant_sgemm_min_rows = options.sgemm_min_rows;
+  options.bf16_dot = state.range(4) != 0;
   const int64_t rows = 2048, cols = 768;
   const MatrixSet set = MakeMatrices(dtype, rows, cols, size_t{256} << 20);
   backends::cpu_blas::SetOpenBlasSingleThreaded();
@@ -186,12 +187,14 @@ void GemmArgs(benchmark::internal::Benchmark* b) {
   for (int64_t dtype : {0, 1, 2, 3, 4, 5, 6}) {
     for (int64_t n : {1, 2, 4, 8, 16, 32, 64, 128, 512}) {
       for (int64_t threads : {1, 2}) {
-        b->Args({dtype, n, threads, 1 << 20});  // streaming kernels
-        b->Args({dtype, n, threads, 1});        // sgemm tiles
+        b->Args({dtype, n, threads, 1 << 20, 0});  // streaming kernels
+        b->Args({dtype, n, threads, 1, 0});        // sgemm tiles
+        // bf16 with vdpbf16ps where the CPU has it (otherwise as streaming).
+        if (dtype == 2) b->Args({dtype, n, threads, 1 << 20, 1});
       }
     }
   }
-  b->ArgNames({"dtype", "n", "threads", "sgemm_min"});
+  b->ArgNames({"dtype", "n", "threads", "sgemm_min", "bf16_dot"});
 }
 BENCHMARK(BM_Gemm)->Apply(GemmArgs)->UseRealTime();
 

@@ -42,8 +42,10 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   const int64_t cols = products.begin()->w->cols;
   interleaved_ = quantized && n >= options_.quant_interleave_min_rows && cols % 256 == 0 &&
                  kernels_->matmul_q8_0_il != nullptr;
-  const bool sgemm =
-      !interleaved_ && n >= (quantized ? options_.quant_sgemm_min_rows : options_.sgemm_min_rows);
+  bf16_dot_ = products.begin()->w->type == model::DType::kBF16 && options_.bf16_dot &&
+              kernels_->matmul_bf16_dot != nullptr;
+  const bool sgemm = !interleaved_ && !bf16_dot_ &&
+                     n >= (quantized ? options_.quant_sgemm_min_rows : options_.sgemm_min_rows);
   if (!sgemm) QuantizeActivations(products, x, n);
   // Rows per slice. Streaming: enough slices to balance (about 8 per thread), a multiple
   // of 4 rows (the kernels' register blocking), at least 16. sgemm: tiles of about
@@ -89,8 +91,8 @@ void Gemm::RunStreaming(const Task& task, const float* x, int n) {
                    rows);
       break;
     case model::DType::kBF16:
-      k.matmul_bf16(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1, x, cols, n,
-                    task.y, rows);
+      (bf16_dot_ ? k.matmul_bf16_dot : k.matmul_bf16)(static_cast<const uint16_t*>(w.data), cols,
+                                                      task.r0, task.r1, x, cols, n, task.y, rows);
       break;
     case model::DType::kQ8_0:
       (interleaved_ ? k.matmul_q8_0_il : k.matmul_q8_0)(

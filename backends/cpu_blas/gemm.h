@@ -39,6 +39,14 @@ struct GemmOptions {
   // 4 rows 123 -> 97, 113 -> 87, 82 -> 76, 95 -> 92; 16 rows 397 -> 265, 378 -> 254,
   // 270 -> 231, 311 -> 271.
   int quant_interleave_min_rows = 2;
+  // bf16 weights on CPUs with AVX512_BF16 (kernel level avx512bf16): multiply the
+  // activations rounded to bf16 with vdpbf16ps (KernelSet::matmul_bf16_dot) instead of
+  // the exact f32 products, for every row count (so a sequence's results do not depend
+  // on its batch) and never sgemm. bench/kernels_bench.cc BM_Gemm (2048 x 768, 2 threads,
+  // Zen 4; exact streaming -> bf16 dot): 1 row 28.5 -> 31.8 GB/s, 2 rows 40.6 -> 56.7
+  // GFLOP/s, 8 rows 111 -> 148, 16 rows 133 -> 232, 512 rows 167 (sgemm 161) -> 349.
+  // Default true.
+  bool bf16_dot = true;
   // Target size of one f32 weight tile handed to sgemm (16-bit tiles are converted into a
   // per-thread scratch of this size). Larger tiles repack the activations less often.
   // Default 1 MiB.
@@ -98,6 +106,7 @@ class Gemm {
   std::vector<uint8_t> xq8k_;  // [n] rows of Q8KBlock, xq8k_row_ bytes each
   int64_t xq8k_row_ = 0;
   bool interleaved_ = false;  // the current Run's activations are interleaved
+  bool bf16_dot_ = false;     // the current Run's bf16 products use matmul_bf16_dot
 };
 
 // Sets OpenBLAS to run every call on the calling thread only. OpenBLAS's thread count is

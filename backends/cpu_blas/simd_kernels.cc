@@ -12,6 +12,8 @@ std::string_view IsaName(Isa isa) {
       return "avx512";
     case Isa::kAvx512Vnni:
       return "avx512vnni";
+    case Isa::kAvx512Bf16:
+      return "avx512bf16";
   }
   return "unknown";
 }
@@ -30,6 +32,8 @@ bool IsaSupported(Isa isa) {
     case Isa::kAvx512Vnni:
       return IsaSupported(Isa::kAvx512) && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    case Isa::kAvx512Bf16:
+      return IsaSupported(Isa::kAvx512Vnni) && __builtin_cpu_supports("avx512bf16");
   }
   return false;
 #else
@@ -38,6 +42,7 @@ bool IsaSupported(Isa isa) {
 }
 
 Isa BestIsa() {
+  if (IsaSupported(Isa::kAvx512Bf16)) return Isa::kAvx512Bf16;
   if (IsaSupported(Isa::kAvx512Vnni)) return Isa::kAvx512Vnni;
   if (IsaSupported(Isa::kAvx512)) return Isa::kAvx512;
   if (IsaSupported(Isa::kAvx2)) return Isa::kAvx2;
@@ -46,6 +51,8 @@ Isa BestIsa() {
 
 const KernelSet& KernelsFor(Isa isa) {
   switch (isa) {
+    case Isa::kAvx512Bf16:
+      return Avx512Bf16Kernels();
     case Isa::kAvx512Vnni:
       return Avx512VnniKernels();
     case Isa::kAvx512:

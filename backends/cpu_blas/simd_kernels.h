@@ -25,6 +25,9 @@ enum class Isa : uint8_t {
   // AVX-512 F + BW + VL + VNNI: the AVX-512 level whose quantized-weight products use
   // vpdpbusd (one instruction for vpmaddubsw + vpmaddwd + vpaddd).
   kAvx512Vnni,
+  // The AVX-512 VNNI level + AVX512_BF16: bf16 weights multiply activations rounded to
+  // bf16 with vdpbf16ps (KernelSet::matmul_bf16_dot).
+  kAvx512Bf16,
 };
 
 std::string_view IsaName(Isa isa);
@@ -92,6 +95,13 @@ struct KernelSet {
   QMatMulFn matmul_q4_0_il = nullptr;  // activations: Q8x8Block rows
   QMatMulFn matmul_q4_k_il = nullptr;  // activations: Q8KBlock rows, q interleaved
   QMatMulFn matmul_q6_k_il = nullptr;  // activations: Q8KBlock rows, q interleaved
+  // bf16 weights against the activations rounded to bf16 (to nearest, ties to even):
+  // not the exact product of matmul_bf16 but the bf16 product the CPU's dot-product
+  // instruction computes (vdpbf16ps), as llama.cpp does for bf16 weights. Each element of
+  // x moves by at most 2^-8 of itself, so y moves by at most 2^-8 sum |w x| plus float
+  // rounding. Same signature and layout as matmul_bf16; any cols. nullptr below
+  // avx512bf16.
+  MatMulFn<uint16_t> matmul_bf16_dot = nullptr;
 };
 
 // The kernel set of `isa`. Precondition: IsaSupported(isa) (calling a kernel of an
@@ -99,11 +109,12 @@ struct KernelSet {
 const KernelSet& KernelsFor(Isa isa);
 
 // Per-level sets, defined in simd_scalar.cc, simd_avx2.cc, simd_avx512.cc,
-// simd_avx512_vnni.cc.
+// simd_avx512_vnni.cc, simd_avx512_bf16.cc.
 const KernelSet& ScalarKernels();
 const KernelSet& Avx2Kernels();
 const KernelSet& Avx512Kernels();
 const KernelSet& Avx512VnniKernels();
+const KernelSet& Avx512Bf16Kernels();
 
 }  // namespace kvserve::backends::cpu_blas
 

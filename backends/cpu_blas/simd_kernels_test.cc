@@ -126,6 +126,57 @@ TEST_P(SimdKernelsTest, MatMulMatchesScalarForEveryDtypeAndShape) {
   }
 }
 
+// matmul_bf16_dot (avx512bf16 only): the exact product of the bf16 weights with the
+// activations rounded to bf16 (to nearest even, as model::FloatToBF16), up to summation
+// order; and within 2^-8 sum |w x| of the product with the unrounded activations.
+TEST_P(SimdKernelsTest, Bf16DotIsTheProductWithActivationsRoundedToBf16) {
+  if (GetParam() != Isa::kAvx512Bf16) {
+    EXPECT_EQ(kernels().matmul_bf16_dot, nullptr);
+    return;
+  }
+  ASSERT_NE(kernels().matmul_bf16_dot, nullptr);
+  std::mt19937 rng(11);
+  // Shapes: tails below one 32-element step (1, 7, 31, 33, 1030), tiles of 4 weight rows
+  // and 4 activation rows with remainders, more than one 64-row pass (70).
+  for (int64_t cols : {1, 7, 31, 32, 33, 64, 100, 768, 1030}) {
+    for (int64_t rows : {1, 3, 4, 5, 9}) {
+      for (int n : {1, 2, 3, 4, 5, 8, 17, 70}) {
+        SCOPED_TRACE(::testing::Message() << "cols=" << cols << " rows=" << rows << " n=" << n);
+        const Weights w = RandomWeights(rng, DType::kBF16, static_cast<size_t>(rows * cols));
+        const int64_t ldx = cols + 3;
+        const int64_t ldy = rows + 2;
+        const std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * ldx));
+        const int64_t r0 = rows > 2 ? 1 : 0;
+        constexpr float kSentinel = 12345.0f;
+        std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
+        kernels().matmul_bf16_dot(w.bits.data(), cols, r0, rows, x.data(), ldx, n, y.data(), ldy);
+        for (int i = 0; i < n; ++i) {
+          for (int64_t r = 0; r < ldy; ++r) {
+            const float got = y[static_cast<size_t>(i * ldy + r)];
+            if (r < r0 || r >= rows) {
+              EXPECT_EQ(got, kSentinel) << "wrote outside rows, i=" << i << " r=" << r;
+              continue;
+            }
+            double rounded = 0.0;
+            double exact = 0.0;
+            double abs_sum = 0.0;
+            for (int64_t c = 0; c < cols; ++c) {
+              const double wc = w.f32[r * cols + c];
+              const float xc = x[i * ldx + c];
+              rounded += wc * model::BF16ToFloat(model::FloatToBF16(xc));
+              exact += wc * xc;
+              abs_sum += std::fabs(wc * xc);
+            }
+            const float tol = SumTolerance(cols, abs_sum);
+            EXPECT_NEAR(got, rounded, tol) << "i=" << i << " r=" << r;
+            EXPECT_NEAR(got, exact, 0x1.0p-8 * abs_sum + tol) << "i=" << i << " r=" << r;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Attention over a KV block: rows of `hd` elements at a padded stride, as in the cache
 // (where a head's row is one slice of a position's row).
 TEST_P(SimdKernelsTest, DotRowsAndAxpyRowsMatchScalar) {
@@ -332,8 +383,8 @@ TEST_P(SimdKernelsTest, QuantizedMatMulMatchesScalarAndDequantizedOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllLevels, SimdKernelsTest,
-                         ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512,
-                                           Isa::kAvx512Vnni),
+                         ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni,
+                                           Isa::kAvx512Bf16),
                          [](const ::testing::TestParamInfo<Isa>& info) {
                            return std::string(IsaName(info.param));
                          });

@@ -1,0 +1,138 @@
+// AVX-512 BF16 level: the AVX-512 VNNI kernel set plus KernelSet::matmul_bf16_dot, bf16
+// weights against activations rounded to bf16, multiplied with vdpbf16ps (two bf16
+// products into each f32 lane per instruction: twice the multiply-adds of an f32 FMA, and
+// the weights need no widening). Called only when IsaSupported(Isa::kAvx512Bf16).
+// GCC 12's AVX-512 headers trip -Wuninitialized under target attributes (see
+// simd_avx512.cc).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu_blas/simd_kernels.h"
+
+#define KVSERVE_SIMD_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+namespace kvserve::backends::cpu_blas {
+namespace {
+
+// Elements per step: one 512-bit vector of bf16 pairs.
+constexpr int64_t kStep = 32;
+// Weight rows x activation rows per register tile (16 accumulators), and activation rows
+// per pass over the weights (their bf16 copy, 64 x cols x 2 bytes, stays in L2).
+constexpr int kTileRows = 4;
+constexpr int kTileCols = 4;
+constexpr int kRowsPerPass = 64;
+
+// `cols` floats to bf16 (round to nearest even), zero-padded to `padded` elements.
+KVSERVE_SIMD_TARGET void RoundRow(const float* x, int64_t cols, int64_t padded, uint16_t* out) {
+  int64_t c = 0;
+  for (; c + kStep <= cols; c += kStep) {
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + c + 16), _mm512_loadu_ps(x + c));
+    _mm512_storeu_si512(out + c, reinterpret_cast<const __m512i&>(v));
+  }
+  if (c < padded) {
+    const int64_t left = cols - c;  // 0 <= left < 32
+    const __mmask16 lo = static_cast<__mmask16>((1u << std::min<int64_t>(left, 16)) - 1);
+    const __mmask16 hi = static_cast<__mmask16>((1u << std::max<int64_t>(left - 16, 0)) - 1);
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, x + c + 16),
+                                           _mm512_maskz_loadu_ps(lo, x + c));
+    _mm512_storeu_si512(out + c, reinterpret_cast<const __m512i&>(v));
+  }
+}
+
+// y[c * ldy + r] = W_r . xb_c for R weight rows at w (cols apart) and C bf16 activation
+// rows at xb (`padded` apart; zero beyond cols). While it reads the R rows it prefetches
+// the R rows two tiles further at the same pace (as simd_kernels_inl.h's kContiguous:
+// batch-1 decode streams the weights from memory, faster than the hardware prefetcher
+// alone; a hint never faults, so addresses past the weights are harmless).
+template <int R, int C>
+KVSERVE_SIMD_TARGET void DotTile(const uint16_t* w, int64_t cols, const uint16_t* xb,
+                                 int64_t padded, float* y, int64_t ldy) {
+  __m512 acc[R][C];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  // (Integer arithmetic: the address may lie past the end of the weights.)
+  const uintptr_t ahead = reinterpret_cast<uintptr_t>(w + 2 * R * cols);
+  auto step = [&](int64_t k, __mmask32 mask) KVSERVE_SIMD_TARGET {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(k * R + r * kStep) *
+                                                             sizeof(uint16_t)),
+                   _MM_HINT_T0);
+    }
+    __m512bh xv[C];
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) xv[c] = (__m512bh)_mm512_loadu_si512(xb + c * padded + k);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + r * cols + k);
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], wv, xv[c]);
+    }
+  };
+  int64_t k = 0;
+  for (; k + kStep <= cols; k += kStep) step(k, ~__mmask32{0});
+  if (k < cols) step(k, static_cast<__mmask32>((uint64_t{1} << (cols - k)) - 1));
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
+  }
+}
+
+// R weight rows against `n` bf16 activation rows, in tiles of kTileCols rows.
+template <int R>
+KVSERVE_SIMD_TARGET void DotRows(const uint16_t* w, int64_t cols, const uint16_t* xb,
+                                 int64_t padded, int n, float* y, int64_t ldy) {
+  int i = 0;
+  for (; i + kTileCols <= n; i += kTileCols) {
+    DotTile<R, kTileCols>(w, cols, xb + i * padded, padded, y + i * ldy, ldy);
+  }
+  for (; i < n; ++i) DotTile<R, 1>(w, cols, xb + i * padded, padded, y + i * ldy, ldy);
+}
+
+// KernelSet::matmul_bf16_dot.
+KVSERVE_SIMD_TARGET void MatMulBf16Dot(const uint16_t* w, int64_t cols, int64_t row_begin,
+                                       int64_t row_end, const float* x, int64_t ldx, int n,
+                                       float* y, int64_t ldy) {
+  const int64_t padded = (cols + kStep - 1) / kStep * kStep;
+  const int pass = std::min(n, kRowsPerPass);
+  std::vector<uint16_t> xb(static_cast<size_t>(pass * padded));
+  for (int i0 = 0; i0 < n; i0 += kRowsPerPass) {
+    const int nn = std::min(kRowsPerPass, n - i0);
+    for (int i = 0; i < nn; ++i) {
+      RoundRow(x + (i0 + i) * ldx, cols, padded, xb.data() + i * padded);
+    }
+    float* yp = y + i0 * ldy;
+    int64_t r = row_begin;
+    for (; r + kTileRows <= row_end; r += kTileRows) {
+      DotRows<kTileRows>(w + r * cols, cols, xb.data(), padded, nn, yp + r, ldy);
+    }
+    for (; r < row_end; ++r) DotRows<1>(w + r * cols, cols, xb.data(), padded, nn, yp + r, ldy);
+  }
+}
+
+KernelSet MakeBf16Set() {
+  KernelSet k = Avx512VnniKernels();
+  k.isa = Isa::kAvx512Bf16;
+  k.matmul_bf16_dot = &MatMulBf16Dot;
+  return k;
+}
+
+}  // namespace
+
+const KernelSet& Avx512Bf16Kernels() {
+  static const KernelSet k = MakeBf16Set();
+  return k;
+}
+
+}  // namespace kvserve::backends::cpu_blas
