@@ -21,6 +21,7 @@ namespace {
 struct V {
   using Reg = __m256;
   static constexpr int kLanes = 8;
+  static constexpr int kBlockRows = 2;  // weight rows per batched block (simd_kernels_inl.h)
   KVSERVE_SIMD_TARGET static Reg Zero() { return _mm256_setzero_ps(); }
   KVSERVE_SIMD_TARGET static Reg Broadcast(float v) { return _mm256_set1_ps(v); }
   KVSERVE_SIMD_TARGET static Reg Load(const float* p) { return _mm256_loadu_ps(p); }

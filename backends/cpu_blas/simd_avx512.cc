@@ -28,6 +28,7 @@ namespace {
 struct V {
   using Reg = __m512;
   static constexpr int kLanes = 16;
+  static constexpr int kBlockRows = 4;  // weight rows per batched block (simd_kernels_inl.h)
   KVSERVE_SIMD_TARGET static Reg Zero() { return _mm512_setzero_ps(); }
   KVSERVE_SIMD_TARGET static Reg Broadcast(float v) { return _mm512_set1_ps(v); }
   KVSERVE_SIMD_TARGET static Reg Load(const float* p) { return _mm512_loadu_ps(p); }

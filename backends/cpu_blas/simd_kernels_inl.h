@@ -6,6 +6,7 @@
 //   struct V             the float vector of their level:
 //       using Reg;                       the register type (__m256, __m512)
 //       static constexpr int kLanes;     floats per register
+//       static constexpr int kBlockRows; weight rows per batched block, 2 or 4 (registers)
 //       Reg Zero(); Reg Broadcast(float); Reg Load(const float*); void Store(float*, Reg);
 //       Reg Fma(Reg a, Reg b, Reg c) (a * b + c); float HSum(Reg);
 //       void Pin(Reg&)                   keeps a value in a register (see Block)
@@ -94,7 +95,8 @@ KVSERVE_SIMD_TARGET inline void Block(const typename W::T* w, int64_t ldw, int64
 }
 
 // The batched path's blocking (see MatMul). A group of activation rows is at most
-// kMaxGroup rows (2 x 6 accumulators: 12 of AVX2's 16 registers); the columns are taken
+// kMaxGroup rows against V::kBlockRows weight rows (AVX2: 2 x 6 accumulators, 12 of its 16
+// registers; AVX-512: 4 x 6, 24 of its 32); the columns are taken
 // kChunkCols at a time so a group's slice of x (6 x 512 floats, 12 KiB) stays in L1; the
 // rows kTileRows at a time so a tile's slice of W (32 x 512 x 4 B = 64 KiB at most) stays
 // in L2 while every group passes over it.
@@ -143,6 +145,11 @@ KVSERVE_SIMD_TARGET void Group(int nn, const typename W::T* w, int64_t cols, int
                                int64_t c0, int64_t len, const float* x, int64_t ldx, float* y,
                                int64_t ldy) {
   int64_t r = r0;
+  if constexpr (V::kBlockRows == 4) {
+    for (; r + 4 <= r1; r += 4) {
+      BlockN<W, 4, kPrefetch, kOut>(nn, w + r * cols + c0, cols, len, x, ldx, y + r, ldy);
+    }
+  }
   for (; r + 2 <= r1; r += 2) {
     BlockN<W, 2, kPrefetch, kOut>(nn, w + r * cols + c0, cols, len, x, ldx, y + r, ldy);
   }

@@ -88,9 +88,10 @@ TEST_P(SimdKernelsTest, MatMulMatchesScalarForEveryDtypeAndShape) {
     // Shapes cover every path of MatMul (simd_kernels_inl.h): n = 1; 2..8 rows streamed
     // (groups 4 + 4 and 4 + 3 included); 9+ rows blocked in column chunks of 512 (1030 =
     // two chunks and a tail that is no multiple of the lanes) and row tiles of 32 (37, 70),
-    // groups of 6 + 6 + 5 (17); odd row counts leave a single-row block.
+    // groups of 6 + 6 + 5 (17); odd row counts leave a single-row block, and 7 rows (8
+    // from row 1) blocks of 4 + 2 + 1 where the level blocks 4 weight rows (AVX-512).
     for (int64_t cols : {1, 7, 8, 15, 16, 17, 33, 64, 100, 768, 1030}) {
-      for (int64_t rows : {1, 3, 4, 5, 9, 13, 37, 70}) {
+      for (int64_t rows : {1, 3, 4, 5, 8, 9, 13, 37, 70}) {
         for (int n : {1, 2, 3, 4, 5, 7, 8, 9, 13, 17}) {
           SCOPED_TRACE(::testing::Message() << model::DTypeName(dtype) << " cols=" << cols
                                             << " rows=" << rows << " n=" << n);

@@ -149,64 +149,54 @@ KVSERVE_SIMD_TARGET void MulTile(const PanelBlock* panel, int64_t blocks, const 
                                  int64_t ldxq, float* y, int64_t ldy) {
   using XBlock = typename T::XBlock;
   __m512 acc[R][C];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
   }
+  constexpr int kChains = T::kTwoChains ? 2 : 1;
+  constexpr int kSteps = 4 / kChains;
   for (int64_t b = 0; b < blocks; ++b) {
+    // The block's activation codes of the C rows stay in registers for all R weight rows.
     XPrep xp[C];
-    const int8_t* xq[C];
+    __m512i xv[C][4];
 #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) {
       const XBlock& xb = XAt<XBlock>(x, ldxq, c, b);
       T::Prepare(xb, &xp[c]);
-      xq[c] = xb.q;
+#pragma GCC unroll 4
+      for (int m = 0; m < 4; ++m) xv[c][m] = _mm512_loadu_si512(xb.q + 64 * m);
     }
-    constexpr int kChains = T::kTwoChains ? 2 : 1;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const PanelBlock& pb = panel[r * blocks + b];
 #pragma GCC unroll 2
-    for (int chain = 0; chain < kChains; ++chain) {
-      __m512i sum[R][C];
+      for (int chain = 0; chain < kChains; ++chain) {
+        __m512i sum[C];
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < C; ++c) sum[c] = xp[c].init;
 #pragma GCC unroll 4
-        for (int c = 0; c < C; ++c) sum[r][c] = xp[c].init;
-      }
-      constexpr int kSteps = 4 / kChains;
+        for (int s = 0; s < kSteps; ++s) {
+          const int m = chain * kSteps + s;
+          const __m512i wv = _mm512_load_si512(pb.q + 64 * m);
 #pragma GCC unroll 4
-      for (int s = 0; s < kSteps; ++s) {
-        const int m = chain * kSteps + s;
-        __m512i xv[C];
-#pragma GCC unroll 4
-        for (int c = 0; c < C; ++c) xv[c] = _mm512_loadu_si512(xq[c] + 64 * m);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const __m512i wv = _mm512_load_si512(panel[r * blocks + b].q + 64 * m);
-#pragma GCC unroll 4
-          for (int c = 0; c < C; ++c) sum[r][c] = _mm512_dpbusd_epi32(sum[r][c], wv, xv[c]);
+          for (int c = 0; c < C; ++c) sum[c] = _mm512_dpbusd_epi32(sum[c], wv, xv[c][m]);
         }
-      }
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const PanelBlock& pb = panel[r * blocks + b];
         const __m512 scale = _mm512_load_ps(chain == 0 ? pb.scale : pb.scale_hi);
 #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) {
-          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[r][c]), _mm512_mul_ps(scale, xp[c].d),
-                                      acc[r][c]);
+          acc[r][c] =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[c]), _mm512_mul_ps(scale, xp[c].d), acc[r][c]);
         }
       }
-    }
-    if constexpr (T::kFloatOffset) {
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const __m512 off = _mm512_load_ps(panel[r * blocks + b].offset);
+      if constexpr (T::kFloatOffset) {
+        const __m512 off = _mm512_load_ps(pb.offset);
 #pragma GCC unroll 4
         for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fnmadd_ps(off, xp[c].b, acc[r][c]);
       }
     }
   }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
     for (int c = 0; c < C; ++c) y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
