@@ -34,10 +34,12 @@ struct GemmOptions {
   // kernels beat decoded tiles + sgemm (bench/kernels_bench.cc BM_QuantLayout, 2048 x 768,
   // 2 threads, Zen 4, GFLOP/s interleaved vs sgemm: vpdpbusd q8_0 215 vs 147, q4_0 215 vs
   // 153, q4_K 199 vs 151; the AVX2 level on the same CPU 145 vs 154, 162 vs 148, 155 vs
-  // 154, against OpenBLAS's AVX-512 sgemm). Default 2: BM_QuantLayout (us natural ->
-  // interleaved): 2 rows q8_0 92 -> 95, q4_0 85 -> 65, q4_K 54 -> 53, q6_K 60 -> 61;
-  // 4 rows 123 -> 97, 113 -> 87, 82 -> 76, 95 -> 92; 16 rows 397 -> 265, 378 -> 254,
-  // 270 -> 231, 311 -> 271.
+  // 154, against OpenBLAS's AVX-512 sgemm; the register tiles of the VNNI level 433, 433,
+  // 378). Default 2: BM_QuantLayout at 2 rows, us natural -> interleaved (VNNI tiles):
+  // q8_0 89 -> 49, q4_0 81 -> 49, q4_K 50 -> 47, q6_K 69 -> 56; with the 256-bit
+  // interleaved kernels the AVX2 and AVX-512 levels run (measured with vpdpbusd before
+  // the tiles) 92 -> 95, 85 -> 65, 54 -> 53, 60 -> 61, and at 4 rows 123 -> 97,
+  // 113 -> 87, 82 -> 76, 95 -> 92.
   int quant_interleave_min_rows = 2;
   // bf16 weights on CPUs with AVX512_BF16 (kernel level avx512bf16): multiply the
   // activations rounded to bf16 with vdpbf16ps (KernelSet::matmul_bf16_dot) instead of
