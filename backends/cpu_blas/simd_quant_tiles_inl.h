@@ -77,48 +77,51 @@ struct Tile32 {
 
 // The k-quants against interleaved Q8KBlock: the codes are unsigned, the offset
 // (q4_K: dmin m_s per sub-block; q6_K: 32 d sc_g per group) meets the group sums.
-KVSERVE_SIMD_TARGET inline void KPrepare(const Q8KBlock& x, XPrep* p) {
-  p->d = _mm512_set1_ps(x.d);
-  p->init = _mm512_setzero_si512();
-  const __m512i bs = _mm512_cvtepi16_epi32(Load256(x.bsums));
-  const __m512i even_odd = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  p->b = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(even_odd, bs)), p->d);
-}
-
-struct TileQ4K {
+struct TileK {
   using XBlock = Q8KBlock;
-  static constexpr bool kTwoChains = false;
   static constexpr bool kFloatOffset = true;
+  KVSERVE_SIMD_TARGET static void Prepare(const Q8KBlock& x, XPrep* p) {
+    p->d = _mm512_set1_ps(x.d);
+    p->init = _mm512_setzero_si512();
+    const __m512i bs = _mm512_cvtepi16_epi32(Load256(x.bsums));
+    const __m512i even_odd =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    p->b = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(even_odd, bs)), p->d);
+  }
+  // The 256 codes of a k-quant block (natural order, as Q4KCodes / Q6KCodes give them)
+  // stored interleaved.
+  KVSERVE_SIMD_TARGET static void StoreInterleaved(const __m256i (&q)[8], PanelBlock* out) {
+    __m256i t[8];
+    Transpose8x8(q, t);
+    StoreCodes(t, out);
+  }
+};
+
+struct TileQ4K : TileK {
+  static constexpr bool kTwoChains = false;
   static constexpr int64_t kBytes = model::kQ4_KBlockBytes;
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, PanelBlock* out) {
     __m256i sc;
     __m256i m;
     Q4KScaleMin(wb, &sc, &m);
     __m256i q[8];
-    __m256i t[8];
     Q4KCodes(wb, q);
-    Transpose8x8(q, t);
-    StoreCodes(t, out);
+    StoreInterleaved(q, out);
     _mm512_store_ps(out->scale,
                     Twice(_mm256_mul_ps(_mm256_set1_ps(LoadHalf(wb)), _mm256_cvtepi32_ps(sc))));
     // Lanes v and v + 8 meet bsums 2v and 2v + 1: both halves of sub-block v.
     _mm512_store_ps(out->offset,
                     Twice(_mm256_mul_ps(_mm256_set1_ps(LoadHalf(wb + 2)), _mm256_cvtepi32_ps(m))));
   }
-  KVSERVE_SIMD_TARGET static void Prepare(const Q8KBlock& x, XPrep* p) { KPrepare(x, p); }
 };
 
-struct TileQ6K {
-  using XBlock = Q8KBlock;
+struct TileQ6K : TileK {
   static constexpr bool kTwoChains = true;
-  static constexpr bool kFloatOffset = true;
   static constexpr int64_t kBytes = model::kQ6_KBlockBytes;
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, PanelBlock* out) {
     __m256i q[8];
-    __m256i t[8];
     Q6KCodes(wb, q);
-    Transpose8x8(q, t);
-    StoreCodes(t, out);
+    StoreInterleaved(q, out);
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 192));
     // Even groups' scales to bytes 0-7, odd groups' to bytes 8-15.
     const __m128i split =
@@ -133,12 +136,12 @@ struct TileQ6K {
     const __m512 both = Join(even, odd);
     _mm512_store_ps(out->offset, _mm512_mul_ps(both, _mm512_set1_ps(32.0f)));
   }
-  KVSERVE_SIMD_TARGET static void Prepare(const Q8KBlock& x, XPrep* p) { KPrepare(x, p); }
 };
 
-// Weight rows x activation rows per register tile: 8 float and 8 integer accumulators
-// (a q6_K tile reuses the integer ones for its second chain), 2 activation vectors, a
-// weight vector and the activation constants fit the 32 vector registers.
+// Weight rows x activation rows per register tile: 8 float accumulators, the two
+// activation rows' codes of one block (8 vectors), 2 integer chains, a weight vector and
+// the activation constants fit the 32 vector registers (BM_QuantLayout: 4 x 2 beat
+// 4 x 3, 2 x 4, 8 x 2 and 8 x 1).
 constexpr int kTileRows = 4;
 constexpr int kTileCols = 2;
 
