@@ -61,7 +61,8 @@ KVSERVE_SIMD_TARGET void DotTile(const uint16_t* w, int64_t cols, const uint16_t
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
   }
   // (Integer arithmetic: the address may lie past the end of the weights.)
-  const uintptr_t ahead = reinterpret_cast<uintptr_t>(w + 2 * R * cols);
+  const uintptr_t ahead =
+      reinterpret_cast<uintptr_t>(w) + static_cast<uintptr_t>(2 * R * cols) * sizeof(uint16_t);
   auto step = [&](int64_t k, __mmask32 mask) KVSERVE_SIMD_TARGET {
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
