@@ -79,44 +79,91 @@ void BM_ReadBandwidth(benchmark::State& state) {
 }
 BENCHMARK(BM_ReadBandwidth)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// FMA peak: `threads` threads each run 12 independent AVX2 FMA chains on registers (no
-// memory traffic). The ceiling the batched decode kernels are held against (2-vCPU EPYC,
-// 2026-11-29: 99-101 GFLOP/s on one thread, 194-198 on two).
-__attribute__((target("avx2,fma"))) float FmaChains(int64_t iterations) {
-  __m256 a[12];
-  for (int k = 0; k < 12; ++k) a[k] = _mm256_set1_ps(0.1f + 0.01f * static_cast<float>(k));
-  const __m256 b = _mm256_set1_ps(0.9999f);
-  const __m256 c = _mm256_set1_ps(0.0001f);
-  for (int64_t i = 0; i < iterations; ++i) {
-#pragma GCC unroll 12
-    for (int k = 0; k < 12; ++k) a[k] = _mm256_fmadd_ps(a[k], b, c);
-  }
-  float sum = 0.0f;
-  for (int k = 0; k < 12; ++k) sum += _mm_cvtss_f32(_mm256_castps256_ps128(a[k]));
-  return sum;
-}
+// Issue peaks: `threads` threads each run one instruction on registers only, 12
+// independent accumulators (enough to cover its latency on every pipe that executes it),
+// no memory traffic. These are the ceilings the batched kernels are held against
+// (docs/performance.md, "Ceilings"): the float FMA for f32 and f16 weights, vpdpbusd for
+// the quantized kernels, vdpbf16ps for the bf16 dot. Written in assembly so that the
+// count is exact (GCC keeps intrinsic accumulators in memory under some unrollings).
+// Args: kind (0 vfmadd231ps ymm, 1 vfmadd231ps zmm, 2 vpdpbusd zmm, 3 vdpbf16ps zmm),
+// threads. Counter Gop/s: a multiply and an add count as two operations.
+struct PeakKind {
+  const char* name;
+  Isa isa;  // the level that has the instruction
+  int ops;  // operations per instruction
+};
+constexpr PeakKind kPeakKinds[] = {{"vfmadd231ps ymm", Isa::kAvx2, 16},
+                                   {"vfmadd231ps zmm", Isa::kAvx512, 32},
+                                   {"vpdpbusd zmm", Isa::kAvx512Vnni, 128},
+                                   {"vdpbf16ps zmm", Isa::kAvx512Bf16, 64}};
 
-void BM_FmaPeak(benchmark::State& state) {
-  if (!backends::cpu_blas::IsaSupported(Isa::kAvx2)) {
-    state.SkipWithError("needs AVX2 + FMA");
+#define KVSERVE_PEAK_OPS(op, r)                                                                   \
+  op " %%" r "12, %%" r "13, %%" r "0\n\t" op " %%" r "12, %%" r "13, %%" r "1\n\t" op " %%" r    \
+     "12, %%" r "13, %%" r "2\n\t" op " %%" r "12, %%" r "13, %%" r "3\n\t" op " %%" r "12, %%" r \
+     "13, %%" r "4\n\t" op " %%" r "12, %%" r "13, %%" r "5\n\t" op " %%" r "12, %%" r "13, %%" r \
+     "6\n\t" op " %%" r "12, %%" r "13, %%" r "7\n\t" op " %%" r "12, %%" r "13, %%" r "8\n\t" op \
+     " %%" r "12, %%" r "13, %%" r "9\n\t" op " %%" r "12, %%" r "13, %%" r "10\n\t" op " %%" r   \
+     "12, %%" r "13, %%" r "11\n\t"
+// Zeroes the 14 registers (a VEX xor clears the whole zmm), then `iterations` x 12 ops.
+#define KVSERVE_PEAK_LOOP(ops)                                                                \
+  __asm__ volatile(                                                                           \
+      "vpxor %%xmm0, %%xmm0, %%xmm0\n\tvpxor %%xmm1, %%xmm1, %%xmm1\n\t"                      \
+      "vpxor %%xmm2, %%xmm2, %%xmm2\n\tvpxor %%xmm3, %%xmm3, %%xmm3\n\t"                      \
+      "vpxor %%xmm4, %%xmm4, %%xmm4\n\tvpxor %%xmm5, %%xmm5, %%xmm5\n\t"                      \
+      "vpxor %%xmm6, %%xmm6, %%xmm6\n\tvpxor %%xmm7, %%xmm7, %%xmm7\n\t"                      \
+      "vpxor %%xmm8, %%xmm8, %%xmm8\n\tvpxor %%xmm9, %%xmm9, %%xmm9\n\t"                      \
+      "vpxor %%xmm10, %%xmm10, %%xmm10\n\tvpxor %%xmm11, %%xmm11, %%xmm11\n\t"                \
+      "vpxor %%xmm12, %%xmm12, %%xmm12\n\tvpxor %%xmm13, %%xmm13, %%xmm13\n\t"                \
+      "1:\n\t" ops "dec %0\n\tjnz 1b\n\tvzeroupper"                                           \
+      : "+r"(iterations)                                                                      \
+      :                                                                                       \
+      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", \
+        "xmm10", "xmm11", "xmm12", "xmm13")
+
+void IssueLoop(int kind, int64_t iterations) {
+  switch (kind) {
+    case 0:
+      KVSERVE_PEAK_LOOP(KVSERVE_PEAK_OPS("vfmadd231ps", "ymm"));
+      break;
+    case 1:
+      KVSERVE_PEAK_LOOP(KVSERVE_PEAK_OPS("vfmadd231ps", "zmm"));
+      break;
+    case 2:
+      KVSERVE_PEAK_LOOP(KVSERVE_PEAK_OPS("vpdpbusd", "zmm"));
+      break;
+    default:
+      KVSERVE_PEAK_LOOP(KVSERVE_PEAK_OPS("vdpbf16ps", "zmm"));
+      break;
+  }
+}
+#undef KVSERVE_PEAK_LOOP
+#undef KVSERVE_PEAK_OPS
+
+void BM_IssuePeak(benchmark::State& state) {
+  const PeakKind& kind = kPeakKinds[state.range(0)];
+  const int threads = static_cast<int>(state.range(1));
+  if (!backends::cpu_blas::IsaSupported(kind.isa)) {
+    state.SkipWithError("the CPU lacks this instruction");
     return;
   }
-  const int threads = static_cast<int>(state.range(0));
-  constexpr int64_t kIterations = 10'000'000;  // 12 FMAs x 8 lanes x 2 flops each
+  state.SetLabel(kind.name);
+  constexpr int64_t kIterations = 10'000'000;
   for (auto _ : state) {
     std::vector<std::thread> workers;
-    std::vector<float> sums(threads);
     for (int t = 0; t < threads; ++t) {
-      workers.emplace_back([&, t] { sums[t] = FmaChains(kIterations); });
+      workers.emplace_back([&] { IssueLoop(static_cast<int>(state.range(0)), kIterations); });
     }
     for (std::thread& w : workers) w.join();
-    benchmark::DoNotOptimize(sums);
   }
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(static_cast<double>(threads) * kIterations * 12 * 8 * 2 * 1e-9,
+  state.counters["Gop/s"] =
+      benchmark::Counter(static_cast<double>(threads) * kIterations * 12 * kind.ops * 1e-9,
                          benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_IssuePeak)
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 2}})
+    ->ArgNames({"kind", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // ---------------------------------------------------------------------------------------
 // One projection Y[n, rows] = X[n, cols] · W^T through cpu_blas::Gemm, with a weight set

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "backends/cpu_blas/q8_activations.h"
+#include "backends/cpu_blas/simd_hsum.h"
 #include "backends/cpu_blas/simd_kernels.h"
 #include "model/dtype.h"
 #include "model/quant.h"
@@ -35,6 +36,10 @@ struct V {
     s = _mm_add_ss(s, sh);
     return _mm_cvtss_f32(s);
   }
+  KVSERVE_SIMD_TARGET static __m128 HSum4(Reg a, Reg b, Reg c, Reg d) {
+    return cpu_blas::HSum4(a, b, c, d);
+  }
+  KVSERVE_SIMD_TARGET static void Store4(float* p, __m128 v) { _mm_storeu_ps(p, v); }
   KVSERVE_SIMD_TARGET static void Pin(Reg& v) { __asm__("" : "+x"(v)); }
 };
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cpu_blas/simd_hsum.h"
 #include "backends/cpu_blas/simd_kernels.h"
 
 #define KVSERVE_SIMD_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
@@ -83,10 +84,15 @@ KVSERVE_SIMD_TARGET void DotTile(const uint16_t* w, int64_t cols, const uint16_t
   int64_t k = 0;
   for (; k + kStep <= cols; k += kStep) step(k, ~__mmask32{0});
   if (k < cols) step(k, static_cast<__mmask32>((uint64_t{1} << (cols - k)) - 1));
+    // Row c's R outputs are contiguous in y: four sums at a time (HSum4) where R allows.
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
+  for (int c = 0; c < C; ++c) {
+    if constexpr (R == 4) {
+      _mm_storeu_ps(y + c * ldy, HSum4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]));
+    } else {
 #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
+      for (int r = 0; r < R; ++r) y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 //       static constexpr int kBlockRows; weight rows per batched block, 2 or 4 (registers)
 //       Reg Zero(); Reg Broadcast(float); Reg Load(const float*); void Store(float*, Reg);
 //       Reg Fma(Reg a, Reg b, Reg c) (a * b + c); float HSum(Reg);
+//       __m128 HSum4(Reg, Reg, Reg, Reg) (four sums at once); void Store4(float*, __m128);
 //       void Pin(Reg&)                   keeps a value in a register (see Block)
 //   struct F32W, F16W, BF16W   weight element types: using T; Reg Load(const T*) converts
 //                              kLanes consecutive elements exactly; float One(T).
@@ -26,16 +27,19 @@ enum class Out { kStore, kAdd };
 //     as in batch-1 decode, which streams each weight once from memory: prefetch the block
 //     two blocks ahead at the same pace (one prefetch per 64-byte line). With the hardware
 //     prefetcher alone one core reads about 9 GB/s of 16-bit weights (AVX2), with this 13.
-//   kRows: the same two blocks ahead, row by row (rows 2R..3R-1 after this block, same
-//     columns), for a block that is one column chunk of strided rows.
+//   kRows: R strided rows given by the caller (`rows_ahead`: the address of the first of
+//     them at this block's first column, row stride ldw), one prefetch per row and 64
+//     bytes of columns, for a block that is one column chunk of strided rows.
 //   kNone: the rows are already in cache.
 enum class Prefetch { kNone, kContiguous, kRows };
 
 // y[i * ldy + r] (= or +=) W[r, 0:len] · x[i, 0:len] for r in [0, R), i in [0, N): R weight
 // rows (row stride ldw) against N activation rows, R * N accumulators in registers.
+// rows_ahead: see Prefetch::kRows (an integer: the address may lie past the weights).
 template <typename W, int R, int N, Prefetch kPrefetch, Out kOut>
 KVSERVE_SIMD_TARGET inline void Block(const typename W::T* w, int64_t ldw, int64_t len,
-                                      const float* x, int64_t ldx, float* y, int64_t ldy) {
+                                      const float* x, int64_t ldx, float* y, int64_t ldy,
+                                      uintptr_t rows_ahead = 0) {
   using T = typename W::T;
   constexpr int kLanes = V::kLanes;
   typename V::Reg acc[R][N];
@@ -46,7 +50,9 @@ KVSERVE_SIMD_TARGET inline void Block(const typename W::T* w, int64_t ldw, int64
   }
   // (Integer arithmetic: the address may lie past the end of the weights.)
   const uintptr_t ahead =
-      reinterpret_cast<uintptr_t>(w) + static_cast<uintptr_t>(2 * R * ldw) * sizeof(T);
+      kPrefetch == Prefetch::kRows
+          ? rows_ahead
+          : reinterpret_cast<uintptr_t>(w) + static_cast<uintptr_t>(2 * R * ldw) * sizeof(T);
   constexpr int kStepBytes = kLanes * R * static_cast<int>(sizeof(T));
   int64_t c = 0;
   for (; c + kLanes <= len; c += kLanes) {
@@ -81,9 +87,21 @@ KVSERVE_SIMD_TARGET inline void Block(const typename W::T* w, int64_t ldw, int64
       for (int r = 0; r < R; ++r) acc[r][i] = V::Fma(wv[r], xv, acc[r][i]);
     }
   }
+  // The R * N horizontal sums, activation row by activation row (sums[i * R + r]), four
+  // at a time where they fill a group of four (V::HSum4).
+  constexpr int kSums = R * N;
+  float sums[kSums];
+  int f = 0;
+#pragma GCC unroll 8
+  for (; f + 4 <= kSums; f += 4) {
+    V::Store4(sums + f, V::HSum4(acc[f % R][f / R], acc[(f + 1) % R][(f + 1) / R],
+                                 acc[(f + 2) % R][(f + 2) / R], acc[(f + 3) % R][(f + 3) / R]));
+  }
+#pragma GCC unroll 4
+  for (; f < kSums; ++f) sums[f] = V::HSum(acc[f % R][f / R]);
   for (int r = 0; r < R; ++r) {
     for (int i = 0; i < N; ++i) {
-      float s = V::HSum(acc[r][i]);
+      float s = sums[i * R + r];
       for (int64_t t = c; t < len; ++t) s += W::One(w[r * ldw + t]) * x[i * ldx + t];
       if constexpr (kOut == Out::kAdd) {
         y[i * ldy + r] += s;
@@ -115,45 +133,76 @@ constexpr int kStreamMaxRows = 8;
 // Block over R rows and any 1 <= nn <= kMaxGroup activation rows.
 template <typename W, int R, Prefetch kPrefetch, Out kOut>
 KVSERVE_SIMD_TARGET inline void BlockN(int nn, const typename W::T* w, int64_t ldw, int64_t len,
-                                       const float* x, int64_t ldx, float* y, int64_t ldy) {
+                                       const float* x, int64_t ldx, float* y, int64_t ldy,
+                                       uintptr_t rows_ahead = 0) {
   switch (nn) {
     case 1:
-      Block<W, R, 1, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy);
+      Block<W, R, 1, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy, rows_ahead);
       break;
     case 2:
-      Block<W, R, 2, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy);
+      Block<W, R, 2, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy, rows_ahead);
       break;
     case 3:
-      Block<W, R, 3, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy);
+      Block<W, R, 3, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy, rows_ahead);
       break;
     case 4:
-      Block<W, R, 4, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy);
+      Block<W, R, 4, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy, rows_ahead);
       break;
     case 5:
-      Block<W, R, 5, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy);
+      Block<W, R, 5, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy, rows_ahead);
       break;
     default:
-      Block<W, R, 6, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy);
+      Block<W, R, 6, kPrefetch, kOut>(w, ldw, len, x, ldx, y, ldy, rows_ahead);
       break;
+  }
+}
+
+// What one group's pass over a tile prefetches (see Tile).
+struct TilePrefetch {
+  bool within = false;  // this tile's rows, 2R rows ahead of each block (kRows)
+  uintptr_t next = 0;   // the next tile's first row at its first column (0: none)
+  int part = 0;         // of the next tile, the blocks b with b % parts == part
+  int parts = 1;
+};
+
+// One block of R rows at r (of the tile starting at r0; block index b) with the prefetch
+// `pf` asks of it.
+template <typename W, int R, Out kOut>
+KVSERVE_SIMD_TARGET inline void TileBlock(const TilePrefetch& pf, int64_t b, int nn,
+                                          const typename W::T* w, int64_t cols, int64_t r0,
+                                          int64_t r, int64_t c0, int64_t len, const float* x,
+                                          int64_t ldx, float* y, int64_t ldy) {
+  using T = typename W::T;
+  const T* wb = w + r * cols + c0;
+  if (pf.within) {
+    const uintptr_t ahead =
+        reinterpret_cast<uintptr_t>(wb) + static_cast<uintptr_t>(2 * R * cols) * sizeof(T);
+    BlockN<W, R, Prefetch::kRows, kOut>(nn, wb, cols, len, x, ldx, y + r, ldy, ahead);
+  } else if (pf.next != 0 && b % pf.parts == pf.part) {
+    const uintptr_t ahead = pf.next + static_cast<uintptr_t>((r - r0) * cols) * sizeof(T);
+    BlockN<W, R, Prefetch::kRows, kOut>(nn, wb, cols, len, x, ldx, y + r, ldy, ahead);
+  } else {
+    BlockN<W, R, Prefetch::kNone, kOut>(nn, wb, cols, len, x, ldx, y + r, ldy);
   }
 }
 
 // Rows [r0, r1) of the column chunk [c0, c0 + len) against the activation rows of one
 // group (x: the group's slice of that chunk, from its column c0).
-template <typename W, Prefetch kPrefetch, Out kOut>
-KVSERVE_SIMD_TARGET void Group(int nn, const typename W::T* w, int64_t cols, int64_t r0, int64_t r1,
-                               int64_t c0, int64_t len, const float* x, int64_t ldx, float* y,
-                               int64_t ldy) {
+template <typename W, Out kOut>
+KVSERVE_SIMD_TARGET void Group(const TilePrefetch& pf, int nn, const typename W::T* w, int64_t cols,
+                               int64_t r0, int64_t r1, int64_t c0, int64_t len, const float* x,
+                               int64_t ldx, float* y, int64_t ldy) {
   int64_t r = r0;
+  int64_t b = 0;
   if constexpr (V::kBlockRows == 4) {
-    for (; r + 4 <= r1; r += 4) {
-      BlockN<W, 4, kPrefetch, kOut>(nn, w + r * cols + c0, cols, len, x, ldx, y + r, ldy);
+    for (; r + 4 <= r1; r += 4, ++b) {
+      TileBlock<W, 4, kOut>(pf, b, nn, w, cols, r0, r, c0, len, x, ldx, y, ldy);
     }
   }
-  for (; r + 2 <= r1; r += 2) {
-    BlockN<W, 2, kPrefetch, kOut>(nn, w + r * cols + c0, cols, len, x, ldx, y + r, ldy);
+  for (; r + 2 <= r1; r += 2, ++b) {
+    TileBlock<W, 2, kOut>(pf, b, nn, w, cols, r0, r, c0, len, x, ldx, y, ldy);
   }
-  if (r < r1) BlockN<W, 1, kPrefetch, kOut>(nn, w + r * cols + c0, cols, len, x, ldx, y + r, ldy);
+  if (r < r1) TileBlock<W, 1, kOut>(pf, b, nn, w, cols, r0, r, c0, len, x, ldx, y, ldy);
 }
 
 // n >= 1 activation rows split into groups of at most kMaxGroup whose sizes differ by at
@@ -169,23 +218,29 @@ struct Groups {
 };
 
 // One tile of rows [r0, r1) in one column chunk against n packed activation rows (xs:
-// their slice of the chunk, row stride kPackedStride). The first group brings the tile
-// from memory (kRows prefetch); the others find it in L2.
+// their slice of the chunk, row stride kPackedStride). Memory and arithmetic overlap: the
+// first group reads the tile with a short lookahead (kRows, 2R rows), which finds the
+// lines already there unless this is the first tile; the other groups, which find the
+// tile in L1/L2, share out the prefetch of the next tile (`next`, as TilePrefetch), so
+// its weights arrive while they compute instead of while the first group waits for them
+// (f32 2048 x 768, 16 rows, 2 threads: measured in docs/performance.md).
 template <typename W, Out kOut>
 KVSERVE_SIMD_TARGET void Tile(const typename W::T* w, int64_t cols, int64_t r0, int64_t r1,
                               int64_t c0, int64_t len, const float* xs, int n, float* y,
-                              int64_t ldy) {
+                              int64_t ldy, uintptr_t next) {
   const Groups groups(n);
   for (int g = 0; g < groups.count; ++g) {
     const int i = groups.Begin(g);
-    const int nn = groups.Size(g);
-    const float* xg = xs + i * kPackedStride;
+    TilePrefetch pf;
     if (g == 0) {
-      Group<W, Prefetch::kRows, kOut>(nn, w, cols, r0, r1, c0, len, xg, kPackedStride, y, ldy);
+      pf.within = true;
     } else {
-      Group<W, Prefetch::kNone, kOut>(nn, w, cols, r0, r1, c0, len, xg, kPackedStride, y + i * ldy,
-                                      ldy);
+      pf.next = next;
+      pf.part = g - 1;
+      pf.parts = groups.count - 1;
     }
+    Group<W, kOut>(pf, groups.Size(g), w, cols, r0, r1, c0, len, xs + i * kPackedStride,
+                   kPackedStride, y + i * ldy, ldy);
   }
 }
 
@@ -204,10 +259,18 @@ KVSERVE_SIMD_TARGET void Blocked(const typename W::T* w, int64_t cols, int64_t r
     for (int i = 0; i < n; ++i) std::copy_n(x + i * ldx + c0, len, xs + i * kPackedStride);
     for (int64_t t0 = row_begin; t0 < row_end; t0 += kTileRows) {
       const int64_t t1 = std::min(row_end, t0 + kTileRows);
+      // The tile after this one: the next rows of this chunk, else the first rows of the
+      // next chunk.
+      uintptr_t next = 0;
+      if (t1 < row_end) {
+        next = reinterpret_cast<uintptr_t>(w + t1 * cols + c0);
+      } else if (c0 + kChunkCols < cols) {
+        next = reinterpret_cast<uintptr_t>(w + row_begin * cols + c0 + kChunkCols);
+      }
       if (c0 == 0) {
-        Tile<W, Out::kStore>(w, cols, t0, t1, c0, len, xs, n, y, ldy);
+        Tile<W, Out::kStore>(w, cols, t0, t1, c0, len, xs, n, y, ldy, next);
       } else {
-        Tile<W, Out::kAdd>(w, cols, t0, t1, c0, len, xs, n, y, ldy);
+        Tile<W, Out::kAdd>(w, cols, t0, t1, c0, len, xs, n, y, ldy, next);
       }
     }
   }
