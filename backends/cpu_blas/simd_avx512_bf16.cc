@@ -84,9 +84,9 @@ KVSERVE_SIMD_TARGET void DotTile(const uint16_t* w, int64_t cols, const uint16_t
   int64_t k = 0;
   for (; k + kStep <= cols; k += kStep) step(k, ~__mmask32{0});
   if (k < cols) step(k, static_cast<__mmask32>((uint64_t{1} << (cols - k)) - 1));
-    // Row c's R outputs are contiguous in y: four sums at a time (HSum4) where R allows.
 #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) {
+    // Row c's R outputs are contiguous in y: four sums at a time (HSum4) where R allows.
     if constexpr (R == 4) {
       _mm_storeu_ps(y + c * ldy, HSum4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]));
     } else {
