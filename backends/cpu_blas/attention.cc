@@ -7,9 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <span>
-
-#include "backends/kernels/ops.h"
 
 namespace kvserve::backends::cpu_blas {
 
@@ -110,7 +107,7 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
       t0 = t1;
     }
     for (int i = 0; i < n_heads; ++i) {
-      kernels::Softmax(std::span<float>(att.data() + static_cast<size_t>(i) * n_vis, n_vis));
+      kernels_->softmax(att.data() + static_cast<size_t>(i) * n_vis, static_cast<int64_t>(n_vis));
     }
     // out_h = sum_t att[h][t - first] * V[t][kv_head(h)]
     std::fill(oj + static_cast<size_t>(h_begin) * hd,
@@ -198,7 +195,7 @@ void PagedAttention::AttendSgemm(const Step& step, const AttentionTask& task, Sc
     const int lo = c.FirstVisiblePosition(pos) - first;  // row's columns: [lo, hi)
     const int hi = pos + 1 - first;
     float* s_row = sc.s.data() + static_cast<size_t>(i) * un_ctx;
-    kernels::Softmax(std::span<float>(s_row + lo, static_cast<size_t>(hi - lo)));
+    kernels_->softmax(s_row + lo, hi - lo);
     std::fill(s_row, s_row + lo, 0.0f);           // before the window (local attention)
     std::fill(s_row + hi, s_row + n_cols, 0.0f);  // after the row (causal mask)
   }

@@ -249,7 +249,8 @@ void CpuBlasBackend::State::FeedForward(const model::LayerWeights& L) {
   const size_t ffn = static_cast<size_t>(config.ffn_dim);
   gemm.Run({{&L.w_gate, act.hb.data()}, {&L.w_up, act.hb2.data()}}, act.xb.data(), rows());
   ForRows(rows(), config.ffn_dim, [&](int b, int e) {
-    for (int r = b; r < e; ++r) kernels::SwiGlu(Row(act.hb, ffn, r), Row(act.hb2, ffn, r));
+    kernels->swiglu(act.hb.data() + b * ffn, act.hb2.data() + b * ffn,
+                    static_cast<int64_t>(e - b) * config.ffn_dim);
   });
   gemm.Run(L.w_down, act.hb.data(), rows(), act.xb2.data());
   ForRows(rows(), config.dim, [&](int b, int e) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "backends/cpu_blas/q8_activations.h"
 #include "backends/cpu_blas/simd_hsum.h"
@@ -40,6 +41,23 @@ struct V {
     return cpu_blas::HSum4(a, b, c, d);
   }
   KVSERVE_SIMD_TARGET static void Store4(float* p, __m128 v) { _mm_storeu_ps(p, v); }
+  KVSERVE_SIMD_TARGET static Reg Add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  KVSERVE_SIMD_TARGET static Reg Sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
+  KVSERVE_SIMD_TARGET static Reg Mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  KVSERVE_SIMD_TARGET static Reg Div(Reg a, Reg b) { return _mm256_div_ps(a, b); }
+  KVSERVE_SIMD_TARGET static Reg Min(Reg a, Reg b) { return _mm256_min_ps(a, b); }
+  KVSERVE_SIMD_TARGET static Reg Max(Reg a, Reg b) { return _mm256_max_ps(a, b); }
+  KVSERVE_SIMD_TARGET static Reg Round(Reg v) {
+    return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  // The exponent field n + 127, shifted into place.
+  KVSERVE_SIMD_TARGET static Reg Pow2(Reg n) {
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  }
+  KVSERVE_SIMD_TARGET static Reg ZeroBelow(Reg v, Reg x, Reg lo) {
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), v);
+  }
   KVSERVE_SIMD_TARGET static void Pin(Reg& v) { __asm__("" : "+x"(v)); }
 };
 

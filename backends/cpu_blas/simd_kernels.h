@@ -86,6 +86,14 @@ struct KernelSet {
   // out[i] = float(in[i]) for f16 or bf16 bits.
   void (*f16_to_f32)(const uint16_t* in, float* out, int64_t n);
   void (*bf16_to_f32)(const uint16_t* in, float* out, int64_t n);
+  // The elementwise functions of the scalar oracles (backends/kernels/ops.h), in place:
+  //   softmax: x[i] = exp(x[i] - max x) / sum_j exp(x[j] - max x)   for i in [0, n)
+  //   swiglu:  gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g))
+  // The vector levels evaluate exp with a polynomial (ExpApprox in simd_kernels_inl.h:
+  // within a few float roundings of std::exp on [-87.33, 88], 0 below, exp(88) above;
+  // NaN stays NaN) and sum in float, so results agree with the oracles to float rounding.
+  void (*softmax)(float* x, int64_t n);
+  void (*swiglu)(float* gate, const float* up, int64_t n);
   // The quantized products again, with X in the interleaved layout
   // (q8_activations.h, QuantizeActivationsInterleaved): each decoded weight block is
   // transposed the same way once, and then every activation row sums eight 32-element

@@ -11,6 +11,11 @@
 //       Reg Fma(Reg a, Reg b, Reg c) (a * b + c); float HSum(Reg);
 //       __m128 HSum4(Reg, Reg, Reg, Reg) (four sums at once); void Store4(float*, __m128);
 //       void Pin(Reg&)                   keeps a value in a register (see Block)
+//       Reg Add, Sub, Mul, Div, Min, Max (Reg a, Reg b): lane by lane; Min and Max return
+//                                        b when either lane is NaN (as minps / maxps do)
+//       Reg Round(Reg)                   to the nearest integer (ties to even)
+//       Reg Pow2(Reg n)                  2^n for integer-valued n in [-126, 127]
+//       Reg ZeroBelow(Reg v, Reg x, Reg lo)  0 where x < lo, else v (NaN x keeps v)
 //   struct F32W, F16W, BF16W   weight element types: using T; Reg Load(const T*) converts
 //                              kLanes consecutive elements exactly; float One(T).
 // so each level compiles the same, tested logic with its own intrinsics; only the traits
@@ -420,6 +425,77 @@ KVSERVE_SIMD_TARGET void Convert(const uint16_t* in, float* out, int64_t n) {
   for (; i < n; ++i) out[i] = W::One(in[i]);
 }
 
+// exp(x) per lane, as Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts,
+// so r is exact to about 2^-32), exp(r) by a degree-7 polynomial, times 2^n. Within a few
+// float roundings of std::exp for x in [-87.33, 88] (2^n stays a normal float); 0 below
+// (where exp underflows to denormals), exp(88) above; NaN stays NaN (the clamps keep the
+// second operand, x, when it is NaN).
+KVSERVE_SIMD_TARGET inline V::Reg ExpApprox(V::Reg x) {
+  const V::Reg lo = V::Broadcast(-87.33654f);
+  const V::Reg c = V::Min(V::Broadcast(88.0f), V::Max(lo, x));
+  const V::Reg n = V::Round(V::Mul(c, V::Broadcast(1.44269504088896341f)));
+  V::Reg r = V::Fma(n, V::Broadcast(-0.693359375f), c);
+  r = V::Fma(n, V::Broadcast(2.12194440e-4f), r);
+  V::Reg p = V::Broadcast(1.9875691500e-4f);
+  p = V::Fma(p, r, V::Broadcast(1.3981999507e-3f));
+  p = V::Fma(p, r, V::Broadcast(8.3334519073e-3f));
+  p = V::Fma(p, r, V::Broadcast(4.1665795894e-2f));
+  p = V::Fma(p, r, V::Broadcast(1.6666665459e-1f));
+  p = V::Fma(p, r, V::Broadcast(5.0000001201e-1f));
+  const V::Reg e = V::Fma(V::Mul(p, r), r, V::Add(r, V::Broadcast(1.0f)));
+  return V::ZeroBelow(V::Mul(e, V::Pow2(n)), x, lo);
+}
+
+// KernelSet::softmax. The last n % kLanes elements go through a vector padded with -inf
+// (whose exp is 0), so every element takes the same path.
+KVSERVE_SIMD_TARGET void Softmax(float* x, int64_t n) {
+  constexpr int kLanes = V::kLanes;
+  if (n <= 0) return;
+  const int64_t full = n / kLanes * kLanes;
+  float tail[kLanes];
+  std::fill(tail, tail + kLanes, -std::numeric_limits<float>::infinity());
+  std::copy(x + full, x + n, tail);
+  V::Reg m = V::Load(tail);
+  for (int64_t i = 0; i < full; i += kLanes) m = V::Max(m, V::Load(x + i));
+  float lanes[kLanes];
+  V::Store(lanes, m);
+  const V::Reg max_value = V::Broadcast(*std::max_element(lanes, lanes + kLanes));
+  V::Reg sum = V::Zero();
+  for (int64_t i = 0; i < full; i += kLanes) {
+    const V::Reg e = ExpApprox(V::Sub(V::Load(x + i), max_value));
+    V::Store(x + i, e);
+    sum = V::Add(sum, e);
+  }
+  const V::Reg e_tail = ExpApprox(V::Sub(V::Load(tail), max_value));
+  sum = V::Add(sum, e_tail);
+  const V::Reg inv_sum = V::Broadcast(1.0f / V::HSum(sum));
+  for (int64_t i = 0; i < full; i += kLanes) V::Store(x + i, V::Mul(V::Load(x + i), inv_sum));
+  V::Store(tail, V::Mul(e_tail, inv_sum));
+  std::copy(tail, tail + (n - full), x + full);
+}
+
+// silu(g) * u per lane.
+KVSERVE_SIMD_TARGET inline V::Reg SiluTimes(V::Reg g, V::Reg u) {
+  const V::Reg one = V::Broadcast(1.0f);
+  return V::Mul(V::Div(g, V::Add(one, ExpApprox(V::Sub(V::Zero(), g)))), u);
+}
+
+// KernelSet::swiglu; the tail through zero-padded vectors.
+KVSERVE_SIMD_TARGET void SwiGlu(float* gate, const float* up, int64_t n) {
+  constexpr int kLanes = V::kLanes;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    V::Store(gate + i, SiluTimes(V::Load(gate + i), V::Load(up + i)));
+  }
+  if (i == n) return;
+  float g[kLanes] = {};
+  float u[kLanes] = {};
+  std::copy(gate + i, gate + n, g);
+  std::copy(up + i, up + n, u);
+  V::Store(g, SiluTimes(V::Load(g), V::Load(u)));
+  std::copy(g, g + (n - i), gate + i);
+}
+
 // The float kernel set of the including level (the quantized kernels come from
 // simd_quant_inl.h's WithQuantKernels).
 constexpr KernelSet MakeKernelSet(Isa isa) {
@@ -436,5 +512,7 @@ constexpr KernelSet MakeKernelSet(Isa isa) {
                    &AxpyRows<F32W>,
                    &AxpyRows<F16W>,
                    &Convert<F16W>,
-                   &Convert<BF16W>};
+                   &Convert<BF16W>,
+                   &Softmax,
+                   &SwiGlu};
 }

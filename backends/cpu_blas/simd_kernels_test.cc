@@ -252,6 +252,83 @@ TEST_P(SimdKernelsTest, ConversionsAreExactForEveryBitPattern) {
   }
 }
 
+// swiglu with up = 1 is silu(g) = g / (1 + exp(-g)); over a dense sweep of g it checks
+// the vector exp against exp in double at every exponent the clamps allow (for g near
+// -87, silu is about g exp(g), so its relative error is exp's). Allowed: 8 float
+// roundings (exp within a few, then the add, the divide and the multiply).
+TEST_P(SimdKernelsTest, SwiGluMatchesSiluInDoubleOverExpsWholeRange) {
+  std::vector<float> g;
+  for (double v = -87.0; v <= 88.0; v += 0.00731) g.push_back(static_cast<float>(v));
+  const std::vector<float> ones(g.size(), 1.0f);
+  std::vector<float> out = g;
+  kernels().swiglu(out.data(), ones.data(), static_cast<int64_t>(out.size()));
+  int bad = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double x = g[i];
+    const double want = x / (1.0 + std::exp(-x));
+    if (std::abs(out[i] - want) > 8 * 0x1.0p-24 * std::abs(want) + 1e-44 && ++bad <= 5) {
+      ADD_FAILURE() << "silu(" << x << ") = " << out[i] << ", want " << want;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  // Beyond the range: silu(-100) is -3.7e-42 (about 0), silu(100) = 100; NaN stays NaN.
+  std::vector<float> edge = {-100.0f, 100.0f, std::numeric_limits<float>::quiet_NaN()};
+  const std::vector<float> up = {1.0f, 0.5f, 1.0f};
+  kernels().swiglu(edge.data(), up.data(), 3);
+  EXPECT_LE(std::abs(edge[0]), 1e-36f);
+  EXPECT_EQ(edge[1], 50.0f);
+  EXPECT_TRUE(std::isnan(edge[2]));
+}
+
+// swiglu against the scalar oracle for every tail length, with up != 1.
+TEST_P(SimdKernelsTest, SwiGluMatchesScalarForEveryLength) {
+  std::mt19937 rng(9);
+  for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 33, 100, 5632}) {
+    std::vector<float> gate = RandomFloats(rng, static_cast<size_t>(n));
+    for (float& v : gate) v *= 12.0f;
+    const std::vector<float> up = RandomFloats(rng, static_cast<size_t>(n));
+    std::vector<float> want = gate;
+    std::vector<float> got = gate;
+    ScalarKernels().swiglu(want.data(), up.data(), n);
+    kernels().swiglu(got.data(), up.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(got[i], want[i], 8 * 0x1.0p-24 * std::abs(want[i]) + 1e-44)
+          << "n " << n << " i " << i << " gate " << gate[i];
+    }
+  }
+}
+
+// softmax against the scalar oracle (which sums in double) for every tail length. Scores
+// spread over [-100, 10] so that some differences fall below exp's normal range (the
+// oracle's denormals against the vector levels' 0: the absolute term). The vector sum
+// of n terms in kLanes lanes rounds about n / 8 times at most.
+TEST_P(SimdKernelsTest, SoftmaxMatchesScalarForEveryLength) {
+  std::mt19937 rng(10);
+  std::uniform_real_distribution<float> u(-100.0f, 10.0f);
+  for (int64_t n : {1, 2, 7, 8, 15, 16, 17, 31, 33, 100, 512, 4097}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = u(rng);
+    std::vector<float> want = x;
+    std::vector<float> got = x;
+    ScalarKernels().softmax(want.data(), n);
+    kernels().softmax(got.data(), n);
+    const double rel = (16.0 + static_cast<double>(n) / 8.0) * 0x1.0p-24;
+    double total = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(got[i], want[i], rel * want[i] + 1e-37) << "n " << n << " i " << i;
+      total += got[i];
+    }
+    EXPECT_NEAR(total, 1.0, 1e-5) << "n " << n;
+  }
+  // One NaN score makes every weight NaN, as in the oracle; n = 0 writes nothing.
+  std::vector<float> with_nan = {0.5f, std::numeric_limits<float>::quiet_NaN(), 1.0f, 2.0f};
+  kernels().softmax(with_nan.data(), 4);
+  for (float v : with_nan) EXPECT_TRUE(std::isnan(v));
+  float untouched = 3.0f;
+  kernels().softmax(&untouched, 0);
+  EXPECT_EQ(untouched, 3.0f);
+}
+
 QMatMulFn QuantKernel(const KernelSet& k, DType dtype) {
   switch (dtype) {
     case DType::kQ8_0:

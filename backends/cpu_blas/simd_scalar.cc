@@ -1,9 +1,12 @@
 // Portable kernels: the fallback on CPUs without AVX2, and the oracle the vector levels
 // are tested against.
+#include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "backends/cpu_blas/q8_activations.h"
 #include "backends/cpu_blas/simd_kernels.h"
+#include "backends/kernels/ops.h"
 #include "model/dtype.h"
 
 namespace kvserve::backends::cpu_blas {
@@ -76,6 +79,13 @@ void BF16ToF32(const uint16_t* in, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = model::BF16ToFloat(in[i]);
 }
 
+void Softmax(float* x, int64_t n) { kernels::Softmax(std::span<float>(x, static_cast<size_t>(n))); }
+
+void SwiGlu(float* gate, const float* up, int64_t n) {
+  kernels::SwiGlu(std::span<float>(gate, static_cast<size_t>(n)),
+                  std::span<const float>(up, static_cast<size_t>(n)));
+}
+
 constexpr KernelSet kScalarSet = {
     Isa::kScalar,
     &MatMul<F32, float>,
@@ -91,6 +101,8 @@ constexpr KernelSet kScalarSet = {
     &AxpyRows<F16, uint16_t>,
     &F16ToF32,
     &BF16ToF32,
+    &Softmax,
+    &SwiGlu,
 };
 
 }  // namespace
