@@ -49,10 +49,16 @@ struct GemmOptions {
   // GFLOP/s, 8 rows 111 -> 148, 16 rows 133 -> 232, 512 rows 167 (sgemm 161) -> 349.
   // Default true.
   bool bf16_dot = true;
-  // Target size of one f32 weight tile handed to sgemm (16-bit tiles are converted into a
-  // per-thread scratch of this size). Larger tiles repack the activations less often.
-  // Default 1 MiB.
-  int64_t tile_bytes = 1 << 20;
+  // Largest f32 weight tile handed to one sgemm call (16-bit and quantized tiles are
+  // converted into a per-thread scratch of this size). Each call packs all activation
+  // rows again, so small tiles of wide matrices repack them often: with 1 MiB, tl1b's
+  // FFN down projection (5632 columns) went in tiles of 32 rows, 64 calls per product.
+  // kvserve-bench --batches 1 on tl1b-f32.gguf, prefill 512, 2 threads, Zen 4, 3
+  // alternated rounds (tok/s): 1 MiB 89.0/77.4/89.1, 2 MiB 93.7/93.1/92.7, 4 MiB
+  // 94.4/94.0/94.1; s110m-f32 (at most 2048 columns) 984/845/981, 967/825/970,
+  // 959/957/961; BM_Gemm 2048 x 768 at 64 and 512 rows (f32, f16, bf16) within noise.
+  // Default 4 MiB.
+  int64_t tile_bytes = 4 << 20;
 };
 
 // Runs projections for one backend. OpenBLAS is called only from inside pool tasks, each
