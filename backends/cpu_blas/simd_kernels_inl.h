@@ -425,11 +425,12 @@ KVSERVE_SIMD_TARGET void Convert(const uint16_t* in, float* out, int64_t n) {
   for (; i < n; ++i) out[i] = W::One(in[i]);
 }
 
-// exp(x) per lane, as Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts,
-// so r is exact to about 2^-32), exp(r) by a degree-7 polynomial, times 2^n. Within a few
-// float roundings of std::exp for x in [-87.33, 88] (2^n stays a normal float); 0 below
-// (where exp underflows to denormals), exp(88) above; NaN stays NaN (the clamps keep the
-// second operand, x, when it is NaN).
+// exp(x) per lane, as Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two
+// parts, the first with few bits, so n times it is exact and r keeps its precision),
+// exp(r) by a degree-7 polynomial, times 2^n. Within a few float roundings of std::exp
+// for x in [-87.33, 88] (2^n stays a normal float); 0 below (where exp underflows to
+// denormals), exp(88) above; NaN stays NaN (the clamps keep the second operand, x, when
+// it is NaN).
 KVSERVE_SIMD_TARGET inline V::Reg ExpApprox(V::Reg x) {
   const V::Reg lo = V::Broadcast(-87.33654f);
   const V::Reg c = V::Min(V::Broadcast(88.0f), V::Max(lo, x));
