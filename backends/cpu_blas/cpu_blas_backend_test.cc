@@ -321,6 +321,8 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
           options.threads = threads;
           options.gemm.sgemm_min_rows = sgemm_min_rows;
           options.gemm.quant_sgemm_min_rows = sgemm_min_rows;
+          // Quantized activations on the caller (1 thread) or on the pool (3 threads).
+          options.gemm.quant_parallel_min_elements = threads == 1 ? int64_t{1} << 40 : 1;
           // (The interleaved layout and bf16 dot never go to sgemm: off for the sgemm-only
           // pass.)
           if (sgemm_min_rows == 1) {

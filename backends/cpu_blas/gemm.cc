@@ -125,20 +125,33 @@ void Gemm::QuantizeActivations(std::initializer_list<Product> products, const fl
     q8 |= p.w->type == model::DType::kQ8_0 || p.w->type == model::DType::kQ4_0;
     q8k |= p.w->type == model::DType::kQ4_K || p.w->type == model::DType::kQ6_K;
   }
-  // One pass on the calling thread: n * cols floats, against rows * cols * n multiply-adds
-  // in the products.
+  // One pass over n * cols floats (against rows * cols * n multiply-adds in the
+  // products): on the calling thread, or from options_.quant_parallel_min_elements in
+  // slices of rows on the pool.
   auto quantize = [&](model::DType t, std::vector<uint8_t>& buf, int64_t& row_bytes) {
     row_bytes =
         static_cast<int64_t>(interleaved_ ? Q8RowBytesInterleaved(t, cols) : Q8RowBytes(t, cols));
     if (buf.size() < static_cast<size_t>(row_bytes * n)) buf.resize(row_bytes * n);
-    for (int i = 0; i < n; ++i) {
-      uint8_t* out = buf.data() + i * row_bytes;
-      if (interleaved_) {
-        QuantizeActivationsInterleaved(t, x + i * cols, cols, out);
-      } else {
-        cpu_blas::QuantizeActivations(t, x + i * cols, cols, out);
+    auto rows = [&](int begin, int end) {
+      for (int i = begin; i < end; ++i) {
+        uint8_t* out = buf.data() + i * row_bytes;
+        if (interleaved_) {
+          QuantizeActivationsInterleaved(t, x + i * cols, cols, out);
+        } else {
+          cpu_blas::QuantizeActivations(t, x + i * cols, cols, out);
+        }
       }
+    };
+    if (n == 1 || pool_->size() == 1 || n * cols < options_.quant_parallel_min_elements) {
+      rows(0, n);
+      return;
     }
+    const int chunks = std::min(n, pool_->size() * 4);
+    const int per_chunk = (n + chunks - 1) / chunks;
+    pool_->Run((n + per_chunk - 1) / per_chunk, [&](int64_t task, int /*thread*/) {
+      const int begin = static_cast<int>(task) * per_chunk;
+      rows(begin, std::min(n, begin + per_chunk));
+    });
   };
   if (q8) quantize(model::DType::kQ8_0, xq8_, xq8_row_);
   if (q8k) quantize(model::DType::kQ4_K, xq8k_, xq8k_row_);

@@ -49,6 +49,12 @@ struct GemmOptions {
   // GFLOP/s, 8 rows 111 -> 148, 16 rows 133 -> 232, 512 rows 167 (sgemm 161) -> 349.
   // Default true.
   bool bf16_dot = true;
+  // Activations of at least this many elements (rows x columns) are quantized for the
+  // integer kernels on the pool, a slice of rows per task, instead of on the calling
+  // thread while the others wait (a 512-token tl1b q4_0 prefill spent ~3.4 % of its
+  // samples there, serially). Default 64 Ki elements (a 16-row batch of tl1b stays on
+  // the caller).
+  int64_t quant_parallel_min_elements = 64 * 1024;
   // Largest f32 weight tile handed to one sgemm call (16-bit and quantized tiles are
   // converted into a per-thread scratch of this size). Each call packs all activation
   // rows again, so small tiles of wide matrices repack them often: with 1 MiB, tl1b's
