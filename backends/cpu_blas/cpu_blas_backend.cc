@@ -156,12 +156,7 @@ struct CpuBlasBackend::State {
       fn(0, n);
       return;
     }
-    const int chunks = std::min(n, pool.size() * 4);
-    const int per_chunk = (n + chunks - 1) / chunks;
-    pool.Run((n + per_chunk - 1) / per_chunk, [&](int64_t task, int /*thread*/) {
-      const int begin = static_cast<int>(task) * per_chunk;
-      fn(begin, std::min(n, begin + per_chunk));
-    });
+    pool.RunRanges(n, fn);
   }
 };
 

@@ -146,12 +146,7 @@ void Gemm::QuantizeActivations(std::initializer_list<Product> products, const fl
       rows(0, n);
       return;
     }
-    const int chunks = std::min(n, pool_->size() * 4);
-    const int per_chunk = (n + chunks - 1) / chunks;
-    pool_->Run((n + per_chunk - 1) / per_chunk, [&](int64_t task, int /*thread*/) {
-      const int begin = static_cast<int>(task) * per_chunk;
-      rows(begin, std::min(n, begin + per_chunk));
-    });
+    pool_->RunRanges(n, rows);
   };
   if (q8) quantize(model::DType::kQ8_0, xq8_, xq8_row_);
   if (q8k) quantize(model::DType::kQ4_K, xq8k_, xq8k_row_);

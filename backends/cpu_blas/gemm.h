@@ -60,9 +60,10 @@ struct GemmOptions {
   // rows again, so small tiles of wide matrices repack them often: with 1 MiB, tl1b's
   // FFN down projection (5632 columns) went in tiles of 32 rows, 64 calls per product.
   // kvserve-bench --batches 1 on tl1b-f32.gguf, prefill 512, 2 threads, Zen 4, 3
-  // alternated rounds (tok/s): 1 MiB 89.0/77.4/89.1, 2 MiB 93.7/93.1/92.7, 4 MiB
-  // 94.4/94.0/94.1; s110m-f32 (at most 2048 columns) 984/845/981, 967/825/970,
-  // 959/957/961; BM_Gemm 2048 x 768 at 64 and 512 rows (f32, f16, bf16) within noise.
+  // alternated rounds (tok/s): 1 MiB with the old split (short last tile) 89.0/77.4/89.1,
+  // equal tiles of 1 MiB 91.0/78.0/85.9, 2 MiB 93.7/93.1/92.7, 4 MiB 94.4/94.0/94.1;
+  // s110m-f32 (at most 2048 columns) 984/845/981, 980/831/826, 967/825/970, 959/957/961;
+  // BM_Gemm 2048 x 768 at 64 and 512 rows (f32, f16, bf16) within noise.
   // Default 4 MiB.
   int64_t tile_bytes = 4 << 20;
 };

@@ -1,5 +1,7 @@
 #include "backends/cpu_blas/thread_pool.h"
 
+#include <algorithm>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -58,6 +60,16 @@ void ThreadPool::Drain(uint64_t epoch, int thread) {
     }
     s = state_.load(std::memory_order_acquire);
   }
+}
+
+void ThreadPool::RunRanges(int n, const std::function<void(int, int)>& fn) {
+  if (n <= 0) return;
+  const int chunks = std::min(n, size() * 4);
+  const int per_chunk = (n + chunks - 1) / chunks;
+  Run((n + per_chunk - 1) / per_chunk, [&](int64_t task, int /*thread*/) {
+    const int begin = static_cast<int>(task) * per_chunk;
+    fn(begin, std::min(n, begin + per_chunk));
+  });
 }
 
 void ThreadPool::Run(int64_t n_tasks, const std::function<void(int64_t, int)>& fn) {

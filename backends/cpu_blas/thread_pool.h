@@ -42,6 +42,10 @@ class ThreadPool {
   // n_tasks < 2^32.
   void Run(int64_t n_tasks, const std::function<void(int64_t task, int thread)>& fn);
 
+  // Calls fn(begin, end) over [0, n) split into at most 4 ranges per thread of equal
+  // length (the last may be shorter), as tasks of one Run. For elementwise work on rows.
+  void RunRanges(int n, const std::function<void(int begin, int end)>& fn);
+
  private:
   struct Loop {
     std::atomic<const std::function<void(int64_t, int)>*> fn{nullptr};

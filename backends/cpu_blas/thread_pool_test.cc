@@ -28,6 +28,24 @@ TEST(ThreadPoolTest, RunsEveryTaskExactlyOnce) {
 
 // Many short loops back to back (the pattern of a decode step); results written by
 // workers are visible to the caller when Run returns.
+// RunRanges covers [0, n) exactly once, in at most 4 ranges per thread.
+TEST(ThreadPoolTest, RunRangesCoversEveryIndexOnce) {
+  for (int threads : {1, 3}) {
+    ThreadPool pool(threads);
+    for (int n : {0, 1, 5, 12, 13, 100}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::atomic<int> ranges{0};
+      pool.RunRanges(n, [&](int begin, int end) {
+        EXPECT_LT(begin, end);
+        ranges.fetch_add(1);
+        for (int i = begin; i < end; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      });
+      for (int i = 0; i < n; ++i) EXPECT_EQ(hits[static_cast<size_t>(i)].load(), 1) << i;
+      EXPECT_LE(ranges.load(), 4 * threads) << "n " << n;
+    }
+  }
+}
+
 TEST(ThreadPoolTest, ManyShortLoopsPublishTheirResults) {
   ThreadPool pool(3);
   std::vector<int64_t> out(64);
