@@ -287,11 +287,21 @@ absl::Status Run(const Flags& flags, const kvserve::backends::cpu_blas::BlasCore
 }  // namespace
 
 int main(int argc, char** argv) {
-  return kvserve::bench::ToolMain(argc, argv, "kvserve-bench", kUsage, "bench_main.cc", [argv] {
-    const kvserve::backends::cpu_blas::BlasCoreDecision blas =
-        kvserve::backends::cpu_blas::EnsureBestBlasCore("kvserve-bench",
-                                                        absl::GetFlag(FLAGS_blas_reexec), argv);
-    const absl::StatusOr<Flags> flags = FlagsFromCommandLine();
-    return flags.ok() ? Run(*flags, blas) : flags.status();
-  });
+  namespace cpu_blas = kvserve::backends::cpu_blas;
+  // Once the flags are parsed (may re-execute this process); --version does it too, so it
+  // names the BLAS core that would run.
+  const auto blas_core = [argv] {
+    return cpu_blas::EnsureBestBlasCore("kvserve-bench", absl::GetFlag(FLAGS_blas_reexec), argv);
+  };
+  return kvserve::bench::ToolMain(
+      argc, argv, "kvserve-bench", kUsage, "bench_main.cc",
+      [&blas_core] {
+        const cpu_blas::BlasCoreDecision blas = blas_core();
+        const absl::StatusOr<Flags> flags = FlagsFromCommandLine();
+        return flags.ok() ? Run(*flags, blas) : flags.status();
+      },
+      [&blas_core] {
+        return kvserve::backends::FormatVersion(
+            "kvserve-bench", kvserve::backends::DescribeRuntime("cpu_blas", blas_core()));
+      });
 }

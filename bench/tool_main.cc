@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/flags.h"
@@ -9,9 +10,11 @@
 namespace kvserve::bench {
 
 int ToolMain(int argc, char** argv, std::string_view name, std::string_view usage,
-             std::string_view main_file, absl::FunctionRef<absl::Status()> run) {
+             std::string_view main_file, absl::FunctionRef<absl::Status()> run,
+             std::function<std::string()> version) {
   const std::string program(name);
-  const std::vector<std::string> args = common::ParseFlags(argc, argv, usage, main_file);
+  const std::vector<std::string> args =
+      common::ParseFlags(argc, argv, usage, main_file, {}, std::move(version));
   if (args.size() > 1) {
     std::fprintf(stderr, "%s: unexpected argument \"%s\" (see --help)\n", program.c_str(),
                  args[1].c_str());

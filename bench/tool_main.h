@@ -3,6 +3,8 @@
 #ifndef KVSERVE_BENCH_TOOL_MAIN_H_
 #define KVSERVE_BENCH_TOOL_MAIN_H_
 
+#include <functional>
+#include <string>
 #include <string_view>
 
 #include "absl/functional/function_ref.h"
@@ -16,9 +18,11 @@ namespace kvserve::bench {
 // error is printed to stderr as "<name>: <message>". Returns the exit status: 0 on
 // success; 2 for a positional argument or an INVALID_ARGUMENT from `run` (a flag missing
 // or out of range); 1 for any other error. Abseil itself exits 1 for an unknown flag or a
-// malformed value. Call it only from main().
+// malformed value. --version prints `version()` (null: name, release and commit; see
+// common::ParseFlags) and exits 0. Call it only from main().
 int ToolMain(int argc, char** argv, std::string_view name, std::string_view usage,
-             std::string_view main_file, absl::FunctionRef<absl::Status()> run);
+             std::string_view main_file, absl::FunctionRef<absl::Status()> run,
+             std::function<std::string()> version = nullptr);
 
 }  // namespace kvserve::bench
 

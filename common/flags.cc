@@ -10,6 +10,8 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/build_version.h"
 
 namespace kvserve::common {
 namespace {
@@ -84,6 +86,15 @@ std::vector<std::string> ParseFlags(int argc, char** argv, std::string_view usag
     return absl::EndsWith(path, file);
   };
   config.contains_helpshort_flags = config.contains_help_flags;
+  if (version == nullptr) {
+    // Abseil's default names the build type of the Abseil library itself ("Debug build
+    // (NDEBUG not #defined)" with Debian's), not of this program.
+    std::string program = argc > 0 ? argv[0] : "kvserve";
+    program = program.substr(program.find_last_of('/') + 1);
+    version = [program] {
+      return absl::StrCat(program, " ", kVersion, "\ncommit: ", kGitCommit, "\n");
+    };
+  }
   config.version_string = std::move(version);
   absl::SetFlagsUsageConfig(config);
   absl::SetProgramUsageMessage(std::string(usage));

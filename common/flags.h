@@ -27,7 +27,8 @@ using RepeatedFlag = absl::Flag<std::vector<std::string>>;
 // argv[0] first. Unknown flags or bad values (also a repeated flag without a value) print
 // a message and exit(1): call it only from main().
 // --version (Abseil's built-in flag) prints `version()` on stdout and exits 0; `version`
-// runs after every flag is parsed, so it may read them. Null: Abseil's default text.
+// runs after every flag is parsed, so it may read them. Null: "<program> <version>\n"
+// "commit: <git commit>\n" (common/build_version.h; program = argv[0]'s file name).
 std::vector<std::string> ParseFlags(int argc, char** argv, std::string_view usage,
                                     std::string_view main_file,
                                     std::initializer_list<RepeatedFlag*> repeated = {},

@@ -1,5 +1,7 @@
 #include "common/flags.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -7,7 +9,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/build_version.h"
 #include "gtest/gtest.h"
 
 ABSL_FLAG(std::vector<std::string>, stop, {}, "Repeated: one value per occurrence.");
@@ -68,6 +72,19 @@ TEST(ParseFlagsTest, VersionRunsAfterTheFlagsAreParsedAndExitsZero) {
   };
   EXPECT_EXIT(ParseAndPrint({"--version", "--max-tokens=5"}, version), testing::ExitedWithCode(0),
               "^version sees max_tokens=5\n$");
+}
+
+TEST(ParseFlagsTest, DefaultVersionNamesTheProgramVersionAndCommit) {
+  // Not Abseil's default, which describes how Abseil itself was built. The text goes to
+  // stdout; the child sends it to stderr, which the death test matches.
+  const std::string expected =
+      absl::StrCat("^flags_test ", kVersion, "\ncommit: ", kGitCommit, "\n$");
+  EXPECT_EXIT(
+      {
+        dup2(STDERR_FILENO, STDOUT_FILENO);
+        ParseAndPrint({"--version"});
+      },
+      testing::ExitedWithCode(0), expected);
 }
 
 TEST(ParseFlagsTest, BadFlagsExitNonZeroWithAMessage) {
