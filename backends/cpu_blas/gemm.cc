@@ -48,7 +48,8 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
                      n >= (quantized ? options_.quant_sgemm_min_rows : options_.sgemm_min_rows);
   if (!sgemm) QuantizeActivations(products, x, n);
   // Rows per slice. Streaming: enough slices to balance (about 8 per thread), a multiple
-  // of 4 rows (the kernels' register blocking), at least 16. sgemm: tiles of at most
+  // of the kernels' register blocking (4 rows; the bf16 dot kernel's 6, so 12), at least
+  // 16. sgemm: tiles of at most
   // about tile_bytes of f32 (each sgemm call packs all n activation rows again), as many
   // as a multiple of the thread count and of equal size (a multiple of 16 rows), so the
   // threads finish together.
@@ -56,7 +57,7 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   if (macs < kMinParallelMacs) {
     chunk = total_rows;
   } else if (!sgemm) {
-    chunk = std::max<int64_t>(16, RoundUp(total_rows / (threads * 8), 4));
+    chunk = std::max<int64_t>(16, RoundUp(total_rows / (threads * 8), bf16_dot_ ? 12 : 4));
   } else {
     const int64_t tile_rows = std::max<int64_t>(16, options_.tile_bytes / (cols * 4));
     const int64_t tiles = RoundUp((total_rows + tile_rows - 1) / tile_rows, threads);

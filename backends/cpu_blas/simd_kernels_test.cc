@@ -137,10 +137,11 @@ TEST_P(SimdKernelsTest, Bf16DotIsTheProductWithActivationsRoundedToBf16) {
   }
   ASSERT_NE(kernels().matmul_bf16_dot, nullptr);
   std::mt19937 rng(11);
-  // Shapes: tails below one 32-element step (1, 7, 31, 33, 1030), tiles of 4 weight rows
-  // and 4 activation rows with remainders, more than one 64-row pass (70).
+  // Shapes: tails below one 32-element step (1, 7, 31, 33, 1030), tiles of 6 weight rows
+  // (row ranges of 1-4, 6, 8 and 13 rows) and 4 activation rows with remainders, more
+  // than one 64-row pass (70).
   for (int64_t cols : {1, 7, 31, 32, 33, 64, 100, 768, 1030}) {
-    for (int64_t rows : {1, 3, 4, 5, 9}) {
+    for (int64_t rows : {1, 3, 4, 5, 7, 9, 14}) {
       for (int n : {1, 2, 3, 4, 5, 8, 17, 70}) {
         SCOPED_TRACE(::testing::Message() << "cols=" << cols << " rows=" << rows << " n=" << n);
         const Weights w = RandomWeights(rng, DType::kBF16, static_cast<size_t>(rows * cols));
