@@ -26,6 +26,9 @@ using kvserve::bench::IntListFlag;
 
 ABSL_FLAG(std::string, model, "", "GGUF or llama2.c model file. Required.");
 ABSL_FLAG(std::string, tokenizer, "", "llama2.c tokenizer, for .bin models.");
+ABSL_FLAG(bool, weights_huge_pages, true,
+          "Read the model file into huge-page-backed memory (as kvserve does by default) "
+          "instead of mapping it.");
 ABSL_FLAG(std::vector<std::string>, backends, (std::vector<std::string>{"reference", "cpu_blas"}),
           "Comma-separated backends; a backend that is not built is skipped with a warning.");
 ABSL_FLAG(int32_t, threads, 2, "Backend and bandwidth-probe threads.");
@@ -75,6 +78,7 @@ Flags accept - or _ (--prompt-tokens or --prompt_tokens).)";
 struct Flags {
   std::string model;
   std::string tokenizer;
+  bool weights_huge_pages = true;
   std::vector<std::string> backends;
   int threads = 0;
   int repeats = 0;
@@ -100,6 +104,7 @@ absl::StatusOr<Flags> FlagsFromCommandLine() {
   f.model = absl::GetFlag(FLAGS_model);
   if (f.model.empty()) return absl::InvalidArgumentError("--model is required");
   f.tokenizer = absl::GetFlag(FLAGS_tokenizer);
+  f.weights_huge_pages = absl::GetFlag(FLAGS_weights_huge_pages);
   for (const std::string& name : absl::GetFlag(FLAGS_backends)) {
     if (!name.empty()) f.backends.push_back(name);
   }
@@ -190,8 +195,8 @@ absl::Status Run(const Flags& flags, const kvserve::backends::cpu_blas::BlasCore
     Emit(flags, m, all);
   }
 
-  absl::StatusOr<std::unique_ptr<model::Model>> loaded =
-      model::Model::Load(flags.model, flags.tokenizer);
+  absl::StatusOr<std::unique_ptr<model::Model>> loaded = model::Model::Load(
+      flags.model, flags.tokenizer, model::LoadOptions{.huge_pages = flags.weights_huge_pages});
   if (!loaded.ok()) return loaded.status();
   const model::Model& mdl = **loaded;
   const model::KvLayout layout =

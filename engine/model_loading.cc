@@ -42,7 +42,7 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options) {
   if (absl::Status s = CheckThreads(options); !s.ok()) return s;
   LoadedModel loaded;
   absl::StatusOr<std::unique_ptr<model::Model>> model =
-      model::Model::Load(options.model_path, options.tokenizer_path);
+      model::Model::Load(options.model_path, options.tokenizer_path, options.load);
   if (!model.ok()) return model.status();
   loaded.model = *std::move(model);
   absl::StatusOr<std::unique_ptr<Engine>> engine = StartEngine(options, *loaded.model);

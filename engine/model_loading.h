@@ -19,6 +19,8 @@ struct ModelOptions {
   std::string model_path;
   // llama2.c tokenizer.bin; empty for GGUF (the tokenizer is inside). Default "".
   std::string tokenizer_path;
+  // How the weights file is held in memory (model::LoadOptions). Default: huge pages.
+  model::LoadOptions load;
   // Compute backend: "cpu_blas" or "reference". Default "cpu_blas".
   std::string backend = "cpu_blas";
   // Backend worker threads; 0 = all cores. Default 0.

@@ -1,4 +1,4 @@
-// A read-only memory mapping of a whole file.
+// The bytes of a whole file in memory, read-only: mapped, or read into huge pages.
 #ifndef KVSERVE_MODEL_MAPPED_FILE_H_
 #define KVSERVE_MODEL_MAPPED_FILE_H_
 
@@ -10,19 +10,35 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "common/huge_page_memory.h"
 
 namespace kvserve::model {
 
-// Maps a file read-only (MAP_PRIVATE, PROT_READ) and unmaps it on destruction.
-// The bytes are page-aligned and stay valid for the object's lifetime; the file
-// descriptor is closed right after mapping. Immutable after Open: safe to share
-// between threads.
+// How MappedFile holds a file's bytes.
+enum class FileResidency {
+  // mmap (MAP_PRIVATE, PROT_READ): the page cache's own 4 KiB pages, shared with other
+  // processes reading the file and dropped by the kernel under memory pressure.
+  kMapped,
+  // Read once into anonymous memory that asks for transparent huge pages
+  // (common::HugePageMemory): private to the process and never dropped (resident like
+  // any allocation), but read through 2 MiB pages. A weight stream crosses a 4 KiB page
+  // every 4 KiB, and the hardware prefetchers stop at page boundaries; with 2 MiB pages
+  // decode streams the weights faster (docs/performance.md, "weights in huge pages").
+  // Where the kernel gives no huge pages (THP "never"), ordinary anonymous memory.
+  kHugePages,
+};
+
+// A file's bytes, read-only, released on destruction. The bytes are page-aligned (2 MiB
+// aligned with kHugePages) and stay valid for the object's lifetime; the file descriptor
+// is closed before Open returns. Immutable after Open: safe to share between threads.
 class MappedFile {
  public:
-  // NOT_FOUND when `path` does not exist, PERMISSION_DENIED when it cannot be
-  // read, INVALID_ARGUMENT when it is not a regular file; messages name the path.
-  // An empty file maps to an empty span.
-  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  // NOT_FOUND when `path` does not exist, PERMISSION_DENIED when it cannot be read,
+  // INVALID_ARGUMENT when it is not a regular file, RESOURCE_EXHAUSTED when the memory
+  // cannot be had, DATA_LOSS when the file shrinks while it is read (kHugePages);
+  // messages name the path. An empty file gives an empty span.
+  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(
+      const std::string& path, FileResidency residency = FileResidency::kMapped);
 
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
@@ -30,14 +46,22 @@ class MappedFile {
 
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
+  FileResidency residency() const { return residency_; }
 
  private:
-  MappedFile(std::string path, const uint8_t* data, size_t size)
-      : path_(std::move(path)), data_(data), size_(size) {}
+  MappedFile(std::string path, FileResidency residency, const uint8_t* data, size_t size,
+             common::HugePageMemory memory)
+      : path_(std::move(path)),
+        residency_(residency),
+        data_(data),
+        size_(size),
+        memory_(std::move(memory)) {}
 
   std::string path_;
+  FileResidency residency_;
   const uint8_t* data_;  // nullptr when size_ == 0
   size_t size_;
+  common::HugePageMemory memory_;  // kHugePages: holds data_; kMapped: empty (data_ is mmapped)
 };
 
 }  // namespace kvserve::model

@@ -13,6 +13,14 @@
 
 namespace kvserve::model {
 
+// How Model::Load holds the weights file in memory.
+struct LoadOptions {
+  // Read the file into memory backed by transparent huge pages (FileResidency::kHugePages:
+  // private, resident, faster to stream) instead of mapping it (kMapped: shared with the
+  // page cache, can be dropped under memory pressure). Default true.
+  bool huge_pages = true;
+};
+
 // Immutable after loading; safe to share between threads.
 class Model {
  public:
@@ -22,9 +30,11 @@ class Model {
   // content, NOT_FOUND for missing files).
   // Sibling tokenizers tried beside a llama2.c checkpoint, in order: tokenizer.bin,
   // tok<vocab_size>.bin (e.g. tok512.bin). A tokenizer_path given with a GGUF file is
-  // INVALID_ARGUMENT (GGUF carries its own vocabulary). Implemented in model_load.cc.
+  // INVALID_ARGUMENT (GGUF carries its own vocabulary). `options` applies to the weights
+  // file only (a llama2.c tokenizer is mapped). Implemented in model_load.cc.
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& path,
-                                                     const std::string& tokenizer_path = "");
+                                                     const std::string& tokenizer_path = "",
+                                                     const LoadOptions& options = {});
 
   // Assembles a model from parts (used by the format readers and by tests that
   // build random models). `storage` keeps the bytes that `weights` point into alive.

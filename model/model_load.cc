@@ -71,8 +71,10 @@ absl::StatusOr<std::unique_ptr<Model>> LoadLlama2c(std::shared_ptr<const MappedF
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path,
-                                                   const std::string& tokenizer_path) {
-  absl::StatusOr<std::unique_ptr<MappedFile>> mapped = MappedFile::Open(path);
+                                                   const std::string& tokenizer_path,
+                                                   const LoadOptions& options) {
+  absl::StatusOr<std::unique_ptr<MappedFile>> mapped = MappedFile::Open(
+      path, options.huge_pages ? FileResidency::kHugePages : FileResidency::kMapped);
   if (!mapped.ok()) return mapped.status();
   std::shared_ptr<const MappedFile> file = *std::move(mapped);
   if (!HasGgufMagic(file->bytes())) return LoadLlama2c(std::move(file), tokenizer_path);

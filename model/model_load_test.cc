@@ -1,12 +1,16 @@
 // Model::Load: format detection, tokenizer lookup and file-level errors.
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/mapped_file.h"
 #include "model/model.h"
 #include "model/testing/gguf_builder.h"
 
@@ -107,6 +111,55 @@ TEST(ModelLoadTest, Llama2cFindsSiblingTokenizer) {
   WriteFile(dir / "tokenizer.bin", {8, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 'a'});
   ExpectError(Model::Load((dir / "stories260K.bin").string()), absl::StatusCode::kInvalidArgument,
               {"tokenizer.bin: llama2.c tokenizer"});
+}
+
+// Both residencies hold the same bytes; huge pages are 2 MiB aligned; the errors agree.
+TEST(MappedFileTest, HugePagesHoldTheSameBytesAsTheMapping) {
+  const fs::path dir = TestDir();
+  std::mt19937 rng(5);
+  // 0 bytes, less than a page, and more than one 2 MiB page with a ragged end.
+  for (size_t size : {size_t{0}, size_t{100}, (size_t{5} << 20) + 12345}) {
+    SCOPED_TRACE(size);
+    std::vector<uint8_t> bytes(size);
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+    const fs::path p = dir / std::to_string(size);
+    WriteFile(p, bytes);
+    absl::StatusOr<std::unique_ptr<MappedFile>> mapped = MappedFile::Open(p.string());
+    absl::StatusOr<std::unique_ptr<MappedFile>> huge =
+        MappedFile::Open(p.string(), FileResidency::kHugePages);
+    ASSERT_TRUE(mapped.ok()) << mapped.status();
+    ASSERT_TRUE(huge.ok()) << huge.status();
+    EXPECT_EQ((*huge)->residency(), FileResidency::kHugePages);
+    ASSERT_EQ((*huge)->bytes().size(), size);
+    ASSERT_EQ((*mapped)->bytes().size(), size);
+    EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), (*huge)->bytes().begin()));
+    EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), (*mapped)->bytes().begin()));
+    if (size > 0) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>((*huge)->bytes().data()) % (size_t{2} << 20), 0u);
+    }
+  }
+  for (FileResidency r : {FileResidency::kMapped, FileResidency::kHugePages}) {
+    EXPECT_EQ(MappedFile::Open((dir / "absent").string(), r).status().code(),
+              absl::StatusCode::kNotFound);
+    EXPECT_EQ(MappedFile::Open(dir.string(), r).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(ModelLoadTest, HugePagesAndMappingLoadTheSameModel) {
+  const std::string models = ModelsDir();
+  ASSERT_FALSE(models.empty()) << "KVSERVE_MODELS_DIR is not set";
+  for (const std::string name : {"stories260K.gguf", "stories260K.bin"}) {
+    SCOPED_TRACE(name);
+    absl::StatusOr<std::unique_ptr<Model>> mapped =
+        Model::Load(models + "/" + name, "", LoadOptions{.huge_pages = false});
+    absl::StatusOr<std::unique_ptr<Model>> huge =
+        Model::Load(models + "/" + name, "", LoadOptions{.huge_pages = true});
+    ASSERT_TRUE(mapped.ok()) << mapped.status();
+    ASSERT_TRUE(huge.ok()) << huge.status();
+    // The fingerprint covers every weight byte, the config and the vocabulary.
+    EXPECT_EQ((*huge)->fingerprint(), (*mapped)->fingerprint());
+  }
 }
 
 }  // namespace

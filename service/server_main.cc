@@ -35,6 +35,10 @@
 ABSL_FLAG(std::string, model, "",
           "Model file: GGUF, or a llama2.c checkpoint with --tokenizer. Required.");
 ABSL_FLAG(std::string, tokenizer, "", "llama2.c tokenizer.bin (only for llama2.c checkpoints).");
+ABSL_FLAG(bool, weights_huge_pages, true,
+          "Read the model file into memory backed by transparent huge pages (private, "
+          "resident; decode streams the weights faster) instead of mapping it (shared with "
+          "the page cache, droppable under memory pressure).");
 ABSL_FLAG(std::string, backend, "cpu_blas", "Compute backend: cpu_blas or reference.");
 ABSL_FLAG(int32_t, threads, 0, "Backend worker threads; 0 = all cores.");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -268,6 +272,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   engine::ModelOptions options;
   options.model_path = absl::GetFlag(FLAGS_model);
   options.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  options.load.huge_pages = absl::GetFlag(FLAGS_weights_huge_pages);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.threads = absl::GetFlag(FLAGS_threads);
   engine::Engine::Options& e = options.engine;
