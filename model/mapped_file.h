@@ -21,9 +21,9 @@ enum class FileResidency {
   kMapped,
   // Read once into anonymous memory that asks for transparent huge pages
   // (common::HugePageMemory): private to the process and never dropped (resident like
-  // any allocation), but read through 2 MiB pages. A weight stream crosses a 4 KiB page
-  // every 4 KiB, and the hardware prefetchers stop at page boundaries; with 2 MiB pages
-  // decode streams the weights faster (docs/performance.md, "weights in huge pages").
+  // any allocation), but read through 2 MiB pages: decode streams the weights faster
+  // (measured: docs/performance.md, "Weights in huge pages"; likely because a weight
+  // stream meets a TLB entry and a prefetcher stop every 4 KiB page otherwise).
   // Where the kernel gives no huge pages (THP "never"), ordinary anonymous memory.
   kHugePages,
 };
