@@ -367,10 +367,13 @@ TEST_P(SimdKernelsTest, QuantizedMatMulMatchesScalarAndDequantizedOracle) {
   std::mt19937 rng(5);
   for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
     const int64_t act_block = (dtype == DType::kQ8_0 || dtype == DType::kQ4_0) ? 32 : 256;
-    for (int64_t cols : {256, 288, 768, 1024}) {
+    for (int64_t cols : {256, 288, 768, 1024, 8448}) {
       // cols = 288: nine 32-weight blocks (an odd count: the batch-1 kernels take blocks
-      // in pairs), no whole 256, so only for q8_0 / q4_0 and without interleaving.
+      // in pairs or eights), no whole 256, so only for q8_0 / q4_0 and without
+      // interleaving. cols = 8448: 264 blocks, more than one column chunk of the
+      // batch-1 kernel for q8_0 / q4_0 (kVec8ChunkBlocks = 256).
       if (cols % act_block != 0) continue;
+      if (cols == 8448 && act_block != 32) continue;
       // n = 70: the batched kernels take at most 64 activation rows per pass over the
       // weights (kQRowsPerPass), so the second pass starts at row 64.
       for (int n : {1, 2, 3, 8, 17, 70}) {

@@ -100,6 +100,19 @@ struct Q8_0Format {
     }
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(w.d * x.d), acc);
   }
+  // For QMatVec8: the integer product of the block at wb with 32 activation codes, short
+  // of kOffset * sum x (offset form: the codes run as w + 128).
+  static constexpr int kOffset = D::kUnsignedOffset ? 128 : 0;
+  KVSERVE_SIMD_TARGET static __m256i IntDot(const uint8_t* wb, const int8_t* xq) {
+    const __m256i w = Load256(wb + 2);
+    if constexpr (D::kUnsignedOffset) {
+      return D::DotU8S8(_mm256_setzero_si256(), _mm256_xor_si256(w, _mm256_set1_epi8(-128)),
+                        Load256(xq));
+    } else {
+      return D::DotU8S8(_mm256_setzero_si256(), _mm256_sign_epi8(w, w),
+                        _mm256_sign_epi8(Load256(xq), w));
+    }
+  }
 };
 
 // q4_0 (18 bytes per 32: f16 d, 16 bytes of nibbles; w = nibble - 8; low nibbles are
@@ -114,14 +127,24 @@ struct Q4_0Format {
     float d;
   };
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block* out) {
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
-    out->u =
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
+    // Both halves hold the 16 bytes (a broadcast load); the high half shifts its 32-bit
+    // words right by 4, so after the mask each byte holds its own high nibble.
+    const __m256i both =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2)));
+    out->u = _mm256_and_si256(_mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                              _mm256_set1_epi8(15));
     out->d = LoadHalf(wb);
   }
   KVSERVE_SIMD_TARGET static __m256 Dot(const Block& w, const XBlock& x, __m256 acc) {
     const __m256i dot = D::DotU8S8(Lane0(-8 * x.sum), w.u, Load256(x.q));
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(w.d * x.d), acc);
+  }
+  // As Q8_0Format::IntDot: sum q x, short of 8 sum x.
+  static constexpr int kOffset = 8;
+  KVSERVE_SIMD_TARGET static __m256i IntDot(const uint8_t* wb, const int8_t* xq) {
+    Block b;
+    Decode(wb, &b);
+    return D::DotU8S8(_mm256_setzero_si256(), b.u, Load256(xq));
   }
 };
 
@@ -454,6 +477,72 @@ struct Q4_0FormatIl {
   }
 };
 
+// --- Batch 1, 32-weight formats ----------------------------------------------------
+// Per block, QMatMulT's pair loop spends more instructions on the block's scale (an f16
+// load and convert, a scalar multiply, a broadcast, an int-to-float convert and an FMA)
+// than on its codes, which leaves q4_0 decode instruction-bound at about half the memory
+// bandwidth (docs/performance.md). QMatVec8 takes eight blocks per step: each block's
+// integer product goes to its own accumulator, the eight are summed lane-wise into one
+// vector whose lane v is block v's product (Sum8Lanes), and the offset, the scales and
+// the float accumulation run once per eight blocks on that vector.
+
+// Lane v of the result = the sum of the eight lanes of s[v].
+KVSERVE_SIMD_TARGET inline __m256i Sum8Lanes(const __m256i (&s)[8]) {
+  const __m256i t0 = _mm256_hadd_epi32(s[0], s[1]);
+  const __m256i t1 = _mm256_hadd_epi32(s[2], s[3]);
+  const __m256i t2 = _mm256_hadd_epi32(s[4], s[5]);
+  const __m256i t3 = _mm256_hadd_epi32(s[6], s[7]);
+  const __m256i u0 = _mm256_hadd_epi32(t0, t1);  // s[0..3]: lanes 0-3 | lanes 4-7
+  const __m256i u1 = _mm256_hadd_epi32(t2, t3);  // s[4..7]
+  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                          _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+// The f16 numbers at p, p + stride, ..., p + 7 stride as floats (exact).
+KVSERVE_SIMD_TARGET inline __m256 LoadHalves8(const uint8_t* p, int64_t stride) {
+  auto half = [&](int v) {
+    uint16_t h;
+    std::memcpy(&h, p + v * stride, 2);
+    return static_cast<short>(h);
+  };
+  return _mm256_cvtph_ps(
+      _mm_setr_epi16(half(0), half(1), half(2), half(3), half(4), half(5), half(6), half(7)));
+}
+
+// Blocks per column chunk of QMatVec8 (the activation scales and offsets of a chunk are
+// gathered into arrays on the stack first: 2 KiB).
+constexpr int64_t kVec8ChunkBlocks = 256;
+
+// y[r] = W_r · x for rows [row_begin, row_end) of a 32-weight format F with IntDot, one
+// Q8Block activation row x. Precondition: blocks % 8 == 0.
+template <typename F>
+KVSERVE_SIMD_TARGET void QMatVec8(const uint8_t* w, int64_t row_bytes, int64_t blocks,
+                                  int64_t row_begin, int64_t row_end, const Q8Block* x, float* y) {
+  alignas(32) float xd[kVec8ChunkBlocks];
+  alignas(32) int32_t xoff[kVec8ChunkBlocks];
+  for (int64_t b0 = 0; b0 < blocks; b0 += kVec8ChunkBlocks) {
+    const int64_t nb = std::min(kVec8ChunkBlocks, blocks - b0);
+    for (int64_t b = 0; b < nb; ++b) {
+      xd[b] = x[b0 + b].d;
+      xoff[b] = F::kOffset * x[b0 + b].sum;
+    }
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const uint8_t* wr = w + r * row_bytes + b0 * F::kBytes;
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t b = 0; b < nb; b += 8) {
+        const uint8_t* wb = wr + b * F::kBytes;
+        __m256i s[8];
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; ++v) s[v] = F::IntDot(wb + v * F::kBytes, x[b0 + b + v].q);
+        const __m256i sum = _mm256_sub_epi32(Sum8Lanes(s), Load256(xoff + b));
+        const __m256 scale = _mm256_mul_ps(LoadHalves8(wb, F::kBytes), _mm256_load_ps(xd + b));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc);
+      }
+      y[r] = (b0 == 0 ? 0.0f : y[r]) + HSum8(acc);
+    }
+  }
+}
+
 // Activation rows per pass of QMatMulT (their float accumulators live on the stack:
 // 64 x 32 bytes); more rows run in several passes over the weights.
 constexpr int kQRowsPerPass = 64;
@@ -470,6 +559,13 @@ KVSERVE_SIMD_TARGET void QMatMulT(const uint8_t* w, int64_t row_bytes, int64_t c
   for (int i0 = 0; i0 < n; i0 += kQRowsPerPass) {
     const int nn = std::min(kQRowsPerPass, n - i0);
     const uint8_t* x = static_cast<const uint8_t*>(xq) + i0 * ldxq;
+    if constexpr (requires { F::IntDot; }) {
+      if (nn == 1 && blocks % 8 == 0) {
+        QMatVec8<F>(w, row_bytes, blocks, row_begin, row_end, reinterpret_cast<const Q8Block*>(x),
+                    y + i0 * ldy);
+        continue;
+      }
+    }
     for (int64_t r = row_begin; r < row_end; ++r) {
       const uint8_t* wr = w + r * row_bytes;
       if (nn == 1) {
