@@ -206,15 +206,35 @@ KVSERVE_SIMD_TARGET void MulTile(const PanelBlock* panel, int64_t blocks, const 
   }
 }
 
-// All activation rows against R decoded panel rows, in tiles of kTileCols rows.
+// Prefetches part `part` of `parts` equal parts of the `bytes` bytes at `next` (an
+// integer: the address may lie past the weights; a hint never faults).
+KVSERVE_SIMD_TARGET inline void PrefetchPart(uintptr_t next, int64_t bytes, int part, int parts) {
+  const int64_t begin = bytes * part / parts / 64 * 64;
+  const int64_t end = bytes * (part + 1) / parts;
+  for (int64_t o = begin; o < end; o += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(next + static_cast<uintptr_t>(o)), _MM_HINT_T0);
+  }
+}
+
+// All activation rows against R decoded panel rows, in tiles of kTileCols rows. Before
+// each tile it prefetches an equal part of the next panel's encoded weights (`next`,
+// `next_bytes`), so they stream in while the tiles compute instead of stalling the next
+// decode (at batch 16 the decode is the only part of a panel that reads memory).
 template <typename T, int R>
 KVSERVE_SIMD_TARGET void MulPanel(const PanelBlock* panel, int64_t blocks, const uint8_t* x,
-                                  int64_t ldxq, int n, float* y, int64_t ldy) {
+                                  int64_t ldxq, int n, float* y, int64_t ldy, uintptr_t next,
+                                  int64_t next_bytes) {
+  const int tiles = n / kTileCols + n % kTileCols;
+  int tile = 0;
   int i = 0;
   for (; i + kTileCols <= n; i += kTileCols) {
+    PrefetchPart(next, next_bytes, tile++, tiles);
     MulTile<T, R, kTileCols>(panel, blocks, x + i * ldxq, ldxq, y + i * ldy, ldy);
   }
-  for (; i < n; ++i) MulTile<T, R, 1>(panel, blocks, x + i * ldxq, ldxq, y + i * ldy, ldy);
+  for (; i < n; ++i) {
+    PrefetchPart(next, next_bytes, tile++, tiles);
+    MulTile<T, R, 1>(panel, blocks, x + i * ldxq, ldxq, y + i * ldy, ldy);
+  }
 }
 
 // KernelSet::matmul_*_il (simd_kernels.h) for tile format T: kTileRows weight rows at a
@@ -232,11 +252,15 @@ KVSERVE_SIMD_TARGET void TiledQMatMul(const uint8_t* w, int64_t row_bytes, int64
       const uint8_t* wr = w + (r0 + r) * row_bytes;
       for (int64_t b = 0; b < blocks; ++b) T::Decode(wr + b * T::kBytes, &panel[r * blocks + b]);
     }
+    // The next panel's rows (none past row_end: they belong to another thread's slice).
+    const int64_t next_rows = std::clamp<int64_t>(row_end - r0 - rows, 0, kTileRows);
+    const uintptr_t next = reinterpret_cast<uintptr_t>(w + (r0 + rows) * row_bytes);
+    const int64_t next_bytes = next_rows * row_bytes;
     if (rows == kTileRows) {
-      MulPanel<T, kTileRows>(panel.data(), blocks, x, ldxq, n, y + r0, ldy);
+      MulPanel<T, kTileRows>(panel.data(), blocks, x, ldxq, n, y + r0, ldy, next, next_bytes);
     } else {
       for (int r = 0; r < rows; ++r) {
-        MulPanel<T, 1>(panel.data() + r * blocks, blocks, x, ldxq, n, y + r0 + r, ldy);
+        MulPanel<T, 1>(panel.data() + r * blocks, blocks, x, ldxq, n, y + r0 + r, ldy, next, 0);
       }
     }
   }
