@@ -75,6 +75,42 @@ struct Tile32 {
   static constexpr int64_t kBytes = 8 * F::kBytes;
 };
 
+// Blocks first .. first + 3 of a q4_0 row: their 16 packed bytes, one block per 128-bit
+// lane.
+KVSERVE_SIMD_TARGET inline __m512i Q4_0Quad(const uint8_t* wb, int first) {
+  auto packed = [&](int v) {
+    return _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(wb + (first + v) * model::kQ4_0BlockBytes + 2));
+  };
+  __m512i q = _mm512_castsi128_si512(packed(0));
+  q = _mm512_inserti32x4(q, packed(1), 1);
+  q = _mm512_inserti32x4(q, packed(2), 2);
+  return _mm512_inserti32x4(q, packed(3), 3);
+}
+
+// q4_0 straight into the interleaved panel. Word k < 4 of a block's packed bytes holds
+// its elements 4k .. 4k + 3 in the low nibbles (panel vector k) and 16 + 4k .. 19 + 4k in
+// the high ones (panel vector k + 4), so two 2-source permutes gather words k and k + 1
+// of all eight blocks, and the nibble split writes two panel vectors each: about half
+// the instructions of unpacking each block and transposing (Tile32's Decode).
+template <typename D>
+struct TileQ4_0 : Tile32<Q4_0Format<D>, 3> {
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, PanelBlock* out) {
+    const __m512i lo = Q4_0Quad(wb, 0);  // dword 4v + k = word k of block v
+    const __m512i hi = Q4_0Quad(wb, 4);  // of block 4 + v
+    const __m512i words01 = _mm512_permutex2var_epi32(
+        lo, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29), hi);
+    const __m512i words23 = _mm512_permutex2var_epi32(
+        lo, _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31), hi);
+    const __m512i low4 = _mm512_set1_epi8(15);
+    _mm512_store_si512(out->q, _mm512_and_si512(words01, low4));
+    _mm512_store_si512(out->q + 64, _mm512_and_si512(words23, low4));
+    _mm512_store_si512(out->q + 128, _mm512_and_si512(_mm512_srli_epi16(words01, 4), low4));
+    _mm512_store_si512(out->q + 192, _mm512_and_si512(_mm512_srli_epi16(words23, 4), low4));
+    _mm512_store_ps(out->scale, Twice(LoadHalves8(wb, model::kQ4_0BlockBytes)));
+  }
+};
+
 // The k-quants against interleaved Q8KBlock: the codes are unsigned, the offset
 // (q4_K: dmin m_s per sub-block; q6_K: 32 d sc_g per group) meets the group sums.
 struct TileK {
@@ -271,7 +307,7 @@ template <typename D>
 KernelSet WithTiledQuantKernels(KernelSet k) {
   static_assert(D::kUnsignedOffset, "the tiles run q8_0 as w + 128 (vpdpbusd)");
   k.matmul_q8_0_il = &TiledQMatMul<Tile32<Q8_0Format<D>, 7>>;
-  k.matmul_q4_0_il = &TiledQMatMul<Tile32<Q4_0Format<D>, 3>>;
+  k.matmul_q4_0_il = &TiledQMatMul<TileQ4_0<D>>;
   k.matmul_q4_k_il = &TiledQMatMul<TileQ4K>;
   k.matmul_q6_k_il = &TiledQMatMul<TileQ6K>;
   return k;
