@@ -111,6 +111,49 @@ struct TileQ4_0 : Tile32<Q4_0Format<D>, 3> {
   }
 };
 
+// Blocks v and v + 1 of a q8_0 row: their 32 codes each, block v in dwords 0-7.
+KVSERVE_SIMD_TARGET inline __m512i Q8_0Pair(const uint8_t* wb, int v) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(Load256(wb + v * model::kQ8_0BlockBytes + 2)),
+                            Load256(wb + (v + 1) * model::kQ8_0BlockBytes + 2), 1);
+}
+
+// q8_0 straight into the interleaved panel: the 8 x 8 transpose of the eight blocks'
+// 32-bit words in two rounds of 2-source permutes (first words 0-3 and 4-7 of blocks 0-3
+// and of 4-7, then words k and k + 1 of all eight), the codes as w + 128 by one xor per
+// two panel vectors (Tile32's Decode unpacks each block and transposes in 256 bits).
+template <typename D>
+struct TileQ8_0 : Tile32<Q8_0Format<D>, 7> {
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, PanelBlock* out) {
+    // Dword 4w + b = word w (of four) of block b (of four).
+    const __m512i quads03 =
+        _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27);
+    const __m512i quads47 =
+        _mm512_setr_epi32(4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31);
+    const __m512i z0 = Q8_0Pair(wb, 0);
+    const __m512i z1 = Q8_0Pair(wb, 2);
+    const __m512i z2 = Q8_0Pair(wb, 4);
+    const __m512i z3 = Q8_0Pair(wb, 6);
+    const __m512i a03 = _mm512_permutex2var_epi32(z0, quads03, z1);  // words 0-3, blocks 0-3
+    const __m512i a47 = _mm512_permutex2var_epi32(z0, quads47, z1);  // words 4-7, blocks 0-3
+    const __m512i b03 = _mm512_permutex2var_epi32(z2, quads03, z3);  // blocks 4-7
+    const __m512i b47 = _mm512_permutex2var_epi32(z2, quads47, z3);
+    // Words w0, w0 + 1 (w0 = 0 or 2 of the quads) of all eight blocks: panel vectors.
+    const __m512i words01 =
+        _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i words23 =
+        _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    const __m512i offset = _mm512_set1_epi8(-128);
+    auto store = [&](int j, __m512i v) KVSERVE_SIMD_TARGET {
+      _mm512_store_si512(out->q + 64 * j, _mm512_xor_si512(v, offset));
+    };
+    store(0, _mm512_permutex2var_epi32(a03, words01, b03));
+    store(1, _mm512_permutex2var_epi32(a03, words23, b03));
+    store(2, _mm512_permutex2var_epi32(a47, words01, b47));
+    store(3, _mm512_permutex2var_epi32(a47, words23, b47));
+    _mm512_store_ps(out->scale, Twice(LoadHalves8(wb, model::kQ8_0BlockBytes)));
+  }
+};
+
 // The k-quants against interleaved Q8KBlock: the codes are unsigned, the offset
 // (q4_K: dmin m_s per sub-block; q6_K: 32 d sc_g per group) meets the group sums.
 struct TileK {
@@ -306,7 +349,7 @@ KVSERVE_SIMD_TARGET void TiledQMatMul(const uint8_t* w, int64_t row_bytes, int64
 template <typename D>
 KernelSet WithTiledQuantKernels(KernelSet k) {
   static_assert(D::kUnsignedOffset, "the tiles run q8_0 as w + 128 (vpdpbusd)");
-  k.matmul_q8_0_il = &TiledQMatMul<Tile32<Q8_0Format<D>, 7>>;
+  k.matmul_q8_0_il = &TiledQMatMul<TileQ8_0<D>>;
   k.matmul_q4_0_il = &TiledQMatMul<TileQ4_0<D>>;
   k.matmul_q4_k_il = &TiledQMatMul<TileQ4K>;
   k.matmul_q6_k_il = &TiledQMatMul<TileQ6K>;
