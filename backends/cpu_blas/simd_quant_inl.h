@@ -10,9 +10,10 @@
 // (MaddubsDot below for AVX2 and AVX-512 F; vpdpbusd on AVX-512 VNNI).
 // All levels use 256-bit integer vectors: a q8_0 / q4_0 block is 32 elements, a k-quant
 // sub-block 32, so 32 bytes are the natural step, and on Zen 4 a 512-bit integer op
-// issues as two 256-bit halves anyway (same throughput). Batch-1 decode is bound by the
-// weight stream for q8_0 and the k-quants; q4_0 (about 15 instructions per 18-byte block)
-// comes close to the instruction limit of two cores (docs/performance.md).
+// issues as two 256-bit halves anyway (same throughput). Batch-1 decode of q8_0 and q4_0
+// takes eight blocks per step (QMatVec8: their scales once per eight); q4_0 still spends
+// about 8 instructions per 18-byte block and reaches about two thirds of the bandwidth
+// bound on two Zen 5 cores (docs/performance.md).
 //
 // Exactness: the integer part of every block product is exact (no saturation: with
 // vpmaddubsw the unsigned operand is < 64 or |w| <= 128 against |x| <= 127, so its pair

@@ -56,17 +56,12 @@ struct XPrep {
 
 // q8_0 and q4_0 against Q8x8Block: eight 32-weight blocks per panel block; the integer
 // chain starts at -(off << kShift) sum x (q4_0: codes q - 8; q8_0 under VNNI: w + 128).
+// The activation side; TileQ4_0 and TileQ8_0 below add the Decode of their format.
 template <typename F, int kShift>
 struct Tile32 {
   using XBlock = Q8x8Block;
   static constexpr bool kTwoChains = false;
   static constexpr bool kFloatOffset = false;
-  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, PanelBlock* out) {
-    Block8 b;
-    DecodeEight<F, false>(wb, &b);
-    StoreCodes(b.q, out);
-    _mm512_store_ps(out->scale, Twice(b.d));
-  }
   KVSERVE_SIMD_TARGET static void Prepare(const Q8x8Block& x, XPrep* p) {
     p->d = Twice(_mm256_loadu_ps(x.d));
     const __m256i sum = _mm256_slli_epi32(Load256(x.sum), kShift);
@@ -92,7 +87,8 @@ KVSERVE_SIMD_TARGET inline __m512i Q4_0Quad(const uint8_t* wb, int first) {
 // its elements 4k .. 4k + 3 in the low nibbles (panel vector k) and 16 + 4k .. 19 + 4k in
 // the high ones (panel vector k + 4), so two 2-source permutes gather words k and k + 1
 // of all eight blocks, and the nibble split writes two panel vectors each: about half
-// the instructions of unpacking each block and transposing (Tile32's Decode).
+// the instructions of unpacking each block and transposing (DecodeEight, as the 256-bit
+// interleaved kernels do).
 template <typename D>
 struct TileQ4_0 : Tile32<Q4_0Format<D>, 3> {
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, PanelBlock* out) {
@@ -120,7 +116,7 @@ KVSERVE_SIMD_TARGET inline __m512i Q8_0Pair(const uint8_t* wb, int v) {
 // q8_0 straight into the interleaved panel: the 8 x 8 transpose of the eight blocks'
 // 32-bit words in two rounds of 2-source permutes (first words 0-3 and 4-7 of blocks 0-3
 // and of 4-7, then words k and k + 1 of all eight), the codes as w + 128 by one xor per
-// two panel vectors (Tile32's Decode unpacks each block and transposes in 256 bits).
+// two panel vectors (DecodeEight unpacks each block and transposes in 256 bits).
 template <typename D>
 struct TileQ8_0 : Tile32<Q8_0Format<D>, 7> {
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, PanelBlock* out) {
