@@ -375,8 +375,9 @@ TEST_P(SimdKernelsTest, QuantizedMatMulMatchesScalarAndDequantizedOracle) {
       if (cols % act_block != 0) continue;
       if (cols == 8448 && act_block != 32) continue;
       // n = 70: the batched kernels take at most 64 activation rows per pass over the
-      // weights (kQRowsPerPass), so the second pass starts at row 64.
-      for (int n : {1, 2, 3, 8, 17, 70}) {
+      // weights (kQRowsPerPass), so the second pass starts at row 64; n = 65: that pass
+      // has one row and takes the batch-1 path at an offset.
+      for (int n : {1, 2, 3, 8, 17, 65, 70}) {
         SCOPED_TRACE(::testing::Message()
                      << model::DTypeName(dtype) << " cols=" << cols << " n=" << n);
         constexpr int64_t kRows = 6;  // interleaved: rows 1..5, a tile of 4 and one more

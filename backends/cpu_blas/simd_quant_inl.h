@@ -105,14 +105,11 @@ struct Q8_0Format {
   // of kOffset * sum x (offset form: the codes run as w + 128).
   static constexpr int kOffset = D::kUnsignedOffset ? 128 : 0;
   KVSERVE_SIMD_TARGET static __m256i IntDot(const uint8_t* wb, const int8_t* xq) {
-    const __m256i w = Load256(wb + 2);
-    if constexpr (D::kUnsignedOffset) {
-      return D::DotU8S8(_mm256_setzero_si256(), _mm256_xor_si256(w, _mm256_set1_epi8(-128)),
-                        Load256(xq));
-    } else {
-      return D::DotU8S8(_mm256_setzero_si256(), _mm256_sign_epi8(w, w),
-                        _mm256_sign_epi8(Load256(xq), w));
-    }
+    Block b;
+    Decode(wb, &b);  // (its scale, unused here, is dropped by the compiler)
+    const __m256i x = Load256(xq);
+    return D::DotU8S8(_mm256_setzero_si256(), b.u,
+                      D::kUnsignedOffset ? x : _mm256_sign_epi8(x, b.w));
   }
 };
 
