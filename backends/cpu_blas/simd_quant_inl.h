@@ -13,7 +13,8 @@
 // issues as two 256-bit halves anyway (same throughput). Batch-1 decode of q8_0 and q4_0
 // takes eight blocks per step (QMatVec8: their scales once per eight); q4_0 still spends
 // about 8 instructions per 18-byte block and reaches about two thirds of the bandwidth
-// bound on two Zen 5 cores (docs/performance.md).
+// bound on two Zen 5 cores (docs/performance.md). The AVX-512 VNNI level replaces the
+// batch-1 products of q4_0 and the k-quants with 512-bit ones (simd_quant_vec512_inl.h).
 //
 // Exactness: the integer part of every block product is exact (no saturation: with
 // vpmaddubsw the unsigned operand is < 64 or |w| <= 128 against |x| <= 127, so its pair
