@@ -172,6 +172,12 @@ struct TileK {
   }
 };
 
+// q4_K straight into the interleaved panel: packed chunk j (32 bytes) holds sub-block 2j in
+// its low nibbles and 2j + 1 in its high ones, word k of a chunk words k of both, so panel
+// vector v (word 2v of sub-blocks 0-7 in lanes 0-7, word 2v + 1 in lanes 8-15) is one
+// 2-source permute of the 128 packed bytes (each chunk's word twice), a shift of the odd
+// lanes by 4 and a mask: under half the instructions of unpacking and transposing
+// (Q4KCodes, StoreInterleaved).
 struct TileQ4K : TileK {
   static constexpr bool kTwoChains = false;
   static constexpr int64_t kBytes = model::kQ4_KBlockBytes;
@@ -179,9 +185,20 @@ struct TileQ4K : TileK {
     __m256i sc;
     __m256i m;
     Q4KScaleMin(wb, &sc, &m);
-    __m256i q[8];
-    Q4KCodes(wb, q);
-    StoreInterleaved(q, out);
+    const __m512i chunks01 = _mm512_loadu_si512(wb + 16);  // dword 8j + k = word k of chunk j
+    const __m512i chunks23 = _mm512_loadu_si512(wb + 80);
+    const __m512i odd_high = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    const __m512i low4 = _mm512_set1_epi8(15);
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      // Lane l: word 2v + l / 8 of chunk (l % 8) / 2.
+      const __m512i idx = _mm512_add_epi32(
+          _mm512_setr_epi32(0, 0, 8, 8, 16, 16, 24, 24, 1, 1, 9, 9, 17, 17, 25, 25),
+          _mm512_set1_epi32(2 * v));
+      const __m512i words = _mm512_permutex2var_epi32(chunks01, idx, chunks23);
+      _mm512_store_si512(out->q + 64 * v,
+                         _mm512_and_si512(_mm512_srlv_epi32(words, odd_high), low4));
+    }
     _mm512_store_ps(out->scale,
                     Twice(_mm256_mul_ps(_mm256_set1_ps(LoadHalf(wb)), _mm256_cvtepi32_ps(sc))));
     // Lanes v and v + 8 meet bsums 2v and 2v + 1: both halves of sub-block v.
