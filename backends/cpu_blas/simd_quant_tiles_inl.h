@@ -40,13 +40,6 @@ KVSERVE_SIMD_TARGET inline __m512 Join(__m256 lo, __m256 hi) {
 // Lanes 0-7 and 8-15 both = v.
 KVSERVE_SIMD_TARGET inline __m512 Twice(__m256 v) { return Join(v, v); }
 
-KVSERVE_SIMD_TARGET inline void StoreCodes(const __m256i (&q)[8], PanelBlock* out) {
-#pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) {
-    _mm256_store_si256(reinterpret_cast<__m256i*>(out->q + 32 * k), q[k]);
-  }
-}
-
 // The activation side of one (block, activation row), shared by the tile's weight rows.
 struct XPrep {
   __m512 d;      // per-lane activation scale
@@ -163,13 +156,6 @@ struct TileK {
         _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     p->b = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(even_odd, bs)), p->d);
   }
-  // The 256 codes of a k-quant block (natural order, as Q4KCodes / Q6KCodes give them)
-  // stored interleaved.
-  KVSERVE_SIMD_TARGET static void StoreInterleaved(const __m256i (&q)[8], PanelBlock* out) {
-    __m256i t[8];
-    Transpose8x8(q, t);
-    StoreCodes(t, out);
-  }
 };
 
 // q4_K straight into the interleaved panel: packed chunk j (32 bytes) holds sub-block 2j in
@@ -177,7 +163,7 @@ struct TileK {
 // vector v (word 2v of sub-blocks 0-7 in lanes 0-7, word 2v + 1 in lanes 8-15) is one
 // 2-source permute of the 128 packed bytes (each chunk's word twice), a shift of the odd
 // lanes by 4 and a mask: under half the instructions of unpacking and transposing
-// (Q4KCodes, StoreInterleaved).
+// (Q4KCodes and Transpose8x8, as the 256-bit interleaved kernels do).
 struct TileQ4K : TileK {
   static constexpr bool kTwoChains = false;
   static constexpr int64_t kBytes = model::kQ4_KBlockBytes;
@@ -207,13 +193,36 @@ struct TileQ4K : TileK {
   }
 };
 
+// q6_K straight into the interleaved panel as TileQ4K: sub-block v = 4h + k (Q6KCodes) takes
+// word w of its low nibbles from ql half h, 32-byte part k % 2, nibble k / 2, and its
+// high bit pair k from word w of qh half h; per panel vector one 2-source permute of ql,
+// one permute of qh, a shift, a rotate (bit pair k to bits 4-5) and a merge.
 struct TileQ6K : TileK {
   static constexpr bool kTwoChains = true;
   static constexpr int64_t kBytes = model::kQ6_KBlockBytes;
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, PanelBlock* out) {
-    __m256i q[8];
-    Q6KCodes(wb, q);
-    StoreInterleaved(q, out);
+    const __m512i ql0 = _mm512_loadu_si512(wb);       // dword 8 (k % 2) + w, h = 0
+    const __m512i ql1 = _mm512_loadu_si512(wb + 64);  // h = 1
+    const __m512i qh = _mm512_loadu_si512(wb + 128);  // dword 8h + w
+    // Per lane (sub-block v = l % 8): the nibble shift 4 (k / 2), the rotate 4 - 2k mod 32.
+    const __m512i nibble = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4);
+    const __m512i rotate = _mm512_setr_epi32(4, 2, 0, 30, 4, 2, 0, 30, 4, 2, 0, 30, 4, 2, 0, 30);
+    const __m512i low4 = _mm512_set1_epi8(15);
+    const __m512i bits45 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+      // Lane l: word w = 2v + l / 8 of sub-block l % 8.
+      const __m512i w = _mm512_set1_epi32(2 * v);
+      const __m512i ql_idx = _mm512_add_epi32(
+          _mm512_setr_epi32(0, 8, 0, 8, 16, 24, 16, 24, 1, 9, 1, 9, 17, 25, 17, 25), w);
+      const __m512i qh_idx =
+          _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 1, 1, 1, 1, 9, 9, 9, 9), w);
+      const __m512i lo = _mm512_and_si512(
+          _mm512_srlv_epi32(_mm512_permutex2var_epi32(ql0, ql_idx, ql1), nibble), low4);
+      const __m512i hi = _mm512_rolv_epi32(_mm512_permutexvar_epi32(qh_idx, qh), rotate);
+      // lo | (hi & 0x30)
+      _mm512_store_si512(out->q + 64 * v, _mm512_ternarylogic_epi32(lo, hi, bits45, 0xF8));
+    }
     const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 192));
     // Even groups' scales to bytes 0-7, odd groups' to bytes 8-15.
     const __m128i split =
