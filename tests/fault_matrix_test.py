@@ -160,7 +160,8 @@ class SigtermTest(unittest.TestCase):
         reports how many (their number depends on how fast clients retry: 1-26 of 500-4,000
         calls after the signal here)."""
         stats = load.Stats()
-        with lib.KvserveProcess(KVSERVE, MODEL, ["--drain-grace", "30s"]) as server:
+        with lib.KvserveProcess(KVSERVE, MODEL, ["--drain-grace", "30s"]) as server, \
+                grpc.insecure_channel(server.target()) as ch:
             stop = threading.Event()
             loader = threading.Thread(
                 target=load.run_load,
@@ -168,8 +169,19 @@ class SigtermTest(unittest.TestCase):
                 kwargs={"stop": stop}, daemon=True)
             loader.start()
             time.sleep(3)
+            # A drain lasts until the calls in flight end. The load's short streams (16-48
+            # tokens) can all end before any client's next call arrives (seen once under
+            # ctest -j2), so one stream to the end of the context, EOS ignored, is in flight
+            # at the signal: the drain then lasts hundreds of decode steps.
+            long_call = lib.Inference(ch).generate_stream(
+                load.pb.GenerateRequest(text=load.PROMPTS[0], max_tokens=4096, ignore_eos=True,
+                                        sampling=load.pb.SamplingParams(temperature=0.0)),
+                timeout=60)
+            long_messages = iter(long_call)
+            next(long_messages)  # its first tokens: it is decoding
             signalled = time.monotonic()
             server.proc.send_signal(signal.SIGTERM)
+            long_usage = [m.usage for m in long_messages if m.HasField("usage")]
             code = server.proc.wait(timeout=60)
             time.sleep(0.5)  # calls after the exit: connection refused
             stop.set()
@@ -184,6 +196,9 @@ class SigtermTest(unittest.TestCase):
             "after: draining", len(draining), "refused", len(refused), "cancelled at close",
             len(cancelled), "ok", sum(1 for e in after if e[2] == "OK"), flush=True)
         self.assertEqual(code, 0)
+        # The drain let the long stream finish (its last message carries the usage).
+        self.assertEqual(len(long_usage), 1)
+        self.assertGreater(long_usage[0].completion_tokens, 100)
         self.assertEqual(stats.malformed, [])
         for _, _, c, _ in stats.events:
             self.assertIn(c, ("OK", "UNAVAILABLE", "CANCELLED"))

@@ -291,11 +291,16 @@ class SessionCacheEndToEndTest(unittest.TestCase):
             done.set()
             t.join(timeout=60)
             self.assertEqual(errors, [])
-            # Reuse resumes: what A writes now, a fresh replica finds.
-            with grpc.insecure_channel(a.target()) as ch:
-                Inference(ch).generate(greedy(8, text=FIRST + " again"), timeout=30)
-            with grpc.insecure_channel(cache.target()) as cch:
-                lib.wait_for(lambda: Cache(cch).stats().blocks > 0, what="blocks after the restart")
+            # Reuse resumes: what A writes now, a fresh replica finds. A's channel reaches the
+            # restarted cache after gRPC's reconnect backoff (seconds after an outage, longer on
+            # a loaded machine), and a write that fails meanwhile is only counted, so A repeats
+            # the request (each stores all its blocks the cache lacks) until the cache has some.
+            def written():
+                with grpc.insecure_channel(a.target()) as ch:
+                    Inference(ch).generate(greedy(8, text=FIRST + " again"), timeout=30)
+                with grpc.insecure_channel(cache.target()) as cch:
+                    return Cache(cch).stats().blocks > 0
+            lib.wait_for(written, timeout=60, what="blocks after the restart")
             with replica(cache) as b, grpc.insecure_channel(b.target()) as ch:
                 got = Inference(ch).generate(greedy(8, text=FIRST + " again"), timeout=30)
                 self.assertGreater(got.usage.cached_tokens_remote, 0)

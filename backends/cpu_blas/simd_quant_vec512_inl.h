@@ -1,7 +1,7 @@
 // Batch-1 products of q4_K, q6_K and q4_0 weights with one activation row (Q8KBlock,
-// Q8Block) in 512-bit vectors, for the AVX-512 VNNI level. Not a normal header: simd_avx512_vnni.cc
-// includes it inside its anonymous namespace after simd_quant_inl.h (QMatMulT, the
-// batched fallback), with KVSERVE_SIMD_TARGET defined.
+// Q8Block) in 512-bit vectors, for the AVX-512 VNNI level. Not a normal header:
+// simd_avx512_vnni.cc includes it inside its anonymous namespace after simd_quant_inl.h
+// (QMatMulT, the batched fallback), with KVSERVE_SIMD_TARGET defined.
 //
 // Why: the 256-bit batch-1 product (QMatMulT with KFormatDot) spends about 100
 // instructions per 256 weights (per 32 codes a zeroed vpdpbusd, a vpmulld by the sub-block
@@ -54,10 +54,10 @@ KVSERVE_SIMD_TARGET void Q4KRows512(const uint8_t* w, int64_t row_bytes, int64_t
       // of the block's first 16 bytes), all four result words at once.
       const __m128i head = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb));
       const __m128i z = _mm_srlv_epi32(_mm_shuffle_epi32(head, _MM_SHUFFLE(3, 2, 3, 1)),
-                                       _mm_setr_epi32(0, 0, 0, 4));        // u0, u2, u1, u2 >> 4
-      const __m128i y = _mm_shuffle_epi32(head, _MM_SHUFFLE(2, 2, 1, 1));  // u0, u0, u1, u1
-      const __m128i scm =
-          _mm_or_si128(_mm_and_si128(z, low6_low4), _mm_and_si128(_mm_srli_epi32(y, 2), top2_at_4));
+                                       _mm_setr_epi32(0, 0, 0, 4));          // u0, u2, u1, u2 >> 4
+      const __m128i top = _mm_shuffle_epi32(head, _MM_SHUFFLE(2, 2, 1, 1));  // u0, u0, u1, u1
+      const __m128i scm = _mm_or_si128(_mm_and_si128(z, low6_low4),
+                                       _mm_and_si128(_mm_srli_epi32(top, 2), top2_at_4));
       const __m512i scales = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scm));
       // [m0, m0, m1, m1, ..., m7, m7]: vpmaddwd with the 16 bsums gives m_s times the sum of
       // sub-block s's activation codes in lane s.
@@ -143,8 +143,9 @@ KVSERVE_SIMD_TARGET void Q6KRows512(const uint8_t* w, int64_t row_bytes, int64_t
 // but each vpdpbusd takes two blocks (64 codes) against 64 consecutive activation codes
 // (the chunk's codes are first copied out of the 40-byte Q8Blocks into a contiguous
 // array), and the eight blocks' lane sums are reduced by one 4 x 4 transpose-add instead
-// of vphaddd in 256 bits: tl1b q4_0 64.2 -> 71.5 tok/s on Zen 5 (q8_0 the same way was no
-// faster: its batch 1 already runs near the bandwidth bound). A format P provides
+// of vphaddd in 256 bits: tl1b q4_0 batch 1 about 10 % faster on Zen 5 (q8_0 the same way
+// was no faster: its batch 1 already runs near the bandwidth bound; docs/performance.md). A format
+// P provides
 //   kBytes, kOffset                      as Q4_0Format
 //   static __m512i Codes2(const uint8_t* wb): the unsigned codes of blocks wb, wb + kBytes
 //   static __m256 Scales8(const uint8_t* wb): d of blocks 0, 2, 4, 6, 1, 3, 5, 7 (the order
@@ -166,9 +167,10 @@ KVSERVE_SIMD_TARGET inline __m256i SumPairs8(const __m512i (&p)[4]) {
   return _mm256_add_epi32(_mm512_castsi512_si256(u), _mm512_extracti64x4_epi64(u, 1));
 }
 
-// q4_0: per block 16 bytes of nibbles after the f16 d (Q4_0Format); vector lanes 0-1 hold
-// block 0's 16 bytes, lanes 2-3 block 1's, and the odd lanes shift right by 4, so lane
-// 2k + 1 holds the high nibbles (elements 16..31).
+// q4_0: per block 16 bytes of nibbles after the f16 d (Q4_0Format); 128-bit lanes 0-1 of
+// the vector hold block 0's 16 bytes, lanes 2-3 block 1's, and the odd lanes shift right
+// by 4, so lane 2k holds a block's low nibbles (elements 0..15), lane 2k + 1 its high
+// ones (16..31).
 struct Q4_0Pairs {
   static constexpr int64_t kBytes = model::kQ4_0BlockBytes;
   static constexpr int kOffset = 8;
@@ -227,8 +229,8 @@ KVSERVE_SIMD_TARGET void QMatVecPairs(const uint8_t* w, int64_t row_bytes, int64
   }
 }
 
-// KernelSet::matmul_q4_0: one activation row by QMatVecPairs<P> when the
-// blocks come in eights, otherwise QMatMulT<F>.
+// KernelSet::matmul_q4_0: one activation row by QMatVecPairs<P> when the blocks come in
+// eights, otherwise QMatMulT<F>.
 template <typename F, typename P>
 KVSERVE_SIMD_TARGET void PairsMatMul512(const uint8_t* w, int64_t row_bytes, int64_t cols,
                                         int64_t row_begin, int64_t row_end, const void* xq,
