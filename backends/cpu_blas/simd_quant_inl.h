@@ -508,38 +508,66 @@ KVSERVE_SIMD_TARGET inline __m256 LoadHalves8(const uint8_t* p, int64_t stride) 
       _mm_setr_epi16(half(0), half(1), half(2), half(3), half(4), half(5), half(6), half(7)));
 }
 
-// Blocks per column chunk of QMatVec8 (the activation scales and offsets of a chunk are
-// gathered into arrays on the stack first: 2 KiB).
+// Blocks per column chunk of the eight-block batch-1 products (the activation scales and
+// offsets of a chunk are gathered into arrays on the stack first: 2 KiB).
 constexpr int64_t kVec8ChunkBlocks = 256;
+
+// One step of an eight-block batch-1 product: the eight blocks' integer products (short
+// of their activation offsets) and their weight scales, in the step's lane order.
+struct Step8 {
+  __m256i sums;
+  __m256 scales;
+};
+
+// The column-chunk and row loops of the batch-1 products that take eight 32-weight blocks
+// per step (QMatVec8 below, QMatVecPairs in simd_quant_vec512_inl.h): y[r] = the sum over
+// steps of (sums - xoff) * scales * xd, lane by lane. Per chunk of up to kVec8ChunkBlocks
+// blocks from block b0, prepare(b0, nb, xd, xoff) fills the chunk's activation scales xd
+// and offsets xoff (in the steps' lane order); per row and eight blocks at wb
+// (chunk-relative block b), step(wb, b0, b) returns their Step8. kBytes: bytes per block.
+// Precondition: blocks % 8 == 0.
+template <int64_t kBytes, typename Prepare, typename Step>
+KVSERVE_SIMD_TARGET inline void Vec8Rows(const uint8_t* w, int64_t row_bytes, int64_t blocks,
+                                         int64_t row_begin, int64_t row_end, float* y,
+                                         Prepare&& prepare, Step&& step) {
+  alignas(32) float xd[kVec8ChunkBlocks];
+  alignas(32) int32_t xoff[kVec8ChunkBlocks];
+  for (int64_t b0 = 0; b0 < blocks; b0 += kVec8ChunkBlocks) {
+    const int64_t nb = std::min(kVec8ChunkBlocks, blocks - b0);
+    prepare(b0, nb, xd, xoff);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const uint8_t* wr = w + r * row_bytes + b0 * kBytes;
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t b = 0; b < nb; b += 8) {
+        const Step8 s = step(wr + b * kBytes, b0, b);
+        const __m256i sum = _mm256_sub_epi32(s.sums, Load256(xoff + b));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
+                              _mm256_mul_ps(s.scales, _mm256_load_ps(xd + b)), acc);
+      }
+      y[r] = (b0 == 0 ? 0.0f : y[r]) + HSum8(acc);
+    }
+  }
+}
 
 // y[r] = W_r · x for rows [row_begin, row_end) of a 32-weight format F with IntDot, one
 // Q8Block activation row x. Precondition: blocks % 8 == 0.
 template <typename F>
 KVSERVE_SIMD_TARGET void QMatVec8(const uint8_t* w, int64_t row_bytes, int64_t blocks,
                                   int64_t row_begin, int64_t row_end, const Q8Block* x, float* y) {
-  alignas(32) float xd[kVec8ChunkBlocks];
-  alignas(32) int32_t xoff[kVec8ChunkBlocks];
-  for (int64_t b0 = 0; b0 < blocks; b0 += kVec8ChunkBlocks) {
-    const int64_t nb = std::min(kVec8ChunkBlocks, blocks - b0);
-    for (int64_t b = 0; b < nb; ++b) {
-      xd[b] = x[b0 + b].d;
-      xoff[b] = F::kOffset * x[b0 + b].sum;
-    }
-    for (int64_t r = row_begin; r < row_end; ++r) {
-      const uint8_t* wr = w + r * row_bytes + b0 * F::kBytes;
-      __m256 acc = _mm256_setzero_ps();
-      for (int64_t b = 0; b < nb; b += 8) {
-        const uint8_t* wb = wr + b * F::kBytes;
+  Vec8Rows<F::kBytes>(
+      w, row_bytes, blocks, row_begin, row_end, y,
+      [&](int64_t b0, int64_t nb, float* xd, int32_t* xoff) KVSERVE_SIMD_TARGET {
+        for (int64_t b = 0; b < nb; ++b) {
+          xd[b] = x[b0 + b].d;
+          xoff[b] = F::kOffset * x[b0 + b].sum;
+        }
+      },
+      [&](const uint8_t* wb, int64_t b0, int64_t b) KVSERVE_SIMD_TARGET {
         __m256i s[8];
 #pragma GCC unroll 8
         for (int v = 0; v < 8; ++v) s[v] = F::IntDot(wb + v * F::kBytes, x[b0 + b + v].q);
-        const __m256i sum = _mm256_sub_epi32(Sum8Lanes(s), Load256(xoff + b));
-        const __m256 scale = _mm256_mul_ps(LoadHalves8(wb, F::kBytes), _mm256_load_ps(xd + b));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc);
-      }
-      y[r] = (b0 == 0 ? 0.0f : y[r]) + HSum8(acc);
-    }
-  }
+        return Step8{Sum8Lanes(s), LoadHalves8(wb, F::kBytes)};
+      });
 }
 
 // Activation rows per pass of QMatMulT (their float accumulators live on the stack:

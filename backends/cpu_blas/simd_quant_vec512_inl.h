@@ -198,35 +198,26 @@ template <typename P>
 KVSERVE_SIMD_TARGET void QMatVecPairs(const uint8_t* w, int64_t row_bytes, int64_t blocks,
                                       int64_t row_begin, int64_t row_end, const Q8Block* x,
                                       float* y) {
-  alignas(64) int8_t xq[kVec8ChunkBlocks * 32];
-  alignas(32) float xd[kVec8ChunkBlocks];      // in kPairOrder within each eight
-  alignas(32) int32_t xoff[kVec8ChunkBlocks];  // likewise
-  for (int64_t b0 = 0; b0 < blocks; b0 += kVec8ChunkBlocks) {
-    const int64_t nb = std::min(kVec8ChunkBlocks, blocks - b0);
-    for (int64_t b = 0; b < nb; ++b) {
-      std::memcpy(xq + 32 * b, x[b0 + b].q, 32);
-      const int64_t from = b0 + (b & ~7) + kPairOrder[b & 7];
-      xd[b] = x[from].d;
-      xoff[b] = P::kOffset * x[from].sum;
-    }
-    for (int64_t r = row_begin; r < row_end; ++r) {
-      const uint8_t* wr = w + r * row_bytes + b0 * P::kBytes;
-      __m256 acc = _mm256_setzero_ps();
-      for (int64_t b = 0; b < nb; b += 8) {
-        const uint8_t* wb = wr + b * P::kBytes;
+  alignas(64) int8_t xq[kVec8ChunkBlocks * 32];  // the chunk's codes, in order
+  Vec8Rows<P::kBytes>(
+      w, row_bytes, blocks, row_begin, row_end, y,
+      [&](int64_t b0, int64_t nb, float* xd, int32_t* xoff) KVSERVE_SIMD_TARGET {
+        for (int64_t b = 0; b < nb; ++b) {
+          std::memcpy(xq + 32 * b, x[b0 + b].q, 32);
+          const int64_t from = b0 + (b & ~7) + kPairOrder[b & 7];
+          xd[b] = x[from].d;
+          xoff[b] = P::kOffset * x[from].sum;
+        }
+      },
+      [&](const uint8_t* wb, int64_t /*b0*/, int64_t b) KVSERVE_SIMD_TARGET {
         __m512i p[4];
 #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) {
           p[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), P::Codes2(wb + 2 * j * P::kBytes),
                                      _mm512_load_si512(xq + 32 * (b + 2 * j)));
         }
-        const __m256i sum = _mm256_sub_epi32(SumPairs8(p), Load256(xoff + b));
-        const __m256 scale = _mm256_mul_ps(P::Scales8(wb), _mm256_load_ps(xd + b));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc);
-      }
-      y[r] = (b0 == 0 ? 0.0f : y[r]) + HSum8(acc);
-    }
-  }
+        return Step8{SumPairs8(p), P::Scales8(wb)};
+      });
 }
 
 // KernelSet::matmul_q4_0: one activation row by QMatVecPairs<P> when the blocks come in
