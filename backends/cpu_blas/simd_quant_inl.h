@@ -176,20 +176,25 @@ struct KFormatDot {
   }
 };
 
+// q4_K's 12 scale bytes unpacked (model::Q4KScaleMin): bytes 0-7 = sc0..sc7, bytes 8-15 =
+// m0..m7. As 32-bit words u0, u1, u2 (block bytes 4-15): sc0-3 / m0-3 are the low 6 bits
+// of u0 / u1; sc4-7 / m4-7 take their low 4 bits from the nibbles of u2 and their high 2
+// bits from the top bits of u0 / u1. All four result words at once.
+KVSERVE_SIMD_TARGET inline __m128i Q4KScaleMinBytes(const uint8_t* wb) {
+  const __m128i head = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb));  // d, u0-u2
+  const __m128i low = _mm_srlv_epi32(_mm_shuffle_epi32(head, _MM_SHUFFLE(3, 2, 3, 1)),
+                                     _mm_setr_epi32(0, 0, 0, 4));        // u0, u2, u1, u2 >> 4
+  const __m128i top = _mm_shuffle_epi32(head, _MM_SHUFFLE(2, 2, 1, 1));  // u0, u0, u1, u1
+  return _mm_or_si128(
+      _mm_and_si128(low, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)),
+      _mm_and_si128(_mm_srli_epi32(top, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030)));
+}
+
 // q4_K sub-block scales and mins as int32 lanes (lane s = sc_s / m_s).
 KVSERVE_SIMD_TARGET inline void Q4KScaleMin(const uint8_t* wb, __m256i* sc, __m256i* m) {
-  // The 12 scale bytes as 32-bit words: sc0-3 / m0-3 are the low 6 bits of bytes 0-3 /
-  // 4-7; sc4-7 / m4-7 take their low 4 bits from the nibbles of bytes 8-11 and their
-  // high 2 bits from the top bits of bytes 0-3 / 4-7 (model::Q4KScaleMin).
-  uint32_t u[3];
-  std::memcpy(u, wb + 4, 12);
-  constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
-  const uint32_t sc_lo = u[0] & k6;
-  const uint32_t m_lo = u[1] & k6;
-  const uint32_t sc_hi = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
-  const uint32_t m_hi = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
-  *sc = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(sc_hi), static_cast<int>(sc_lo)));
-  *m = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo)));
+  const __m128i scm = Q4KScaleMinBytes(wb);
+  *sc = _mm256_cvtepu8_epi32(scm);
+  *m = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(scm, scm));
 }
 
 // q4_K sub-block scales as int32 lanes (lane s = sc_s) and the offset weights

@@ -33,10 +33,6 @@ KVSERVE_SIMD_TARGET void Q4KRows512(const uint8_t* w, int64_t row_bytes, int64_t
                                     float* y) {
   const __m512i low4 = _mm512_set1_epi8(15);
   const __m512i nibble_shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
-  // Masks of the four scale words: [sc_lo, sc_hi, m_lo, m_hi] take the low 6 / low 4 bits
-  // of their source byte, the high words also its top 2 bits (of u0 / u1) at bits 4-5.
-  const __m128i low6_low4 = _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f);
-  const __m128i top2_at_4 = _mm_setr_epi32(0, 0x30303030, 0, 0x30303030);
   // Scale words sc0..sc7 are in every 128-bit lane; vector m takes sc_2m in lanes 0-1 and
   // sc_2m+1 in lanes 2-3.
   __m512i pick[4];
@@ -50,14 +46,7 @@ KVSERVE_SIMD_TARGET void Q4KRows512(const uint8_t* w, int64_t row_bytes, int64_t
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* wb = w + r * row_bytes + b * model::kQ4_KBlockBytes;
       const Q8KBlock& xb = x[b];
-      // Bytes sc0..sc7, m0..m7: Q4KScaleMin's unpacking on the words u0, u1, u2 (dwords 1-3
-      // of the block's first 16 bytes), all four result words at once.
-      const __m128i head = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb));
-      const __m128i z = _mm_srlv_epi32(_mm_shuffle_epi32(head, _MM_SHUFFLE(3, 2, 3, 1)),
-                                       _mm_setr_epi32(0, 0, 0, 4));          // u0, u2, u1, u2 >> 4
-      const __m128i top = _mm_shuffle_epi32(head, _MM_SHUFFLE(2, 2, 1, 1));  // u0, u0, u1, u1
-      const __m128i scm = _mm_or_si128(_mm_and_si128(z, low6_low4),
-                                       _mm_and_si128(_mm_srli_epi32(top, 2), top2_at_4));
+      const __m128i scm = Q4KScaleMinBytes(wb);  // sc0..sc7, m0..m7
       const __m512i scales = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scm));
       // [m0, m0, m1, m1, ..., m7, m7]: vpmaddwd with the 16 bsums gives m_s times the sum of
       // sub-block s's activation codes in lane s.
