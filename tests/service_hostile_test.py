@@ -202,8 +202,12 @@ class ResetBurstTest(unittest.TestCase):
     # slack) may come on top: the stated margin is 128 MiB over idle RSS plus the quota.
     MARGIN = 128 << 20
     # RSS must be back within the limit this long after a burst (the server trims the
-    # heap every --malloc-trim-interval, 2 s by default).
-    SETTLE_SECONDS = 6
+    # heap every --malloc-trim-interval, 2 s by default, once it has worked through the
+    # burst's resets). Alone a burst settles within 2-3 s, 20-27 MiB over idle RSS;
+    # under `ctest -j2` beside other suites one burst was still at 778 MiB (limit 733)
+    # when a 6 s window ended, so the window is 20 s: a server that keeps the memory
+    # still fails, only later.
+    SETTLE_SECONDS = 20
 
     def burst(self, port):
         conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
@@ -223,12 +227,14 @@ class ResetBurstTest(unittest.TestCase):
             time.sleep(0.2)
 
     def settled_rss(self, pid, limit):
-        """RSS once it is below `limit`, or the last reading after SETTLE_SECONDS."""
-        end = time.monotonic() + self.SETTLE_SECONDS
+        """(RSS, seconds waited) once RSS is below `limit`, or the last reading after
+        SETTLE_SECONDS."""
+        start = time.monotonic()
         while True:
             rss = lib.rss_bytes(pid)
-            if rss < limit or time.monotonic() > end:
-                return rss
+            waited = time.monotonic() - start
+            if rss < limit or waited > self.SETTLE_SECONDS:
+                return rss, waited
             time.sleep(0.2)
 
     def test_reset_bursts_leave_rss_within_quota_and_margin(self):
@@ -244,10 +250,10 @@ class ResetBurstTest(unittest.TestCase):
                 for n in range(self.BURSTS):
                     self.burst(server.port)
                     peak = max(peak, lib.rss_bytes(pid))
-                    after = self.settled_rss(pid, limit)
+                    after, waited = self.settled_rss(pid, limit)
                     print("reset burst %d: idle RSS %.0f MiB, peak so far %.0f MiB, settled "
-                          "%.0f MiB, limit %.0f MiB" % (n, idle / 2**20, peak / 2**20,
-                                                        after / 2**20, limit / 2**20))
+                          "%.0f MiB after %.1f s, limit %.0f MiB" %
+                          (n, idle / 2**20, peak / 2**20, after / 2**20, waited, limit / 2**20))
                     self.assertLess(after, limit)
                 self.assertIsNone(server.proc.poll())
                 info(pb.GetModelInfoRequest(), timeout=10)  # still serving
