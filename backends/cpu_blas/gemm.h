@@ -4,6 +4,7 @@
 #define KVSERVE_BACKENDS_CPU_BLAS_GEMM_H_
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <vector>
 
@@ -50,10 +51,10 @@ struct GemmOptions {
   // Default true.
   bool bf16_dot = true;
   // Activations of at least this many elements (rows x columns) are quantized for the
-  // integer kernels on the pool, a slice of rows per task, instead of on the calling
-  // thread while the others wait (a 512-token tl1b q4_0 prefill spent ~3.4 % of its
-  // samples there, serially). Default 64 Ki elements (a 16-row batch of tl1b stays on
-  // the caller).
+  // integer kernels (or rounded to bf16 for bf16_dot) on the pool, a slice of rows per
+  // task, instead of on the calling thread while the others wait (a 512-token tl1b q4_0
+  // prefill spent ~3.4 % of its samples there, serially). Default 64 Ki elements (a 16-row batch of
+  // tl1b stays on the caller).
   int64_t quant_parallel_min_elements = 64 * 1024;
   // Largest f32 weight tile handed to one sgemm call (16-bit and quantized tiles are
   // converted into a per-thread scratch of this size). Each call packs all activation
@@ -109,6 +110,11 @@ class Gemm {
   void RunSgemm(const Task& task, const float* x, int n, int thread);
   // Fills xq8_ / xq8k_ with x in the activation formats the products' weights need.
   void QuantizeActivations(std::initializer_list<Product> products, const float* x, int n);
+  // Fills xbf16_ with x rounded to bf16 for matmul_bf16_dot.
+  void RoundActivations(const float* x, int n, int64_t cols);
+  // Calls rows(begin, end) over the n activation rows of `cols` elements: on the calling
+  // thread, or from options_.quant_parallel_min_elements in slices on the pool.
+  void ForActivationRows(int n, int64_t cols, const std::function<void(int, int)>& rows);
 
   ThreadPool* pool_;
   const KernelSet* kernels_;
@@ -120,6 +126,8 @@ class Gemm {
   int64_t xq8_row_ = 0;
   std::vector<uint8_t> xq8k_;  // [n] rows of Q8KBlock, xq8k_row_ bytes each
   int64_t xq8k_row_ = 0;
+  std::vector<uint16_t> xbf16_;  // [n] rows of bf16, xbf16_row_ elements each
+  int64_t xbf16_row_ = 0;
   bool interleaved_ = false;  // the current Run's activations are interleaved
   bool bf16_dot_ = false;     // the current Run's bf16 products use matmul_bf16_dot
 };

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
 #include "backends/cpu_blas/simd_hsum.h"
 #include "backends/cpu_blas/simd_kernels.h"
@@ -24,9 +23,10 @@ namespace {
 
 // Elements per step: one 512-bit vector of bf16 pairs.
 constexpr int64_t kStep = 32;
+static_assert(Bf16DotStride(1) == kStep, "activation rows are padded to whole steps");
 // Weight rows x activation rows per register tile (24 accumulators, 4 activation vectors
 // and a weight vector: 29 of the 32 registers; a 4 x 6 tile spilled), and activation rows
-// per pass over the weights (their bf16 copy, 64 x cols x 2 bytes, stays in L2). Gemm
+// per pass over the weights (their bf16 rows, 64 x cols x 2 bytes, stay in L2). Gemm
 // hands this kernel slices of a multiple of 12 rows (gemm.cc), so the 1-row tail runs only
 // for matrices whose row count is not a multiple of 6. bench/kernels_bench.cc BM_Gemm
 // bf16_dot (2048 x 768, 2 threads, Zen 5, medians of 3, two alternated rounds) 4 x 4 ->
@@ -36,8 +36,9 @@ constexpr int kTileRows = 6;
 constexpr int kTileCols = 4;
 constexpr int kRowsPerPass = 64;
 
-// `cols` floats to bf16 (round to nearest even), zero-padded to `padded` elements.
-KVSERVE_SIMD_TARGET void RoundRow(const float* x, int64_t cols, int64_t padded, uint16_t* out) {
+// KernelSet::round_bf16.
+KVSERVE_SIMD_TARGET void RoundRow(const float* x, int64_t cols, uint16_t* out) {
+  const int64_t padded = Bf16DotStride(cols);
   int64_t c = 0;
   for (; c + kStep <= cols; c += kStep) {
     const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + c + 16), _mm512_loadu_ps(x + c));
@@ -54,13 +55,13 @@ KVSERVE_SIMD_TARGET void RoundRow(const float* x, int64_t cols, int64_t padded, 
 }
 
 // y[c * ldy + r] = W_r . xb_c for R weight rows at w (cols apart) and C bf16 activation
-// rows at xb (`padded` apart; zero beyond cols). While it reads the R rows it prefetches
-// the R rows two tiles further at the same pace (as simd_kernels_inl.h's kContiguous:
+// rows at xb (`ldxb` apart; zero from cols to Bf16DotStride(cols)). While it reads the R rows it
+// prefetches the R rows two tiles further at the same pace (as simd_kernels_inl.h's kContiguous:
 // batch-1 decode streams the weights from memory, faster than the hardware prefetcher
 // alone; a hint never faults, so addresses past the weights are harmless).
 template <int R, int C>
-KVSERVE_SIMD_TARGET void DotTile(const uint16_t* w, int64_t cols, const uint16_t* xb,
-                                 int64_t padded, float* y, int64_t ldy) {
+KVSERVE_SIMD_TARGET void DotTile(const uint16_t* w, int64_t cols, const uint16_t* xb, int64_t ldxb,
+                                 float* y, int64_t ldy) {
   __m512 acc[R][C];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -79,7 +80,7 @@ KVSERVE_SIMD_TARGET void DotTile(const uint16_t* w, int64_t cols, const uint16_t
     }
     __m512bh xv[C];
 #pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) xv[c] = (__m512bh)_mm512_loadu_si512(xb + c * padded + k);
+    for (int c = 0; c < C; ++c) xv[c] = (__m512bh)_mm512_loadu_si512(xb + c * ldxb + k);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + r * cols + k);
@@ -105,33 +106,28 @@ KVSERVE_SIMD_TARGET void DotTile(const uint16_t* w, int64_t cols, const uint16_t
 
 // R weight rows against `n` bf16 activation rows, in tiles of kTileCols rows.
 template <int R>
-KVSERVE_SIMD_TARGET void DotRows(const uint16_t* w, int64_t cols, const uint16_t* xb,
-                                 int64_t padded, int n, float* y, int64_t ldy) {
+KVSERVE_SIMD_TARGET void DotRows(const uint16_t* w, int64_t cols, const uint16_t* xb, int64_t ldxb,
+                                 int n, float* y, int64_t ldy) {
   int i = 0;
   for (; i + kTileCols <= n; i += kTileCols) {
-    DotTile<R, kTileCols>(w, cols, xb + i * padded, padded, y + i * ldy, ldy);
+    DotTile<R, kTileCols>(w, cols, xb + i * ldxb, ldxb, y + i * ldy, ldy);
   }
-  for (; i < n; ++i) DotTile<R, 1>(w, cols, xb + i * padded, padded, y + i * ldy, ldy);
+  for (; i < n; ++i) DotTile<R, 1>(w, cols, xb + i * ldxb, ldxb, y + i * ldy, ldy);
 }
 
 // KernelSet::matmul_bf16_dot.
 KVSERVE_SIMD_TARGET void MatMulBf16Dot(const uint16_t* w, int64_t cols, int64_t row_begin,
-                                       int64_t row_end, const float* x, int64_t ldx, int n,
+                                       int64_t row_end, const uint16_t* xb, int64_t ldxb, int n,
                                        float* y, int64_t ldy) {
-  const int64_t padded = (cols + kStep - 1) / kStep * kStep;
-  const int pass = std::min(n, kRowsPerPass);
-  std::vector<uint16_t> xb(static_cast<size_t>(pass * padded));
   for (int i0 = 0; i0 < n; i0 += kRowsPerPass) {
     const int nn = std::min(kRowsPerPass, n - i0);
-    for (int i = 0; i < nn; ++i) {
-      RoundRow(x + (i0 + i) * ldx, cols, padded, xb.data() + i * padded);
-    }
+    const uint16_t* xp = xb + i0 * ldxb;
     float* yp = y + i0 * ldy;
     int64_t r = row_begin;
     for (; r + kTileRows <= row_end; r += kTileRows) {
-      DotRows<kTileRows>(w + r * cols, cols, xb.data(), padded, nn, yp + r, ldy);
+      DotRows<kTileRows>(w + r * cols, cols, xp, ldxb, nn, yp + r, ldy);
     }
-    for (; r < row_end; ++r) DotRows<1>(w + r * cols, cols, xb.data(), padded, nn, yp + r, ldy);
+    for (; r < row_end; ++r) DotRows<1>(w + r * cols, cols, xp, ldxb, nn, yp + r, ldy);
   }
 }
 
@@ -139,6 +135,7 @@ KernelSet MakeBf16Set() {
   KernelSet k = Avx512VnniKernels();
   k.isa = Isa::kAvx512Bf16;
   k.matmul_bf16_dot = &MatMulBf16Dot;
+  k.round_bf16 = &RoundRow;
   return k;
 }
 

@@ -57,6 +57,19 @@ using QMatMulFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t cols, in
                            int64_t row_end, const void* xq, int64_t ldxq, int n, float* y,
                            int64_t ldy);
 
+// Row stride, in elements, that bf16 activations for KernelSet::matmul_bf16_dot need at
+// least: `cols` rounded up to the kernel's 32-element step.
+constexpr int64_t Bf16DotStride(int64_t cols) { return (cols + 31) / 32 * 32; }
+
+// y[i * ldy + r] = sum_c W[r, c] * XB[i, c]
+//     for r in [row_begin, row_end), i in [0, n), c in [0, cols)
+// W: [rows, cols] bf16 bits, row-major. XB: n rows of bf16 bits at xb + i * ldxb, with
+// ldxb >= Bf16DotStride(cols) and elements [cols, Bf16DotStride(cols)) of each row zero
+// (as KernelSet::round_bf16 writes them). Precondition: y does not alias W or xb.
+using MatMulBf16DotFn = void (*)(const uint16_t* w, int64_t cols, int64_t row_begin,
+                                 int64_t row_end, const uint16_t* xb, int64_t ldxb, int n, float* y,
+                                 int64_t ldy);
+
 // The kernels of one level. Obtain with KernelsFor(); the struct is immutable.
 struct KernelSet {
   Isa isa;
@@ -103,13 +116,18 @@ struct KernelSet {
   QMatMulFn matmul_q4_0_il = nullptr;  // activations: Q8x8Block rows
   QMatMulFn matmul_q4_k_il = nullptr;  // activations: Q8KBlock rows, q interleaved
   QMatMulFn matmul_q6_k_il = nullptr;  // activations: Q8KBlock rows, q interleaved
-  // bf16 weights against the activations rounded to bf16 (to nearest, ties to even):
-  // not the exact product of matmul_bf16 but the bf16 product the CPU's dot-product
-  // instruction computes (vdpbf16ps), as llama.cpp does for bf16 weights. Each element of
-  // x moves by at most 2^-8 of itself, so y moves by at most 2^-8 sum |w x| plus float
-  // rounding. Same signature and layout as matmul_bf16; any cols. nullptr below
+  // bf16 weights against the activations rounded to bf16 (to nearest, ties to even, by
+  // round_bf16): not the exact product of matmul_bf16 but the bf16 product the CPU's
+  // dot-product instruction computes (vdpbf16ps), as llama.cpp does for bf16 weights.
+  // Each element of x moves by at most 2^-8 of itself, so y moves by at most
+  // 2^-8 sum |w x| plus float rounding. Any cols. The activations are rounded once per
+  // product by the caller (gemm.cc), not once per slice of rows. nullptr below
   // avx512bf16.
-  MatMulFn<uint16_t> matmul_bf16_dot = nullptr;
+  MatMulBf16DotFn matmul_bf16_dot = nullptr;
+  // out[c] = bf16(x[c]) (to nearest, ties to even) for c in [0, cols), 0 for c in
+  // [cols, Bf16DotStride(cols)): one activation row for matmul_bf16_dot. nullptr
+  // where matmul_bf16_dot is.
+  void (*round_bf16)(const float* x, int64_t cols, uint16_t* out) = nullptr;
 };
 
 // The kernel set of `isa`. Precondition: IsaSupported(isa) (calling a kernel of an

@@ -133,9 +133,11 @@ TEST_P(SimdKernelsTest, MatMulMatchesScalarForEveryDtypeAndShape) {
 TEST_P(SimdKernelsTest, Bf16DotIsTheProductWithActivationsRoundedToBf16) {
   if (GetParam() != Isa::kAvx512Bf16) {
     EXPECT_EQ(kernels().matmul_bf16_dot, nullptr);
+    EXPECT_EQ(kernels().round_bf16, nullptr);
     return;
   }
   ASSERT_NE(kernels().matmul_bf16_dot, nullptr);
+  ASSERT_NE(kernels().round_bf16, nullptr);
   std::mt19937 rng(11);
   // Shapes: tails below one 32-element step (1, 7, 31, 33, 1030), tiles of 6 weight rows
   // (row ranges of 1-4, 6, 8 and 13 rows) and 4 activation rows with remainders, more
@@ -151,7 +153,20 @@ TEST_P(SimdKernelsTest, Bf16DotIsTheProductWithActivationsRoundedToBf16) {
         const int64_t r0 = rows > 2 ? 1 : 0;
         constexpr float kSentinel = 12345.0f;
         std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
-        kernels().matmul_bf16_dot(w.bits.data(), cols, r0, rows, x.data(), ldx, n, y.data(), ldy);
+        // Rounded rows with a stride past the padding, whose slack holds garbage the
+        // kernel must not read.
+        const int64_t ldxb = Bf16DotStride(cols) + 32;
+        std::vector<uint16_t> xb(static_cast<size_t>(n * ldxb), 0x7fc0);  // NaN
+        for (int i = 0; i < n; ++i) {
+          kernels().round_bf16(x.data() + i * ldx, cols, xb.data() + i * ldxb);
+          for (int64_t c = 0; c < ldxb; ++c) {
+            const uint16_t want = c < cols ? model::FloatToBF16(x[static_cast<size_t>(i * ldx + c)])
+                                  : c < Bf16DotStride(cols) ? uint16_t{0}
+                                                            : uint16_t{0x7fc0};
+            ASSERT_EQ(xb[static_cast<size_t>(i * ldxb + c)], want) << "i=" << i << " c=" << c;
+          }
+        }
+        kernels().matmul_bf16_dot(w.bits.data(), cols, r0, rows, xb.data(), ldxb, n, y.data(), ldy);
         for (int i = 0; i < n; ++i) {
           for (int64_t r = 0; r < ldy; ++r) {
             const float got = y[static_cast<size_t>(i * ldy + r)];
