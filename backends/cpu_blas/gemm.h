@@ -53,8 +53,8 @@ struct GemmOptions {
   // Activations of at least this many elements (rows x columns) are quantized for the
   // integer kernels (or rounded to bf16 for bf16_dot) on the pool, a slice of rows per
   // task, instead of on the calling thread while the others wait (a 512-token tl1b q4_0
-  // prefill spent ~3.4 % of its samples there, serially). Default 64 Ki elements (a 16-row batch of
-  // tl1b stays on the caller).
+  // prefill spent ~3.4 % of its samples there, serially). Default 64 Ki elements (a
+  // 16-row batch of tl1b stays on the caller).
   int64_t quant_parallel_min_elements = 64 * 1024;
   // Largest f32 weight tile handed to one sgemm call (16-bit and quantized tiles are
   // converted into a per-thread scratch of this size). Each call packs all activation

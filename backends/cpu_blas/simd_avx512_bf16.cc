@@ -55,10 +55,11 @@ KVSERVE_SIMD_TARGET void RoundRow(const float* x, int64_t cols, uint16_t* out) {
 }
 
 // y[c * ldy + r] = W_r . xb_c for R weight rows at w (cols apart) and C bf16 activation
-// rows at xb (`ldxb` apart; zero from cols to Bf16DotStride(cols)). While it reads the R rows it
-// prefetches the R rows two tiles further at the same pace (as simd_kernels_inl.h's kContiguous:
-// batch-1 decode streams the weights from memory, faster than the hardware prefetcher
-// alone; a hint never faults, so addresses past the weights are harmless).
+// rows at xb (`ldxb` apart; zero from cols to Bf16DotStride(cols)). While it reads the R
+// rows it prefetches the R rows two tiles further at the same pace (as
+// simd_kernels_inl.h's kContiguous: batch-1 decode streams the weights from memory,
+// faster than the hardware prefetcher alone; a hint never faults, so addresses past the
+// weights are harmless).
 template <int R, int C>
 KVSERVE_SIMD_TARGET void DotTile(const uint16_t* w, int64_t cols, const uint16_t* xb, int64_t ldxb,
                                  float* y, int64_t ldy) {
