@@ -127,6 +127,15 @@ void Gemm::RunStreaming(const Task& task, const float* x, int n) {
   }
 }
 
+template <typename RowsFn>
+void Gemm::ForActivationRows(int n, int64_t cols, const RowsFn& rows) {
+  if (n == 1 || pool_->size() == 1 || n * cols < options_.quant_parallel_min_elements) {
+    rows(0, n);
+  } else {
+    pool_->RunRanges(n, rows);
+  }
+}
+
 void Gemm::QuantizeActivations(std::initializer_list<Product> products, const float* x, int n) {
   const int64_t cols = products.begin()->w->cols;
   bool q8 = false;
@@ -167,14 +176,6 @@ void Gemm::RoundActivations(const float* x, int n, int64_t cols) {
       kernels_->round_bf16(x + i * cols, cols, xbf16_.data() + i * xbf16_row_);
     }
   });
-}
-
-void Gemm::ForActivationRows(int n, int64_t cols, const std::function<void(int, int)>& rows) {
-  if (n == 1 || pool_->size() == 1 || n * cols < options_.quant_parallel_min_elements) {
-    rows(0, n);
-  } else {
-    pool_->RunRanges(n, rows);
-  }
 }
 
 void Gemm::RunSgemm(const Task& task, const float* x, int n, int thread) {

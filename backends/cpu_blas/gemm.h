@@ -4,7 +4,6 @@
 #define KVSERVE_BACKENDS_CPU_BLAS_GEMM_H_
 
 #include <cstdint>
-#include <functional>
 #include <initializer_list>
 #include <vector>
 
@@ -113,8 +112,10 @@ class Gemm {
   // Fills xbf16_ with x rounded to bf16 for matmul_bf16_dot.
   void RoundActivations(const float* x, int n, int64_t cols);
   // Calls rows(begin, end) over the n activation rows of `cols` elements: on the calling
-  // thread, or from options_.quant_parallel_min_elements in slices on the pool.
-  void ForActivationRows(int n, int64_t cols, const std::function<void(int, int)>& rows);
+  // thread (directly, no std::function), or from options_.quant_parallel_min_elements in
+  // slices on the pool. Defined in gemm.cc, its only user.
+  template <typename RowsFn>
+  void ForActivationRows(int n, int64_t cols, const RowsFn& rows);
 
   ThreadPool* pool_;
   const KernelSet* kernels_;
