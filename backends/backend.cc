@@ -29,4 +29,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
       absl::StrCat("unknown backend \"", name, "\" (known: reference, cpu_blas)"));
 }
 
+bool BackendReadsBf16Panels(const std::string& name, const BackendOptions& options) {
+  if (name != "cpu_blas") return false;
+  CpuBlasOptions cpu_options;
+  cpu_options.threads = options.threads;
+  return CpuBlasBackend::ReadsBf16Panels(cpu_options);
+}
+
 }  // namespace kvserve::backends

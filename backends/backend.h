@@ -70,6 +70,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
                                                        const model::KvLayout& kv_layout,
                                                        const BackendOptions& options);
 
+// Whether CreateBackend(name, ..., options) multiplies bf16 weights in the panel layout
+// on this CPU (the cpu_blas backend at kernel level avx512bf16), so that a model loaded
+// for it alone is best loaded with model::LoadOptions::bf16_panels (resident once).
+bool BackendReadsBf16Panels(const std::string& name, const BackendOptions& options);
+
 }  // namespace kvserve::backends
 
 #endif  // KVSERVE_BACKENDS_BACKEND_H_

@@ -195,8 +195,14 @@ absl::Status Run(const Flags& flags, const kvserve::backends::cpu_blas::BlasCore
     Emit(flags, m, all);
   }
 
+  // Measured as kvserve serves it: a model for the cpu_blas backend alone is loaded
+  // with its bf16 projections in panels where the backend reads them (engine::LoadModel).
+  const bool panels = flags.backends == std::vector<std::string>{"cpu_blas"} &&
+                      backends::BackendReadsBf16Panels(
+                          "cpu_blas", backends::BackendOptions{.threads = flags.threads});
   absl::StatusOr<std::unique_ptr<model::Model>> loaded = model::Model::Load(
-      flags.model, flags.tokenizer, model::LoadOptions{.huge_pages = flags.weights_huge_pages});
+      flags.model, flags.tokenizer,
+      model::LoadOptions{.huge_pages = flags.weights_huge_pages, .bf16_panels = panels});
   if (!loaded.ok()) return loaded.status();
   const model::Model& mdl = **loaded;
   const model::KvLayout layout =

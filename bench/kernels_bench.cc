@@ -23,6 +23,7 @@
 #include "backends/cpu_blas/blas_startup.h"
 #include "backends/cpu_blas/cpu_blas_backend.h"
 #include "backends/cpu_blas/gemm.h"
+#include "backends/cpu_blas/packed_weights.h"
 #include "backends/cpu_blas/simd_kernels.h"
 #include "backends/cpu_blas/thread_pool.h"
 #include "backends/kv_arena.h"
@@ -222,7 +223,8 @@ void TimeProducts(benchmark::State& state, backends::cpu_blas::Gemm& gemm, const
   }
 }
 
-// Args: dtype, activation rows n, threads, sgemm_min_rows, bf16_dot (GemmOptions, 0/1).
+// Args: dtype, activation rows n, threads, sgemm_min_rows, bf16_dot (GemmOptions, 0/1;
+// 2: bf16_dot on weights packed into panels).
 void BM_Gemm(benchmark::State& state) {
   const DType dtype = DTypeArg(state.range(0));
   const int n = static_cast<int>(state.range(1));
@@ -231,12 +233,27 @@ void BM_Gemm(benchmark::State& state) {
   options.sgemm_min_rows = static_cast<int>(state.range(3));
   options.quant_sgemm_min_rows = options.sgemm_min_rows;
   options.bf16_dot = state.range(4) != 0;
+  const bool panels = state.range(4) == 2;
+  const backends::cpu_blas::KernelSet& kernels =
+      backends::cpu_blas::KernelsFor(backends::cpu_blas::BestIsa());
+  if (panels && (dtype != DType::kBF16 || kernels.matmul_bf16_panels == nullptr)) {
+    state.SkipWithError("bf16 panels need bf16 weights and the avx512bf16 kernel level");
+    return;
+  }
   const int64_t rows = 2048, cols = 768;
-  const MatrixSet set = MakeMatrices(dtype, rows, cols, size_t{256} << 20);
+  MatrixSet set = MakeMatrices(dtype, rows, cols, size_t{256} << 20);
   backends::cpu_blas::SetOpenBlasSingleThreaded();
   backends::cpu_blas::ThreadPool pool(threads);
-  backends::cpu_blas::Gemm gemm(
-      &pool, &backends::cpu_blas::KernelsFor(backends::cpu_blas::BestIsa()), options);
+  // Panels: every matrix packed (as the backend does at start), the row-major bytes freed.
+  std::vector<std::unique_ptr<backends::cpu_blas::Bf16PanelMatrix>> packed;
+  if (panels) {
+    for (model::TensorView& v : set.views) {
+      packed.push_back(std::make_unique<backends::cpu_blas::Bf16PanelMatrix>(v));
+      v = packed.back()->view();
+    }
+    set.bytes.clear();
+  }
+  backends::cpu_blas::Gemm gemm(&pool, &kernels, options);
   TimeProducts(state, gemm, set, n);
   const double bytes = static_cast<double>(model::DTypeBytes(dtype, rows * cols));
   state.counters["GB/s"] =
@@ -251,8 +268,10 @@ void GemmArgs(benchmark::internal::Benchmark* b) {
       for (int64_t threads : {1, 2}) {
         b->Args({dtype, n, threads, 1 << 20, 0});  // streaming kernels
         b->Args({dtype, n, threads, 1, 0});        // sgemm tiles
-        // bf16 with vdpbf16ps where the CPU has it (otherwise as streaming).
+        // bf16 with vdpbf16ps where the CPU has it (otherwise as streaming), on row-major
+        // weights (1) and on the panel layout (2, packed_weights.h).
         if (dtype == 2) b->Args({dtype, n, threads, 1 << 20, 1});
+        if (dtype == 2) b->Args({dtype, n, threads, 1 << 20, 2});
       }
     }
   }

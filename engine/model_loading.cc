@@ -41,8 +41,17 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options) {
   if (options.model_path.empty()) return absl::InvalidArgumentError("model path is required");
   if (absl::Status s = CheckThreads(options); !s.ok()) return s;
   LoadedModel loaded;
+  model::LoadOptions load = options.load;
+  // The model serves this backend alone: where it reads bf16 panels, pack them at load
+  // so the weights are resident once (not row-major in the Model plus the backend's
+  // packed copies).
+  backends::BackendOptions backend_options;
+  backend_options.threads = options.threads;
+  load.bf16_panels =
+      load.bf16_panels ||
+      (options.bf16_panels && backends::BackendReadsBf16Panels(options.backend, backend_options));
   absl::StatusOr<std::unique_ptr<model::Model>> model =
-      model::Model::Load(options.model_path, options.tokenizer_path, options.load);
+      model::Model::Load(options.model_path, options.tokenizer_path, load);
   if (!model.ok()) return model.status();
   loaded.model = *std::move(model);
   absl::StatusOr<std::unique_ptr<Engine>> engine = StartEngine(options, *loaded.model);

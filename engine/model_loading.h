@@ -25,6 +25,10 @@ struct ModelOptions {
   std::string backend = "cpu_blas";
   // Backend worker threads; 0 = all cores. Default 0.
   int threads = 0;
+  // Where the backend multiplies bf16 weights in panels (backends::
+  // BackendReadsBf16Panels), load the model with model::LoadOptions::bf16_panels, so
+  // they are resident once. false: the backend packs copies instead. Default true.
+  bool bf16_panels = true;
   // Engine limits (KV budget, batching, queue, sessions).
   Engine::Options engine;
 };

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "model/bf16_panels.h"
 #include "model/gguf.h"
 #include "model/gguf_llama.h"
 #include "model/llama2c.h"
@@ -77,16 +78,29 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path,
       path, options.huge_pages ? FileResidency::kHugePages : FileResidency::kMapped);
   if (!mapped.ok()) return mapped.status();
   std::shared_ptr<const MappedFile> file = *std::move(mapped);
-  if (!HasGgufMagic(file->bytes())) return LoadLlama2c(std::move(file), tokenizer_path);
-  if (!tokenizer_path.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": a GGUF file carries its own tokenizer; tokenizer path ",
-                     tokenizer_path, " is only for llama2.c checkpoints"));
+  absl::StatusOr<std::unique_ptr<Model>> model;
+  if (!HasGgufMagic(file->bytes())) {
+    model = LoadLlama2c(std::move(file), tokenizer_path);
+    if (!model.ok()) return model.status();
+  } else {
+    if (!tokenizer_path.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": a GGUF file carries its own tokenizer; tokenizer path ",
+                       tokenizer_path, " is only for llama2.c checkpoints"));
+    }
+    absl::StatusOr<GgufFile> gguf = ParseGguf(file->bytes());
+    if (!gguf.ok()) return Prefixed(path, gguf.status());
+    model = ModelFromGguf(*gguf, file);
+    if (!model.ok()) return Prefixed(path, model.status());
   }
-  absl::StatusOr<GgufFile> gguf = ParseGguf(file->bytes());
-  if (!gguf.ok()) return Prefixed(path, gguf.status());
-  absl::StatusOr<std::unique_ptr<Model>> model = ModelFromGguf(*gguf, file);
-  if (!model.ok()) return Prefixed(path, model.status());
+  if (options.bf16_panels) {
+    // After FromParts computed the fingerprint from the file's bytes. The Model is the
+    // only owner of the file's bytes, so the originals can go.
+    absl::StatusOr<common::HugePageMemory> panels =
+        PackBf16Panels((*model)->weights_, PanelPackOptions{.release_originals = true});
+    if (!panels.ok()) return Prefixed(path, panels.status());
+    (*model)->panels_ = std::make_shared<common::HugePageMemory>(*std::move(panels));
+  }
   return model;
 }
 

@@ -1,4 +1,4 @@
-// A non-owning view of a weight tensor stored row-major.
+// A non-owning view of a weight tensor (row-major, unless a backend repacked it).
 #ifndef KVSERVE_MODEL_TENSOR_H_
 #define KVSERVE_MODEL_TENSOR_H_
 
@@ -8,15 +8,26 @@
 
 namespace kvserve::model {
 
+// The order of a TensorView's elements in memory.
+enum class Layout {
+  // Row-major and contiguous: every view a Model hands out.
+  kRows,
+  // bf16 only, made by the cpu_blas backend for its kernels (cpu_blas/packed_weights.h):
+  // rows in panels of 16, each panel as column pairs of its 16 rows. row() and
+  // row_bytes() do not apply.
+  kBf16Panels,
+};
+
 // A matrix [rows, cols] (a vector is rows == 1) of `type` elements, row-major and
-// contiguous. `data` points into memory owned by the Model (mmap or buffer) and is
-// valid for the Model's lifetime. For a projection W the convention is
+// contiguous (Layout::kRows). `data` points into memory owned by the Model (mmap or
+// buffer) and is valid for the Model's lifetime. For a projection W the convention is
 // y[rows] = W[rows, cols] · x[cols] (GGUF / llama2.c layout: one output per row).
 struct TensorView {
   DType type = DType::kF32;
   const void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  Layout layout = Layout::kRows;
 
   int64_t elements() const { return rows * cols; }
   size_t row_bytes() const { return DTypeBytes(type, static_cast<size_t>(cols)); }

@@ -39,6 +39,10 @@ ABSL_FLAG(bool, weights_huge_pages, true,
           "Read the model file into memory backed by transparent huge pages (private, "
           "resident; decode streams the weights faster) instead of mapping it (shared with "
           "the page cache, droppable under memory pressure).");
+ABSL_FLAG(bool, bf16_panels, true,
+          "On CPUs with AVX512-BF16 (cpu_blas kernel level avx512bf16), repack bf16 "
+          "projection matrices into 16-row panels at load (batched decode reads each "
+          "weight once per step; the weights stay resident once).");
 ABSL_FLAG(std::string, backend, "cpu_blas", "Compute backend: cpu_blas or reference.");
 ABSL_FLAG(int32_t, threads, 0, "Backend worker threads; 0 = all cores.");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -273,6 +277,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   options.model_path = absl::GetFlag(FLAGS_model);
   options.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
   options.load.huge_pages = absl::GetFlag(FLAGS_weights_huge_pages);
+  options.bf16_panels = absl::GetFlag(FLAGS_bf16_panels);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.threads = absl::GetFlag(FLAGS_threads);
   engine::Engine::Options& e = options.engine;

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/batch_check.h"
 #include "backends/cpu_blas/attention.h"
+#include "backends/cpu_blas/packed_weights.h"
 #include "backends/cpu_blas/step_plan.h"
 #include "backends/cpu_blas/thread_pool.h"
 #include "backends/kernels/kv_rows.h"
@@ -27,6 +28,7 @@
 #include "backends/kernels/ops.h"
 #include "backends/kernels/qkv.h"
 #include "backends/kernels/rope.h"
+#include "model/bf16_panels.h"
 
 namespace kvserve::backends {
 
@@ -105,22 +107,25 @@ struct CpuBlasBackend::State {
   State(const model::Model& m, const model::KvLayout& l, int n_threads, Isa level,
         const cpu_blas::GemmOptions& gemm_options)
       : config(m.config()),
-        weights(m.weights()),
         layout(l),
         rope(kernels::Rope::ForModel(m.config())),
         isa(level),
         kernels(&cpu_blas::KernelsFor(level)),
         pool(n_threads),
+        packed(m.weights(), gemm_options.bf16_dot && gemm_options.bf16_panels &&
+                                kernels->matmul_bf16_panels != nullptr),
+        weights(packed.weights()),
         gemm(&pool, kernels, gemm_options),
         attention(config, layout, kernels, &pool) {}
 
   const model::ModelConfig& config;
-  const model::ModelWeights& weights;
   const model::KvLayout layout;
   const kernels::Rope rope;
   const Isa isa;
   const cpu_blas::KernelSet* kernels;
   cpu_blas::ThreadPool pool;
+  const cpu_blas::PackedWeights packed;
+  const model::ModelWeights& weights;  // packed's
   cpu_blas::Gemm gemm;
   cpu_blas::PagedAttention attention;
 
@@ -160,6 +165,12 @@ struct CpuBlasBackend::State {
   }
 };
 
+bool CpuBlasBackend::ReadsBf16Panels(const CpuBlasOptions& options) {
+  const Isa level = options.isa.value_or(cpu_blas::BestIsa());
+  return cpu_blas::IsaSupported(level) && options.gemm.bf16_dot && options.gemm.bf16_panels &&
+         cpu_blas::KernelsFor(level).matmul_bf16_panels != nullptr;
+}
+
 absl::StatusOr<std::unique_ptr<CpuBlasBackend>> CpuBlasBackend::Create(
     const model::Model& model, const model::KvLayout& kv_layout, const CpuBlasOptions& options) {
   if (absl::Status s = ValidateKvLayout(model.config(), kv_layout); !s.ok()) return s;
@@ -171,6 +182,13 @@ absl::StatusOr<std::unique_ptr<CpuBlasBackend>> CpuBlasBackend::Create(
   if (!cpu_blas::IsaSupported(level)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cpu_blas: this CPU does not support ", std::string(cpu_blas::IsaName(level)), " kernels"));
+  }
+  if (model::HasBf16Panels(model.weights()) &&
+      !(options.gemm.bf16_dot && cpu_blas::KernelsFor(level).matmul_bf16_panels != nullptr)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cpu_blas: the model's bf16 weights are packed in panels (LoadOptions::bf16_panels), "
+        "which only the avx512bf16 kernels with bf16_dot read; kernel level ",
+        std::string(cpu_blas::IsaName(level)), ", bf16_dot ", options.gemm.bf16_dot));
   }
   int n_threads = options.threads;
   if (n_threads == 0) n_threads = std::max(1u, std::thread::hardware_concurrency());

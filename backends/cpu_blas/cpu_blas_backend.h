@@ -49,10 +49,18 @@ struct CpuBlasOptions {
 class CpuBlasBackend : public Backend {
  public:
   // INVALID_ARGUMENT when `kv_layout` does not fit the model or threads < 0;
-  // FAILED_PRECONDITION when options.isa is not supported by this CPU.
+  // FAILED_PRECONDITION when options.isa is not supported by this CPU, or when the model
+  // holds bf16 panels (model::LoadOptions::bf16_panels) and a backend with `options`
+  // does not read them. Where ReadsBf16Panels(options) and the model holds row-major
+  // bf16 projections, the backend packs copies of them (PackedWeights: resident twice).
   static absl::StatusOr<std::unique_ptr<CpuBlasBackend>> Create(const model::Model& model,
                                                                 const model::KvLayout& kv_layout,
                                                                 const CpuBlasOptions& options);
+  // Whether a backend made with `options` on this CPU multiplies bf16 weights in the
+  // panel layout (kernel level avx512bf16, GemmOptions::bf16_dot and bf16_panels), so a
+  // model loaded for such backends alone should be loaded with LoadOptions::bf16_panels
+  // (engine::LoadModel does).
+  static bool ReadsBf16Panels(const CpuBlasOptions& options);
   ~CpuBlasBackend() override;
 
   std::string name() const override { return "cpu_blas"; }

@@ -3,9 +3,11 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cassert>
 #include <span>
 
 #include "backends/cpu_blas/q8_activations.h"
+#include "model/bf16_panels.h"
 #include "model/quant.h"
 
 namespace kvserve::backends::cpu_blas {
@@ -44,6 +46,9 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
                  kernels_->matmul_q8_0_il != nullptr;
   bf16_dot_ = products.begin()->w->type == model::DType::kBF16 && options_.bf16_dot &&
               kernels_->matmul_bf16_dot != nullptr;
+  bool panels = false;
+  for (const Product& p : products) panels |= p.w->layout == model::Layout::kBf16Panels;
+  assert(!panels || (bf16_dot_ && kernels_->matmul_bf16_panels != nullptr));
   const bool sgemm = !interleaved_ && !bf16_dot_ &&
                      n >= (quantized ? options_.quant_sgemm_min_rows : options_.sgemm_min_rows);
   if (bf16_dot_) {
@@ -52,8 +57,8 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
     QuantizeActivations(products, x, n);
   }
   // Rows per slice. Streaming: enough slices to balance (about 8 per thread), a multiple
-  // of the kernels' register blocking (4 rows; the bf16 dot kernel's 6, so 12), at least
-  // 16. sgemm: tiles of at most
+  // of the kernels' register blocking (4 rows; the bf16 dot kernel's 6, so 12; the bf16
+  // panels' 16), at least 16. sgemm: tiles of at most
   // about tile_bytes of f32 (each sgemm call packs all n activation rows again), as many
   // as a multiple of the thread count and of equal size (a multiple of 16 rows), so the
   // threads finish together.
@@ -61,7 +66,9 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   if (macs < kMinParallelMacs) {
     chunk = total_rows;
   } else if (!sgemm) {
-    chunk = std::max<int64_t>(16, RoundUp(total_rows / (threads * 8), bf16_dot_ ? 12 : 4));
+    chunk = std::max<int64_t>(16, RoundUp(total_rows / (threads * 8), panels ? model::kBf16PanelRows
+                                                                      : bf16_dot_ ? 12
+                                                                                  : 4));
   } else {
     const int64_t tile_rows = std::max<int64_t>(16, options_.tile_bytes / (cols * 4));
     const int64_t tiles = RoundUp((total_rows + tile_rows - 1) / tile_rows, threads);
@@ -98,7 +105,10 @@ void Gemm::RunStreaming(const Task& task, const float* x, int n) {
                    rows);
       break;
     case model::DType::kBF16:
-      if (bf16_dot_) {
+      if (w.layout == model::Layout::kBf16Panels) {
+        k.matmul_bf16_panels(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1,
+                             xbf16_.data(), xbf16_row_, n, task.y, rows);
+      } else if (bf16_dot_) {
         k.matmul_bf16_dot(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1,
                           xbf16_.data(), xbf16_row_, n, task.y, rows);
       } else {
@@ -169,7 +179,12 @@ void Gemm::RoundActivations(const float* x, int n, int64_t cols) {
   // Once per Run, so the slices share one copy instead of each rounding all n rows into
   // a buffer of its own (bench/kernels_bench.cc BM_Gemm bf16_dot, 2048 x 768, 16 rows, 2
   // threads, Zen 5, three alternated rounds: 313/303/288 -> 319/317/328 GFLOP/s).
-  xbf16_row_ = Bf16DotStride(cols);
+  // One cache line more than the kernels need, so that rows of a multiple of 2 KiB do
+  // not all map to the same L1 sets (the 16-row panel tile reads the same column of 16
+  // rows at once). Standalone copy of the kernels, 16 rows of 2048 columns, 2 threads,
+  // Zen 5, GFLOP/s at a stride of 2048 -> 2080: rows 292 -> 348, panels 182 -> 243
+  // (without the panels' prefetch).
+  xbf16_row_ = Bf16DotStride(cols) + 32;
   if (xbf16_.size() < static_cast<size_t>(xbf16_row_ * n)) xbf16_.resize(xbf16_row_ * n);
   ForActivationRows(n, cols, [&](int begin, int end) {
     for (int i = begin; i < end; ++i) {

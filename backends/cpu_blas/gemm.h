@@ -49,6 +49,13 @@ struct GemmOptions {
   // GFLOP/s, 8 rows 111 -> 148, 16 rows 133 -> 232, 512 rows 167 (sgemm 161) -> 349.
   // Default true.
   bool bf16_dot = true;
+  // With bf16_dot, on the same CPUs: the cpu_blas backend repacks its bf16 projection
+  // matrices into panels of 16 rows at start (packed_weights.h, KernelSet::
+  // matmul_bf16_panels), in which one pass over the weights serves up to 16 activation
+  // rows and the weights stream in address order. The packed copies are resident beside
+  // the Model's own weights. tl1b bf16 (kvserve-bench, 2 threads, Zen 5): see
+  // docs/performance.md. Default true.
+  bool bf16_panels = true;
   // Activations of at least this many elements (rows x columns) are quantized for the
   // integer kernels (or rounded to bf16 for bf16_dot) on the pool, a slice of rows per
   // task, instead of on the calling thread while the others wait (a 512-token tl1b q4_0
@@ -89,7 +96,8 @@ class Gemm {
   // alias x, and w.data holds w.rows * w.row_bytes() bytes (any model::DType; with
   // quantized weights, unless the product goes to sgemm (GemmOptions), x is first
   // quantized to 8 bits per block (q8_activations.h), which bounds the difference from
-  // the float product).
+  // the float product). A view in model::Layout::kBf16Panels needs options.bf16_dot
+  // and a kernel set with matmul_bf16_panels (it is multiplied as bf16_dot describes).
   void Run(const model::TensorView& w, const float* x, int n, float* y);
 
   // Several products of the same x (e.g. Q, K and V) in one parallel loop, so the pool

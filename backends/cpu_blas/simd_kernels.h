@@ -128,6 +128,12 @@ struct KernelSet {
   // [cols, Bf16DotStride(cols)): one activation row for matmul_bf16_dot. nullptr
   // where matmul_bf16_dot is.
   void (*round_bf16)(const float* x, int64_t cols, uint16_t* out) = nullptr;
+  // matmul_bf16_dot with W in the panel layout (model/bf16_panels.h) instead of
+  // row-major, `w` its first element (64-byte aligned for speed, not required): the same
+  // products (the same rounding of x), summed in another order. Precondition in
+  // addition: row_begin and row_end multiples of model::kBf16PanelRows; cols even.
+  // nullptr where matmul_bf16_dot is.
+  MatMulBf16DotFn matmul_bf16_panels = nullptr;
 };
 
 // The kernel set of `isa`. Precondition: IsaSupported(isa) (calling a kernel of an

@@ -14,6 +14,7 @@
 
 #include "backends/cpu_blas/q8_activations.h"
 #include "gtest/gtest.h"
+#include "model/bf16_panels.h"
 #include "model/dtype.h"
 #include "model/quant.h"
 
@@ -187,6 +188,64 @@ TEST_P(SimdKernelsTest, Bf16DotIsTheProductWithActivationsRoundedToBf16) {
             const float tol = SumTolerance(cols, abs_sum);
             EXPECT_NEAR(got, rounded, tol) << "i=" << i << " r=" << r;
             EXPECT_NEAR(got, exact, 0x1.0p-8 * abs_sum + tol) << "i=" << i << " r=" << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// matmul_bf16_panels (avx512bf16 only): the weights in the panel layout (packed by
+// model::PackBf16Panels), the same products as matmul_bf16_dot on the row-major weights, up to
+// summation order; only the slice of panels asked for is written.
+TEST_P(SimdKernelsTest, Bf16PanelsAreTheBf16DotProduct) {
+  if (GetParam() != Isa::kAvx512Bf16) {
+    EXPECT_EQ(kernels().matmul_bf16_panels, nullptr);
+    return;
+  }
+  ASSERT_NE(kernels().matmul_bf16_panels, nullptr);
+  std::mt19937 rng(12);
+  // Shapes: one and several panels (tiles of 4, 3, 2 and 1 panels), odd pairs of columns,
+  // every activation-row tile (1-16) and more than one 16-row pass (17, 33, 70), a slice
+  // that starts at the second panel, and panel blocks (kernels' kPanelBlockBytes: 1030
+  // columns x 160 rows is more than one block of 256 KiB).
+  for (int64_t cols : {2, 6, 30, 32, 34, 768, 1030}) {
+    for (int64_t rows : {16, 32, 48, 80, 160}) {
+      for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 33, 70}) {
+        if (rows == 160 && cols != 1030) continue;
+        SCOPED_TRACE(::testing::Message() << "cols=" << cols << " rows=" << rows << " n=" << n);
+        const Weights w = RandomWeights(rng, DType::kBF16, static_cast<size_t>(rows * cols));
+        std::vector<uint16_t> packed(static_cast<size_t>(rows * cols));
+        model::PackBf16Panels(w.bits.data(), cols, 0, rows / model::kBf16PanelRows, packed.data());
+        const int64_t ldx = cols + 3;
+        const std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * ldx));
+        const int64_t ldxb = Bf16DotStride(cols) + 32;
+        std::vector<uint16_t> xb(static_cast<size_t>(n * ldxb), 0x7fc0);  // NaN past cols
+        for (int i = 0; i < n; ++i) {
+          kernels().round_bf16(x.data() + i * ldx, cols, xb.data() + i * ldxb);
+        }
+        const int64_t ldy = rows + 5;
+        const int64_t r0 = rows > model::kBf16PanelRows ? model::kBf16PanelRows : 0;
+        constexpr float kSentinel = 12345.0f;
+        std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
+        kernels().matmul_bf16_panels(packed.data(), cols, r0, rows, xb.data(), ldxb, n, y.data(),
+                                     ldy);
+        for (int i = 0; i < n; ++i) {
+          for (int64_t r = 0; r < ldy; ++r) {
+            const float got = y[static_cast<size_t>(i * ldy + r)];
+            if (r < r0 || r >= rows) {
+              EXPECT_EQ(got, kSentinel) << "wrote outside rows, i=" << i << " r=" << r;
+              continue;
+            }
+            double rounded = 0.0;
+            double abs_sum = 0.0;
+            for (int64_t c = 0; c < cols; ++c) {
+              const double wc = w.f32[r * cols + c];
+              const double xc = model::BF16ToFloat(xb[static_cast<size_t>(i * ldxb + c)]);
+              rounded += wc * xc;
+              abs_sum += std::fabs(wc * xc);
+            }
+            ASSERT_NEAR(got, rounded, SumTolerance(cols, abs_sum)) << "i=" << i << " r=" << r;
           }
         }
       }

@@ -1,0 +1,51 @@
+// The cpu_blas backend's view of the model weights: the Model's own tensors, with bf16
+// projection matrices in the panel layout of KernelSet::matmul_bf16_panels
+// (model/bf16_panels.h) where the kernel level has it: as the Model holds them when it
+// was loaded with LoadOptions::bf16_panels (the server), otherwise packed copies owned
+// here (tests, benchmarks, any caller sharing one Model between backends).
+#ifndef KVSERVE_BACKENDS_CPU_BLAS_PACKED_WEIGHTS_H_
+#define KVSERVE_BACKENDS_CPU_BLAS_PACKED_WEIGHTS_H_
+
+#include <cstdint>
+
+#include "common/huge_page_memory.h"
+#include "model/tensor.h"
+#include "model/weights.h"
+
+namespace kvserve::backends::cpu_blas {
+
+// A copy of one matrix in the panel layout, in huge pages (for benchmarks and tests).
+class Bf16PanelMatrix {
+ public:
+  // Precondition: model::Bf16PanelsFit(w). Aborts when the memory cannot be mapped.
+  explicit Bf16PanelMatrix(const model::TensorView& w);
+  // The packed matrix (Layout::kBf16Panels), valid while this object lives.
+  const model::TensorView& view() const { return view_; }
+
+ private:
+  common::HugePageMemory memory_;
+  model::TensorView view_;
+};
+
+class PackedWeights {
+ public:
+  // A copy of `weights` in which, when `bf16_panels` is set, every projection matrix
+  // that model::Bf16PanelsFit (row-major, so not those the Model packed itself) is
+  // replaced by a packed copy, a tied output included (model::PackBf16Panels); the
+  // Model's bytes stay as they are, so such a model is resident twice. When the copies
+  // cannot be mapped nothing is packed (the kernels on row-major weights run instead).
+  // `weights` (the Model) must outlive this object.
+  PackedWeights(const model::ModelWeights& weights, bool bf16_panels);
+
+  const model::ModelWeights& weights() const { return weights_; }
+  // Bytes of the copies made here.
+  int64_t copied_bytes() const { return static_cast<int64_t>(memory_.size()); }
+
+ private:
+  model::ModelWeights weights_;
+  common::HugePageMemory memory_;
+};
+
+}  // namespace kvserve::backends::cpu_blas
+
+#endif  // KVSERVE_BACKENDS_CPU_BLAS_PACKED_WEIGHTS_H_

@@ -1,0 +1,183 @@
+#include "model/bf16_panels.h"
+
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace kvserve::model {
+namespace {
+
+std::vector<uint16_t> RandomBits(std::mt19937& rng, size_t n) {
+  std::vector<uint16_t> v(n);
+  for (uint16_t& b : v) b = static_cast<uint16_t>(rng() | 1);  // never 0 (see release test)
+  return v;
+}
+
+// Element (r, c) of a packed view, by the formula in bf16_panels.h.
+uint16_t PackedAt(const TensorView& v, int64_t r, int64_t c) {
+  const auto* p = static_cast<const uint16_t*>(v.data);
+  return p[(r / 16) * 16 * v.cols + (c / 2) * 32 + (r % 16) * 2 + c % 2];
+}
+
+void ExpectPackedCopyOf(const TensorView& packed, const uint16_t* rows, int64_t n_rows,
+                        int64_t n_cols) {
+  ASSERT_EQ(packed.layout, Layout::kBf16Panels);
+  ASSERT_EQ(packed.type, DType::kBF16);
+  ASSERT_EQ(packed.rows, n_rows);
+  ASSERT_EQ(packed.cols, n_cols);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(packed.data) % 64, 0u);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t c = 0; c < n_cols; ++c) {
+      ASSERT_EQ(PackedAt(packed, r, c), rows[r * n_cols + c]) << "r=" << r << " c=" << c;
+    }
+  }
+}
+
+TEST(Bf16PanelsTest, FitOnlyRowMajorBf16WithWholePanelsAndPairs) {
+  uint16_t dummy = 0;
+  EXPECT_TRUE(Bf16PanelsFit(TensorView{DType::kBF16, &dummy, 32, 6}));
+  EXPECT_FALSE(Bf16PanelsFit(TensorView{DType::kBF16, &dummy, 24, 6}));  // half a panel
+  EXPECT_FALSE(Bf16PanelsFit(TensorView{DType::kBF16, &dummy, 32, 7}));  // odd columns
+  EXPECT_FALSE(Bf16PanelsFit(TensorView{DType::kBF16, &dummy, 0, 6}));
+  EXPECT_FALSE(Bf16PanelsFit(TensorView{DType::kF16, &dummy, 32, 6}));
+  EXPECT_FALSE(Bf16PanelsFit(TensorView{DType::kF32, &dummy, 32, 6}));
+  EXPECT_FALSE(Bf16PanelsFit(TensorView{DType::kBF16, &dummy, 32, 6, Layout::kBf16Panels}));
+}
+
+TEST(Bf16PanelsTest, PacksEveryElementWhereTheLayoutSays) {
+  std::mt19937 rng(3);
+  for (int64_t cols : {2, 10, 64, 130}) {
+    for (int64_t rows : {16, 48, 160}) {
+      const std::vector<uint16_t> bits = RandomBits(rng, static_cast<size_t>(rows * cols));
+      std::vector<uint16_t> out(bits.size());
+      // In two ranges of panels, as a pool would.
+      const int64_t panels = rows / kBf16PanelRows;
+      PackBf16Panels(bits.data(), cols, 0, panels / 2, out.data());
+      PackBf16Panels(bits.data(), cols, panels / 2, panels, out.data());
+      // (The test's vector is not 64-byte aligned; the layout is what is checked.)
+      const TensorView v{DType::kBF16, out.data(), rows, cols, Layout::kBf16Panels};
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          ASSERT_EQ(PackedAt(v, r, c), bits[static_cast<size_t>(r * cols + c)])
+              << "rows=" << rows << " cols=" << cols << " r=" << r << " c=" << c;
+        }
+      }
+    }
+  }
+}
+
+// A two-layer model: bf16 projections that fit (packed), one that does not (kept), an
+// f32 one (kept), norms (kept), and an output tied to the token embedding.
+struct TinyWeights {
+  static constexpr int64_t kDim = 32;
+  std::mt19937 rng{5};
+  std::vector<uint16_t> embedding = RandomBits(rng, 64 * kDim);
+  std::vector<uint16_t> wq = RandomBits(rng, kDim* kDim);
+  std::vector<uint16_t> wk = RandomBits(rng, 8 * kDim);  // 8 rows: half a panel
+  std::vector<float> wv = std::vector<float>(16 * kDim, 0.5f);
+  std::vector<float> norm = std::vector<float>(kDim, 1.0f);
+  ModelWeights weights;
+
+  TinyWeights() {
+    weights.token_embedding = TensorView{DType::kBF16, embedding.data(), 64, kDim};
+    weights.output = weights.token_embedding;
+    weights.output_norm = TensorView{DType::kF32, norm.data(), 1, kDim};
+    for (int l = 0; l < 2; ++l) {
+      LayerWeights layer;
+      layer.attn_norm = weights.output_norm;
+      layer.wq = TensorView{DType::kBF16, wq.data(), kDim, kDim};
+      layer.wk = TensorView{DType::kBF16, wk.data(), 8, kDim};
+      layer.wv = TensorView{DType::kF32, wv.data(), 16, kDim};
+      weights.layers.push_back(layer);
+    }
+  }
+};
+
+TEST(Bf16PanelsTest, PacksProjectionsThatFitAndKeepsTheRest) {
+  for (bool pack_tied_output : {false, true}) {
+    SCOPED_TRACE(pack_tied_output ? "tied output packed" : "tied output kept");
+    TinyWeights t;
+    ModelWeights w = t.weights;
+    EXPECT_FALSE(HasBf16Panels(w));
+    absl::StatusOr<common::HugePageMemory> memory =
+        PackBf16Panels(w, PanelPackOptions{.pack_tied_output = pack_tied_output});
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    EXPECT_TRUE(HasBf16Panels(w));
+    // The token embedding is looked up by row: the original, row-major.
+    EXPECT_EQ(w.token_embedding.data, t.embedding.data());
+    EXPECT_EQ(w.token_embedding.layout, Layout::kRows);
+    if (pack_tied_output) {
+      ExpectPackedCopyOf(w.output, t.embedding.data(), 64, TinyWeights::kDim);
+    } else {
+      EXPECT_EQ(w.output.data, t.embedding.data());
+      EXPECT_EQ(w.output.layout, Layout::kRows);
+    }
+    for (const LayerWeights& layer : w.layers) {
+      ExpectPackedCopyOf(layer.wq, t.wq.data(), TinyWeights::kDim, TinyWeights::kDim);
+      EXPECT_EQ(layer.wk.data, t.wk.data());
+      EXPECT_EQ(layer.wk.layout, Layout::kRows);
+      EXPECT_EQ(layer.wv.data, t.wv.data());
+      EXPECT_EQ(layer.attn_norm.data, t.norm.data());
+    }
+    // Each layer has its own copy, inside the returned region.
+    EXPECT_NE(w.layers[0].wq.data, w.layers[1].wq.data);
+    for (const TensorView* v : {&w.layers[0].wq, &w.layers[1].wq}) {
+      const auto* p = static_cast<const uint8_t*>(v->data);
+      EXPECT_GE(p, memory->data());
+      EXPECT_LE(p + v->rows * v->cols * 2, memory->data() + memory->size());
+    }
+  }
+}
+
+TEST(Bf16PanelsTest, NothingToPackGivesAnEmptyRegion) {
+  std::vector<float> f32(32 * 32, 1.0f);
+  ModelWeights w;
+  w.token_embedding = TensorView{DType::kF32, f32.data(), 32, 32};
+  w.output = w.token_embedding;
+  absl::StatusOr<common::HugePageMemory> memory = PackBf16Panels(w, {});
+  ASSERT_TRUE(memory.ok());
+  EXPECT_EQ(memory->data(), nullptr);
+  EXPECT_FALSE(HasBf16Panels(w));
+}
+
+// release_originals gives the pages of the row-major bytes back: in anonymous memory
+// they read as zeros afterwards (what shows the madvise happened), the packed copy is
+// intact, and bytes outside the matrix's whole pages (a neighbour) are untouched.
+TEST(Bf16PanelsTest, ReleasingOriginalsDropsOnlyTheirWholePages) {
+  constexpr size_t kPage = 4096;
+  constexpr int64_t kRows = 64, kCols = 128;  // 16 KiB: four pages
+  const size_t bytes = 6 * kPage;
+  void* region = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(region, MAP_FAILED);
+  auto* base = static_cast<uint8_t*>(region);
+  // The matrix starts 100 bytes into the second page; a neighbour lies before it.
+  std::mt19937 rng(9);
+  const std::vector<uint16_t> bits = RandomBits(rng, kRows * kCols);
+  uint8_t* matrix = base + kPage + 100;
+  std::memcpy(matrix, bits.data(), bits.size() * 2);
+  std::memset(base, 0xab, kPage + 100);  // the neighbour
+  ModelWeights w;
+  std::vector<float> embedding(16 * 16, 1.0f);
+  w.token_embedding = TensorView{DType::kF32, embedding.data(), 16, 16};
+  w.output = w.token_embedding;
+  LayerWeights layer;
+  layer.wq = TensorView{DType::kBF16, matrix, kRows, kCols};
+  w.layers.push_back(layer);
+  absl::StatusOr<common::HugePageMemory> memory =
+      PackBf16Panels(w, PanelPackOptions{.release_originals = true});
+  ASSERT_TRUE(memory.ok());
+  ExpectPackedCopyOf(w.layers[0].wq, bits.data(), kRows, kCols);
+  for (size_t i = 0; i < kPage + 100; ++i) ASSERT_EQ(base[i], 0xab) << i;
+  // The matrix's first partial page keeps its bytes; its whole pages read as zero.
+  EXPECT_EQ(std::memcmp(matrix, bits.data(), kPage - 100), 0);
+  for (size_t i = 2 * kPage; i < 5 * kPage; ++i) ASSERT_EQ(base[i], 0) << i;
+  munmap(region, bytes);
+}
+
+}  // namespace
+}  // namespace kvserve::model
