@@ -19,6 +19,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
   if (name == "cpu_blas") {
     CpuBlasOptions cpu_options;
     cpu_options.threads = options.threads;
+    cpu_options.gemm.bf16_panels = options.bf16_panels;
     absl::StatusOr<std::unique_ptr<CpuBlasBackend>> backend =
         CpuBlasBackend::Create(model, kv_layout, cpu_options);
     if (!backend.ok()) return backend.status();
@@ -33,6 +34,7 @@ bool BackendReadsBf16Panels(const std::string& name, const BackendOptions& optio
   if (name != "cpu_blas") return false;
   CpuBlasOptions cpu_options;
   cpu_options.threads = options.threads;
+  cpu_options.gemm.bf16_panels = options.bf16_panels;
   return CpuBlasBackend::ReadsBf16Panels(cpu_options);
 }
 

@@ -22,6 +22,7 @@ absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,
   if (absl::Status s = CheckThreads(options); !s.ok()) return s;
   backends::BackendOptions backend_options;
   backend_options.threads = options.threads;
+  backend_options.bf16_panels = options.bf16_panels;
   absl::StatusOr<std::unique_ptr<backends::Backend>> backend = backends::CreateBackend(
       options.backend, model, options.engine.KvLayoutFor(model.config()), backend_options);
   if (!backend.ok()) {
@@ -47,9 +48,9 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options) {
   // packed copies).
   backends::BackendOptions backend_options;
   backend_options.threads = options.threads;
+  backend_options.bf16_panels = options.bf16_panels;
   load.bf16_panels =
-      load.bf16_panels ||
-      (options.bf16_panels && backends::BackendReadsBf16Panels(options.backend, backend_options));
+      load.bf16_panels || backends::BackendReadsBf16Panels(options.backend, backend_options);
   absl::StatusOr<std::unique_ptr<model::Model>> model =
       model::Model::Load(options.model_path, options.tokenizer_path, load);
   if (!model.ok()) return model.status();

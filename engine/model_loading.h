@@ -25,9 +25,10 @@ struct ModelOptions {
   std::string backend = "cpu_blas";
   // Backend worker threads; 0 = all cores. Default 0.
   int threads = 0;
-  // Where the backend multiplies bf16 weights in panels (backends::
-  // BackendReadsBf16Panels), load the model with model::LoadOptions::bf16_panels, so
-  // they are resident once. false: the backend packs copies instead. Default true.
+  // bf16 projections in 16-row panels where the backend reads them (backends::
+  // BackendOptions::bf16_panels); LoadModel then loads the model with
+  // model::LoadOptions::bf16_panels, so the weights are resident once. false: row-major
+  // weights and kernels. Default true.
   bool bf16_panels = true;
   // Engine limits (KV budget, batching, queue, sessions).
   Engine::Options engine;
@@ -46,7 +47,8 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options);
 
 // The second half of LoadModel, for callers that start several engines over one loaded
 // `model` (which must outlive the engine): creates options.backend with
-// options.threads and options.engine.KvLayoutFor(model.config()), then CreateEngine.
+// options.threads and options.bf16_panels and options.engine.KvLayoutFor(model.config()),
+// then CreateEngine.
 // model_path and tokenizer_path are not used. Same errors as LoadModel.
 absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,
                                                     const model::Model& model);

@@ -193,6 +193,7 @@ TEST_P(Bf16PanelsLoadTest, LoadModelPacksExactlyWhenTheBackendReadsPanels) {
       ASSERT_TRUE(loaded.ok()) << loaded.status();
       EXPECT_EQ(model::HasBf16Panels(loaded->model->weights()),
                 allowed && backends::BackendReadsBf16Panels(backend, {.threads = 1}));
+      EXPECT_FALSE(backends::BackendReadsBf16Panels(backend, {.threads = 1, .bf16_panels = false}));
     }
   }
 }

@@ -50,9 +50,10 @@ class CpuBlasBackend : public Backend {
  public:
   // INVALID_ARGUMENT when `kv_layout` does not fit the model or threads < 0;
   // FAILED_PRECONDITION when options.isa is not supported by this CPU, or when the model
-  // holds bf16 panels (model::LoadOptions::bf16_panels) and a backend with `options`
-  // does not read them. Where ReadsBf16Panels(options) and the model holds row-major
-  // bf16 projections, the backend packs copies of them (PackedWeights: resident twice).
+  // holds bf16 panels (model::LoadOptions::bf16_panels) and the kernels `options` selects
+  // cannot read them (a level below avx512bf16, or bf16_dot off). Where
+  // ReadsBf16Panels(options) and the model holds row-major bf16 projections, the backend
+  // packs copies of them (PackedWeights: resident twice).
   static absl::StatusOr<std::unique_ptr<CpuBlasBackend>> Create(const model::Model& model,
                                                                 const model::KvLayout& kv_layout,
                                                                 const CpuBlasOptions& options);
