@@ -30,6 +30,9 @@ std::vector<float> RandomFloats(std::mt19937& rng, size_t n) {
   return v;
 }
 
+// Output elements a kernel must not write start as this.
+constexpr float kSentinel = 12345.0f;
+
 // Weights stored as `dtype` bits, and the same values as floats.
 struct Weights {
   std::vector<float> f32;      // [rows, cols] values exactly representable in `dtype`
@@ -103,7 +106,6 @@ TEST_P(SimdKernelsTest, MatMulMatchesScalarForEveryDtypeAndShape) {
           // A sub-range of rows, to check that the kernels honour row_begin/row_end.
           const int64_t r0 = rows > 2 ? 1 : 0;
           const int64_t r1 = rows;
-          constexpr float kSentinel = 12345.0f;
           std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
           std::vector<float> y_ref(y.size(), kSentinel);
           CallMatMul(kernels(), dtype, w, cols, r0, r1, x.data(), ldx, n, y.data(), ldy);
@@ -124,6 +126,35 @@ TEST_P(SimdKernelsTest, MatMulMatchesScalarForEveryDtypeAndShape) {
           }
         }
       }
+    }
+  }
+}
+
+// Checks y ([n, ldy], rows [r0, rows) written, the rest kSentinel) against W (w.f32,
+// [rows, cols]) times the activations x ([n, ldx]) rounded to bf16, up to summation order,
+// and within 2^-8 sum |w x| of the product with x itself.
+void ExpectBf16Products(const std::vector<float>& y, int64_t ldy, int64_t r0, int64_t rows, int n,
+                        const Weights& w, int64_t cols, const std::vector<float>& x, int64_t ldx) {
+  for (int i = 0; i < n; ++i) {
+    for (int64_t r = 0; r < ldy; ++r) {
+      const float got = y[static_cast<size_t>(i * ldy + r)];
+      if (r < r0 || r >= rows) {
+        ASSERT_EQ(got, kSentinel) << "wrote outside rows, i=" << i << " r=" << r;
+        continue;
+      }
+      double rounded = 0.0;
+      double exact = 0.0;
+      double abs_sum = 0.0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double wc = w.f32[r * cols + c];
+        const float xc = x[i * ldx + c];
+        rounded += wc * model::BF16ToFloat(model::FloatToBF16(xc));
+        exact += wc * xc;
+        abs_sum += std::fabs(wc * xc);
+      }
+      const float tol = SumTolerance(cols, abs_sum);
+      ASSERT_NEAR(got, rounded, tol) << "i=" << i << " r=" << r;
+      ASSERT_NEAR(got, exact, 0x1.0p-8 * abs_sum + tol) << "i=" << i << " r=" << r;
     }
   }
 }
@@ -152,7 +183,6 @@ TEST_P(SimdKernelsTest, Bf16DotIsTheProductWithActivationsRoundedToBf16) {
         const int64_t ldy = rows + 2;
         const std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * ldx));
         const int64_t r0 = rows > 2 ? 1 : 0;
-        constexpr float kSentinel = 12345.0f;
         std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
         // Rounded rows with a stride past the padding, whose slack holds garbage the
         // kernel must not read.
@@ -168,28 +198,7 @@ TEST_P(SimdKernelsTest, Bf16DotIsTheProductWithActivationsRoundedToBf16) {
           }
         }
         kernels().matmul_bf16_dot(w.bits.data(), cols, r0, rows, xb.data(), ldxb, n, y.data(), ldy);
-        for (int i = 0; i < n; ++i) {
-          for (int64_t r = 0; r < ldy; ++r) {
-            const float got = y[static_cast<size_t>(i * ldy + r)];
-            if (r < r0 || r >= rows) {
-              EXPECT_EQ(got, kSentinel) << "wrote outside rows, i=" << i << " r=" << r;
-              continue;
-            }
-            double rounded = 0.0;
-            double exact = 0.0;
-            double abs_sum = 0.0;
-            for (int64_t c = 0; c < cols; ++c) {
-              const double wc = w.f32[r * cols + c];
-              const float xc = x[i * ldx + c];
-              rounded += wc * model::BF16ToFloat(model::FloatToBF16(xc));
-              exact += wc * xc;
-              abs_sum += std::fabs(wc * xc);
-            }
-            const float tol = SumTolerance(cols, abs_sum);
-            EXPECT_NEAR(got, rounded, tol) << "i=" << i << " r=" << r;
-            EXPECT_NEAR(got, exact, 0x1.0p-8 * abs_sum + tol) << "i=" << i << " r=" << r;
-          }
-        }
+        ExpectBf16Products(y, ldy, r0, rows, n, w, cols, x, ldx);
       }
     }
   }
@@ -226,28 +235,10 @@ TEST_P(SimdKernelsTest, Bf16PanelsAreTheBf16DotProduct) {
         }
         const int64_t ldy = rows + 5;
         const int64_t r0 = rows > model::kBf16PanelRows ? model::kBf16PanelRows : 0;
-        constexpr float kSentinel = 12345.0f;
         std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
         kernels().matmul_bf16_panels(packed.data(), cols, r0, rows, xb.data(), ldxb, n, y.data(),
                                      ldy);
-        for (int i = 0; i < n; ++i) {
-          for (int64_t r = 0; r < ldy; ++r) {
-            const float got = y[static_cast<size_t>(i * ldy + r)];
-            if (r < r0 || r >= rows) {
-              EXPECT_EQ(got, kSentinel) << "wrote outside rows, i=" << i << " r=" << r;
-              continue;
-            }
-            double rounded = 0.0;
-            double abs_sum = 0.0;
-            for (int64_t c = 0; c < cols; ++c) {
-              const double wc = w.f32[r * cols + c];
-              const double xc = model::BF16ToFloat(xb[static_cast<size_t>(i * ldxb + c)]);
-              rounded += wc * xc;
-              abs_sum += std::fabs(wc * xc);
-            }
-            ASSERT_NEAR(got, rounded, SumTolerance(cols, abs_sum)) << "i=" << i << " r=" << r;
-          }
-        }
+        ExpectBf16Products(y, ldy, r0, rows, n, w, cols, x, ldx);
       }
     }
   }
