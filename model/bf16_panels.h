@@ -1,7 +1,7 @@
 // The bf16 panel layout (Layout::kBf16Panels) and the packing of a model's projection
 // matrices into it. The layout is what the cpu_blas kernel KernelSet::matmul_bf16_panels
 // reads: one pass over the weights serves up to 16 activation rows, and the weights
-// stream in address order (docs/performance.md, "bf16 panels").
+// stream in address order (docs/performance.md, "bf16 weights in 16-row panels").
 //
 // Element (r, c) of a [rows, cols] matrix with rows % 16 == 0 and cols % 2 == 0 is at
 //   (r / 16) * 16 * cols + (c / 2) * 32 + (r % 16) * 2 + c % 2

@@ -10,11 +10,12 @@ namespace kvserve::model {
 
 // The order of a TensorView's elements in memory.
 enum class Layout {
-  // Row-major and contiguous: every view a Model hands out.
+  // Row-major and contiguous: every view of a Model loaded without
+  // LoadOptions::bf16_panels.
   kRows,
-  // bf16 only, made by the cpu_blas backend for its kernels (cpu_blas/packed_weights.h):
-  // rows in panels of 16, each panel as column pairs of its 16 rows. row() and
-  // row_bytes() do not apply.
+  // bf16 only, for the cpu_blas kernels (model/bf16_panels.h: made by Model::Load with
+  // LoadOptions::bf16_panels, or as copies inside the cpu_blas backend): rows in panels
+  // of 16, each panel as column pairs of its 16 rows. row() does not apply.
   kBf16Panels,
 };
 

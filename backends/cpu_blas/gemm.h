@@ -49,12 +49,13 @@ struct GemmOptions {
   // GFLOP/s, 8 rows 111 -> 148, 16 rows 133 -> 232, 512 rows 167 (sgemm 161) -> 349.
   // Default true.
   bool bf16_dot = true;
-  // With bf16_dot, on the same CPUs: the cpu_blas backend repacks its bf16 projection
-  // matrices into panels of 16 rows at start (packed_weights.h, KernelSet::
-  // matmul_bf16_panels), in which one pass over the weights serves up to 16 activation
-  // rows and the weights stream in address order. The packed copies are resident beside
-  // the Model's own weights. tl1b bf16 (kvserve-bench, 2 threads, Zen 5): see
-  // docs/performance.md. Default true.
+  // With bf16_dot, on the same CPUs: bf16 projection matrices in panels of 16 rows
+  // (model/bf16_panels.h, KernelSet::matmul_bf16_panels), in which one pass over the
+  // weights serves up to 16 activation rows and the weights stream in address order: as
+  // the Model holds them when loaded with LoadOptions::bf16_panels (the server), else as
+  // copies the cpu_blas backend packs at start (packed_weights.h; resident beside the
+  // Model's own). tl1b bf16, 2 threads, Zen 5: batch 16 +55 %, batch 16 / batch 1 6.3–7.2
+  // -> 7.8–9.4 (docs/performance.md, "bf16 weights in 16-row panels"). Default true.
   bool bf16_panels = true;
   // Activations of at least this many elements (rows x columns) are quantized for the
   // integer kernels (or rounded to bf16 for bf16_dot) on the pool, a slice of rows per

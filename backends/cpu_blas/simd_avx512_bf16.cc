@@ -140,10 +140,11 @@ KVSERVE_SIMD_TARGET void MatMulBf16Dot(const uint16_t* w, int64_t cols, int64_t 
 // panel. One vdpbf16ps multiplies a line by a broadcast pair of one activation row, so
 // every weight is loaded once per pass for all M activation rows, the panels stream in
 // address order, and the results need no horizontal sums. Against the row layout above
-// (DotTile: four passes of 4 activation rows over each 6-row group): bench/kernels_bench.cc
-// BM_Gemm and a standalone copy (2048 x 2048, 512 MiB of matrices, 2 threads, Zen 5,
-// GFLOP/s rows -> panels): 1 row 42 -> 51-63 GB/s, 16 rows 300 -> 425-475, 64 rows 430 ->
-// 560, 512 rows 400 -> 500-580.
+// (DotTile: four passes of 4 activation rows over each 6-row group), a standalone copy of
+// both kernels (2048 x 2048, 512 MiB of matrices, 2 threads, Zen 5, GFLOP/s rows ->
+// panels): 1 row 42 -> 51-63 GB/s, 16 rows 300 -> 425-475, 64 rows 430 -> 560, 512 rows
+// 400 -> 500-580 (bench/kernels_bench.cc BM_Gemm bf16_dot:1 vs 2, 2048 x 768: 16 rows 329
+// -> 387, 64 rows 464 -> 431).
 using model::kBf16PanelRows;
 static_assert(kBf16PanelRows == 16, "one panel line is one 512-bit vector of bf16 pairs");
 // Panel lines read ahead of the one in use, per panel stream: 4 KiB, about as far as the
