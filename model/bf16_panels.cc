@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -17,6 +18,13 @@ void ReleasePages(const void* data, size_t bytes) {
   const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
   // A hint: on failure the pages simply stay resident.
   if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+// The projection matrices of a layer (those the panel layout is for).
+template <typename Layer>
+auto Projections(Layer& layer) {
+  return std::array{&layer.wq,     &layer.wk,   &layer.wv,    &layer.wo,
+                    &layer.w_gate, &layer.w_up, &layer.w_down};
 }
 
 size_t AlignedBytes(const TensorView& w) {
@@ -34,8 +42,7 @@ bool HasBf16Panels(const ModelWeights& weights) {
   auto panels = [](const TensorView& w) { return w.layout == Layout::kBf16Panels; };
   if (panels(weights.token_embedding) || panels(weights.output)) return true;
   for (const LayerWeights& layer : weights.layers) {
-    for (const TensorView* w :
-         {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w_gate, &layer.w_up, &layer.w_down}) {
+    for (const TensorView* w : Projections(layer)) {
       if (panels(*w)) return true;
     }
   }
@@ -60,8 +67,7 @@ absl::StatusOr<common::HugePageMemory> PackBf16Panels(ModelWeights& weights,
                                                       const PanelPackOptions& options) {
   std::vector<TensorView*> views;
   for (LayerWeights& layer : weights.layers) {
-    for (TensorView* w :
-         {&layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.w_gate, &layer.w_up, &layer.w_down}) {
+    for (TensorView* w : Projections(layer)) {
       if (Bf16PanelsFit(*w)) views.push_back(w);
     }
   }

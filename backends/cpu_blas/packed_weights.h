@@ -38,8 +38,6 @@ class PackedWeights {
   PackedWeights(const model::ModelWeights& weights, bool bf16_panels);
 
   const model::ModelWeights& weights() const { return weights_; }
-  // Bytes of the copies made here.
-  int64_t copied_bytes() const { return static_cast<int64_t>(memory_.size()); }
 
  private:
   model::ModelWeights weights_;
