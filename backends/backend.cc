@@ -20,6 +20,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
     CpuBlasOptions cpu_options;
     cpu_options.threads = options.threads;
     cpu_options.gemm.bf16_panels = options.bf16_panels;
+    cpu_options.gemm.q4_0_panels = options.q4_0_panels;
     absl::StatusOr<std::unique_ptr<CpuBlasBackend>> backend =
         CpuBlasBackend::Create(model, kv_layout, cpu_options);
     if (!backend.ok()) return backend.status();
@@ -30,12 +31,13 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
       absl::StrCat("unknown backend \"", name, "\" (known: reference, cpu_blas)"));
 }
 
-bool BackendReadsBf16Panels(const std::string& name, const BackendOptions& options) {
-  if (name != "cpu_blas") return false;
+model::PanelTypes BackendReadsPanels(const std::string& name, const BackendOptions& options) {
+  if (name != "cpu_blas") return {};
   CpuBlasOptions cpu_options;
   cpu_options.threads = options.threads;
   cpu_options.gemm.bf16_panels = options.bf16_panels;
-  return CpuBlasBackend::ReadsBf16Panels(cpu_options);
+  cpu_options.gemm.q4_0_panels = options.q4_0_panels;
+  return CpuBlasBackend::ReadsPanels(cpu_options);
 }
 
 }  // namespace kvserve::backends

@@ -196,13 +196,15 @@ absl::Status Run(const Flags& flags, const kvserve::backends::cpu_blas::BlasCore
   }
 
   // Measured as kvserve serves it: a model for the cpu_blas backend alone is loaded
-  // with its bf16 projections in panels where the backend reads them (engine::LoadModel).
-  const bool panels = flags.backends == std::vector<std::string>{"cpu_blas"} &&
-                      backends::BackendReadsBf16Panels(
-                          "cpu_blas", backends::BackendOptions{.threads = flags.threads});
+  // with its projections in panels where the backend reads them (engine::LoadModel).
+  const model::PanelTypes panels =
+      flags.backends == std::vector<std::string>{"cpu_blas"}
+          ? backends::BackendReadsPanels("cpu_blas",
+                                         backends::BackendOptions{.threads = flags.threads})
+          : model::PanelTypes{};
   absl::StatusOr<std::unique_ptr<model::Model>> loaded = model::Model::Load(
       flags.model, flags.tokenizer,
-      model::LoadOptions{.huge_pages = flags.weights_huge_pages, .bf16_panels = panels});
+      model::LoadOptions{.huge_pages = flags.weights_huge_pages, .panels = panels});
   if (!loaded.ok()) return loaded.status();
   const model::Model& mdl = **loaded;
   const model::KvLayout layout =

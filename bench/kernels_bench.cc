@@ -245,10 +245,10 @@ void BM_Gemm(benchmark::State& state) {
   backends::cpu_blas::SetOpenBlasSingleThreaded();
   backends::cpu_blas::ThreadPool pool(threads);
   // Panels: every matrix packed (as the backend does at start), the row-major bytes freed.
-  std::vector<std::unique_ptr<backends::cpu_blas::Bf16PanelMatrix>> packed;
+  std::vector<std::unique_ptr<backends::cpu_blas::PanelMatrix>> packed;
   if (panels) {
     for (model::TensorView& v : set.views) {
-      packed.push_back(std::make_unique<backends::cpu_blas::Bf16PanelMatrix>(v));
+      packed.push_back(std::make_unique<backends::cpu_blas::PanelMatrix>(v));
       v = packed.back()->view();
     }
     set.bytes.clear();
@@ -283,7 +283,7 @@ BENCHMARK(BM_Gemm)->Apply(GemmArgs)->UseRealTime();
 // activation layout (GemmOptions::quant_interleave_min_rows), 2 threads, 2048 x 768
 // weights cycling through 64 MB (encoded once per dtype and kept: the k-quant encoders
 // take seconds). Args: dtype (as BM_Gemm), n, path (0 natural layout, 1 interleaved,
-// 2 sgemm on decoded tiles).
+// 2 sgemm on decoded tiles, 3 q4_0 weights packed in panels: matmul_q4_0_panels).
 const MatrixSet& QuantSetFor(DType dtype) {
   static std::unique_ptr<MatrixSet> set;
   static DType made = DType::kF32;
@@ -316,9 +316,22 @@ void BM_QuantLayout(benchmark::State& state) {
   options.quant_interleave_min_rows = path == 1 ? 1 : 1 << 20;
   options.quant_sgemm_min_rows = path == 2 ? 1 : 1 << 20;
   const int64_t rows = 2048, cols = 768;
-  const MatrixSet& set = QuantSetFor(dtype);
+  const backends::cpu_blas::KernelSet& kernels = backends::cpu_blas::KernelsFor(QuantLayoutIsa());
+  if (path == 3 && (dtype != DType::kQ4_0 || kernels.matmul_q4_0_panels == nullptr)) {
+    state.SkipWithError("q4_0 panels need q4_0 weights and the avx512vnni kernel level");
+    return;
+  }
+  MatrixSet panels;  // path 3: packed copies of the set (views only)
+  std::vector<std::unique_ptr<backends::cpu_blas::PanelMatrix>> packed;
+  if (path == 3) {
+    for (const model::TensorView& v : QuantSetFor(dtype).views) {
+      packed.push_back(std::make_unique<backends::cpu_blas::PanelMatrix>(v));
+      panels.views.push_back(packed.back()->view());
+    }
+  }
+  const MatrixSet& set = path == 3 ? panels : QuantSetFor(dtype);
   backends::cpu_blas::ThreadPool pool(2);
-  backends::cpu_blas::Gemm gemm(&pool, &backends::cpu_blas::KernelsFor(QuantLayoutIsa()), options);
+  backends::cpu_blas::Gemm gemm(&pool, &kernels, options);
   TimeProducts(state, gemm, set, n);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * n * 1e-9,
                                                  benchmark::Counter::kIsIterationInvariantRate);
@@ -330,6 +343,9 @@ void QuantLayoutArgs(benchmark::internal::Benchmark* b) {
     }
     for (int64_t n : {16, 64, 128, 512}) {
       for (int64_t path : {1, 2}) b->Args({dtype, n, path});
+    }
+    if (dtype == 4) {
+      for (int64_t n : {1, 2, 4, 8, 16, 32, 64, 128, 512}) b->Args({dtype, n, 3});
     }
   }
   b->ArgNames({"dtype", "n", "path"});

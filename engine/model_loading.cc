@@ -23,6 +23,7 @@ absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,
   backends::BackendOptions backend_options;
   backend_options.threads = options.threads;
   backend_options.bf16_panels = options.bf16_panels;
+  backend_options.q4_0_panels = options.q4_0_panels;
   absl::StatusOr<std::unique_ptr<backends::Backend>> backend = backends::CreateBackend(
       options.backend, model, options.engine.KvLayoutFor(model.config()), backend_options);
   if (!backend.ok()) {
@@ -43,14 +44,16 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options) {
   if (absl::Status s = CheckThreads(options); !s.ok()) return s;
   LoadedModel loaded;
   model::LoadOptions load = options.load;
-  // The model serves this backend alone: where it reads bf16 panels, pack them at load
+  // The model serves this backend alone: where it reads panels, pack them at load
   // so the weights are resident once (not row-major in the Model plus the backend's
   // packed copies).
   backends::BackendOptions backend_options;
   backend_options.threads = options.threads;
   backend_options.bf16_panels = options.bf16_panels;
-  load.bf16_panels =
-      load.bf16_panels || backends::BackendReadsBf16Panels(options.backend, backend_options);
+  backend_options.q4_0_panels = options.q4_0_panels;
+  const model::PanelTypes reads = backends::BackendReadsPanels(options.backend, backend_options);
+  load.panels.bf16 |= reads.bf16;
+  load.panels.q4_0 |= reads.q4_0;
   absl::StatusOr<std::unique_ptr<model::Model>> model =
       model::Model::Load(options.model_path, options.tokenizer_path, load);
   if (!model.ok()) return model.status();

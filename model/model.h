@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/model_config.h"
+#include "model/panels.h"
 #include "model/vocabulary.h"
 #include "model/weights.h"
 
@@ -19,13 +20,13 @@ struct LoadOptions {
   // private, resident, faster to stream) instead of mapping it (kMapped: shared with the
   // page cache, can be dropped under memory pressure). Default true.
   bool huge_pages = true;
-  // Repack the bf16 projection matrices into the panel layout of the cpu_blas kernels
-  // (bf16_panels.h) and hand the pages of their row-major bytes back, so the weights are
-  // resident once. Then only readers of Layout::kBf16Panels can use the model (the
-  // cpu_blas backend at kernel level avx512bf16; the reference backend refuses it).
-  // engine::LoadModel sets it where the backend wants it. The fingerprint is that of the
-  // file either way. Default false.
-  bool bf16_panels = false;
+  // Repack the projection matrices of these types into the panel layouts of the cpu_blas
+  // kernels (panels.h) and hand the pages of their row-major bytes back, so the weights
+  // are resident once. Then only readers of those layouts can use the model (the cpu_blas
+  // backend at kernel level avx512bf16 for bf16, avx512vnni for q4_0; the reference
+  // backend refuses it). engine::LoadModel sets it where the backend wants it. The
+  // fingerprint is that of the file either way. Default: none.
+  PanelTypes panels;
 };
 
 // Immutable after loading; safe to share between threads.
@@ -63,7 +64,7 @@ class Model {
   ModelWeights weights_;
   Vocabulary vocab_;
   std::shared_ptr<const void> storage_;
-  std::shared_ptr<const void> panels_;  // LoadOptions::bf16_panels: the packed matrices
+  std::shared_ptr<const void> panels_;  // LoadOptions::panels: the packed matrices
   uint64_t fingerprint_ = 0;
 };
 

@@ -8,12 +8,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "model/bf16_panels.h"
 #include "model/gguf.h"
 #include "model/gguf_llama.h"
 #include "model/llama2c.h"
 #include "model/mapped_file.h"
 #include "model/model.h"
+#include "model/panels.h"
 
 namespace kvserve::model {
 namespace {
@@ -93,11 +93,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path,
     model = ModelFromGguf(*gguf, file);
     if (!model.ok()) return Prefixed(path, model.status());
   }
-  if (options.bf16_panels) {
+  if (options.panels.any()) {
     // After FromParts computed the fingerprint from the file's bytes. The Model is the
     // only owner of the file's bytes, so the originals can go.
-    absl::StatusOr<common::HugePageMemory> panels =
-        PackBf16Panels((*model)->weights_, PanelPackOptions{.release_originals = true});
+    absl::StatusOr<common::HugePageMemory> panels = PackPanels(
+        (*model)->weights_, PanelPackOptions{.types = options.panels, .release_originals = true});
     if (!panels.ok()) return Prefixed(path, panels.status());
     (*model)->panels_ = std::make_shared<common::HugePageMemory>(*std::move(panels));
   }

@@ -11,12 +11,14 @@ namespace kvserve::model {
 // The order of a TensorView's elements in memory.
 enum class Layout {
   // Row-major and contiguous: every view of a Model loaded without
-  // LoadOptions::bf16_panels.
+  // LoadOptions::panels.
   kRows,
-  // bf16 only, for the cpu_blas kernels (model/bf16_panels.h: made by Model::Load with
-  // LoadOptions::bf16_panels, or as copies inside the cpu_blas backend): rows in panels
-  // of 16, each panel as column pairs of its 16 rows. row() does not apply.
+  // For the cpu_blas kernels (model/panels.h: made by Model::Load with
+  // LoadOptions::panels, or as copies inside the cpu_blas backend), rows in panels of 16;
+  // row() does not apply. bf16 only: each panel as column pairs of its 16 rows.
   kBf16Panels,
+  // q4_0 only: each panel as blocks of 32 columns of its 16 rows.
+  kQ4_0Panels,
 };
 
 // A matrix [rows, cols] (a vector is rows == 1) of `type` elements, row-major and

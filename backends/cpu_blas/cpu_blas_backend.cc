@@ -28,7 +28,7 @@
 #include "backends/kernels/ops.h"
 #include "backends/kernels/qkv.h"
 #include "backends/kernels/rope.h"
-#include "model/bf16_panels.h"
+#include "model/panels.h"
 
 namespace kvserve::backends {
 
@@ -112,8 +112,7 @@ struct CpuBlasBackend::State {
         isa(level),
         kernels(&cpu_blas::KernelsFor(level)),
         pool(n_threads),
-        packed(m.weights(), gemm_options.bf16_dot && gemm_options.bf16_panels &&
-                                kernels->matmul_bf16_panels != nullptr),
+        packed(m.weights(), cpu_blas::PanelsWanted(*kernels, gemm_options)),
         weights(packed.weights()),
         gemm(&pool, kernels, gemm_options),
         attention(config, layout, kernels, &pool) {}
@@ -165,10 +164,10 @@ struct CpuBlasBackend::State {
   }
 };
 
-bool CpuBlasBackend::ReadsBf16Panels(const CpuBlasOptions& options) {
+model::PanelTypes CpuBlasBackend::ReadsPanels(const CpuBlasOptions& options) {
   const Isa level = options.isa.value_or(cpu_blas::BestIsa());
-  return cpu_blas::IsaSupported(level) && options.gemm.bf16_dot && options.gemm.bf16_panels &&
-         cpu_blas::KernelsFor(level).matmul_bf16_panels != nullptr;
+  if (!cpu_blas::IsaSupported(level)) return {};
+  return cpu_blas::PanelsWanted(cpu_blas::KernelsFor(level), options.gemm);
 }
 
 absl::StatusOr<std::unique_ptr<CpuBlasBackend>> CpuBlasBackend::Create(
@@ -183,12 +182,20 @@ absl::StatusOr<std::unique_ptr<CpuBlasBackend>> CpuBlasBackend::Create(
     return absl::FailedPreconditionError(absl::StrCat(
         "cpu_blas: this CPU does not support ", std::string(cpu_blas::IsaName(level)), " kernels"));
   }
-  if (model::HasBf16Panels(model.weights()) &&
-      !(options.gemm.bf16_dot && cpu_blas::KernelsFor(level).matmul_bf16_panels != nullptr)) {
+  const model::PanelTypes packed = model::PanelTypesOf(model.weights());
+  const model::PanelTypes readable =
+      cpu_blas::PanelsReadable(cpu_blas::KernelsFor(level), options.gemm);
+  if (packed.bf16 && !readable.bf16) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "cpu_blas: the model's bf16 weights are packed in panels (LoadOptions::bf16_panels), "
+        "cpu_blas: the model's bf16 weights are packed in panels (LoadOptions::panels), "
         "which only the avx512bf16 kernels with bf16_dot read; kernel level ",
         std::string(cpu_blas::IsaName(level)), ", bf16_dot ", options.gemm.bf16_dot));
+  }
+  if (packed.q4_0 && !readable.q4_0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cpu_blas: the model's q4_0 weights are packed in panels (LoadOptions::panels), "
+        "which only the kernels of level avx512vnni and up read; kernel level ",
+        std::string(cpu_blas::IsaName(level))));
   }
   int n_threads = options.threads;
   if (n_threads == 0) n_threads = std::max(1u, std::thread::hardware_concurrency());

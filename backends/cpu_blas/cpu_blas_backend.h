@@ -50,18 +50,19 @@ class CpuBlasBackend : public Backend {
  public:
   // INVALID_ARGUMENT when `kv_layout` does not fit the model or threads < 0;
   // FAILED_PRECONDITION when options.isa is not supported by this CPU, or when the model
-  // holds bf16 panels (model::LoadOptions::bf16_panels) and the kernels `options` selects
-  // cannot read them (a level below avx512bf16, or bf16_dot off). Where
-  // ReadsBf16Panels(options) and the model holds row-major bf16 projections, the backend
-  // packs copies of them (PackedWeights: resident twice).
+  // holds panels (model::LoadOptions::panels) that the kernels `options` selects cannot
+  // read (bf16: a level below avx512bf16, or bf16_dot off; q4_0: below avx512vnni).
+  // Where ReadsPanels(options) has a type of which the model holds row-major
+  // projections, the backend packs copies of them (PackedWeights: resident twice).
   static absl::StatusOr<std::unique_ptr<CpuBlasBackend>> Create(const model::Model& model,
                                                                 const model::KvLayout& kv_layout,
                                                                 const CpuBlasOptions& options);
-  // Whether a backend made with `options` on this CPU multiplies bf16 weights in the
-  // panel layout (kernel level avx512bf16, GemmOptions::bf16_dot and bf16_panels), so a
-  // model loaded for such backends alone should be loaded with LoadOptions::bf16_panels
-  // (engine::LoadModel does).
-  static bool ReadsBf16Panels(const CpuBlasOptions& options);
+  // The weight types a backend made with `options` on this CPU multiplies in panel
+  // layouts (cpu_blas::PanelsWanted: bf16 at kernel level avx512bf16 with
+  // GemmOptions::bf16_dot and bf16_panels, q4_0 from avx512vnni with q4_0_panels), so a
+  // model loaded for such backends alone should be loaded with LoadOptions::panels set to
+  // them (engine::LoadModel does).
+  static model::PanelTypes ReadsPanels(const CpuBlasOptions& options);
   ~CpuBlasBackend() override;
 
   std::string name() const override { return "cpu_blas"; }

@@ -296,9 +296,11 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, ParityTest,
                          });
 
 // Each kernel level (forced), each product path (streaming kernels only, interleaved from
-// 2 rows for quantized weights; sgemm only),
-// and several thread counts agree with the reference.
+// 2 rows for quantized weights, with and without the panel layouts (bf16 and q4_0
+// weights packed by the backend where the level reads them); sgemm only), and several
+// thread counts agree with the reference.
 TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
+  enum Path { kPanels, kRows, kSgemm };
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                       DType::kQ4_K, DType::kQ6_K}) {
     auto m = MakeModel(dtype, false, model::IsQuantized(dtype) ? QuantConfig() : WideConfig());
@@ -311,11 +313,17 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
                     std::string(cpu_blas::IsaName(isa)).c_str());
         continue;
       }
-      for (int sgemm_min_rows : {1, 1 << 20}) {
+      for (Path path : {kPanels, kRows, kSgemm}) {
+        // Only the types with a panel layout differ between kPanels and kRows.
+        if (path == kRows && dtype != DType::kBF16 && dtype != DType::kQ4_0) continue;
         for (int threads : {1, 3}) {
+          const int sgemm_min_rows = path == kSgemm ? 1 : 1 << 20;
           SCOPED_TRACE(::testing::Message()
-                       << model::DTypeName(dtype) << " " << cpu_blas::IsaName(isa)
-                       << " sgemm_min_rows=" << sgemm_min_rows << " threads=" << threads);
+                       << model::DTypeName(dtype) << " " << cpu_blas::IsaName(isa) << " path="
+                       << (path == kPanels ? "panels"
+                           : path == kRows ? "rows"
+                                           : "sgemm")
+                       << " threads=" << threads);
           CpuBlasOptions options;
           options.isa = isa;
           options.threads = threads;
@@ -323,9 +331,10 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
           options.gemm.quant_sgemm_min_rows = sgemm_min_rows;
           // Quantized activations on the caller (1 thread) or on the pool (3 threads).
           options.gemm.quant_parallel_min_elements = threads == 1 ? int64_t{1} << 40 : 1;
-          // (The interleaved layout and bf16 dot never go to sgemm: off for the sgemm-only
-          // pass.)
-          if (sgemm_min_rows == 1) {
+          options.gemm.bf16_panels = options.gemm.q4_0_panels = path == kPanels;
+          // (The interleaved layout, bf16 dot and the panels never go to sgemm: off for
+          // the sgemm-only pass.)
+          if (path == kSgemm) {
             options.gemm.quant_interleave_min_rows = 1 << 20;
             options.gemm.bf16_dot = false;
           }

@@ -7,7 +7,7 @@
 #include <span>
 
 #include "backends/cpu_blas/q8_activations.h"
-#include "model/bf16_panels.h"
+#include "model/panels.h"
 #include "model/quant.h"
 
 namespace kvserve::backends::cpu_blas {
@@ -24,6 +24,19 @@ const uint8_t* Bytes(const model::TensorView& w) { return static_cast<const uint
 }  // namespace
 
 void SetOpenBlasSingleThreaded() { openblas_set_num_threads(1); }
+
+model::PanelTypes PanelsReadable(const KernelSet& kernels, const GemmOptions& options) {
+  return model::PanelTypes{
+      .bf16 = options.bf16_dot && kernels.matmul_bf16_panels != nullptr,
+      .q4_0 = kernels.matmul_q4_0_panels != nullptr,
+  };
+}
+
+model::PanelTypes PanelsWanted(const KernelSet& kernels, const GemmOptions& options) {
+  const model::PanelTypes readable = PanelsReadable(kernels, options);
+  return model::PanelTypes{.bf16 = readable.bf16 && options.bf16_panels,
+                           .q4_0 = readable.q4_0 && options.q4_0_panels};
+}
 
 Gemm::Gemm(ThreadPool* pool, const KernelSet* kernels, const GemmOptions& options)
     : pool_(pool), kernels_(kernels), options_(options), tiles_(pool->size()) {}
@@ -46,10 +59,16 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
                  kernels_->matmul_q8_0_il != nullptr;
   bf16_dot_ = products.begin()->w->type == model::DType::kBF16 && options_.bf16_dot &&
               kernels_->matmul_bf16_dot != nullptr;
-  bool panels = false;
-  for (const Product& p : products) panels |= p.w->layout == model::Layout::kBf16Panels;
-  assert(!panels || (bf16_dot_ && kernels_->matmul_bf16_panels != nullptr));
-  const bool sgemm = !interleaved_ && !bf16_dot_ &&
+  bool bf16_panels = false;
+  q4_0_panels_ = false;
+  for (const Product& p : products) {
+    bf16_panels |= p.w->layout == model::Layout::kBf16Panels;
+    q4_0_panels_ |= p.w->layout == model::Layout::kQ4_0Panels;
+  }
+  assert(!bf16_panels || (bf16_dot_ && kernels_->matmul_bf16_panels != nullptr));
+  assert(!q4_0_panels_ || kernels_->matmul_q4_0_panels != nullptr);
+  const bool panels = bf16_panels || q4_0_panels_;
+  const bool sgemm = !interleaved_ && !bf16_dot_ && !q4_0_panels_ &&
                      n >= (quantized ? options_.quant_sgemm_min_rows : options_.sgemm_min_rows);
   if (bf16_dot_) {
     RoundActivations(x, n, cols);
@@ -57,7 +76,7 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
     QuantizeActivations(products, x, n);
   }
   // Rows per slice. Streaming: enough slices to balance (about 8 per thread), a multiple
-  // of the kernels' register blocking (4 rows; the bf16 dot kernel's 6, so 12; the bf16
+  // of the kernels' register blocking (4 rows; the bf16 dot kernel's 6, so 12; the
   // panels' 16), at least 16. sgemm: tiles of at most
   // about tile_bytes of f32 (each sgemm call packs all n activation rows again), as many
   // as a multiple of the thread count and of equal size (a multiple of 16 rows), so the
@@ -66,7 +85,7 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   if (macs < kMinParallelMacs) {
     chunk = total_rows;
   } else if (!sgemm) {
-    chunk = std::max<int64_t>(16, RoundUp(total_rows / (threads * 8), panels ? model::kBf16PanelRows
+    chunk = std::max<int64_t>(16, RoundUp(total_rows / (threads * 8), panels ? model::kPanelRows
                                                                       : bf16_dot_ ? 12
                                                                                   : 4));
   } else {
@@ -117,12 +136,14 @@ void Gemm::RunStreaming(const Task& task, const float* x, int n) {
       }
       break;
     case model::DType::kQ8_0:
-      (interleaved_ ? k.matmul_q8_0_il : k.matmul_q8_0)(
+      (q8_interleaved() ? k.matmul_q8_0_il : k.matmul_q8_0)(
           Bytes(w), w.row_bytes(), cols, task.r0, task.r1, xq8_.data(), xq8_row_, n, task.y, rows);
       break;
     case model::DType::kQ4_0:
-      (interleaved_ ? k.matmul_q4_0_il : k.matmul_q4_0)(
-          Bytes(w), w.row_bytes(), cols, task.r0, task.r1, xq8_.data(), xq8_row_, n, task.y, rows);
+      (w.layout == model::Layout::kQ4_0Panels ? k.matmul_q4_0_panels
+       : q8_interleaved()                     ? k.matmul_q4_0_il
+                          : k.matmul_q4_0)(Bytes(w), w.row_bytes(), cols, task.r0, task.r1,
+                                           xq8_.data(), xq8_row_, n, task.y, rows);
       break;
     case model::DType::kQ4_K:
       (interleaved_ ? k.matmul_q4_k_il : k.matmul_q4_k)(Bytes(w), w.row_bytes(), cols, task.r0,
@@ -156,14 +177,15 @@ void Gemm::QuantizeActivations(std::initializer_list<Product> products, const fl
   }
   // One pass over n * cols floats (against rows * cols * n multiply-adds in the
   // products).
-  auto quantize = [&](model::DType t, std::vector<uint8_t>& buf, int64_t& row_bytes) {
+  auto quantize = [&](model::DType t, bool interleaved, std::vector<uint8_t>& buf,
+                      int64_t& row_bytes) {
     row_bytes =
-        static_cast<int64_t>(interleaved_ ? Q8RowBytesInterleaved(t, cols) : Q8RowBytes(t, cols));
+        static_cast<int64_t>(interleaved ? Q8RowBytesInterleaved(t, cols) : Q8RowBytes(t, cols));
     if (buf.size() < static_cast<size_t>(row_bytes * n)) buf.resize(row_bytes * n);
     ForActivationRows(n, cols, [&](int begin, int end) {
       for (int i = begin; i < end; ++i) {
         uint8_t* out = buf.data() + i * row_bytes;
-        if (interleaved_) {
+        if (interleaved) {
           QuantizeActivationsInterleaved(t, x + i * cols, cols, out);
         } else {
           cpu_blas::QuantizeActivations(t, x + i * cols, cols, out);
@@ -171,8 +193,8 @@ void Gemm::QuantizeActivations(std::initializer_list<Product> products, const fl
       }
     });
   };
-  if (q8) quantize(model::DType::kQ8_0, xq8_, xq8_row_);
-  if (q8k) quantize(model::DType::kQ4_K, xq8k_, xq8k_row_);
+  if (q8) quantize(model::DType::kQ8_0, q8_interleaved(), xq8_, xq8_row_);
+  if (q8k) quantize(model::DType::kQ4_K, interleaved_, xq8k_, xq8k_row_);
 }
 
 void Gemm::RoundActivations(const float* x, int n, int64_t cols) {

@@ -9,6 +9,7 @@
 
 #include "backends/cpu_blas/simd_kernels.h"
 #include "backends/cpu_blas/thread_pool.h"
+#include "model/panels.h"
 #include "model/tensor.h"
 
 namespace kvserve::backends::cpu_blas {
@@ -50,13 +51,23 @@ struct GemmOptions {
   // Default true.
   bool bf16_dot = true;
   // With bf16_dot, on the same CPUs: bf16 projection matrices in panels of 16 rows
-  // (model/bf16_panels.h, KernelSet::matmul_bf16_panels), in which one pass over the
+  // (model/panels.h, KernelSet::matmul_bf16_panels), in which one pass over the
   // weights serves up to 16 activation rows and the weights stream in address order: as
   // the Model holds them when loaded with LoadOptions::bf16_panels (the server), else as
   // copies the cpu_blas backend packs at start (packed_weights.h; resident beside the
   // Model's own). tl1b bf16, 2 threads, Zen 5: batch 16 +55 %, batch 16 / batch 1 6.3–7.2
   // -> 7.8–9.4 (docs/performance.md, "bf16 weights in 16-row panels"). Default true.
   bool bf16_panels = true;
+  // On CPUs with AVX-512 VNNI (kernel level avx512vnni and up): q4_0 projection matrices
+  // in panels of 16 rows (model/panels.h, KernelSet::matmul_q4_0_panels), for every
+  // row count: the same bytes as the row-major blocks, regrouped so that one vpdpbusd
+  // multiplies 4 columns of 16 rows by one broadcast activation word, 8 activation rows
+  // per pass, with no per-step decoding into a panel and no horizontal sums. As for
+  // bf16_panels: packed by Model::Load (LoadOptions::panels) or as copies. Standalone
+  // copy of the kernel, 2048 x 768 q4_0 matrices cycling through 350 MB, 2 threads, Zen
+  // 5: 16 rows 725–800 Gop/s (BM_QuantLayout, the interleaved tiles: 358–378), 64 rows
+  // 921 (436), 1 row 127 (90). Default true.
+  bool q4_0_panels = true;
   // Activations of at least this many elements (rows x columns) are quantized for the
   // integer kernels (or rounded to bf16 for bf16_dot) on the pool, a slice of rows per
   // task, instead of on the calling thread while the others wait (a 512-token tl1b q4_0
@@ -97,8 +108,8 @@ class Gemm {
   // alias x, and w.data holds w.rows * w.row_bytes() bytes (any model::DType; with
   // quantized weights, unless the product goes to sgemm (GemmOptions), x is first
   // quantized to 8 bits per block (q8_activations.h), which bounds the difference from
-  // the float product). A view in model::Layout::kBf16Panels needs options.bf16_dot
-  // and a kernel set with matmul_bf16_panels (it is multiplied as bf16_dot describes).
+  // the float product). A view in a panel layout needs it in
+  // PanelsReadable(kernels, options) (bf16 panels are multiplied as bf16_dot describes).
   void Run(const model::TensorView& w, const float* x, int n, float* y);
 
   // Several products of the same x (e.g. Q, K and V) in one parallel loop, so the pool
@@ -138,9 +149,24 @@ class Gemm {
   int64_t xq8k_row_ = 0;
   std::vector<uint16_t> xbf16_;  // [n] rows of bf16, xbf16_row_ elements each
   int64_t xbf16_row_ = 0;
-  bool interleaved_ = false;  // the current Run's activations are interleaved
+  // The q8_0 / q4_0 activations (xq8_) are interleaved: not when the Run reads q4_0 panels,
+  // which take Q8Block rows (row-major q8_0 / q4_0 products of the same Run then use the
+  // kernels for Q8Block rows too).
+  bool q8_interleaved() const { return interleaved_ && !q4_0_panels_; }
+
+  bool interleaved_ = false;  // the current Run's k-quant activations are interleaved
+  bool q4_0_panels_ = false;  // the current Run has a product in Layout::kQ4_0Panels
   bool bf16_dot_ = false;     // the current Run's bf16 products use matmul_bf16_dot
 };
+
+// The panel layouts (model/panels.h) a Gemm with `kernels` and `options` can multiply
+// (bf16: bf16_dot and matmul_bf16_panels; q4_0: matmul_q4_0_panels), whatever
+// GemmOptions::bf16_panels and q4_0_panels say.
+model::PanelTypes PanelsReadable(const KernelSet& kernels, const GemmOptions& options);
+
+// Those of them the options ask for (GemmOptions::bf16_panels, q4_0_panels): the layouts
+// weights should be in for this Gemm.
+model::PanelTypes PanelsWanted(const KernelSet& kernels, const GemmOptions& options);
 
 // Sets OpenBLAS to run every call on the calling thread only. OpenBLAS's thread count is
 // process-wide; cpu_blas parallelises around OpenBLAS with its own pool instead.

@@ -3,27 +3,30 @@
 #include <cstdlib>
 #include <utility>
 
-#include "model/bf16_panels.h"
-
 namespace kvserve::backends::cpu_blas {
 
-Bf16PanelMatrix::Bf16PanelMatrix(const model::TensorView& w) {
+PanelMatrix::PanelMatrix(const model::TensorView& w) {
   absl::StatusOr<common::HugePageMemory> memory =
-      common::HugePageMemory::Allocate(static_cast<size_t>(w.rows * w.cols) * sizeof(uint16_t));
+      common::HugePageMemory::Allocate(static_cast<size_t>(w.rows) * w.row_bytes());
   if (!memory.ok()) std::abort();
   memory_ = *std::move(memory);
-  auto* out = reinterpret_cast<uint16_t*>(memory_.data());
-  model::PackBf16Panels(static_cast<const uint16_t*>(w.data), w.cols, 0,
-                        w.rows / model::kBf16PanelRows, out);
-  view_ = model::TensorView{w.type, out, w.rows, w.cols, model::Layout::kBf16Panels};
+  const int64_t panels = w.rows / model::kPanelRows;
+  if (w.type == model::DType::kBF16) {
+    model::PackBf16Panels(static_cast<const uint16_t*>(w.data), w.cols, 0, panels,
+                          reinterpret_cast<uint16_t*>(memory_.data()));
+    view_ = model::TensorView{w.type, memory_.data(), w.rows, w.cols, model::Layout::kBf16Panels};
+  } else {
+    model::PackQ4_0Panels(static_cast<const uint8_t*>(w.data), w.cols, 0, panels, memory_.data());
+    view_ = model::TensorView{w.type, memory_.data(), w.rows, w.cols, model::Layout::kQ4_0Panels};
+  }
 }
 
-PackedWeights::PackedWeights(const model::ModelWeights& weights, bool bf16_panels)
+PackedWeights::PackedWeights(const model::ModelWeights& weights, const model::PanelTypes& types)
     : weights_(weights) {
-  if (!bf16_panels) return;
+  if (!types.any()) return;
   model::ModelWeights packed = weights;
   absl::StatusOr<common::HugePageMemory> memory =
-      model::PackBf16Panels(packed, model::PanelPackOptions{.pack_tied_output = true});
+      model::PackPanels(packed, model::PanelPackOptions{.types = types, .pack_tied_output = true});
   if (!memory.ok()) return;
   weights_ = std::move(packed);
   memory_ = *std::move(memory);

@@ -1,25 +1,27 @@
 // The cpu_blas backend's view of the model weights: the Model's own tensors, with bf16
-// projection matrices in the panel layout of KernelSet::matmul_bf16_panels
-// (model/bf16_panels.h) where the kernel level has it: as the Model holds them when it
-// was loaded with LoadOptions::bf16_panels (the server), otherwise packed copies owned
-// here (tests, benchmarks, any caller sharing one Model between backends).
+// and q4_0 projection matrices in the panel layouts of KernelSet::matmul_bf16_panels and
+// matmul_q4_0_panels (model/panels.h) where the kernel level has them: as the Model holds
+// them when it was loaded with LoadOptions::panels (the server), otherwise packed copies
+// owned here (tests, benchmarks, any caller sharing one Model between backends).
 #ifndef KVSERVE_BACKENDS_CPU_BLAS_PACKED_WEIGHTS_H_
 #define KVSERVE_BACKENDS_CPU_BLAS_PACKED_WEIGHTS_H_
 
 #include <cstdint>
 
 #include "common/huge_page_memory.h"
+#include "model/panels.h"
 #include "model/tensor.h"
 #include "model/weights.h"
 
 namespace kvserve::backends::cpu_blas {
 
-// A copy of one matrix in the panel layout, in huge pages (for benchmarks and tests).
-class Bf16PanelMatrix {
+// A copy of one matrix in its panel layout, in huge pages (for benchmarks and tests).
+class PanelMatrix {
  public:
-  // Precondition: model::Bf16PanelsFit(w). Aborts when the memory cannot be mapped.
-  explicit Bf16PanelMatrix(const model::TensorView& w);
-  // The packed matrix (Layout::kBf16Panels), valid while this object lives.
+  // Precondition: model::Bf16PanelsFit(w) or model::Q4_0PanelsFit(w). Aborts when the
+  // memory cannot be mapped.
+  explicit PanelMatrix(const model::TensorView& w);
+  // The packed matrix (Layout::kBf16Panels or kQ4_0Panels), valid while this object lives.
   const model::TensorView& view() const { return view_; }
 
  private:
@@ -29,13 +31,13 @@ class Bf16PanelMatrix {
 
 class PackedWeights {
  public:
-  // A copy of `weights` in which, when `bf16_panels` is set, every projection matrix
-  // that model::Bf16PanelsFit (row-major, so not those the Model packed itself) is
-  // replaced by a packed copy, a tied output included (model::PackBf16Panels); the
-  // Model's bytes stay as they are, so such a model is resident twice. When the copies
-  // cannot be mapped nothing is packed (the kernels on row-major weights run instead).
-  // `weights` (the Model) must outlive this object.
-  PackedWeights(const model::ModelWeights& weights, bool bf16_panels);
+  // A copy of `weights` in which every projection matrix of a type in `types` that fits
+  // its panel layout (row-major, so not those the Model packed itself) is replaced by a
+  // packed copy, a tied output included (model::PackPanels); the Model's bytes stay as
+  // they are, so such a model is resident twice. When the copies cannot be mapped
+  // nothing is packed (the kernels on row-major weights run instead). `weights` (the
+  // Model) must outlive this object.
+  PackedWeights(const model::ModelWeights& weights, const model::PanelTypes& types);
 
   const model::ModelWeights& weights() const { return weights_; }
 

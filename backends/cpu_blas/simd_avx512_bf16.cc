@@ -17,7 +17,7 @@
 
 #include "backends/cpu_blas/simd_hsum.h"
 #include "backends/cpu_blas/simd_kernels.h"
-#include "model/bf16_panels.h"
+#include "model/panels.h"
 
 #define KVSERVE_SIMD_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -135,7 +135,7 @@ KVSERVE_SIMD_TARGET void MatMulBf16Dot(const uint16_t* w, int64_t cols, int64_t 
   }
 }
 
-// The panel layout (model/bf16_panels.h): weight rows in panels of kBf16PanelRows, each
+// The panel layout (model/panels.h): weight rows in panels of kPanelRows, each
 // panel as column pairs, one 64-byte line per pair holding the pair of every row of the
 // panel. One vdpbf16ps multiplies a line by a broadcast pair of one activation row, so
 // every weight is loaded once per pass for all M activation rows, the panels stream in
@@ -145,8 +145,8 @@ KVSERVE_SIMD_TARGET void MatMulBf16Dot(const uint16_t* w, int64_t cols, int64_t 
 // panels): 1 row 42 -> 51-63 GB/s, 16 rows 300 -> 425-475, 64 rows 430 -> 560, 512 rows
 // 400 -> 500-580 (bench/kernels_bench.cc BM_Gemm bf16_dot:1 vs 2, 2048 x 768: 16 rows 329
 // -> 387, 64 rows 464 -> 431).
-using model::kBf16PanelRows;
-static_assert(kBf16PanelRows == 16, "one panel line is one 512-bit vector of bf16 pairs");
+using model::kPanelRows;
+static_assert(kPanelRows == 16, "one panel line is one 512-bit vector of bf16 pairs");
 // Panel lines read ahead of the one in use, per panel stream: 4 KiB, about as far as the
 // memory latency at the 16-row rate (one line per 16 vdpbf16ps); 16 lines ahead ran the
 // 16-row product at 380 GFLOP/s, 64 at 475, 128 and 256 lines no faster.
@@ -173,12 +173,11 @@ KVSERVE_SIMD_TARGET void PanelTile(const uint16_t* w, int64_t panel_elems, int64
     __m512bh wv[P];
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
-      const int64_t at = p * panel_elems + k * 2 * kBf16PanelRows;
-      _mm_prefetch(
-          reinterpret_cast<const char*>(
-              base + static_cast<uintptr_t>(at + kPanelPrefetchLines * 2 * kBf16PanelRows) *
-                         sizeof(uint16_t)),
-          _MM_HINT_T0);
+      const int64_t at = p * panel_elems + k * 2 * kPanelRows;
+      _mm_prefetch(reinterpret_cast<const char*>(
+                       base + static_cast<uintptr_t>(at + kPanelPrefetchLines * 2 * kPanelRows) *
+                                  sizeof(uint16_t)),
+                   _MM_HINT_T0);
       wv[p] = (__m512bh)_mm512_loadu_si512(w + at);
     }
 #pragma GCC unroll 16
@@ -193,7 +192,7 @@ KVSERVE_SIMD_TARGET void PanelTile(const uint16_t* w, int64_t panel_elems, int64
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p) {
 #pragma GCC unroll 16
-    for (int m = 0; m < M; ++m) _mm512_storeu_ps(y + m * ldy + p * kBf16PanelRows, acc[p][m]);
+    for (int m = 0; m < M; ++m) _mm512_storeu_ps(y + m * ldy + p * kPanelRows, acc[p][m]);
   }
 }
 
@@ -207,10 +206,10 @@ KVSERVE_SIMD_TARGET void PanelRows(const uint16_t* w, int64_t panel_elems, int64
   constexpr int P = M <= 2 ? 4 : M <= 5 ? 3 : M <= 8 ? 2 : 1;
   int64_t p = p0;
   for (; p + P <= p1; p += P) {
-    PanelTile<P, M>(w + p * panel_elems, panel_elems, pairs, xb, ldxb, y + p * kBf16PanelRows, ldy);
+    PanelTile<P, M>(w + p * panel_elems, panel_elems, pairs, xb, ldxb, y + p * kPanelRows, ldy);
   }
   for (; p < p1; ++p) {
-    PanelTile<1, M>(w + p * panel_elems, panel_elems, pairs, xb, ldxb, y + p * kBf16PanelRows, ldy);
+    PanelTile<1, M>(w + p * panel_elems, panel_elems, pairs, xb, ldxb, y + p * kPanelRows, ldy);
   }
 }
 
@@ -227,16 +226,16 @@ KVSERVE_SIMD_TARGET void PanelRowsOf(int m, const uint16_t* w, int64_t panel_ele
 KVSERVE_SIMD_TARGET void MatMulBf16Panels(const uint16_t* w, int64_t cols, int64_t row_begin,
                                           int64_t row_end, const uint16_t* xb, int64_t ldxb, int n,
                                           float* y, int64_t ldy) {
-  const int64_t panel_elems = kBf16PanelRows * cols;
+  const int64_t panel_elems = kPanelRows * cols;
   const int64_t pairs = cols / 2;
   const int64_t block = std::max<int64_t>(
       1, kPanelBlockBytes / (panel_elems * static_cast<int64_t>(sizeof(uint16_t))));
-  const int64_t p_end = row_end / kBf16PanelRows;
-  for (int64_t b0 = row_begin / kBf16PanelRows; b0 < p_end; b0 += block) {
+  const int64_t p_end = row_end / kPanelRows;
+  for (int64_t b0 = row_begin / kPanelRows; b0 < p_end; b0 += block) {
     const int64_t b1 = std::min(p_end, b0 + block);
-    for (int i = 0; i < n; i += kBf16PanelRows) {
-      PanelRowsOf(std::min<int>(kBf16PanelRows, n - i), w, panel_elems, pairs, b0, b1,
-                  xb + i * ldxb, ldxb, y + i * ldy, ldy, std::make_integer_sequence<int, 16>());
+    for (int i = 0; i < n; i += kPanelRows) {
+      PanelRowsOf(std::min<int>(kPanelRows, n - i), w, panel_elems, pairs, b0, b1, xb + i * ldxb,
+                  ldxb, y + i * ldy, ldy, std::make_integer_sequence<int, 16>());
     }
   }
 }

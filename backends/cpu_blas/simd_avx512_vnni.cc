@@ -1,11 +1,10 @@
 // AVX-512 VNNI level: the AVX-512 F kernel set, with products of quantized weights that
 // use vpdpbusd (u8 x s8 dot products of 4 into int32 in one instruction): 256-bit for
 // batch 1 (simd_quant_inl.h), 512-bit register tiles for interleaved activation rows
-// (simd_quant_tiles_inl.h), and 512-bit batch-1 products for q4_0 and the k-quants
-// (simd_quant_vec512_inl.h). Compiled with
-// per-function target attributes; called only when IsaSupported(Isa::kAvx512Vnni).
-// GCC 12's AVX-512 headers trip -Wuninitialized under target attributes (see
-// simd_avx512.cc).
+// (simd_quant_tiles_inl.h), 512-bit batch-1 products for q4_0 and the k-quants
+// (simd_quant_vec512_inl.h), and q4_0 weights in 16-row panels (simd_quant_panels_inl.h). Compiled
+// with per-function target attributes; called only when IsaSupported(Isa::kAvx512Vnni). GCC 12's
+// AVX-512 headers trip -Wuninitialized under target attributes (see simd_avx512.cc).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -20,6 +19,7 @@
 #include "backends/cpu_blas/q8_activations.h"
 #include "backends/cpu_blas/simd_kernels.h"
 #include "model/dtype.h"
+#include "model/panels.h"
 #include "model/quant.h"
 
 #define KVSERVE_SIMD_TARGET \
@@ -37,12 +37,13 @@ struct VnniDot {
 };
 
 #include "backends/cpu_blas/simd_quant_inl.h"         // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_quant_panels_inl.h"  // NOLINT(build/include): see its header
 #include "backends/cpu_blas/simd_quant_tiles_inl.h"   // NOLINT(build/include): see its header
 #include "backends/cpu_blas/simd_quant_vec512_inl.h"  // NOLINT(build/include): see its header
 
 KernelSet MakeVnniSet() {
-  KernelSet k = WithVec512QuantKernels<VnniDot>(
-      WithTiledQuantKernels<VnniDot>(WithQuantKernels<VnniDot>(Avx512Kernels())));
+  KernelSet k = WithQuantPanelKernels(WithVec512QuantKernels<VnniDot>(
+      WithTiledQuantKernels<VnniDot>(WithQuantKernels<VnniDot>(Avx512Kernels()))));
   k.isa = Isa::kAvx512Vnni;
   return k;
 }

@@ -128,12 +128,19 @@ struct KernelSet {
   // [cols, Bf16DotStride(cols)): one activation row for matmul_bf16_dot. nullptr
   // where matmul_bf16_dot is.
   void (*round_bf16)(const float* x, int64_t cols, uint16_t* out) = nullptr;
-  // matmul_bf16_dot with W in the panel layout (model/bf16_panels.h) instead of
+  // matmul_bf16_dot with W in the panel layout (model/panels.h) instead of
   // row-major, `w` its first element (64-byte aligned for speed, not required): the same
   // products (the same rounding of x), summed in another order. Precondition in
-  // addition: row_begin and row_end multiples of model::kBf16PanelRows; cols even.
+  // addition: row_begin and row_end multiples of model::kPanelRows; cols even.
   // nullptr where matmul_bf16_dot is.
   MatMulBf16DotFn matmul_bf16_panels = nullptr;
+  // matmul_q4_0 with W in the q4_0 panel layout (model/panels.h) instead of row-major,
+  // `w` its first byte and row_bytes that of a row-major row (cols / 32 * 18): the same
+  // integer block products against Q8Block activation rows, summed in another order.
+  // For every row count (8 activation rows per pass over the weights). Precondition in
+  // addition: row_begin and row_end multiples of model::kPanelRows. nullptr below
+  // avx512vnni.
+  QMatMulFn matmul_q4_0_panels = nullptr;
 };
 
 // The kernel set of `isa`. Precondition: IsaSupported(isa) (calling a kernel of an

@@ -14,8 +14,8 @@
 
 #include "backends/cpu_blas/q8_activations.h"
 #include "gtest/gtest.h"
-#include "model/bf16_panels.h"
 #include "model/dtype.h"
+#include "model/panels.h"
 #include "model/quant.h"
 
 namespace kvserve::backends::cpu_blas {
@@ -225,7 +225,7 @@ TEST_P(SimdKernelsTest, Bf16PanelsAreTheBf16DotProduct) {
         SCOPED_TRACE(::testing::Message() << "cols=" << cols << " rows=" << rows << " n=" << n);
         const Weights w = RandomWeights(rng, DType::kBF16, static_cast<size_t>(rows * cols));
         std::vector<uint16_t> packed(static_cast<size_t>(rows * cols));
-        model::PackBf16Panels(w.bits.data(), cols, 0, rows / model::kBf16PanelRows, packed.data());
+        model::PackBf16Panels(w.bits.data(), cols, 0, rows / model::kPanelRows, packed.data());
         const int64_t ldx = cols + 3;
         const std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * ldx));
         const int64_t ldxb = Bf16DotStride(cols) + 32;
@@ -234,11 +234,75 @@ TEST_P(SimdKernelsTest, Bf16PanelsAreTheBf16DotProduct) {
           kernels().round_bf16(x.data() + i * ldx, cols, xb.data() + i * ldxb);
         }
         const int64_t ldy = rows + 5;
-        const int64_t r0 = rows > model::kBf16PanelRows ? model::kBf16PanelRows : 0;
+        const int64_t r0 = rows > model::kPanelRows ? model::kPanelRows : 0;
         std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
         kernels().matmul_bf16_panels(packed.data(), cols, r0, rows, xb.data(), ldxb, n, y.data(),
                                      ldy);
         ExpectBf16Products(y, ldy, r0, rows, n, w, cols, x, ldx);
+      }
+    }
+  }
+}
+
+// matmul_q4_0_panels (avx512vnni and up): q4_0 weights packed by model::PackQ4_0Panels,
+// the same products as the scalar matmul_q4_0 on the row-major blocks up to summation
+// order; only the slice of panels asked for is written.
+TEST_P(SimdKernelsTest, Q4_0PanelsAreTheQ4_0Product) {
+  if (GetParam() < Isa::kAvx512Vnni) {
+    EXPECT_EQ(kernels().matmul_q4_0_panels, nullptr);
+    return;
+  }
+  ASSERT_NE(kernels().matmul_q4_0_panels, nullptr);
+  std::mt19937 rng(13);
+  // Shapes: one and several panels (tiles of 4, 2 and 1 panels), every activation-row
+  // tile (1-8) and more than one 8-row pass (9-17, 33), a slice that starts at the second
+  // panel, and slabs (5632 columns x 160 rows is more than one slab of 256 KiB).
+  for (int64_t cols : {32, 288, 768, 5632}) {
+    for (int64_t rows : {16, 32, 48, 80, 160}) {
+      for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 33}) {
+        if ((rows == 160) != (cols == 5632)) continue;
+        SCOPED_TRACE(::testing::Message() << "cols=" << cols << " rows=" << rows << " n=" << n);
+        const size_t row_bytes = model::DTypeBytes(DType::kQ4_0, static_cast<size_t>(cols));
+        std::vector<uint8_t> w(static_cast<size_t>(rows) * row_bytes);
+        std::vector<float> wf(static_cast<size_t>(rows * cols));
+        for (int64_t r = 0; r < rows; ++r) {
+          const std::vector<float> v = RandomFloats(rng, static_cast<size_t>(cols));
+          model::EncodeRow(DType::kQ4_0, v, w.data() + r * row_bytes);
+          model::DecodeRow(DType::kQ4_0, w.data() + r * row_bytes,
+                           std::span<float>(wf.data() + r * cols, static_cast<size_t>(cols)));
+        }
+        std::vector<uint8_t> packed(w.size());
+        model::PackQ4_0Panels(w.data(), cols, 0, rows / model::kPanelRows, packed.data());
+        const std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * cols));
+        const size_t xq_row = Q8RowBytes(DType::kQ4_0, cols);
+        std::vector<uint8_t> xq(static_cast<size_t>(n) * xq_row);
+        for (int i = 0; i < n; ++i) {
+          QuantizeActivations(DType::kQ4_0, x.data() + i * cols, cols, xq.data() + i * xq_row);
+        }
+        const int64_t ldy = rows + 5;
+        const int64_t r0 = rows > model::kPanelRows ? model::kPanelRows : 0;
+        std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
+        std::vector<float> y_scalar(y.size(), kSentinel);
+        kernels().matmul_q4_0_panels(packed.data(), static_cast<int64_t>(row_bytes), cols, r0, rows,
+                                     xq.data(), static_cast<int64_t>(xq_row), n, y.data(), ldy);
+        ScalarKernels().matmul_q4_0(w.data(), static_cast<int64_t>(row_bytes), cols, r0, rows,
+                                    xq.data(), static_cast<int64_t>(xq_row), n, y_scalar.data(),
+                                    ldy);
+        for (int i = 0; i < n; ++i) {
+          for (int64_t r = 0; r < ldy; ++r) {
+            const size_t at = static_cast<size_t>(i * ldy + r);
+            if (r < r0 || r >= rows) {
+              ASSERT_EQ(y[at], kSentinel) << "wrote outside the slice, i=" << i << " r=" << r;
+              continue;
+            }
+            double abs_sum = 0.0;
+            for (int64_t c = 0; c < cols; ++c) {
+              abs_sum += std::fabs(static_cast<double>(wf[r * cols + c]) * x[i * cols + c]);
+            }
+            ASSERT_NEAR(y[at], y_scalar[at], SumTolerance(cols, 2.0 * abs_sum))
+                << "i=" << i << " r=" << r;
+          }
+        }
       }
     }
   }

@@ -17,7 +17,7 @@
 #include "backends/kernels/ops.h"
 #include "backends/kernels/qkv.h"
 #include "backends/kernels/rope.h"
-#include "model/bf16_panels.h"
+#include "model/panels.h"
 
 namespace kvserve::backends {
 
@@ -68,10 +68,10 @@ struct ReferenceBackend::State {
 absl::StatusOr<std::unique_ptr<ReferenceBackend>> ReferenceBackend::Create(
     const model::Model& model, const model::KvLayout& kv_layout) {
   if (absl::Status s = ValidateKvLayout(model.config(), kv_layout); !s.ok()) return s;
-  if (model::HasBf16Panels(model.weights())) {
+  if (model::HasPanels(model.weights())) {
     return absl::FailedPreconditionError(
-        "reference: the model's bf16 weights are packed in panels for the cpu_blas kernels "
-        "(LoadOptions::bf16_panels); the reference backend reads row-major weights only");
+        "reference: the model's weights are packed in panels for the cpu_blas kernels "
+        "(LoadOptions::panels); the reference backend reads row-major weights only");
   }
   return std::unique_ptr<ReferenceBackend>(
       new ReferenceBackend(std::make_unique<State>(model, kv_layout)));

@@ -1,4 +1,4 @@
-#include "model/bf16_panels.h"
+#include "model/panels.h"
 
 #include <sys/mman.h>
 
@@ -18,7 +18,7 @@ std::vector<uint16_t> RandomBits(std::mt19937& rng, size_t n) {
   return v;
 }
 
-// Element (r, c) of a packed view, by the formula in bf16_panels.h.
+// Element (r, c) of a packed view, by the formula in panels.h.
 uint16_t PackedAt(const TensorView& v, int64_t r, int64_t c) {
   const auto* p = static_cast<const uint16_t*>(v.data);
   return p[(r / 16) * 16 * v.cols + (c / 2) * 32 + (r % 16) * 2 + c % 2];
@@ -56,7 +56,7 @@ TEST(Bf16PanelsTest, PacksEveryElementWhereTheLayoutSays) {
       const std::vector<uint16_t> bits = RandomBits(rng, static_cast<size_t>(rows * cols));
       std::vector<uint16_t> out(bits.size());
       // In two ranges of panels, as a pool would.
-      const int64_t panels = rows / kBf16PanelRows;
+      const int64_t panels = rows / kPanelRows;
       PackBf16Panels(bits.data(), cols, 0, panels / 2, out.data());
       PackBf16Panels(bits.data(), cols, panels / 2, panels, out.data());
       // (The test's vector is not 64-byte aligned; the layout is what is checked.)
@@ -103,11 +103,11 @@ TEST(Bf16PanelsTest, PacksProjectionsThatFitAndKeepsTheRest) {
     SCOPED_TRACE(pack_tied_output ? "tied output packed" : "tied output kept");
     TinyWeights t;
     ModelWeights w = t.weights;
-    EXPECT_FALSE(HasBf16Panels(w));
-    absl::StatusOr<common::HugePageMemory> memory =
-        PackBf16Panels(w, PanelPackOptions{.pack_tied_output = pack_tied_output});
+    EXPECT_FALSE(HasPanels(w));
+    absl::StatusOr<common::HugePageMemory> memory = PackPanels(
+        w, PanelPackOptions{.types = {.bf16 = true}, .pack_tied_output = pack_tied_output});
     ASSERT_TRUE(memory.ok()) << memory.status();
-    EXPECT_TRUE(HasBf16Panels(w));
+    EXPECT_TRUE(HasPanels(w));
     // The token embedding is looked up by row: the original, row-major.
     EXPECT_EQ(w.token_embedding.data, t.embedding.data());
     EXPECT_EQ(w.token_embedding.layout, Layout::kRows);
@@ -139,10 +139,11 @@ TEST(Bf16PanelsTest, NothingToPackGivesAnEmptyRegion) {
   ModelWeights w;
   w.token_embedding = TensorView{DType::kF32, f32.data(), 32, 32};
   w.output = w.token_embedding;
-  absl::StatusOr<common::HugePageMemory> memory = PackBf16Panels(w, {});
+  absl::StatusOr<common::HugePageMemory> memory =
+      PackPanels(w, PanelPackOptions{.types = {.bf16 = true, .q4_0 = true}});
   ASSERT_TRUE(memory.ok());
   EXPECT_EQ(memory->data(), nullptr);
-  EXPECT_FALSE(HasBf16Panels(w));
+  EXPECT_FALSE(HasPanels(w));
 }
 
 // release_originals gives the pages of the row-major bytes back: in anonymous memory
@@ -169,7 +170,7 @@ TEST(Bf16PanelsTest, ReleasingOriginalsDropsOnlyTheirWholePages) {
   layer.wq = TensorView{DType::kBF16, matrix, kRows, kCols};
   w.layers.push_back(layer);
   absl::StatusOr<common::HugePageMemory> memory =
-      PackBf16Panels(w, PanelPackOptions{.release_originals = true});
+      PackPanels(w, PanelPackOptions{.types = {.bf16 = true}, .release_originals = true});
   ASSERT_TRUE(memory.ok());
   ExpectPackedCopyOf(w.layers[0].wq, bits.data(), kRows, kCols);
   for (size_t i = 0; i < kPage + 100; ++i) ASSERT_EQ(base[i], 0xab) << i;
@@ -177,6 +178,104 @@ TEST(Bf16PanelsTest, ReleasingOriginalsDropsOnlyTheirWholePages) {
   EXPECT_EQ(std::memcmp(matrix, bits.data(), kPage - 100), 0);
   for (size_t i = 2 * kPage; i < 5 * kPage; ++i) ASSERT_EQ(base[i], 0) << i;
   munmap(region, bytes);
+}
+
+// Byte i of row r's block b (18 bytes: d, then 16 code bytes) in a packed q4_0 view, by
+// the layout in panels.h.
+uint8_t Q4_0PackedByte(const TensorView& v, int64_t r, int64_t b, int i) {
+  const auto* p = static_cast<const uint8_t*>(v.data);
+  const uint8_t* block = p + ((r / 16) * (v.cols / 32) + b) * kQ4_0PanelBlockBytes;
+  if (i < 2) return block[2 * (r % 16) + i];
+  const int k = i - 2;  // code byte k: word k / 4
+  return block[32 + 64 * (k / 4) + 4 * (r % 16) + k % 4];
+}
+
+void ExpectQ4_0PackedCopyOf(const TensorView& packed, const uint8_t* rows, int64_t n_rows,
+                            int64_t n_cols) {
+  ASSERT_EQ(packed.layout, Layout::kQ4_0Panels);
+  ASSERT_EQ(packed.type, DType::kQ4_0);
+  ASSERT_EQ(packed.rows, n_rows);
+  ASSERT_EQ(packed.cols, n_cols);
+  const int64_t blocks = n_cols / 32;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int i = 0; i < 18; ++i) {
+        ASSERT_EQ(Q4_0PackedByte(packed, r, b, i), rows[(r * blocks + b) * 18 + i])
+            << "r=" << r << " b=" << b << " i=" << i;
+      }
+    }
+  }
+}
+
+std::vector<uint8_t> RandomBytes(std::mt19937& rng, size_t n) {
+  std::vector<uint8_t> v(n);
+  for (uint8_t& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+TEST(Q4_0PanelsTest, FitOnlyRowMajorQ4_0WithWholePanels) {
+  uint8_t dummy = 0;
+  EXPECT_TRUE(Q4_0PanelsFit(TensorView{DType::kQ4_0, &dummy, 32, 64}));
+  EXPECT_FALSE(Q4_0PanelsFit(TensorView{DType::kQ4_0, &dummy, 24, 64}));  // half a panel
+  EXPECT_FALSE(Q4_0PanelsFit(TensorView{DType::kQ4_0, &dummy, 0, 64}));
+  EXPECT_FALSE(Q4_0PanelsFit(TensorView{DType::kQ8_0, &dummy, 32, 64}));
+  EXPECT_FALSE(Q4_0PanelsFit(TensorView{DType::kBF16, &dummy, 32, 64}));
+  EXPECT_FALSE(Q4_0PanelsFit(TensorView{DType::kQ4_0, &dummy, 32, 64, Layout::kQ4_0Panels}));
+  EXPECT_FALSE(Bf16PanelsFit(TensorView{DType::kQ4_0, &dummy, 32, 64}));
+}
+
+TEST(Q4_0PanelsTest, PacksEveryByteWhereTheLayoutSays) {
+  std::mt19937 rng(4);
+  for (int64_t cols : {32, 96, 256}) {
+    for (int64_t rows : {16, 48, 160}) {
+      const std::vector<uint8_t> bytes =
+          RandomBytes(rng, static_cast<size_t>(rows * cols / 32 * 18));
+      std::vector<uint8_t> out(bytes.size());
+      const int64_t panels = rows / kPanelRows;
+      PackQ4_0Panels(bytes.data(), cols, 0, panels / 2, out.data());
+      PackQ4_0Panels(bytes.data(), cols, panels / 2, panels, out.data());
+      SCOPED_TRACE(testing::Message() << "rows=" << rows << " cols=" << cols);
+      ExpectQ4_0PackedCopyOf(TensorView{DType::kQ4_0, out.data(), rows, cols, Layout::kQ4_0Panels},
+                             bytes.data(), rows, cols);
+    }
+  }
+}
+
+// PackPanels packs the types it is asked for, each in its layout, and says which.
+TEST(Q4_0PanelsTest, PacksOnlyTheTypesAskedFor) {
+  std::mt19937 rng(6);
+  constexpr int64_t kDim = 64;
+  const std::vector<uint8_t> q4 = RandomBytes(rng, kDim * kDim / 32 * 18);
+  const std::vector<uint16_t> bf16 = RandomBits(rng, kDim * kDim);
+  std::vector<float> embedding(16 * kDim, 1.0f);
+  ModelWeights base;
+  base.token_embedding = TensorView{DType::kF32, embedding.data(), 16, kDim};
+  base.output = base.token_embedding;
+  LayerWeights layer;
+  layer.wq = TensorView{DType::kQ4_0, q4.data(), kDim, kDim};
+  layer.wk = TensorView{DType::kBF16, bf16.data(), kDim, kDim};
+  base.layers.push_back(layer);
+  for (const PanelTypes types : {PanelTypes{.q4_0 = true}, PanelTypes{.bf16 = true},
+                                 PanelTypes{.bf16 = true, .q4_0 = true}}) {
+    SCOPED_TRACE(testing::Message() << "bf16 " << types.bf16 << " q4_0 " << types.q4_0);
+    ModelWeights w = base;
+    absl::StatusOr<common::HugePageMemory> memory = PackPanels(w, PanelPackOptions{.types = types});
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    const PanelTypes got = PanelTypesOf(w);
+    EXPECT_EQ(got.q4_0, types.q4_0);
+    EXPECT_EQ(got.bf16, types.bf16);
+    if (types.q4_0) {
+      ExpectQ4_0PackedCopyOf(w.layers[0].wq, q4.data(), kDim, kDim);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(w.layers[0].wq.data) % 64, 0u);
+    } else {
+      EXPECT_EQ(w.layers[0].wq.data, q4.data());
+    }
+    if (types.bf16) {
+      ExpectPackedCopyOf(w.layers[0].wk, bf16.data(), kDim, kDim);
+    } else {
+      EXPECT_EQ(w.layers[0].wk.data, bf16.data());
+    }
+  }
 }
 
 }  // namespace

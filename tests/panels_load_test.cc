@@ -1,8 +1,8 @@
-// A bf16 GGUF file loaded with model::LoadOptions::bf16_panels (as engine::LoadModel does
-// for the cpu_blas backend on CPUs with AVX512-BF16): the same fingerprint and the same
-// elements as a row-major load, the cpu_blas backend's logits bit for bit those it computes
-// on its own packed copies of a row-major load (and near the reference's), the backends
-// that cannot read panels refuse the model, and LoadModel packs exactly when the backend
+// A bf16 or q4_0 GGUF file loaded with model::LoadOptions::panels (as engine::LoadModel
+// does for the cpu_blas backend on CPUs with AVX512-BF16, resp. AVX-512 VNNI): the same
+// fingerprint and the same elements as a row-major load, the cpu_blas backend's logits bit for bit
+// those it computes on its own packed copies of a row-major load (and near the reference's), the
+// backends that cannot read panels refuse the model, and LoadModel packs exactly when the backend
 // reads panels.
 #include <unistd.h>
 
@@ -20,8 +20,8 @@
 #include "bench/synthetic_model.h"
 #include "engine/model_loading.h"
 #include "gtest/gtest.h"
-#include "model/bf16_panels.h"
 #include "model/model.h"
+#include "model/panels.h"
 
 namespace kvserve {
 namespace {
@@ -30,27 +30,49 @@ using model::DType;
 using model::Layout;
 using model::TensorView;
 
-class Bf16PanelsLoadTest : public ::testing::TestWithParam<bool> {  // tied embeddings
+struct Param {
+  DType dtype;  // kBF16 or kQ4_0
+  bool tied;    // tied embeddings
+};
+
+class PanelsLoadTest : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override {
     absl::StatusOr<model::ModelConfig> config = bench::PresetConfig("tiny");
     ASSERT_TRUE(config.ok()) << config.status();
-    config->tied_embeddings = GetParam();
+    config->tied_embeddings = GetParam().tied;
     bench::SyntheticModelOptions options;
     options.config = *config;
-    options.dtype = DType::kBF16;
+    options.dtype = GetParam().dtype;
     options.seed = 7;
     options.weight_std = 0.1f;
-    path_ = (std::filesystem::temp_directory_path() /
-             ("bf16_panels_" + std::to_string(::getpid()) + (GetParam() ? "_tied" : "") + ".gguf"))
-                .string();
+    path_ =
+        (std::filesystem::temp_directory_path() / ("panels_" + std::to_string(::getpid()) + "_" +
+                                                   std::string(model::DTypeName(GetParam().dtype)) +
+                                                   (GetParam().tied ? "_tied" : "") + ".gguf"))
+            .string();
     ASSERT_TRUE(bench::WriteSyntheticModel(options, path_).ok());
   }
   void TearDown() override { std::filesystem::remove(path_); }
 
+  bool bf16() const { return GetParam().dtype == DType::kBF16; }
+  // The panel types of this file's projections.
+  model::PanelTypes Types() const { return {.bf16 = bf16(), .q4_0 = !bf16()}; }
+  // The kernel level that reads this file's panels, and one below it.
+  backends::cpu_blas::Isa Level() const {
+    return bf16() ? backends::cpu_blas::Isa::kAvx512Bf16 : backends::cpu_blas::Isa::kAvx512Vnni;
+  }
+  backends::cpu_blas::Isa Lower() const {
+    return bf16() ? backends::cpu_blas::Isa::kAvx512Vnni : backends::cpu_blas::Isa::kAvx512;
+  }
+  // Whether BackendReadsPanels says this file's type.
+  bool Reads(const model::PanelTypes& t) const { return bf16() ? t.bf16 : t.q4_0; }
+
   std::unique_ptr<model::Model> Load(bool panels, bool huge_pages = true) {
-    absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Load(
-        path_, "", model::LoadOptions{.huge_pages = huge_pages, .bf16_panels = panels});
+    absl::StatusOr<std::unique_ptr<model::Model>> m =
+        model::Model::Load(path_, "",
+                           model::LoadOptions{.huge_pages = huge_pages,
+                                              .panels = panels ? Types() : model::PanelTypes{}});
     EXPECT_TRUE(m.ok()) << m.status();
     return m.ok() ? *std::move(m) : nullptr;
   }
@@ -58,17 +80,39 @@ class Bf16PanelsLoadTest : public ::testing::TestWithParam<bool> {  // tied embe
   std::string path_;
 };
 
-// Element (r, c) of a packed view, by the formula in model/bf16_panels.h.
+// Element (r, c) of a packed view, by the formula in model/panels.h.
 uint16_t PackedAt(const TensorView& v, int64_t r, int64_t c) {
   const auto* p = static_cast<const uint16_t*>(v.data);
   return p[(r / 16) * 16 * v.cols + (c / 2) * 32 + (r % 16) * 2 + c % 2];
 }
 
+// Byte i of row r's block b (18 bytes) of a packed q4_0 view, by model/panels.h.
+uint8_t Q4_0PackedByte(const TensorView& v, int64_t r, int64_t b, int i) {
+  const auto* p = static_cast<const uint8_t*>(v.data);
+  const uint8_t* block = p + ((r / 16) * (v.cols / 32) + b) * model::kQ4_0PanelBlockBytes;
+  if (i < 2) return block[2 * (r % 16) + i];
+  const int k = i - 2;
+  return block[32 + 64 * (k / 4) + 4 * (r % 16) + k % 4];
+}
+
 void ExpectSameMatrix(const TensorView& packed, const TensorView& rows) {
-  ASSERT_EQ(packed.layout, Layout::kBf16Panels);
   ASSERT_EQ(rows.layout, Layout::kRows);
   ASSERT_EQ(packed.rows, rows.rows);
   ASSERT_EQ(packed.cols, rows.cols);
+  if (rows.type == DType::kQ4_0) {
+    ASSERT_EQ(packed.layout, Layout::kQ4_0Panels);
+    const int64_t blocks = rows.cols / 32;
+    for (int64_t i = 0; i < rows.rows; ++i) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        for (int k = 0; k < 18; ++k) {
+          ASSERT_EQ(Q4_0PackedByte(packed, i, b, k), rows.row(i)[b * 18 + k])
+              << "r=" << i << " b=" << b << " byte " << k;
+        }
+      }
+    }
+    return;
+  }
+  ASSERT_EQ(packed.layout, Layout::kBf16Panels);
   const auto* r = static_cast<const uint16_t*>(rows.data);
   for (int64_t i = 0; i < rows.rows; ++i) {
     for (int64_t c = 0; c < rows.cols; ++c) {
@@ -77,14 +121,14 @@ void ExpectSameMatrix(const TensorView& packed, const TensorView& rows) {
   }
 }
 
-TEST_P(Bf16PanelsLoadTest, SameFingerprintAndElementsAsARowMajorLoad) {
+TEST_P(PanelsLoadTest, SameFingerprintAndElementsAsARowMajorLoad) {
   for (bool huge_pages : {true, false}) {
     SCOPED_TRACE(huge_pages ? "huge pages" : "mapped");
     std::unique_ptr<model::Model> rows = Load(false, huge_pages);
     std::unique_ptr<model::Model> panels = Load(true, huge_pages);
     ASSERT_TRUE(rows && panels);
     EXPECT_EQ(panels->fingerprint(), rows->fingerprint());
-    EXPECT_FALSE(model::HasBf16Panels(rows->weights()));
+    EXPECT_FALSE(model::HasPanels(rows->weights()));
     const model::ModelWeights& p = panels->weights();
     const model::ModelWeights& r = rows->weights();
     for (size_t l = 0; l < r.layers.size(); ++l) {
@@ -99,7 +143,7 @@ TEST_P(Bf16PanelsLoadTest, SameFingerprintAndElementsAsARowMajorLoad) {
     }
     // The embedding is read by row; a tied output with it (the backend packs a copy).
     EXPECT_EQ(p.token_embedding.layout, Layout::kRows);
-    if (GetParam()) {
+    if (GetParam().tied) {
       EXPECT_EQ(p.output.data, p.token_embedding.data);
     } else {
       ExpectSameMatrix(p.output, r.output);
@@ -128,7 +172,7 @@ std::vector<float> Logits(const model::Model& m, backends::Backend& backend) {
   return all;
 }
 
-TEST_P(Bf16PanelsLoadTest, CpuBlasReadsThePanelsOthersRefuseThem) {
+TEST_P(PanelsLoadTest, CpuBlasReadsThePanelsOthersRefuseThem) {
   std::unique_ptr<model::Model> rows = Load(false);
   std::unique_ptr<model::Model> panels = Load(true);
   ASSERT_TRUE(rows && panels);
@@ -138,25 +182,27 @@ TEST_P(Bf16PanelsLoadTest, CpuBlasReadsThePanelsOthersRefuseThem) {
       backends::CreateBackend("reference", *panels, layout, {});
   EXPECT_EQ(reference.status().code(), absl::StatusCode::kFailedPrecondition) << reference.status();
 
-  using backends::cpu_blas::Isa;
-  if (!backends::cpu_blas::IsaSupported(Isa::kAvx512Bf16)) {
+  if (!backends::cpu_blas::IsaSupported(Level())) {
     // No CPU support: the default backend does not read panels, so it refuses them too.
-    EXPECT_FALSE(backends::BackendReadsBf16Panels("cpu_blas", {}));
+    EXPECT_FALSE(Reads(backends::BackendReadsPanels("cpu_blas", {})));
     absl::StatusOr<std::unique_ptr<backends::Backend>> cpu =
         backends::CreateBackend("cpu_blas", *panels, layout, {.threads = 2});
     EXPECT_EQ(cpu.status().code(), absl::StatusCode::kFailedPrecondition) << cpu.status();
-    GTEST_SKIP() << "this CPU has no AVX512-BF16: the panel kernels are not run";
+    GTEST_SKIP() << "this CPU has no " << backends::cpu_blas::IsaName(Level())
+                 << ": the panel kernels are not run";
   }
-  EXPECT_TRUE(backends::BackendReadsBf16Panels("cpu_blas", {}));
-  // A lower kernel level, or bf16_dot off, cannot read panels.
+  EXPECT_TRUE(Reads(backends::BackendReadsPanels("cpu_blas", {})));
+  // A lower kernel level (or, for bf16, bf16_dot off) cannot read the panels.
   backends::CpuBlasOptions lower;
-  lower.isa = Isa::kAvx512Vnni;
+  lower.isa = Lower();
   EXPECT_EQ(backends::CpuBlasBackend::Create(*panels, layout, lower).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  backends::CpuBlasOptions no_dot;
-  no_dot.gemm.bf16_dot = false;
-  EXPECT_EQ(backends::CpuBlasBackend::Create(*panels, layout, no_dot).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  if (bf16()) {
+    backends::CpuBlasOptions no_dot;
+    no_dot.gemm.bf16_dot = false;
+    EXPECT_EQ(backends::CpuBlasBackend::Create(*panels, layout, no_dot).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
 
   backends::CpuBlasOptions options;
   options.threads = 2;
@@ -172,7 +218,8 @@ TEST_P(Bf16PanelsLoadTest, CpuBlasReadsThePanelsOthersRefuseThem) {
   ASSERT_EQ(a.size(), want.size());
   // The same kernel on the same packed bytes: the same bits.
   EXPECT_EQ(a, b);
-  // Near the reference (activations rounded to bf16, as cpu_blas_backend_test allows).
+  // Near the reference (activations rounded to bf16 or quantized to 8 bits, as
+  // cpu_blas_backend_test allows).
   float max_abs = 0.0f;
   for (float v : want) max_abs = std::max(max_abs, std::fabs(v));
   for (size_t i = 0; i < a.size(); ++i) {
@@ -180,7 +227,7 @@ TEST_P(Bf16PanelsLoadTest, CpuBlasReadsThePanelsOthersRefuseThem) {
   }
 }
 
-TEST_P(Bf16PanelsLoadTest, LoadModelPacksExactlyWhenTheBackendReadsPanels) {
+TEST_P(PanelsLoadTest, LoadModelPacksExactlyWhenTheBackendReadsPanels) {
   for (const std::string& backend : {std::string("cpu_blas"), std::string("reference")}) {
     for (bool allowed : {true, false}) {
       SCOPED_TRACE(backend + (allowed ? " panels allowed" : " panels off"));
@@ -188,19 +235,24 @@ TEST_P(Bf16PanelsLoadTest, LoadModelPacksExactlyWhenTheBackendReadsPanels) {
       options.model_path = path_;
       options.backend = backend;
       options.threads = 1;
-      options.bf16_panels = allowed;
+      options.bf16_panels = allowed || !bf16();  // only this file's type's switch matters
+      options.q4_0_panels = allowed || bf16();
       absl::StatusOr<engine::LoadedModel> loaded = engine::LoadModel(options);
       ASSERT_TRUE(loaded.ok()) << loaded.status();
-      EXPECT_EQ(model::HasBf16Panels(loaded->model->weights()),
-                allowed && backends::BackendReadsBf16Panels(backend, {.threads = 1}));
-      EXPECT_FALSE(backends::BackendReadsBf16Panels(backend, {.threads = 1, .bf16_panels = false}));
+      EXPECT_EQ(model::HasPanels(loaded->model->weights()),
+                allowed && Reads(backends::BackendReadsPanels(backend, {.threads = 1})));
+      EXPECT_FALSE(Reads(backends::BackendReadsPanels(
+          backend, {.threads = 1, .bf16_panels = !bf16(), .q4_0_panels = bf16()})));
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Output, Bf16PanelsLoadTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("tied") : std::string("untied");
+INSTANTIATE_TEST_SUITE_P(DTypeAndOutput, PanelsLoadTest,
+                         ::testing::Values(Param{DType::kBF16, false}, Param{DType::kBF16, true},
+                                           Param{DType::kQ4_0, false}, Param{DType::kQ4_0, true}),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return std::string(model::DTypeName(info.param.dtype)) +
+                                  (info.param.tied ? "_tied" : "_untied");
                          });
 
 }  // namespace

@@ -1,0 +1,96 @@
+// The panel layouts of weight matrices (Layout::kBf16Panels, Layout::kQ4_0Panels) and the
+// packing of a model's projection matrices into them. A panel layout is what the cpu_blas
+// panel kernels read (KernelSet::matmul_bf16_panels, matmul_q4_0_panels): one pass over
+// the weights serves many activation rows, each weight vector holds 16 rows (no
+// horizontal sums), and the weights stream in address order (docs/performance.md, "bf16
+// weights in 16-row panels" and "q4_0 weights in 16-row panels").
+//
+// bf16: element (r, c) of a [rows, cols] matrix with rows % 16 == 0 and cols % 2 == 0 is
+// at
+//   (r / 16) * 16 * cols + (c / 2) * 32 + (r % 16) * 2 + c % 2
+// i.e. panels of 16 rows, each panel as column pairs, the pair of every row of the panel
+// in one 64-byte line.
+//
+// q4_0: the same bytes as the row-major blocks (18 per 32 elements: an f16 scale d and
+// 16 bytes whose byte i holds the 4-bit code of element i in its low nibble and of
+// element i + 16 in its high one; element = d * (code - 8)), regrouped per panel of 16
+// rows and block column b (32 elements) into 288 bytes at (p * cols / 32 + b) * 288:
+//   bytes 0-31:   the 16 rows' scales d (f16), row r at 2r
+//   bytes 32-287: four 64-byte lines; line j holds code-byte word j (bytes 4j .. 4j + 3)
+//                 of each row, row r at 32 + 64j + 4r
+// so line j's low nibbles are elements 4j .. 4j + 3 and its high nibbles 16 + 4j ..
+// 19 + 4j of all 16 rows: one vpdpbusd operand each after a mask or a shift.
+#ifndef KVSERVE_MODEL_PANELS_H_
+#define KVSERVE_MODEL_PANELS_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "common/huge_page_memory.h"
+#include "model/tensor.h"
+#include "model/weights.h"
+
+namespace kvserve::model {
+
+// Rows per panel, both layouts.
+inline constexpr int64_t kPanelRows = 16;
+// Bytes of one q4_0 panel block (16 rows x 32 elements).
+inline constexpr int64_t kQ4_0PanelBlockBytes = 288;
+
+// True when `w` can take the bf16 panel layout: bf16, row-major, rows a positive
+// multiple of kPanelRows, cols even and positive.
+bool Bf16PanelsFit(const TensorView& w);
+
+// True when `w` can take the q4_0 panel layout: q4_0, row-major, rows a positive multiple
+// of kPanelRows, cols positive (a multiple of 32, as every q4_0 row).
+bool Q4_0PanelsFit(const TensorView& w);
+
+// out = w (bf16 bits, row-major, `cols` per row) in the panel layout, for the panels
+// [panel_begin, panel_end) (rows 16 * panel_begin up to 16 * panel_end). Precondition: as
+// Bf16PanelsFit; out holds the whole matrix and does not alias w.
+void PackBf16Panels(const uint16_t* w, int64_t cols, int64_t panel_begin, int64_t panel_end,
+                    uint16_t* out);
+
+// The same for q4_0 blocks (w: row-major, cols / 32 blocks of 18 bytes per row).
+// Precondition: as Q4_0PanelsFit; out holds the whole matrix and does not alias w.
+void PackQ4_0Panels(const uint8_t* w, int64_t cols, int64_t panel_begin, int64_t panel_end,
+                    uint8_t* out);
+
+// Which types a reader takes in panels.
+struct PanelTypes {
+  bool bf16 = false;
+  bool q4_0 = false;
+  bool any() const { return bf16 || q4_0; }
+};
+
+// True when any matrix of `weights` is in a panel layout.
+bool HasPanels(const ModelWeights& weights);
+
+// The panel types the matrices of `weights` are in.
+PanelTypes PanelTypesOf(const ModelWeights& weights);
+
+struct PanelPackOptions {
+  // The types to pack (a matrix of another type stays row-major).
+  PanelTypes types;
+  // Also pack an output (LM head) that is tied to the token embedding, as a copy (the
+  // embedding itself is looked up by row and stays row-major).
+  bool pack_tied_output = false;
+  // After packing each matrix, hand the whole memory pages of its row-major bytes back to
+  // the kernel (madvise MADV_DONTNEED: file-backed pages are read again if touched,
+  // anonymous ones read as zeros). Only for an owner of the weights that keeps no other
+  // view of those bytes (Model::Load).
+  bool release_originals = false;
+};
+
+// Replaces every projection matrix of `weights` (wq, wk, wv, wo, w_gate, w_up, w_down of
+// each layer, and the output as `options` says) of a type in options.types that fits its
+// panel layout with a packed copy in one huge-page region (each matrix 64-byte aligned),
+// which it returns; the views of `weights` then point into it (Layout::kBf16Panels or
+// kQ4_0Panels). The region is empty (no mapping) when nothing fits. RESOURCE_EXHAUSTED
+// when the region cannot be mapped (`weights` untouched).
+absl::StatusOr<common::HugePageMemory> PackPanels(ModelWeights& weights,
+                                                  const PanelPackOptions& options);
+
+}  // namespace kvserve::model
+
+#endif  // KVSERVE_MODEL_PANELS_H_
