@@ -20,7 +20,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
     CpuBlasOptions cpu_options;
     cpu_options.threads = options.threads;
     cpu_options.gemm.bf16_panels = options.bf16_panels;
-    cpu_options.gemm.q4_0_panels = options.q4_0_panels;
+    cpu_options.gemm.quant_panels = options.quant_panels;
     absl::StatusOr<std::unique_ptr<CpuBlasBackend>> backend =
         CpuBlasBackend::Create(model, kv_layout, cpu_options);
     if (!backend.ok()) return backend.status();
@@ -36,7 +36,7 @@ model::PanelTypes BackendReadsPanels(const std::string& name, const BackendOptio
   CpuBlasOptions cpu_options;
   cpu_options.threads = options.threads;
   cpu_options.gemm.bf16_panels = options.bf16_panels;
-  cpu_options.gemm.q4_0_panels = options.q4_0_panels;
+  cpu_options.gemm.quant_panels = options.quant_panels;
   return CpuBlasBackend::ReadsPanels(cpu_options);
 }
 

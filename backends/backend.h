@@ -43,9 +43,9 @@ struct BackendOptions {
   // cpu_blas on CPUs with AVX512-BF16: multiply bf16 projections in 16-row panels
   // (cpu_blas::GemmOptions::bf16_panels). Default true.
   bool bf16_panels = true;
-  // cpu_blas on CPUs with AVX-512 VNNI: multiply q4_0 projections in 16-row panels
-  // (cpu_blas::GemmOptions::q4_0_panels). Default true.
-  bool q4_0_panels = true;
+  // cpu_blas on CPUs with AVX-512 VNNI: multiply q4_0 and q8_0 projections in 16-row
+  // panels (cpu_blas::GemmOptions::quant_panels). Default true.
+  bool quant_panels = true;
 };
 
 // Runs the model. A backend holds only scratch buffers and read-only weights; it owns
@@ -77,7 +77,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
                                                        const BackendOptions& options);
 
 // The weight types CreateBackend(name, ..., options) multiplies in panel layouts on this
-// CPU (the cpu_blas backend: bf16 at kernel level avx512bf16, q4_0 from avx512vnni), so
+// CPU (the cpu_blas backend: bf16 at kernel level avx512bf16, q4_0 and q8_0 from
+// avx512vnni), so
 // that a model loaded for it alone is best loaded with model::LoadOptions::panels set to
 // them (resident once).
 model::PanelTypes BackendReadsPanels(const std::string& name, const BackendOptions& options);

@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,
   backends::BackendOptions backend_options;
   backend_options.threads = options.threads;
   backend_options.bf16_panels = options.bf16_panels;
-  backend_options.q4_0_panels = options.q4_0_panels;
+  backend_options.quant_panels = options.quant_panels;
   absl::StatusOr<std::unique_ptr<backends::Backend>> backend = backends::CreateBackend(
       options.backend, model, options.engine.KvLayoutFor(model.config()), backend_options);
   if (!backend.ok()) {
@@ -50,10 +50,11 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options) {
   backends::BackendOptions backend_options;
   backend_options.threads = options.threads;
   backend_options.bf16_panels = options.bf16_panels;
-  backend_options.q4_0_panels = options.q4_0_panels;
+  backend_options.quant_panels = options.quant_panels;
   const model::PanelTypes reads = backends::BackendReadsPanels(options.backend, backend_options);
   load.panels.bf16 |= reads.bf16;
   load.panels.q4_0 |= reads.q4_0;
+  load.panels.q8_0 |= reads.q8_0;
   absl::StatusOr<std::unique_ptr<model::Model>> model =
       model::Model::Load(options.model_path, options.tokenizer_path, load);
   if (!model.ok()) return model.status();

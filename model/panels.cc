@@ -11,6 +11,9 @@
 namespace kvserve::model {
 namespace {
 
+static_assert(kQ4_0PanelBlockBytes == kPanelRows * kQ4_0BlockBytes);
+static_assert(kQ8_0PanelBlockBytes == kPanelRows * kQ8_0BlockBytes);
+
 // The whole pages inside [data, data + bytes), handed back (see PanelPackOptions).
 void ReleasePages(const void* data, size_t bytes) {
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
@@ -33,7 +36,8 @@ size_t AlignedBytes(const TensorView& w) {
 }
 
 bool Fits(const TensorView& w, const PanelTypes& types) {
-  return (types.bf16 && Bf16PanelsFit(w)) || (types.q4_0 && Q4_0PanelsFit(w));
+  return (types.bf16 && Bf16PanelsFit(w)) || (types.q4_0 && Q4_0PanelsFit(w)) ||
+         (types.q8_0 && Q8_0PanelsFit(w));
 }
 
 bool RowMajorPanels(const TensorView& w) {
@@ -50,11 +54,16 @@ bool Q4_0PanelsFit(const TensorView& w) {
   return w.type == DType::kQ4_0 && RowMajorPanels(w) && w.cols % kQ4_0BlockElems == 0;
 }
 
+bool Q8_0PanelsFit(const TensorView& w) {
+  return w.type == DType::kQ8_0 && RowMajorPanels(w) && w.cols % kQ8_0BlockElems == 0;
+}
+
 PanelTypes PanelTypesOf(const ModelWeights& weights) {
   PanelTypes types;
   auto add = [&](const TensorView& w) {
     types.bf16 |= w.layout == Layout::kBf16Panels;
     types.q4_0 |= w.layout == Layout::kQ4_0Panels;
+    types.q8_0 |= w.layout == Layout::kQ8_0Panels;
   };
   add(weights.token_embedding);
   add(weights.output);
@@ -80,17 +89,23 @@ void PackBf16Panels(const uint16_t* w, int64_t cols, int64_t panel_begin, int64_
   }
 }
 
-void PackQ4_0Panels(const uint8_t* w, int64_t cols, int64_t panel_begin, int64_t panel_end,
-                    uint8_t* out) {
-  const int64_t blocks = cols / kQ4_0BlockElems;
-  const int64_t row_bytes = blocks * kQ4_0BlockBytes;
+void PackQuantPanels(DType type, const uint8_t* w, int64_t cols, int64_t panel_begin,
+                     int64_t panel_end, uint8_t* out) {
+  // Both formats: 32 elements per block, an f16 d, then `words` 4-byte words of codes.
+  const int64_t block_bytes = type == DType::kQ4_0 ? kQ4_0BlockBytes : kQ8_0BlockBytes;
+  const int words = static_cast<int>(block_bytes - 2) / 4;
+  const int64_t blocks = cols / 32;
+  const int64_t row_bytes = blocks * block_bytes;
+  const int64_t panel_block_bytes = kPanelRows * block_bytes;
   for (int64_t p = panel_begin; p < panel_end; ++p) {
     for (int64_t b = 0; b < blocks; ++b) {
-      uint8_t* pb = out + (p * blocks + b) * kQ4_0PanelBlockBytes;
+      uint8_t* pb = out + (p * blocks + b) * panel_block_bytes;
       for (int64_t r = 0; r < kPanelRows; ++r) {
-        const uint8_t* src = w + (p * kPanelRows + r) * row_bytes + b * kQ4_0BlockBytes;
+        const uint8_t* src = w + (p * kPanelRows + r) * row_bytes + b * block_bytes;
         std::memcpy(pb + 2 * r, src, 2);  // d
-        for (int j = 0; j < 4; ++j) std::memcpy(pb + 32 + 64 * j + 4 * r, src + 2 + 4 * j, 4);
+        for (int j = 0; j < words; ++j) {
+          std::memcpy(pb + 32 + 64 * j + 4 * r, src + 2 + 4 * j, 4);
+        }
       }
     }
   }
@@ -122,8 +137,8 @@ absl::StatusOr<common::HugePageMemory> PackPanels(ModelWeights& weights,
                      reinterpret_cast<uint16_t*>(next));
       layout = Layout::kBf16Panels;
     } else {
-      PackQ4_0Panels(static_cast<const uint8_t*>(w->data), w->cols, 0, panels, next);
-      layout = Layout::kQ4_0Panels;
+      PackQuantPanels(w->type, static_cast<const uint8_t*>(w->data), w->cols, 0, panels, next);
+      layout = w->type == DType::kQ4_0 ? Layout::kQ4_0Panels : Layout::kQ8_0Panels;
     }
     // (Never the token embedding's bytes: a tied output is packed only as a copy.)
     if (options.release_originals && w->data != weights.token_embedding.data) {

@@ -1,9 +1,10 @@
-// The panel layouts of weight matrices (Layout::kBf16Panels, Layout::kQ4_0Panels) and the
-// packing of a model's projection matrices into them. A panel layout is what the cpu_blas
-// panel kernels read (KernelSet::matmul_bf16_panels, matmul_q4_0_panels): one pass over
+// The panel layouts of weight matrices (Layout::kBf16Panels, kQ4_0Panels, kQ8_0Panels) and
+// the packing of a model's projection matrices into them. A panel layout is what the
+// cpu_blas panel kernels read (KernelSet::matmul_bf16_panels, matmul_q4_0_panels,
+// matmul_q8_0_panels): one pass over
 // the weights serves many activation rows, each weight vector holds 16 rows (no
 // horizontal sums), and the weights stream in address order (docs/performance.md, "bf16
-// weights in 16-row panels" and "q4_0 weights in 16-row panels").
+// weights in 16-row panels" and "q4_0 and q8_0 weights in 16-row panels").
 //
 // bf16: element (r, c) of a [rows, cols] matrix with rows % 16 == 0 and cols % 2 == 0 is
 // at
@@ -20,6 +21,10 @@
 //                 of each row, row r at 32 + 64j + 4r
 // so line j's low nibbles are elements 4j .. 4j + 3 and its high nibbles 16 + 4j ..
 // 19 + 4j of all 16 rows: one vpdpbusd operand each after a mask or a shift.
+//
+// q8_0: likewise (34 bytes per 32 elements: d, then 32 int8 codes), regrouped into 544
+// bytes at (p * cols / 32 + b) * 544: the 16 scales, then eight 64-byte lines, line j
+// holding codes 4j .. 4j + 3 of each row, row r at 32 + 64j + 4r.
 #ifndef KVSERVE_MODEL_PANELS_H_
 #define KVSERVE_MODEL_PANELS_H_
 
@@ -34,16 +39,18 @@ namespace kvserve::model {
 
 // Rows per panel, both layouts.
 inline constexpr int64_t kPanelRows = 16;
-// Bytes of one q4_0 panel block (16 rows x 32 elements).
+// Bytes of one q4_0 and one q8_0 panel block (16 rows x 32 elements).
 inline constexpr int64_t kQ4_0PanelBlockBytes = 288;
+inline constexpr int64_t kQ8_0PanelBlockBytes = 544;
 
 // True when `w` can take the bf16 panel layout: bf16, row-major, rows a positive
 // multiple of kPanelRows, cols even and positive.
 bool Bf16PanelsFit(const TensorView& w);
 
-// True when `w` can take the q4_0 panel layout: q4_0, row-major, rows a positive multiple
-// of kPanelRows, cols positive (a multiple of 32, as every q4_0 row).
+// True when `w` can take the q4_0 (q8_0) panel layout: q4_0 (q8_0), row-major, rows a
+// positive multiple of kPanelRows, cols positive (a multiple of 32, as every such row).
 bool Q4_0PanelsFit(const TensorView& w);
+bool Q8_0PanelsFit(const TensorView& w);
 
 // out = w (bf16 bits, row-major, `cols` per row) in the panel layout, for the panels
 // [panel_begin, panel_end) (rows 16 * panel_begin up to 16 * panel_end). Precondition: as
@@ -51,16 +58,18 @@ bool Q4_0PanelsFit(const TensorView& w);
 void PackBf16Panels(const uint16_t* w, int64_t cols, int64_t panel_begin, int64_t panel_end,
                     uint16_t* out);
 
-// The same for q4_0 blocks (w: row-major, cols / 32 blocks of 18 bytes per row).
-// Precondition: as Q4_0PanelsFit; out holds the whole matrix and does not alias w.
-void PackQ4_0Panels(const uint8_t* w, int64_t cols, int64_t panel_begin, int64_t panel_end,
-                    uint8_t* out);
+// The same for q4_0 or q8_0 blocks (`type`; w: row-major, cols / 32 blocks per row).
+// Precondition: as Q4_0PanelsFit / Q8_0PanelsFit; out holds the whole matrix and does not
+// alias w.
+void PackQuantPanels(DType type, const uint8_t* w, int64_t cols, int64_t panel_begin,
+                     int64_t panel_end, uint8_t* out);
 
 // Which types a reader takes in panels.
 struct PanelTypes {
   bool bf16 = false;
   bool q4_0 = false;
-  bool any() const { return bf16 || q4_0; }
+  bool q8_0 = false;
+  bool any() const { return bf16 || q4_0 || q8_0; }
 };
 
 // True when any matrix of `weights` is in a panel layout.
@@ -85,9 +94,9 @@ struct PanelPackOptions {
 // Replaces every projection matrix of `weights` (wq, wk, wv, wo, w_gate, w_up, w_down of
 // each layer, and the output as `options` says) of a type in options.types that fits its
 // panel layout with a packed copy in one huge-page region (each matrix 64-byte aligned),
-// which it returns; the views of `weights` then point into it (Layout::kBf16Panels or
-// kQ4_0Panels). The region is empty (no mapping) when nothing fits. RESOURCE_EXHAUSTED
-// when the region cannot be mapped (`weights` untouched).
+// which it returns; the views of `weights` then point into it (Layout::kBf16Panels,
+// kQ4_0Panels or kQ8_0Panels). The region is empty (no mapping) when nothing fits.
+// RESOURCE_EXHAUSTED when the region cannot be mapped (`weights` untouched).
 absl::StatusOr<common::HugePageMemory> PackPanels(ModelWeights& weights,
                                                   const PanelPackOptions& options);
 

@@ -180,27 +180,31 @@ TEST(Bf16PanelsTest, ReleasingOriginalsDropsOnlyTheirWholePages) {
   munmap(region, bytes);
 }
 
-// Byte i of row r's block b (18 bytes: d, then 16 code bytes) in a packed q4_0 view, by
-// the layout in panels.h.
-uint8_t Q4_0PackedByte(const TensorView& v, int64_t r, int64_t b, int i) {
+// Bytes per block of 32 elements of the quantized types with a panel layout.
+int64_t BlockBytes(DType type) { return type == DType::kQ4_0 ? 18 : 34; }
+
+// Byte i of row r's block b (d, then the code bytes) in a packed q4_0 or q8_0 view, by the
+// layout in panels.h.
+uint8_t QuantPackedByte(const TensorView& v, int64_t r, int64_t b, int i) {
   const auto* p = static_cast<const uint8_t*>(v.data);
-  const uint8_t* block = p + ((r / 16) * (v.cols / 32) + b) * kQ4_0PanelBlockBytes;
+  const uint8_t* block = p + ((r / 16) * (v.cols / 32) + b) * 16 * BlockBytes(v.type);
   if (i < 2) return block[2 * (r % 16) + i];
   const int k = i - 2;  // code byte k: word k / 4
   return block[32 + 64 * (k / 4) + 4 * (r % 16) + k % 4];
 }
 
-void ExpectQ4_0PackedCopyOf(const TensorView& packed, const uint8_t* rows, int64_t n_rows,
-                            int64_t n_cols) {
-  ASSERT_EQ(packed.layout, Layout::kQ4_0Panels);
-  ASSERT_EQ(packed.type, DType::kQ4_0);
+void ExpectQuantPackedCopyOf(const TensorView& packed, DType type, const uint8_t* rows,
+                             int64_t n_rows, int64_t n_cols) {
+  ASSERT_EQ(packed.layout, type == DType::kQ4_0 ? Layout::kQ4_0Panels : Layout::kQ8_0Panels);
+  ASSERT_EQ(packed.type, type);
   ASSERT_EQ(packed.rows, n_rows);
   ASSERT_EQ(packed.cols, n_cols);
   const int64_t blocks = n_cols / 32;
+  const int64_t bytes = BlockBytes(type);
   for (int64_t r = 0; r < n_rows; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
-      for (int i = 0; i < 18; ++i) {
-        ASSERT_EQ(Q4_0PackedByte(packed, r, b, i), rows[(r * blocks + b) * 18 + i])
+      for (int i = 0; i < bytes; ++i) {
+        ASSERT_EQ(QuantPackedByte(packed, r, b, i), rows[(r * blocks + b) * bytes + i])
             << "r=" << r << " b=" << b << " i=" << i;
       }
     }
@@ -213,7 +217,7 @@ std::vector<uint8_t> RandomBytes(std::mt19937& rng, size_t n) {
   return v;
 }
 
-TEST(Q4_0PanelsTest, FitOnlyRowMajorQ4_0WithWholePanels) {
+TEST(QuantPanelsTest, FitOnlyRowMajorQ4_0AndQ8_0WithWholePanels) {
   uint8_t dummy = 0;
   EXPECT_TRUE(Q4_0PanelsFit(TensorView{DType::kQ4_0, &dummy, 32, 64}));
   EXPECT_FALSE(Q4_0PanelsFit(TensorView{DType::kQ4_0, &dummy, 24, 64}));  // half a panel
@@ -222,30 +226,39 @@ TEST(Q4_0PanelsTest, FitOnlyRowMajorQ4_0WithWholePanels) {
   EXPECT_FALSE(Q4_0PanelsFit(TensorView{DType::kBF16, &dummy, 32, 64}));
   EXPECT_FALSE(Q4_0PanelsFit(TensorView{DType::kQ4_0, &dummy, 32, 64, Layout::kQ4_0Panels}));
   EXPECT_FALSE(Bf16PanelsFit(TensorView{DType::kQ4_0, &dummy, 32, 64}));
+  EXPECT_TRUE(Q8_0PanelsFit(TensorView{DType::kQ8_0, &dummy, 32, 64}));
+  EXPECT_FALSE(Q8_0PanelsFit(TensorView{DType::kQ8_0, &dummy, 40, 64}));
+  EXPECT_FALSE(Q8_0PanelsFit(TensorView{DType::kQ4_0, &dummy, 32, 64}));
+  EXPECT_FALSE(Q8_0PanelsFit(TensorView{DType::kQ4_K, &dummy, 32, 256}));
+  EXPECT_FALSE(Q8_0PanelsFit(TensorView{DType::kQ8_0, &dummy, 32, 64, Layout::kQ8_0Panels}));
 }
 
-TEST(Q4_0PanelsTest, PacksEveryByteWhereTheLayoutSays) {
+TEST(QuantPanelsTest, PacksEveryByteWhereTheLayoutSays) {
   std::mt19937 rng(4);
-  for (int64_t cols : {32, 96, 256}) {
-    for (int64_t rows : {16, 48, 160}) {
-      const std::vector<uint8_t> bytes =
-          RandomBytes(rng, static_cast<size_t>(rows * cols / 32 * 18));
-      std::vector<uint8_t> out(bytes.size());
-      const int64_t panels = rows / kPanelRows;
-      PackQ4_0Panels(bytes.data(), cols, 0, panels / 2, out.data());
-      PackQ4_0Panels(bytes.data(), cols, panels / 2, panels, out.data());
-      SCOPED_TRACE(testing::Message() << "rows=" << rows << " cols=" << cols);
-      ExpectQ4_0PackedCopyOf(TensorView{DType::kQ4_0, out.data(), rows, cols, Layout::kQ4_0Panels},
-                             bytes.data(), rows, cols);
+  for (DType type : {DType::kQ4_0, DType::kQ8_0}) {
+    for (int64_t cols : {32, 96, 256}) {
+      for (int64_t rows : {16, 48, 160}) {
+        const std::vector<uint8_t> bytes =
+            RandomBytes(rng, static_cast<size_t>(rows * cols / 32 * BlockBytes(type)));
+        std::vector<uint8_t> out(bytes.size());
+        const int64_t panels = rows / kPanelRows;
+        PackQuantPanels(type, bytes.data(), cols, 0, panels / 2, out.data());
+        PackQuantPanels(type, bytes.data(), cols, panels / 2, panels, out.data());
+        SCOPED_TRACE(testing::Message() << DTypeName(type) << " rows=" << rows << " cols=" << cols);
+        const Layout layout = type == DType::kQ4_0 ? Layout::kQ4_0Panels : Layout::kQ8_0Panels;
+        ExpectQuantPackedCopyOf(TensorView{type, out.data(), rows, cols, layout}, type,
+                                bytes.data(), rows, cols);
+      }
     }
   }
 }
 
 // PackPanels packs the types it is asked for, each in its layout, and says which.
-TEST(Q4_0PanelsTest, PacksOnlyTheTypesAskedFor) {
+TEST(QuantPanelsTest, PacksOnlyTheTypesAskedFor) {
   std::mt19937 rng(6);
   constexpr int64_t kDim = 64;
   const std::vector<uint8_t> q4 = RandomBytes(rng, kDim * kDim / 32 * 18);
+  const std::vector<uint8_t> q8 = RandomBytes(rng, kDim * kDim / 32 * 34);
   const std::vector<uint16_t> bf16 = RandomBits(rng, kDim * kDim);
   std::vector<float> embedding(16 * kDim, 1.0f);
   ModelWeights base;
@@ -254,21 +267,31 @@ TEST(Q4_0PanelsTest, PacksOnlyTheTypesAskedFor) {
   LayerWeights layer;
   layer.wq = TensorView{DType::kQ4_0, q4.data(), kDim, kDim};
   layer.wk = TensorView{DType::kBF16, bf16.data(), kDim, kDim};
+  layer.wv = TensorView{DType::kQ8_0, q8.data(), kDim, kDim};
   base.layers.push_back(layer);
-  for (const PanelTypes types : {PanelTypes{.q4_0 = true}, PanelTypes{.bf16 = true},
-                                 PanelTypes{.bf16 = true, .q4_0 = true}}) {
-    SCOPED_TRACE(testing::Message() << "bf16 " << types.bf16 << " q4_0 " << types.q4_0);
+  for (const PanelTypes types :
+       {PanelTypes{.q4_0 = true}, PanelTypes{.bf16 = true}, PanelTypes{.q8_0 = true},
+        PanelTypes{.bf16 = true, .q4_0 = true, .q8_0 = true}}) {
+    SCOPED_TRACE(testing::Message()
+                 << "bf16 " << types.bf16 << " q4_0 " << types.q4_0 << " q8_0 " << types.q8_0);
     ModelWeights w = base;
     absl::StatusOr<common::HugePageMemory> memory = PackPanels(w, PanelPackOptions{.types = types});
     ASSERT_TRUE(memory.ok()) << memory.status();
     const PanelTypes got = PanelTypesOf(w);
     EXPECT_EQ(got.q4_0, types.q4_0);
+    EXPECT_EQ(got.q8_0, types.q8_0);
     EXPECT_EQ(got.bf16, types.bf16);
     if (types.q4_0) {
-      ExpectQ4_0PackedCopyOf(w.layers[0].wq, q4.data(), kDim, kDim);
+      ExpectQuantPackedCopyOf(w.layers[0].wq, DType::kQ4_0, q4.data(), kDim, kDim);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(w.layers[0].wq.data) % 64, 0u);
     } else {
       EXPECT_EQ(w.layers[0].wq.data, q4.data());
+    }
+    if (types.q8_0) {
+      ExpectQuantPackedCopyOf(w.layers[0].wv, DType::kQ8_0, q8.data(), kDim, kDim);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(w.layers[0].wv.data) % 64, 0u);
+    } else {
+      EXPECT_EQ(w.layers[0].wv.data, q8.data());
     }
     if (types.bf16) {
       ExpectPackedCopyOf(w.layers[0].wk, bf16.data(), kDim, kDim);

@@ -19,6 +19,8 @@ enum class Layout {
   kBf16Panels,
   // q4_0 only: each panel as blocks of 32 columns of its 16 rows.
   kQ4_0Panels,
+  // q8_0 only: likewise.
+  kQ8_0Panels,
 };
 
 // A matrix [rows, cols] (a vector is rows == 1) of `type` elements, row-major and

@@ -43,10 +43,11 @@ ABSL_FLAG(bool, bf16_panels, true,
           "On CPUs with AVX512-BF16 (cpu_blas kernel level avx512bf16), repack bf16 "
           "projection matrices into 16-row panels at load (batched decode reads each "
           "weight once per step; the weights stay resident once).");
-ABSL_FLAG(bool, q4_0_panels, true,
-          "On CPUs with AVX-512 VNNI (cpu_blas kernel level avx512vnni and up), repack q4_0 "
-          "projection matrices into 16-row panels at load (the same bytes regrouped: batched "
-          "decode and prefill read each weight once per 8 rows, without per-step decoding).");
+ABSL_FLAG(
+    bool, quant_panels, true,
+    "On CPUs with AVX-512 VNNI (cpu_blas kernel level avx512vnni and up), repack q4_0 "
+    "and q8_0 projection matrices into 16-row panels at load (the same bytes regrouped: batched "
+    "decode and prefill read each weight once per 8 rows, without per-step decoding).");
 ABSL_FLAG(std::string, backend, "cpu_blas", "Compute backend: cpu_blas or reference.");
 ABSL_FLAG(int32_t, threads, 0, "Backend worker threads; 0 = all cores.");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -282,7 +283,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   options.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
   options.load.huge_pages = absl::GetFlag(FLAGS_weights_huge_pages);
   options.bf16_panels = absl::GetFlag(FLAGS_bf16_panels);
-  options.q4_0_panels = absl::GetFlag(FLAGS_q4_0_panels);
+  options.quant_panels = absl::GetFlag(FLAGS_quant_panels);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.threads = absl::GetFlag(FLAGS_threads);
   engine::Engine::Options& e = options.engine;

@@ -1,4 +1,4 @@
-// A bf16 or q4_0 GGUF file loaded with model::LoadOptions::panels (as engine::LoadModel
+// A bf16, q4_0 or q8_0 GGUF file loaded with model::LoadOptions::panels (as engine::LoadModel
 // does for the cpu_blas backend on CPUs with AVX512-BF16, resp. AVX-512 VNNI): the same
 // fingerprint and the same elements as a row-major load, the cpu_blas backend's logits bit for bit
 // those it computes on its own packed copies of a row-major load (and near the reference's), the
@@ -31,7 +31,7 @@ using model::Layout;
 using model::TensorView;
 
 struct Param {
-  DType dtype;  // kBF16 or kQ4_0
+  DType dtype;  // kBF16, kQ4_0 or kQ8_0
   bool tied;    // tied embeddings
 };
 
@@ -57,7 +57,11 @@ class PanelsLoadTest : public ::testing::TestWithParam<Param> {
 
   bool bf16() const { return GetParam().dtype == DType::kBF16; }
   // The panel types of this file's projections.
-  model::PanelTypes Types() const { return {.bf16 = bf16(), .q4_0 = !bf16()}; }
+  model::PanelTypes Types() const {
+    return {.bf16 = bf16(),
+            .q4_0 = GetParam().dtype == DType::kQ4_0,
+            .q8_0 = GetParam().dtype == DType::kQ8_0};
+  }
   // The kernel level that reads this file's panels, and one below it.
   backends::cpu_blas::Isa Level() const {
     return bf16() ? backends::cpu_blas::Isa::kAvx512Bf16 : backends::cpu_blas::Isa::kAvx512Vnni;
@@ -66,7 +70,9 @@ class PanelsLoadTest : public ::testing::TestWithParam<Param> {
     return bf16() ? backends::cpu_blas::Isa::kAvx512Vnni : backends::cpu_blas::Isa::kAvx512;
   }
   // Whether BackendReadsPanels says this file's type.
-  bool Reads(const model::PanelTypes& t) const { return bf16() ? t.bf16 : t.q4_0; }
+  bool Reads(const model::PanelTypes& t) const {
+    return bf16() ? t.bf16 : GetParam().dtype == DType::kQ4_0 ? t.q4_0 : t.q8_0;
+  }
 
   std::unique_ptr<model::Model> Load(bool panels, bool huge_pages = true) {
     absl::StatusOr<std::unique_ptr<model::Model>> m =
@@ -86,10 +92,13 @@ uint16_t PackedAt(const TensorView& v, int64_t r, int64_t c) {
   return p[(r / 16) * 16 * v.cols + (c / 2) * 32 + (r % 16) * 2 + c % 2];
 }
 
-// Byte i of row r's block b (18 bytes) of a packed q4_0 view, by model/panels.h.
-uint8_t Q4_0PackedByte(const TensorView& v, int64_t r, int64_t b, int i) {
+// Byte i of row r's block b (18 or 34 bytes) of a packed q4_0 or q8_0 view, by
+// model/panels.h.
+uint8_t QuantPackedByte(const TensorView& v, int64_t r, int64_t b, int i) {
   const auto* p = static_cast<const uint8_t*>(v.data);
-  const uint8_t* block = p + ((r / 16) * (v.cols / 32) + b) * model::kQ4_0PanelBlockBytes;
+  const int64_t block_bytes =
+      v.type == DType::kQ4_0 ? model::kQ4_0PanelBlockBytes : model::kQ8_0PanelBlockBytes;
+  const uint8_t* block = p + ((r / 16) * (v.cols / 32) + b) * block_bytes;
   if (i < 2) return block[2 * (r % 16) + i];
   const int k = i - 2;
   return block[32 + 64 * (k / 4) + 4 * (r % 16) + k % 4];
@@ -99,13 +108,15 @@ void ExpectSameMatrix(const TensorView& packed, const TensorView& rows) {
   ASSERT_EQ(rows.layout, Layout::kRows);
   ASSERT_EQ(packed.rows, rows.rows);
   ASSERT_EQ(packed.cols, rows.cols);
-  if (rows.type == DType::kQ4_0) {
-    ASSERT_EQ(packed.layout, Layout::kQ4_0Panels);
+  if (rows.type == DType::kQ4_0 || rows.type == DType::kQ8_0) {
+    const bool q4 = rows.type == DType::kQ4_0;
+    ASSERT_EQ(packed.layout, q4 ? Layout::kQ4_0Panels : Layout::kQ8_0Panels);
     const int64_t blocks = rows.cols / 32;
+    const int bytes = q4 ? 18 : 34;
     for (int64_t i = 0; i < rows.rows; ++i) {
       for (int64_t b = 0; b < blocks; ++b) {
-        for (int k = 0; k < 18; ++k) {
-          ASSERT_EQ(Q4_0PackedByte(packed, i, b, k), rows.row(i)[b * 18 + k])
+        for (int k = 0; k < bytes; ++k) {
+          ASSERT_EQ(QuantPackedByte(packed, i, b, k), rows.row(i)[b * bytes + k])
               << "r=" << i << " b=" << b << " byte " << k;
         }
       }
@@ -236,20 +247,21 @@ TEST_P(PanelsLoadTest, LoadModelPacksExactlyWhenTheBackendReadsPanels) {
       options.backend = backend;
       options.threads = 1;
       options.bf16_panels = allowed || !bf16();  // only this file's type's switch matters
-      options.q4_0_panels = allowed || bf16();
+      options.quant_panels = allowed || bf16();
       absl::StatusOr<engine::LoadedModel> loaded = engine::LoadModel(options);
       ASSERT_TRUE(loaded.ok()) << loaded.status();
       EXPECT_EQ(model::HasPanels(loaded->model->weights()),
                 allowed && Reads(backends::BackendReadsPanels(backend, {.threads = 1})));
       EXPECT_FALSE(Reads(backends::BackendReadsPanels(
-          backend, {.threads = 1, .bf16_panels = !bf16(), .q4_0_panels = bf16()})));
+          backend, {.threads = 1, .bf16_panels = !bf16(), .quant_panels = bf16()})));
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypeAndOutput, PanelsLoadTest,
                          ::testing::Values(Param{DType::kBF16, false}, Param{DType::kBF16, true},
-                                           Param{DType::kQ4_0, false}, Param{DType::kQ4_0, true}),
+                                           Param{DType::kQ4_0, false}, Param{DType::kQ4_0, true},
+                                           Param{DType::kQ8_0, false}, Param{DType::kQ8_0, true}),
                          [](const ::testing::TestParamInfo<Param>& info) {
                            return std::string(model::DTypeName(info.param.dtype)) +
                                   (info.param.tied ? "_tied" : "_untied");

@@ -191,10 +191,11 @@ absl::StatusOr<std::unique_ptr<CpuBlasBackend>> CpuBlasBackend::Create(
         "which only the avx512bf16 kernels with bf16_dot read; kernel level ",
         std::string(cpu_blas::IsaName(level)), ", bf16_dot ", options.gemm.bf16_dot));
   }
-  if (packed.q4_0 && !readable.q4_0) {
+  if ((packed.q4_0 && !readable.q4_0) || (packed.q8_0 && !readable.q8_0)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "cpu_blas: the model's q4_0 weights are packed in panels (LoadOptions::panels), "
-        "which only the kernels of level avx512vnni and up read; kernel level ",
+        "cpu_blas: the model's ", packed.q4_0 ? "q4_0" : "q8_0",
+        " weights are packed in panels (LoadOptions::panels), which only the kernels of level "
+        "avx512vnni and up read; kernel level ",
         std::string(cpu_blas::IsaName(level))));
   }
   int n_threads = options.threads;

@@ -296,7 +296,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, ParityTest,
                          });
 
 // Each kernel level (forced), each product path (streaming kernels only, interleaved from
-// 2 rows for quantized weights, with and without the panel layouts (bf16 and q4_0
+// 2 rows for quantized weights, with and without the panel layouts (bf16, q4_0 and q8_0
 // weights packed by the backend where the level reads them); sgemm only), and several
 // thread counts agree with the reference.
 TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
@@ -315,7 +315,10 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
       }
       for (Path path : {kPanels, kRows, kSgemm}) {
         // Only the types with a panel layout differ between kPanels and kRows.
-        if (path == kRows && dtype != DType::kBF16 && dtype != DType::kQ4_0) continue;
+        if (path == kRows && dtype != DType::kBF16 && dtype != DType::kQ4_0 &&
+            dtype != DType::kQ8_0) {
+          continue;
+        }
         for (int threads : {1, 3}) {
           const int sgemm_min_rows = path == kSgemm ? 1 : 1 << 20;
           SCOPED_TRACE(::testing::Message()
@@ -331,7 +334,7 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
           options.gemm.quant_sgemm_min_rows = sgemm_min_rows;
           // Quantized activations on the caller (1 thread) or on the pool (3 threads).
           options.gemm.quant_parallel_min_elements = threads == 1 ? int64_t{1} << 40 : 1;
-          options.gemm.bf16_panels = options.gemm.q4_0_panels = path == kPanels;
+          options.gemm.bf16_panels = options.gemm.quant_panels = path == kPanels;
           // (The interleaved layout, bf16 dot and the panels never go to sgemm: off for
           // the sgemm-only pass.)
           if (path == kSgemm) {

@@ -29,13 +29,15 @@ model::PanelTypes PanelsReadable(const KernelSet& kernels, const GemmOptions& op
   return model::PanelTypes{
       .bf16 = options.bf16_dot && kernels.matmul_bf16_panels != nullptr,
       .q4_0 = kernels.matmul_q4_0_panels != nullptr,
+      .q8_0 = kernels.matmul_q8_0_panels != nullptr,
   };
 }
 
 model::PanelTypes PanelsWanted(const KernelSet& kernels, const GemmOptions& options) {
   const model::PanelTypes readable = PanelsReadable(kernels, options);
   return model::PanelTypes{.bf16 = readable.bf16 && options.bf16_panels,
-                           .q4_0 = readable.q4_0 && options.q4_0_panels};
+                           .q4_0 = readable.q4_0 && options.quant_panels,
+                           .q8_0 = readable.q8_0 && options.quant_panels};
 }
 
 Gemm::Gemm(ThreadPool* pool, const KernelSet* kernels, const GemmOptions& options)
@@ -60,15 +62,17 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   bf16_dot_ = products.begin()->w->type == model::DType::kBF16 && options_.bf16_dot &&
               kernels_->matmul_bf16_dot != nullptr;
   bool bf16_panels = false;
-  q4_0_panels_ = false;
+  quant_panels_ = false;
   for (const Product& p : products) {
     bf16_panels |= p.w->layout == model::Layout::kBf16Panels;
-    q4_0_panels_ |= p.w->layout == model::Layout::kQ4_0Panels;
+    quant_panels_ |=
+        p.w->layout == model::Layout::kQ4_0Panels || p.w->layout == model::Layout::kQ8_0Panels;
+    assert(p.w->layout != model::Layout::kQ4_0Panels || kernels_->matmul_q4_0_panels != nullptr);
+    assert(p.w->layout != model::Layout::kQ8_0Panels || kernels_->matmul_q8_0_panels != nullptr);
   }
   assert(!bf16_panels || (bf16_dot_ && kernels_->matmul_bf16_panels != nullptr));
-  assert(!q4_0_panels_ || kernels_->matmul_q4_0_panels != nullptr);
-  const bool panels = bf16_panels || q4_0_panels_;
-  const bool sgemm = !interleaved_ && !bf16_dot_ && !q4_0_panels_ &&
+  const bool panels = bf16_panels || quant_panels_;
+  const bool sgemm = !interleaved_ && !bf16_dot_ && !quant_panels_ &&
                      n >= (quantized ? options_.quant_sgemm_min_rows : options_.sgemm_min_rows);
   if (bf16_dot_) {
     RoundActivations(x, n, cols);
@@ -136,8 +140,10 @@ void Gemm::RunStreaming(const Task& task, const float* x, int n) {
       }
       break;
     case model::DType::kQ8_0:
-      (q8_interleaved() ? k.matmul_q8_0_il : k.matmul_q8_0)(
-          Bytes(w), w.row_bytes(), cols, task.r0, task.r1, xq8_.data(), xq8_row_, n, task.y, rows);
+      (w.layout == model::Layout::kQ8_0Panels ? k.matmul_q8_0_panels
+       : q8_interleaved()                     ? k.matmul_q8_0_il
+                          : k.matmul_q8_0)(Bytes(w), w.row_bytes(), cols, task.r0, task.r1,
+                                           xq8_.data(), xq8_row_, n, task.y, rows);
       break;
     case model::DType::kQ4_0:
       (w.layout == model::Layout::kQ4_0Panels ? k.matmul_q4_0_panels

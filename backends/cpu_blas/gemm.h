@@ -58,16 +58,18 @@ struct GemmOptions {
   // Model's own). tl1b bf16, 2 threads, Zen 5: batch 16 +55 %, batch 16 / batch 1 6.3–7.2
   // -> 7.8–9.4 (docs/performance.md, "bf16 weights in 16-row panels"). Default true.
   bool bf16_panels = true;
-  // On CPUs with AVX-512 VNNI (kernel level avx512vnni and up): q4_0 projection matrices
-  // in panels of 16 rows (model/panels.h, KernelSet::matmul_q4_0_panels), for every
-  // row count: the same bytes as the row-major blocks, regrouped so that one vpdpbusd
-  // multiplies 4 columns of 16 rows by one broadcast activation word, 8 activation rows
-  // per pass, with no per-step decoding into a panel and no horizontal sums. As for
-  // bf16_panels: packed by Model::Load (LoadOptions::panels) or as copies. Standalone
-  // copy of the kernel, 2048 x 768 q4_0 matrices cycling through 350 MB, 2 threads, Zen
-  // 5: 16 rows 725–800 Gop/s (BM_QuantLayout, the interleaved tiles: 358–378), 64 rows
-  // 921 (436), 1 row 127 (90). Default true.
-  bool q4_0_panels = true;
+  // On CPUs with AVX-512 VNNI (kernel level avx512vnni and up): q4_0 and q8_0 projection
+  // matrices in panels of 16 rows (model/panels.h, KernelSet::matmul_q4_0_panels and
+  // matmul_q8_0_panels), for every row count: the same bytes as the row-major blocks,
+  // regrouped so that one vpdpbusd multiplies 4 columns of 16 rows by one broadcast
+  // activation word, 8 activation rows per pass, with no per-step decoding into a panel
+  // and no horizontal sums. As for bf16_panels: packed by Model::Load
+  // (LoadOptions::panels) or as copies. bench/kernels_bench.cc BM_QuantLayout (2048 x
+  // 768 q4_0, 2 threads, Zen 5, GFLOP/s, row-major -> panels): 1 row 86 -> 100 (batch-1
+  // kernel), 2 rows 98 -> 181, 16 rows 368 -> 517, 64 rows 492 -> 656, 512 rows 547 ->
+  // 777 (interleaved tiles); tl1b q4_0 batch 16 +33 % (docs/performance.md, "q4_0 and
+  // q8_0 weights in 16-row panels"). Default true.
+  bool quant_panels = true;
   // Activations of at least this many elements (rows x columns) are quantized for the
   // integer kernels (or rounded to bf16 for bf16_dot) on the pool, a slice of rows per
   // task, instead of on the calling thread while the others wait (a 512-token tl1b q4_0
@@ -149,22 +151,22 @@ class Gemm {
   int64_t xq8k_row_ = 0;
   std::vector<uint16_t> xbf16_;  // [n] rows of bf16, xbf16_row_ elements each
   int64_t xbf16_row_ = 0;
-  // The q8_0 / q4_0 activations (xq8_) are interleaved: not when the Run reads q4_0 panels,
+  // The q8_0 / q4_0 activations (xq8_) are interleaved: not when the Run reads panels of them,
   // which take Q8Block rows (row-major q8_0 / q4_0 products of the same Run then use the
   // kernels for Q8Block rows too).
-  bool q8_interleaved() const { return interleaved_ && !q4_0_panels_; }
+  bool q8_interleaved() const { return interleaved_ && !quant_panels_; }
 
-  bool interleaved_ = false;  // the current Run's k-quant activations are interleaved
-  bool q4_0_panels_ = false;  // the current Run has a product in Layout::kQ4_0Panels
-  bool bf16_dot_ = false;     // the current Run's bf16 products use matmul_bf16_dot
+  bool interleaved_ = false;   // the current Run's k-quant activations are interleaved
+  bool quant_panels_ = false;  // the current Run has a product in kQ4_0Panels / kQ8_0Panels
+  bool bf16_dot_ = false;      // the current Run's bf16 products use matmul_bf16_dot
 };
 
 // The panel layouts (model/panels.h) a Gemm with `kernels` and `options` can multiply
-// (bf16: bf16_dot and matmul_bf16_panels; q4_0: matmul_q4_0_panels), whatever
-// GemmOptions::bf16_panels and q4_0_panels say.
+// (bf16: bf16_dot and matmul_bf16_panels; q4_0 and q8_0: matmul_q4_0_panels,
+// matmul_q8_0_panels), whatever GemmOptions::bf16_panels and quant_panels say.
 model::PanelTypes PanelsReadable(const KernelSet& kernels, const GemmOptions& options);
 
-// Those of them the options ask for (GemmOptions::bf16_panels, q4_0_panels): the layouts
+// Those of them the options ask for (GemmOptions::bf16_panels, quant_panels): the layouts
 // weights should be in for this Gemm.
 model::PanelTypes PanelsWanted(const KernelSet& kernels, const GemmOptions& options);
 

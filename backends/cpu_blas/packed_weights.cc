@@ -16,8 +16,11 @@ PanelMatrix::PanelMatrix(const model::TensorView& w) {
                           reinterpret_cast<uint16_t*>(memory_.data()));
     view_ = model::TensorView{w.type, memory_.data(), w.rows, w.cols, model::Layout::kBf16Panels};
   } else {
-    model::PackQ4_0Panels(static_cast<const uint8_t*>(w.data), w.cols, 0, panels, memory_.data());
-    view_ = model::TensorView{w.type, memory_.data(), w.rows, w.cols, model::Layout::kQ4_0Panels};
+    model::PackQuantPanels(w.type, static_cast<const uint8_t*>(w.data), w.cols, 0, panels,
+                           memory_.data());
+    view_ = model::TensorView{
+        w.type, memory_.data(), w.rows, w.cols,
+        w.type == model::DType::kQ4_0 ? model::Layout::kQ4_0Panels : model::Layout::kQ8_0Panels};
   }
 }
 

@@ -1,8 +1,8 @@
-// The cpu_blas backend's view of the model weights: the Model's own tensors, with bf16
-// and q4_0 projection matrices in the panel layouts of KernelSet::matmul_bf16_panels and
-// matmul_q4_0_panels (model/panels.h) where the kernel level has them: as the Model holds
-// them when it was loaded with LoadOptions::panels (the server), otherwise packed copies
-// owned here (tests, benchmarks, any caller sharing one Model between backends).
+// The cpu_blas backend's view of the model weights: the Model's own tensors, with bf16,
+// q4_0 and q8_0 projection matrices in the panel layouts of KernelSet::matmul_bf16_panels,
+// matmul_q4_0_panels and matmul_q8_0_panels (model/panels.h) where the kernel level has them: as
+// the Model holds them when it was loaded with LoadOptions::panels (the server), otherwise packed
+// copies owned here (tests, benchmarks, any caller sharing one Model between backends).
 #ifndef KVSERVE_BACKENDS_CPU_BLAS_PACKED_WEIGHTS_H_
 #define KVSERVE_BACKENDS_CPU_BLAS_PACKED_WEIGHTS_H_
 
@@ -18,10 +18,11 @@ namespace kvserve::backends::cpu_blas {
 // A copy of one matrix in its panel layout, in huge pages (for benchmarks and tests).
 class PanelMatrix {
  public:
-  // Precondition: model::Bf16PanelsFit(w) or model::Q4_0PanelsFit(w). Aborts when the
-  // memory cannot be mapped.
+  // Precondition: model::Bf16PanelsFit(w), Q4_0PanelsFit(w) or Q8_0PanelsFit(w). Aborts
+  // when the memory cannot be mapped.
   explicit PanelMatrix(const model::TensorView& w);
-  // The packed matrix (Layout::kBf16Panels or kQ4_0Panels), valid while this object lives.
+  // The packed matrix (Layout::kBf16Panels, kQ4_0Panels or kQ8_0Panels), valid while this
+  // object lives.
   const model::TensorView& view() const { return view_; }
 
  private:

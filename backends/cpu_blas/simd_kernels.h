@@ -134,13 +134,14 @@ struct KernelSet {
   // addition: row_begin and row_end multiples of model::kPanelRows; cols even.
   // nullptr where matmul_bf16_dot is.
   MatMulBf16DotFn matmul_bf16_panels = nullptr;
-  // matmul_q4_0 with W in the q4_0 panel layout (model/panels.h) instead of row-major,
-  // `w` its first byte and row_bytes that of a row-major row (cols / 32 * 18): the same
-  // integer block products against Q8Block activation rows, summed in another order.
-  // For every row count (8 activation rows per pass over the weights). Precondition in
-  // addition: row_begin and row_end multiples of model::kPanelRows. nullptr below
-  // avx512vnni.
+  // matmul_q4_0 (matmul_q8_0) with W in the q4_0 (q8_0) panel layout (model/panels.h)
+  // instead of row-major, `w` its first byte and row_bytes that of a row-major row: the
+  // same integer block products against Q8Block activation rows, summed in another
+  // order. For every row count (8 activation rows per pass over the weights).
+  // Precondition in addition: row_begin and row_end multiples of model::kPanelRows.
+  // nullptr below avx512vnni.
   QMatMulFn matmul_q4_0_panels = nullptr;
+  QMatMulFn matmul_q8_0_panels = nullptr;
 };
 
 // The kernel set of `isa`. Precondition: IsaSupported(isa) (calling a kernel of an

@@ -244,63 +244,77 @@ TEST_P(SimdKernelsTest, Bf16PanelsAreTheBf16DotProduct) {
   }
 }
 
-// matmul_q4_0_panels (avx512vnni and up): q4_0 weights packed by model::PackQ4_0Panels,
-// the same products as the scalar matmul_q4_0 on the row-major blocks up to summation
-// order; only the slice of panels asked for is written.
-TEST_P(SimdKernelsTest, Q4_0PanelsAreTheQ4_0Product) {
+// matmul_q4_0_panels and matmul_q8_0_panels (avx512vnni and up): weights packed by
+// model::PackQuantPanels, the same products as the scalar matmul_q4_0 / matmul_q8_0 on
+// the row-major blocks up to summation order; only the slice of panels asked for is
+// written.
+TEST_P(SimdKernelsTest, QuantPanelsAreTheQuantizedProduct) {
   if (GetParam() < Isa::kAvx512Vnni) {
     EXPECT_EQ(kernels().matmul_q4_0_panels, nullptr);
+    EXPECT_EQ(kernels().matmul_q8_0_panels, nullptr);
     return;
   }
-  ASSERT_NE(kernels().matmul_q4_0_panels, nullptr);
   std::mt19937 rng(13);
   // Shapes: one and several panels (tiles of 4, 2 and 1 panels), every activation-row
   // tile (1-8) and more than one 8-row pass (9-17, 33), a slice that starts at the second
   // panel, and slabs (5632 columns x 160 rows is more than one slab of 256 KiB).
-  for (int64_t cols : {32, 288, 768, 5632}) {
-    for (int64_t rows : {16, 32, 48, 80, 160}) {
-      for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 33}) {
-        if ((rows == 160) != (cols == 5632)) continue;
-        SCOPED_TRACE(::testing::Message() << "cols=" << cols << " rows=" << rows << " n=" << n);
-        const size_t row_bytes = model::DTypeBytes(DType::kQ4_0, static_cast<size_t>(cols));
-        std::vector<uint8_t> w(static_cast<size_t>(rows) * row_bytes);
-        std::vector<float> wf(static_cast<size_t>(rows * cols));
-        for (int64_t r = 0; r < rows; ++r) {
-          const std::vector<float> v = RandomFloats(rng, static_cast<size_t>(cols));
-          model::EncodeRow(DType::kQ4_0, v, w.data() + r * row_bytes);
-          model::DecodeRow(DType::kQ4_0, w.data() + r * row_bytes,
-                           std::span<float>(wf.data() + r * cols, static_cast<size_t>(cols)));
-        }
-        std::vector<uint8_t> packed(w.size());
-        model::PackQ4_0Panels(w.data(), cols, 0, rows / model::kPanelRows, packed.data());
-        const std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * cols));
-        const size_t xq_row = Q8RowBytes(DType::kQ4_0, cols);
-        std::vector<uint8_t> xq(static_cast<size_t>(n) * xq_row);
-        for (int i = 0; i < n; ++i) {
-          QuantizeActivations(DType::kQ4_0, x.data() + i * cols, cols, xq.data() + i * xq_row);
-        }
-        const int64_t ldy = rows + 5;
-        const int64_t r0 = rows > model::kPanelRows ? model::kPanelRows : 0;
-        std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
-        std::vector<float> y_scalar(y.size(), kSentinel);
-        kernels().matmul_q4_0_panels(packed.data(), static_cast<int64_t>(row_bytes), cols, r0, rows,
-                                     xq.data(), static_cast<int64_t>(xq_row), n, y.data(), ldy);
-        ScalarKernels().matmul_q4_0(w.data(), static_cast<int64_t>(row_bytes), cols, r0, rows,
-                                    xq.data(), static_cast<int64_t>(xq_row), n, y_scalar.data(),
-                                    ldy);
-        for (int i = 0; i < n; ++i) {
-          for (int64_t r = 0; r < ldy; ++r) {
-            const size_t at = static_cast<size_t>(i * ldy + r);
-            if (r < r0 || r >= rows) {
-              ASSERT_EQ(y[at], kSentinel) << "wrote outside the slice, i=" << i << " r=" << r;
-              continue;
+  for (DType dtype : {DType::kQ4_0, DType::kQ8_0}) {
+    const QMatMulFn panels =
+        dtype == DType::kQ4_0 ? kernels().matmul_q4_0_panels : kernels().matmul_q8_0_panels;
+    const QMatMulFn scalar =
+        dtype == DType::kQ4_0 ? ScalarKernels().matmul_q4_0 : ScalarKernels().matmul_q8_0;
+    ASSERT_NE(panels, nullptr);
+    for (int64_t cols : {32, 288, 768, 5632}) {
+      for (int64_t rows : {16, 32, 48, 80, 160}) {
+        for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 33}) {
+          if ((rows == 160) != (cols == 5632)) continue;
+          SCOPED_TRACE(::testing::Message() << model::DTypeName(dtype) << " cols=" << cols
+                                            << " rows=" << rows << " n=" << n);
+          const size_t row_bytes = model::DTypeBytes(dtype, static_cast<size_t>(cols));
+          std::vector<uint8_t> w(static_cast<size_t>(rows) * row_bytes);
+          std::vector<float> wf(static_cast<size_t>(rows * cols));
+          for (int64_t r = 0; r < rows; ++r) {
+            const std::vector<float> v = RandomFloats(rng, static_cast<size_t>(cols));
+            model::EncodeRow(dtype, v, w.data() + r * row_bytes);
+            if (dtype == DType::kQ8_0 && r == rows - 1) {
+              // The last row at the int8 extreme -128 that files may hold (w + 128 = 0).
+              for (int64_t b = 0; b < cols / 32; ++b)
+                std::memset(&w[r * row_bytes + b * 34 + 2], 0x80, 32);
             }
-            double abs_sum = 0.0;
-            for (int64_t c = 0; c < cols; ++c) {
-              abs_sum += std::fabs(static_cast<double>(wf[r * cols + c]) * x[i * cols + c]);
+            model::DecodeRow(dtype, w.data() + r * row_bytes,
+                             std::span<float>(wf.data() + r * cols, static_cast<size_t>(cols)));
+          }
+          std::vector<uint8_t> packed(w.size());
+          model::PackQuantPanels(dtype, w.data(), cols, 0, rows / model::kPanelRows, packed.data());
+          std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * cols));
+          for (int64_t c = 0; c < cols; ++c) x[c] = -1.0f;  // -127 against the -128 row
+          const size_t xq_row = Q8RowBytes(dtype, cols);
+          std::vector<uint8_t> xq(static_cast<size_t>(n) * xq_row);
+          for (int i = 0; i < n; ++i) {
+            QuantizeActivations(dtype, x.data() + i * cols, cols, xq.data() + i * xq_row);
+          }
+          const int64_t ldy = rows + 5;
+          const int64_t r0 = rows > model::kPanelRows ? model::kPanelRows : 0;
+          std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
+          std::vector<float> y_scalar(y.size(), kSentinel);
+          panels(packed.data(), static_cast<int64_t>(row_bytes), cols, r0, rows, xq.data(),
+                 static_cast<int64_t>(xq_row), n, y.data(), ldy);
+          scalar(w.data(), static_cast<int64_t>(row_bytes), cols, r0, rows, xq.data(),
+                 static_cast<int64_t>(xq_row), n, y_scalar.data(), ldy);
+          for (int i = 0; i < n; ++i) {
+            for (int64_t r = 0; r < ldy; ++r) {
+              const size_t at = static_cast<size_t>(i * ldy + r);
+              if (r < r0 || r >= rows) {
+                ASSERT_EQ(y[at], kSentinel) << "wrote outside the slice, i=" << i << " r=" << r;
+                continue;
+              }
+              double abs_sum = 0.0;
+              for (int64_t c = 0; c < cols; ++c) {
+                abs_sum += std::fabs(static_cast<double>(wf[r * cols + c]) * x[i * cols + c]);
+              }
+              ASSERT_NEAR(y[at], y_scalar[at], SumTolerance(cols, 2.0 * abs_sum))
+                  << "i=" << i << " r=" << r;
             }
-            ASSERT_NEAR(y[at], y_scalar[at], SumTolerance(cols, 2.0 * abs_sum))
-                << "i=" << i << " r=" << r;
           }
         }
       }
