@@ -193,7 +193,7 @@ absl::StatusOr<std::unique_ptr<CpuBlasBackend>> CpuBlasBackend::Create(
   }
   if ((packed.q4_0 && !readable.q4_0) || (packed.q8_0 && !readable.q8_0)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "cpu_blas: the model's ", packed.q4_0 ? "q4_0" : "q8_0",
+        "cpu_blas: the model's ", packed.q4_0 && !readable.q4_0 ? "q4_0" : "q8_0",
         " weights are packed in panels (LoadOptions::panels), which only the kernels of level "
         "avx512vnni and up read; kernel level ",
         std::string(cpu_blas::IsaName(level))));
