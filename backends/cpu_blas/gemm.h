@@ -65,10 +65,12 @@ struct GemmOptions {
   // activation word, 8 activation rows per pass, with no per-step decoding into a panel
   // and no horizontal sums. As for bf16_panels: packed by Model::Load
   // (LoadOptions::panels) or as copies. bench/kernels_bench.cc BM_QuantLayout (2048 x
-  // 768 q4_0, 2 threads, Zen 5, GFLOP/s, row-major -> panels): 1 row 86 -> 100 (batch-1
-  // kernel), 2 rows 98 -> 181, 16 rows 368 -> 517, 64 rows 492 -> 656, 512 rows 547 ->
-  // 777 (interleaved tiles); tl1b q4_0 batch 16 +33 % (docs/performance.md, "q4_0 and
-  // q8_0 weights in 16-row panels"). Default true.
+  // 768, 2 threads, Zen 5, GFLOP/s, row-major -> panels; 1 row: the batch-1 kernels, more:
+  // the interleaved tiles): q4_0 1 row 86 -> 100, 2 rows 98 -> 181, 16 rows 368 -> 517,
+  // 64 rows 492 -> 656, 512 rows 547 -> 777; q8_0 1 row 72 -> 90, 2 rows 110 -> 148, 16
+  // rows 353 -> 472, 64 rows 488 -> 620, 512 rows 542 -> 772. tl1b batch 16: q4_0 +33 %,
+  // q8_0 +29 % (docs/performance.md, "q4_0 and q8_0 weights in 16-row panels"). Default
+  // true.
   bool quant_panels = true;
   // Activations of at least this many elements (rows x columns) are quantized for the
   // integer kernels (or rounded to bf16 for bf16_dot) on the pool, a slice of rows per

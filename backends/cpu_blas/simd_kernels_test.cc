@@ -74,6 +74,33 @@ float SumTolerance(int64_t n_terms, double abs_sum) {
   return static_cast<float>(2.0 * static_cast<double>(n_terms + 1) * 0x1.0p-24 * abs_sum) + 1e-30f;
 }
 
+// The n rows of `cols` activations x, quantized for products with `dtype` weights
+// (Q8RowBytes(dtype, cols) bytes per row).
+std::vector<uint8_t> QuantizeRows(DType dtype, const std::vector<float>& x, int n, int64_t cols) {
+  const size_t row = Q8RowBytes(dtype, cols);
+  std::vector<uint8_t> xq(static_cast<size_t>(n) * row);
+  for (int i = 0; i < n; ++i)
+    QuantizeActivations(dtype, x.data() + i * cols, cols, xq.data() + i * row);
+  return xq;
+}
+
+// y against y_ref on rows [r0, r1) of each of the n output rows (ldy apart), within
+// SumTolerance(cols, abs_sum(i, r)), and nothing written outside those rows (kSentinel).
+template <typename AbsSum>
+void ExpectSliceNear(const std::vector<float>& y, const std::vector<float>& y_ref, int n,
+                     int64_t ldy, int64_t r0, int64_t r1, int64_t cols, const AbsSum& abs_sum) {
+  for (int i = 0; i < n; ++i) {
+    for (int64_t r = 0; r < ldy; ++r) {
+      const size_t at = static_cast<size_t>(i * ldy + r);
+      if (r < r0 || r >= r1) {
+        EXPECT_EQ(y[at], kSentinel) << "wrote outside rows, i=" << i << " r=" << r;
+        continue;
+      }
+      EXPECT_NEAR(y[at], y_ref[at], SumTolerance(cols, abs_sum(i, r))) << "i=" << i << " r=" << r;
+    }
+  }
+}
+
 class SimdKernelsTest : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
@@ -110,20 +137,13 @@ TEST_P(SimdKernelsTest, MatMulMatchesScalarForEveryDtypeAndShape) {
           std::vector<float> y_ref(y.size(), kSentinel);
           CallMatMul(kernels(), dtype, w, cols, r0, r1, x.data(), ldx, n, y.data(), ldy);
           CallMatMul(ScalarKernels(), dtype, w, cols, r0, r1, x.data(), ldx, n, y_ref.data(), ldy);
-          for (int i = 0; i < n; ++i) {
-            for (int64_t r = 0; r < ldy; ++r) {
-              const size_t at = static_cast<size_t>(i * ldy + r);
-              if (r < r0 || r >= r1) {
-                EXPECT_EQ(y[at], kSentinel) << "wrote outside rows, i=" << i << " r=" << r;
-                continue;
-              }
-              double abs_sum = 0.0;
-              for (int64_t c = 0; c < cols; ++c) {
-                abs_sum += std::fabs(w.f32[r * cols + c] * x[i * ldx + c]);
-              }
-              EXPECT_NEAR(y[at], y_ref[at], SumTolerance(cols, abs_sum)) << "i=" << i << " r=" << r;
+          ExpectSliceNear(y, y_ref, n, ldy, r0, r1, cols, [&](int i, int64_t r) {
+            double abs_sum = 0.0;
+            for (int64_t c = 0; c < cols; ++c) {
+              abs_sum += std::fabs(w.f32[r * cols + c] * x[i * ldx + c]);
             }
-          }
+            return abs_sum;
+          });
         }
       }
     }
@@ -289,10 +309,7 @@ TEST_P(SimdKernelsTest, QuantPanelsAreTheQuantizedProduct) {
           std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * cols));
           for (int64_t c = 0; c < cols; ++c) x[c] = -1.0f;  // -127 against the -128 row
           const size_t xq_row = Q8RowBytes(dtype, cols);
-          std::vector<uint8_t> xq(static_cast<size_t>(n) * xq_row);
-          for (int i = 0; i < n; ++i) {
-            QuantizeActivations(dtype, x.data() + i * cols, cols, xq.data() + i * xq_row);
-          }
+          const std::vector<uint8_t> xq = QuantizeRows(dtype, x, n, cols);
           const int64_t ldy = rows + 5;
           const int64_t r0 = rows > model::kPanelRows ? model::kPanelRows : 0;
           std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
@@ -301,21 +318,13 @@ TEST_P(SimdKernelsTest, QuantPanelsAreTheQuantizedProduct) {
                  static_cast<int64_t>(xq_row), n, y.data(), ldy);
           scalar(w.data(), static_cast<int64_t>(row_bytes), cols, r0, rows, xq.data(),
                  static_cast<int64_t>(xq_row), n, y_scalar.data(), ldy);
-          for (int i = 0; i < n; ++i) {
-            for (int64_t r = 0; r < ldy; ++r) {
-              const size_t at = static_cast<size_t>(i * ldy + r);
-              if (r < r0 || r >= rows) {
-                ASSERT_EQ(y[at], kSentinel) << "wrote outside the slice, i=" << i << " r=" << r;
-                continue;
-              }
-              double abs_sum = 0.0;
-              for (int64_t c = 0; c < cols; ++c) {
-                abs_sum += std::fabs(static_cast<double>(wf[r * cols + c]) * x[i * cols + c]);
-              }
-              ASSERT_NEAR(y[at], y_scalar[at], SumTolerance(cols, 2.0 * abs_sum))
-                  << "i=" << i << " r=" << r;
+          ExpectSliceNear(y, y_scalar, n, ldy, r0, rows, cols, [&](int i, int64_t r) {
+            double abs_sum = 0.0;
+            for (int64_t c = 0; c < cols; ++c) {
+              abs_sum += std::fabs(static_cast<double>(wf[r * cols + c]) * x[i * cols + c]);
             }
-          }
+            return 2.0 * abs_sum;
+          });
         }
       }
     }
@@ -542,10 +551,7 @@ TEST_P(SimdKernelsTest, QuantizedMatMulMatchesScalarAndDequantizedOracle) {
         std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * cols));
         for (int64_t c = 0; c < cols; ++c) x[c] = -1.0f;  // -127 against the -128 row
         const size_t xq_row = Q8RowBytes(dtype, cols);
-        std::vector<uint8_t> xq(static_cast<size_t>(n) * xq_row);
-        for (int i = 0; i < n; ++i) {
-          QuantizeActivations(dtype, x.data() + i * cols, cols, xq.data() + i * xq_row);
-        }
+        const std::vector<uint8_t> xq = QuantizeRows(dtype, x, n, cols);
         const int64_t ldy = kRows + 1;
         std::vector<float> y(static_cast<size_t>(n * ldy), 7.0f);
         std::vector<float> y_scalar = y;

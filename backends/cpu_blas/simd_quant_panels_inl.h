@@ -61,8 +61,8 @@ struct Q8_0Panel {
 // the first block of panel 0 (panels `pstride` bytes apart), x the first Q8Block of
 // activation row 0 (rows ldxq bytes apart).
 template <typename F, int P, int M>
-KVSERVE_SIMD_TARGET void PanelTile(const uint8_t* panel, int64_t pstride, int64_t blocks,
-                                   const uint8_t* x, int64_t ldxq, float* y, int64_t ldy) {
+KVSERVE_SIMD_TARGET void QuantPanelTile(const uint8_t* panel, int64_t pstride, int64_t blocks,
+                                        const uint8_t* x, int64_t ldxq, float* y, int64_t ldy) {
   __m512 acc[P][M];
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p) {
@@ -112,29 +112,35 @@ KVSERVE_SIMD_TARGET void PanelTile(const uint8_t* panel, int64_t pstride, int64_
 // Panels [p0, p1) against M activation rows: P panels per tile (more panel streams when
 // few rows keep the accumulators busy), then single panels.
 template <typename F, int M>
-KVSERVE_SIMD_TARGET void PanelRows(const uint8_t* w, int64_t pstride, int64_t blocks, int64_t p0,
-                                   int64_t p1, const uint8_t* x, int64_t ldxq, float* y,
-                                   int64_t ldy) {
+KVSERVE_SIMD_TARGET void QuantPanelRows(const uint8_t* w, int64_t pstride, int64_t blocks,
+                                        int64_t p0, int64_t p1, const uint8_t* x, int64_t ldxq,
+                                        float* y, int64_t ldy) {
   constexpr int P = M <= 2 ? 4 : M <= 4 ? 2 : 1;
   int64_t p = p0;
   for (; p + P <= p1; p += P) {
-    PanelTile<F, P, M>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p, ldy);
+    QuantPanelTile<F, P, M>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p, ldy);
   }
   for (; p < p1; ++p)
-    PanelTile<F, 1, M>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p, ldy);
+    QuantPanelTile<F, 1, M>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p, ldy);
 }
 
 // QMatMulFn over a panel layout of format F: slabs of panels, each against the
 // activation rows in groups of up to kPanelMaxRows.
 template <typename F>
-KVSERVE_SIMD_TARGET void MatMulPanels(const uint8_t* w, int64_t row_bytes, int64_t cols,
-                                      int64_t row_begin, int64_t row_end, const void* xq,
-                                      int64_t ldxq, int n, float* y, int64_t ldy) {
+KVSERVE_SIMD_TARGET void MatMulQuantPanels(const uint8_t* w, int64_t row_bytes, int64_t cols,
+                                           int64_t row_begin, int64_t row_end, const void* xq,
+                                           int64_t ldxq, int n, float* y, int64_t ldy) {
   using RowsFn = void (*)(const uint8_t*, int64_t, int64_t, int64_t, int64_t, const uint8_t*,
                           int64_t, float*, int64_t);
-  static constexpr RowsFn kRows[kPanelMaxRows + 1] = {
-      nullptr,          &PanelRows<F, 1>, &PanelRows<F, 2>, &PanelRows<F, 3>, &PanelRows<F, 4>,
-      &PanelRows<F, 5>, &PanelRows<F, 6>, &PanelRows<F, 7>, &PanelRows<F, 8>};
+  static constexpr RowsFn kRows[kPanelMaxRows + 1] = {nullptr,
+                                                      &QuantPanelRows<F, 1>,
+                                                      &QuantPanelRows<F, 2>,
+                                                      &QuantPanelRows<F, 3>,
+                                                      &QuantPanelRows<F, 4>,
+                                                      &QuantPanelRows<F, 5>,
+                                                      &QuantPanelRows<F, 6>,
+                                                      &QuantPanelRows<F, 7>,
+                                                      &QuantPanelRows<F, 8>};
   const int64_t blocks = cols / 32;
   const int64_t pstride = model::kPanelRows * row_bytes;  // the same bytes, regrouped
   const int64_t slab = std::max<int64_t>(1, kPanelSlabBytes / pstride);
@@ -151,7 +157,7 @@ KVSERVE_SIMD_TARGET void MatMulPanels(const uint8_t* w, int64_t row_bytes, int64
 
 // The panel kernels, added to a KernelSet of the VNNI level or above.
 inline KernelSet WithQuantPanelKernels(KernelSet k) {
-  k.matmul_q4_0_panels = &MatMulPanels<Q4_0Panel>;
-  k.matmul_q8_0_panels = &MatMulPanels<Q8_0Panel>;
+  k.matmul_q4_0_panels = &MatMulQuantPanels<Q4_0Panel>;
+  k.matmul_q8_0_panels = &MatMulQuantPanels<Q8_0Panel>;
   return k;
 }
