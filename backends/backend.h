@@ -78,9 +78,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
 
 // The weight types CreateBackend(name, ..., options) multiplies in panel layouts on this
 // CPU (the cpu_blas backend: bf16 at kernel level avx512bf16, q4_0 and q8_0 from
-// avx512vnni), so
-// that a model loaded for it alone is best loaded with model::LoadOptions::panels set to
-// them (resident once).
+// avx512vnni), so that a model loaded for it alone is best loaded with
+// model::LoadOptions::panels set to them (resident once).
 model::PanelTypes BackendReadsPanels(const std::string& name, const BackendOptions& options);
 
 }  // namespace kvserve::backends

@@ -1,10 +1,10 @@
 // The panel layouts of weight matrices (Layout::kBf16Panels, kQ4_0Panels, kQ8_0Panels) and
 // the packing of a model's projection matrices into them. A panel layout is what the
 // cpu_blas panel kernels read (KernelSet::matmul_bf16_panels, matmul_q4_0_panels,
-// matmul_q8_0_panels): one pass over
-// the weights serves many activation rows, each weight vector holds 16 rows (no
-// horizontal sums), and the weights stream in address order (docs/performance.md, "bf16
-// weights in 16-row panels" and "q4_0 and q8_0 weights in 16-row panels").
+// matmul_q8_0_panels): one pass over the weights serves many activation rows, each weight
+// vector holds 16 rows (no horizontal sums), and the weights stream in address order
+// (docs/performance.md, "bf16 weights in 16-row panels" and "q4_0 and q8_0 weights in
+// 16-row panels").
 //
 // bf16: element (r, c) of a [rows, cols] matrix with rows % 16 == 0 and cols % 2 == 0 is
 // at
@@ -37,7 +37,7 @@
 
 namespace kvserve::model {
 
-// Rows per panel, both layouts.
+// Rows per panel, every layout.
 inline constexpr int64_t kPanelRows = 16;
 // Bytes of one q4_0 and one q8_0 panel block (16 rows x 32 elements).
 inline constexpr int64_t kQ4_0PanelBlockBytes = 288;

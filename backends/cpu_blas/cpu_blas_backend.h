@@ -60,9 +60,8 @@ class CpuBlasBackend : public Backend {
   // The weight types a backend made with `options` on this CPU multiplies in panel
   // layouts (cpu_blas::PanelsWanted: bf16 at kernel level avx512bf16 with
   // GemmOptions::bf16_dot and bf16_panels, q4_0 and q8_0 from avx512vnni with
-  // quant_panels), so a
-  // model loaded for such backends alone should be loaded with LoadOptions::panels set to
-  // them (engine::LoadModel does).
+  // quant_panels), so a model loaded for such backends alone should be loaded with
+  // LoadOptions::panels set to them (engine::LoadModel does).
   static model::PanelTypes ReadsPanels(const CpuBlasOptions& options);
   ~CpuBlasBackend() override;
 

@@ -53,7 +53,7 @@ struct GemmOptions {
   // With bf16_dot, on the same CPUs: bf16 projection matrices in panels of 16 rows
   // (model/panels.h, KernelSet::matmul_bf16_panels), in which one pass over the
   // weights serves up to 16 activation rows and the weights stream in address order: as
-  // the Model holds them when loaded with LoadOptions::bf16_panels (the server), else as
+  // the Model holds them when loaded with LoadOptions::panels (the server), else as
   // copies the cpu_blas backend packs at start (packed_weights.h; resident beside the
   // Model's own). tl1b bf16, 2 threads, Zen 5: batch 16 +55 %, batch 16 / batch 1 6.3–7.2
   // -> 7.8–9.4 (docs/performance.md, "bf16 weights in 16-row panels"). Default true.
