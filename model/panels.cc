@@ -111,6 +111,17 @@ void PackQuantPanels(DType type, const uint8_t* w, int64_t cols, int64_t panel_b
   }
 }
 
+Layout PackMatrixPanels(const TensorView& w, uint8_t* out) {
+  const int64_t panels = w.rows / kPanelRows;
+  if (w.type == DType::kBF16) {
+    PackBf16Panels(static_cast<const uint16_t*>(w.data), w.cols, 0, panels,
+                   reinterpret_cast<uint16_t*>(out));
+    return Layout::kBf16Panels;
+  }
+  PackQuantPanels(w.type, static_cast<const uint8_t*>(w.data), w.cols, 0, panels, out);
+  return w.type == DType::kQ4_0 ? Layout::kQ4_0Panels : Layout::kQ8_0Panels;
+}
+
 absl::StatusOr<common::HugePageMemory> PackPanels(ModelWeights& weights,
                                                   const PanelPackOptions& options) {
   std::vector<TensorView*> views;
@@ -130,16 +141,7 @@ absl::StatusOr<common::HugePageMemory> PackPanels(ModelWeights& weights,
   if (!memory.ok()) return memory.status();
   uint8_t* next = memory->data();
   for (TensorView* w : views) {
-    const int64_t panels = w->rows / kPanelRows;
-    Layout layout;
-    if (w->type == DType::kBF16) {
-      PackBf16Panels(static_cast<const uint16_t*>(w->data), w->cols, 0, panels,
-                     reinterpret_cast<uint16_t*>(next));
-      layout = Layout::kBf16Panels;
-    } else {
-      PackQuantPanels(w->type, static_cast<const uint8_t*>(w->data), w->cols, 0, panels, next);
-      layout = w->type == DType::kQ4_0 ? Layout::kQ4_0Panels : Layout::kQ8_0Panels;
-    }
+    const Layout layout = PackMatrixPanels(*w, next);
     // (Never the token embedding's bytes: a tied output is packed only as a copy.)
     if (options.release_originals && w->data != weights.token_embedding.data) {
       ReleasePages(w->data, w->rows * w->row_bytes());

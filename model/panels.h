@@ -64,6 +64,11 @@ void PackBf16Panels(const uint16_t* w, int64_t cols, int64_t panel_begin, int64_
 void PackQuantPanels(DType type, const uint8_t* w, int64_t cols, int64_t panel_begin,
                      int64_t panel_end, uint8_t* out);
 
+// out = w in its panel layout (bf16, q4_0 or q8_0; w.rows * w.row_bytes() bytes),
+// returned. Precondition: Bf16PanelsFit, Q4_0PanelsFit or Q8_0PanelsFit; out does not
+// alias w.
+Layout PackMatrixPanels(const TensorView& w, uint8_t* out);
+
 // Which types a reader takes in panels.
 struct PanelTypes {
   bool bf16 = false;
