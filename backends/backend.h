@@ -43,8 +43,8 @@ struct BackendOptions {
   // cpu_blas on CPUs with AVX512-BF16: multiply bf16 projections in 16-row panels
   // (cpu_blas::GemmOptions::bf16_panels). Default true.
   bool bf16_panels = true;
-  // cpu_blas on CPUs with AVX-512 VNNI: multiply q4_0 and q8_0 projections in 16-row
-  // panels (cpu_blas::GemmOptions::quant_panels). Default true.
+  // cpu_blas on CPUs with AVX-512 VNNI: multiply q4_0, q8_0, q4_K and q6_K projections in
+  // 16-row panels (cpu_blas::GemmOptions::quant_panels). Default true.
   bool quant_panels = true;
 };
 

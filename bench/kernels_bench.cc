@@ -283,8 +283,7 @@ BENCHMARK(BM_Gemm)->Apply(GemmArgs)->UseRealTime();
 // activation layout (GemmOptions::quant_interleave_min_rows), 2 threads, 2048 x 768
 // weights cycling through 64 MB (encoded once per dtype and kept: the k-quant encoders
 // take seconds). Args: dtype (as BM_Gemm), n, path (0 natural layout, 1 interleaved,
-// 2 sgemm on decoded tiles, 3 q4_0 / q8_0 weights packed in panels: matmul_q4_0_panels,
-// matmul_q8_0_panels).
+// 2 sgemm on decoded tiles, 3 weights packed in panels: matmul_q4_0_panels, ...).
 const MatrixSet& QuantSetFor(DType dtype) {
   static std::unique_ptr<MatrixSet> set;
   static DType made = DType::kF32;
@@ -318,9 +317,8 @@ void BM_QuantLayout(benchmark::State& state) {
   options.quant_sgemm_min_rows = path == 2 ? 1 : 1 << 20;
   const int64_t rows = 2048, cols = 768;
   const backends::cpu_blas::KernelSet& kernels = backends::cpu_blas::KernelsFor(QuantLayoutIsa());
-  if (path == 3 &&
-      ((dtype != DType::kQ4_0 && dtype != DType::kQ8_0) || kernels.matmul_q4_0_panels == nullptr)) {
-    state.SkipWithError("panels need q4_0 or q8_0 weights and the avx512vnni kernel level");
+  if (path == 3 && kernels.matmul_q4_0_panels == nullptr) {
+    state.SkipWithError("panels need the avx512vnni kernel level");
     return;
   }
   MatrixSet panels;  // path 3: packed copies of the set (views only)
@@ -346,9 +344,7 @@ void QuantLayoutArgs(benchmark::internal::Benchmark* b) {
     for (int64_t n : {16, 64, 128, 512}) {
       for (int64_t path : {1, 2}) b->Args({dtype, n, path});
     }
-    if (dtype == 3 || dtype == 4) {
-      for (int64_t n : {1, 2, 4, 8, 16, 32, 64, 128, 512}) b->Args({dtype, n, 3});
-    }
+    for (int64_t n : {1, 2, 4, 8, 16, 32, 64, 128, 512}) b->Args({dtype, n, 3});
   }
   b->ArgNames({"dtype", "n", "path"});
 }

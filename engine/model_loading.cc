@@ -55,6 +55,8 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options) {
   load.panels.bf16 |= reads.bf16;
   load.panels.q4_0 |= reads.q4_0;
   load.panels.q8_0 |= reads.q8_0;
+  load.panels.q4_k |= reads.q4_k;
+  load.panels.q6_k |= reads.q6_k;
   absl::StatusOr<std::unique_ptr<model::Model>> model =
       model::Model::Load(options.model_path, options.tokenizer_path, load);
   if (!model.ok()) return model.status();

@@ -13,6 +13,27 @@ namespace {
 
 static_assert(kQ4_0PanelBlockBytes == kPanelRows * kQ4_0BlockBytes);
 static_assert(kQ8_0PanelBlockBytes == kPanelRows * kQ8_0BlockBytes);
+static_assert(kQ4_KPanelBlockBytes == kPanelRows * kQ4_KBlockBytes);
+static_assert(kQ6_KPanelBlockBytes == kPanelRows * kQ6_KBlockBytes);
+
+// Where a quantized type's block keeps its lone f16 (the bytes that are not a whole
+// 4-byte word; the panel block puts the 16 rows' copies first), or -1 when the block is
+// whole words (q4_K: d and dmin make one word).
+int HalfAt(DType type) {
+  switch (type) {
+    case DType::kQ4_0:
+    case DType::kQ8_0:
+      return 0;
+    case DType::kQ6_K:
+      return 208;
+    default:
+      return -1;
+  }
+}
+
+// q6_K: the words of the scales (lines 48-51 of a panel block) have their middle bytes
+// swapped (panels.h).
+constexpr int kQ6_KScaleLine = 48;
 
 // The whole pages inside [data, data + bytes), handed back (see PanelPackOptions).
 void ReleasePages(const void* data, size_t bytes) {
@@ -36,8 +57,7 @@ size_t AlignedBytes(const TensorView& w) {
 }
 
 bool Fits(const TensorView& w, const PanelTypes& types) {
-  return (types.bf16 && Bf16PanelsFit(w)) || (types.q4_0 && Q4_0PanelsFit(w)) ||
-         (types.q8_0 && Q8_0PanelsFit(w));
+  return types.has(w.type) && PanelsFit(w);
 }
 
 bool RowMajorPanels(const TensorView& w) {
@@ -50,20 +70,73 @@ bool Bf16PanelsFit(const TensorView& w) {
   return w.type == DType::kBF16 && RowMajorPanels(w) && w.cols % 2 == 0;
 }
 
-bool Q4_0PanelsFit(const TensorView& w) {
-  return w.type == DType::kQ4_0 && RowMajorPanels(w) && w.cols % kQ4_0BlockElems == 0;
+bool QuantPanelsFit(const TensorView& w) {
+  return IsQuantized(w.type) && PanelLayoutOf(w.type) != Layout::kRows && RowMajorPanels(w) &&
+         w.cols % DTypeBlockElems(w.type) == 0;
 }
 
-bool Q8_0PanelsFit(const TensorView& w) {
-  return w.type == DType::kQ8_0 && RowMajorPanels(w) && w.cols % kQ8_0BlockElems == 0;
+bool PanelsFit(const TensorView& w) { return Bf16PanelsFit(w) || QuantPanelsFit(w); }
+
+Layout PanelLayoutOf(DType type) {
+  switch (type) {
+    case DType::kBF16:
+      return Layout::kBf16Panels;
+    case DType::kQ4_0:
+      return Layout::kQ4_0Panels;
+    case DType::kQ8_0:
+      return Layout::kQ8_0Panels;
+    case DType::kQ4_K:
+      return Layout::kQ4_KPanels;
+    case DType::kQ6_K:
+      return Layout::kQ6_KPanels;
+    default:
+      return Layout::kRows;
+  }
+}
+
+bool PanelTypes::has(DType type) const {
+  switch (type) {
+    case DType::kBF16:
+      return bf16;
+    case DType::kQ4_0:
+      return q4_0;
+    case DType::kQ8_0:
+      return q8_0;
+    case DType::kQ4_K:
+      return q4_k;
+    case DType::kQ6_K:
+      return q6_k;
+    default:
+      return false;
+  }
+}
+
+void PanelTypes::set(DType type, bool value) {
+  switch (type) {
+    case DType::kBF16:
+      bf16 = value;
+      break;
+    case DType::kQ4_0:
+      q4_0 = value;
+      break;
+    case DType::kQ8_0:
+      q8_0 = value;
+      break;
+    case DType::kQ4_K:
+      q4_k = value;
+      break;
+    case DType::kQ6_K:
+      q6_k = value;
+      break;
+    default:
+      break;
+  }
 }
 
 PanelTypes PanelTypesOf(const ModelWeights& weights) {
   PanelTypes types;
   auto add = [&](const TensorView& w) {
-    types.bf16 |= w.layout == Layout::kBf16Panels;
-    types.q4_0 |= w.layout == Layout::kQ4_0Panels;
-    types.q8_0 |= w.layout == Layout::kQ8_0Panels;
+    if (w.layout != Layout::kRows) types.set(w.type, true);
   };
   add(weights.token_embedding);
   add(weights.output);
@@ -91,10 +164,12 @@ void PackBf16Panels(const uint16_t* w, int64_t cols, int64_t panel_begin, int64_
 
 void PackQuantPanels(DType type, const uint8_t* w, int64_t cols, int64_t panel_begin,
                      int64_t panel_end, uint8_t* out) {
-  // Both formats: 32 elements per block, an f16 d, then `words` 4-byte words of codes.
-  const int64_t block_bytes = type == DType::kQ4_0 ? kQ4_0BlockBytes : kQ8_0BlockBytes;
-  const int words = static_cast<int>(block_bytes - 2) / 4;
-  const int64_t blocks = cols / 32;
+  // Every format: a block is its lone f16 (if any) and whole 4-byte words, in order.
+  const int64_t block_bytes = DTypeBytes(type, static_cast<size_t>(DTypeBlockElems(type)));
+  const int half_at = HalfAt(type);
+  const int64_t lines_at = half_at < 0 ? 0 : 2 * kPanelRows;
+  const int words = static_cast<int>(block_bytes - (half_at < 0 ? 0 : 2)) / 4;
+  const int64_t blocks = cols / DTypeBlockElems(type);
   const int64_t row_bytes = blocks * block_bytes;
   const int64_t panel_block_bytes = kPanelRows * block_bytes;
   for (int64_t p = panel_begin; p < panel_end; ++p) {
@@ -102,9 +177,13 @@ void PackQuantPanels(DType type, const uint8_t* w, int64_t cols, int64_t panel_b
       uint8_t* pb = out + (p * blocks + b) * panel_block_bytes;
       for (int64_t r = 0; r < kPanelRows; ++r) {
         const uint8_t* src = w + (p * kPanelRows + r) * row_bytes + b * block_bytes;
-        std::memcpy(pb + 2 * r, src, 2);  // d
+        if (half_at >= 0) std::memcpy(pb + 2 * r, src + half_at, 2);
         for (int j = 0; j < words; ++j) {
-          std::memcpy(pb + 32 + 64 * j + 4 * r, src + 2 + 4 * j, 4);
+          // The words skip the lone f16 (before them, or after them for q6_K).
+          const int at = 4 * j + (half_at == 0 ? 2 : 0);
+          uint8_t* line = pb + lines_at + 64 * j + 4 * r;
+          std::memcpy(line, src + at, 4);
+          if (type == DType::kQ6_K && j >= kQ6_KScaleLine) std::swap(line[1], line[2]);
         }
       }
     }
@@ -116,10 +195,10 @@ Layout PackMatrixPanels(const TensorView& w, uint8_t* out) {
   if (w.type == DType::kBF16) {
     PackBf16Panels(static_cast<const uint16_t*>(w.data), w.cols, 0, panels,
                    reinterpret_cast<uint16_t*>(out));
-    return Layout::kBf16Panels;
+  } else {
+    PackQuantPanels(w.type, static_cast<const uint8_t*>(w.data), w.cols, 0, panels, out);
   }
-  PackQuantPanels(w.type, static_cast<const uint8_t*>(w.data), w.cols, 0, panels, out);
-  return w.type == DType::kQ4_0 ? Layout::kQ4_0Panels : Layout::kQ8_0Panels;
+  return PanelLayoutOf(w.type);
 }
 
 absl::StatusOr<common::HugePageMemory> PackPanels(ModelWeights& weights,

@@ -1,7 +1,7 @@
-// The panel layouts of weight matrices (Layout::kBf16Panels, kQ4_0Panels, kQ8_0Panels) and
-// the packing of a model's projection matrices into them. A panel layout is what the
-// cpu_blas panel kernels read (KernelSet::matmul_bf16_panels, matmul_q4_0_panels,
-// matmul_q8_0_panels): one pass over the weights serves many activation rows, each weight
+// The panel layouts of weight matrices (Layout::kBf16Panels, kQ4_0Panels, kQ8_0Panels,
+// kQ4_KPanels, kQ6_KPanels) and the packing of a model's projection matrices into them. A
+// panel layout is what the cpu_blas panel kernels read (KernelSet::matmul_bf16_panels,
+// matmul_q4_0_panels, ...): one pass over the weights serves many activation rows, each weight
 // vector holds 16 rows (no horizontal sums), and the weights stream in address order
 // (docs/performance.md, "bf16 weights in 16-row panels" and "q4_0 and q8_0 weights in
 // 16-row panels").
@@ -25,6 +25,22 @@
 // q8_0: likewise (34 bytes per 32 elements: d, then 32 int8 codes), regrouped into 544
 // bytes at (p * cols / 32 + b) * 544: the 16 scales, then eight 64-byte lines, line j
 // holding codes 4j .. 4j + 3 of each row, row r at 32 + 64j + 4r.
+//
+// The k-quants likewise, per panel and block column b of 256 elements (one ggml block
+// per row), at (p * cols / 256 + b) * 16 * block bytes; line j is 64 bytes holding 4-byte
+// word j of each row, row r at 4r:
+// q4_K (144 bytes: f16 d, f16 dmin, 12 scale bytes, 128 code bytes): 2304 bytes, 36
+//   lines: line 0 the (d, dmin) words, lines 1-3 the scale words (so line 1 holds the
+//   rows' sub-block scales 0-3 in the low 6 bits of each byte, line 2 their mins 0-3,
+//   line 3 the low 4 bits of scales and mins 4-7, as ggml's get_scale_min_k4), lines
+//   4 + 8i + k code word k of the i-th 32 code bytes: elements 64i + 4k .. 64i + 4k + 3
+//   in the low nibbles, 64i + 32 + 4k .. in the high ones.
+// q6_K (210 bytes: ql[128], qh[64], int8 scales[16], f16 d): 3360 bytes: the 16 rows' d
+//   (f16, row r at 2r), then 52 lines at 32 + 64j: lines 0-31 the ql words, 32-47 the qh
+//   words, 48-51 the scale words with their middle bytes swapped (line 48 + t holds the
+//   scales of groups 4t, 4t + 2, 4t + 1, 4t + 3 of each row, so that the int16 halves of a
+//   word sign-extended pair the groups 4t, 4t + 1 and 4t + 2, 4t + 3, as the activations'
+//   bsums words do).
 #ifndef KVSERVE_MODEL_PANELS_H_
 #define KVSERVE_MODEL_PANELS_H_
 
@@ -39,18 +55,27 @@ namespace kvserve::model {
 
 // Rows per panel, every layout.
 inline constexpr int64_t kPanelRows = 16;
-// Bytes of one q4_0 and one q8_0 panel block (16 rows x 32 elements).
+// Bytes of one panel block: q4_0 and q8_0 16 rows x 32 elements, q4_K and q6_K 16 rows x
+// 256 elements.
 inline constexpr int64_t kQ4_0PanelBlockBytes = 288;
 inline constexpr int64_t kQ8_0PanelBlockBytes = 544;
+inline constexpr int64_t kQ4_KPanelBlockBytes = 2304;
+inline constexpr int64_t kQ6_KPanelBlockBytes = 3360;
 
 // True when `w` can take the bf16 panel layout: bf16, row-major, rows a positive
 // multiple of kPanelRows, cols even and positive.
 bool Bf16PanelsFit(const TensorView& w);
 
-// True when `w` can take the q4_0 (q8_0) panel layout: q4_0 (q8_0), row-major, rows a
-// positive multiple of kPanelRows, cols positive (a multiple of 32, as every such row).
-bool Q4_0PanelsFit(const TensorView& w);
-bool Q8_0PanelsFit(const TensorView& w);
+// True when `w` can take its quantized type's panel layout: q4_0, q8_0, q4_K or q6_K,
+// row-major, rows a positive multiple of kPanelRows, cols positive (a whole number of
+// blocks, as every such row).
+bool QuantPanelsFit(const TensorView& w);
+
+// Bf16PanelsFit(w) || QuantPanelsFit(w).
+bool PanelsFit(const TensorView& w);
+
+// The panel layout of `type`'s matrices (kRows for a type without one).
+Layout PanelLayoutOf(DType type);
 
 // out = w (bf16 bits, row-major, `cols` per row) in the panel layout, for the panels
 // [panel_begin, panel_end) (rows 16 * panel_begin up to 16 * panel_end). Precondition: as
@@ -58,15 +83,14 @@ bool Q8_0PanelsFit(const TensorView& w);
 void PackBf16Panels(const uint16_t* w, int64_t cols, int64_t panel_begin, int64_t panel_end,
                     uint16_t* out);
 
-// The same for q4_0 or q8_0 blocks (`type`; w: row-major, cols / 32 blocks per row).
-// Precondition: as Q4_0PanelsFit / Q8_0PanelsFit; out holds the whole matrix and does not
-// alias w.
+// The same for blocks of a quantized type with a panel layout (`type`; w: row-major,
+// whole blocks per row). Precondition: as QuantPanelsFit; out holds the whole matrix and
+// does not alias w.
 void PackQuantPanels(DType type, const uint8_t* w, int64_t cols, int64_t panel_begin,
                      int64_t panel_end, uint8_t* out);
 
-// out = w in its panel layout (bf16, q4_0 or q8_0; w.rows * w.row_bytes() bytes),
-// returned. Precondition: Bf16PanelsFit, Q4_0PanelsFit or Q8_0PanelsFit; out does not
-// alias w.
+// out = w in its panel layout (w.rows * w.row_bytes() bytes), returned. Precondition:
+// PanelsFit(w); out does not alias w.
 Layout PackMatrixPanels(const TensorView& w, uint8_t* out);
 
 // Which types a reader takes in panels.
@@ -74,7 +98,13 @@ struct PanelTypes {
   bool bf16 = false;
   bool q4_0 = false;
   bool q8_0 = false;
-  bool any() const { return bf16 || q4_0 || q8_0; }
+  bool q4_k = false;
+  bool q6_k = false;
+  bool any() const { return bf16 || q4_0 || q8_0 || q4_k || q6_k; }
+  // The flag of `type` (false for a type without a panel layout).
+  bool has(DType type) const;
+  // Sets the flag of `type` (a type with a panel layout) to `value`.
+  void set(DType type, bool value);
 };
 
 // True when any matrix of `weights` is in a panel layout.
@@ -99,8 +129,8 @@ struct PanelPackOptions {
 // Replaces every projection matrix of `weights` (wq, wk, wv, wo, w_gate, w_up, w_down of
 // each layer, and the output as `options` says) of a type in options.types that fits its
 // panel layout with a packed copy in one huge-page region (each matrix 64-byte aligned),
-// which it returns; the views of `weights` then point into it (Layout::kBf16Panels,
-// kQ4_0Panels or kQ8_0Panels). The region is empty (no mapping) when nothing fits.
+// which it returns; the views of `weights` then point into it (PanelLayoutOf(type)). The
+// region is empty (no mapping) when nothing fits.
 // RESOURCE_EXHAUSTED when the region cannot be mapped (`weights` untouched).
 absl::StatusOr<common::HugePageMemory> PackPanels(ModelWeights& weights,
                                                   const PanelPackOptions& options);

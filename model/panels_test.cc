@@ -180,26 +180,34 @@ TEST(Bf16PanelsTest, ReleasingOriginalsDropsOnlyTheirWholePages) {
   munmap(region, bytes);
 }
 
-// Bytes per block of 32 elements of the quantized types with a panel layout.
-int64_t BlockBytes(DType type) { return type == DType::kQ4_0 ? 18 : 34; }
+// Bytes and elements per block of the quantized types with a panel layout.
+int64_t BlockBytes(DType type) { return DTypeBytes(type, DTypeBlockElems(type)); }
 
-// Byte i of row r's block b (d, then the code bytes) in a packed q4_0 or q8_0 view, by the
-// layout in panels.h.
+// Byte i of row r's block b (row-major ggml bytes) in a packed view, by the layouts in
+// panels.h: the lone f16 (q4_0, q8_0: bytes 0-1; q6_K: 208-209) first, 16 rows' worth,
+// then the remaining 4-byte words as 64-byte lines (q6_K's scale words with bytes 1 and 2
+// swapped).
 uint8_t QuantPackedByte(const TensorView& v, int64_t r, int64_t b, int i) {
   const auto* p = static_cast<const uint8_t*>(v.data);
-  const uint8_t* block = p + ((r / 16) * (v.cols / 32) + b) * 16 * BlockBytes(v.type);
-  if (i < 2) return block[2 * (r % 16) + i];
-  const int k = i - 2;  // code byte k: word k / 4
-  return block[32 + 64 * (k / 4) + 4 * (r % 16) + k % 4];
+  const int64_t blocks = v.cols / DTypeBlockElems(v.type);
+  const uint8_t* block = p + ((r / 16) * blocks + b) * 16 * BlockBytes(v.type);
+  const int half = v.type == DType::kQ6_K ? 208 : v.type == DType::kQ4_K ? -1 : 0;
+  if (half >= 0 && i >= half && i < half + 2) return block[2 * (r % 16) + i - half];
+  const int k = half == 0 ? i - 2 : i;  // byte k of the words
+  int in_word = k % 4;
+  if (v.type == DType::kQ6_K && k / 4 >= 48 && (in_word == 1 || in_word == 2)) {
+    in_word = 3 - in_word;
+  }
+  return block[(half >= 0 ? 32 : 0) + 64 * (k / 4) + 4 * (r % 16) + in_word];
 }
 
 void ExpectQuantPackedCopyOf(const TensorView& packed, DType type, const uint8_t* rows,
                              int64_t n_rows, int64_t n_cols) {
-  ASSERT_EQ(packed.layout, type == DType::kQ4_0 ? Layout::kQ4_0Panels : Layout::kQ8_0Panels);
+  ASSERT_EQ(packed.layout, PanelLayoutOf(type));
   ASSERT_EQ(packed.type, type);
   ASSERT_EQ(packed.rows, n_rows);
   ASSERT_EQ(packed.cols, n_cols);
-  const int64_t blocks = n_cols / 32;
+  const int64_t blocks = n_cols / DTypeBlockElems(type);
   const int64_t bytes = BlockBytes(type);
   for (int64_t r = 0; r < n_rows; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
@@ -217,36 +225,39 @@ std::vector<uint8_t> RandomBytes(std::mt19937& rng, size_t n) {
   return v;
 }
 
-TEST(QuantPanelsTest, FitOnlyRowMajorQ4_0AndQ8_0WithWholePanels) {
+TEST(QuantPanelsTest, FitOnlyRowMajorQuantizedWithWholePanels) {
   uint8_t dummy = 0;
-  EXPECT_TRUE(Q4_0PanelsFit(TensorView{DType::kQ4_0, &dummy, 32, 64}));
-  EXPECT_FALSE(Q4_0PanelsFit(TensorView{DType::kQ4_0, &dummy, 24, 64}));  // half a panel
-  EXPECT_FALSE(Q4_0PanelsFit(TensorView{DType::kQ4_0, &dummy, 0, 64}));
-  EXPECT_FALSE(Q4_0PanelsFit(TensorView{DType::kQ8_0, &dummy, 32, 64}));
-  EXPECT_FALSE(Q4_0PanelsFit(TensorView{DType::kBF16, &dummy, 32, 64}));
-  EXPECT_FALSE(Q4_0PanelsFit(TensorView{DType::kQ4_0, &dummy, 32, 64, Layout::kQ4_0Panels}));
-  EXPECT_FALSE(Bf16PanelsFit(TensorView{DType::kQ4_0, &dummy, 32, 64}));
-  EXPECT_TRUE(Q8_0PanelsFit(TensorView{DType::kQ8_0, &dummy, 32, 64}));
-  EXPECT_FALSE(Q8_0PanelsFit(TensorView{DType::kQ8_0, &dummy, 40, 64}));
-  EXPECT_FALSE(Q8_0PanelsFit(TensorView{DType::kQ4_0, &dummy, 32, 64}));
-  EXPECT_FALSE(Q8_0PanelsFit(TensorView{DType::kQ4_K, &dummy, 32, 256}));
-  EXPECT_FALSE(Q8_0PanelsFit(TensorView{DType::kQ8_0, &dummy, 32, 64, Layout::kQ8_0Panels}));
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    SCOPED_TRACE(DTypeName(type));
+    const int64_t cols = 2 * DTypeBlockElems(type);
+    EXPECT_TRUE(QuantPanelsFit(TensorView{type, &dummy, 32, cols}));
+    EXPECT_TRUE(PanelsFit(TensorView{type, &dummy, 32, cols}));
+    EXPECT_FALSE(QuantPanelsFit(TensorView{type, &dummy, 24, cols}));  // half a panel
+    EXPECT_FALSE(QuantPanelsFit(TensorView{type, &dummy, 0, cols}));
+    EXPECT_FALSE(QuantPanelsFit(TensorView{type, &dummy, 32, cols, PanelLayoutOf(type)}));
+    EXPECT_FALSE(Bf16PanelsFit(TensorView{type, &dummy, 32, cols}));
+  }
+  EXPECT_FALSE(QuantPanelsFit(TensorView{DType::kQ4_K, &dummy, 32, 64}));  // part of a block
+  EXPECT_FALSE(QuantPanelsFit(TensorView{DType::kBF16, &dummy, 32, 64}));
+  EXPECT_FALSE(QuantPanelsFit(TensorView{DType::kF32, &dummy, 32, 64}));
+  EXPECT_FALSE(PanelsFit(TensorView{DType::kF16, &dummy, 32, 64}));
+  EXPECT_EQ(PanelLayoutOf(DType::kF32), Layout::kRows);
 }
 
 TEST(QuantPanelsTest, PacksEveryByteWhereTheLayoutSays) {
   std::mt19937 rng(4);
-  for (DType type : {DType::kQ4_0, DType::kQ8_0}) {
-    for (int64_t cols : {32, 96, 256}) {
+  for (DType type : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (int64_t blocks : {1, 3, 8}) {
       for (int64_t rows : {16, 48, 160}) {
+        const int64_t cols = blocks * DTypeBlockElems(type);
         const std::vector<uint8_t> bytes =
-            RandomBytes(rng, static_cast<size_t>(rows * cols / 32 * BlockBytes(type)));
+            RandomBytes(rng, static_cast<size_t>(rows * blocks * BlockBytes(type)));
         std::vector<uint8_t> out(bytes.size());
         const int64_t panels = rows / kPanelRows;
         PackQuantPanels(type, bytes.data(), cols, 0, panels / 2, out.data());
         PackQuantPanels(type, bytes.data(), cols, panels / 2, panels, out.data());
         SCOPED_TRACE(testing::Message() << DTypeName(type) << " rows=" << rows << " cols=" << cols);
-        const Layout layout = type == DType::kQ4_0 ? Layout::kQ4_0Panels : Layout::kQ8_0Panels;
-        ExpectQuantPackedCopyOf(TensorView{type, out.data(), rows, cols, layout}, type,
+        ExpectQuantPackedCopyOf(TensorView{type, out.data(), rows, cols, PanelLayoutOf(type)}, type,
                                 bytes.data(), rows, cols);
       }
     }
@@ -257,8 +268,11 @@ TEST(QuantPanelsTest, PacksEveryByteWhereTheLayoutSays) {
 TEST(QuantPanelsTest, PacksOnlyTheTypesAskedFor) {
   std::mt19937 rng(6);
   constexpr int64_t kDim = 64;
+  constexpr int64_t kWide = 256;  // the k-quants' rows: one block
   const std::vector<uint8_t> q4 = RandomBytes(rng, kDim * kDim / 32 * 18);
   const std::vector<uint8_t> q8 = RandomBytes(rng, kDim * kDim / 32 * 34);
+  const std::vector<uint8_t> q4k = RandomBytes(rng, kDim * 144);
+  const std::vector<uint8_t> q6k = RandomBytes(rng, kDim * 210);
   const std::vector<uint16_t> bf16 = RandomBits(rng, kDim * kDim);
   std::vector<float> embedding(16 * kDim, 1.0f);
   ModelWeights base;
@@ -268,35 +282,41 @@ TEST(QuantPanelsTest, PacksOnlyTheTypesAskedFor) {
   layer.wq = TensorView{DType::kQ4_0, q4.data(), kDim, kDim};
   layer.wk = TensorView{DType::kBF16, bf16.data(), kDim, kDim};
   layer.wv = TensorView{DType::kQ8_0, q8.data(), kDim, kDim};
+  layer.wo = TensorView{DType::kQ4_K, q4k.data(), kDim, kWide};
+  layer.w_down = TensorView{DType::kQ6_K, q6k.data(), kDim, kWide};
   base.layers.push_back(layer);
-  for (const PanelTypes types :
-       {PanelTypes{.q4_0 = true}, PanelTypes{.bf16 = true}, PanelTypes{.q8_0 = true},
-        PanelTypes{.bf16 = true, .q4_0 = true, .q8_0 = true}}) {
-    SCOPED_TRACE(testing::Message()
-                 << "bf16 " << types.bf16 << " q4_0 " << types.q4_0 << " q8_0 " << types.q8_0);
+  const DType kTypes[] = {DType::kBF16, DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
+  std::vector<PanelTypes> cases;
+  for (DType type : kTypes) {
+    cases.emplace_back();
+    cases.back().set(type, true);
+  }
+  cases.push_back(PanelTypes{.bf16 = true, .q4_0 = true, .q8_0 = true, .q4_k = true, .q6_k = true});
+  for (const PanelTypes& types : cases) {
     ModelWeights w = base;
     absl::StatusOr<common::HugePageMemory> memory = PackPanels(w, PanelPackOptions{.types = types});
     ASSERT_TRUE(memory.ok()) << memory.status();
     const PanelTypes got = PanelTypesOf(w);
-    EXPECT_EQ(got.q4_0, types.q4_0);
-    EXPECT_EQ(got.q8_0, types.q8_0);
-    EXPECT_EQ(got.bf16, types.bf16);
-    if (types.q4_0) {
-      ExpectQuantPackedCopyOf(w.layers[0].wq, DType::kQ4_0, q4.data(), kDim, kDim);
-      EXPECT_EQ(reinterpret_cast<uintptr_t>(w.layers[0].wq.data) % 64, 0u);
-    } else {
-      EXPECT_EQ(w.layers[0].wq.data, q4.data());
-    }
-    if (types.q8_0) {
-      ExpectQuantPackedCopyOf(w.layers[0].wv, DType::kQ8_0, q8.data(), kDim, kDim);
-      EXPECT_EQ(reinterpret_cast<uintptr_t>(w.layers[0].wv.data) % 64, 0u);
-    } else {
-      EXPECT_EQ(w.layers[0].wv.data, q8.data());
-    }
-    if (types.bf16) {
-      ExpectPackedCopyOf(w.layers[0].wk, bf16.data(), kDim, kDim);
-    } else {
-      EXPECT_EQ(w.layers[0].wk.data, bf16.data());
+    const LayerWeights& packed = w.layers[0];
+    for (DType type : kTypes) {
+      SCOPED_TRACE(testing::Message() << DTypeName(type) << " asked " << types.has(type));
+      EXPECT_EQ(got.has(type), types.has(type));
+      for (const auto& [view, original] :
+           {std::pair{&packed.wq, &layer.wq}, std::pair{&packed.wk, &layer.wk},
+            std::pair{&packed.wv, &layer.wv}, std::pair{&packed.wo, &layer.wo},
+            std::pair{&packed.w_down, &layer.w_down}}) {
+        if (view->type != type) continue;
+        if (!types.has(type)) {
+          EXPECT_EQ(view->data, original->data);
+          EXPECT_EQ(view->layout, Layout::kRows);
+        } else if (type == DType::kBF16) {
+          ExpectPackedCopyOf(*view, static_cast<const uint16_t*>(original->data), kDim, kDim);
+        } else {
+          ExpectQuantPackedCopyOf(*view, type, static_cast<const uint8_t*>(original->data),
+                                  original->rows, original->cols);
+          EXPECT_EQ(reinterpret_cast<uintptr_t>(view->data) % 64, 0u);
+        }
+      }
     }
   }
 }

@@ -21,6 +21,10 @@ enum class Layout {
   kQ4_0Panels,
   // q8_0 only: likewise.
   kQ8_0Panels,
+  // q4_K only: each panel as blocks of 256 columns of its 16 rows.
+  kQ4_KPanels,
+  // q6_K only: likewise.
+  kQ6_KPanels,
 };
 
 // A matrix [rows, cols] (a vector is rows == 1) of `type` elements, row-major and

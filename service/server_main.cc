@@ -43,11 +43,11 @@ ABSL_FLAG(bool, bf16_panels, true,
           "On CPUs with AVX512-BF16 (cpu_blas kernel level avx512bf16), repack bf16 "
           "projection matrices into 16-row panels at load (batched decode reads each "
           "weight once per step; the weights stay resident once).");
-ABSL_FLAG(
-    bool, quant_panels, true,
-    "On CPUs with AVX-512 VNNI (cpu_blas kernel level avx512vnni and up), repack q4_0 "
-    "and q8_0 projection matrices into 16-row panels at load (the same bytes regrouped: batched "
-    "decode and prefill read each weight once per 8 rows, without per-step decoding).");
+ABSL_FLAG(bool, quant_panels, true,
+          "On CPUs with AVX-512 VNNI (cpu_blas kernel level avx512vnni and up), repack q4_0, "
+          "q8_0, q4_K and q6_K projection matrices into 16-row panels at load (the same bytes "
+          "regrouped: batched "
+          "decode and prefill read each weight once per 8 rows, without per-step decoding).");
 ABSL_FLAG(std::string, backend, "cpu_blas", "Compute backend: cpu_blas or reference.");
 ABSL_FLAG(int32_t, threads, 0, "Backend worker threads; 0 = all cores.");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",

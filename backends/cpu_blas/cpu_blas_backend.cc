@@ -191,12 +191,15 @@ absl::StatusOr<std::unique_ptr<CpuBlasBackend>> CpuBlasBackend::Create(
         "which only the avx512bf16 kernels with bf16_dot read; kernel level ",
         std::string(cpu_blas::IsaName(level)), ", bf16_dot ", options.gemm.bf16_dot));
   }
-  if ((packed.q4_0 && !readable.q4_0) || (packed.q8_0 && !readable.q8_0)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cpu_blas: the model's ", packed.q4_0 && !readable.q4_0 ? "q4_0" : "q8_0",
-        " weights are packed in panels (LoadOptions::panels), which only the kernels of level "
-        "avx512vnni and up read; kernel level ",
-        std::string(cpu_blas::IsaName(level))));
+  for (const model::DType type :
+       {model::DType::kQ4_0, model::DType::kQ8_0, model::DType::kQ4_K, model::DType::kQ6_K}) {
+    if (packed.has(type) && !readable.has(type)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cpu_blas: the model's ", std::string(model::DTypeName(type)),
+          " weights are packed in panels (LoadOptions::panels), which only the kernels of level "
+          "avx512vnni and up read; kernel level ",
+          std::string(cpu_blas::IsaName(level))));
+    }
   }
   int n_threads = options.threads;
   if (n_threads == 0) n_threads = std::max(1u, std::thread::hardware_concurrency());

@@ -26,6 +26,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
+#include "model/panels.h"
 #include "model/tokenizer.h"
 
 namespace kvserve::backends {
@@ -315,10 +316,7 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
       }
       for (Path path : {kPanels, kRows, kSgemm}) {
         // Only the types with a panel layout differ between kPanels and kRows.
-        if (path == kRows && dtype != DType::kBF16 && dtype != DType::kQ4_0 &&
-            dtype != DType::kQ8_0) {
-          continue;
-        }
+        if (path == kRows && model::PanelLayoutOf(dtype) == model::Layout::kRows) continue;
         for (int threads : {1, 3}) {
           const int sgemm_min_rows = path == kSgemm ? 1 : 1 << 20;
           SCOPED_TRACE(::testing::Message()

@@ -30,6 +30,8 @@ model::PanelTypes PanelsReadable(const KernelSet& kernels, const GemmOptions& op
       .bf16 = options.bf16_dot && kernels.matmul_bf16_panels != nullptr,
       .q4_0 = kernels.matmul_q4_0_panels != nullptr,
       .q8_0 = kernels.matmul_q8_0_panels != nullptr,
+      .q4_k = kernels.matmul_q4_k_panels != nullptr,
+      .q6_k = kernels.matmul_q6_k_panels != nullptr,
   };
 }
 
@@ -37,7 +39,9 @@ model::PanelTypes PanelsWanted(const KernelSet& kernels, const GemmOptions& opti
   const model::PanelTypes readable = PanelsReadable(kernels, options);
   return model::PanelTypes{.bf16 = readable.bf16 && options.bf16_panels,
                            .q4_0 = readable.q4_0 && options.quant_panels,
-                           .q8_0 = readable.q8_0 && options.quant_panels};
+                           .q8_0 = readable.q8_0 && options.quant_panels,
+                           .q4_k = readable.q4_k && options.quant_panels,
+                           .q6_k = readable.q6_k && options.quant_panels};
 }
 
 Gemm::Gemm(ThreadPool* pool, const KernelSet* kernels, const GemmOptions& options)
@@ -57,20 +61,19 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   const int threads = pool_->size();
   const bool quantized = model::IsQuantized(products.begin()->w->type);
   const int64_t cols = products.begin()->w->cols;
-  interleaved_ = quantized && n >= options_.quant_interleave_min_rows && cols % 256 == 0 &&
-                 kernels_->matmul_q8_0_il != nullptr;
   bf16_dot_ = products.begin()->w->type == model::DType::kBF16 && options_.bf16_dot &&
               kernels_->matmul_bf16_dot != nullptr;
   bool bf16_panels = false;
   quant_panels_ = false;
   for (const Product& p : products) {
-    bf16_panels |= p.w->layout == model::Layout::kBf16Panels;
-    quant_panels_ |=
-        p.w->layout == model::Layout::kQ4_0Panels || p.w->layout == model::Layout::kQ8_0Panels;
-    assert(p.w->layout != model::Layout::kQ4_0Panels || kernels_->matmul_q4_0_panels != nullptr);
-    assert(p.w->layout != model::Layout::kQ8_0Panels || kernels_->matmul_q8_0_panels != nullptr);
+    const bool panel = p.w->layout != model::Layout::kRows;
+    bf16_panels |= panel && p.w->type == model::DType::kBF16;
+    quant_panels_ |= panel && model::IsQuantized(p.w->type);
+    assert(!panel || PanelsReadable(*kernels_, options_).has(p.w->type));
   }
-  assert(!bf16_panels || (bf16_dot_ && kernels_->matmul_bf16_panels != nullptr));
+  interleaved_ = quantized && !quant_panels_ && n >= options_.quant_interleave_min_rows &&
+                 cols % 256 == 0 && kernels_->matmul_q8_0_il != nullptr;
+  assert(!bf16_panels || bf16_dot_);
   const bool panels = bf16_panels || quant_panels_;
   const bool sgemm = !interleaved_ && !bf16_dot_ && !quant_panels_ &&
                      n >= (quantized ? options_.quant_sgemm_min_rows : options_.sgemm_min_rows);
@@ -140,28 +143,29 @@ void Gemm::RunStreaming(const Task& task, const float* x, int n) {
       }
       break;
     case model::DType::kQ8_0:
-      (w.layout == model::Layout::kQ8_0Panels ? k.matmul_q8_0_panels
-       : q8_interleaved()                     ? k.matmul_q8_0_il
-                          : k.matmul_q8_0)(Bytes(w), w.row_bytes(), cols, task.r0, task.r1,
-                                           xq8_.data(), xq8_row_, n, task.y, rows);
+      RunQuantized(task, n, k.matmul_q8_0, k.matmul_q8_0_il, k.matmul_q8_0_panels, xq8_, xq8_row_);
       break;
     case model::DType::kQ4_0:
-      (w.layout == model::Layout::kQ4_0Panels ? k.matmul_q4_0_panels
-       : q8_interleaved()                     ? k.matmul_q4_0_il
-                          : k.matmul_q4_0)(Bytes(w), w.row_bytes(), cols, task.r0, task.r1,
-                                           xq8_.data(), xq8_row_, n, task.y, rows);
+      RunQuantized(task, n, k.matmul_q4_0, k.matmul_q4_0_il, k.matmul_q4_0_panels, xq8_, xq8_row_);
       break;
     case model::DType::kQ4_K:
-      (interleaved_ ? k.matmul_q4_k_il : k.matmul_q4_k)(Bytes(w), w.row_bytes(), cols, task.r0,
-                                                        task.r1, xq8k_.data(), xq8k_row_, n, task.y,
-                                                        rows);
+      RunQuantized(task, n, k.matmul_q4_k, k.matmul_q4_k_il, k.matmul_q4_k_panels, xq8k_,
+                   xq8k_row_);
       break;
     case model::DType::kQ6_K:
-      (interleaved_ ? k.matmul_q6_k_il : k.matmul_q6_k)(Bytes(w), w.row_bytes(), cols, task.r0,
-                                                        task.r1, xq8k_.data(), xq8k_row_, n, task.y,
-                                                        rows);
+      RunQuantized(task, n, k.matmul_q6_k, k.matmul_q6_k_il, k.matmul_q6_k_panels, xq8k_,
+                   xq8k_row_);
       break;
   }
+}
+
+void Gemm::RunQuantized(const Task& task, int n, QMatMulFn rows, QMatMulFn interleaved,
+                        QMatMulFn panels, const std::vector<uint8_t>& xq, int64_t xq_row) {
+  const model::TensorView& w = *task.w;
+  const QMatMulFn fn = w.layout != model::Layout::kRows ? panels
+                       : interleaved_                   ? interleaved
+                                                        : rows;
+  fn(Bytes(w), w.row_bytes(), w.cols, task.r0, task.r1, xq.data(), xq_row, n, task.y, w.rows);
 }
 
 template <typename RowsFn>
@@ -199,7 +203,7 @@ void Gemm::QuantizeActivations(std::initializer_list<Product> products, const fl
       }
     });
   };
-  if (q8) quantize(model::DType::kQ8_0, q8_interleaved(), xq8_, xq8_row_);
+  if (q8) quantize(model::DType::kQ8_0, interleaved_, xq8_, xq8_row_);
   if (q8k) quantize(model::DType::kQ4_K, interleaved_, xq8k_, xq8k_row_);
 }
 

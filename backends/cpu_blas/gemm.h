@@ -58,9 +58,9 @@ struct GemmOptions {
   // Model's own). tl1b bf16, 2 threads, Zen 5: batch 16 +55 %, batch 16 / batch 1 6.3–7.2
   // -> 7.8–9.4 (docs/performance.md, "bf16 weights in 16-row panels"). Default true.
   bool bf16_panels = true;
-  // On CPUs with AVX-512 VNNI (kernel level avx512vnni and up): q4_0 and q8_0 projection
-  // matrices in panels of 16 rows (model/panels.h, KernelSet::matmul_q4_0_panels and
-  // matmul_q8_0_panels), for every row count: the same bytes as the row-major blocks,
+  // On CPUs with AVX-512 VNNI (kernel level avx512vnni and up): q4_0, q8_0 and q4_K
+  // projection matrices in panels of 16 rows (model/panels.h, KernelSet::
+  // matmul_q4_0_panels, ...), for every row count: the same bytes as the row-major blocks,
   // regrouped so that one vpdpbusd multiplies 4 columns of 16 rows by one broadcast
   // activation word, 8 activation rows per pass, with no per-step decoding into a panel
   // and no horizontal sums. As for bf16_panels: packed by Model::Load
@@ -68,9 +68,9 @@ struct GemmOptions {
   // 768, 2 threads, Zen 5, GFLOP/s, row-major -> panels; 1 row: the batch-1 kernels, more:
   // the interleaved tiles): q4_0 1 row 86 -> 100, 2 rows 98 -> 181, 16 rows 368 -> 517,
   // 64 rows 492 -> 656, 512 rows 547 -> 777; q8_0 1 row 72 -> 90, 2 rows 110 -> 148, 16
-  // rows 353 -> 472, 64 rows 488 -> 620, 512 rows 542 -> 772. tl1b batch 16: q4_0 +33 %,
-  // q8_0 +29 % (docs/performance.md, "q4_0 and q8_0 weights in 16-row panels"). Default
-  // true.
+  // rows 353 -> 472, 64 rows 488 -> 620, 512 rows 542 -> 772; q4_K 1 row 97 -> 94, 2 rows
+  // 124 -> 150, 16 rows 361 -> 577, 64 rows 457 -> 692. tl1b batch 16: q4_0 +33 %, q8_0
+  // +29 % (docs/performance.md, "q4_0 and q8_0 weights in 16-row panels"). Default true.
   bool quant_panels = true;
   // Activations of at least this many elements (rows x columns) are quantized for the
   // integer kernels (or rounded to bf16 for bf16_dot) on the pool, a slice of rows per
@@ -131,6 +131,10 @@ class Gemm {
   };
   void RunStreaming(const Task& task, const float* x, int n);
   void RunSgemm(const Task& task, const float* x, int n, int thread);
+  // A quantized product: `panels` for a view in a panel layout, else `interleaved` or
+  // `rows` as interleaved_ says, against the activations xq (xq_row bytes per row).
+  void RunQuantized(const Task& task, int n, QMatMulFn rows, QMatMulFn interleaved,
+                    QMatMulFn panels, const std::vector<uint8_t>& xq, int64_t xq_row);
   // Fills xq8_ / xq8k_ with x in the activation formats the products' weights need.
   void QuantizeActivations(std::initializer_list<Product> products, const float* x, int n);
   // Fills xbf16_ with x rounded to bf16 for matmul_bf16_dot.
@@ -153,19 +157,17 @@ class Gemm {
   int64_t xq8k_row_ = 0;
   std::vector<uint16_t> xbf16_;  // [n] rows of bf16, xbf16_row_ elements each
   int64_t xbf16_row_ = 0;
-  // The q8_0 / q4_0 activations (xq8_) are interleaved: not when the Run reads panels of them,
-  // which take Q8Block rows (row-major q8_0 / q4_0 products of the same Run then use the
-  // kernels for Q8Block rows too).
-  bool q8_interleaved() const { return interleaved_ && !quant_panels_; }
-
-  bool interleaved_ = false;   // the current Run's k-quant activations are interleaved
-  bool quant_panels_ = false;  // the current Run has a product in kQ4_0Panels / kQ8_0Panels
+  // The activations (xq8_, xq8k_) are interleaved: never when the Run reads quantized
+  // panels, which take plain Q8Block / Q8KBlock rows (row-major products of the same Run
+  // then use the kernels for plain rows too).
+  bool interleaved_ = false;
+  bool quant_panels_ = false;  // the current Run has a product in a quantized panel layout
   bool bf16_dot_ = false;      // the current Run's bf16 products use matmul_bf16_dot
 };
 
 // The panel layouts (model/panels.h) a Gemm with `kernels` and `options` can multiply
-// (bf16: bf16_dot and matmul_bf16_panels; q4_0 and q8_0: matmul_q4_0_panels,
-// matmul_q8_0_panels), whatever GemmOptions::bf16_panels and quant_panels say.
+// (bf16: bf16_dot and matmul_bf16_panels; the quantized types: their matmul_*_panels
+// kernel), whatever GemmOptions::bf16_panels and quant_panels say.
 model::PanelTypes PanelsReadable(const KernelSet& kernels, const GemmOptions& options);
 
 // Those of them the options ask for (GemmOptions::bf16_panels, quant_panels): the layouts

@@ -1,6 +1,6 @@
-// The cpu_blas backend's view of the model weights: the Model's own tensors, with bf16,
-// q4_0 and q8_0 projection matrices in the panel layouts of KernelSet::matmul_bf16_panels,
-// matmul_q4_0_panels and matmul_q8_0_panels (model/panels.h) where the kernel level has them: as
+// The cpu_blas backend's view of the model weights: the Model's own tensors, with bf16 and
+// quantized projection matrices in the panel layouts of KernelSet::matmul_bf16_panels,
+// matmul_q4_0_panels, ... (model/panels.h) where the kernel level has them: as
 // the Model holds them when it was loaded with LoadOptions::panels (the server), otherwise packed
 // copies owned here (tests, benchmarks, any caller sharing one Model between backends).
 #ifndef KVSERVE_BACKENDS_CPU_BLAS_PACKED_WEIGHTS_H_
@@ -18,11 +18,9 @@ namespace kvserve::backends::cpu_blas {
 // A copy of one matrix in its panel layout, in huge pages (for benchmarks and tests).
 class PanelMatrix {
  public:
-  // Precondition: model::Bf16PanelsFit(w), Q4_0PanelsFit(w) or Q8_0PanelsFit(w). Aborts
-  // when the memory cannot be mapped.
+  // Precondition: model::PanelsFit(w). Aborts when the memory cannot be mapped.
   explicit PanelMatrix(const model::TensorView& w);
-  // The packed matrix (Layout::kBf16Panels, kQ4_0Panels or kQ8_0Panels), valid while this
-  // object lives.
+  // The packed matrix (in model::PanelLayoutOf(w.type)), valid while this object lives.
   const model::TensorView& view() const { return view_; }
 
  private:

@@ -142,6 +142,10 @@ struct KernelSet {
   // nullptr below avx512vnni.
   QMatMulFn matmul_q4_0_panels = nullptr;
   QMatMulFn matmul_q8_0_panels = nullptr;
+  // The same for q4_K and q6_K weights (Q8KBlock activation rows; the integer sub-block
+  // products of matmul_q4_k / matmul_q6_k, summed in another order).
+  QMatMulFn matmul_q4_k_panels = nullptr;
+  QMatMulFn matmul_q6_k_panels = nullptr;
 };
 
 // The kernel set of `isa`. Precondition: IsaSupported(isa) (calling a kernel of an

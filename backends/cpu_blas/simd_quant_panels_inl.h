@@ -1,5 +1,6 @@
-// KernelSet::matmul_q4_0_panels and matmul_q8_0_panels: q4_0 and q8_0 weights in the
-// 16-row panel layouts (model/panels.h) against Q8Block activation rows, in 512-bit
+// KernelSet::matmul_q4_0_panels, matmul_q8_0_panels, matmul_q4_k_panels and
+// matmul_q6_k_panels: quantized weights in the 16-row panel layouts (model/panels.h)
+// against Q8Block (q4_0, q8_0) or Q8KBlock (q4_K, q6_K) activation rows, in 512-bit
 // vectors with vpdpbusd. Not a normal header: simd_avx512_vnni.cc includes it inside its
 // anonymous namespace, with KVSERVE_SIMD_TARGET defined.
 //
@@ -13,25 +14,39 @@
 // vpdpbusd and 3 float instructions (the row-major tiles of simd_quant_tiles_inl.h: 4
 // and 3, besides decoding).
 //
-// Exactness: the integer block sums are exact (|sum| <= 32 * 255 * 127 + 128 * 32 * 127);
-// the scales (f16 d_w times f32 d_x) and the final sums round as in the other kernels,
-// in another order.
+// Exactness: the integer block sums are exact (q4_0 and q8_0: |sum| <= 32 * 255 * 127 +
+// 128 * 32 * 127; the k-quants below); the scales (f16 d_w times f32 d_x) and the final sums round
+// as in the other kernels, in another order.
 
 // The panels processed per pass over the activation rows (about 256 KiB of weights, which
 // stay in L2 for the next group of rows). Standalone copy of the q4_0 kernel, 16 rows, 2
 // threads, Zen 5: slabs of 64 KiB 686–726 Gop/s, 256 KiB 725–756, 1 MiB 660–717.
 constexpr int64_t kPanelSlabBytes = 256 * 1024;
-// Panel blocks ahead of the current one that each panel stream prefetches (q4_0: about
-// 18 KiB).
-constexpr int64_t kPanelPrefetchBlocks = 64;
 // Activation rows per pass: 8 float accumulators and 8 integer chains (the tile 2 x 8
 // spilled and ran at two thirds of the rate; 6 rows per pass were slower).
 constexpr int kPanelMaxRows = 8;
 
-// The formats: a panel block's bytes, the codes' offset (element = d * (code - offset)
-// with unsigned codes) and its 8 vpdpbusd operands, operand k (columns 4k .. 4k + 3 of the
-// block, all 16 rows) handed to fn(k, operand).
-struct Q4_0Panel {
+// Broadcast of 4-byte word k of `p` (activation codes or bsums).
+KVSERVE_SIMD_TARGET inline __m512i WordAt(const void* p, int k) {
+  int32_t word;
+  std::memcpy(&word, static_cast<const uint8_t*>(p) + 4 * k, 4);
+  return _mm512_set1_epi32(word);
+}
+
+// The formats. Each provides
+//   using XBlock;                    the activation block it meets (q8_activations.h)
+//   kElems, kBlockBytes              elements per row and bytes of one panel block
+//   kPrefetchBlocks                  panel blocks ahead that a panel stream prefetches
+//                                    (q4_0 and the k-quants: about 18-20 KiB)
+//   kMultiPanel                      whether few activation rows take several panels per
+//                                    tile (QuantPanelRows)
+//   template <int M> static void Accumulate(pb, x, ldxq, b, acc):
+//       acc[m] += the 16 rows of panel block pb . block b of activation row m, m < M
+//
+// q4_0 and q8_0 (Block32 below): the block's unsigned codes minus the offset (element =
+// d * (code - offset)), its 8 vpdpbusd operands, operand k (columns 4k .. 4k + 3 of the
+// block, all 16 rows) handed to fn(k, operand) by ForOperands.
+struct Q4_0Codes {
   static constexpr int64_t kBlockBytes = model::kQ4_0PanelBlockBytes;
   static constexpr int32_t kOffset = 8;
   template <typename Fn>
@@ -46,7 +61,7 @@ struct Q4_0Panel {
   }
 };
 
-struct Q8_0Panel {
+struct Q8_0Codes {
   static constexpr int64_t kBlockBytes = model::kQ8_0PanelBlockBytes;
   static constexpr int32_t kOffset = 128;
   template <typename Fn>
@@ -57,8 +72,222 @@ struct Q8_0Panel {
   }
 };
 
+// One f16 scale per row and 32 columns: per (panel, row, block) 8 vpdpbusd and 3 float
+// instructions.
+template <typename C>
+struct Block32 {
+  using XBlock = Q8Block;
+  static constexpr int64_t kElems = 32;
+  static constexpr int64_t kBlockBytes = C::kBlockBytes;
+  static constexpr int64_t kPrefetchBlocks = 64;
+  static constexpr bool kMultiPanel = true;
+  template <int M>
+  KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
+                                             int64_t b, __m512* acc) {
+    // The integer chains start at -offset sum(x). (Read from a per-call table of
+    // -offset sum instead, the q4_0 tile ran 3-5 % slower at 16 rows.)
+    __m512i sum[M];
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      sum[m] = _mm512_set1_epi32(-C::kOffset * XAt<Q8Block>(x, ldxq, m, b).sum);
+    }
+    C::ForOperands(pb, [&](int k, __m512i w) KVSERVE_SIMD_TARGET {
+#pragma GCC unroll 8
+      for (int m = 0; m < M; ++m) {
+        sum[m] = _mm512_dpbusd_epi32(sum[m], w, WordAt(XAt<Q8Block>(x, ldxq, m, b).q, k));
+      }
+    });
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb)));
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(XAt<Q8Block>(x, ldxq, m, b).d));
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[m]), d, acc[m]);
+    }
+  }
+};
+
+using Q4_0Panel = Block32<Q4_0Codes>;
+using Q8_0Panel = Block32<Q8_0Codes>;
+
+// The k-quants: per 256 columns, integer chains per sub-block (q4_K: 32 columns, q6_K:
+// 16) multiplied by the rows' integer sub-block scales (vpmulld) into one integer sum per
+// (row, activation row), then one float scale. Per (panel, row, block of 256): 64
+// vpdpbusd, 8 (q4_K) or 16 (q6_K) vpmulld and as many adds, 8 vpdpwssd for the
+// offsets, about 6 float instructions; per panel block, for all rows, the scales'
+// unpacking and (q6_K) about 3 instructions per code vector to join its low 4 and high
+// 2 bits. The loops are unrolled whole (with the loop over the sub-blocks kept, the tile
+// spilled less but ran slower: BM_QuantLayout q4_K 16 rows 577 -> 452 GFLOP/s).
+//
+// Exactness: q4_K |sum| <= 8 * 63 * 32 * 15 * 127, mins 8 * 63 * 2 * 2032; q6_K
+// 16 * 128 * 16 * 63 * 127 + 32 * 16 * 128 * 2032: all in int32.
+
+// q4_K: element = d * sc * code - dmin * m per sub-block of 32 (codes 0..15).
+struct Q4_KPanel {
+  using XBlock = Q8KBlock;
+  static constexpr int64_t kElems = 256;
+  static constexpr int64_t kBlockBytes = model::kQ4_KPanelBlockBytes;
+  static constexpr int64_t kPrefetchBlocks = 8;
+  // One panel per tile: with 4 the unrolled body of 4 panels spilled (q4_K at batch 1,
+  // tl1b Q4_K_M: 37.4 tok/s against 44 on row-major weights; with 1: BM_QuantLayout 1 row
+  // 96 -> 116 GFLOP/s, model level on par or better).
+  static constexpr bool kMultiPanel = false;
+  template <int M>
+  KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
+                                             int64_t b, __m512* acc) {
+    const __m512i head = _mm512_loadu_si512(pb);  // line 0: (d, dmin) of each row
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+    const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
+    const __m512i sc_lo = _mm512_loadu_si512(pb + 64);  // scales 0-3 (+ high bits of 4-7)
+    const __m512i m_lo = _mm512_loadu_si512(pb + 128);  // mins 0-3 (+ high bits of 4-7)
+    const __m512i both = _mm512_loadu_si512(pb + 192);  // low 4 bits of 4-7
+    const __m512i six = _mm512_set1_epi32(63);
+    const __m512i four = _mm512_set1_epi32(15);
+    const __m512i high2 = _mm512_set1_epi32(0x30);
+    // Sub-block s's 6-bit scale (min) per row, as ggml's get_scale_min_k4.
+    auto six_bit = [&](__m512i lo, int nibble, int s) KVSERVE_SIMD_TARGET {
+      if (s < 4) return _mm512_and_si512(_mm512_srli_epi32(lo, 8 * s), six);
+      const int t = s - 4;
+      return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(both, 8 * t + nibble), four),
+                             _mm512_and_si512(_mm512_srli_epi32(lo, 8 * t + 2), high2));
+    };
+    // dmin * sum_s m_s * (bsums[2s] + bsums[2s + 1]): vpdpwssd of (m_s, m_s) with the
+    // bsums word s.
+    __m512i sum[M];
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) sum[m] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const __m512i mins = six_bit(m_lo, 4, s);
+      const __m512i pair = _mm512_or_si512(mins, _mm512_slli_epi32(mins, 16));
+#pragma GCC unroll 8
+      for (int m = 0; m < M; ++m) {
+        sum[m] = _mm512_dpwssd_epi32(sum[m], pair, WordAt(XAt<Q8KBlock>(x, ldxq, m, b).bsums, s));
+      }
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const __m512 dx = _mm512_set1_ps(XAt<Q8KBlock>(x, ldxq, m, b).d);
+      acc[m] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(sum[m]), _mm512_mul_ps(dmin, dx), acc[m]);
+      sum[m] = _mm512_setzero_si512();
+    }
+    // d * sum_s sc_s * sum_j code_j x_j.
+    const __m512i low4 = _mm512_set1_epi8(15);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const uint8_t* lines = pb + 64 * (4 + 8 * (s / 2));
+      __m512i chain[M];
+#pragma GCC unroll 8
+      for (int m = 0; m < M; ++m) chain[m] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const __m512i packed = _mm512_loadu_si512(lines + 64 * k);
+        const __m512i w =
+            _mm512_and_si512(s % 2 == 0 ? packed : _mm512_srli_epi16(packed, 4), low4);
+#pragma GCC unroll 8
+        for (int m = 0; m < M; ++m) {
+          chain[m] =
+              _mm512_dpbusd_epi32(chain[m], w, WordAt(XAt<Q8KBlock>(x, ldxq, m, b).q, 8 * s + k));
+        }
+      }
+      const __m512i sc = six_bit(sc_lo, 0, s);
+#pragma GCC unroll 8
+      for (int m = 0; m < M; ++m)
+        sum[m] = _mm512_add_epi32(sum[m], _mm512_mullo_epi32(chain[m], sc));
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const __m512 dx = _mm512_set1_ps(XAt<Q8KBlock>(x, ldxq, m, b).d);
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[m]), _mm512_mul_ps(d, dx), acc[m]);
+    }
+  }
+};
+
+// q6_K: element = d * sc * (code - 32) per group of 16 (codes 0..63, int8 scales).
+struct Q6_KPanel {
+  using XBlock = Q8KBlock;
+  static constexpr int64_t kElems = 256;
+  static constexpr int64_t kBlockBytes = model::kQ6_KPanelBlockBytes;
+  static constexpr int64_t kPrefetchBlocks = 6;
+  // One panel per tile, as q4_K (BM_QuantLayout 1 row 46-61 -> 87 GFLOP/s).
+  static constexpr bool kMultiPanel = false;
+  template <int M>
+  KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
+                                             int64_t b, __m512* acc) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb)));
+    auto line = [&](int j) KVSERVE_SIMD_TARGET { return _mm512_loadu_si512(pb + 32 + 64 * j); };
+    // -32 * sum_g sc_g * bsums[g]: scale line t sign-extended in int16 halves pairs groups
+    // (4t, 4t + 1) and (4t + 2, 4t + 3) (panels.h), as bsums words 2t and 2t + 1 do.
+    __m512i sum[M];
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) sum[m] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) {
+      const __m512i scales = line(48 + t);
+      const __m512i first = _mm512_srai_epi16(_mm512_slli_epi16(scales, 8), 8);
+      const __m512i second = _mm512_srai_epi16(scales, 8);
+#pragma GCC unroll 8
+      for (int m = 0; m < M; ++m) {
+        const int16_t* bsums = XAt<Q8KBlock>(x, ldxq, m, b).bsums;
+        sum[m] = _mm512_dpwssd_epi32(sum[m], first, WordAt(bsums, 2 * t));
+        sum[m] = _mm512_dpwssd_epi32(sum[m], second, WordAt(bsums, 2 * t + 1));
+      }
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      sum[m] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum[m], 5));
+    }
+    // + sum_g sc_g * sum_j code_j x_j. Columns 128h + 32k + 4w .. + 3 (h < 2, k < 4,
+    // w < 8): low 4 bits in ql line 16h + 8 (k % 2) + w (high nibbles for k >= 2), high 2
+    // bits in qh line 32 + 8h + w (bits 2k, 2k + 1); group 8h + 2k + w / 4.
+    const __m512i low4 = _mm512_set1_epi8(15);
+    const __m512i high2 = _mm512_set1_epi8(0x30);
+#pragma GCC unroll 8
+    for (int hk = 0; hk < 8; ++hk) {
+      const int h = hk / 4;
+      const int k = hk % 4;
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+        __m512i chain[M];
+#pragma GCC unroll 8
+        for (int m = 0; m < M; ++m) chain[m] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int w = 4 * half; w < 4 * half + 4; ++w) {
+          const __m512i ql = line(16 * h + 8 * (k % 2) + w);
+          const __m512i qh = line(32 + 8 * h + w);
+          const __m512i lo = k < 2 ? ql : _mm512_srli_epi16(ql, 4);
+          const __m512i hi = k == 0   ? _mm512_slli_epi16(qh, 4)
+                             : k == 1 ? _mm512_slli_epi16(qh, 2)
+                             : k == 2 ? qh
+                                      : _mm512_srli_epi16(qh, 2);
+          // (lo & 15) | (hi & 0x30)
+          const __m512i code =
+              _mm512_ternarylogic_epi32(lo, low4, _mm512_and_si512(hi, high2), 0xEA);
+#pragma GCC unroll 8
+          for (int m = 0; m < M; ++m) {
+            chain[m] = _mm512_dpbusd_epi32(
+                chain[m], code, WordAt(XAt<Q8KBlock>(x, ldxq, m, b).q, 32 * h + 8 * k + w));
+          }
+        }
+        // Group g = 4t + u sits in byte {0, 2, 1, 3}[u] of scale line t.
+        const int g = 8 * h + 2 * k + half;
+        const int byte = (g % 4 == 1) ? 2 : (g % 4 == 2) ? 1 : g % 4;
+        const __m512i sc =
+            _mm512_srai_epi32(_mm512_slli_epi32(line(48 + g / 4), 24 - 8 * byte), 24);
+#pragma GCC unroll 8
+        for (int m = 0; m < M; ++m)
+          sum[m] = _mm512_add_epi32(sum[m], _mm512_mullo_epi32(chain[m], sc));
+      }
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const __m512 dx = _mm512_set1_ps(XAt<Q8KBlock>(x, ldxq, m, b).d);
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[m]), _mm512_mul_ps(d, dx), acc[m]);
+    }
+  }
+};
+
 // y[m * ldy + 16 p + r] = row r of panel p . activation row m, for p < P, m < M; `panel`
-// the first block of panel 0 (panels `pstride` bytes apart), x the first Q8Block of
+// the first block of panel 0 (panels `pstride` bytes apart), x the first block of
 // activation row 0 (rows ldxq bytes apart).
 template <typename F, int P, int M>
 KVSERVE_SIMD_TARGET void QuantPanelTile(const uint8_t* panel, int64_t pstride, int64_t blocks,
@@ -73,33 +302,12 @@ KVSERVE_SIMD_TARGET void QuantPanelTile(const uint8_t* panel, int64_t pstride, i
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
       const uint8_t* pb = panel + p * pstride + b * F::kBlockBytes;
-      const uintptr_t ahead =
-          reinterpret_cast<uintptr_t>(pb) + kPanelPrefetchBlocks * F::kBlockBytes;
+      const uintptr_t ahead = reinterpret_cast<uintptr_t>(pb) + F::kPrefetchBlocks * F::kBlockBytes;
 #pragma GCC unroll 9
       for (int64_t line = 0; line < (F::kBlockBytes + 63) / 64; ++line) {
         _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * line), _MM_HINT_T0);
       }
-      // The integer chains start at -offset sum(x). (Read from a per-call table of
-      // -offset sum instead, the q4_0 tile ran 3-5 % slower at 16 rows.)
-      __m512i sum[M];
-#pragma GCC unroll 8
-      for (int m = 0; m < M; ++m) {
-        sum[m] = _mm512_set1_epi32(-F::kOffset * XAt<Q8Block>(x, ldxq, m, b).sum);
-      }
-      F::ForOperands(pb, [&](int k, __m512i w) KVSERVE_SIMD_TARGET {
-#pragma GCC unroll 8
-        for (int m = 0; m < M; ++m) {
-          int32_t word;
-          std::memcpy(&word, XAt<Q8Block>(x, ldxq, m, b).q + 4 * k, 4);
-          sum[m] = _mm512_dpbusd_epi32(sum[m], w, _mm512_set1_epi32(word));
-        }
-      });
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb)));
-#pragma GCC unroll 8
-      for (int m = 0; m < M; ++m) {
-        const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(XAt<Q8Block>(x, ldxq, m, b).d));
-        acc[p][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[m]), d, acc[p][m]);
-      }
+      F::template Accumulate<M>(pb, x, ldxq, b, acc[p]);
     }
   }
 #pragma GCC unroll 4
@@ -109,13 +317,13 @@ KVSERVE_SIMD_TARGET void QuantPanelTile(const uint8_t* panel, int64_t pstride, i
   }
 }
 
-// Panels [p0, p1) against M activation rows: P panels per tile (more panel streams when
-// few rows keep the accumulators busy), then single panels.
+// Panels [p0, p1) against M activation rows: P panels per tile (for F::kMultiPanel, more
+// panel streams when few rows keep the accumulators busy), then single panels.
 template <typename F, int M>
 KVSERVE_SIMD_TARGET void QuantPanelRows(const uint8_t* w, int64_t pstride, int64_t blocks,
                                         int64_t p0, int64_t p1, const uint8_t* x, int64_t ldxq,
                                         float* y, int64_t ldy) {
-  constexpr int P = M <= 2 ? 4 : M <= 4 ? 2 : 1;
+  constexpr int P = !F::kMultiPanel ? 1 : M <= 2 ? 4 : M <= 4 ? 2 : 1;
   int64_t p = p0;
   for (; p + P <= p1; p += P) {
     QuantPanelTile<F, P, M>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p, ldy);
@@ -141,7 +349,7 @@ KVSERVE_SIMD_TARGET void MatMulQuantPanels(const uint8_t* w, int64_t row_bytes, 
                                                       &QuantPanelRows<F, 6>,
                                                       &QuantPanelRows<F, 7>,
                                                       &QuantPanelRows<F, 8>};
-  const int64_t blocks = cols / 32;
+  const int64_t blocks = cols / F::kElems;
   const int64_t pstride = model::kPanelRows * row_bytes;  // the same bytes, regrouped
   const int64_t slab = std::max<int64_t>(1, kPanelSlabBytes / pstride);
   const uint8_t* x = static_cast<const uint8_t*>(xq);
@@ -159,5 +367,7 @@ KVSERVE_SIMD_TARGET void MatMulQuantPanels(const uint8_t* w, int64_t row_bytes, 
 inline KernelSet WithQuantPanelKernels(KernelSet k) {
   k.matmul_q4_0_panels = &MatMulQuantPanels<Q4_0Panel>;
   k.matmul_q8_0_panels = &MatMulQuantPanels<Q8_0Panel>;
+  k.matmul_q4_k_panels = &MatMulQuantPanels<Q4_KPanel>;
+  k.matmul_q6_k_panels = &MatMulQuantPanels<Q6_KPanel>;
   return k;
 }
