@@ -94,43 +94,30 @@ Layout PanelLayoutOf(DType type) {
   }
 }
 
-bool PanelTypes::has(DType type) const {
+bool PanelTypes::*PanelTypes::FlagOf(DType type) {
   switch (type) {
     case DType::kBF16:
-      return bf16;
+      return &PanelTypes::bf16;
     case DType::kQ4_0:
-      return q4_0;
+      return &PanelTypes::q4_0;
     case DType::kQ8_0:
-      return q8_0;
+      return &PanelTypes::q8_0;
     case DType::kQ4_K:
-      return q4_k;
+      return &PanelTypes::q4_k;
     case DType::kQ6_K:
-      return q6_k;
+      return &PanelTypes::q6_k;
     default:
-      return false;
+      return nullptr;
   }
 }
 
+bool PanelTypes::has(DType type) const {
+  bool PanelTypes::*flag = FlagOf(type);
+  return flag != nullptr && this->*flag;
+}
+
 void PanelTypes::set(DType type, bool value) {
-  switch (type) {
-    case DType::kBF16:
-      bf16 = value;
-      break;
-    case DType::kQ4_0:
-      q4_0 = value;
-      break;
-    case DType::kQ8_0:
-      q8_0 = value;
-      break;
-    case DType::kQ4_K:
-      q4_k = value;
-      break;
-    case DType::kQ6_K:
-      q6_k = value;
-      break;
-    default:
-      break;
-  }
+  if (bool PanelTypes::*flag = FlagOf(type)) this->*flag = value;
 }
 
 PanelTypes PanelTypesOf(const ModelWeights& weights) {

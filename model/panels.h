@@ -103,8 +103,12 @@ struct PanelTypes {
   bool any() const { return bf16 || q4_0 || q8_0 || q4_k || q6_k; }
   // The flag of `type` (false for a type without a panel layout).
   bool has(DType type) const;
-  // Sets the flag of `type` (a type with a panel layout) to `value`.
+  // Sets the flag of `type` to `value` (nothing for a type without a panel layout).
   void set(DType type, bool value);
+
+ private:
+  // The member holding `type`'s flag, nullptr for a type without a panel layout.
+  static bool PanelTypes::*FlagOf(DType type);
 };
 
 // True when any matrix of `weights` is in a panel layout.
