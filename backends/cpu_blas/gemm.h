@@ -68,9 +68,11 @@ struct GemmOptions {
   // 768, 2 threads, Zen 5, GFLOP/s, row-major -> panels; 1 row: the batch-1 kernels, more:
   // the interleaved tiles): q4_0 1 row 86 -> 100, 2 rows 98 -> 181, 16 rows 368 -> 517,
   // 64 rows 492 -> 656, 512 rows 547 -> 777; q8_0 1 row 72 -> 90, 2 rows 110 -> 148, 16
-  // rows 353 -> 472, 64 rows 488 -> 620, 512 rows 542 -> 772; q4_K 1 row 97 -> 94, 2 rows
-  // 124 -> 150, 16 rows 361 -> 577, 64 rows 457 -> 692. tl1b batch 16: q4_0 +33 %, q8_0
-  // +29 % (docs/performance.md, "q4_0 and q8_0 weights in 16-row panels"). Default true.
+  // rows 353 -> 472, 64 rows 488 -> 620, 512 rows 542 -> 772; q4_K 1 row 96 -> 116, 2 rows
+  // 123 -> 175, 16 rows 354 -> 413, 64 rows 471 -> 506; q6_K 1 row 72 -> 87, 2 rows 107 ->
+  // 144, 16 rows 350 -> 309, 64 rows 452 -> 409. tl1b batch 16: q4_0 +33 %, q8_0 +29 %,
+  // Q4_K_M +25 % (docs/performance.md, "q4_0 and q8_0 weights in 16-row panels", "q4_K and
+  // q6_K weights in 16-row panels"). Default true.
   bool quant_panels = true;
   // Activations of at least this many elements (rows x columns) are quantized for the
   // integer kernels (or rounded to bf16 for bf16_dot) on the pool, a slice of rows per
