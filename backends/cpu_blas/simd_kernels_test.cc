@@ -264,7 +264,34 @@ TEST_P(SimdKernelsTest, Bf16PanelsAreTheBf16DotProduct) {
   }
 }
 
-// The panel kernel of `dtype` in `k`, and the plain-row kernel of the same product.
+QMatMulFn QuantKernel(const KernelSet& k, DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+      return k.matmul_q8_0;
+    case DType::kQ4_0:
+      return k.matmul_q4_0;
+    case DType::kQ4_K:
+      return k.matmul_q4_k;
+    default:
+      return k.matmul_q6_k;
+  }
+}
+
+// The kernel for interleaved activations (nullptr where the level has none).
+QMatMulFn InterleavedKernel(const KernelSet& k, DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+      return k.matmul_q8_0_il;
+    case DType::kQ4_0:
+      return k.matmul_q4_0_il;
+    case DType::kQ4_K:
+      return k.matmul_q4_k_il;
+    default:
+      return k.matmul_q6_k_il;
+  }
+}
+
+// The kernel for weights in panels (nullptr below avx512vnni).
 QMatMulFn PanelKernel(const KernelSet& k, DType dtype) {
   switch (dtype) {
     case DType::kQ4_0:
@@ -275,18 +302,6 @@ QMatMulFn PanelKernel(const KernelSet& k, DType dtype) {
       return k.matmul_q4_k_panels;
     default:
       return k.matmul_q6_k_panels;
-  }
-}
-QMatMulFn RowKernel(const KernelSet& k, DType dtype) {
-  switch (dtype) {
-    case DType::kQ4_0:
-      return k.matmul_q4_0;
-    case DType::kQ8_0:
-      return k.matmul_q8_0;
-    case DType::kQ4_K:
-      return k.matmul_q4_k;
-    default:
-      return k.matmul_q6_k;
   }
 }
 
@@ -331,7 +346,7 @@ TEST_P(SimdKernelsTest, QuantPanelsAreTheQuantizedProduct) {
   // at -127.
   for (DType dtype : kTypes) {
     const QMatMulFn panels = PanelKernel(kernels(), dtype);
-    const QMatMulFn scalar = RowKernel(ScalarKernels(), dtype);
+    const QMatMulFn scalar = QuantKernel(ScalarKernels(), dtype);
     ASSERT_NE(panels, nullptr);
     const bool k_quant = model::DTypeBlockElems(dtype) == 256;
     for (int64_t cols : {32, 256, 288, 768, 5632}) {
@@ -528,33 +543,6 @@ TEST_P(SimdKernelsTest, SoftmaxMatchesScalarForEveryLength) {
   float untouched = 3.0f;
   kernels().softmax(&untouched, 0);
   EXPECT_EQ(untouched, 3.0f);
-}
-
-QMatMulFn QuantKernel(const KernelSet& k, DType dtype) {
-  switch (dtype) {
-    case DType::kQ8_0:
-      return k.matmul_q8_0;
-    case DType::kQ4_0:
-      return k.matmul_q4_0;
-    case DType::kQ4_K:
-      return k.matmul_q4_k;
-    default:
-      return k.matmul_q6_k;
-  }
-}
-
-// The kernel for interleaved activations (nullptr where the level has none).
-QMatMulFn InterleavedKernel(const KernelSet& k, DType dtype) {
-  switch (dtype) {
-    case DType::kQ8_0:
-      return k.matmul_q8_0_il;
-    case DType::kQ4_0:
-      return k.matmul_q4_0_il;
-    case DType::kQ4_K:
-      return k.matmul_q4_k_il;
-    default:
-      return k.matmul_q6_k_il;
-  }
 }
 
 // Quantized weights, every level against

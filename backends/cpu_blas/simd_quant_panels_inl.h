@@ -121,16 +121,38 @@ using Q8_0Panel = Block32<Q8_0Codes>;
 // Exactness: q4_K |sum| <= 8 * 63 * 32 * 15 * 127, mins 8 * 63 * 2 * 2032; q6_K
 // 16 * 128 * 16 * 63 * 127 + 32 * 16 * 128 * 2032: all in int32.
 
-// q4_K: element = d * sc * code - dmin * m per sub-block of 32 (codes 0..15).
-struct Q4_KPanel {
+// What the two k-quant formats share.
+struct KQuantPanel {
   using XBlock = Q8KBlock;
   static constexpr int64_t kElems = 256;
-  static constexpr int64_t kBlockBytes = model::kQ4_KPanelBlockBytes;
-  static constexpr int64_t kPrefetchBlocks = 8;
   // One panel per tile: with 4 the unrolled body of 4 panels spilled (q4_K at batch 1,
   // tl1b Q4_K_M: 37.4 tok/s against 44 on row-major weights; with 1: BM_QuantLayout 1 row
-  // 96 -> 116 GFLOP/s, model level on par or better).
+  // q4_K 96 -> 116 GFLOP/s, q6_K 46-61 -> 87, model level on par or better).
   static constexpr bool kMultiPanel = false;
+
+  // sum[m] += chain[m] * sc (the rows' integer scales of one sub-block), m < M.
+  template <int M>
+  KVSERVE_SIMD_TARGET static void AddChains(const __m512i* chain, __m512i sc, __m512i* sum) {
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) sum[m] = _mm512_add_epi32(sum[m], _mm512_mullo_epi32(chain[m], sc));
+  }
+
+  // acc[m] += float(sum[m]) * scale * d of activation row m's block b, m < M.
+  template <int M>
+  KVSERVE_SIMD_TARGET static void AddScaled(const __m512i* sum, __m512 scale, const uint8_t* x,
+                                            int64_t ldxq, int64_t b, __m512* acc) {
+#pragma GCC unroll 8
+    for (int m = 0; m < M; ++m) {
+      const __m512 dx = _mm512_set1_ps(XAt<Q8KBlock>(x, ldxq, m, b).d);
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[m]), _mm512_mul_ps(scale, dx), acc[m]);
+    }
+  }
+};
+
+// q4_K: element = d * sc * code - dmin * m per sub-block of 32 (codes 0..15).
+struct Q4_KPanel : KQuantPanel {
+  static constexpr int64_t kBlockBytes = model::kQ4_KPanelBlockBytes;
+  static constexpr int64_t kPrefetchBlocks = 8;
   template <int M>
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
                                              int64_t b, __m512* acc) {
@@ -164,12 +186,9 @@ struct Q4_KPanel {
         sum[m] = _mm512_dpwssd_epi32(sum[m], pair, WordAt(XAt<Q8KBlock>(x, ldxq, m, b).bsums, s));
       }
     }
+    AddScaled<M>(sum, _mm512_sub_ps(_mm512_setzero_ps(), dmin), x, ldxq, b, acc);
 #pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) {
-      const __m512 dx = _mm512_set1_ps(XAt<Q8KBlock>(x, ldxq, m, b).d);
-      acc[m] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(sum[m]), _mm512_mul_ps(dmin, dx), acc[m]);
-      sum[m] = _mm512_setzero_si512();
-    }
+    for (int m = 0; m < M; ++m) sum[m] = _mm512_setzero_si512();
     // d * sum_s sc_s * sum_j code_j x_j.
     const __m512i low4 = _mm512_set1_epi8(15);
 #pragma GCC unroll 8
@@ -189,27 +208,16 @@ struct Q4_KPanel {
               _mm512_dpbusd_epi32(chain[m], w, WordAt(XAt<Q8KBlock>(x, ldxq, m, b).q, 8 * s + k));
         }
       }
-      const __m512i sc = six_bit(sc_lo, 0, s);
-#pragma GCC unroll 8
-      for (int m = 0; m < M; ++m)
-        sum[m] = _mm512_add_epi32(sum[m], _mm512_mullo_epi32(chain[m], sc));
+      AddChains<M>(chain, six_bit(sc_lo, 0, s), sum);
     }
-#pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) {
-      const __m512 dx = _mm512_set1_ps(XAt<Q8KBlock>(x, ldxq, m, b).d);
-      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[m]), _mm512_mul_ps(d, dx), acc[m]);
-    }
+    AddScaled<M>(sum, d, x, ldxq, b, acc);
   }
 };
 
 // q6_K: element = d * sc * (code - 32) per group of 16 (codes 0..63, int8 scales).
-struct Q6_KPanel {
-  using XBlock = Q8KBlock;
-  static constexpr int64_t kElems = 256;
+struct Q6_KPanel : KQuantPanel {
   static constexpr int64_t kBlockBytes = model::kQ6_KPanelBlockBytes;
   static constexpr int64_t kPrefetchBlocks = 6;
-  // One panel per tile, as q4_K (BM_QuantLayout 1 row 46-61 -> 87 GFLOP/s).
-  static constexpr bool kMultiPanel = false;
   template <int M>
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
                                              int64_t b, __m512* acc) {
@@ -273,16 +281,10 @@ struct Q6_KPanel {
         const int byte = (g % 4 == 1) ? 2 : (g % 4 == 2) ? 1 : g % 4;
         const __m512i sc =
             _mm512_srai_epi32(_mm512_slli_epi32(line(48 + g / 4), 24 - 8 * byte), 24);
-#pragma GCC unroll 8
-        for (int m = 0; m < M; ++m)
-          sum[m] = _mm512_add_epi32(sum[m], _mm512_mullo_epi32(chain[m], sc));
+        AddChains<M>(chain, sc, sum);
       }
     }
-#pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) {
-      const __m512 dx = _mm512_set1_ps(XAt<Q8KBlock>(x, ldxq, m, b).d);
-      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[m]), _mm512_mul_ps(d, dx), acc[m]);
-    }
+    AddScaled<M>(sum, d, x, ldxq, b, acc);
   }
 };
 
