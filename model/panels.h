@@ -3,8 +3,8 @@
 // panel layout is what the cpu_blas panel kernels read (KernelSet::matmul_bf16_panels,
 // matmul_q4_0_panels, ...): one pass over the weights serves many activation rows, each weight
 // vector holds 16 rows (no horizontal sums), and the weights stream in address order
-// (docs/performance.md, "bf16 weights in 16-row panels" and "q4_0 and q8_0 weights in
-// 16-row panels").
+// (docs/performance.md, "bf16 weights in 16-row panels", "q4_0 and q8_0 weights in 16-row
+// panels" and "q4_K and q6_K weights in 16-row panels").
 //
 // bf16: element (r, c) of a [rows, cols] matrix with rows % 16 == 0 and cols % 2 == 0 is
 // at

@@ -58,7 +58,7 @@ struct GemmOptions {
   // Model's own). tl1b bf16, 2 threads, Zen 5: batch 16 +55 %, batch 16 / batch 1 6.3–7.2
   // -> 7.8–9.4 (docs/performance.md, "bf16 weights in 16-row panels"). Default true.
   bool bf16_panels = true;
-  // On CPUs with AVX-512 VNNI (kernel level avx512vnni and up): q4_0, q8_0 and q4_K
+  // On CPUs with AVX-512 VNNI (kernel level avx512vnni and up): q4_0, q8_0, q4_K and q6_K
   // projection matrices in panels of 16 rows (model/panels.h, KernelSet::
   // matmul_q4_0_panels, ...), for every row count: the same bytes as the row-major blocks,
   // regrouped so that one vpdpbusd multiplies 4 columns of 16 rows by one broadcast

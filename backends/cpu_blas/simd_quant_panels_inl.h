@@ -10,7 +10,7 @@
 // 16 lanes of the accumulator are the 16 rows: no per-step decode of the weights into a
 // scratch panel, no horizontal sums, and per 32 columns one f16 scale vector converted
 // for all activation rows. A tile of P panels x M activation rows keeps its float
-// accumulators in registers over the whole row; per (panel, row, block) it spends 8
+// accumulators in registers over the whole row; per (panel, row, block) of q4_0 it spends 8
 // vpdpbusd and 3 float instructions (the row-major tiles of simd_quant_tiles_inl.h: 4
 // and 3, besides decoding).
 //
