@@ -34,7 +34,6 @@ KVSERVE_SIMD_TARGET inline __m512i WordAt(const void* p, int k) {
 }
 
 // The formats. Each provides
-//   using XBlock;                    the activation block it meets (q8_activations.h)
 //   kElems, kBlockBytes              elements per row and bytes of one panel block
 //   kPrefetchBlocks                  panel blocks ahead that a panel stream prefetches
 //                                    (q4_0 and the k-quants: about 18-20 KiB)
@@ -42,6 +41,7 @@ KVSERVE_SIMD_TARGET inline __m512i WordAt(const void* p, int k) {
 //                                    tile (QuantPanelRows)
 //   template <int M> static void Accumulate(pb, x, ldxq, b, acc):
 //       acc[m] += the 16 rows of panel block pb . block b of activation row m, m < M
+//       (Q8Block rows for the 32-element formats, Q8KBlock rows for the k-quants)
 //
 // q4_0 and q8_0 (Block32 below): the block's unsigned codes minus the offset (element =
 // d * (code - offset)), its 8 vpdpbusd operands, operand k (columns 4k .. 4k + 3 of the
@@ -76,7 +76,6 @@ struct Q8_0Codes {
 // instructions.
 template <typename C>
 struct Block32 {
-  using XBlock = Q8Block;
   static constexpr int64_t kElems = 32;
   static constexpr int64_t kBlockBytes = C::kBlockBytes;
   static constexpr int64_t kPrefetchBlocks = 64;
@@ -123,7 +122,6 @@ using Q8_0Panel = Block32<Q8_0Codes>;
 
 // What the two k-quant formats share.
 struct KQuantPanel {
-  using XBlock = Q8KBlock;
   static constexpr int64_t kElems = 256;
   // One panel per tile: with 4 the unrolled body of 4 panels spilled (q4_K at batch 1,
   // tl1b Q4_K_M: 37.4 tok/s against 44 on row-major weights; with 1: BM_QuantLayout 1 row
