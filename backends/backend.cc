@@ -19,6 +19,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
   if (name == "cpu_blas") {
     CpuBlasOptions cpu_options;
     cpu_options.threads = options.threads;
+    cpu_options.gemm.f32_panels = options.f32_panels;
     cpu_options.gemm.bf16_panels = options.bf16_panels;
     cpu_options.gemm.quant_panels = options.quant_panels;
     absl::StatusOr<std::unique_ptr<CpuBlasBackend>> backend =
@@ -35,6 +36,7 @@ model::PanelTypes BackendReadsPanels(const std::string& name, const BackendOptio
   if (name != "cpu_blas") return {};
   CpuBlasOptions cpu_options;
   cpu_options.threads = options.threads;
+  cpu_options.gemm.f32_panels = options.f32_panels;
   cpu_options.gemm.bf16_panels = options.bf16_panels;
   cpu_options.gemm.quant_panels = options.quant_panels;
   return CpuBlasBackend::ReadsPanels(cpu_options);

@@ -224,7 +224,7 @@ void TimeProducts(benchmark::State& state, backends::cpu_blas::Gemm& gemm, const
 }
 
 // Args: dtype, activation rows n, threads, sgemm_min_rows, bf16_dot (GemmOptions, 0/1;
-// 2: bf16_dot on weights packed into panels).
+// 2: the weights packed into panels, f32 or bf16 with bf16_dot).
 void BM_Gemm(benchmark::State& state) {
   const DType dtype = DTypeArg(state.range(0));
   const int n = static_cast<int>(state.range(1));
@@ -236,8 +236,11 @@ void BM_Gemm(benchmark::State& state) {
   const bool panels = state.range(4) == 2;
   const backends::cpu_blas::KernelSet& kernels =
       backends::cpu_blas::KernelsFor(backends::cpu_blas::BestIsa());
-  if (panels && (dtype != DType::kBF16 || kernels.matmul_bf16_panels == nullptr)) {
-    state.SkipWithError("bf16 panels need bf16 weights and the avx512bf16 kernel level");
+  const bool f32_panels = dtype == DType::kF32 && kernels.matmul_f32_panels != nullptr;
+  const bool bf16_panels = dtype == DType::kBF16 && kernels.matmul_bf16_panels != nullptr;
+  if (panels && !f32_panels && !bf16_panels) {
+    state.SkipWithError(
+        "panels need f32 weights and the avx512 kernel level or bf16 weights and avx512bf16");
     return;
   }
   const int64_t rows = 2048, cols = 768;
@@ -269,9 +272,9 @@ void GemmArgs(benchmark::internal::Benchmark* b) {
         b->Args({dtype, n, threads, 1 << 20, 0});  // streaming kernels
         b->Args({dtype, n, threads, 1, 0});        // sgemm tiles
         // bf16 with vdpbf16ps where the CPU has it (otherwise as streaming), on row-major
-        // weights (1) and on the panel layout (2, packed_weights.h).
+        // weights (1) and on the panel layout (2, packed_weights.h); f32 on its panel layout.
         if (dtype == 2) b->Args({dtype, n, threads, 1 << 20, 1});
-        if (dtype == 2) b->Args({dtype, n, threads, 1 << 20, 2});
+        if (dtype == 0 || dtype == 2) b->Args({dtype, n, threads, 1 << 20, 2});
       }
     }
   }

@@ -22,6 +22,7 @@ absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,
   if (absl::Status s = CheckThreads(options); !s.ok()) return s;
   backends::BackendOptions backend_options;
   backend_options.threads = options.threads;
+  backend_options.f32_panels = options.f32_panels;
   backend_options.bf16_panels = options.bf16_panels;
   backend_options.quant_panels = options.quant_panels;
   absl::StatusOr<std::unique_ptr<backends::Backend>> backend = backends::CreateBackend(
@@ -49,9 +50,11 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options) {
   // packed copies).
   backends::BackendOptions backend_options;
   backend_options.threads = options.threads;
+  backend_options.f32_panels = options.f32_panels;
   backend_options.bf16_panels = options.bf16_panels;
   backend_options.quant_panels = options.quant_panels;
   const model::PanelTypes reads = backends::BackendReadsPanels(options.backend, backend_options);
+  load.panels.f32 |= reads.f32;
   load.panels.bf16 |= reads.bf16;
   load.panels.q4_0 |= reads.q4_0;
   load.panels.q8_0 |= reads.q8_0;

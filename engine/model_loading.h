@@ -25,10 +25,12 @@ struct ModelOptions {
   std::string backend = "cpu_blas";
   // Backend worker threads; 0 = all cores. Default 0.
   int threads = 0;
-  // bf16, q4_0 and q8_0 projections in 16-row panels where the backend reads them (backends::
-  // BackendOptions::bf16_panels, quant_panels); LoadModel then loads the model with
-  // model::LoadOptions::panels, so the weights are resident once. false: row-major
-  // weights and kernels for that type. Default true.
+  // f32, bf16 and quantized (q4_0, q8_0, q4_K, q6_K) projections in 16-row panels where
+  // the backend reads them (backends::BackendOptions::f32_panels, bf16_panels,
+  // quant_panels); LoadModel then loads the model with model::LoadOptions::panels, so the
+  // weights are resident once. false: row-major weights and kernels for that type.
+  // Default true.
+  bool f32_panels = true;
   bool bf16_panels = true;
   bool quant_panels = true;
   // Engine limits (KV budget, batching, queue, sessions).
@@ -48,7 +50,7 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options);
 
 // The second half of LoadModel, for callers that start several engines over one loaded
 // `model` (which must outlive the engine): creates options.backend with
-// options.threads, options.bf16_panels, options.quant_panels and
+// options.threads, options.f32_panels, options.bf16_panels, options.quant_panels and
 // options.engine.KvLayoutFor(model.config()), then CreateEngine. model_path and tokenizer_path are
 // not used. Same errors as LoadModel.
 absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,

@@ -60,14 +60,31 @@ bool Fits(const TensorView& w, const PanelTypes& types) {
   return types.has(w.type) && PanelsFit(w);
 }
 
+// The float layouts: word k (4 bytes: an f32, a bf16 pair) of row r of a matrix with
+// `words` per row, for the panels [panel_begin, panel_end), at line k of r's panel, r % 16
+// words into it.
+void PackWordPanels(const uint8_t* w, int64_t words, int64_t panel_begin, int64_t panel_end,
+                    uint8_t* out) {
+  for (int64_t p = panel_begin; p < panel_end; ++p) {
+    uint8_t* panel = out + p * kPanelRows * words * 4;
+    for (int64_t r = 0; r < kPanelRows; ++r) {
+      const uint8_t* src = w + (p * kPanelRows + r) * words * 4;
+      for (int64_t k = 0; k < words; ++k) {
+        std::memcpy(panel + (k * kPanelRows + r) * 4, src + 4 * k, 4);
+      }
+    }
+  }
+}
+
 bool RowMajorPanels(const TensorView& w) {
   return w.layout == Layout::kRows && w.rows > 0 && w.rows % kPanelRows == 0 && w.cols > 0;
 }
 
 }  // namespace
 
-bool Bf16PanelsFit(const TensorView& w) {
-  return w.type == DType::kBF16 && RowMajorPanels(w) && w.cols % 2 == 0;
+bool FloatPanelsFit(const TensorView& w) {
+  return (w.type == DType::kF32 || (w.type == DType::kBF16 && w.cols % 2 == 0)) &&
+         RowMajorPanels(w);
 }
 
 bool QuantPanelsFit(const TensorView& w) {
@@ -75,10 +92,12 @@ bool QuantPanelsFit(const TensorView& w) {
          w.cols % DTypeBlockElems(w.type) == 0;
 }
 
-bool PanelsFit(const TensorView& w) { return Bf16PanelsFit(w) || QuantPanelsFit(w); }
+bool PanelsFit(const TensorView& w) { return FloatPanelsFit(w) || QuantPanelsFit(w); }
 
 Layout PanelLayoutOf(DType type) {
   switch (type) {
+    case DType::kF32:
+      return Layout::kF32Panels;
     case DType::kBF16:
       return Layout::kBf16Panels;
     case DType::kQ4_0:
@@ -96,6 +115,8 @@ Layout PanelLayoutOf(DType type) {
 
 bool PanelTypes::*PanelTypes::FlagOf(DType type) {
   switch (type) {
+    case DType::kF32:
+      return &PanelTypes::f32;
     case DType::kBF16:
       return &PanelTypes::bf16;
     case DType::kQ4_0:
@@ -135,18 +156,16 @@ PanelTypes PanelTypesOf(const ModelWeights& weights) {
 
 bool HasPanels(const ModelWeights& weights) { return PanelTypesOf(weights).any(); }
 
+void PackF32Panels(const float* w, int64_t cols, int64_t panel_begin, int64_t panel_end,
+                   float* out) {
+  PackWordPanels(reinterpret_cast<const uint8_t*>(w), cols, panel_begin, panel_end,
+                 reinterpret_cast<uint8_t*>(out));
+}
+
 void PackBf16Panels(const uint16_t* w, int64_t cols, int64_t panel_begin, int64_t panel_end,
                     uint16_t* out) {
-  const int64_t pairs = cols / 2;
-  for (int64_t p = panel_begin; p < panel_end; ++p) {
-    uint16_t* panel = out + p * kPanelRows * cols;
-    for (int64_t j = 0; j < kPanelRows; ++j) {
-      const uint16_t* src = w + (p * kPanelRows + j) * cols;
-      for (int64_t k = 0; k < pairs; ++k) {
-        std::memcpy(panel + (k * kPanelRows + j) * 2, src + 2 * k, 2 * sizeof(uint16_t));
-      }
-    }
-  }
+  PackWordPanels(reinterpret_cast<const uint8_t*>(w), cols / 2, panel_begin, panel_end,
+                 reinterpret_cast<uint8_t*>(out));
 }
 
 void PackQuantPanels(DType type, const uint8_t* w, int64_t cols, int64_t panel_begin,
@@ -179,7 +198,10 @@ void PackQuantPanels(DType type, const uint8_t* w, int64_t cols, int64_t panel_b
 
 Layout PackMatrixPanels(const TensorView& w, uint8_t* out) {
   const int64_t panels = w.rows / kPanelRows;
-  if (w.type == DType::kBF16) {
+  if (w.type == DType::kF32) {
+    PackF32Panels(static_cast<const float*>(w.data), w.cols, 0, panels,
+                  reinterpret_cast<float*>(out));
+  } else if (w.type == DType::kBF16) {
     PackBf16Panels(static_cast<const uint16_t*>(w.data), w.cols, 0, panels,
                    reinterpret_cast<uint16_t*>(out));
   } else {

@@ -1,10 +1,15 @@
-// The panel layouts of weight matrices (Layout::kBf16Panels, kQ4_0Panels, kQ8_0Panels,
-// kQ4_KPanels, kQ6_KPanels) and the packing of a model's projection matrices into them. A
-// panel layout is what the cpu_blas panel kernels read (KernelSet::matmul_bf16_panels,
-// matmul_q4_0_panels, ...): one pass over the weights serves many activation rows, each weight
+// The panel layouts of weight matrices (Layout::kF32Panels, kBf16Panels, kQ4_0Panels,
+// kQ8_0Panels, kQ4_KPanels, kQ6_KPanels) and the packing of a model's projection matrices into
+// them. A panel layout is what the cpu_blas panel kernels read (KernelSet::matmul_bf16_panels,
+// matmul_f32_panels, ...): one pass over the weights serves many activation rows, each weight
 // vector holds 16 rows (no horizontal sums), and the weights stream in address order
 // (docs/performance.md, "bf16 weights in 16-row panels", "q4_0 and q8_0 weights in 16-row
-// panels" and "q4_K and q6_K weights in 16-row panels").
+// panels", "q4_K and q6_K weights in 16-row panels" and "f32 weights in 16-row panels").
+//
+// f32: element (r, c) of a [rows, cols] matrix with rows % 16 == 0 is at
+//   (r / 16) * 16 * cols + c * 16 + r % 16
+// i.e. panels of 16 rows, each panel as columns, column c of every row of the panel in
+// one 64-byte line.
 //
 // bf16: element (r, c) of a [rows, cols] matrix with rows % 16 == 0 and cols % 2 == 0 is
 // at
@@ -62,24 +67,28 @@ inline constexpr int64_t kQ8_0PanelBlockBytes = 544;
 inline constexpr int64_t kQ4_KPanelBlockBytes = 2304;
 inline constexpr int64_t kQ6_KPanelBlockBytes = 3360;
 
-// True when `w` can take the bf16 panel layout: bf16, row-major, rows a positive
-// multiple of kPanelRows, cols even and positive.
-bool Bf16PanelsFit(const TensorView& w);
+// True when `w` can take the panel layout of its float type: f32 or bf16, row-major,
+// rows a positive multiple of kPanelRows, cols positive (and even for bf16).
+bool FloatPanelsFit(const TensorView& w);
 
 // True when `w` can take its quantized type's panel layout: q4_0, q8_0, q4_K or q6_K,
 // row-major, rows a positive multiple of kPanelRows, cols positive (a whole number of
 // blocks, as every such row).
 bool QuantPanelsFit(const TensorView& w);
 
-// Bf16PanelsFit(w) || QuantPanelsFit(w).
+// FloatPanelsFit(w) || QuantPanelsFit(w).
 bool PanelsFit(const TensorView& w);
 
 // The panel layout of `type`'s matrices (kRows for a type without one).
 Layout PanelLayoutOf(DType type);
 
-// out = w (bf16 bits, row-major, `cols` per row) in the panel layout, for the panels
+// out = w (f32, row-major, `cols` per row) in the panel layout, for the panels
 // [panel_begin, panel_end) (rows 16 * panel_begin up to 16 * panel_end). Precondition: as
-// Bf16PanelsFit; out holds the whole matrix and does not alias w.
+// FloatPanelsFit; out holds the whole matrix and does not alias w.
+void PackF32Panels(const float* w, int64_t cols, int64_t panel_begin, int64_t panel_end,
+                   float* out);
+
+// The same for bf16 bits (cols even).
 void PackBf16Panels(const uint16_t* w, int64_t cols, int64_t panel_begin, int64_t panel_end,
                     uint16_t* out);
 
@@ -95,12 +104,13 @@ Layout PackMatrixPanels(const TensorView& w, uint8_t* out);
 
 // Which types a reader takes in panels.
 struct PanelTypes {
+  bool f32 = false;
   bool bf16 = false;
   bool q4_0 = false;
   bool q8_0 = false;
   bool q4_k = false;
   bool q6_k = false;
-  bool any() const { return bf16 || q4_0 || q8_0 || q4_k || q6_k; }
+  bool any() const { return f32 || bf16 || q4_0 || q8_0 || q4_k || q6_k; }
   // The flag of `type` (false for a type without a panel layout).
   bool has(DType type) const;
   // Sets the flag of `type` to `value` (nothing for a type without a panel layout).

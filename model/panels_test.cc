@@ -38,15 +38,58 @@ void ExpectPackedCopyOf(const TensorView& packed, const uint16_t* rows, int64_t 
   }
 }
 
-TEST(Bf16PanelsTest, FitOnlyRowMajorBf16WithWholePanelsAndPairs) {
+TEST(Bf16PanelsTest, FitOnlyRowMajorFloatsWithWholePanels) {
   uint16_t dummy = 0;
-  EXPECT_TRUE(Bf16PanelsFit(TensorView{DType::kBF16, &dummy, 32, 6}));
-  EXPECT_FALSE(Bf16PanelsFit(TensorView{DType::kBF16, &dummy, 24, 6}));  // half a panel
-  EXPECT_FALSE(Bf16PanelsFit(TensorView{DType::kBF16, &dummy, 32, 7}));  // odd columns
-  EXPECT_FALSE(Bf16PanelsFit(TensorView{DType::kBF16, &dummy, 0, 6}));
-  EXPECT_FALSE(Bf16PanelsFit(TensorView{DType::kF16, &dummy, 32, 6}));
-  EXPECT_FALSE(Bf16PanelsFit(TensorView{DType::kF32, &dummy, 32, 6}));
-  EXPECT_FALSE(Bf16PanelsFit(TensorView{DType::kBF16, &dummy, 32, 6, Layout::kBf16Panels}));
+  EXPECT_TRUE(FloatPanelsFit(TensorView{DType::kBF16, &dummy, 32, 6}));
+  EXPECT_FALSE(FloatPanelsFit(TensorView{DType::kBF16, &dummy, 24, 6}));  // half a panel
+  EXPECT_FALSE(FloatPanelsFit(TensorView{DType::kBF16, &dummy, 32, 7}));  // odd columns
+  EXPECT_FALSE(FloatPanelsFit(TensorView{DType::kBF16, &dummy, 0, 6}));
+  EXPECT_FALSE(FloatPanelsFit(TensorView{DType::kF16, &dummy, 32, 6}));
+  EXPECT_FALSE(FloatPanelsFit(TensorView{DType::kBF16, &dummy, 32, 6, Layout::kBf16Panels}));
+  // f32: any number of columns.
+  EXPECT_TRUE(FloatPanelsFit(TensorView{DType::kF32, &dummy, 32, 6}));
+  EXPECT_TRUE(FloatPanelsFit(TensorView{DType::kF32, &dummy, 16, 7}));
+  EXPECT_TRUE(PanelsFit(TensorView{DType::kF32, &dummy, 16, 7}));
+  EXPECT_FALSE(FloatPanelsFit(TensorView{DType::kF32, &dummy, 24, 6}));
+  EXPECT_FALSE(FloatPanelsFit(TensorView{DType::kF32, &dummy, 32, 6, Layout::kF32Panels}));
+  EXPECT_EQ(PanelLayoutOf(DType::kF32), Layout::kF32Panels);
+  EXPECT_EQ(PanelLayoutOf(DType::kBF16), Layout::kBf16Panels);
+}
+
+// Element (r, c) of a packed f32 view, by the formula in panels.h.
+float F32PackedAt(const TensorView& v, int64_t r, int64_t c) {
+  return static_cast<const float*>(v.data)[(r / 16) * 16 * v.cols + c * 16 + r % 16];
+}
+
+void ExpectF32PackedCopyOf(const TensorView& packed, const float* rows, int64_t n_rows,
+                           int64_t n_cols) {
+  ASSERT_EQ(packed.layout, Layout::kF32Panels);
+  ASSERT_EQ(packed.type, DType::kF32);
+  ASSERT_EQ(packed.rows, n_rows);
+  ASSERT_EQ(packed.cols, n_cols);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int64_t c = 0; c < n_cols; ++c) {
+      ASSERT_EQ(F32PackedAt(packed, r, c), rows[r * n_cols + c]) << "r=" << r << " c=" << c;
+    }
+  }
+}
+
+TEST(F32PanelsTest, PacksEveryElementWhereTheLayoutSays) {
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t cols : {1, 3, 10, 64, 129}) {
+    for (int64_t rows : {16, 48, 160}) {
+      std::vector<float> w(static_cast<size_t>(rows * cols));
+      for (float& v : w) v = u(rng);
+      std::vector<float> out(w.size());
+      const int64_t panels = rows / kPanelRows;
+      PackF32Panels(w.data(), cols, 0, panels / 2, out.data());
+      PackF32Panels(w.data(), cols, panels / 2, panels, out.data());
+      SCOPED_TRACE(testing::Message() << "rows=" << rows << " cols=" << cols);
+      ExpectF32PackedCopyOf(TensorView{DType::kF32, out.data(), rows, cols, Layout::kF32Panels},
+                            w.data(), rows, cols);
+    }
+  }
 }
 
 TEST(Bf16PanelsTest, PacksEveryElementWhereTheLayoutSays) {
@@ -235,13 +278,13 @@ TEST(QuantPanelsTest, FitOnlyRowMajorQuantizedWithWholePanels) {
     EXPECT_FALSE(QuantPanelsFit(TensorView{type, &dummy, 24, cols}));  // half a panel
     EXPECT_FALSE(QuantPanelsFit(TensorView{type, &dummy, 0, cols}));
     EXPECT_FALSE(QuantPanelsFit(TensorView{type, &dummy, 32, cols, PanelLayoutOf(type)}));
-    EXPECT_FALSE(Bf16PanelsFit(TensorView{type, &dummy, 32, cols}));
+    EXPECT_FALSE(FloatPanelsFit(TensorView{type, &dummy, 32, cols}));
   }
   EXPECT_FALSE(QuantPanelsFit(TensorView{DType::kQ4_K, &dummy, 32, 64}));  // part of a block
   EXPECT_FALSE(QuantPanelsFit(TensorView{DType::kBF16, &dummy, 32, 64}));
   EXPECT_FALSE(QuantPanelsFit(TensorView{DType::kF32, &dummy, 32, 64}));
   EXPECT_FALSE(PanelsFit(TensorView{DType::kF16, &dummy, 32, 64}));
-  EXPECT_EQ(PanelLayoutOf(DType::kF32), Layout::kRows);
+  EXPECT_EQ(PanelLayoutOf(DType::kF16), Layout::kRows);
 }
 
 TEST(QuantPanelsTest, PacksEveryByteWhereTheLayoutSays) {
@@ -274,6 +317,8 @@ TEST(QuantPanelsTest, PacksOnlyTheTypesAskedFor) {
   const std::vector<uint8_t> q4k = RandomBytes(rng, kDim * 144);
   const std::vector<uint8_t> q6k = RandomBytes(rng, kDim * 210);
   const std::vector<uint16_t> bf16 = RandomBits(rng, kDim * kDim);
+  std::vector<float> f32(kDim * kDim);
+  for (float& v : f32) v = static_cast<float>(rng() % 1000);
   std::vector<float> embedding(16 * kDim, 1.0f);
   ModelWeights base;
   base.token_embedding = TensorView{DType::kF32, embedding.data(), 16, kDim};
@@ -284,14 +329,17 @@ TEST(QuantPanelsTest, PacksOnlyTheTypesAskedFor) {
   layer.wv = TensorView{DType::kQ8_0, q8.data(), kDim, kDim};
   layer.wo = TensorView{DType::kQ4_K, q4k.data(), kDim, kWide};
   layer.w_down = TensorView{DType::kQ6_K, q6k.data(), kDim, kWide};
+  layer.w_gate = TensorView{DType::kF32, f32.data(), kDim, kDim};
   base.layers.push_back(layer);
-  const DType kTypes[] = {DType::kBF16, DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
+  const DType kTypes[] = {DType::kF32,  DType::kBF16, DType::kQ4_0,
+                          DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
   std::vector<PanelTypes> cases;
   for (DType type : kTypes) {
     cases.emplace_back();
     cases.back().set(type, true);
   }
-  cases.push_back(PanelTypes{.bf16 = true, .q4_0 = true, .q8_0 = true, .q4_k = true, .q6_k = true});
+  cases.push_back(PanelTypes{
+      .f32 = true, .bf16 = true, .q4_0 = true, .q8_0 = true, .q4_k = true, .q6_k = true});
   for (const PanelTypes& types : cases) {
     ModelWeights w = base;
     absl::StatusOr<common::HugePageMemory> memory = PackPanels(w, PanelPackOptions{.types = types});
@@ -304,13 +352,15 @@ TEST(QuantPanelsTest, PacksOnlyTheTypesAskedFor) {
       for (const auto& [view, original] :
            {std::pair{&packed.wq, &layer.wq}, std::pair{&packed.wk, &layer.wk},
             std::pair{&packed.wv, &layer.wv}, std::pair{&packed.wo, &layer.wo},
-            std::pair{&packed.w_down, &layer.w_down}}) {
+            std::pair{&packed.w_down, &layer.w_down}, std::pair{&packed.w_gate, &layer.w_gate}}) {
         if (view->type != type) continue;
         if (!types.has(type)) {
           EXPECT_EQ(view->data, original->data);
           EXPECT_EQ(view->layout, Layout::kRows);
         } else if (type == DType::kBF16) {
           ExpectPackedCopyOf(*view, static_cast<const uint16_t*>(original->data), kDim, kDim);
+        } else if (type == DType::kF32) {
+          ExpectF32PackedCopyOf(*view, static_cast<const float*>(original->data), kDim, kDim);
         } else {
           ExpectQuantPackedCopyOf(*view, type, static_cast<const uint8_t*>(original->data),
                                   original->rows, original->cols);

@@ -25,6 +25,8 @@ enum class Layout {
   kQ4_KPanels,
   // q6_K only: likewise.
   kQ6_KPanels,
+  // f32 only: each panel as columns of its 16 rows.
+  kF32Panels,
 };
 
 // A matrix [rows, cols] (a vector is rows == 1) of `type` elements, row-major and

@@ -39,6 +39,10 @@ ABSL_FLAG(bool, weights_huge_pages, true,
           "Read the model file into memory backed by transparent huge pages (private, "
           "resident; decode streams the weights faster) instead of mapping it (shared with "
           "the page cache, droppable under memory pressure).");
+ABSL_FLAG(bool, f32_panels, true,
+          "On CPUs with AVX-512 (cpu_blas kernel level avx512 and up), repack f32 projection "
+          "matrices into 16-row panels at load (batched decode and prefill read each weight "
+          "once per 16 rows; the weights stay resident once).");
 ABSL_FLAG(bool, bf16_panels, true,
           "On CPUs with AVX512-BF16 (cpu_blas kernel level avx512bf16), repack bf16 "
           "projection matrices into 16-row panels at load (batched decode reads each "
@@ -282,6 +286,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   options.model_path = absl::GetFlag(FLAGS_model);
   options.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
   options.load.huge_pages = absl::GetFlag(FLAGS_weights_huge_pages);
+  options.f32_panels = absl::GetFlag(FLAGS_f32_panels);
   options.bf16_panels = absl::GetFlag(FLAGS_bf16_panels);
   options.quant_panels = absl::GetFlag(FLAGS_quant_panels);
   options.backend = absl::GetFlag(FLAGS_backend);

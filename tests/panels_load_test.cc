@@ -1,6 +1,6 @@
-// A bf16, q4_0, q8_0 or Q4_K_M (q4_K with q6_K) GGUF file loaded with model::LoadOptions::panels
-// (as engine::LoadModel does for the cpu_blas backend on CPUs with AVX512-BF16, resp. AVX-512
-// VNNI): the same
+// An f32, bf16, q4_0, q8_0 or Q4_K_M (q4_K with q6_K) GGUF file loaded with
+// model::LoadOptions::panels (as engine::LoadModel does for the cpu_blas backend on CPUs with
+// AVX-512, AVX512-BF16, resp. AVX-512 VNNI): the same
 // fingerprint and the same elements as a row-major load, the cpu_blas backend's logits bit for bit
 // those it computes on its own packed copies of a row-major load (and near the reference's), the
 // backends that cannot read panels refuse the model, and LoadModel packs exactly when the backend
@@ -33,7 +33,7 @@ using model::Layout;
 using model::TensorView;
 
 struct Param {
-  DType dtype;  // kBF16, kQ4_0, kQ8_0, or kQ4_K: llama.cpp's Q4_K_M mix (q4_K and q6_K)
+  DType dtype;  // kF32, kBF16, kQ4_0, kQ8_0, or kQ4_K: llama.cpp's Q4_K_M mix (q4_K and q6_K)
   bool tied;    // tied embeddings
 };
 
@@ -64,6 +64,7 @@ class PanelsLoadTest : public ::testing::TestWithParam<Param> {
   }
   void TearDown() override { std::filesystem::remove(path_); }
 
+  bool f32() const { return GetParam().dtype == DType::kF32; }
   bool bf16() const { return GetParam().dtype == DType::kBF16; }
   bool k_quants() const { return GetParam().dtype == DType::kQ4_K; }
   // The panel types this file is loaded with (and that BackendReadsPanels says by
@@ -76,10 +77,22 @@ class PanelsLoadTest : public ::testing::TestWithParam<Param> {
   }
   // The kernel level that reads this file's panels, and one below it.
   backends::cpu_blas::Isa Level() const {
-    return bf16() ? backends::cpu_blas::Isa::kAvx512Bf16 : backends::cpu_blas::Isa::kAvx512Vnni;
+    return f32()    ? backends::cpu_blas::Isa::kAvx512
+           : bf16() ? backends::cpu_blas::Isa::kAvx512Bf16
+                    : backends::cpu_blas::Isa::kAvx512Vnni;
   }
   backends::cpu_blas::Isa Lower() const {
-    return bf16() ? backends::cpu_blas::Isa::kAvx512Vnni : backends::cpu_blas::Isa::kAvx512;
+    return f32()    ? backends::cpu_blas::Isa::kAvx2
+           : bf16() ? backends::cpu_blas::Isa::kAvx512Vnni
+                    : backends::cpu_blas::Isa::kAvx512;
+  }
+  // Sets the panel switches of `options` (engine::ModelOptions, backends::BackendOptions):
+  // this file's type's to `allowed`, the others on (only this file's type's matters).
+  template <typename Options>
+  void AllowPanels(Options& options, bool allowed) const {
+    options.f32_panels = allowed || !f32();
+    options.bf16_panels = allowed || !bf16();
+    options.quant_panels = allowed || f32() || bf16();
   }
   // Whether BackendReadsPanels says this file's type.
   bool Reads(const model::PanelTypes& t) const { return t.has(GetParam().dtype); }
@@ -212,11 +225,12 @@ TEST_P(PanelsLoadTest, CpuBlasReadsThePanelsOthersRefuseThem) {
   ASSERT_EQ(a.size(), want.size());
   // The same kernel on the same packed bytes: the same bits.
   EXPECT_EQ(a, b);
-  // Near the reference (activations rounded to bf16 or quantized to 8 bits, as
-  // cpu_blas_backend_test allows). The k-quants' activations go in blocks of 256, coarser:
-  // on this file cpu_blas on row-major weights is up to 3.7 % of the logit scale off (the
-  // panels within 1.5e-6 of it), so 6 % there.
-  const float tolerance = k_quants() ? 0.06f : 0.02f;
+  // Near the reference (f32: the same products summed in another order; otherwise the
+  // activations rounded to bf16 or quantized to 8 bits, as cpu_blas_backend_test allows).
+  // The k-quants' activations go in blocks of 256, coarser: on this file cpu_blas on
+  // row-major weights is up to 3.7 % of the logit scale off (the panels within 1.5e-6 of
+  // it), so 6 % there.
+  const float tolerance = f32() ? 1e-4f : k_quants() ? 0.06f : 0.02f;
   float max_abs = 0.0f;
   for (float v : want) max_abs = std::max(max_abs, std::fabs(v));
   for (size_t i = 0; i < a.size(); ++i) {
@@ -232,20 +246,21 @@ TEST_P(PanelsLoadTest, LoadModelPacksExactlyWhenTheBackendReadsPanels) {
       options.model_path = path_;
       options.backend = backend;
       options.threads = 1;
-      options.bf16_panels = allowed || !bf16();  // only this file's type's switch matters
-      options.quant_panels = allowed || bf16();
+      AllowPanels(options, allowed);
       absl::StatusOr<engine::LoadedModel> loaded = engine::LoadModel(options);
       ASSERT_TRUE(loaded.ok()) << loaded.status();
       EXPECT_EQ(model::HasPanels(loaded->model->weights()),
                 allowed && Reads(backends::BackendReadsPanels(backend, {.threads = 1})));
-      EXPECT_FALSE(Reads(backends::BackendReadsPanels(
-          backend, {.threads = 1, .bf16_panels = !bf16(), .quant_panels = bf16()})));
+      backends::BackendOptions off{.threads = 1};
+      AllowPanels(off, false);
+      EXPECT_FALSE(Reads(backends::BackendReadsPanels(backend, off)));
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypeAndOutput, PanelsLoadTest,
-                         ::testing::Values(Param{DType::kBF16, false}, Param{DType::kBF16, true},
+                         ::testing::Values(Param{DType::kF32, false}, Param{DType::kF32, true},
+                                           Param{DType::kBF16, false}, Param{DType::kBF16, true},
                                            Param{DType::kQ4_0, false}, Param{DType::kQ4_0, true},
                                            Param{DType::kQ8_0, false}, Param{DType::kQ8_0, true},
                                            Param{DType::kQ4_K, false}, Param{DType::kQ4_K, true}),

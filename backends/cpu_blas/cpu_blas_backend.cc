@@ -185,6 +185,12 @@ absl::StatusOr<std::unique_ptr<CpuBlasBackend>> CpuBlasBackend::Create(
   const model::PanelTypes packed = model::PanelTypesOf(model.weights());
   const model::PanelTypes readable =
       cpu_blas::PanelsReadable(cpu_blas::KernelsFor(level), options.gemm);
+  if (packed.f32 && !readable.f32) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cpu_blas: the model's f32 weights are packed in panels (LoadOptions::panels), which "
+        "only the kernels of level avx512 and up read; kernel level ",
+        std::string(cpu_blas::IsaName(level))));
+  }
   if (packed.bf16 && !readable.bf16) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cpu_blas: the model's bf16 weights are packed in panels (LoadOptions::panels), "

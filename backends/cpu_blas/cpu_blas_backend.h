@@ -58,10 +58,10 @@ class CpuBlasBackend : public Backend {
                                                                 const model::KvLayout& kv_layout,
                                                                 const CpuBlasOptions& options);
   // The weight types a backend made with `options` on this CPU multiplies in panel
-  // layouts (cpu_blas::PanelsWanted: bf16 at kernel level avx512bf16 with
-  // GemmOptions::bf16_dot and bf16_panels, q4_0 and q8_0 from avx512vnni with
-  // quant_panels), so a model loaded for such backends alone should be loaded with
-  // LoadOptions::panels set to them (engine::LoadModel does).
+  // layouts (cpu_blas::PanelsWanted: f32 from kernel level avx512 with
+  // GemmOptions::f32_panels, bf16 at avx512bf16 with bf16_dot and bf16_panels, the
+  // quantized types from avx512vnni with quant_panels), so a model loaded for such backends alone
+  // should be loaded with LoadOptions::panels set to them (engine::LoadModel does).
   static model::PanelTypes ReadsPanels(const CpuBlasOptions& options);
   ~CpuBlasBackend() override;
 

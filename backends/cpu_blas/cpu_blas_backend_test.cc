@@ -297,8 +297,8 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, ParityTest,
                          });
 
 // Each kernel level (forced), each product path (streaming kernels only, interleaved from
-// 2 rows for quantized weights, with and without the panel layouts (bf16, q4_0 and q8_0
-// weights packed by the backend where the level reads them); sgemm only), and several
+// 2 rows for quantized weights, with and without the panel layouts (f32, bf16 and the
+// quantized weights packed by the backend where the level reads them); sgemm only), and several
 // thread counts agree with the reference.
 TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
   enum Path { kPanels, kRows, kSgemm };
@@ -332,7 +332,8 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
           options.gemm.quant_sgemm_min_rows = sgemm_min_rows;
           // Quantized activations on the caller (1 thread) or on the pool (3 threads).
           options.gemm.quant_parallel_min_elements = threads == 1 ? int64_t{1} << 40 : 1;
-          options.gemm.bf16_panels = options.gemm.quant_panels = path == kPanels;
+          options.gemm.f32_panels = options.gemm.bf16_panels = options.gemm.quant_panels =
+              path == kPanels;
           // (The interleaved layout, bf16 dot and the panels never go to sgemm: off for
           // the sgemm-only pass.)
           if (path == kSgemm) {

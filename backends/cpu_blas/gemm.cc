@@ -27,6 +27,7 @@ void SetOpenBlasSingleThreaded() { openblas_set_num_threads(1); }
 
 model::PanelTypes PanelsReadable(const KernelSet& kernels, const GemmOptions& options) {
   return model::PanelTypes{
+      .f32 = kernels.matmul_f32_panels != nullptr,
       .bf16 = options.bf16_dot && kernels.matmul_bf16_panels != nullptr,
       .q4_0 = kernels.matmul_q4_0_panels != nullptr,
       .q8_0 = kernels.matmul_q8_0_panels != nullptr,
@@ -37,7 +38,8 @@ model::PanelTypes PanelsReadable(const KernelSet& kernels, const GemmOptions& op
 
 model::PanelTypes PanelsWanted(const KernelSet& kernels, const GemmOptions& options) {
   const model::PanelTypes readable = PanelsReadable(kernels, options);
-  return model::PanelTypes{.bf16 = readable.bf16 && options.bf16_panels,
+  return model::PanelTypes{.f32 = readable.f32 && options.f32_panels,
+                           .bf16 = readable.bf16 && options.bf16_panels,
                            .q4_0 = readable.q4_0 && options.quant_panels,
                            .q8_0 = readable.q8_0 && options.quant_panels,
                            .q4_k = readable.q4_k && options.quant_panels,
@@ -63,10 +65,12 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   const int64_t cols = products.begin()->w->cols;
   bf16_dot_ = products.begin()->w->type == model::DType::kBF16 && options_.bf16_dot &&
               kernels_->matmul_bf16_dot != nullptr;
+  bool f32_panels = false;
   bool bf16_panels = false;
   quant_panels_ = false;
   for (const Product& p : products) {
     const bool panel = p.w->layout != model::Layout::kRows;
+    f32_panels |= panel && p.w->type == model::DType::kF32;
     bf16_panels |= panel && p.w->type == model::DType::kBF16;
     quant_panels_ |= panel && model::IsQuantized(p.w->type);
     assert(!panel || PanelsReadable(*kernels_, options_).has(p.w->type));
@@ -74,14 +78,15 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   interleaved_ = quantized && !quant_panels_ && n >= options_.quant_interleave_min_rows &&
                  cols % 256 == 0 && kernels_->matmul_q8_0_il != nullptr;
   assert(!bf16_panels || bf16_dot_);
-  const bool panels = bf16_panels || quant_panels_;
-  const bool sgemm = !interleaved_ && !bf16_dot_ && !quant_panels_ &&
+  const bool panels = f32_panels || bf16_panels || quant_panels_;
+  const bool sgemm = !interleaved_ && !bf16_dot_ && !panels &&
                      n >= (quantized ? options_.quant_sgemm_min_rows : options_.sgemm_min_rows);
   if (bf16_dot_) {
     RoundActivations(x, n, cols);
   } else if (!sgemm) {
     QuantizeActivations(products, x, n);
   }
+  if (f32_panels) PadActivations(x, n, cols);
   // Rows per slice. Streaming: enough slices to balance (about 8 per thread), a multiple
   // of the kernels' register blocking (4 rows; the bf16 dot kernel's 6, so 12; the
   // panels' 16), at least 16. sgemm: tiles of at most
@@ -123,8 +128,13 @@ void Gemm::RunStreaming(const Task& task, const float* x, int n) {
   const KernelSet& k = *kernels_;
   switch (w.type) {
     case model::DType::kF32:
-      k.matmul_f32(static_cast<const float*>(w.data), cols, task.r0, task.r1, x, cols, n, task.y,
-                   rows);
+      if (w.layout == model::Layout::kF32Panels) {
+        k.matmul_f32_panels(static_cast<const float*>(w.data), cols, task.r0, task.r1,
+                            n == 1 ? x : xf32_.data(), xf32_row_, n, task.y, rows);
+      } else {
+        k.matmul_f32(static_cast<const float*>(w.data), cols, task.r0, task.r1, x, cols, n, task.y,
+                     rows);
+      }
       break;
     case model::DType::kF16:
       k.matmul_f16(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1, x, cols, n, task.y,
@@ -221,6 +231,20 @@ void Gemm::RoundActivations(const float* x, int n, int64_t cols) {
   ForActivationRows(n, cols, [&](int begin, int end) {
     for (int i = begin; i < end; ++i) {
       kernels_->round_bf16(x + i * cols, cols, xbf16_.data() + i * xbf16_row_);
+    }
+  });
+}
+
+void Gemm::PadActivations(const float* x, int n, int64_t cols) {
+  // A copy with one cache line more per row, as RoundActivations pads for the bf16 panels:
+  // the 16-row panel tile reads the same column of 16 rows at once, and rows of a multiple
+  // of 1 KiB would share L1 sets. One row has nothing to share sets with: x as it is.
+  xf32_row_ = RoundUp(cols, 16) + 16;
+  if (n == 1) return;
+  if (xf32_.size() < static_cast<size_t>(xf32_row_ * n)) xf32_.resize(xf32_row_ * n);
+  ForActivationRows(n, cols, [&](int begin, int end) {
+    for (int i = begin; i < end; ++i) {
+      std::copy(x + i * cols, x + (i + 1) * cols, xf32_.data() + i * xf32_row_);
     }
   });
 }

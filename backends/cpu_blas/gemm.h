@@ -52,12 +52,16 @@ struct GemmOptions {
   bool bf16_dot = true;
   // With bf16_dot, on the same CPUs: bf16 projection matrices in panels of 16 rows
   // (model/panels.h, KernelSet::matmul_bf16_panels), in which one pass over the
-  // weights serves up to 16 activation rows and the weights stream in address order: as
+  // weights serves 8 activation rows and the weights stream in address order: as
   // the Model holds them when loaded with LoadOptions::panels (the server), else as
   // copies the cpu_blas backend packs at start (packed_weights.h; resident beside the
   // Model's own). tl1b bf16, 2 threads, Zen 5: batch 16 +55 %, batch 16 / batch 1 6.3–7.2
   // -> 7.8–9.4 (docs/performance.md, "bf16 weights in 16-row panels"). Default true.
   bool bf16_panels = true;
+  // On CPUs with AVX-512 (kernel level avx512 and up): f32 projection matrices in panels of
+  // 16 rows (model/panels.h, KernelSet::matmul_f32_panels), for every row count (never
+  // sgemm), as bf16_panels says for bf16. Default true.
+  bool f32_panels = true;
   // On CPUs with AVX-512 VNNI (kernel level avx512vnni and up): q4_0, q8_0, q4_K and q6_K
   // projection matrices in panels of 16 rows (model/panels.h, KernelSet::
   // matmul_q4_0_panels, ...), for every row count: the same bytes as the row-major blocks,
@@ -141,6 +145,8 @@ class Gemm {
   void QuantizeActivations(std::initializer_list<Product> products, const float* x, int n);
   // Fills xbf16_ with x rounded to bf16 for matmul_bf16_dot.
   void RoundActivations(const float* x, int n, int64_t cols);
+  // Fills xf32_ with x in rows of xf32_row_ floats for matmul_f32_panels.
+  void PadActivations(const float* x, int n, int64_t cols);
   // Calls rows(begin, end) over the n activation rows of `cols` elements: on the calling
   // thread (directly, no std::function), or from options_.quant_parallel_min_elements in
   // slices on the pool. Defined in gemm.cc, its only user.
@@ -159,6 +165,8 @@ class Gemm {
   int64_t xq8k_row_ = 0;
   std::vector<uint16_t> xbf16_;  // [n] rows of bf16, xbf16_row_ elements each
   int64_t xbf16_row_ = 0;
+  std::vector<float> xf32_;  // [n] rows of x, xf32_row_ floats each
+  int64_t xf32_row_ = 0;
   // The activations (xq8_, xq8k_) are interleaved: never when the Run reads quantized
   // panels, which take plain Q8Block / Q8KBlock rows (row-major products of the same Run
   // then use the kernels for plain rows too).
@@ -168,12 +176,13 @@ class Gemm {
 };
 
 // The panel layouts (model/panels.h) a Gemm with `kernels` and `options` can multiply
-// (bf16: bf16_dot and matmul_bf16_panels; the quantized types: their matmul_*_panels
-// kernel), whatever GemmOptions::bf16_panels and quant_panels say.
+// (f32: matmul_f32_panels; bf16: bf16_dot and matmul_bf16_panels; the quantized types:
+// their matmul_*_panels kernel), whatever GemmOptions::f32_panels, bf16_panels and
+// quant_panels say.
 model::PanelTypes PanelsReadable(const KernelSet& kernels, const GemmOptions& options);
 
-// Those of them the options ask for (GemmOptions::bf16_panels, quant_panels): the layouts
-// weights should be in for this Gemm.
+// Those of them the options ask for (GemmOptions::f32_panels, bf16_panels, quant_panels): the
+// layouts weights should be in for this Gemm.
 model::PanelTypes PanelsWanted(const KernelSet& kernels, const GemmOptions& options);
 
 // Sets OpenBLAS to run every call on the calling thread only. OpenBLAS's thread count is

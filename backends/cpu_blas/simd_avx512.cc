@@ -1,7 +1,8 @@
 // AVX-512 F kernels (16 float lanes). Compiled with per-function target attributes so
 // the rest of the program stays baseline x86-64; called only when
 // IsaSupported(Isa::kAvx512). The loops are in simd_kernels_inl.h (shared with, and
-// tested through, the AVX2 level); this file holds the AVX-512 vector and weight traits.
+// tested through, the AVX2 level); this file holds the AVX-512 vector and weight traits,
+// and the f32 panel kernel (simd_float_panels_inl.h).
 // GCC 12's avx512fintrin.h initialises "undefined" vectors from themselves, which
 // -Wuninitialized reports when the intrinsics are used under a target attribute
 // (GCC bug 105593, fixed in GCC 13). The warning is about the header, not this code.
@@ -15,11 +16,13 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "backends/cpu_blas/q8_activations.h"
 #include "backends/cpu_blas/simd_hsum.h"
 #include "backends/cpu_blas/simd_kernels.h"
 #include "model/dtype.h"
+#include "model/panels.h"
 #include "model/quant.h"
 
 #define KVSERVE_SIMD_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
@@ -94,10 +97,31 @@ struct BF16W {
   static float One(uint16_t v) { return model::BF16ToFloat(v); }
 };
 
-#include "backends/cpu_blas/simd_kernels_inl.h"  // NOLINT(build/include): see its header
-#include "backends/cpu_blas/simd_quant_inl.h"    // NOLINT(build/include): see its header
+// The f32 panel layout (model/panels.h): one line is a column of 16 rows, one
+// vfmadd231ps multiplies it by a broadcast element of one activation row.
+struct F32Lines {
+  using Weight = float;
+  using Act = float;
+  static constexpr int64_t kCols = 1;
+  using Vec = __m512;
+  KVSERVE_SIMD_TARGET static Vec Line(const float* at) { return _mm512_loadu_ps(at); }
+  KVSERVE_SIMD_TARGET static Vec Broadcast(const float* at) { return _mm512_set1_ps(*at); }
+  KVSERVE_SIMD_TARGET static __m512 Madd(__m512 acc, Vec w, Vec x) {
+    return _mm512_fmadd_ps(w, x, acc);
+  }
+};
 
-constexpr KernelSet kAvx512Set = WithQuantKernels<MaddubsDot>(MakeKernelSet(Isa::kAvx512));
+#include "backends/cpu_blas/simd_float_panels_inl.h"  // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_kernels_inl.h"       // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_quant_inl.h"         // NOLINT(build/include): see its header
+
+constexpr KernelSet WithF32Panels(KernelSet k) {
+  k.matmul_f32_panels = &MatMulFloatPanels<F32Lines>;
+  return k;
+}
+
+constexpr KernelSet kAvx512Set =
+    WithF32Panels(WithQuantKernels<MaddubsDot>(MakeKernelSet(Isa::kAvx512)));
 
 }  // namespace
 

@@ -135,117 +135,34 @@ KVSERVE_SIMD_TARGET void MatMulBf16Dot(const uint16_t* w, int64_t cols, int64_t 
   }
 }
 
-// The panel layout (model/panels.h): weight rows in panels of kPanelRows, each
-// panel as column pairs, one 64-byte line per pair holding the pair of every row of the
-// panel. One vdpbf16ps multiplies a line by a broadcast pair of one activation row, so
-// every weight is loaded once per pass for all M activation rows, the panels stream in
-// address order, and the results need no horizontal sums. Against the row layout above
-// (DotTile: four passes of 4 activation rows over each 6-row group), a standalone copy of
-// both kernels (2048 x 2048, 512 MiB of matrices, 2 threads, Zen 5, GFLOP/s rows ->
-// panels): 1 row 42 -> 51-63 GB/s, 16 rows 300 -> 425-475, 64 rows 430 -> 560, 512 rows
-// 400 -> 500-580 (bench/kernels_bench.cc BM_Gemm bf16_dot:1 vs 2, 2048 x 768: 16 rows 329
-// -> 387, 64 rows 464 -> 431).
-using model::kPanelRows;
-static_assert(kPanelRows == 16, "one panel line is one 512-bit vector of bf16 pairs");
-// Panel lines read ahead of the one in use, per panel stream: 4 KiB, about as far as the
-// memory latency at the 16-row rate (one line per 16 vdpbf16ps); 16 lines ahead ran the
-// 16-row product at 380 GFLOP/s, 64 at 475, 128 and 256 lines no faster.
-constexpr int64_t kPanelPrefetchLines = 64;
-// Panels per block: every activation row goes over one block before the next, so a block
-// (about this many bytes) stays in L2 for all rows of a prefill.
-constexpr int64_t kPanelBlockBytes = 256 << 10;
+// The bf16 panel layout (model/panels.h): one line is the column pair of 16 rows, one
+// vdpbf16ps multiplies it by a broadcast pair of one activation row.
+struct Bf16Lines {
+  using Weight = uint16_t;
+  using Act = uint16_t;
+  static constexpr int64_t kCols = 2;
+  using Vec = __m512bh;
+  KVSERVE_SIMD_TARGET static Vec Line(const uint16_t* at) {
+    return (__m512bh)_mm512_loadu_si512(at);
+  }
+  KVSERVE_SIMD_TARGET static Vec Broadcast(const uint16_t* at) {
+    uint32_t pair;
+    std::memcpy(&pair, at, sizeof(pair));
+    return (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+  }
+  KVSERVE_SIMD_TARGET static __m512 Madd(__m512 acc, Vec w, Vec x) {
+    return _mm512_dpbf16_ps(acc, w, x);
+  }
+};
 
-// y[m * ldy + 16 p + j] = sum_c W[16 p + j, c] * XB[m, c] for p in [0, P), m in [0, M),
-// j in [0, 16): P panels from w (panel_elems apart) against M activation rows.
-template <int P, int M>
-KVSERVE_SIMD_TARGET void PanelTile(const uint16_t* w, int64_t panel_elems, int64_t pairs,
-                                   const uint16_t* xb, int64_t ldxb, float* y, int64_t ldy) {
-  __m512 acc[P][M];
-#pragma GCC unroll 4
-  for (int p = 0; p < P; ++p) {
-#pragma GCC unroll 16
-    for (int m = 0; m < M; ++m) acc[p][m] = _mm512_setzero_ps();
-  }
-  // (Integer arithmetic: the prefetched address may lie past the end of the weights; a
-  // hint never faults.)
-  const uintptr_t base = reinterpret_cast<uintptr_t>(w);
-  for (int64_t k = 0; k < pairs; ++k) {
-    __m512bh wv[P];
-#pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) {
-      const int64_t at = p * panel_elems + k * 2 * kPanelRows;
-      _mm_prefetch(reinterpret_cast<const char*>(
-                       base + static_cast<uintptr_t>(at + kPanelPrefetchLines * 2 * kPanelRows) *
-                                  sizeof(uint16_t)),
-                   _MM_HINT_T0);
-      wv[p] = (__m512bh)_mm512_loadu_si512(w + at);
-    }
-#pragma GCC unroll 16
-    for (int m = 0; m < M; ++m) {
-      uint32_t pair;
-      std::memcpy(&pair, xb + m * ldxb + 2 * k, sizeof(pair));
-      const __m512bh xv = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
-#pragma GCC unroll 4
-      for (int p = 0; p < P; ++p) acc[p][m] = _mm512_dpbf16_ps(acc[p][m], wv[p], xv);
-    }
-  }
-#pragma GCC unroll 4
-  for (int p = 0; p < P; ++p) {
-#pragma GCC unroll 16
-    for (int m = 0; m < M; ++m) _mm512_storeu_ps(y + m * ldy + p * kPanelRows, acc[p][m]);
-  }
-}
-
-// Panels [p0, p1) against M activation rows, P panels per tile: fewer rows take more
-// panels at once, so that enough accumulators are in flight (P * M of them, at most 16)
-// and a batch-1 product streams four panels side by side.
-template <int M>
-KVSERVE_SIMD_TARGET void PanelRows(const uint16_t* w, int64_t panel_elems, int64_t pairs,
-                                   int64_t p0, int64_t p1, const uint16_t* xb, int64_t ldxb,
-                                   float* y, int64_t ldy) {
-  constexpr int P = M <= 2 ? 4 : M <= 5 ? 3 : M <= 8 ? 2 : 1;
-  int64_t p = p0;
-  for (; p + P <= p1; p += P) {
-    PanelTile<P, M>(w + p * panel_elems, panel_elems, pairs, xb, ldxb, y + p * kPanelRows, ldy);
-  }
-  for (; p < p1; ++p) {
-    PanelTile<1, M>(w + p * panel_elems, panel_elems, pairs, xb, ldxb, y + p * kPanelRows, ldy);
-  }
-}
-
-// PanelRows<m> for a run-time m in [1, 16].
-template <int... Ms>
-KVSERVE_SIMD_TARGET void PanelRowsOf(int m, const uint16_t* w, int64_t panel_elems, int64_t pairs,
-                                     int64_t p0, int64_t p1, const uint16_t* xb, int64_t ldxb,
-                                     float* y, int64_t ldy, std::integer_sequence<int, Ms...>) {
-  ((m == Ms + 1 ? PanelRows<Ms + 1>(w, panel_elems, pairs, p0, p1, xb, ldxb, y, ldy) : void()),
-   ...);
-}
-
-// KernelSet::matmul_bf16_panels.
-KVSERVE_SIMD_TARGET void MatMulBf16Panels(const uint16_t* w, int64_t cols, int64_t row_begin,
-                                          int64_t row_end, const uint16_t* xb, int64_t ldxb, int n,
-                                          float* y, int64_t ldy) {
-  const int64_t panel_elems = kPanelRows * cols;
-  const int64_t pairs = cols / 2;
-  const int64_t block = std::max<int64_t>(
-      1, kPanelBlockBytes / (panel_elems * static_cast<int64_t>(sizeof(uint16_t))));
-  const int64_t p_end = row_end / kPanelRows;
-  for (int64_t b0 = row_begin / kPanelRows; b0 < p_end; b0 += block) {
-    const int64_t b1 = std::min(p_end, b0 + block);
-    for (int i = 0; i < n; i += kPanelRows) {
-      PanelRowsOf(std::min<int>(kPanelRows, n - i), w, panel_elems, pairs, b0, b1, xb + i * ldxb,
-                  ldxb, y + i * ldy, ldy, std::make_integer_sequence<int, 16>());
-    }
-  }
-}
+#include "backends/cpu_blas/simd_float_panels_inl.h"  // NOLINT(build/include): see its header
 
 KernelSet MakeBf16Set() {
   KernelSet k = Avx512VnniKernels();
   k.isa = Isa::kAvx512Bf16;
   k.matmul_bf16_dot = &MatMulBf16Dot;
   k.round_bf16 = &RoundRow;
-  k.matmul_bf16_panels = &MatMulBf16Panels;
+  k.matmul_bf16_panels = &MatMulFloatPanels<Bf16Lines>;
   return k;
 }
 

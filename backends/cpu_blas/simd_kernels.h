@@ -134,6 +134,13 @@ struct KernelSet {
   // addition: row_begin and row_end multiples of model::kPanelRows; cols even.
   // nullptr where matmul_bf16_dot is.
   MatMulBf16DotFn matmul_bf16_panels = nullptr;
+  // matmul_f32 with W in the f32 panel layout (model/panels.h) instead of row-major, `w`
+  // its first element: the exact f32 products, each output one chain of multiply-adds over
+  // the columns in order (so it does not depend on n). For every row count (8 activation
+  // rows per pass over the weights). Precondition in addition: row_begin and row_end
+  // multiples of model::kPanelRows. nullptr below avx512 (the AVX2 level's 8 lanes are half
+  // a panel line).
+  MatMulFn<float> matmul_f32_panels = nullptr;
   // matmul_q4_0 (matmul_q8_0) with W in the q4_0 (q8_0) panel layout (model/panels.h)
   // instead of row-major, `w` its first byte and row_bytes that of a row-major row: the
   // same integer block products against Q8Block activation rows, summed in another

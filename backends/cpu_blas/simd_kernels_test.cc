@@ -264,6 +264,58 @@ TEST_P(SimdKernelsTest, Bf16PanelsAreTheBf16DotProduct) {
   }
 }
 
+// matmul_f32_panels (avx512 and up): the weights in the panel layout (packed by
+// model::PackF32Panels), the products of the scalar matmul_f32 on the row-major weights up
+// to summation order; only the slice of panels asked for is written; and each output is
+// bit for bit the same whatever the number of activation rows (one chain per output).
+TEST_P(SimdKernelsTest, F32PanelsAreTheF32Product) {
+  if (GetParam() == Isa::kScalar || GetParam() == Isa::kAvx2) {
+    EXPECT_EQ(kernels().matmul_f32_panels, nullptr);
+    return;
+  }
+  ASSERT_NE(kernels().matmul_f32_panels, nullptr);
+  std::mt19937 rng(14);
+  // Shapes: one and several panels (tiles of 4, 3 and 2 panels and a last single one),
+  // every activation-row tile (1-8) and more than one 8-row pass (9, 16, 17, 33), a slice
+  // that starts at the second panel, and panel blocks (the kernels' kFloatPanelBlockBytes:
+  // 1030 columns x 80 rows is more than one block of 256 KiB).
+  for (int64_t cols : {1, 3, 16, 17, 100, 1030}) {
+    for (int64_t rows : {16, 32, 48, 80}) {
+      for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 33}) {
+        SCOPED_TRACE(::testing::Message() << "cols=" << cols << " rows=" << rows << " n=" << n);
+        const Weights w = RandomWeights(rng, DType::kF32, static_cast<size_t>(rows * cols));
+        std::vector<float> packed(static_cast<size_t>(rows * cols));
+        model::PackF32Panels(w.f32.data(), cols, 0, rows / model::kPanelRows, packed.data());
+        const int64_t ldx = cols + 3;
+        const std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * ldx));
+        const int64_t ldy = rows + 5;
+        const int64_t r0 = rows > model::kPanelRows ? model::kPanelRows : 0;
+        std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
+        std::vector<float> y_ref(y.size(), kSentinel);
+        kernels().matmul_f32_panels(packed.data(), cols, r0, rows, x.data(), ldx, n, y.data(), ldy);
+        ScalarKernels().matmul_f32(w.f32.data(), cols, r0, rows, x.data(), ldx, n, y_ref.data(),
+                                   ldy);
+        ExpectSliceNear(y, y_ref, n, ldy, r0, rows, cols, [&](int i, int64_t r) {
+          double abs_sum = 0.0;
+          for (int64_t c = 0; c < cols; ++c) {
+            abs_sum += std::fabs(w.f32[r * cols + c] * x[i * ldx + c]);
+          }
+          return abs_sum;
+        });
+        // Row i alone gives the same bits.
+        for (int i = 0; i < n; i += 4) {
+          std::vector<float> one(static_cast<size_t>(ldy), kSentinel);
+          kernels().matmul_f32_panels(packed.data(), cols, r0, rows, x.data() + i * ldx, ldx, 1,
+                                      one.data(), ldy);
+          for (int64_t r = r0; r < rows; ++r) {
+            ASSERT_EQ(one[r], y[i * ldy + r]) << "i=" << i << " r=" << r;
+          }
+        }
+      }
+    }
+  }
+}
+
 QMatMulFn QuantKernel(const KernelSet& k, DType dtype) {
   switch (dtype) {
     case DType::kQ8_0:

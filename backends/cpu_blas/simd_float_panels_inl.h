@@ -1,0 +1,141 @@
+// The float panel kernels, KernelSet::matmul_f32_panels and matmul_bf16_panels: weights in
+// the f32 or bf16 panel layout (model/panels.h) against float or bf16 activation rows, in
+// 512-bit vectors. Not a normal header: simd_avx512.cc and simd_avx512_bf16.cc include it
+// inside their anonymous namespace, with KVSERVE_SIMD_TARGET defined, each with its format.
+//
+// In both layouts one 64-byte line holds one 4-byte word of all 16 rows of a panel (f32: a
+// column; bf16: a column pair). One multiply-add (vfmadd231ps; vdpbf16ps) takes a line and
+// that word of one activation row broadcast to every lane, so every weight is loaded once
+// per pass for all M activation rows, the panels stream in address order, and the 16
+// lanes of an accumulator are the 16 rows: no horizontal sums. Each output is one chain of
+// multiply-adds over the columns in order, whatever the number of activation rows, so a
+// sequence's results do not depend on its batch. bf16 against the row layout of
+// simd_avx512_bf16.cc (DotTile: four passes of 4 activation rows over each 6-row group), a
+// standalone copy of both kernels (2048 x 2048, 512 MiB of matrices, 2 threads, Zen 5,
+// GFLOP/s rows -> panels): 1 row 42 -> 51-63 GB/s, 16 rows 300 -> 425-475, 64 rows 430 ->
+// 560, 512 rows 400 -> 500-580 (bench/kernels_bench.cc BM_Gemm bf16_dot:1 vs 2, 2048 x
+// 768: 16 rows 329 -> 387, 64 rows 464 -> 431).
+//
+// A format provides
+//   Weight, Act                 the element types of the weights and the activations
+//   kCols                       columns per 4-byte word (f32 1, bf16 2)
+//   Vec                         the vector type of a line
+//   static Vec Line(const Weight* at)            the line at `at`
+//   static Vec Broadcast(const Act* at)          the word at `at`, in every lane
+//   static __m512 Madd(__m512 acc, Vec w, Vec x) acc + the products of w and x, per lane
+
+static_assert(model::kPanelRows == 16, "one panel line is one 512-bit vector");
+// Panel lines read ahead of the one in use, per panel stream: 4 KiB, about as far as the
+// memory latency at the 16-row rate (one line per 16 multiply-adds); bf16: 16 lines ahead
+// ran the 16-row product at 380 GFLOP/s, 64 at 475, 128 and 256 lines no faster.
+constexpr int64_t kFloatPanelPrefetchLines = 64;
+// Panels per block: every activation row goes over one block before the next, so a block
+// (about this many bytes) stays in L2 for all rows of a prefill.
+constexpr int64_t kFloatPanelBlockBytes = 256 << 10;
+// Activation rows per pass over a block: 8, in tiles of 2 panels (16 accumulators, each
+// broadcast feeding two multiply-adds). bench/kernels_bench.cc BM_Gemm ... bf16_dot:2
+// (2048 x 768, 2 threads, Zen 5, GFLOP/s, two alternated rounds, 16 rows per pass in
+// tiles of 1 panel -> 8 rows in tiles of 2 -> 12 rows in tiles of 2): f32 16 rows
+// 238/216 -> 239/239 -> 237, 64 rows 272/262 -> 312/328 -> 302, 512 rows 305/271 ->
+// 365/324 -> 338; bf16 16 rows 408/386 -> 402/456 -> 355, 64 rows 519/475 -> 608/612 ->
+// 521, 512 rows 563/547 -> 705/736 -> 621.
+constexpr int kFloatPanelPassRows = 8;
+
+// y[m * ldy + 16 p + j] = sum_c W[16 p + j, c] * X[m, c] for p in [0, P), m in [0, M),
+// j in [0, 16): P panels from w (panel_elems apart, `words` lines each) against M
+// activation rows.
+template <typename F, int P, int M>
+KVSERVE_SIMD_TARGET void FloatPanelTile(const typename F::Weight* w, int64_t panel_elems,
+                                        int64_t words, const typename F::Act* x, int64_t ldx,
+                                        float* y, int64_t ldy) {
+  constexpr int64_t kLineElems = F::kCols * model::kPanelRows;
+  __m512 acc[P][M];
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m) acc[p][m] = _mm512_setzero_ps();
+  }
+  // (Integer arithmetic: the prefetched address may lie past the end of the weights; a
+  // hint never faults.)
+  const uintptr_t base = reinterpret_cast<uintptr_t>(w);
+  for (int64_t k = 0; k < words; ++k) {
+    typename F::Vec wv[P];
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+      const int64_t at = p * panel_elems + k * kLineElems;
+      _mm_prefetch(reinterpret_cast<const char*>(
+                       base + static_cast<uintptr_t>(at + kFloatPanelPrefetchLines * kLineElems) *
+                                  sizeof(typename F::Weight)),
+                   _MM_HINT_T0);
+      wv[p] = F::Line(w + at);
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m) {
+      const typename F::Vec xv = F::Broadcast(x + m * ldx + F::kCols * k);
+#pragma GCC unroll 4
+      for (int p = 0; p < P; ++p) acc[p][m] = F::Madd(acc[p][m], wv[p], xv);
+    }
+  }
+#pragma GCC unroll 4
+  for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m) {
+      _mm512_storeu_ps(y + m * ldy + p * model::kPanelRows, acc[p][m]);
+    }
+  }
+}
+
+// Panels [p0, p1) against M <= kFloatPanelPassRows activation rows, P panels per tile:
+// fewer rows take more panels at once, so that enough accumulators are in flight (P * M
+// of them, at most 16) and a batch-1 product streams four panels side by side.
+template <typename F, int M>
+KVSERVE_SIMD_TARGET void FloatPanelRows(const typename F::Weight* w, int64_t panel_elems,
+                                        int64_t words, int64_t p0, int64_t p1,
+                                        const typename F::Act* x, int64_t ldx, float* y,
+                                        int64_t ldy) {
+  static_assert(M <= kFloatPanelPassRows);
+  constexpr int P = M <= 2 ? 4 : M <= 5 ? 3 : 2;
+  int64_t p = p0;
+  for (; p + P <= p1; p += P) {
+    FloatPanelTile<F, P, M>(w + p * panel_elems, panel_elems, words, x, ldx,
+                            y + p * model::kPanelRows, ldy);
+  }
+  for (; p < p1; ++p) {
+    FloatPanelTile<F, 1, M>(w + p * panel_elems, panel_elems, words, x, ldx,
+                            y + p * model::kPanelRows, ldy);
+  }
+}
+
+// FloatPanelRows<F, m> for a run-time m in [1, kFloatPanelPassRows].
+template <typename F, int... Ms>
+KVSERVE_SIMD_TARGET void FloatPanelRowsOf(int m, const typename F::Weight* w, int64_t panel_elems,
+                                          int64_t words, int64_t p0, int64_t p1,
+                                          const typename F::Act* x, int64_t ldx, float* y,
+                                          int64_t ldy, std::integer_sequence<int, Ms...>) {
+  ((m == Ms + 1 ? FloatPanelRows<F, Ms + 1>(w, panel_elems, words, p0, p1, x, ldx, y, ldy)
+                : void()),
+   ...);
+}
+
+// y[i * ldy + r] = sum_c W[r, c] * X[i, c] for r in [row_begin, row_end), i in [0, n), W in
+// F's panel layout: the panels in blocks of about kFloatPanelBlockBytes, each block against
+// kFloatPanelPassRows activation rows at a time.
+template <typename F>
+KVSERVE_SIMD_TARGET void MatMulFloatPanels(const typename F::Weight* w, int64_t cols,
+                                           int64_t row_begin, int64_t row_end,
+                                           const typename F::Act* x, int64_t ldx, int n, float* y,
+                                           int64_t ldy) {
+  const int64_t panel_elems = model::kPanelRows * cols;
+  const int64_t words = cols / F::kCols;
+  const int64_t block = std::max<int64_t>(
+      1, kFloatPanelBlockBytes / (panel_elems * static_cast<int64_t>(sizeof(typename F::Weight))));
+  const int64_t p_end = row_end / model::kPanelRows;
+  for (int64_t b0 = row_begin / model::kPanelRows; b0 < p_end; b0 += block) {
+    const int64_t b1 = std::min(p_end, b0 + block);
+    for (int i = 0; i < n; i += kFloatPanelPassRows) {
+      FloatPanelRowsOf<F>(std::min(kFloatPanelPassRows, n - i), w, panel_elems, words, b0, b1,
+                          x + i * ldx, ldx, y + i * ldy, ldy,
+                          std::make_integer_sequence<int, kFloatPanelPassRows>());
+    }
+  }
+}
