@@ -15,8 +15,8 @@
 namespace kvserve::backends::cpu_blas {
 
 struct GemmOptions {
-  // Products with at least this many activation rows run as OpenBLAS sgemm over weight
-  // tiles (16-bit tiles are first converted to f32 in a per-thread scratch of about
+  // Products with at least this many activation rows (of weights not in panels) run as
+  // OpenBLAS sgemm over weight tiles (16-bit tiles are first converted to f32 in a per-thread scratch of about
   // tile_bytes); fewer rows use the SIMD kernels, which read each weight once for all
   // rows. Crossover measured with bench/kernels_bench.cc (BM_Gemm, 2048x768, two threads,
   // AVX2, GFLOP/s SIMD vs sgemm): 16 rows f32 79 vs 63, bf16 100 vs 63; 32 rows f32 93 vs
@@ -60,7 +60,11 @@ struct GemmOptions {
   bool bf16_panels = true;
   // On CPUs with AVX-512 (kernel level avx512 and up): f32 projection matrices in panels of
   // 16 rows (model/panels.h, KernelSet::matmul_f32_panels), for every row count (never
-  // sgemm), as bf16_panels says for bf16. Default true.
+  // sgemm), as bf16_panels says for bf16. bench/kernels_bench.cc BM_Gemm (2048 x 768, 2
+  // threads, Zen 5, medians of 3; row-major streaming kernels or sgemm, the better ->
+  // panels): 1 row 40.0 -> 55.2 GB/s, 4 rows 55.0 -> 72.8 GFLOP/s, 16 rows 150 -> 253, 64
+  // rows 227 -> 309, 512 rows 313 -> 353; the model: docs/performance.md, "f32 weights in
+  // 16-row panels". Default true.
   bool f32_panels = true;
   // On CPUs with AVX-512 VNNI (kernel level avx512vnni and up): q4_0, q8_0, q4_K and q6_K
   // projection matrices in panels of 16 rows (model/panels.h, KernelSet::
