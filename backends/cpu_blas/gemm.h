@@ -16,11 +16,11 @@ namespace kvserve::backends::cpu_blas {
 
 struct GemmOptions {
   // Products with at least this many activation rows (of weights not in panels) run as
-  // OpenBLAS sgemm over weight tiles (16-bit tiles are first converted to f32 in a per-thread scratch of about
-  // tile_bytes); fewer rows use the SIMD kernels, which read each weight once for all
-  // rows. Crossover measured with bench/kernels_bench.cc (BM_Gemm, 2048x768, two threads,
-  // AVX2, GFLOP/s SIMD vs sgemm): 16 rows f32 79 vs 63, bf16 100 vs 63; 32 rows f32 93 vs
-  // 94, bf16 77 vs 97; 64 rows f32 101 vs 103, bf16 72 vs 109. Default 32.
+  // OpenBLAS sgemm over weight tiles (16-bit tiles are first converted to f32 in a per-thread
+  // scratch of about tile_bytes); fewer rows use the SIMD kernels, which read each weight once for
+  // all rows. Crossover measured with bench/kernels_bench.cc (BM_Gemm, 2048x768, two threads, AVX2,
+  // GFLOP/s SIMD vs sgemm): 16 rows f32 79 vs 63, bf16 100 vs 63; 32 rows f32 93 vs 94, bf16 77 vs
+  // 97; 64 rows f32 101 vs 103, bf16 72 vs 109. Default 32.
   int sgemm_min_rows = 32;
   // The same crossover for quantized weights (q8_0, q4_0, q4_K, q6_K) whose rows do not
   // take the interleaved layout below: under it the rows run through the integer kernels
