@@ -222,8 +222,8 @@ void Gemm::RoundActivations(const float* x, int n, int64_t cols) {
   // a buffer of its own (bench/kernels_bench.cc BM_Gemm bf16_dot, 2048 x 768, 16 rows, 2
   // threads, Zen 5, three alternated rounds: 313/303/288 -> 319/317/328 GFLOP/s).
   // One cache line more than the kernels need, so that rows of a multiple of 2 KiB do
-  // not all map to the same L1 sets (the 16-row panel tile reads the same column of 16
-  // rows at once). Standalone copy of the kernels, 16 rows of 2048 columns, 2 threads,
+  // not all map to the same L1 sets (the panel tiles read the same column of 8 rows at
+  // once). Standalone copy of the kernels, 16 rows of 2048 columns, 2 threads,
   // Zen 5, GFLOP/s at a stride of 2048 -> 2080: rows 292 -> 348, panels 182 -> 243
   // (without the panels' prefetch).
   xbf16_row_ = Bf16DotStride(cols) + 32;
@@ -236,9 +236,10 @@ void Gemm::RoundActivations(const float* x, int n, int64_t cols) {
 }
 
 void Gemm::PadActivations(const float* x, int n, int64_t cols) {
-  // A copy with one cache line more per row, as RoundActivations pads for the bf16 panels:
-  // the 16-row panel tile reads the same column of 16 rows at once, and rows of a multiple
-  // of 1 KiB would share L1 sets. One row has nothing to share sets with: x as it is.
+  // A copy with one cache line more per row, as RoundActivations pads for the bf16 panels
+  // (where it was measured): the panel tiles read the same column of 8 rows at once, and
+  // rows a multiple of 4 KiB apart would share L1 sets. One row has nothing to share sets
+  // with: x as it is.
   xf32_row_ = RoundUp(cols, 16) + 16;
   if (n == 1) return;
   if (xf32_.size() < static_cast<size_t>(xf32_row_ * n)) xf32_.resize(xf32_row_ * n);
