@@ -23,7 +23,8 @@ struct LoadOptions {
   // Repack the projection matrices of these types into the panel layouts of the cpu_blas
   // kernels (panels.h) and hand the pages of their row-major bytes back, so the weights
   // are resident once. Then only readers of those layouts can use the model (the cpu_blas
-  // backend at kernel level avx512bf16 for bf16, avx512vnni for the quantized types; the
+  // backend at kernel level avx512 for f32, avx512bf16 for bf16, avx512vnni for the
+  // quantized types; the
   // reference backend refuses it). engine::LoadModel sets it where the backend wants it. The
   // fingerprint is that of the file either way. Default: none.
   PanelTypes panels;
