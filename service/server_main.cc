@@ -42,7 +42,7 @@ ABSL_FLAG(bool, weights_huge_pages, true,
 ABSL_FLAG(bool, f32_panels, true,
           "On CPUs with AVX-512 (cpu_blas kernel level avx512 and up), repack f32 projection "
           "matrices into 16-row panels at load (batched decode and prefill read each weight "
-          "once per 16 rows; the weights stay resident once).");
+          "once per 8 activation rows; the weights stay resident once).");
 ABSL_FLAG(bool, bf16_panels, true,
           "On CPUs with AVX512-BF16 (cpu_blas kernel level avx512bf16), repack bf16 "
           "projection matrices into 16-row panels at load (batched decode reads each "
