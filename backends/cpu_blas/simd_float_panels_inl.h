@@ -11,8 +11,8 @@
 // multiply-adds over the columns in order, whatever the number of activation rows, so a
 // sequence's results do not depend on its batch. bf16 against the row layout of
 // simd_avx512_bf16.cc (DotTile: four passes of 4 activation rows over each 6-row group), a
-// standalone copy of both kernels (2048 x 2048, 512 MiB of matrices, 2 threads, Zen 5,
-// GFLOP/s rows -> panels): 1 row 42 -> 51-63 GB/s, 16 rows 300 -> 425-475, 64 rows 430 ->
+// standalone copy of both kernels with 16-row passes (2048 x 2048, 512 MiB of matrices, 2 threads,
+// Zen 5, GFLOP/s rows -> panels): 1 row 42 -> 51-63 GB/s, 16 rows 300 -> 425-475, 64 rows 430 ->
 // 560, 512 rows 400 -> 500-580 (bench/kernels_bench.cc BM_Gemm bf16_dot:1 vs 2, 2048 x
 // 768: 16 rows 329 -> 387, 64 rows 464 -> 431).
 //
@@ -26,8 +26,9 @@
 
 static_assert(model::kPanelRows == 16, "one panel line is one 512-bit vector");
 // Panel lines read ahead of the one in use, per panel stream: 4 KiB, about as far as the
-// memory latency at the 16-row rate (one line per 16 multiply-adds); bf16: 16 lines ahead
-// ran the 16-row product at 380 GFLOP/s, 64 at 475, 128 and 256 lines no faster.
+// memory latency at the rate of a full pass. Measured with passes of 16 rows in tiles of
+// one panel: bf16 16 lines ahead ran the 16-row product at 380 GFLOP/s, 64 at 475, 128 and
+// 256 lines no faster; f32 160 lines 241 against 253 for 64.
 constexpr int64_t kFloatPanelPrefetchLines = 64;
 // Panels per block: every activation row goes over one block before the next, so a block
 // (about this many bytes) stays in L2 for all rows of a prefill.
