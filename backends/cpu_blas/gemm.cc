@@ -129,8 +129,8 @@ void Gemm::RunStreaming(const Task& task, const float* x, int n) {
   switch (w.type) {
     case model::DType::kF32:
       if (w.layout == model::Layout::kF32Panels) {
-        k.matmul_f32_panels(static_cast<const float*>(w.data), cols, task.r0, task.r1,
-                            n == 1 ? x : xf32_.data(), xf32_row_, n, task.y, rows);
+        k.matmul_f32_panels(static_cast<const float*>(w.data), cols, task.r0, task.r1, xf32_rows_,
+                            xf32_row_, n, task.y, rows);
       } else {
         k.matmul_f32(static_cast<const float*>(w.data), cols, task.r0, task.r1, x, cols, n, task.y,
                      rows);
@@ -240,9 +240,14 @@ void Gemm::PadActivations(const float* x, int n, int64_t cols) {
   // (where it was measured): the panel tiles read the same column of 8 rows at once, and
   // rows a multiple of 4 KiB apart would share L1 sets. One row has nothing to share sets
   // with: x as it is.
+  if (n == 1) {
+    xf32_rows_ = x;
+    xf32_row_ = cols;
+    return;
+  }
   xf32_row_ = RoundUp(cols, 16) + 16;
-  if (n == 1) return;
   if (xf32_.size() < static_cast<size_t>(xf32_row_ * n)) xf32_.resize(xf32_row_ * n);
+  xf32_rows_ = xf32_.data();
   ForActivationRows(n, cols, [&](int begin, int end) {
     for (int i = begin; i < end; ++i) {
       std::copy(x + i * cols, x + (i + 1) * cols, xf32_.data() + i * xf32_row_);

@@ -149,7 +149,8 @@ class Gemm {
   void QuantizeActivations(std::initializer_list<Product> products, const float* x, int n);
   // Fills xbf16_ with x rounded to bf16 for matmul_bf16_dot.
   void RoundActivations(const float* x, int n, int64_t cols);
-  // Fills xf32_ with x in rows of xf32_row_ floats for matmul_f32_panels.
+  // Points xf32_rows_ at x's rows for matmul_f32_panels, xf32_row_ floats apart: x itself
+  // for one row, else a padded copy in xf32_.
   void PadActivations(const float* x, int n, int64_t cols);
   // Calls rows(begin, end) over the n activation rows of `cols` elements: on the calling
   // thread (directly, no std::function), or from options_.quant_parallel_min_elements in
@@ -169,7 +170,8 @@ class Gemm {
   int64_t xq8k_row_ = 0;
   std::vector<uint16_t> xbf16_;  // [n] rows of bf16, xbf16_row_ elements each
   int64_t xbf16_row_ = 0;
-  std::vector<float> xf32_;  // [n] rows of x, xf32_row_ floats each
+  std::vector<float> xf32_;  // [n] rows of x, xf32_row_ floats each (n > 1)
+  const float* xf32_rows_ = nullptr;
   int64_t xf32_row_ = 0;
   // The activations (xq8_, xq8k_) are interleaved: never when the Run reads quantized
   // panels, which take plain Q8Block / Q8KBlock rows (row-major products of the same Run
