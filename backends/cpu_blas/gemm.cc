@@ -89,17 +89,16 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   if (f32_panels) PadActivations(x, n, cols);
   // Rows per slice. Streaming: enough slices to balance (about 8 per thread), a multiple
   // of the kernels' register blocking (4 rows; the bf16 dot kernel's 6, so 12; the
-  // panels' 16), at least 16. sgemm: tiles of at most
-  // about tile_bytes of f32 (each sgemm call packs all n activation rows again), as many
-  // as a multiple of the thread count and of equal size (a multiple of 16 rows), so the
-  // threads finish together.
+  // panel tiles' 2 or 4 panels of 16 rows, so 32, the rest of a slice in pairs, then a
+  // lone panel), at least 16. sgemm: tiles of at most about tile_bytes of f32 (each sgemm call
+  // packs all n activation rows again), as many as a multiple of the thread count and of equal size
+  // (a multiple of 16 rows), so the threads finish together.
   int64_t chunk;
   if (macs < kMinParallelMacs) {
     chunk = total_rows;
   } else if (!sgemm) {
-    chunk = std::max<int64_t>(16, RoundUp(total_rows / (threads * 8), panels ? model::kPanelRows
-                                                                      : bf16_dot_ ? 12
-                                                                                  : 4));
+    const int64_t multiple = panels ? 2 * model::kPanelRows : bf16_dot_ ? 12 : 4;
+    chunk = std::max<int64_t>(16, RoundUp(total_rows / (threads * 8), multiple));
   } else {
     const int64_t tile_rows = std::max<int64_t>(16, options_.tile_bytes / (cols * 4));
     const int64_t tiles = RoundUp((total_rows + tile_rows - 1) / tile_rows, threads);

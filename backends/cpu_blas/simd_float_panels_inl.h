@@ -101,6 +101,14 @@ KVSERVE_SIMD_TARGET void FloatPanelRows(const typename F::Weight* w, int64_t pan
     FloatPanelTile<F, P, M>(w + p * panel_elems, panel_elems, words, x, ldx,
                             y + p * model::kPanelRows, ldy);
   }
+  // The rest (fewer than P panels) in pairs, then alone: a lone panel of few activation
+  // rows is one short chain of multiply-adds per row.
+  if constexpr (P > 2) {
+    for (; p + 2 <= p1; p += 2) {
+      FloatPanelTile<F, 2, M>(w + p * panel_elems, panel_elems, words, x, ldx,
+                              y + p * model::kPanelRows, ldy);
+    }
+  }
   for (; p < p1; ++p) {
     FloatPanelTile<F, 1, M>(w + p * panel_elems, panel_elems, words, x, ldx,
                             y + p * model::kPanelRows, ldy);
@@ -128,9 +136,15 @@ KVSERVE_SIMD_TARGET void MatMulFloatPanels(const typename F::Weight* w, int64_t 
                                            int64_t ldy) {
   const int64_t panel_elems = model::kPanelRows * cols;
   const int64_t words = cols / F::kCols;
-  const int64_t block = std::max<int64_t>(
-      1, kFloatPanelBlockBytes / (panel_elems * static_cast<int64_t>(sizeof(typename F::Weight))));
   const int64_t p_end = row_end / model::kPanelRows;
+  // One pass reads every panel once, in any order: no blocks. More passes: blocks of an
+  // even number of panels (the full passes' tiles take 2), at least 2 even where a panel
+  // alone is larger than kFloatPanelBlockBytes (5632 f32 columns: 352 KiB), so that no
+  // pass runs in tiles of one panel.
+  const int64_t panel_bytes = panel_elems * static_cast<int64_t>(sizeof(typename F::Weight));
+  const int64_t block = n <= kFloatPanelPassRows
+                            ? p_end
+                            : std::max<int64_t>(2, kFloatPanelBlockBytes / panel_bytes / 2 * 2);
   for (int64_t b0 = row_begin / model::kPanelRows; b0 < p_end; b0 += block) {
     const int64_t b1 = std::min(p_end, b0 + block);
     for (int i = 0; i < n; i += kFloatPanelPassRows) {

@@ -234,14 +234,16 @@ TEST_P(SimdKernelsTest, Bf16PanelsAreTheBf16DotProduct) {
   }
   ASSERT_NE(kernels().matmul_bf16_panels, nullptr);
   std::mt19937 rng(12);
-  // Shapes: one and several panels (tiles of 4, 3, 2 and 1 panels), odd pairs of columns,
-  // every activation-row tile (1-16) and more than one 16-row pass (17, 33, 70), a slice
-  // that starts at the second panel, and panel blocks (kernels' kPanelBlockBytes: 1030
-  // columns x 160 rows is more than one block of 256 KiB).
-  for (int64_t cols : {2, 6, 30, 32, 34, 768, 1030}) {
-    for (int64_t rows : {16, 32, 48, 80, 160}) {
+  // Shapes: one and several panels (tiles of 4, 3, 2 and 1 panels; 7 panels: a tile of
+  // 4, a pair, a last single one), odd pairs of columns, every activation-row tile (1-8)
+  // and more than one 8-row pass (9-17, 33, 70), a slice that starts at the second panel,
+  // and panel blocks (the kernels' kFloatPanelBlockBytes: 1030 columns x 160 rows is more
+  // than one block of 256 KiB; a panel of 8200 columns alone is larger than a block).
+  for (int64_t cols : {2, 6, 30, 32, 34, 768, 1030, 8200}) {
+    for (int64_t rows : {16, 32, 48, 80, 128, 160}) {
       for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 33, 70}) {
         if (rows == 160 && cols != 1030) continue;
+        if ((cols == 8200) != (rows == 80)) continue;
         SCOPED_TRACE(::testing::Message() << "cols=" << cols << " rows=" << rows << " n=" << n);
         const Weights w = RandomWeights(rng, DType::kBF16, static_cast<size_t>(rows * cols));
         std::vector<uint16_t> packed(static_cast<size_t>(rows * cols));
@@ -275,13 +277,15 @@ TEST_P(SimdKernelsTest, F32PanelsAreTheF32Product) {
   }
   ASSERT_NE(kernels().matmul_f32_panels, nullptr);
   std::mt19937 rng(14);
-  // Shapes: one and several panels (tiles of 4, 3 and 2 panels and a last single one),
-  // every activation-row tile (1-8) and more than one 8-row pass (9, 16, 17, 33), a slice
-  // that starts at the second panel, and panel blocks (the kernels' kFloatPanelBlockBytes:
-  // 1030 columns x 80 rows is more than one block of 256 KiB).
-  for (int64_t cols : {1, 3, 16, 17, 100, 1030}) {
-    for (int64_t rows : {16, 32, 48, 80}) {
+  // Shapes: one and several panels (tiles of 4, 3 and 2 panels and a last single one; 7
+  // panels: a tile of 4, a pair, a last single one), every activation-row tile (1-8) and
+  // more than one 8-row pass (9, 16, 17, 33), a slice that starts at the second panel, and
+  // panel blocks (the kernels' kFloatPanelBlockBytes: 1030 columns x 80 rows is more than
+  // one block of 256 KiB; a panel of 4100 columns alone is larger than a block).
+  for (int64_t cols : {1, 3, 16, 17, 100, 1030, 4100}) {
+    for (int64_t rows : {16, 32, 48, 80, 128}) {
       for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 33}) {
+        if ((cols == 4100) != (rows == 80)) continue;
         SCOPED_TRACE(::testing::Message() << "cols=" << cols << " rows=" << rows << " n=" << n);
         const Weights w = RandomWeights(rng, DType::kF32, static_cast<size_t>(rows * cols));
         std::vector<float> packed(static_cast<size_t>(rows * cols));
@@ -391,9 +395,10 @@ TEST_P(SimdKernelsTest, QuantPanelsAreTheQuantizedProduct) {
     return;
   }
   std::mt19937 rng(13);
-  // Shapes: one and several panels (tiles of 4, 2 and 1 panels), every activation-row
-  // tile (1-8) and more than one 8-row pass (9-17, 33), a slice that starts at the second
-  // panel, and slabs (5632 columns x 160 rows is more than one slab of 256 KiB). The last
+  // Shapes: one and several panels (tiles of 4, 2 and 1 panels; 7 panels: a tile of 4, a
+  // pair, a last single one), every activation-row tile (1-8) and more than one 8-row pass
+  // (9-17, 33), a slice that starts at the second panel, and slabs (5632 columns x 160 rows
+  // is more than one slab of 256 KiB). The last
   // row holds the format's extreme codes and scales (SetExtremeRow) against activations
   // at -127.
   for (DType dtype : kTypes) {
@@ -403,9 +408,10 @@ TEST_P(SimdKernelsTest, QuantPanelsAreTheQuantizedProduct) {
     const bool k_quant = model::DTypeBlockElems(dtype) == 256;
     for (int64_t cols : {32, 256, 288, 768, 5632}) {
       if (cols % model::DTypeBlockElems(dtype) != 0) continue;
-      for (int64_t rows : {16, 32, 48, 80, 160}) {
+      for (int64_t rows : {16, 32, 48, 80, 128, 160}) {
         for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 33}) {
           if ((rows == 160) != (cols == 5632)) continue;
+          if (rows == 128 && cols != 256) continue;
           if (k_quant && n > 9 && n != 17 && cols != 256) continue;  // (the encoder is slow)
           SCOPED_TRACE(::testing::Message() << model::DTypeName(dtype) << " cols=" << cols
                                             << " rows=" << rows << " n=" << n);

@@ -318,7 +318,8 @@ KVSERVE_SIMD_TARGET void QuantPanelTile(const uint8_t* panel, int64_t pstride, i
 }
 
 // Panels [p0, p1) against M activation rows: P panels per tile (for F::kMultiPanel, more
-// panel streams when few rows keep the accumulators busy), then single panels.
+// panel streams when few rows keep the accumulators busy), the rest in pairs, then
+// single panels.
 template <typename F, int M>
 KVSERVE_SIMD_TARGET void QuantPanelRows(const uint8_t* w, int64_t pstride, int64_t blocks,
                                         int64_t p0, int64_t p1, const uint8_t* x, int64_t ldxq,
@@ -327,6 +328,11 @@ KVSERVE_SIMD_TARGET void QuantPanelRows(const uint8_t* w, int64_t pstride, int64
   int64_t p = p0;
   for (; p + P <= p1; p += P) {
     QuantPanelTile<F, P, M>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p, ldy);
+  }
+  if constexpr (P > 2) {
+    for (; p + 2 <= p1; p += 2) {
+      QuantPanelTile<F, 2, M>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p, ldy);
+    }
   }
   for (; p < p1; ++p)
     QuantPanelTile<F, 1, M>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p, ldy);
@@ -351,9 +357,10 @@ KVSERVE_SIMD_TARGET void MatMulQuantPanels(const uint8_t* w, int64_t row_bytes, 
                                                       &QuantPanelRows<F, 8>};
   const int64_t blocks = cols / F::kElems;
   const int64_t pstride = model::kPanelRows * row_bytes;  // the same bytes, regrouped
-  const int64_t slab = std::max<int64_t>(1, kPanelSlabBytes / pstride);
   const uint8_t* x = static_cast<const uint8_t*>(xq);
   const int64_t end = row_end / model::kPanelRows;
+  // One pass reads every panel once: no slabs (whose ends would split the tiles).
+  const int64_t slab = n <= kPanelMaxRows ? end : std::max<int64_t>(1, kPanelSlabBytes / pstride);
   for (int64_t s0 = row_begin / model::kPanelRows; s0 < end; s0 += slab) {
     const int64_t s1 = std::min(end, s0 + slab);
     for (int i = 0; i < n; i += kPanelMaxRows) {

@@ -31,8 +31,7 @@ void PrepareQkv(const model::ModelConfig& config, const model::LayerWeights& lay
     RmsNormHeads(q, F32Values(layer.q_norm), config.rms_eps);
     RmsNormHeads(k, F32Values(layer.k_norm), config.rms_eps);
   }
-  rope.Apply(q, pos);
-  rope.Apply(k, pos);
+  rope.Apply(q, k, pos);
 }
 
 void AddOutputBias(const model::ModelConfig& config, const model::LayerWeights& layer,

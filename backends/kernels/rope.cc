@@ -15,7 +15,9 @@ Rope::Rope(int head_dim, int rope_dim, float base, model::RopeStyle style, float
   }
 }
 
-void Rope::Apply(std::span<float> x, int pos) const {
+void Rope::Apply(std::span<float> x, int pos) const { Apply(x, {}, pos); }
+
+void Rope::Apply(std::span<float> q, std::span<float> k, int pos) const {
   const int half = rope_dim_ / 2;
   for (int i = 0; i < half; ++i) {
     const double theta = static_cast<double>(pos) * inv_freq_[i];
@@ -24,11 +26,13 @@ void Rope::Apply(std::span<float> x, int pos) const {
     // Index of the two dimensions pair i rotates, within one head.
     const int ia = style_ == model::RopeStyle::kAdjacentPairs ? 2 * i : i;
     const int ib = style_ == model::RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + half;
-    for (size_t head = 0; head + head_dim_ <= x.size(); head += head_dim_) {
-      const float a = x[head + ia];
-      const float b = x[head + ib];
-      x[head + ia] = a * c - b * s;
-      x[head + ib] = a * s + b * c;
+    for (const std::span<float> x : {q, k}) {
+      for (size_t head = 0; head + head_dim_ <= x.size(); head += head_dim_) {
+        const float a = x[head + ia];
+        const float b = x[head + ib];
+        x[head + ia] = a * c - b * s;
+        x[head + ib] = a * s + b * c;
+      }
     }
   }
 }

@@ -62,6 +62,22 @@ INSTANTIATE_TEST_SUITE_P(Styles, RopeFormulaTest,
                                            RopeCase{RopeStyle::kRotateHalves, 8, 8},
                                            RopeCase{RopeStyle::kRotateHalves, 16, 8}));
 
+TEST_P(RopeFormulaTest, QueriesAndKeysTogetherAsEachAlone) {
+  const RopeCase c = GetParam();
+  const Rope rope(c.head_dim, c.rope_dim, 10000.0f, c.style);
+  for (int pos : {0, 3, 4095}) {
+    std::vector<float> q = Ramp(4 * c.head_dim);  // 4 query heads, 2 KV heads
+    std::vector<float> k = Ramp(2 * c.head_dim);
+    for (float& v : k) v = 0.25f - v;
+    std::vector<float> q_alone = q, k_alone = k;
+    rope.Apply(q_alone, pos);
+    rope.Apply(k_alone, pos);
+    rope.Apply(q, k, pos);
+    EXPECT_EQ(q, q_alone) << "pos " << pos;
+    EXPECT_EQ(k, k_alone) << "pos " << pos;
+  }
+}
+
 TEST(RopeTest, StylesPairDifferentDimensions) {
   // Position 1, one head of 4: adjacent pairs rotate (0,1) by 1 rad and (2,3) by 0.01 rad;
   // halves rotate (0,2) by 1 rad and (1,3) by 0.01 rad.
