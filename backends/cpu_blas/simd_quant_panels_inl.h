@@ -35,8 +35,14 @@ KVSERVE_SIMD_TARGET inline __m512i WordAt(const void* p, int k) {
 
 // The formats. Each provides
 //   kElems, kBlockBytes              elements per row and bytes of one panel block
-//   kPrefetchBlocks                  panel blocks ahead that a panel stream prefetches
-//                                    (q4_0 and the k-quants: about 18-20 KiB)
+//   kPrefetchBlocks                  panel blocks ahead that a panel stream prefetches:
+//                                    1-7 KiB (q4_0 1.1, q8_0 2.2, q4_K 4.5, q6_K 6.6).
+//                                    Farther ran batch 1 slower (BM_QuantLayout path 3,
+//                                    1 row, Zen 5, GFLOP/s, medians of 4-5 alternated
+//                                    rounds): q4_0 / q8_0 64 -> 8 blocks 111 -> 138 /
+//                                    80 -> 94, 8 -> 4 blocks 125 -> 139 / 86 -> 91;
+//                                    q4_K 8 -> 2 blocks 110 -> 140, q6_K 6 -> 2 83 -> 94;
+//                                    16 rows within the noise; no prefetch: q4_0 slower
 //   kMultiPanel                      whether few activation rows take several panels per
 //                                    tile (QuantPanelRows)
 //   template <int M> static void Accumulate(pb, x, ldxq, b, acc):
@@ -78,7 +84,7 @@ template <typename C>
 struct Block32 {
   static constexpr int64_t kElems = 32;
   static constexpr int64_t kBlockBytes = C::kBlockBytes;
-  static constexpr int64_t kPrefetchBlocks = 64;
+  static constexpr int64_t kPrefetchBlocks = 4;
   static constexpr bool kMultiPanel = true;
   template <int M>
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
@@ -150,7 +156,7 @@ struct KQuantPanel {
 // q4_K: element = d * sc * code - dmin * m per sub-block of 32 (codes 0..15).
 struct Q4_KPanel : KQuantPanel {
   static constexpr int64_t kBlockBytes = model::kQ4_KPanelBlockBytes;
-  static constexpr int64_t kPrefetchBlocks = 8;
+  static constexpr int64_t kPrefetchBlocks = 2;
   template <int M>
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
                                              int64_t b, __m512* acc) {
@@ -215,7 +221,7 @@ struct Q4_KPanel : KQuantPanel {
 // q6_K: element = d * sc * (code - 32) per group of 16 (codes 0..63, int8 scales).
 struct Q6_KPanel : KQuantPanel {
   static constexpr int64_t kBlockBytes = model::kQ6_KPanelBlockBytes;
-  static constexpr int64_t kPrefetchBlocks = 6;
+  static constexpr int64_t kPrefetchBlocks = 2;
   template <int M>
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
                                              int64_t b, __m512* acc) {
