@@ -204,7 +204,8 @@ absl::Status Run(const Flags& flags, const kvserve::backends::cpu_blas::BlasCore
           : model::PanelTypes{};
   absl::StatusOr<std::unique_ptr<model::Model>> loaded = model::Model::Load(
       flags.model, flags.tokenizer,
-      model::LoadOptions{.huge_pages = flags.weights_huge_pages, .panels = panels});
+      model::LoadOptions{
+          .huge_pages = flags.weights_huge_pages, .panels = panels, .pack_threads = flags.threads});
   if (!loaded.ok()) return loaded.status();
   const model::Model& mdl = **loaded;
   const model::KvLayout layout =

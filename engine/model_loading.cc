@@ -60,6 +60,7 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options) {
   load.panels.q8_0 |= reads.q8_0;
   load.panels.q4_k |= reads.q4_k;
   load.panels.q6_k |= reads.q6_k;
+  load.pack_threads = options.threads;  // as many as the backend will run (0: all cores)
   absl::StatusOr<std::unique_ptr<model::Model>> model =
       model::Model::Load(options.model_path, options.tokenizer_path, load);
   if (!model.ok()) return model.status();

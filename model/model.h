@@ -28,6 +28,9 @@ struct LoadOptions {
   // reference backend refuses it). engine::LoadModel sets it where the backend wants it. The
   // fingerprint is that of the file either way. Default: none.
   PanelTypes panels;
+  // Threads that pack the panels (PanelPackOptions::threads); 0 or less = one per core.
+  // Default 0.
+  int pack_threads = 0;
 };
 
 // Immutable after loading; safe to share between threads.

@@ -96,8 +96,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path,
   if (options.panels.any()) {
     // After FromParts computed the fingerprint from the file's bytes. The Model is the
     // only owner of the file's bytes, so the originals can go.
-    absl::StatusOr<common::HugePageMemory> panels = PackPanels(
-        (*model)->weights_, PanelPackOptions{.types = options.panels, .release_originals = true});
+    absl::StatusOr<common::HugePageMemory> panels =
+        PackPanels((*model)->weights_, PanelPackOptions{.types = options.panels,
+                                                        .release_originals = true,
+                                                        .threads = options.pack_threads});
     if (!panels.ok()) return Prefixed(path, panels.status());
     (*model)->panels_ = std::make_shared<common::HugePageMemory>(*std::move(panels));
   }

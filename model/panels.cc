@@ -3,8 +3,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -196,17 +198,28 @@ void PackQuantPanels(DType type, const uint8_t* w, int64_t cols, int64_t panel_b
   }
 }
 
-Layout PackMatrixPanels(const TensorView& w, uint8_t* out) {
+Layout PackMatrixPanels(const TensorView& w, uint8_t* out, int threads) {
+  auto pack = [&](int64_t begin, int64_t end) {
+    if (w.type == DType::kF32) {
+      PackF32Panels(static_cast<const float*>(w.data), w.cols, begin, end,
+                    reinterpret_cast<float*>(out));
+    } else if (w.type == DType::kBF16) {
+      PackBf16Panels(static_cast<const uint16_t*>(w.data), w.cols, begin, end,
+                     reinterpret_cast<uint16_t*>(out));
+    } else {
+      PackQuantPanels(w.type, static_cast<const uint8_t*>(w.data), w.cols, begin, end, out);
+    }
+  };
   const int64_t panels = w.rows / kPanelRows;
-  if (w.type == DType::kF32) {
-    PackF32Panels(static_cast<const float*>(w.data), w.cols, 0, panels,
-                  reinterpret_cast<float*>(out));
-  } else if (w.type == DType::kBF16) {
-    PackBf16Panels(static_cast<const uint16_t*>(w.data), w.cols, 0, panels,
-                   reinterpret_cast<uint16_t*>(out));
-  } else {
-    PackQuantPanels(w.type, static_cast<const uint8_t*>(w.data), w.cols, 0, panels, out);
+  const int64_t parts = std::clamp<int64_t>(threads, 1, panels);
+  std::vector<std::thread> helpers;
+  helpers.reserve(static_cast<size_t>(parts - 1));
+  // Part i: panels [panels * i / parts, panels * (i + 1) / parts); the caller packs part 0.
+  for (int64_t i = 1; i < parts; ++i) {
+    helpers.emplace_back(pack, panels * i / parts, panels * (i + 1) / parts);
   }
+  pack(0, panels / parts);
+  for (std::thread& t : helpers) t.join();
   return PanelLayoutOf(w.type);
 }
 
@@ -228,8 +241,11 @@ absl::StatusOr<common::HugePageMemory> PackPanels(ModelWeights& weights,
   absl::StatusOr<common::HugePageMemory> memory = common::HugePageMemory::Allocate(total);
   if (!memory.ok()) return memory.status();
   uint8_t* next = memory->data();
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   for (TensorView* w : views) {
-    const Layout layout = PackMatrixPanels(*w, next);
+    const Layout layout = PackMatrixPanels(*w, next, threads);
     // (Never the token embedding's bytes: a tied output is packed only as a copy.)
     if (options.release_originals && w->data != weights.token_embedding.data) {
       ReleasePages(w->data, w->rows * w->row_bytes());

@@ -98,9 +98,10 @@ void PackBf16Panels(const uint16_t* w, int64_t cols, int64_t panel_begin, int64_
 void PackQuantPanels(DType type, const uint8_t* w, int64_t cols, int64_t panel_begin,
                      int64_t panel_end, uint8_t* out);
 
-// out = w in its panel layout (w.rows * w.row_bytes() bytes), returned. Precondition:
-// PanelsFit(w); out does not alias w.
-Layout PackMatrixPanels(const TensorView& w, uint8_t* out);
+// out = w in its panel layout (w.rows * w.row_bytes() bytes), returned, packed by
+// `threads` threads (>= 1: the caller and threads - 1 more, each a range of panels).
+// Precondition: PanelsFit(w); out does not alias w.
+Layout PackMatrixPanels(const TensorView& w, uint8_t* out, int threads = 1);
 
 // Which types a reader takes in panels.
 struct PanelTypes {
@@ -138,6 +139,8 @@ struct PanelPackOptions {
   // anonymous ones read as zeros). Only for an owner of the weights that keeps no other
   // view of those bytes (Model::Load).
   bool release_originals = false;
+  // Threads that pack each matrix (PackMatrixPanels); 0 or less = one per core.
+  int threads = 1;
 };
 
 // Replaces every projection matrix of `weights` (wq, wk, wv, wo, w_gate, w_up, w_down of

@@ -299,6 +299,29 @@ TEST(QuantPanelsTest, PacksEveryByteWhereTheLayoutSays) {
   }
 }
 
+// PackMatrixPanels splits a matrix by panels between threads: the same bytes whatever
+// their number, more threads than panels included, for every type with a panel layout.
+TEST(PanelsTest, PacksTheSameBytesOnAnyNumberOfThreads) {
+  std::mt19937 rng(5);
+  for (DType type :
+       {DType::kF32, DType::kBF16, DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    const int64_t rows = 7 * kPanelRows;
+    const int64_t cols = 2 * DTypeBlockElems(type) * (IsQuantized(type) ? 1 : 6);
+    const std::vector<uint8_t> bytes =
+        RandomBytes(rng, DTypeBytes(type, static_cast<size_t>(rows * cols)));
+    const TensorView w{type, bytes.data(), rows, cols};
+    ASSERT_TRUE(PanelsFit(w)) << DTypeName(type);
+    std::vector<uint8_t> one(bytes.size());
+    EXPECT_EQ(PackMatrixPanels(w, one.data(), 1), PanelLayoutOf(type));
+    EXPECT_NE(one, bytes) << DTypeName(type);  // (a packed copy differs from the rows)
+    for (int threads : {2, 3, 7, 8, 64}) {
+      std::vector<uint8_t> out(bytes.size(), 0);
+      EXPECT_EQ(PackMatrixPanels(w, out.data(), threads), PanelLayoutOf(type));
+      EXPECT_EQ(out, one) << DTypeName(type) << " threads=" << threads;
+    }
+  }
+}
+
 // PackPanels packs the types it is asked for, each in its layout, and says which.
 TEST(QuantPanelsTest, PacksOnlyTheTypesAskedFor) {
   std::mt19937 rng(6);

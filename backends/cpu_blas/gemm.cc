@@ -88,11 +88,11 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   }
   if (f32_panels) PadActivations(x, n, cols);
   // Rows per slice. Streaming: enough slices to balance (about 8 per thread), a multiple
-  // of the kernels' register blocking (4 rows; the bf16 dot kernel's 6, so 12; the
-  // panel tiles' 2 or 4 panels of 16 rows, so 32, the rest of a slice in pairs, then a
-  // lone panel), at least 16. sgemm: tiles of at most about tile_bytes of f32 (each sgemm call
-  // packs all n activation rows again), as many as a multiple of the thread count and of equal size
-  // (a multiple of 16 rows), so the threads finish together.
+  // of the kernels' register blocking (4 rows; the bf16 dot kernel's 6, so 12; the panel
+  // tiles' 2 or 4 panels of 16 rows, so 32: a slice's last panels go in pairs, then
+  // alone), at least 16. sgemm: tiles of at most about tile_bytes of f32 (each sgemm
+  // call packs all n activation rows again), as many as a multiple of the thread count
+  // and of equal size (a multiple of 16 rows), so the threads finish together.
   int64_t chunk;
   if (macs < kMinParallelMacs) {
     chunk = total_rows;
