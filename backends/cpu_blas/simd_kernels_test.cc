@@ -398,9 +398,8 @@ TEST_P(SimdKernelsTest, QuantPanelsAreTheQuantizedProduct) {
   // Shapes: one and several panels (tiles of 4, 2 and 1 panels; 7 panels: a tile of 4, a
   // pair, a last single one), every activation-row tile (1-8) and more than one 8-row pass
   // (9-17, 33), a slice that starts at the second panel, and slabs (5632 columns x 160 rows
-  // is more than one slab of 256 KiB). The last
-  // row holds the format's extreme codes and scales (SetExtremeRow) against activations
-  // at -127.
+  // is more than one slab of 256 KiB). The last row holds the format's extreme codes and
+  // scales (SetExtremeRow) against activations at -127.
   for (DType dtype : kTypes) {
     const QMatMulFn panels = PanelKernel(kernels(), dtype);
     const QMatMulFn scalar = QuantKernel(ScalarKernels(), dtype);
