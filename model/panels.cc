@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -214,9 +215,14 @@ Layout PackMatrixPanels(const TensorView& w, uint8_t* out, int threads) {
   const int64_t parts = std::clamp<int64_t>(threads, 1, panels);
   std::vector<std::thread> helpers;
   helpers.reserve(static_cast<size_t>(parts - 1));
-  // Part i: panels [panels * i / parts, panels * (i + 1) / parts); the caller packs part 0.
+  // Part i: panels [panels * i / parts, panels * (i + 1) / parts); the caller packs part 0,
+  // and any part no thread could be started for.
   for (int64_t i = 1; i < parts; ++i) {
-    helpers.emplace_back(pack, panels * i / parts, panels * (i + 1) / parts);
+    try {
+      helpers.emplace_back(pack, panels * i / parts, panels * (i + 1) / parts);
+    } catch (const std::system_error&) {
+      pack(panels * i / parts, panels * (i + 1) / parts);
+    }
   }
   pack(0, panels / parts);
   for (std::thread& t : helpers) t.join();
