@@ -24,6 +24,7 @@
 #include "backends/cpu_blas/cpu_blas_backend.h"
 #include "backends/cpu_blas/gemm.h"
 #include "backends/cpu_blas/packed_weights.h"
+#include "backends/cpu_blas/q8_activations.h"
 #include "backends/cpu_blas/simd_kernels.h"
 #include "backends/cpu_blas/thread_pool.h"
 #include "backends/kv_arena.h"
@@ -352,6 +353,33 @@ void QuantLayoutArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"dtype", "n", "path"});
 }
 BENCHMARK(BM_QuantLayout)->Apply(QuantLayoutArgs)->UseRealTime();
+
+// One activation row quantized for quantized weights (KernelSet::quantize_activations),
+// as a decode step does once per product on the calling thread. Args: dtype (as BM_Gemm;
+// 3 q8_0 blocks of 32, 5 q4_K blocks of 256), cols, level (Isa; must be supported).
+void BM_QuantizeActivations(benchmark::State& state) {
+  const DType dtype = DTypeArg(state.range(0));
+  const int64_t cols = state.range(1);
+  const auto isa = static_cast<Isa>(state.range(2));
+  if (!backends::cpu_blas::IsaSupported(isa)) {
+    state.SkipWithError("kernel level not supported by this CPU");
+    return;
+  }
+  const backends::cpu_blas::KernelSet& kernels = backends::cpu_blas::KernelsFor(isa);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(cols));
+  for (float& v : x) v = normal(rng);
+  std::vector<uint8_t> out(backends::cpu_blas::Q8RowBytes(dtype, cols));
+  for (auto _ : state) {
+    kernels.quantize_activations(dtype, x.data(), cols, out.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(BM_QuantizeActivations)
+    ->ArgsProduct({{3, 5}, {768, 2048}, {0, 1, 2}})
+    ->ArgNames({"dtype", "cols", "isa"});
 
 // A prefill-sized product Y[512, 2048] = X[512, 768] · W^T: one multi-threaded OpenBLAS
 // call (f32 only) versus cpu_blas's tiles (one single-threaded OpenBLAS call per tile on

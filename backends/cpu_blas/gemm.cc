@@ -207,7 +207,7 @@ void Gemm::QuantizeActivations(std::initializer_list<Product> products, const fl
         if (interleaved) {
           QuantizeActivationsInterleaved(t, x + i * cols, cols, out);
         } else {
-          cpu_blas::QuantizeActivations(t, x + i * cols, cols, out);
+          kernels_->quantize_activations(t, x + i * cols, cols, out);
         }
       }
     });

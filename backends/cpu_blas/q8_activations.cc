@@ -26,14 +26,18 @@ float RoundHalfEven(float v) {
   return (v + kMagic) - kMagic;
 }
 
-// d and q for n floats: d = max|x| / 127, q = round(x / d) in [-127, 127].
+// d and q for n floats: d = max|x| / 127, q = round(x / d) in [-127, 127], computed as
+// llama.cpp does, as round(x * (1 / d)); where 1 / d overflows (max|x| below about
+// 3.7e-37) as round(x / d) instead (x * inf would be inf or NaN).
 float QuantizeBlock(const float* x, int n, int8_t* q) {
   float amax = 0.0f;
   for (int j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const bool divide = std::isinf(id);
   for (int j = 0; j < n; ++j) {
-    q[j] = static_cast<int8_t>(std::clamp(static_cast<int>(RoundHalfEven(x[j] * id)), -127, 127));
+    const float v = divide ? x[j] / d : x[j] * id;
+    q[j] = static_cast<int8_t>(std::clamp(static_cast<int>(RoundHalfEven(v)), -127, 127));
   }
   return d;
 }

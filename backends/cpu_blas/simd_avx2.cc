@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -57,6 +58,18 @@ struct V {
   }
   KVSERVE_SIMD_TARGET static Reg ZeroBelow(Reg v, Reg x, Reg lo) {
     return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), v);
+  }
+  KVSERVE_SIMD_TARGET static float HMax(Reg v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+  }
+  // q[l] = int8(v[l]) for integer-valued v in [-127, 127].
+  KVSERVE_SIMD_TARGET static void StoreCodes(int8_t* q, Reg v) {
+    const __m256i i = _mm256_cvtps_epi32(v);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q), _mm_packs_epi16(w, w));
   }
   KVSERVE_SIMD_TARGET static void Pin(Reg& v) { __asm__("" : "+x"(v)); }
 };

@@ -13,6 +13,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -70,6 +71,11 @@ struct V {
   }
   KVSERVE_SIMD_TARGET static Reg ZeroBelow(Reg v, Reg x, Reg lo) {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ), v);
+  }
+  KVSERVE_SIMD_TARGET static float HMax(Reg v) { return _mm512_reduce_max_ps(v); }
+  // q[l] = int8(v[l]) for integer-valued v in [-127, 127].
+  KVSERVE_SIMD_TARGET static void StoreCodes(int8_t* q, Reg v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v)));
   }
   KVSERVE_SIMD_TARGET static void Pin(Reg& v) { __asm__("" : "+v"(v)); }
 };

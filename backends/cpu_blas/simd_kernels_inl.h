@@ -16,6 +16,8 @@
 //       Reg Round(Reg)                   to the nearest integer (ties to even)
 //       Reg Pow2(Reg n)                  2^n for integer-valued n in [-126, 127]
 //       Reg ZeroBelow(Reg v, Reg x, Reg lo)  0 where x < lo, else v (NaN x keeps v)
+//       float HMax(Reg)                  the largest lane (no NaN lanes)
+//       void StoreCodes(int8_t* q, Reg v)    q[l] = int8(v[l]), v integer-valued in +-127
 //   struct F32W, F16W, BF16W   weight element types: using T; Reg Load(const T*) converts
 //                              kLanes consecutive elements exactly; float One(T).
 // so each level compiles the same, tested logic with its own intrinsics; only the traits
@@ -497,6 +499,61 @@ KVSERVE_SIMD_TARGET void SwiGlu(float* gate, const float* up, int64_t n) {
   std::copy(g, g + (n - i), gate + i);
 }
 
+// d and the codes of n floats (a multiple of `group`) as q8_activations.cc's scalar
+// QuantizeBlock computes them: d = max|x| / 127, q = clamp(round(x * (1 / d)), +-127),
+// ties to even, or round(x / d) where 1 / d overflows; sums[g] = the sum of codes
+// [g * group, (g + 1) * group) (exact: integers far below 2^24 in float). |x| is
+// max(x, 0 - x), so -0 gives +0 as fabs does (the sign of d stays that of the scalar
+// code's); the order of the max does not matter for finite x. Precondition: group a
+// multiple of kLanes.
+KVSERVE_SIMD_TARGET inline float QuantizeBlockV(const float* x, int n, int group, int8_t* q,
+                                                int* sums) {
+  constexpr int kLanes = V::kLanes;
+  V::Reg amax = V::Zero();
+  for (int j = 0; j < n; j += kLanes) {
+    const V::Reg v = V::Load(x + j);
+    amax = V::Max(amax, V::Max(v, V::Sub(V::Zero(), v)));
+  }
+  const float d = V::HMax(amax) / 127.0f;
+  const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+  const bool divide = std::isinf(inv);
+  const V::Reg id = V::Broadcast(inv);
+  const V::Reg vd = V::Broadcast(d);
+  const V::Reg lo = V::Broadcast(-127.0f);
+  const V::Reg hi = V::Broadcast(127.0f);
+  for (int j = 0; j < n; j += group) {
+    V::Reg sum = V::Zero();
+    for (int l = j; l < j + group; l += kLanes) {
+      const V::Reg v = divide ? V::Div(V::Load(x + l), vd) : V::Mul(V::Load(x + l), id);
+      const V::Reg c = V::Min(V::Max(V::Round(v), lo), hi);
+      V::StoreCodes(q + l, c);
+      sum = V::Add(sum, c);
+    }
+    sums[j / group] = static_cast<int>(V::HSum(sum));
+  }
+  return d;
+}
+
+// KernelSet::quantize_activations.
+KVSERVE_SIMD_TARGET void QuantizeActivationsV(model::DType weights, const float* x, int64_t cols,
+                                              void* out) {
+  if (weights == model::DType::kQ8_0 || weights == model::DType::kQ4_0) {
+    auto* blocks = static_cast<Q8Block*>(out);
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      Q8Block& o = blocks[b];
+      o.d = QuantizeBlockV(x + 32 * b, 32, 32, o.q, &o.sum);
+    }
+    return;
+  }
+  auto* blocks = static_cast<Q8KBlock*>(out);
+  int sums[16];
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    Q8KBlock& o = blocks[b];
+    o.d = QuantizeBlockV(x + 256 * b, 256, 16, o.q, sums);
+    for (int g = 0; g < 16; ++g) o.bsums[g] = static_cast<int16_t>(sums[g]);
+  }
+}
+
 // The float kernel set of the including level (the quantized kernels come from
 // simd_quant_inl.h's WithQuantKernels).
 constexpr KernelSet MakeKernelSet(Isa isa) {
@@ -515,5 +572,6 @@ constexpr KernelSet MakeKernelSet(Isa isa) {
                    &Convert<F16W>,
                    &Convert<BF16W>,
                    &Softmax,
-                   &SwiGlu};
+                   &SwiGlu,
+                   &QuantizeActivationsV};
 }

@@ -553,6 +553,58 @@ TEST_P(SimdKernelsTest, SwiGluMatchesSiluInDoubleOverExpsWholeRange) {
   EXPECT_TRUE(std::isnan(edge[2]));
 }
 
+// A block whose max|x| is so small that 1 / d overflows (denormals) still quantizes as
+// x / d: codes in order, 0 for 0, 127 for the maximum (x * (1 / d) would give inf and NaN).
+TEST(QuantizeActivationsTest, TinyBlocksQuantizeLikeAnyOther) {
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = 1e-40f * static_cast<float>(j);
+  Q8Block block;
+  QuantizeActivations(model::DType::kQ8_0, x.data(), 32, &block);
+  EXPECT_GT(block.d, 0.0f);
+  EXPECT_EQ(block.q[0], 0);
+  EXPECT_EQ(block.q[31], 127);
+  for (int j = 1; j < 32; ++j) EXPECT_LE(block.q[j - 1], block.q[j]) << j;
+  EXPECT_EQ(block.q[16], 66);  // 16 / 31 * 127 = 65.55
+}
+
+// quantize_activations writes the same bytes as the scalar definition
+// (q8_activations.h): random rows of several scales, and blocks that test the edges —
+// all zeros with -0, halves that round to even (d = 1 exactly), a negative maximum, values
+// that reach +-127, denormals.
+TEST_P(SimdKernelsTest, QuantizeActivationsWritesTheScalarBytes) {
+  std::mt19937 rng(10);
+  for (const model::DType type :
+       {model::DType::kQ8_0, model::DType::kQ4_0, model::DType::kQ4_K, model::DType::kQ6_K}) {
+    const int64_t block = model::DTypeBlockElems(type);
+    for (const int64_t cols : {int64_t{256}, int64_t{768}, int64_t{2048}}) {
+      for (const float scale : {1.0f, 1e-3f, 300.0f}) {
+        std::vector<float> x = RandomFloats(rng, static_cast<size_t>(cols));
+        for (float& v : x) v *= scale;
+        // Edge blocks where the row has room: zeros of both signs; d = 1 exactly with
+        // halves; a negative maximum; denormals.
+        const int64_t blocks = cols / block;
+        std::fill(x.begin(), x.begin() + block, 0.0f);
+        for (int64_t j = 0; j < block; j += 2) x[j] = -0.0f;
+        const float halves[] = {127.0f, 2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 126.5f, -126.5f};
+        if (blocks > 1) {
+          for (int64_t j = 0; j < block; ++j) x[block + j] = halves[j % 8];
+        }
+        if (blocks > 2) x[2 * block + 5] = -40.0f * scale;
+        if (blocks > 3) {
+          for (int64_t j = 0; j < block; ++j) x[3 * block + j] = 1e-40f * static_cast<float>(j);
+        }
+        const size_t bytes = Q8RowBytes(type, cols);
+        std::vector<uint8_t> want(bytes, 0xAA);
+        std::vector<uint8_t> got(bytes, 0x55);
+        QuantizeActivations(type, x.data(), cols, want.data());
+        kernels().quantize_activations(type, x.data(), cols, got.data());
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), bytes), 0)
+            << model::DTypeName(type) << " cols " << cols << " scale " << scale;
+      }
+    }
+  }
+}
+
 // swiglu against the scalar oracle for every tail length, with up != 1.
 TEST_P(SimdKernelsTest, SwiGluMatchesScalarForEveryLength) {
   std::mt19937 rng(9);

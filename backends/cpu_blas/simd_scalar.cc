@@ -103,6 +103,7 @@ constexpr KernelSet kScalarSet = {
     &BF16ToF32,
     &Softmax,
     &SwiGlu,
+    &QuantizeActivations,
 };
 
 }  // namespace
