@@ -67,17 +67,19 @@ void Grow(std::vector<float>& v, size_t size) {
 // The activations of one step, row-major; n = the step's stacked rows, n_logits = its
 // logit rows. Grown as needed by Reserve, never shrunk (a step reuses the last one's).
 struct Activations {
-  std::vector<float> x;        // [n, dim] residual stream
-  std::vector<float> xb;       // [n, dim] normalised input of a sub-layer
-  std::vector<float> xb2;      // [n, dim] sub-layer output before the residual add
-  std::vector<float> q;        // [n, q_dim] queries (after RoPE)
-  std::vector<float> k;        // [n, kv_dim] keys (after RoPE)
-  std::vector<float> v;        // [n, kv_dim] values
-  std::vector<float> att_out;  // [n, q_dim] attention output, heads concatenated
-  std::vector<float> hb;       // [n, ffn_dim] gate, then silu(gate) * up
-  std::vector<float> hb2;      // [n, ffn_dim] up
-  std::vector<float> xf;       // [n_logits, dim] final hidden states of logit rows
-  std::vector<float> out;      // [n_logits, vocab] logits before scattering
+  std::vector<float> x;         // [n, dim] residual stream
+  std::vector<float> xb;        // [n, dim] normalised input of a sub-layer
+  std::vector<float> xb2;       // [n, dim] sub-layer output before the residual add
+  std::vector<float> q;         // [n, q_dim] queries (after RoPE)
+  std::vector<float> k;         // [n, kv_dim] keys (after RoPE)
+  std::vector<float> v;         // [n, kv_dim] values
+  std::vector<float> att_out;   // [n, q_dim] attention output, heads concatenated
+  std::vector<float> hb;        // [n, ffn_dim] gate, then silu(gate) * up
+  std::vector<float> hb2;       // [n, ffn_dim] up
+  std::vector<float> xf;        // [n_logits, dim] final hidden states of logit rows
+  std::vector<float> out;       // [n_logits, vocab] logits before scattering
+  std::vector<float> rope_cos;  // [n, rope_dim / 2] RoPE's cos at row r's position
+  std::vector<float> rope_sin;  // [n, rope_dim / 2] and sin
 
   // Grows every buffer to at least the sizes above for `n` rows and `n_logits` logit rows.
   void Reserve(const model::ModelConfig& c, int n, int n_logits) {
@@ -98,6 +100,8 @@ struct Activations {
     Grow(hb2, un * ffn);
     Grow(xf, ul * dim);
     Grow(out, ul * static_cast<size_t>(c.vocab_size));
+    Grow(rope_cos, un * static_cast<size_t>(c.rope_dim / 2));
+    Grow(rope_sin, un * static_cast<size_t>(c.rope_dim / 2));
   }
 };
 
@@ -134,7 +138,9 @@ struct CpuBlasBackend::State {
   // The steps of a forward pass, in order. Each reads and writes `act` for the rows of
   // `plan` (n of them); `batch` is the one `plan` was made from.
 
-  // x[r] = embedding of row r's token.
+  // x[r] = embedding of row r's token; RoPE's angles at row r's position (computed once
+  // per step, not per layer: at batch 1 the 32 sin / cos pairs per layer of a 64-dim
+  // head were about 1 % of an s110m q4_0 step).
   void EmbedTokens();
   // xb[r] = RMSNorm(x[r]) with the layer's attention norm.
   void AttentionNorm(const model::LayerWeights& L);
@@ -151,6 +157,13 @@ struct CpuBlasBackend::State {
   void LmHead(std::span<float> logits);
 
   int rows() const { return static_cast<int>(plan.rows.size()); }
+
+  // out = RMSNorm(x) * gain (KernelSet::rms_norm; kernels::RmsNorm's contract).
+  void Normalize(std::span<const float> x, const model::TensorView& gain,
+                 std::span<float> out) const {
+    kernels->rms_norm(x.data(), kernels::F32Values(gain).data(), static_cast<int64_t>(x.size()),
+                      config.rms_eps, out.data());
+  }
 
   // Calls fn(row_begin, row_end) over [0, n) in chunks on the pool, or once on the
   // caller when the work (n * elements_per_row) is small.
@@ -223,9 +236,11 @@ int CpuBlasBackend::threads() const { return state_->pool.size(); }
 
 void CpuBlasBackend::State::EmbedTokens() {
   const size_t dim = static_cast<size_t>(config.dim);
+  const size_t half = static_cast<size_t>(config.rope_dim / 2);
   ForRows(rows(), config.dim, [&](int b, int e) {
     for (int r = b; r < e; ++r) {
       kernels::RowToFloat(weights.token_embedding, plan.rows[r].token, Row(act.x, dim, r));
+      rope.Angles(plan.rows[r].pos, Row(act.rope_cos, half, r), Row(act.rope_sin, half, r));
     }
   });
 }
@@ -234,8 +249,7 @@ void CpuBlasBackend::State::AttentionNorm(const model::LayerWeights& L) {
   const size_t dim = static_cast<size_t>(config.dim);
   ForRows(rows(), config.dim, [&](int b, int e) {
     for (int r = b; r < e; ++r) {
-      kernels::RmsNorm(Row(act.x, dim, r), kernels::F32Values(L.attn_norm), config.rms_eps,
-                       Row(act.xb, dim, r));
+      Normalize(Row(act.x, dim, r), L.attn_norm, Row(act.xb, dim, r));
     }
   });
 }
@@ -249,11 +263,12 @@ void CpuBlasBackend::State::PrepareAndAppendKv(const Batch& batch, const model::
                                                int layer) {
   const size_t q_dim = static_cast<size_t>(config.q_dim());
   const size_t kv_dim = static_cast<size_t>(config.kv_dim());
+  const size_t half = static_cast<size_t>(config.rope_dim / 2);
   ForRows(rows(), config.q_dim() + 2 * config.kv_dim(), [&](int b, int e) {
     for (int r = b; r < e; ++r) {
       const int pos = plan.rows[r].pos;
-      kernels::PrepareQkv(config, L, rope, pos, Row(act.q, q_dim, r), Row(act.k, kv_dim, r),
-                          Row(act.v, kv_dim, r));
+      kernels::PrepareQkv(config, L, rope, Row(act.rope_cos, half, r), Row(act.rope_sin, half, r),
+                          Row(act.q, q_dim, r), Row(act.k, kv_dim, r), Row(act.v, kv_dim, r));
       const kernels::SequenceKv kv(layout, batch.sequences[plan.rows[r].seq].blocks);
       kv.Write(layer, KvKind::kKey, pos, Row(act.k, kv_dim, r));
       kv.Write(layer, KvKind::kValue, pos, Row(act.v, kv_dim, r));
@@ -268,8 +283,7 @@ void CpuBlasBackend::State::OutputProjectionAndFfnNorm(const model::LayerWeights
     for (int r = b; r < e; ++r) {
       kernels::AddOutputBias(config, L, Row(act.xb2, dim, r));
       kernels::AddInPlace(Row(act.x, dim, r), Row(act.xb2, dim, r));
-      kernels::RmsNorm(Row(act.x, dim, r), kernels::F32Values(L.ffn_norm), config.rms_eps,
-                       Row(act.xb, dim, r));
+      Normalize(Row(act.x, dim, r), L.ffn_norm, Row(act.xb, dim, r));
     }
   });
 }
@@ -295,8 +309,7 @@ void CpuBlasBackend::State::LmHead(std::span<float> logits) {
   const size_t dim = static_cast<size_t>(config.dim);
   const size_t vocab = static_cast<size_t>(config.vocab_size);
   for (int i = 0; i < n_logits; ++i) {
-    kernels::RmsNorm(Row(act.x, dim, logit_rows[i].row), kernels::F32Values(weights.output_norm),
-                     config.rms_eps, Row(act.xf, dim, i));
+    Normalize(Row(act.x, dim, logit_rows[i].row), weights.output_norm, Row(act.xf, dim, i));
   }
   gemm.Run(weights.output, act.xf.data(), n_logits, act.out.data());
   for (int i = 0; i < n_logits; ++i) {

@@ -109,6 +109,13 @@ struct KernelSet {
   // NaN stays NaN) and sum in float, so results agree with the oracles to float rounding.
   void (*softmax)(float* x, int64_t n);
   void (*swiglu)(float* gate, const float* up, int64_t n);
+  //   rms_norm: out[i] = w[i] * (x[i] * inv_rms), inv_rms = 1 / sqrt(sum x^2 / n + eps)
+  //             (kernels::RmsNorm; the vector levels sum the squares in float, in several
+  //             chains, against the oracle's one chain in double; out may alias x).
+  // A decode step normalizes 2 rows per layer on the calling thread while the others
+  // wait: the scalar loop takes about 1 us per 768 elements (one chain of dependent double
+  // additions).
+  void (*rms_norm)(const float* x, const float* w, int64_t n, float eps, float* out);
   // cpu_blas::QuantizeActivations (q8_activations.h): the same bytes (both round x / d to
   // nearest, ties to even, and clamp to [-127, 127]), with the vector levels' max, round,
   // convert and sum. Runs once per product on the calling thread while the others wait

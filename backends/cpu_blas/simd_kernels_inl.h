@@ -499,6 +499,40 @@ KVSERVE_SIMD_TARGET void SwiGlu(float* gate, const float* up, int64_t n) {
   std::copy(g, g + (n - i), gate + i);
 }
 
+// KernelSet::rms_norm: four chains of vector multiply-adds for the squares; the tail
+// through a zero-padded vector.
+KVSERVE_SIMD_TARGET void RmsNormV(const float* x, const float* w, int64_t n, float eps,
+                                  float* out) {
+  constexpr int kLanes = V::kLanes;
+  V::Reg s0 = V::Zero(), s1 = V::Zero(), s2 = V::Zero(), s3 = V::Zero();
+  int64_t i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
+    const V::Reg a = V::Load(x + i), b = V::Load(x + i + kLanes);
+    const V::Reg c = V::Load(x + i + 2 * kLanes), d = V::Load(x + i + 3 * kLanes);
+    s0 = V::Fma(a, a, s0);
+    s1 = V::Fma(b, b, s1);
+    s2 = V::Fma(c, c, s2);
+    s3 = V::Fma(d, d, s3);
+  }
+  for (; i + kLanes <= n; i += kLanes) {
+    const V::Reg a = V::Load(x + i);
+    s0 = V::Fma(a, a, s0);
+  }
+  const int64_t full = i;
+  float tail[kLanes] = {};
+  std::copy(x + full, x + n, tail);
+  const V::Reg t = V::Load(tail);
+  s1 = V::Fma(t, t, s1);
+  const float sum_squares = V::HSum(V::Add(V::Add(s0, s1), V::Add(s2, s3)));
+  const float inv_rms = static_cast<float>(
+      1.0 / std::sqrt(static_cast<double>(sum_squares) / static_cast<double>(n) + eps));
+  const V::Reg inv = V::Broadcast(inv_rms);
+  for (i = 0; i < full; i += kLanes) {
+    V::Store(out + i, V::Mul(V::Load(w + i), V::Mul(V::Load(x + i), inv)));
+  }
+  for (; i < n; ++i) out[i] = w[i] * (x[i] * inv_rms);
+}
+
 // d and the codes of n floats (a multiple of `group`) as q8_activations.cc's scalar
 // QuantizeBlock computes them: d = max|x| / 127, q = clamp(round(x * (1 / d)), +-127),
 // ties to even, or round(x / d) where 1 / d overflows; sums[g] = the sum of codes
@@ -573,5 +607,6 @@ constexpr KernelSet MakeKernelSet(Isa isa) {
                    &Convert<BF16W>,
                    &Softmax,
                    &SwiGlu,
+                   &RmsNormV,
                    &QuantizeActivationsV};
 }

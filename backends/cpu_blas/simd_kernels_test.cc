@@ -553,6 +553,31 @@ TEST_P(SimdKernelsTest, SwiGluMatchesSiluInDoubleOverExpsWholeRange) {
   EXPECT_TRUE(std::isnan(edge[2]));
 }
 
+// rms_norm against the scalar oracle (sum of squares in double) for every tail length,
+// rows of several scales, in place and not: the float sums differ from the double one by
+// a few roundings of the sum, so each output by a few float roundings.
+TEST_P(SimdKernelsTest, RmsNormMatchesScalarForEveryLength) {
+  std::mt19937 rng(11);
+  for (const int64_t n : {1, 7, 8, 15, 16, 17, 31, 33, 63, 64, 65, 100, 768, 2049}) {
+    for (const float scale : {1.0f, 1e-3f, 1e3f}) {
+      std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n));
+      for (float& v : x) v *= scale;
+      const std::vector<float> w = RandomFloats(rng, static_cast<size_t>(n));
+      std::vector<float> want(static_cast<size_t>(n));
+      std::vector<float> got(static_cast<size_t>(n));
+      ScalarKernels().rms_norm(x.data(), w.data(), n, 1e-5f, want.data());
+      kernels().rms_norm(x.data(), w.data(), n, 1e-5f, got.data());
+      std::vector<float> in_place = x;
+      kernels().rms_norm(in_place.data(), w.data(), n, 1e-5f, in_place.data());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(got[i], want[i], 4 * 0x1.0p-24 * std::abs(want[i]))
+            << "n " << n << " scale " << scale << " i " << i;
+        ASSERT_EQ(in_place[i], got[i]) << "n " << n << " i " << i;
+      }
+    }
+  }
+}
+
 // A block whose max|x| is so small that 1 / d overflows (denormals) still quantizes as
 // x / d: codes in order, 0 for 0, 127 for the maximum (x * (1 / d) would give inf and NaN).
 TEST(QuantizeActivationsTest, TinyBlocksQuantizeLikeAnyOther) {

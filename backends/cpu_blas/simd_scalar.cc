@@ -81,6 +81,12 @@ void BF16ToF32(const uint16_t* in, float* out, int64_t n) {
 
 void Softmax(float* x, int64_t n) { kernels::Softmax(std::span<float>(x, static_cast<size_t>(n))); }
 
+void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
+  const size_t len = static_cast<size_t>(n);
+  kernels::RmsNorm(std::span<const float>(x, len), std::span<const float>(w, len), eps,
+                   std::span<float>(out, len));
+}
+
 void SwiGlu(float* gate, const float* up, int64_t n) {
   kernels::SwiGlu(std::span<float>(gate, static_cast<size_t>(n)),
                   std::span<const float>(up, static_cast<size_t>(n)));
@@ -103,6 +109,7 @@ constexpr KernelSet kScalarSet = {
     &BF16ToF32,
     &Softmax,
     &SwiGlu,
+    &RmsNorm,
     &QuantizeActivations,
 };
 

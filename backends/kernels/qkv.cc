@@ -17,11 +17,9 @@ void RmsNormHeads(std::span<float> x, std::span<const float> gain, float eps) {
   }
 }
 
-}  // namespace
-
-void PrepareQkv(const model::ModelConfig& config, const model::LayerWeights& layer,
-                const Rope& rope, int pos, std::span<float> q, std::span<float> k,
-                std::span<float> v) {
+// Biases and per-head norms: PrepareQkv before RoPE.
+void BiasAndNorm(const model::ModelConfig& config, const model::LayerWeights& layer,
+                 std::span<float> q, std::span<float> k, std::span<float> v) {
   if (config.attention_qkv_bias) {
     AddInPlace(q, F32Values(layer.bq));
     AddInPlace(k, F32Values(layer.bk));
@@ -31,7 +29,22 @@ void PrepareQkv(const model::ModelConfig& config, const model::LayerWeights& lay
     RmsNormHeads(q, F32Values(layer.q_norm), config.rms_eps);
     RmsNormHeads(k, F32Values(layer.k_norm), config.rms_eps);
   }
+}
+
+}  // namespace
+
+void PrepareQkv(const model::ModelConfig& config, const model::LayerWeights& layer,
+                const Rope& rope, int pos, std::span<float> q, std::span<float> k,
+                std::span<float> v) {
+  BiasAndNorm(config, layer, q, k, v);
   rope.Apply(q, k, pos);
+}
+
+void PrepareQkv(const model::ModelConfig& config, const model::LayerWeights& layer,
+                const Rope& rope, std::span<const float> cos, std::span<const float> sin,
+                std::span<float> q, std::span<float> k, std::span<float> v) {
+  BiasAndNorm(config, layer, q, k, v);
+  rope.Apply(q, k, cos, sin);
 }
 
 void AddOutputBias(const model::ModelConfig& config, const model::LayerWeights& layer,

@@ -23,6 +23,11 @@ void PrepareQkv(const model::ModelConfig& config, const model::LayerWeights& lay
                 const Rope& rope, int pos, std::span<float> q, std::span<float> k,
                 std::span<float> v);
 
+// The same with RoPE's angles at `pos` precomputed by rope.Angles(pos, cos, sin).
+void PrepareQkv(const model::ModelConfig& config, const model::LayerWeights& layer,
+                const Rope& rope, std::span<const float> cos, std::span<const float> sin,
+                std::span<float> q, std::span<float> k, std::span<float> v);
+
 // out += bo when config.attention_output_bias (out: [dim], the attention output
 // projection of one token); nothing otherwise.
 void AddOutputBias(const model::ModelConfig& config, const model::LayerWeights& layer,

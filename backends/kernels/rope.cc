@@ -17,12 +17,23 @@ Rope::Rope(int head_dim, int rope_dim, float base, model::RopeStyle style, float
 
 void Rope::Apply(std::span<float> x, int pos) const { Apply(x, {}, pos); }
 
-void Rope::Apply(std::span<float> q, std::span<float> k, int pos) const {
+namespace {
+
+// cos and sin of theta in double, rounded to float.
+void CosSin(double theta, float& c, float& s) {
+  c = static_cast<float>(std::cos(theta));
+  s = static_cast<float>(std::sin(theta));
+}
+
+}  // namespace
+
+template <typename AngleFn>
+void Rope::Rotate(std::span<float> q, std::span<float> k, AngleFn angle) const {
   const int half = rope_dim_ / 2;
   for (int i = 0; i < half; ++i) {
-    const double theta = static_cast<double>(pos) * inv_freq_[i];
-    const float c = static_cast<float>(std::cos(theta));
-    const float s = static_cast<float>(std::sin(theta));
+    float c;
+    float s;
+    angle(i, c, s);
     // Index of the two dimensions pair i rotates, within one head.
     const int ia = style_ == model::RopeStyle::kAdjacentPairs ? 2 * i : i;
     const int ib = style_ == model::RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + half;
@@ -35,6 +46,25 @@ void Rope::Apply(std::span<float> q, std::span<float> k, int pos) const {
       }
     }
   }
+}
+
+void Rope::Apply(std::span<float> q, std::span<float> k, int pos) const {
+  Rotate(q, k,
+         [&](int i, float& c, float& s) { CosSin(static_cast<double>(pos) * inv_freq_[i], c, s); });
+}
+
+void Rope::Angles(int pos, std::span<float> cos, std::span<float> sin) const {
+  for (int i = 0; i < rope_dim_ / 2; ++i) {
+    CosSin(static_cast<double>(pos) * inv_freq_[i], cos[i], sin[i]);
+  }
+}
+
+void Rope::Apply(std::span<float> q, std::span<float> k, std::span<const float> cos,
+                 std::span<const float> sin) const {
+  Rotate(q, k, [&](int i, float& c, float& s) {
+    c = cos[i];
+    s = sin[i];
+  });
 }
 
 }  // namespace kvserve::backends::kernels

@@ -41,10 +41,22 @@ class Rope {
   // queries and keys; a decode step spends about 2 % of its time on them otherwise).
   void Apply(std::span<float> q, std::span<float> k, int pos) const;
 
+  // The cos and sin of pair i's angle at `pos` (cos[i], sin[i] for i < rope_dim / 2), as
+  // Apply computes them: a backend that rotates the same position in every layer computes
+  // them once. Precondition: cos.size() and sin.size() >= rope_dim / 2.
+  void Angles(int pos, std::span<float> cos, std::span<float> sin) const;
+  // Apply(q, k, pos) with the angles of `pos` from Angles: the same results.
+  void Apply(std::span<float> q, std::span<float> k, std::span<const float> cos,
+             std::span<const float> sin) const;
+
   int head_dim() const { return head_dim_; }
   int rope_dim() const { return rope_dim_; }
 
  private:
+  // Rotates q and k with angle(i, cos, sin) giving pair i's cos and sin.
+  template <typename AngleFn>
+  void Rotate(std::span<float> q, std::span<float> k, AngleFn angle) const;
+
   int head_dim_;
   int rope_dim_;
   model::RopeStyle style_;

@@ -78,6 +78,23 @@ TEST_P(RopeFormulaTest, QueriesAndKeysTogetherAsEachAlone) {
   }
 }
 
+TEST_P(RopeFormulaTest, PrecomputedAnglesRotateAsThePosition) {
+  const RopeCase c = GetParam();
+  const Rope rope(c.head_dim, c.rope_dim, 10000.0f, c.style);
+  for (int pos : {0, 3, 4095}) {
+    std::vector<float> q = Ramp(4 * c.head_dim);
+    std::vector<float> k = Ramp(2 * c.head_dim);
+    for (float& v : k) v = 0.25f - v;
+    std::vector<float> q_pos = q, k_pos = k;
+    rope.Apply(q_pos, k_pos, pos);
+    std::vector<float> cos(c.rope_dim / 2), sin(c.rope_dim / 2);
+    rope.Angles(pos, cos, sin);
+    rope.Apply(q, k, cos, sin);
+    EXPECT_EQ(q, q_pos) << "pos " << pos;
+    EXPECT_EQ(k, k_pos) << "pos " << pos;
+  }
+}
+
 TEST(RopeTest, StylesPairDifferentDimensions) {
   // Position 1, one head of 4: adjacent pairs rotate (0,1) by 1 rad and (2,3) by 0.01 rad;
   // halves rotate (0,2) by 1 rad and (1,3) by 0.01 rad.
