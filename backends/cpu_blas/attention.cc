@@ -22,6 +22,18 @@ void Grow(std::vector<float>& v, size_t size) {
   if (v.size() < size) v.resize(size);
 }
 
+// Asks for bytes [offset, offset + bytes) of `rows` rows, row_bytes apart from `plane`,
+// to be brought into cache. Decode attention reads K and V rows a step after they were
+// written, with the whole model's weights streamed in between: every row is a miss, and
+// in a short context the dot and axpy kernels wait for each in turn. Asked for a block
+// ahead, the misses overlap (s110m q4_0, batch 1, 32 positions: 7.5 -> 4 us per layer).
+void PrefetchSlice(const uint8_t* plane, int rows, size_t row_bytes, size_t offset, size_t bytes) {
+  for (int t = 0; t < rows; ++t) {
+    const uint8_t* row = plane + static_cast<size_t>(t) * row_bytes + offset;
+    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 3);
+  }
+}
+
 }  // namespace
 
 PagedAttention::PagedAttention(const model::ModelConfig& config, const model::KvLayout& layout,
@@ -94,10 +106,25 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
     const float* qj = step.q + static_cast<size_t>(j) * q_dim;
     float* oj = step.att_out + static_cast<size_t>(j) * q_dim;
 
+    // The K and V block after the one being read are prefetched (K's first block, and V's
+    // first after K's last).
+    const size_t slice_offset = static_cast<size_t>(task.kv_head) * head_bytes;
+    const size_t slice_bytes = static_cast<size_t>(task.kv_heads) * head_bytes;
+    auto prefetch_block = [&](KvKind kind, int t0) {
+      if (t0 >= n_pos) return;
+      const int t1 = std::min(n_pos, (t0 / bt + 1) * bt);
+      PrefetchSlice(kv.Row(step.layer, kind, t0), t1 - t0, row_bytes, slice_offset, slice_bytes);
+    };
+    prefetch_block(KvKind::kKey, first);
     // scores[h][t - first] = scale * q_h · K[t][kv_head(h)], one block's rows at a time.
     for (int t0 = first; t0 < n_pos;) {
       const uint8_t* plane = kv.Row(step.layer, KvKind::kKey, t0);
       const int t1 = std::min(n_pos, (t0 / bt + 1) * bt);
+      if (t1 < n_pos) {
+        prefetch_block(KvKind::kKey, t1);
+      } else {
+        prefetch_block(KvKind::kValue, first);
+      }
       for (int i = 0; i < n_heads; ++i) {
         const int h = h_begin + i;
         dot_rows(qj + static_cast<size_t>(h) * hd,
@@ -115,6 +142,7 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
     for (int t0 = first; t0 < n_pos;) {
       const uint8_t* plane = kv.Row(step.layer, KvKind::kValue, t0);
       const int t1 = std::min(n_pos, (t0 / bt + 1) * bt);
+      prefetch_block(KvKind::kValue, t1);
       for (int i = 0; i < n_heads; ++i) {
         const int h = h_begin + i;
         axpy_rows(att.data() + static_cast<size_t>(i) * n_vis + (t0 - first),
