@@ -113,7 +113,7 @@ struct KernelSet {
   //             (kernels::RmsNorm; the vector levels sum the squares in float, in several
   //             chains, against the oracle's one chain in double; out may alias x).
   // A decode step normalizes 2 rows per layer on the calling thread while the others
-  // wait: the scalar loop takes about 1 us per 768 elements (one chain of dependent double
+  // wait: the scalar loop takes 1-2 us per 768 elements (one chain of dependent double
   // additions).
   void (*rms_norm)(const float* x, const float* w, int64_t n, float eps, float* out);
   // cpu_blas::QuantizeActivations (q8_activations.h): the same bytes (both round x / d to
