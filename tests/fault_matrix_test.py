@@ -107,8 +107,13 @@ class StormTest(unittest.TestCase):
                   {r: finished(after, r) - finished(before, r) for r in ("deadline", "cancelled")},
                   flush=True)
             self.assertEqual(set(codes), {"DEADLINE_EXCEEDED"})
-            self.assertEqual(load.served_calls(before, after, "Generate", "DEADLINE_EXCEEDED"),
-                             STORM)
+            # Every call the server's handler saw is counted, once. A call whose 0.2 s can
+            # also run out before it reaches the handler (gRPC core then fails it in
+            # transport, and no application metric can count it): seen once, 199 of 200,
+            # under CI's ctest -j2. So at most STORM, and all but a few.
+            served = load.served_calls(before, after, "Generate", "DEADLINE_EXCEEDED")
+            self.assertLessEqual(served, STORM)
+            self.assertGreaterEqual(served, STORM - STORM // 40)
             self.assertEqual(finished(after, "cancelled") - finished(before, "cancelled"), 0)
             self.assertLessEqual(finished(after, "deadline") - finished(before, "deadline"), STORM)
             all_blocks_back(server)
