@@ -136,8 +136,8 @@ TEST_F(ClientAffinityTest, TurnsStayOnTheOwnerAndMoveWhenItStops) {
 
 // Sessions spread over the replicas (the ring balances them), each turn on its owner.
 // Session ids are random, so each replica owns a session with probability about 1/3: with
-// 12 sessions some replica owned none in about 2 % of runs (3 * (2/3)^12), a flake seen
-// once under ctest; with 60, about 1e-10.
+// 12 sessions some replica owned none in about 2 % of runs (3 * (2/3)^12; a likely, not
+// verified, cause of a failure seen once under ctest); with 60, about 1e-10.
 TEST_F(ClientAffinityTest, SessionsSpreadOverReplicas) {
   std::vector<int> owners(3, 0);
   for (int i = 0; i < 60; ++i) {
