@@ -204,11 +204,8 @@ void Gemm::QuantizeActivations(std::initializer_list<Product> products, const fl
     ForActivationRows(n, cols, [&](int begin, int end) {
       for (int i = begin; i < end; ++i) {
         uint8_t* out = buf.data() + i * row_bytes;
-        if (interleaved) {
-          QuantizeActivationsInterleaved(t, x + i * cols, cols, out);
-        } else {
-          kernels_->quantize_activations(t, x + i * cols, cols, out);
-        }
+        kernels_->quantize_activations(t, x + i * cols, cols, out);
+        if (interleaved) InterleaveActivations(t, cols, out);
       }
     });
   };

@@ -99,11 +99,17 @@ void Interleave(const int8_t* natural, int8_t* out) {
 }  // namespace
 
 void QuantizeActivationsInterleaved(DType weights, const float* x, int64_t cols, void* out) {
+  QuantizeActivations(weights, x, cols, out);
+  InterleaveActivations(weights, cols, out);
+}
+
+void InterleaveActivations(DType weights, int64_t cols, void* row) {
   if (weights == DType::kQ8_0 || weights == DType::kQ4_0) {
-    auto* blocks = static_cast<Q8x8Block*>(out);
+    static_assert(sizeof(Q8x8Block) == 8 * sizeof(Q8Block));
+    auto* blocks = static_cast<Q8x8Block*>(row);
     for (int64_t b = 0; b < cols / 256; ++b) {
       Q8Block natural[8];
-      QuantizeActivations(weights, x + 256 * b, 256, natural);
+      std::memcpy(natural, &blocks[b], sizeof(natural));
       int8_t codes[256];
       for (int v = 0; v < 8; ++v) {
         blocks[b].d[v] = natural[v].d;
@@ -114,12 +120,11 @@ void QuantizeActivationsInterleaved(DType weights, const float* x, int64_t cols,
     }
     return;
   }
-  auto* blocks = static_cast<Q8KBlock*>(out);
+  auto* blocks = static_cast<Q8KBlock*>(row);
   for (int64_t b = 0; b < cols / 256; ++b) {
-    Q8KBlock natural;
-    QuantizeActivations(weights, x + 256 * b, 256, &natural);
-    blocks[b] = natural;
-    Interleave(natural.q, blocks[b].q);
+    int8_t codes[256];
+    std::memcpy(codes, blocks[b].q, sizeof(codes));
+    Interleave(codes, blocks[b].q);
   }
 }
 

@@ -58,6 +58,13 @@ size_t Q8RowBytesInterleaved(model::DType weights, int64_t cols);
 // weights quantized, x finite; `out` aligned for Q8x8Block / Q8KBlock.
 void QuantizeActivationsInterleaved(model::DType weights, const float* x, int64_t cols, void* out);
 
+// Rewrites in place a row of `cols` activations quantized for `weights` in the natural
+// layout (by QuantizeActivations or KernelSet::quantize_activations, which write the same
+// bytes) into the interleaved layout; both take the same bytes when cols % 256 == 0.
+// QuantizeActivationsInterleaved is QuantizeActivations followed by this. Precondition:
+// as QuantizeActivationsInterleaved.
+void InterleaveActivations(model::DType weights, int64_t cols, void* row);
+
 // The activation format products with `weights` use, as bytes per row of `cols`
 // activations: cols / 32 * sizeof(Q8Block) for q8_0 and q4_0, cols / 256 *
 // sizeof(Q8KBlock) for q4_K and q6_K, 0 for the float types (no quantization).
