@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <vector>
 
 namespace kvserve::backends::kernels {
 
@@ -27,30 +28,11 @@ void CosSin(double theta, float& c, float& s) {
 
 }  // namespace
 
-template <typename AngleFn>
-void Rope::Rotate(std::span<float> q, std::span<float> k, AngleFn angle) const {
-  const int half = rope_dim_ / 2;
-  for (int i = 0; i < half; ++i) {
-    float c;
-    float s;
-    angle(i, c, s);
-    // Index of the two dimensions pair i rotates, within one head.
-    const int ia = style_ == model::RopeStyle::kAdjacentPairs ? 2 * i : i;
-    const int ib = style_ == model::RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + half;
-    for (const std::span<float> x : {q, k}) {
-      for (size_t head = 0; head + head_dim_ <= x.size(); head += head_dim_) {
-        const float a = x[head + ia];
-        const float b = x[head + ib];
-        x[head + ia] = a * c - b * s;
-        x[head + ib] = a * s + b * c;
-      }
-    }
-  }
-}
-
 void Rope::Apply(std::span<float> q, std::span<float> k, int pos) const {
-  Rotate(q, k,
-         [&](int i, float& c, float& s) { CosSin(static_cast<double>(pos) * inv_freq_[i], c, s); });
+  std::vector<float> cos(static_cast<size_t>(rope_dim_ / 2));
+  std::vector<float> sin(cos.size());
+  Angles(pos, cos, sin);
+  Apply(q, k, cos, sin);
 }
 
 void Rope::Angles(int pos, std::span<float> cos, std::span<float> sin) const {
@@ -61,10 +43,35 @@ void Rope::Angles(int pos, std::span<float> cos, std::span<float> sin) const {
 
 void Rope::Apply(std::span<float> q, std::span<float> k, std::span<const float> cos,
                  std::span<const float> sin) const {
-  Rotate(q, k, [&](int i, float& c, float& s) {
-    c = cos[i];
-    s = sin[i];
-  });
+  const int half = rope_dim_ / 2;
+  // Heads outer, pairs inner: the pairs of a head are contiguous and independent, so the
+  // compiler vectorizes the inner loops.
+  const float* c = cos.data();
+  const float* s = sin.data();
+  for (const std::span<float> x : {q, k}) {
+    for (size_t head = 0; head + head_dim_ <= x.size(); head += head_dim_) {
+      if (style_ == model::RopeStyle::kAdjacentPairs) {
+        // Pair i: (x[2i], x[2i + 1]).
+        float* __restrict h = x.data() + head;
+        for (int i = 0; i < half; ++i) {
+          const float a = h[2 * i];
+          const float b = h[2 * i + 1];
+          h[2 * i] = a * c[i] - b * s[i];
+          h[2 * i + 1] = a * s[i] + b * c[i];
+        }
+      } else {
+        // Pair i: (x[i], x[i + half]).
+        float* __restrict lo = x.data() + head;
+        float* __restrict hi = lo + half;
+        for (int i = 0; i < half; ++i) {
+          const float a = lo[i];
+          const float b = hi[i];
+          lo[i] = a * c[i] - b * s[i];
+          hi[i] = a * s[i] + b * c[i];
+        }
+      }
+    }
+  }
 }
 
 }  // namespace kvserve::backends::kernels

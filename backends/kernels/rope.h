@@ -53,10 +53,6 @@ class Rope {
   int rope_dim() const { return rope_dim_; }
 
  private:
-  // Rotates q and k with angle(i, cos, sin) giving pair i's cos and sin.
-  template <typename AngleFn>
-  void Rotate(std::span<float> q, std::span<float> k, AngleFn angle) const;
-
   int head_dim_;
   int rope_dim_;
   model::RopeStyle style_;
