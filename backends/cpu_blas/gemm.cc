@@ -55,9 +55,11 @@ void Gemm::Run(const model::TensorView& w, const float* x, int n, float* y) {
 
 void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   int64_t total_rows = 0;
+  int64_t total_bytes = 0;
   int64_t macs = 0;
   for (const Product& p : products) {
     total_rows += p.w->rows;
+    total_bytes += p.w->rows * static_cast<int64_t>(p.w->row_bytes());
     macs += p.w->rows * p.w->cols * n;
   }
   const int threads = pool_->size();
@@ -87,7 +89,8 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
     QuantizeActivations(products, x, n);
   }
   if (f32_panels) PadActivations(x, n, cols);
-  // Rows per slice. Streaming: enough slices to balance (about 8 per thread), a multiple
+  // Rows per slice. Streaming: enough slices to balance (about 8 per thread; quantized
+  // weights: no smaller than options_.quant_min_task_bytes / n weight bytes), a multiple
   // of the kernels' register blocking (4 rows; the bf16 dot kernel's 6, so 12; the panel
   // tiles' 2 or 4 panels of 16 rows, so 32: a slice's last panels go in pairs, then
   // alone), at least 16. sgemm: tiles of at most about tile_bytes of f32 (each sgemm
@@ -98,7 +101,11 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
     chunk = total_rows;
   } else if (!sgemm) {
     const int64_t multiple = panels ? 2 * model::kPanelRows : bf16_dot_ ? 12 : 4;
-    chunk = std::max<int64_t>(16, RoundUp(total_rows / (threads * 8), multiple));
+    const int64_t row_bytes = std::max<int64_t>(1, total_bytes / total_rows);
+    const int64_t min_rows = quantized ? options_.quant_min_task_bytes / (n * row_bytes) : 0;
+    const int64_t per_thread = (total_rows + threads - 1) / threads;
+    chunk = std::min(std::max(total_rows / (threads * 8), min_rows), per_thread);
+    chunk = std::max<int64_t>(16, RoundUp(chunk, multiple));
   } else {
     const int64_t tile_rows = std::max<int64_t>(16, options_.tile_bytes / (cols * 4));
     const int64_t tiles = RoundUp((total_rows + tile_rows - 1) / tile_rows, threads);

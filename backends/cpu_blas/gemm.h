@@ -99,6 +99,18 @@ struct GemmOptions {
   // BM_Gemm 2048 x 768 at 64 and 512 rows (f32, f16, bf16) within noise.
   // Default 4 MiB.
   int64_t tile_bytes = 4 << 20;
+
+  // Products go to the pool in slices of about 8 per thread (all but sgemm, below), but
+  // a slice of quantized weights holds at least quant_min_task_bytes / n weight bytes (n
+  // activation rows), with at least one slice per thread. Each slice costs a claim, the
+  // kernel's set-up (the quantized kernels copy the activation codes out of their
+  // blocks once per call) and a cold start of its memory stream; at batch 1 the small
+  // matrices of small quantized models went in slices of 20 KB (s110m q4_0, Wo), where
+  // that cost is a large part of the slice. The float types keep 8 slices per thread:
+  // s110m bf16 at batch 1 was 7 % slower with this rule. kvserve-bench, 2 threads, Zen 5
+  // (docs/performance.md, "Fewer, larger slices of quantized weights"). 0 = 8 slices per
+  // thread. Default 1 MiB.
+  int64_t quant_min_task_bytes = 1 << 20;
 };
 
 // Runs projections for one backend. OpenBLAS is called only from inside pool tasks, each
