@@ -108,7 +108,7 @@ struct GemmOptions {
   // matrices of small quantized models went in slices of 20 KB (s110m q4_0, Wo), where
   // that cost is a large part of the slice. The float types keep 8 slices per thread:
   // s110m bf16 at batch 1 was 7 % slower with this rule. kvserve-bench, 2 threads, Zen 5
-  // (docs/performance.md, "Fewer, larger slices of quantized weights"). 0 = 8 slices per
+  // (docs/performance.md, "fewer, larger slices of quantized weights"). 0 = 8 slices per
   // thread. Default 1 MiB.
   int64_t quant_min_task_bytes = 1 << 20;
 };

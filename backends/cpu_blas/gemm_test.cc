@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <memory>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "backends/cpu_blas/packed_weights.h"
@@ -18,10 +17,10 @@ namespace {
 
 using model::DType;
 
-// How a Run is cut into slices (the thread count; GemmOptions::quant_min_task_bytes for the
-// quantized types) decides
-// only who computes which output rows, never their values: every slicing, with or
-// without panels, gives the bytes one thread computing every row gives.
+// How a Run is cut into slices (the thread count; GemmOptions::quant_min_task_bytes for
+// the quantized types) decides only who computes which output rows, never their values:
+// every slicing, with or without panels, gives the bytes one thread computing every row
+// gives.
 TEST(GemmTest, SlicingDoesNotChangeResults) {
   constexpr int64_t kRows = 1040;  // not a multiple of the 32-row panel pairs
   constexpr int64_t kCols = 512;

@@ -46,6 +46,7 @@ class Rope {
   // them once. Precondition: cos.size() and sin.size() >= rope_dim / 2.
   void Angles(int pos, std::span<float> cos, std::span<float> sin) const;
   // Apply(q, k, pos) with the angles of `pos` from Angles: the same results.
+  // Precondition: cos and sin do not overlap q or k.
   void Apply(std::span<float> q, std::span<float> k, std::span<const float> cos,
              std::span<const float> sin) const;
 
