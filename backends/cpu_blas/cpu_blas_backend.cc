@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -158,6 +159,17 @@ struct CpuBlasBackend::State {
 
   int rows() const { return static_cast<int>(plan.rows.size()); }
 
+  // A K or V row into the cache at dst, as SequenceKv::Write stores it (f16 through the
+  // kernel set's conversion).
+  void WriteKvRow(std::span<const float> row, uint8_t* dst) const {
+    if (layout.dtype == model::DType::kF16) {
+      kernels->f32_to_f16(row.data(), reinterpret_cast<uint16_t*>(dst),
+                          static_cast<int64_t>(row.size()));
+    } else {
+      std::memcpy(dst, row.data(), row.size() * sizeof(float));
+    }
+  }
+
   // out = RMSNorm(x) * gain (KernelSet::rms_norm; kernels::RmsNorm's contract).
   void Normalize(std::span<const float> x, const model::TensorView& gain,
                  std::span<float> out) const {
@@ -270,8 +282,8 @@ void CpuBlasBackend::State::PrepareAndAppendKv(const Batch& batch, const model::
       kernels::PrepareQkv(config, L, rope, Row(act.rope_cos, half, r), Row(act.rope_sin, half, r),
                           Row(act.q, q_dim, r), Row(act.k, kv_dim, r), Row(act.v, kv_dim, r));
       const kernels::SequenceKv kv(layout, batch.sequences[plan.rows[r].seq].blocks);
-      kv.Write(layer, KvKind::kKey, pos, Row(act.k, kv_dim, r));
-      kv.Write(layer, KvKind::kValue, pos, Row(act.v, kv_dim, r));
+      WriteKvRow(Row(act.k, kv_dim, r), kv.Row(layer, KvKind::kKey, pos));
+      WriteKvRow(Row(act.v, kv_dim, r), kv.Row(layer, KvKind::kValue, pos));
     }
   });
 }

@@ -85,6 +85,10 @@ struct F16W {
   KVSERVE_SIMD_TARGET static __m256 Load(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
+  // p[0, 8) = v rounded to f16, nearest even (vcvtps2ph's immediate, not MXCSR).
+  KVSERVE_SIMD_TARGET static void Store(uint16_t* p, __m256 v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
   static float One(uint16_t v) { return model::HalfToFloat(v); }
 };
 struct BF16W {

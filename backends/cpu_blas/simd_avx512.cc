@@ -91,6 +91,11 @@ struct F16W {
   KVSERVE_SIMD_TARGET static __m512 Load(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
+  // p[0, 16) = v rounded to f16, nearest even (vcvtps2ph's immediate, not MXCSR).
+  KVSERVE_SIMD_TARGET static void Store(uint16_t* p, __m512 v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
   static float One(uint16_t v) { return model::HalfToFloat(v); }
 };
 struct BF16W {

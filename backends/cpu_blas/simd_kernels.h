@@ -101,6 +101,11 @@ struct KernelSet {
   // out[i] = float(in[i]) for f16 or bf16 bits.
   void (*f16_to_f32)(const uint16_t* in, float* out, int64_t n);
   void (*bf16_to_f32)(const uint16_t* in, float* out, int64_t n);
+  // out[i] = model::FloatToHalf(in[i]) (nearest even; overflow to inf, underflow through
+  // f16 subnormals to zero); the vector levels keep a NaN's payload bits where
+  // FloatToHalf writes its one quiet NaN. Writes K/V rows into an f16 cache: at batch 16
+  // the scalar loop took 1.1 ms of an s110m bf16 decode step of about 9.5 ms.
+  void (*f32_to_f16)(const float* in, uint16_t* out, int64_t n);
   // The elementwise functions of the scalar oracles (backends/kernels/ops.h), in place:
   //   softmax: x[i] = exp(x[i] - max x) / sum_j exp(x[j] - max x)   for i in [0, n)
   //   swiglu:  gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g))

@@ -427,6 +427,13 @@ KVSERVE_SIMD_TARGET void Convert(const uint16_t* in, float* out, int64_t n) {
   for (; i < n; ++i) out[i] = W::One(in[i]);
 }
 
+KVSERVE_SIMD_TARGET void ConvertToF16(const float* in, uint16_t* out, int64_t n) {
+  constexpr int kLanes = V::kLanes;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) F16W::Store(out + i, V::Load(in + i));
+  for (; i < n; ++i) out[i] = model::FloatToHalf(in[i]);
+}
+
 // exp(x) per lane, as Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2 (ln2 split in two
 // parts, the first with few bits, so n times it is exact and r keeps its precision),
 // exp(r) by a degree-7 polynomial, times 2^n. Within a few float roundings of std::exp
@@ -605,6 +612,7 @@ constexpr KernelSet MakeKernelSet(Isa isa) {
                    &AxpyRows<F16W>,
                    &Convert<F16W>,
                    &Convert<BF16W>,
+                   &ConvertToF16,
                    &Softmax,
                    &SwiGlu,
                    &RmsNormV,

@@ -525,6 +525,47 @@ TEST_P(SimdKernelsTest, ConversionsAreExactForEveryBitPattern) {
   }
 }
 
+// Narrowing to f16 writes model::FloatToHalf's bits: every f16 value (exact), every
+// midpoint between neighbouring f16 values and a hair either side of it (rounding, ties
+// to even, the subnormal range, the overflow edge at 65520), and random f32 bit patterns
+// of every exponent. NaNs only need to stay NaNs.
+TEST_P(SimdKernelsTest, NarrowingToF16MatchesFloatToHalf) {
+  std::vector<float> in;
+  for (uint32_t h = 0; h < 0x7C00; ++h) {  // non-negative finite halves, ascending
+    const float lo = model::HalfToFloat(static_cast<uint16_t>(h));
+    const float hi = h + 1 < 0x7C00 ? model::HalfToFloat(static_cast<uint16_t>(h + 1)) : 65536.0f;
+    const float mid = lo + (hi - lo) / 2;  // exact: one more bit than f16 has
+    for (float v : {lo, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, hi)}) {
+      in.push_back(v);
+      in.push_back(-v);
+    }
+  }
+  std::mt19937 rng(7);
+  for (int i = 0; i < 100000; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(rng());
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    in.push_back(v);
+  }
+  for (float v : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::nanf(""), 1e-45f, 3e38f}) {
+    in.push_back(v);
+  }
+  std::vector<uint16_t> out(in.size() + 1, 0xABCD);  // one guard element past the end
+  kernels().f32_to_f16(in.data(), out.data(), static_cast<int64_t>(in.size()));
+  EXPECT_EQ(out.back(), 0xABCD) << "wrote past n";
+  int mismatches = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const uint16_t want = model::FloatToHalf(in[i]);
+    const bool same = std::isnan(in[i]) ? std::isnan(model::HalfToFloat(out[i])) : out[i] == want;
+    if (!same && ++mismatches <= 5) {
+      ADD_FAILURE() << "in " << in[i] << " (index " << i << "): got 0x" << std::hex << out[i]
+                    << ", want 0x" << want;
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
 // swiglu with up = 1 is silu(g) = g / (1 + exp(-g)); over a dense sweep of g it checks
 // the vector exp against exp in double at every exponent the clamps allow (for g near
 // -87, silu is about g exp(g), so its relative error is exp's). Allowed: 8 float

@@ -79,6 +79,10 @@ void BF16ToF32(const uint16_t* in, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = model::BF16ToFloat(in[i]);
 }
 
+void F32ToF16(const float* in, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = model::FloatToHalf(in[i]);
+}
+
 void Softmax(float* x, int64_t n) { kernels::Softmax(std::span<float>(x, static_cast<size_t>(n))); }
 
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* out) {
@@ -107,6 +111,7 @@ constexpr KernelSet kScalarSet = {
     &AxpyRows<F16, uint16_t>,
     &F16ToF32,
     &BF16ToF32,
+    &F32ToF16,
     &Softmax,
     &SwiGlu,
     &RmsNorm,
