@@ -20,7 +20,8 @@ std::span<uint8_t* const> KvArena::Allocate(int64_t capacity_tokens) {
   const size_t stride = (layout_.block_bytes() + kAlignment - 1) / kAlignment * kAlignment;
   const size_t bytes = static_cast<size_t>(n_blocks) * stride;
   if (bytes >= common::HugePageMemory::kHugePageBytes) {
-    absl::StatusOr<common::HugePageMemory> region = common::HugePageMemory::Allocate(bytes);
+    absl::StatusOr<common::HugePageMemory> region =
+        common::HugePageMemory::Allocate(bytes, populate_);
     if (region.ok()) {
       for (int64_t b = 0; b < n_blocks; ++b) {
         pointers->push_back(region->data() + static_cast<size_t>(b) * stride);

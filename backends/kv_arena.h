@@ -17,10 +17,16 @@ namespace kvserve::backends {
 // per sequence, a span of block pointers that stays valid for the arena's lifetime. A
 // sequence of 2 MiB or more gets its blocks in one huge-page region, as the engine's
 // block pool does (common/huge_page_memory.h), so benchmarks see the same TLB behaviour.
+// With `populate`, those regions are made resident when allocated, as kvserve's pool is
+// at start (--kv_prefault, its default); without, each 2 MiB page is zeroed by the kernel
+// when a step first writes it. Benchmarks populate, so that the first timed repeat of a
+// decode does not also fault in a block every block_tokens steps (seen as
+// clear_page_erms under the K/V writes in `perf record` of kvserve-bench, batch 16).
 // Threading: not thread-safe; use from one thread.
 class KvArena {
  public:
-  explicit KvArena(const model::KvLayout& layout) : layout_(layout) {}
+  explicit KvArena(const model::KvLayout& layout, bool populate = false)
+      : layout_(layout), populate_(populate) {}
   KvArena(const KvArena&) = delete;
   KvArena& operator=(const KvArena&) = delete;
 
@@ -35,6 +41,7 @@ class KvArena {
 
  private:
   model::KvLayout layout_;
+  bool populate_;
   int64_t block_count_ = 0;
   std::vector<std::vector<uint8_t>>
       storage_;  // small sequences: one per block, over-allocated to align

@@ -478,7 +478,7 @@ void BM_Decode(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(2));
   Step step = CpuBlasStep(dtype, threads);
   const model::Model& m = step.model;
-  backends::KvArena arena(step.layout);
+  backends::KvArena arena(step.layout, /*populate=*/true);
   std::vector<std::span<uint8_t* const>> blocks;
   for (int i = 0; i < batch_size; ++i) blocks.push_back(arena.Allocate(320));
   std::vector<std::vector<int32_t>> tokens(batch_size, std::vector<int32_t>{1});
@@ -518,7 +518,7 @@ void BM_Prefill(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(2));
   Step step = CpuBlasStep(dtype, threads);
   const model::Model& m = step.model;
-  backends::KvArena arena(step.layout);
+  backends::KvArena arena(step.layout, /*populate=*/true);
   std::span<uint8_t* const> blocks = arena.Allocate(n);
   std::vector<int32_t> tokens(n);
   for (int i = 0; i < n; ++i) tokens[i] = (i * 131 + 7) % m.config().vocab_size;

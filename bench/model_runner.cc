@@ -60,7 +60,7 @@ absl::StatusOr<std::vector<double>> MeasurePrefill(backends::Backend& backend,
   if (absl::Status s = CheckCounts(model, 1, prompt_tokens, repeats); !s.ok()) return s;
   const int vocab = model.config().vocab_size;
   std::mt19937_64 rng(seed);
-  backends::KvArena arena(backend.kv_layout());
+  backends::KvArena arena(backend.kv_layout(), /*populate=*/true);  // as kvserve's pool
   std::span<uint8_t* const> blocks = arena.Allocate(prompt_tokens);
   std::vector<float> logits(static_cast<size_t>(vocab));  // [1, vocab]
   std::vector<double> samples;
@@ -91,8 +91,8 @@ absl::StatusOr<std::vector<double>> MeasureDecode(backends::Backend& backend,
   const int vocab = model.config().vocab_size;
   const size_t n = static_cast<size_t>(batch);
   std::mt19937_64 rng(seed);
-  backends::KvArena arena(backend.kv_layout());
-  std::vector<std::span<uint8_t* const>> blocks;  // [batch]
+  backends::KvArena arena(backend.kv_layout(), /*populate=*/true);  // as kvserve's pool
+  std::vector<std::span<uint8_t* const>> blocks;                    // [batch]
   for (size_t i = 0; i < n; ++i)
     blocks.push_back(arena.Allocate(prefix_tokens + decode_tokens + 1));
   std::vector<float> logits(n * static_cast<size_t>(vocab));  // [batch, vocab]
