@@ -27,7 +27,10 @@ void Grow(std::vector<float>& v, size_t size) {
 // written, with the whole model's weights streamed in between: every row is a miss, and
 // in a short context the dot and axpy kernels wait for each in turn. Asked for a block
 // ahead, the misses overlap (s110m q4_0, batch 1, 32 positions: 7.5 -> 5.2-5.8 us per
-// layer).
+// layer). Only when the caller runs every task alone: with the pool's threads prefetching
+// side by side, attention ran slower with it than without (s110m q8_0, batch 16, 32
+// positions, ms per step, 3 rounds: 0.76 / 0.77 / 0.76 -> 0.67 / 0.67 / 0.68 without; 128
+// positions 2.30 / 2.20 -> 1.88 / 1.84; L2 or non-temporal hints in between).
 void PrefetchSlice(const uint8_t* plane, int rows, size_t row_bytes, size_t offset, size_t bytes) {
   for (int t = 0; t < rows; ++t) {
     const uint8_t* row = plane + static_cast<size_t>(t) * row_bytes + offset;
@@ -47,7 +50,6 @@ PagedAttention::PagedAttention(const model::ModelConfig& config, const model::Kv
 
 void PagedAttention::Run(const Batch& batch, const StepPlan& plan, int layer, const float* q,
                          float* att_out) {
-  const Step step{batch, plan, layer, q, att_out};
   int64_t work = 0;
   for (const AttentionTask& t : plan.attention_tasks) {
     for (int j = t.row_begin; j < t.row_end; ++j) {
@@ -56,7 +58,9 @@ void PagedAttention::Run(const Batch& batch, const StepPlan& plan, int layer, co
     }
   }
   work *= static_cast<int64_t>(config_.head_dim) * (config_.n_heads / config_.n_kv_heads) * 2;
-  if (work < kMinParallelWork) {
+  const bool alone = work < kMinParallelWork;
+  const Step step{batch, plan, layer, q, att_out, /*prefetch=*/alone};
+  if (alone) {
     for (const AttentionTask& t : plan.attention_tasks) RunTask(step, t, scratch_[0]);
     return;
   }
@@ -107,12 +111,12 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
     const float* qj = step.q + static_cast<size_t>(j) * q_dim;
     float* oj = step.att_out + static_cast<size_t>(j) * q_dim;
 
-    // The K and V block after the one being read are prefetched (K's first block, and V's
-    // first after K's last).
+    // On the caller alone (Step::prefetch), the K and V block after the one being read are
+    // prefetched (K's first block, and V's first after K's last).
     const size_t slice_offset = static_cast<size_t>(task.kv_head) * head_bytes;
     const size_t slice_bytes = static_cast<size_t>(task.kv_heads) * head_bytes;
     auto prefetch_block = [&](KvKind kind, int t0) {
-      if (t0 >= n_pos) return;
+      if (!step.prefetch || t0 >= n_pos) return;
       const int t1 = std::min(n_pos, (t0 / bt + 1) * bt);
       PrefetchSlice(kv.Row(step.layer, kind, t0), t1 - t0, row_bytes, slice_offset, slice_bytes);
     };

@@ -70,6 +70,7 @@ class PagedAttention {
     int layer;
     const float* q;
     float* att_out;
+    bool prefetch = false;  // kPaged asks for the next K/V block ahead (PrefetchSlice)
   };
 
   void RunTask(const Step& step, const AttentionTask& task, Scratch& scratch) const;
