@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "cachesvc/record_transport.h"
+#include "cache/record_transport.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "service/host_port.h"
@@ -71,7 +71,7 @@ absl::StatusOr<std::unique_ptr<CacheServer>> CacheServer::Start(
                            &port);
   builder.SetMaxReceiveMessageSize(server->options_.max_message_bytes);
   builder.SetMaxSendMessageSize(server->options_.max_message_bytes);
-  for (const TransportArg& arg : kRecordTransportArgs)
+  for (const cache::TransportArg& arg : cache::kRecordTransportArgs)
     builder.AddChannelArgument(arg.name, arg.value);
   grpc::ResourceQuota quota("kvserve-cache");
   quota.Resize(static_cast<size_t>(server->options_.grpc_memory_quota_bytes));

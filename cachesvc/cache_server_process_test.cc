@@ -12,7 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "cachesvc/remote_cache_client.h"
+#include "cache/remote_cache_client.h"
 #include "cachesvc/testing/block_chain.h"
 #include "gtest/gtest.h"
 

@@ -24,7 +24,7 @@
 #include "cachesvc/disk_block_store.h"
 #include "cachesvc/memory_block_store.h"
 #include "cachesvc/memory_session_store.h"
-#include "cachesvc/remote_cache_client.h"
+#include "cache/remote_cache_client.h"
 #include "cachesvc/testing/block_chain.h"
 #include "cachesvc/tiered_block_store.h"
 #include "common/clock.h"

@@ -10,7 +10,7 @@
 #include "cachesvc/cache_server.h"
 #include "cachesvc/memory_block_store.h"
 #include "cachesvc/memory_session_store.h"
-#include "cachesvc/remote_cache_client.h"
+#include "cache/remote_cache_client.h"
 #include "engine/engine.h"
 #include "engine/engine_options.h"
 #include "engine/model_loading.h"

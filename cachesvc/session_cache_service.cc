@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cache/block_record.h"
-#include "cachesvc/record_assembler.h"
+#include "cache/record_assembler.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/coded_stream.h"
 
@@ -245,7 +245,7 @@ grpc::Status SessionCacheService::StoreBlocks(grpc::ServerContext* context,
 
 absl::Status SessionCacheService::DoStore(grpc::ServerReader<v1::StoreBlocksRequest>* reader,
                                           v1::StoreBlocksResponse* response) {
-  RecordAssembler assembler(options_.max_record_bytes);
+  cache::RecordAssembler assembler(options_.max_record_bytes);
   BlockHash partition;
   v1::StoreBlocksRequest message;
   for (bool first = true; reader->Read(&message); first = false) {

@@ -7,7 +7,7 @@
 #include "cachesvc/cache_server.h"
 #include "cachesvc/memory_block_store.h"
 #include "cachesvc/memory_session_store.h"
-#include "cachesvc/remote_cache_client.h"
+#include "cache/remote_cache_client.h"
 #include "cachesvc/testing/block_chain.h"
 #include "common/testing/fake_clock.h"
 #include "gmock/gmock.h"
@@ -64,7 +64,7 @@ class SessionCacheServiceTest : public ::testing::Test {
     return n.ok() ? *n : -1;
   }
   int32_t Lookup(const BlockHash& partition, const std::vector<BlockHash>& chain) {
-    absl::StatusOr<engine::RemoteKvCache::Presence> p =
+    absl::StatusOr<cache::RemoteKvCache::Presence> p =
         client_->Lookup(partition, chain, Deadline());
     EXPECT_TRUE(p.ok()) << p.status();
     return p.ok() ? p->blocks : -1;
@@ -334,7 +334,7 @@ TEST_F(SessionCacheServiceTest, SessionRecordsPutGetListDeleteAndExpire) {
   setup.service.max_session_tokens = 100;
   Start(setup);
   const BlockChain c = MakeChain(1, "");
-  engine::RemoteSession s;
+  cache::RemoteSession s;
   s.id = "conv-1";
   s.partition = c.partition;
   s.tokens = {1, 2, 3, 4};
@@ -347,7 +347,7 @@ TEST_F(SessionCacheServiceTest, SessionRecordsPutGetListDeleteAndExpire) {
   s.ttl = absl::Seconds(10);
   ASSERT_TRUE(client_->PutSession(s, Deadline()).ok());
 
-  absl::StatusOr<engine::RemoteSession> got = client_->GetSession("conv-1", Deadline());
+  absl::StatusOr<cache::RemoteSession> got = client_->GetSession("conv-1", Deadline());
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->tokens, s.tokens);
   EXPECT_EQ(got->turn_ends, s.turn_ends);

@@ -82,7 +82,7 @@ class ClientAffinityTest : public ::testing::Test {
   bool WaitForRecord(const std::string& session_id, int history_tokens) {
     const absl::Time end = absl::Now() + absl::Seconds(20);
     while (absl::Now() < end) {
-      absl::StatusOr<engine::RemoteSession> record =
+      absl::StatusOr<cache::RemoteSession> record =
           cache_.GetSession(session_id, absl::InfiniteFuture());
       if (record.ok() && static_cast<int>(record->tokens.size()) == history_tokens) return true;
       absl::SleepFor(absl::Milliseconds(10));

@@ -233,12 +233,12 @@ class EngineImpl final : public Engine {
   //   PublishSession: writes the record of new session `id` now (history and turn ends
   //     as of now; blocks up to the remote timeout), so that a session-affine router
   //     may send its first turn to another replica. A failed write is only counted.
-  absl::StatusOr<RemoteSession> RemoteRecord(const std::string& id, const std::string& tenant);
+  absl::StatusOr<cache::RemoteSession> RemoteRecord(const std::string& id, const std::string& tenant);
   void SyncSession(const std::string& id, const std::string& tenant);
   void PublishSession(const std::string& id);
   // The record of session `id` for the service; `root` is the chain root of its last
   // turn (its head block's chain).
-  std::optional<RemoteSession> SessionRecordOf(const std::string& id, const cache::BlockHash& root);
+  std::optional<cache::RemoteSession> SessionRecordOf(const std::string& id, const cache::BlockHash& root);
   // Step thread: routes an arrived sequence to the scheduler, or first to a remote
   // fetch; takes fetch results and finished exports back.
   void Admit(std::unique_ptr<Sequence> seq);
@@ -694,11 +694,11 @@ void EngineImpl::Export(const Sequence& seq, bool session_alive) {
   if (!remote_tier_->Store(std::move(job))) kv_->ReleaseExport(key);  // dropped, counted
 }
 
-std::optional<RemoteSession> EngineImpl::SessionRecordOf(const std::string& id,
+std::optional<cache::RemoteSession> EngineImpl::SessionRecordOf(const std::string& id,
                                                          const cache::BlockHash& root) {
   std::optional<SessionStore::Snapshot> snap = sessions_.GetSnapshot(id);
   if (!snap.has_value()) return std::nullopt;
-  RemoteSession r;
+  cache::RemoteSession r;
   r.id = id;
   r.partition = kv_->RootHash("");
   r.tokens = std::move(snap->history);
@@ -716,14 +716,14 @@ std::optional<RemoteSession> EngineImpl::SessionRecordOf(const std::string& id,
 
 void EngineImpl::PublishSession(const std::string& id) {
   if (remote_tier_ == nullptr) return;
-  std::optional<RemoteSession> record = SessionRecordOf(id, kv_->RootHash(""));
+  std::optional<cache::RemoteSession> record = SessionRecordOf(id, kv_->RootHash(""));
   if (record.has_value()) remote_tier_->PutSessionNow(*record).IgnoreError();
 }
 
-absl::StatusOr<RemoteSession> EngineImpl::RemoteRecord(const std::string& id,
+absl::StatusOr<cache::RemoteSession> EngineImpl::RemoteRecord(const std::string& id,
                                                        const std::string& tenant) {
   if (remote_tier_ == nullptr) return absl::NotFoundError("no session cache service");
-  absl::StatusOr<RemoteSession> record = remote_tier_->GetSession(id);
+  absl::StatusOr<cache::RemoteSession> record = remote_tier_->GetSession(id);
   if (!record.ok()) return record.status();
   // Another model's (or layout's) session is not ours to continue.
   if (record->partition != kv_->RootHash("")) {
@@ -754,7 +754,7 @@ void EngineImpl::SyncSession(const std::string& id, const std::string& tenant) {
   if (remote_tier_ == nullptr) return;
   const absl::Time now = clock_->Now();
   const bool here = sessions_.Get(id, tenant, now).ok();
-  absl::StatusOr<RemoteSession> record = RemoteRecord(id, tenant);
+  absl::StatusOr<cache::RemoteSession> record = RemoteRecord(id, tenant);
   if (!record.ok()) return;
   if (here) {
     if (sessions_.AdoptNewer(id, tenant, std::move(record->tokens), std::move(record->turn_ends),

@@ -13,7 +13,7 @@
 #include "backends/backend.h"
 #include "common/clock.h"
 #include "engine/engine.h"
-#include "engine/remote_kv_cache.h"
+#include "cache/remote_kv_cache.h"
 #include "engine/remote_tier.h"
 #include "model/dtype.h"
 #include "model/kv_layout.h"
@@ -70,7 +70,7 @@ struct Engine::Options {
   uint64_t seed = 0;
   // A session cache service (kvserve-cache) to fetch KV from and write KV and session
   // records to, or null for none. Must outlive the engine. See engine/remote_tier.h.
-  RemoteKvCache* remote_cache = nullptr;
+  cache::RemoteKvCache* remote_cache = nullptr;
   RemoteTier::Options remote;
   // The clock for deadlines, session expiry and usage times; null = the wall clock.
   // Tests inject a common::testing::FakeClock. Must outlive the engine.

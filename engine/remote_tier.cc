@@ -23,7 +23,7 @@ constexpr double kRoundTripSeconds = 0.002;
 
 }  // namespace
 
-RemoteTier::RemoteTier(RemoteKvCache* remote, const Options& options, const model::KvLayout& layout,
+RemoteTier::RemoteTier(cache::RemoteKvCache* remote, const Options& options, const model::KvLayout& layout,
                        int32_t kv_heads, std::function<void(FetchResult)> on_fetched,
                        std::function<void(uint64_t)> on_stored)
     : remote_(remote),
@@ -74,7 +74,7 @@ bool RemoteTier::Store(StoreJob job) {
   return true;
 }
 
-void RemoteTier::PutSession(RemoteSession session) {
+void RemoteTier::PutSession(cache::RemoteSession session) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
@@ -83,7 +83,7 @@ void RemoteTier::PutSession(RemoteSession session) {
   cv_.notify_all();
 }
 
-absl::Status RemoteTier::PutSessionNow(const RemoteSession& session) {
+absl::Status RemoteTier::PutSessionNow(const cache::RemoteSession& session) {
   const absl::Status status = remote_->PutSession(session, Deadline());
   Observe(status, "PutSession");
   return status;
@@ -98,8 +98,8 @@ void RemoteTier::DeleteSession(std::string id) {
   cv_.notify_all();
 }
 
-absl::StatusOr<RemoteSession> RemoteTier::GetSession(const std::string& id) {
-  absl::StatusOr<RemoteSession> session = remote_->GetSession(id, Deadline());
+absl::StatusOr<cache::RemoteSession> RemoteTier::GetSession(const std::string& id) {
+  absl::StatusOr<cache::RemoteSession> session = remote_->GetSession(id, Deadline());
   Observe(session.ok() || absl::IsNotFound(session.status()) ? absl::OkStatus() : session.status(),
           "GetSession");
   return session;
@@ -166,7 +166,7 @@ RemoteTier::FetchResult RemoteTier::RunFetch(const FetchJob& job) {
   const int32_t n = static_cast<int32_t>(job.chain.size());
   if (n - job.local_blocks < options_.min_fetch_blocks) return result;
 
-  absl::StatusOr<RemoteKvCache::Presence> presence =
+  absl::StatusOr<cache::RemoteKvCache::Presence> presence =
       remote_->Lookup(job.partition, job.chain, Deadline(job.deadline));
   Observe(presence.status(), "Lookup");
   if (!presence.ok()) return result;
@@ -295,7 +295,7 @@ void RemoteTier::RunStore(StoreJob& job) {
   for (const auto& b : job.blocks) chain.push_back(b.hash);
   int32_t present = 0;
   if (!chain.empty()) {
-    absl::StatusOr<RemoteKvCache::Presence> presence =
+    absl::StatusOr<cache::RemoteKvCache::Presence> presence =
         remote_->Lookup(job.partition, chain, Deadline());
     Observe(presence.status(), "Lookup");
     if (!presence.ok()) {

@@ -45,7 +45,7 @@
 #include "cache/block_hash.h"
 #include "cache/kv_cache_manager.h"
 #include "engine/engine.h"
-#include "engine/remote_kv_cache.h"
+#include "cache/remote_kv_cache.h"
 #include "model/kv_layout.h"
 
 namespace kvserve::engine {
@@ -89,13 +89,13 @@ class RemoteTier {
     cache::BlockHash partition;
     std::vector<int32_t> tokens;  // the chain's tokens (at least blocks x block_tokens)
     std::vector<cache::KvCacheManager::ExportBlock> blocks;
-    std::optional<RemoteSession> session;  // written after the blocks
+    std::optional<cache::RemoteSession> session;  // written after the blocks
   };
 
   // `remote` must outlive the tier. `on_fetched` gets every FetchJob's result (possibly
   // empty) exactly once; `on_stored` every accepted StoreJob's key exactly once, after
   // the tier stopped reading its blocks.
-  RemoteTier(RemoteKvCache* remote, const Options& options, const model::KvLayout& layout,
+  RemoteTier(cache::RemoteKvCache* remote, const Options& options, const model::KvLayout& layout,
              int32_t kv_heads, std::function<void(FetchResult)> on_fetched,
              std::function<void(uint64_t)> on_stored);
   // Stops the workers (a running call ends within the timeout); jobs still queued get
@@ -108,22 +108,22 @@ class RemoteTier {
   // False (nothing queued, counted as dropped) when Options::max_pending_stores jobs wait.
   bool Store(StoreJob job);
   // Queued behind the stores.
-  void PutSession(RemoteSession session);
+  void PutSession(cache::RemoteSession session);
   // Written now, on the caller's thread (blocks up to the timeout): for a new session
   // (OpenSession, ForkSession), whose record must be there before the client's next
   // call, which a session-affine router may send to another replica. A failure is
   // counted and returned (the session still works here).
-  absl::Status PutSessionNow(const RemoteSession& session);
+  absl::Status PutSessionNow(const cache::RemoteSession& session);
   void DeleteSession(std::string id);
   // The service's record of `id` (NOT_FOUND when it has none; UNAVAILABLE on failure).
-  absl::StatusOr<RemoteSession> GetSession(const std::string& id);
+  absl::StatusOr<cache::RemoteSession> GetSession(const std::string& id);
 
   RemoteCacheStats stats() const;
 
  private:
   struct StoreTask {
     std::optional<StoreJob> store;
-    std::optional<RemoteSession> put_session;
+    std::optional<cache::RemoteSession> put_session;
     std::optional<std::string> delete_session;
   };
 
@@ -135,7 +135,7 @@ class RemoteTier {
   void Observe(const absl::Status& status, std::string_view what);
   absl::Time Deadline(absl::Time limit = absl::InfiniteFuture()) const;
 
-  RemoteKvCache* const remote_;
+  cache::RemoteKvCache* const remote_;
   const Options options_;
   const model::KvLayout layout_;
   const int32_t kv_heads_;

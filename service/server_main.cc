@@ -22,7 +22,7 @@
 #include "absl/time/time.h"
 #include "backends/cpu_blas/blas_startup.h"
 #include "backends/runtime_info.h"
-#include "cachesvc/remote_cache_client.h"
+#include "cache/remote_cache_client.h"
 #include "common/bearer_auth.h"
 #include "common/flags.h"
 #include "common/shutdown_signals.h"
@@ -326,7 +326,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
 }
 
 // The session cache client of --session_cache (null when the flag is empty).
-absl::StatusOr<std::unique_ptr<cachesvc::RemoteCacheClient>> SessionCacheFromFlags() {
+absl::StatusOr<std::unique_ptr<cache::RemoteCacheClient>> SessionCacheFromFlags() {
   const std::string target = absl::GetFlag(FLAGS_session_cache);
   if (target.empty()) {
     if (!absl::GetFlag(FLAGS_session_cache_tls_ca).empty() ||
@@ -336,7 +336,7 @@ absl::StatusOr<std::unique_ptr<cachesvc::RemoteCacheClient>> SessionCacheFromFla
     }
     return nullptr;
   }
-  cachesvc::RemoteCacheClient::Options options;
+  cache::RemoteCacheClient::Options options;
   options.target = target;
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       MakeChannelCredentials({.ca_file = absl::GetFlag(FLAGS_session_cache_tls_ca),
@@ -362,7 +362,7 @@ absl::StatusOr<std::unique_ptr<cachesvc::RemoteCacheClient>> SessionCacheFromFla
                                                      " has no token on its first line"));
     }
   }
-  return cachesvc::RemoteCacheClient::Create(options);
+  return cache::RemoteCacheClient::Create(options);
 }
 
 int Run(const backends::RuntimeInfo& runtime) {
@@ -372,7 +372,7 @@ int Run(const backends::RuntimeInfo& runtime) {
   absl::StatusOr<engine::ModelOptions> model_options = ModelOptionsFromFlags();
   if (!model_options.ok()) return Fail(model_options.status());
   // Declared before the server: the engine uses it until the server is gone.
-  absl::StatusOr<std::unique_ptr<cachesvc::RemoteCacheClient>> session_cache =
+  absl::StatusOr<std::unique_ptr<cache::RemoteCacheClient>> session_cache =
       SessionCacheFromFlags();
   if (!session_cache.ok()) return Fail(session_cache.status());
   model_options->engine.remote_cache = session_cache->get();

@@ -1,4 +1,4 @@
-// An in-process RemoteKvCache for engine tests: a map of records and session records
+// An in-process cache::RemoteKvCache for engine tests: a map of records and session records
 // that several engines ("replicas") share, with switches that make it fail or lie.
 // Test-only.
 //
@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "cache/block_record.h"
-#include "engine/remote_kv_cache.h"
+#include "cache/remote_kv_cache.h"
 
 namespace kvserve::engine::testing {
 
-class FakeRemoteCache final : public RemoteKvCache {
+class FakeRemoteCache final : public cache::RemoteKvCache {
  public:
   // Every call fails with UNAVAILABLE while set.
   void SetDown(bool down) {
@@ -108,13 +108,13 @@ class FakeRemoteCache final : public RemoteKvCache {
     return stored;
   }
 
-  absl::Status PutSession(const RemoteSession& session, absl::Time deadline) override {
+  absl::Status PutSession(const cache::RemoteSession& session, absl::Time deadline) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (down_) return absl::UnavailableError("fake session cache is down");
     sessions_[session.id] = session;
     return absl::OkStatus();
   }
-  absl::StatusOr<RemoteSession> GetSession(const std::string& id, absl::Time deadline) override {
+  absl::StatusOr<cache::RemoteSession> GetSession(const std::string& id, absl::Time deadline) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (down_) return absl::UnavailableError("fake session cache is down");
     auto it = sessions_.find(id);
@@ -137,7 +137,7 @@ class FakeRemoteCache final : public RemoteKvCache {
   bool down_ = false;
   std::function<void(std::string&)> tamper_;
   std::map<KeyT, std::string> records_;
-  std::map<std::string, RemoteSession> sessions_;
+  std::map<std::string, cache::RemoteSession> sessions_;
   int64_t fetch_calls_ = 0;
   int32_t fetch_limit_ = -1;
 };

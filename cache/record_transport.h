@@ -2,14 +2,14 @@
 // kvserve.v1.SessionCache (RemoteCacheClient's channels, CacheServer): a stream window of
 // a few records from the start (instead of 64 KiB grown by BDP probes), HTTP/2 frames of
 // up to a whole record (instead of 16 KiB) and socket reads to match.
-#ifndef KVSERVE_CACHESVC_RECORD_TRANSPORT_H_
-#define KVSERVE_CACHESVC_RECORD_TRANSPORT_H_
+#ifndef KVSERVE_CACHE_RECORD_TRANSPORT_H_
+#define KVSERVE_CACHE_RECORD_TRANSPORT_H_
 
 #include <array>
 
 #include "grpc/grpc.h"
 
-namespace kvserve::cachesvc {
+namespace kvserve::cache {
 
 struct TransportArg {
   const char* name;
@@ -23,6 +23,6 @@ inline constexpr std::array<TransportArg, 4> kRecordTransportArgs = {{
     {GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 1 << 20},
 }};
 
-}  // namespace kvserve::cachesvc
+}  // namespace kvserve::cache
 
-#endif  // KVSERVE_CACHESVC_RECORD_TRANSPORT_H_
+#endif  // KVSERVE_CACHE_RECORD_TRANSPORT_H_

@@ -1,8 +1,8 @@
-#include "cachesvc/record_assembler.h"
+#include "cache/record_assembler.h"
 
 #include "gtest/gtest.h"
 
-namespace kvserve::cachesvc {
+namespace kvserve::cache {
 namespace {
 
 absl::Status Add(RecordAssembler& a, int32_t index, int64_t offset, int64_t record_bytes,
@@ -59,4 +59,4 @@ TEST(RecordAssemblerTest, RejectsProtocolViolationsPrecisely) {
 }
 
 }  // namespace
-}  // namespace kvserve::cachesvc
+}  // namespace kvserve::cache

@@ -1,4 +1,4 @@
-#include "cachesvc/remote_cache_client.h"
+#include "cache/remote_cache_client.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -10,10 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/block_record.h"
-#include "cachesvc/record_assembler.h"
-#include "cachesvc/record_transport.h"
+#include "cache/record_assembler.h"
+#include "cache/record_transport.h"
 
-namespace kvserve::cachesvc {
+namespace kvserve::cache {
 namespace {
 
 absl::Status FromGrpc(const grpc::Status& status) {
@@ -75,7 +75,7 @@ void RemoteCacheClient::Prepare(grpc::ClientContext* context, absl::Time deadlin
   }
 }
 
-absl::StatusOr<engine::RemoteKvCache::Presence> RemoteCacheClient::Lookup(
+absl::StatusOr<cache::RemoteKvCache::Presence> RemoteCacheClient::Lookup(
     const cache::BlockHash& partition, std::span<const cache::BlockHash> chain,
     absl::Time deadline) {
   v1::LookupRequest request;
@@ -264,7 +264,7 @@ absl::StatusOr<int32_t> RemoteCacheClient::Store(const cache::BlockHash& partiti
   return response.stored_blocks();
 }
 
-absl::Status RemoteCacheClient::PutSession(const engine::RemoteSession& session,
+absl::Status RemoteCacheClient::PutSession(const cache::RemoteSession& session,
                                            absl::Time deadline) {
   v1::PutSessionRequest request;
   v1::SessionRecord* r = request.mutable_record();
@@ -282,7 +282,7 @@ absl::Status RemoteCacheClient::PutSession(const engine::RemoteSession& session,
   return FromGrpc(stubs_[0]->PutSession(&context, request, &response));
 }
 
-absl::StatusOr<engine::RemoteSession> RemoteCacheClient::GetSession(const std::string& id,
+absl::StatusOr<cache::RemoteSession> RemoteCacheClient::GetSession(const std::string& id,
                                                                     absl::Time deadline) {
   v1::GetSessionRecordRequest request;
   request.set_session_id(id);
@@ -290,7 +290,7 @@ absl::StatusOr<engine::RemoteSession> RemoteCacheClient::GetSession(const std::s
   grpc::ClientContext context;
   Prepare(&context, deadline);
   if (grpc::Status s = stubs_[0]->GetSession(&context, request, &r); !s.ok()) return FromGrpc(s);
-  engine::RemoteSession session;
+  cache::RemoteSession session;
   session.id = r.session_id();
   if (!cache::HashFromBytes(r.partition(), &session.partition)) {
     return absl::DataLossError("GetSession: the partition is not 16 bytes");
@@ -327,4 +327,4 @@ absl::StatusOr<v1::CacheStats> RemoteCacheClient::GetStats(absl::Time deadline) 
   return stats;
 }
 
-}  // namespace kvserve::cachesvc
+}  // namespace kvserve::cache

@@ -1,10 +1,10 @@
-#include "cachesvc/record_assembler.h"
+#include "cache/record_assembler.h"
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 
-namespace kvserve::cachesvc {
+namespace kvserve::cache {
 
 absl::Status RecordAssembler::Add(int32_t index, int64_t offset, int64_t record_bytes,
                                   std::string* data, std::optional<std::string>* completed) {
@@ -59,4 +59,4 @@ absl::Status RecordAssembler::Add(int32_t index, int64_t offset, int64_t record_
   return absl::OkStatus();
 }
 
-}  // namespace kvserve::cachesvc
+}  // namespace kvserve::cache

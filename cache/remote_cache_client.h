@@ -1,4 +1,4 @@
-// engine::RemoteKvCache over gRPC: the kvserve side of kvserve.v1.SessionCache.
+// cache::RemoteKvCache over gRPC: the kvserve side of kvserve.v1.SessionCache.
 //
 // `channels` channels (each its own TCP connection: a local subchannel pool, HTTP/2
 // windows and frames sized for ~1 MB records); every call but Fetch uses the first. Each
@@ -17,8 +17,8 @@
 //
 // Threading: thread-safe (gRPC channels and stubs are); calls block until done or the
 // deadline. on_record is called on the thread that called Fetch only.
-#ifndef KVSERVE_CACHESVC_REMOTE_CACHE_CLIENT_H_
-#define KVSERVE_CACHESVC_REMOTE_CACHE_CLIENT_H_
+#ifndef KVSERVE_CACHE_REMOTE_CACHE_CLIENT_H_
+#define KVSERVE_CACHE_REMOTE_CACHE_CLIENT_H_
 
 #include <cstdint>
 #include <memory>
@@ -26,13 +26,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/remote_kv_cache.h"
+#include "cache/remote_kv_cache.h"
 #include "grpcpp/grpcpp.h"
 #include "kvserve/v1/session_cache.grpc.pb.h"
 
-namespace kvserve::cachesvc {
+namespace kvserve::cache {
 
-class RemoteCacheClient final : public engine::RemoteKvCache {
+class RemoteCacheClient final : public cache::RemoteKvCache {
  public:
   struct Options {
     // gRPC target, e.g. "127.0.0.1:50061" or "dns:///cache:50061". Required.
@@ -73,8 +73,8 @@ class RemoteCacheClient final : public engine::RemoteKvCache {
       const std::function<bool(int32_t index, std::string&& record)>& on_record) override;
   absl::StatusOr<int32_t> Store(const cache::BlockHash& partition,
                                 std::span<const std::string> records, absl::Time deadline) override;
-  absl::Status PutSession(const engine::RemoteSession& session, absl::Time deadline) override;
-  absl::StatusOr<engine::RemoteSession> GetSession(const std::string& id,
+  absl::Status PutSession(const cache::RemoteSession& session, absl::Time deadline) override;
+  absl::StatusOr<cache::RemoteSession> GetSession(const std::string& id,
                                                    absl::Time deadline) override;
   absl::Status DeleteSession(const std::string& id, absl::Time deadline) override;
 
@@ -102,6 +102,6 @@ class RemoteCacheClient final : public engine::RemoteKvCache {
   std::vector<std::unique_ptr<v1::SessionCache::Stub>> stubs_;  // one per channel
 };
 
-}  // namespace kvserve::cachesvc
+}  // namespace kvserve::cache
 
-#endif  // KVSERVE_CACHESVC_REMOTE_CACHE_CLIENT_H_
+#endif  // KVSERVE_CACHE_REMOTE_CACHE_CLIENT_H_

@@ -7,8 +7,8 @@
 // A record whose last chunk arrived is handed out whole; nothing of an unfinished one is.
 //
 // Threading: not thread-safe (one per call).
-#ifndef KVSERVE_CACHESVC_RECORD_ASSEMBLER_H_
-#define KVSERVE_CACHESVC_RECORD_ASSEMBLER_H_
+#ifndef KVSERVE_CACHE_RECORD_ASSEMBLER_H_
+#define KVSERVE_CACHE_RECORD_ASSEMBLER_H_
 
 #include <cstdint>
 #include <optional>
@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 
-namespace kvserve::cachesvc {
+namespace kvserve::cache {
 
 class RecordAssembler {
  public:
@@ -44,6 +44,6 @@ class RecordAssembler {
   std::string buffer_;
 };
 
-}  // namespace kvserve::cachesvc
+}  // namespace kvserve::cache
 
-#endif  // KVSERVE_CACHESVC_RECORD_ASSEMBLER_H_
+#endif  // KVSERVE_CACHE_RECORD_ASSEMBLER_H_
