@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <future>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/session_manager.h"
 #include "engine/session_store.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -102,9 +104,14 @@ class EngineImpl final : public Engine {
         kv_(std::move(kv)),
         tokenizer_(std::move(tokenizer)),
         context_limits_{model.config().context_length, kv_capacity_tokens_},
-        sessions_(SessionStore::Options{options.max_sessions, options.max_sessions_per_tenant,
-                                        max_session_tokens_, options.default_session_ttl,
-                                        options.max_session_ttl, context_limits_}),
+        sessions_(SessionManager::Options{SessionStore::Options{
+                                              options.max_sessions, options.max_sessions_per_tenant,
+                                              max_session_tokens_, options.default_session_ttl,
+                                              options.max_session_ttl, context_limits_},
+                                          options.session_lease, options.remote.timeout,
+                                          options.remote.owner, model.config().vocab_size},
+                  options.remote_cache, kv_.get(),
+                  options.clock != nullptr ? options.clock : common::Clock::Real()),
         scheduler_(Scheduler::Options{options.max_running_sequences, options.max_step_tokens},
                    kv_.get()) {
     if (options.remote_cache != nullptr) {
@@ -135,38 +142,32 @@ class EngineImpl final : public Engine {
     cv_.notify_one();
   }
 
-  absl::StatusOr<SessionInfo> OpenSession(absl::Duration ttl, const std::string& tenant) override {
-    if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
-    auto info = sessions_.Open(ttl, tenant, clock_->Now());
-    if (info.ok()) PublishSession(info->id);
-    return info;
+  void OpenSessionAsync(absl::Duration ttl, const std::string& tenant,
+                        SessionCallback done) override {
+    if (ShuttingDown()) return done(absl::UnavailableError("engine is shutting down"));
+    sessions_.Open(ttl, tenant, std::move(done));
   }
-  absl::StatusOr<SessionInfo> ForkSession(const std::string& parent_id, absl::Duration ttl,
-                                          const std::string& tenant) override {
-    if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
-    SyncSession(parent_id, tenant);
-    auto info = sessions_.Fork(parent_id, ttl, tenant, clock_->Now());
-    if (info.ok()) PublishSession(info->id);
-    Wake();
-    return info;
+  void ForkSessionAsync(const std::string& parent_id, absl::Duration ttl, const std::string& tenant,
+                        SessionCallback done) override {
+    if (ShuttingDown()) return done(absl::UnavailableError("engine is shutting down"));
+    sessions_.Fork(parent_id, ttl, tenant, [this, done = std::move(done)](auto info) {
+      Wake();  // the step thread applies the fork to the KV pins
+      done(std::move(info));
+    });
   }
-  absl::Status CloseSession(const std::string& id, const std::string& tenant) override {
-    absl::Status status = sessions_.Close(id, tenant, clock_->Now());
-    if (remote_tier_ != nullptr) {
-      // Closed everywhere: a session known only to the service closes there (if it is
-      // the caller's).
-      if (absl::IsNotFound(status) && RemoteRecord(id, tenant).ok()) status = absl::OkStatus();
-      if (status.ok()) remote_tier_->DeleteSession(id);
-    }
-    Wake();
-    return status;
+  void CloseSessionAsync(const std::string& id, const std::string& tenant,
+                         StatusCallback done) override {
+    sessions_.Close(id, tenant, [this, done = std::move(done)](absl::Status status) {
+      Wake();  // the step thread releases the session's KV pins
+      done(std::move(status));
+    });
   }
-  absl::StatusOr<SessionInfo> GetSession(const std::string& id,
-                                         const std::string& tenant) override {
-    SyncSession(id, tenant);
-    auto info = sessions_.Get(id, tenant, clock_->Now());
-    if (!info.ok()) Wake();  // it may just have expired: release its KV blocks
-    return info;
+  void GetSessionAsync(const std::string& id, const std::string& tenant,
+                       SessionCallback done) override {
+    sessions_.Get(id, tenant, [this, done = std::move(done)](absl::StatusOr<SessionInfo> info) {
+      if (!info.ok()) Wake();  // it may just have expired: release its KV blocks
+      done(std::move(info));
+    });
   }
 
   SubmitLimits submit_limits() const override {
@@ -216,35 +217,29 @@ class EngineImpl final : public Engine {
                     std::vector<std::pair<RequestId, FinishReason>>* finished);
   void Finish(RequestId id, const absl::Status& status, FinishReason reason);
   void ExpireDeadlines(absl::Time now);
-  // Forks and removals from the session store, applied to kv_'s session tier.
-  void ApplySessionEvents();
   void PublishStats(double step_seconds);
   void ReleaseQueueSlot(const Sequence& seq);
 
-  // The session cache service (all no-ops without one). Any thread:
-  //   RemoteRecord: the service's record of `id` if it is for this model and `tenant`'s
-  //     (NOT_FOUND otherwise).
-  //   SyncSession: before session `id` of `tenant` is used (turn, fork, get), one
-  //     GetSession brings it up to date: a session unknown here is restored from the
-  //     record; a local copy with fewer completed turns than the record (the session
-  //     continued on another replica) is replaced by it (SessionStore::AdoptNewer).
-  //     No record, another tenant's or a failing service: the local copy is used as is
-  //     (failures are counted and logged by the tier); the caller's call never fails here.
-  //   PublishSession: writes the record of new session `id` now (history and turn ends
-  //     as of now; blocks up to the remote timeout), so that a session-affine router
-  //     may send its first turn to another replica. A failed write is only counted.
-  absl::StatusOr<cache::RemoteSession> RemoteRecord(const std::string& id, const std::string& tenant);
-  void SyncSession(const std::string& id, const std::string& tenant);
-  void PublishSession(const std::string& id);
-  // The record of session `id` for the service; `root` is the chain root of its last
-  // turn (its head block's chain).
-  std::optional<cache::RemoteSession> SessionRecordOf(const std::string& id, const cache::BlockHash& root);
+  // A sequence for request `id` over `context` (history + prompt for a turn).
+  std::unique_ptr<Sequence> MakeSequence(RequestId id, Sampler sampler, const Request& request,
+                                         std::shared_ptr<RequestSink> sink,
+                                         std::vector<int32_t> context, absl::Time now);
+  // Counts a request of `tokens` prompt tokens against the queue limits
+  // (RESOURCE_EXHAUSTED when full, UNAVAILABLE when shutting down).
+  absl::Status ReserveQueueSlot(int64_t tokens);
+  // A session turn whose start waits for the session cache service (Submit): its
+  // sequence, or its refusal, arrives through the inbox.
+  void SubmitRemoteTurn(RequestId id, Sampler sampler, Request request,
+                        std::shared_ptr<RequestSink> sink, absl::Time now);
+  // Step thread: the final answer of request `id`, whose turn's commit ended with
+  // `status` (engine/session_manager.h).
+  void OnCommitted(RequestId id, const absl::Status& status);
   // Step thread: routes an arrived sequence to the scheduler, or first to a remote
   // fetch; takes fetch results and finished exports back.
   void Admit(std::unique_ptr<Sequence> seq);
   void OnFetched(RemoteTier::FetchResult result);
-  // Writes the committed blocks of finished `seq` (and its session's record) behind.
-  void Export(const Sequence& seq, bool session_alive);
+  // Writes the committed blocks of finished `seq` behind.
+  void Export(const Sequence& seq);
 
   const Options options_;
   const model::Model& model_;
@@ -255,8 +250,8 @@ class EngineImpl final : public Engine {
   std::unique_ptr<cache::KvCacheManager> kv_;          // step thread
   const std::unique_ptr<model::Tokenizer> tokenizer_;  // immutable; may be null
   const ContextLimits context_limits_;
-  SessionStore sessions_;  // thread-safe
-  Scheduler scheduler_;    // step thread
+  SessionManager sessions_;  // thread-safe; its KV side on the step thread
+  Scheduler scheduler_;      // step thread
 
   // Step-thread state. Session KV blocks live in kv_'s session tier.
   std::vector<float> logits_;  // [batch, vocab]
@@ -267,7 +262,13 @@ class EngineImpl final : public Engine {
   double prefill_seconds_per_token_ = 0.0;
   int64_t steps_total_ = 0;
   int64_t requests_finished_total_ = 0;
-  absl::Time next_session_sweep_ = absl::InfinitePast();
+  // Requests whose turn is being committed: their final answer, sent once it is.
+  struct Committing {
+    std::shared_ptr<RequestSink> sink;
+    FinishReason reason;
+    Usage usage;
+  };
+  absl::flat_hash_map<RequestId, Committing> committing_;
 
   // The inbox.
   std::mutex mu_;
@@ -276,6 +277,18 @@ class EngineImpl final : public Engine {
   std::vector<RequestId> cancels_ ABSL_GUARDED_BY(mu_);
   std::vector<RemoteTier::FetchResult> fetched_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> exported_ ABSL_GUARDED_BY(mu_);  // export keys to release
+  // Session turns refused before they started (the session cache's answer).
+  struct Refused {
+    RequestId id;
+    std::shared_ptr<RequestSink> sink;
+    absl::Status status;
+    int64_t queued_tokens;
+    absl::Time submit_time;
+  };
+  std::vector<Refused> refused_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<RequestId, absl::Status>> committed_ ABSL_GUARDED_BY(mu_);
+  // Turns handed to the session manager and not yet back (sequence or refusal).
+  int32_t starting_turns_ ABSL_GUARDED_BY(mu_) = 0;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time shutdown_deadline_ ABSL_GUARDED_BY(mu_);
@@ -286,8 +299,6 @@ class EngineImpl final : public Engine {
   EngineStats stats_ ABSL_GUARDED_BY(stats_mu_);
 
   std::atomic<RequestId> next_id_{1};
-  std::atomic<int64_t> sessions_restored_{0};
-  std::atomic<int64_t> sessions_refreshed_{0};
   std::mutex join_mu_;
   std::thread thread_;
   std::thread::id step_thread_id_;  // set once in the constructor
@@ -308,46 +319,69 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   if (ShuttingDown()) return absl::UnavailableError("engine is shutting down");
 
   const absl::Time now = clock_->Now();
-  const bool is_turn = !request.session_id.empty();
-  const std::optional<int32_t> bos =
-      request.add_bos ? std::optional<int32_t>(model_.vocab().bos_id) : std::nullopt;
-  std::vector<int32_t> context;
-  if (is_turn) {
-    SyncSession(request.session_id, request.tenant);
-    // BOS is decided under the session's lock: only an empty history gets it.
-    auto begun = sessions_.BeginTurn(request.session_id, request.tenant, request.prompt_tokens, bos,
-                                     now, request.turn_separator, request.turn_end_token);
-    if (!begun.ok()) return begun.status();
-    context = std::move(begun->context);
-  } else {
-    if (bos.has_value()) context.push_back(*bos);
-    context.insert(context.end(), request.prompt_tokens.begin(), request.prompt_tokens.end());
-  }
-  auto undo_turn = [&] {
-    if (is_turn) sessions_.EndTurn(request.session_id, nullptr, now);
-  };
-  // (BeginTurn checked a turn's context under the session's lock.)
-  if (!is_turn) {
-    if (absl::Status s = CheckContextFits(context_limits_, context.size(), 0); !s.ok()) return s;
-  }
-  const int64_t n = static_cast<int64_t>(context.size());
-
-  // Build the sequence before taking the inbox lock (the sampler allocates [vocab]).
   const RequestId id = next_id_.fetch_add(1);
   auto sampler =
       Sampler::Create(request.sampling, config.vocab_size, Mix64(options_.seed ^ Mix64(id)));
-  if (!sampler.ok()) {
-    undo_turn();
-    return sampler.status();
+  if (!sampler.ok()) return sampler.status();
+
+  const bool is_turn = !request.session_id.empty();
+  if (is_turn && sessions_.has_remote()) {
+    if (absl::Status s = ReserveQueueSlot(static_cast<int64_t>(request.prompt_tokens.size()));
+        !s.ok()) {
+      return s;
+    }
+    SubmitRemoteTurn(id, *std::move(sampler), std::move(request), std::move(sink), now);
+    return id;
   }
+  const std::optional<int32_t> bos =
+      request.add_bos ? std::optional<int32_t>(model_.vocab().bos_id) : std::nullopt;
+  std::vector<int32_t> context;
+  SessionManager::Turn turn;
+  if (is_turn) {
+    // Without a session cache service the turn starts here, at once: BOS is decided
+    // under the session's lock (only an empty history gets it).
+    absl::StatusOr<SessionManager::Turn> begun;
+    sessions_.BeginTurn(
+        SessionManager::TurnRequest{id, request.session_id, request.tenant, request.prompt_tokens,
+                                    bos, request.turn_separator, request.turn_end_token,
+                                    request.deadline},
+        [&begun](absl::StatusOr<SessionManager::Turn> t) { begun = std::move(t); });
+    if (!begun.ok()) return begun.status();
+    turn = *std::move(begun);
+    context = std::move(turn.context);
+  } else {
+    if (bos.has_value()) context.push_back(*bos);
+    context.insert(context.end(), request.prompt_tokens.begin(), request.prompt_tokens.end());
+    // (BeginTurn checks a turn's context under the session's lock.)
+    if (absl::Status s = CheckContextFits(context_limits_, context.size(), 0); !s.ok()) return s;
+  }
+  const int64_t n = static_cast<int64_t>(context.size());
+  // Build the sequence before taking the inbox lock (the sampler allocates [vocab]).
+  std::unique_ptr<Sequence> seq =
+      MakeSequence(id, *std::move(sampler), request, std::move(sink), std::move(context), now);
+  if (absl::Status s = ReserveQueueSlot(n); !s.ok()) {
+    if (is_turn) sessions_.AbandonTurn(request.session_id, turn);
+    return s;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  inbox_.push_back(std::move(seq));
+  cv_.notify_one();
+  return id;
+}
+
+std::unique_ptr<Sequence> EngineImpl::MakeSequence(RequestId id, Sampler sampler,
+                                                   const Request& request,
+                                                   std::shared_ptr<RequestSink> sink,
+                                                   std::vector<int32_t> context, absl::Time now) {
+  const model::ModelConfig& config = model_.config();
   auto seq = std::make_unique<Sequence>(
-      id, *std::move(sampler),
+      id, std::move(sampler),
       OutputProcessor(request.sampling, model_.vocab().eos_id, tokenizer_.get(), context.back()));
   seq->sink = std::move(sink);
-  seq->prompt_len = static_cast<int32_t>(n);
+  seq->prompt_len = static_cast<int32_t>(context.size());
   seq->max_new_tokens = request.sampling.max_tokens;
   int64_t max_total = std::min<int64_t>(config.context_length, kv_capacity_tokens_);
-  if (is_turn) max_total = std::min<int64_t>(max_total, max_session_tokens_);
+  if (!request.session_id.empty()) max_total = std::min<int64_t>(max_total, max_session_tokens_);
   seq->max_total_tokens = static_cast<int32_t>(max_total);
   // immutable part of kv_: any thread
   seq->root = kv_->RootHash(TenantCacheSalt(request.tenant, request.cache_salt));
@@ -356,28 +390,67 @@ absl::StatusOr<RequestId> EngineImpl::Submit(Request request, std::shared_ptr<Re
   seq->submit_time = now;
   seq->deadline = request.deadline;
   seq->tokens = std::move(context);
+  return seq;
+}
 
-  std::unique_lock<std::mutex> lock(mu_);
-  if (shutting_down_) {
-    lock.unlock();
-    undo_turn();
-    return absl::UnavailableError("engine is shutting down");
-  }
+absl::Status EngineImpl::ReserveQueueSlot(int64_t tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) return absl::UnavailableError("engine is shutting down");
   if (queued_requests_ >= options_.max_waiting_requests ||
-      queued_tokens_ + n > options_.max_waiting_prompt_tokens) {
-    const int32_t q = queued_requests_;
-    const int64_t qt = queued_tokens_;
-    lock.unlock();
-    undo_turn();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "engine overloaded: ", q, " requests with ", qt, " prompt tokens are waiting (limits ",
-        options_.max_waiting_requests, " and ", options_.max_waiting_prompt_tokens, ")"));
+      queued_tokens_ + tokens > options_.max_waiting_prompt_tokens) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("engine overloaded: ", queued_requests_, " requests with ", queued_tokens_,
+                     " prompt tokens are waiting (limits ", options_.max_waiting_requests, " and ",
+                     options_.max_waiting_prompt_tokens, ")"));
   }
   ++queued_requests_;
-  queued_tokens_ += n;
-  inbox_.push_back(std::move(seq));
-  cv_.notify_one();
-  return id;
+  queued_tokens_ += tokens;
+  return absl::OkStatus();
+}
+
+void EngineImpl::SubmitRemoteTurn(RequestId id, Sampler sampler, Request request,
+                                  std::shared_ptr<RequestSink> sink, absl::Time now) {
+  // What the sequence is built from once the session's record answered (std::function
+  // needs a copyable callback: the move-only parts travel in a shared struct).
+  struct Pending {
+    Sampler sampler;
+    Request request;
+    std::shared_ptr<RequestSink> sink;
+  };
+  auto pending =
+      std::make_shared<Pending>(Pending{std::move(sampler), std::move(request), std::move(sink)});
+  const Request& r = pending->request;
+  const int64_t queued = static_cast<int64_t>(r.prompt_tokens.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++starting_turns_;
+  }
+  sessions_.BeginTurn(
+      SessionManager::TurnRequest{
+          id, r.session_id, r.tenant, r.prompt_tokens,
+          r.add_bos ? std::optional<int32_t>(model_.vocab().bos_id) : std::nullopt,
+          r.turn_separator, r.turn_end_token, r.deadline},
+      [this, id, pending, queued, now](absl::StatusOr<SessionManager::Turn> turn) {
+        if (!turn.ok()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          refused_.push_back(Refused{id, pending->sink, turn.status(), queued, now});
+          --starting_turns_;
+          cv_.notify_one();
+          return;
+        }
+        std::unique_ptr<Sequence> seq =
+            MakeSequence(id, std::move(pending->sampler), pending->request, pending->sink,
+                         std::move(turn->context), now);
+        seq->session_version = turn->version;
+        seq->lease_holder = std::move(turn->lease_holder);
+        std::lock_guard<std::mutex> lock(mu_);
+        // The slot was counted with the new tokens only; ReleaseQueueSlot gives back the
+        // whole context.
+        queued_tokens_ += seq->prompt_len - queued;
+        inbox_.push_back(std::move(seq));
+        --starting_turns_;
+        cv_.notify_one();
+      });
 }
 
 void EngineImpl::ReleaseQueueSlot(const Sequence& seq) {
@@ -392,7 +465,10 @@ void EngineImpl::Run() {
     std::vector<RequestId> cancels;
     std::vector<RemoteTier::FetchResult> fetched;
     std::vector<uint64_t> exported;
+    std::vector<Refused> refused;
+    std::vector<std::pair<RequestId, absl::Status>> committed;
     bool shutting_down = false;
+    bool session_work = false;  // turns starting or committing: the loop must not end
     absl::Time shutdown_deadline;
     const bool busy = !scheduler_.running().empty() || !scheduler_.waiting().empty();
     const std::optional<absl::Time> next_expiry = busy ? std::nullopt : sessions_.NextExpiry();
@@ -401,14 +477,15 @@ void EngineImpl::Run() {
       std::unique_lock<std::mutex> lock(mu_);
       auto has_input = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return !inbox_.empty() || !cancels_.empty() || !fetched_.empty() || !exported_.empty() ||
-               wake_ || shutting_down_;
+               !refused_.empty() || !committed_.empty() || wake_ ||
+               (shutting_down_ && starting_turns_ == 0 && committing_.empty());
       };
       if (!busy) {
         if (next_expiry.has_value()) {
           // Until the next expiry can be swept (the sweep runs at most once a second, so
           // an expired session does not spin the loop), re-checked at least every second
           // (a session opened meanwhile may expire earlier). On the engine's clock.
-          const absl::Time due = std::max(*next_expiry, next_session_sweep_);
+          const absl::Time due = std::max(*next_expiry, sessions_.next_sweep());
           const absl::Time deadline =
               std::clamp(due, before_wait + absl::Milliseconds(1), before_wait + absl::Seconds(1));
           while (!has_input() && clock_->Now() < deadline) {
@@ -422,6 +499,9 @@ void EngineImpl::Run() {
       cancels.swap(cancels_);
       fetched.swap(fetched_);
       exported.swap(exported_);
+      refused.swap(refused_);
+      committed.swap(committed_);
+      session_work = starting_turns_ > 0;
       wake_ = false;
       shutting_down = shutting_down_;
       shutdown_deadline = shutdown_deadline_;
@@ -430,15 +510,23 @@ void EngineImpl::Run() {
     for (uint64_t key : exported) kv_->ReleaseExport(key);
     for (auto& result : fetched) OnFetched(std::move(result));
     for (auto& seq : arrived) Admit(std::move(seq));
+    for (Refused& r : refused) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --queued_requests_;
+        queued_tokens_ -= r.queued_tokens;
+      }
+      Usage usage;
+      usage.total_time = clock_->Now() - r.submit_time;
+      r.sink->OnFinish(r.status, FinishReason::kError, usage);
+      ++requests_finished_total_;
+    }
+    for (const auto& [id, status] : committed) OnCommitted(id, status);
     for (RequestId id : cancels) {
       Finish(id, absl::CancelledError("request cancelled"), FinishReason::kCancelled);
     }
     const absl::Time now = clock_->Now();
-    if (now >= next_session_sweep_) {  // O(sessions): at most once a second of clock time
-      sessions_.ExpireIdle(now);
-      next_session_sweep_ = now + absl::Seconds(1);
-    }
-    ApplySessionEvents();
+    sessions_.Maintain(now, kv_.get());
     ExpireDeadlines(now);
 
     const bool has_work = !scheduler_.running().empty() || !scheduler_.waiting().empty();
@@ -451,9 +539,13 @@ void EngineImpl::Run() {
       for (RequestId id : rest) {
         Finish(id, absl::UnavailableError("engine shut down"), FinishReason::kCancelled);
       }
-      kv_->ReleaseAllSessions();
-      PublishStats(0.0);
-      return;
+      // Turns still starting or committing answer within the session cache's timeout;
+      // every request hears its end before the loop does.
+      if (!session_work && committing_.empty()) {
+        sessions_.ReleaseAll(kv_.get());
+        PublishStats(0.0);
+        return;
+      }
     }
     double step_seconds = 0.0;
     if (has_work) {
@@ -579,16 +671,18 @@ void EngineImpl::Finish(RequestId id, const absl::Status& status, FinishReason r
   const absl::Time now = clock_->Now();
   const bool completed = reason == FinishReason::kStop || reason == FinishReason::kStopString ||
                          reason == FinishReason::kLength;
-  bool session_alive = false;
+  bool committing = false;
   if (!found->session_id.empty()) {
-    session_alive = sessions_.EndTurn(found->session_id, completed ? &found->tokens : nullptr, now);
-    // The session keeps its history's blocks for the next turn (its previous blocks
-    // are released after the new chain is referenced).
-    if (session_alive && completed && found->has_table) {
-      kv_->PinSession(found->session_id, found->id, found->tokens);
-    }
+    const SessionManager::Turn turn{{}, 0, found->session_version, found->lease_holder};
+    committing = sessions_.EndTurn(found->session_id, turn, found->id, found->root,
+                                   completed ? &found->tokens : nullptr, found->has_table,
+                                   kv_.get(), [this, id](absl::Status commit) {
+                                     std::lock_guard<std::mutex> lock(mu_);
+                                     committed_.emplace_back(id, std::move(commit));
+                                     cv_.notify_one();
+                                   });
   }
-  if (completed && found->has_table) Export(*found, session_alive);
+  if (completed && found->has_table) Export(*found);
   std::unique_ptr<Sequence> seq = parked != nullptr ? std::move(parked) : scheduler_.Remove(id);
   if (!seq->admitted_once) ReleaseQueueSlot(*seq);
 
@@ -607,8 +701,26 @@ void EngineImpl::Finish(RequestId id, const absl::Status& status, FinishReason r
     final_status = absl::DeadlineExceededError("request deadline passed");
   // Stats() reflects the released blocks before the sink hears of the finish.
   PublishStats(0.0);
+  if (committing) {
+    // The answer waits for the turn's record (OnCommitted).
+    committing_.emplace(id, Committing{std::move(seq->sink), reason, usage});
+    return;
+  }
   seq->sink->OnFinish(final_status, reason, usage);
   ++requests_finished_total_;  // published with the next snapshot: after OnFinish returned
+}
+
+void EngineImpl::OnCommitted(RequestId id, const absl::Status& status) {
+  auto it = committing_.find(id);
+  if (it == committing_.end()) return;
+  Committing c = std::move(it->second);
+  committing_.erase(it);
+  if (status.ok()) {
+    c.sink->OnFinish(absl::OkStatus(), c.reason, c.usage);
+  } else {
+    c.sink->OnFinish(status, FinishReason::kError, c.usage);  // the turn was not recorded
+  }
+  ++requests_finished_total_;
 }
 
 void EngineImpl::ExpireDeadlines(absl::Time now) {
@@ -622,16 +734,6 @@ void EngineImpl::ExpireDeadlines(absl::Time now) {
     if (now >= seq->deadline) expired.push_back(id);
   }
   for (RequestId id : expired) Finish(id, absl::OkStatus(), FinishReason::kDeadline);
-}
-
-void EngineImpl::ApplySessionEvents() {
-  for (const SessionStore::Event& e : sessions_.TakeEvents()) {
-    if (e.kind == SessionStore::Event::Kind::kForked) {
-      kv_->ForkSession(e.parent_id, e.id);
-    } else {
-      kv_->ReleaseSession(e.id);
-    }
-  }
 }
 
 void EngineImpl::Admit(std::unique_ptr<Sequence> seq) {
@@ -677,13 +779,12 @@ void EngineImpl::OnFetched(RemoteTier::FetchResult result) {
   scheduler_.Add(std::move(seq));
 }
 
-void EngineImpl::Export(const Sequence& seq, bool session_alive) {
+void EngineImpl::Export(const Sequence& seq) {
   if (remote_tier_ == nullptr) return;
   RemoteTier::StoreJob job;
   job.key = ++next_export_key_;
   job.blocks = kv_->PinExport(job.key, seq.id, seq.tokens);
-  if (session_alive) job.session = SessionRecordOf(seq.session_id, seq.root);
-  if (job.blocks.empty() && !job.session.has_value()) {
+  if (job.blocks.empty()) {
     kv_->ReleaseExport(job.key);
     return;
   }
@@ -692,80 +793,6 @@ void EngineImpl::Export(const Sequence& seq, bool session_alive) {
                     seq.tokens.begin() + job.blocks.size() * kv_->block_tokens());
   const uint64_t key = job.key;
   if (!remote_tier_->Store(std::move(job))) kv_->ReleaseExport(key);  // dropped, counted
-}
-
-std::optional<cache::RemoteSession> EngineImpl::SessionRecordOf(const std::string& id,
-                                                         const cache::BlockHash& root) {
-  std::optional<SessionStore::Snapshot> snap = sessions_.GetSnapshot(id);
-  if (!snap.has_value()) return std::nullopt;
-  cache::RemoteSession r;
-  r.id = id;
-  r.partition = kv_->RootHash("");
-  r.tokens = std::move(snap->history);
-  r.turn_ends = std::move(snap->turn_ends);
-  const size_t full = r.tokens.size() / static_cast<size_t>(kv_->block_tokens());
-  if (full > 0) {
-    r.has_head = true;
-    r.head = kv_->ChainHashes(root, r.tokens, static_cast<int32_t>(full)).back();
-  }
-  r.owner = options_.remote.owner;
-  r.tenant = std::move(snap->owner);
-  r.ttl = snap->ttl;
-  return r;
-}
-
-void EngineImpl::PublishSession(const std::string& id) {
-  if (remote_tier_ == nullptr) return;
-  std::optional<cache::RemoteSession> record = SessionRecordOf(id, kv_->RootHash(""));
-  if (record.has_value()) remote_tier_->PutSessionNow(*record).IgnoreError();
-}
-
-absl::StatusOr<cache::RemoteSession> EngineImpl::RemoteRecord(const std::string& id,
-                                                       const std::string& tenant) {
-  if (remote_tier_ == nullptr) return absl::NotFoundError("no session cache service");
-  absl::StatusOr<cache::RemoteSession> record = remote_tier_->GetSession(id);
-  if (!record.ok()) return record.status();
-  // Another model's (or layout's) session is not ours to continue.
-  if (record->partition != kv_->RootHash("")) {
-    return absl::NotFoundError("the session belongs to another model");
-  }
-  if (record->tenant != tenant) return SessionStore::SessionNotFound(id);
-  const int32_t vocab = model_.config().vocab_size;
-  for (int32_t t : record->tokens) {
-    if (t < 0 || t >= vocab) return absl::DataLossError("session record holds invalid tokens");
-  }
-  // The number of turn ends is the record's version (SyncSession): as the service
-  // checks on writes, ascending within the history, the last one at its end.
-  const int64_t n = static_cast<int64_t>(record->tokens.size());
-  int32_t previous = 0;
-  for (int32_t end : record->turn_ends) {
-    if (end < previous || end > n) {
-      return absl::DataLossError("session record holds invalid turn ends");
-    }
-    previous = end;
-  }
-  if (!record->turn_ends.empty() && previous != n) {
-    return absl::DataLossError("session record's last turn end is not its history's end");
-  }
-  return record;
-}
-
-void EngineImpl::SyncSession(const std::string& id, const std::string& tenant) {
-  if (remote_tier_ == nullptr) return;
-  const absl::Time now = clock_->Now();
-  const bool here = sessions_.Get(id, tenant, now).ok();
-  absl::StatusOr<cache::RemoteSession> record = RemoteRecord(id, tenant);
-  if (!record.ok()) return;
-  if (here) {
-    if (sessions_.AdoptNewer(id, tenant, std::move(record->tokens), std::move(record->turn_ends),
-                             now)) {
-      sessions_refreshed_.fetch_add(1);
-    }
-    return;
-  }
-  const absl::Status restored = sessions_.Restore(id, record->tenant, std::move(record->tokens),
-                                                  std::move(record->turn_ends), record->ttl, now);
-  if (restored.ok()) sessions_restored_.fetch_add(1);
 }
 
 void EngineImpl::PublishStats(double step_seconds) {
@@ -789,8 +816,12 @@ void EngineImpl::PublishStats(double step_seconds) {
   s.open_sessions = sessions_.size();
   if (remote_tier_ != nullptr) {
     s.remote = remote_tier_->stats();
-    s.remote.sessions_restored_total = sessions_restored_.load();
-    s.remote.sessions_refreshed_total = sessions_refreshed_.load();
+    const SessionManager::Stats sessions = sessions_.stats();
+    s.remote.sessions_restored_total = sessions.restored_total;
+    s.remote.sessions_refreshed_total = sessions.refreshed_total;
+    s.remote.session_commits_total = sessions.commits_total;
+    s.remote.session_conflicts_total = sessions.conflicts_total;
+    s.remote.errors_total += sessions.errors_total;
   }
   s.last_step_seconds = step_seconds;
   {
@@ -803,6 +834,35 @@ void EngineImpl::PublishStats(double step_seconds) {
 }
 
 }  // namespace
+
+namespace {
+// Waits for a session call's answer (Engine's blocking forms).
+template <typename T, typename Start>
+T Await(Start start) {
+  auto promise = std::make_shared<std::promise<T>>();
+  std::future<T> answer = promise->get_future();
+  start([promise](T value) { promise->set_value(std::move(value)); });
+  return answer.get();
+}
+}  // namespace
+
+absl::StatusOr<SessionInfo> Engine::OpenSession(absl::Duration ttl, const std::string& tenant) {
+  return Await<absl::StatusOr<SessionInfo>>(
+      [&](SessionCallback done) { OpenSessionAsync(ttl, tenant, std::move(done)); });
+}
+absl::StatusOr<SessionInfo> Engine::ForkSession(const std::string& parent_id, absl::Duration ttl,
+                                                const std::string& tenant) {
+  return Await<absl::StatusOr<SessionInfo>>(
+      [&](SessionCallback done) { ForkSessionAsync(parent_id, ttl, tenant, std::move(done)); });
+}
+absl::Status Engine::CloseSession(const std::string& id, const std::string& tenant) {
+  return Await<absl::Status>(
+      [&](StatusCallback done) { CloseSessionAsync(id, tenant, std::move(done)); });
+}
+absl::StatusOr<SessionInfo> Engine::GetSession(const std::string& id, const std::string& tenant) {
+  return Await<absl::StatusOr<SessionInfo>>(
+      [&](SessionCallback done) { GetSessionAsync(id, tenant, std::move(done)); });
+}
 
 std::string TenantCacheSalt(const std::string& tenant, const std::string& cache_salt) {
   if (tenant.empty()) return cache_salt;

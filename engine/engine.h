@@ -5,6 +5,7 @@
 #define KVSERVE_ENGINE_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -121,8 +122,13 @@ struct RemoteCacheStats {
   int64_t store_dropped_total = 0;      // store jobs dropped (queue full or failure)
   int64_t errors_total = 0;             // failed remote calls
   int64_t sessions_restored_total = 0;  // sessions unknown here, continued from the service
-  // Local sessions replaced by the service's newer record (continued on another replica).
+  // Local sessions replaced by the service's record of another version (the session
+  // continued on another replica).
   int64_t sessions_refreshed_total = 0;
+  int64_t session_commits_total = 0;  // turns whose record was committed (engine/session_manager.h)
+  // Turns refused because another turn held the session, or whose commit found the
+  // session changed or closed on another replica.
+  int64_t session_conflicts_total = 0;
 };
 
 struct EngineStats {
@@ -167,8 +173,14 @@ class Engine {
   // (engine/field_error.h) naming its engine::Request path, e.g. "sampling.top_p",
   // "prompt_tokens[3]", or "prompt_tokens" when the context is empty or too long.
   // Other errors (the sink is not called): NOT_FOUND (unknown/expired session),
-  // FAILED_PRECONDITION (session busy), RESOURCE_EXHAUSTED (queue full, session history
-  // limit), UNAVAILABLE (shutting down).
+  // ABORTED (session busy: a turn of it is running), RESOURCE_EXHAUSTED (queue full,
+  // session history limit), UNAVAILABLE (shutting down).
+  // With a session cache service, a session turn is checked against the session's
+  // record there on the engine's session worker (engine/session_manager.h), so the
+  // session errors above (and UNAVAILABLE when the service does not answer, ABORTED
+  // when the turn runs on another replica) reach the sink instead, as OnFinish(status,
+  // kError) before any token; and a completed turn's OnFinish comes after its record
+  // was committed, or with the commit's error (kError: the turn was not recorded).
   virtual absl::StatusOr<RequestId> Submit(Request request, std::shared_ptr<RequestSink> sink) = 0;
   // Cancels a queued or running request; its sink gets OnFinish(kCancelled) and its KV
   // is released. Unknown ids are ignored. Thread-safe.
@@ -178,13 +190,28 @@ class Engine {
   // when nobody is authenticated). A session of another tenant is NOT_FOUND with the
   // message of an unknown id, for every method and for Submit's turns.
   // Open/Fork: RESOURCE_EXHAUSTED for max_sessions or max_sessions_per_tenant.
-  virtual absl::StatusOr<SessionInfo> OpenSession(absl::Duration ttl,
-                                                  const std::string& tenant) = 0;
-  virtual absl::StatusOr<SessionInfo> ForkSession(const std::string& parent_id, absl::Duration ttl,
-                                                  const std::string& tenant) = 0;
-  virtual absl::Status CloseSession(const std::string& id, const std::string& tenant) = 0;
-  virtual absl::StatusOr<SessionInfo> GetSession(const std::string& id,
-                                                 const std::string& tenant) = 0;
+  // With a session cache service these calls read or write the session's record there
+  // (engine/session_manager.h): `done` then runs on the engine's session worker, else
+  // before the call returns; exactly once either way, and it must not block. A session
+  // closed on any replica is NOT_FOUND; UNAVAILABLE when the service does not answer a
+  // Close (the session is then not closed everywhere yet: retry) or a Fork.
+  using SessionCallback = std::function<void(absl::StatusOr<SessionInfo>)>;
+  using StatusCallback = std::function<void(absl::Status)>;
+  virtual void OpenSessionAsync(absl::Duration ttl, const std::string& tenant,
+                                SessionCallback done) = 0;
+  virtual void ForkSessionAsync(const std::string& parent_id, absl::Duration ttl,
+                                const std::string& tenant, SessionCallback done) = 0;
+  virtual void CloseSessionAsync(const std::string& id, const std::string& tenant,
+                                 StatusCallback done) = 0;
+  virtual void GetSessionAsync(const std::string& id, const std::string& tenant,
+                               SessionCallback done) = 0;
+  // The same, waiting for the answer (tools and tests; never from a sink or a gRPC
+  // callback thread).
+  absl::StatusOr<SessionInfo> OpenSession(absl::Duration ttl, const std::string& tenant);
+  absl::StatusOr<SessionInfo> ForkSession(const std::string& parent_id, absl::Duration ttl,
+                                          const std::string& tenant);
+  absl::Status CloseSession(const std::string& id, const std::string& tenant);
+  absl::StatusOr<SessionInfo> GetSession(const std::string& id, const std::string& tenant);
 
   virtual EngineStats Stats() const = 0;
   virtual SubmitLimits submit_limits() const = 0;

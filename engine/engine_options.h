@@ -11,9 +11,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "backends/backend.h"
+#include "cache/remote_kv_cache.h"
 #include "common/clock.h"
 #include "engine/engine.h"
-#include "cache/remote_kv_cache.h"
 #include "engine/remote_tier.h"
 #include "model/dtype.h"
 #include "model/kv_layout.h"
@@ -72,6 +72,10 @@ struct Engine::Options {
   // records to, or null for none. Must outlive the engine. See engine/remote_tier.h.
   cache::RemoteKvCache* remote_cache = nullptr;
   RemoteTier::Options remote;
+  // With a session cache service: how long a turn's lease on its session lasts unless
+  // renewed (engine/session_manager.h); a replica that dies mid-turn locks the session
+  // for at most this long. Default 30 s.
+  absl::Duration session_lease = absl::Seconds(30);
   // The clock for deadlines, session expiry and usage times; null = the wall clock.
   // Tests inject a common::testing::FakeClock. Must outlive the engine.
   const common::Clock* clock = nullptr;

@@ -26,6 +26,7 @@ namespace kvserve::engine {
 namespace {
 
 using ::kvserve::engine::testing::CollectingSink;
+using ::kvserve::engine::testing::Gate;
 using ::kvserve::engine::testing::MakeEngine;
 using ::kvserve::engine::testing::Result;
 using ::kvserve::engine::testing::RunRequest;
@@ -402,32 +403,6 @@ TEST_P(EngineTest, DeadlineExpiryReturnsEveryBlock) {
   EXPECT_TRUE(l.tokens.empty());
 }
 
-// Holds the step thread inside a sink callback until released.
-class Gate {
- public:
-  void BlockHere() {
-    std::unique_lock<std::mutex> lock(mu_);
-    entered_ = true;
-    cv_.notify_all();
-    cv_.wait(lock, [this] { return open_; });
-  }
-  void WaitEntered() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return entered_; });
-  }
-  void Open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool entered_ = false;
-  bool open_ = false;
-};
-
 TEST_P(EngineTest, FullQueueIsOverloaded) {
   Engine::Options o = SmallOptions();
   o.max_waiting_requests = 2;
@@ -497,7 +472,7 @@ TEST_P(EngineTest, SessionRulesAndExpiry) {
   Request t2 = Greedy(Prompt(3), 3);
   t2.session_id = s->id;
   EXPECT_EQ(engine->Submit(t2, std::make_shared<CollectingSink>()).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+            absl::StatusCode::kAborted);
   gate.Open();
   ASSERT_TRUE(blocker->Wait().status.ok());
   EXPECT_EQ(engine->GetSession(s->id, "")->history_tokens, 43);

@@ -23,8 +23,9 @@ constexpr double kRoundTripSeconds = 0.002;
 
 }  // namespace
 
-RemoteTier::RemoteTier(cache::RemoteKvCache* remote, const Options& options, const model::KvLayout& layout,
-                       int32_t kv_heads, std::function<void(FetchResult)> on_fetched,
+RemoteTier::RemoteTier(cache::RemoteKvCache* remote, const Options& options,
+                       const model::KvLayout& layout, int32_t kv_heads,
+                       std::function<void(FetchResult)> on_fetched,
                        std::function<void(uint64_t)> on_stored)
     : remote_(remote),
       options_([&] {
@@ -68,41 +69,10 @@ bool RemoteTier::Store(StoreJob job) {
       return false;
     }
     ++pending_store_jobs_;
-    stores_.push_back(StoreTask{std::move(job), std::nullopt, std::nullopt});
+    stores_.push_back(std::move(job));
   }
   cv_.notify_all();
   return true;
-}
-
-void RemoteTier::PutSession(cache::RemoteSession session) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return;
-    stores_.push_back(StoreTask{std::nullopt, std::move(session), std::nullopt});
-  }
-  cv_.notify_all();
-}
-
-absl::Status RemoteTier::PutSessionNow(const cache::RemoteSession& session) {
-  const absl::Status status = remote_->PutSession(session, Deadline());
-  Observe(status, "PutSession");
-  return status;
-}
-
-void RemoteTier::DeleteSession(std::string id) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return;
-    stores_.push_back(StoreTask{std::nullopt, std::nullopt, std::move(id)});
-  }
-  cv_.notify_all();
-}
-
-absl::StatusOr<cache::RemoteSession> RemoteTier::GetSession(const std::string& id) {
-  absl::StatusOr<cache::RemoteSession> session = remote_->GetSession(id, Deadline());
-  Observe(session.ok() || absl::IsNotFound(session.status()) ? absl::OkStatus() : session.status(),
-          "GetSession");
-  return session;
 }
 
 RemoteCacheStats RemoteTier::stats() const {
@@ -259,32 +229,23 @@ RemoteTier::FetchResult RemoteTier::RunFetch(const FetchJob& job) {
 
 void RemoteTier::StoreLoop() {
   while (true) {
-    StoreTask task;
+    StoreJob job;
     bool stopping;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock,
                [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !stores_.empty(); });
       if (stores_.empty()) return;
-      task = std::move(stores_.front());
+      job = std::move(stores_.front());
       stores_.pop_front();
       stopping = stopping_;
     }
-    if (task.store.has_value()) {
-      if (!stopping) RunStore(*task.store);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        --pending_store_jobs_;
-      }
-      on_stored_(task.store->key);  // after the last read of its blocks
-    } else if (stopping) {
-      continue;  // session writes are best effort; shutdown does not wait for them
-    } else if (task.put_session.has_value()) {
-      Observe(remote_->PutSession(*task.put_session, Deadline()), "PutSession");
-    } else if (task.delete_session.has_value()) {
-      const absl::Status s = remote_->DeleteSession(*task.delete_session, Deadline());
-      Observe(absl::IsNotFound(s) ? absl::OkStatus() : s, "DeleteSession");
+    if (!stopping) RunStore(job);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --pending_store_jobs_;
     }
+    on_stored_(job.key);  // after the last read of its blocks
   }
 }
 
@@ -337,9 +298,6 @@ void RemoteTier::RunStore(StoreJob& job) {
     if (batch_bytes >= kBatchBytes) flush();
   }
   flush();
-  if (ok && job.session.has_value()) {
-    Observe(remote_->PutSession(*job.session, Deadline()), "PutSession");
-  }
 }
 
 }  // namespace kvserve::engine

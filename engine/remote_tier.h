@@ -1,6 +1,7 @@
-// The engine's link to a session cache service: fetches KV that other replicas (or this
-// one before a restart) computed, and writes this engine's new blocks and session
-// records behind, all on worker threads so the step thread never waits on the network.
+// The engine's link to a session cache service for KV blocks: fetches KV that other
+// replicas (or this one before a restart) computed, and writes this engine's new blocks
+// behind, all on worker threads so the step thread never waits on the network. Session
+// records are engine::SessionManager's (engine/session_manager.h).
 //
 // Fetch: for a sequence whose context has full blocks beyond what the local pool holds,
 // one Lookup of the whole chain; when the service holds more than the local prefix and
@@ -13,15 +14,14 @@
 //
 // Store: after a request, the blocks it committed are held for export (the step thread
 // pins them; they cannot change) and written behind: one Lookup finds what the service
-// already has, only the rest is sent; then the session record, if any. The queue is
+// already has, only the rest is sent. The queue is
 // bounded; a job that does not fit is dropped and counted (the engine then releases its
 // blocks at once).
 //
 // Incidents: when a call fails after a success (or at the first call), one line is
 // logged; the next success logs one line again. Per-request failures are only counted.
 //
-// Threading: Fetch/Store/PutSession/DeleteSession/stats are thread-safe and never block
-// for long; GetSession and PutSessionNow block their caller up to the timeout. Callbacks run on
+// Threading: Fetch/Store/stats are thread-safe and never block for long. Callbacks run on
 // worker threads.
 #ifndef KVSERVE_ENGINE_REMOTE_TIER_H_
 #define KVSERVE_ENGINE_REMOTE_TIER_H_
@@ -44,8 +44,8 @@
 #include "absl/time/time.h"
 #include "cache/block_hash.h"
 #include "cache/kv_cache_manager.h"
-#include "engine/engine.h"
 #include "cache/remote_kv_cache.h"
+#include "engine/engine.h"
 #include "model/kv_layout.h"
 
 namespace kvserve::engine {
@@ -89,7 +89,6 @@ class RemoteTier {
     cache::BlockHash partition;
     std::vector<int32_t> tokens;  // the chain's tokens (at least blocks x block_tokens)
     std::vector<cache::KvCacheManager::ExportBlock> blocks;
-    std::optional<cache::RemoteSession> session;  // written after the blocks
   };
 
   // `remote` must outlive the tier. `on_fetched` gets every FetchJob's result (possibly
@@ -107,26 +106,10 @@ class RemoteTier {
   void Fetch(FetchJob job);
   // False (nothing queued, counted as dropped) when Options::max_pending_stores jobs wait.
   bool Store(StoreJob job);
-  // Queued behind the stores.
-  void PutSession(cache::RemoteSession session);
-  // Written now, on the caller's thread (blocks up to the timeout): for a new session
-  // (OpenSession, ForkSession), whose record must be there before the client's next
-  // call, which a session-affine router may send to another replica. A failure is
-  // counted and returned (the session still works here).
-  absl::Status PutSessionNow(const cache::RemoteSession& session);
-  void DeleteSession(std::string id);
-  // The service's record of `id` (NOT_FOUND when it has none; UNAVAILABLE on failure).
-  absl::StatusOr<cache::RemoteSession> GetSession(const std::string& id);
 
   RemoteCacheStats stats() const;
 
  private:
-  struct StoreTask {
-    std::optional<StoreJob> store;
-    std::optional<cache::RemoteSession> put_session;
-    std::optional<std::string> delete_session;
-  };
-
   void FetchLoop();
   void StoreLoop();
   FetchResult RunFetch(const FetchJob& job);
@@ -146,7 +129,7 @@ class RemoteTier {
   std::condition_variable cv_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<FetchJob> fetches_ ABSL_GUARDED_BY(mu_);
-  std::deque<StoreTask> stores_ ABSL_GUARDED_BY(mu_);
+  std::deque<StoreJob> stores_ ABSL_GUARDED_BY(mu_);
   int32_t pending_store_jobs_ ABSL_GUARDED_BY(mu_) = 0;
   bool failing_ ABSL_GUARDED_BY(mu_) = false;
   int64_t failed_calls_in_incident_ ABSL_GUARDED_BY(mu_) = 0;

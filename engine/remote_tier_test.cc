@@ -80,7 +80,7 @@ class RemoteTierTest : public ::testing::Test {
   // history.
   std::vector<int32_t> WaitRecord(const std::string& id, size_t turns) {
     for (const absl::Time end = absl::Now() + absl::Seconds(20); absl::Now() < end;) {
-      auto record = service_.GetSession(id, absl::InfiniteFuture());
+      auto record = service_.GetSession(id, nullptr, absl::InfiniteFuture());
       if (record.ok() && record->turn_ends.size() == turns) return record->tokens;
       absl::SleepFor(absl::Milliseconds(2));
     }
@@ -146,7 +146,7 @@ class RemoteTierTest : public ::testing::Test {
     EXPECT_TRUE(turn1.status.ok()) << turn1.status;
     const int32_t history = turn1.usage.prompt_tokens + turn1.usage.completion_tokens;
     WaitStored(a, history / 16);
-    auto record = service_.GetSession(session->id, absl::InfiniteFuture());
+    auto record = service_.GetSession(session->id, nullptr, absl::InfiniteFuture());
     EXPECT_TRUE(record.ok()) << record.status();
     if (!record.ok()) return {};
     EXPECT_EQ(static_cast<int32_t>(record->tokens.size()), history);
@@ -231,7 +231,7 @@ TEST_F(RemoteTierTest, OwnershipSurvivesAReplicaChange) {
     expect_unknown(testing::RunRequest(*b, turn).status);
   }
   EXPECT_EQ(b->Stats().remote.sessions_restored_total, 0);
-  ASSERT_TRUE(service_.GetSession(id, absl::InfiniteFuture()).ok());  // not deleted
+  ASSERT_TRUE(service_.GetSession(id, nullptr, absl::InfiniteFuture()).ok());  // not deleted
 
   Request turn2 = Greedy(Encode(" Then she saw a cat."), 10, /*bos=*/false);
   turn2.session_id = id;
@@ -284,12 +284,15 @@ TEST_F(RemoteTierTest, BadRecordsAreRejectedAndRecomputed) {
   std::vector<int32_t> context = history;
   context.insert(context.end(), next.begin(), next.end());
   const Result want = Cold(context, 20);
-  auto record = service_.GetSession(id, absl::InfiniteFuture());
+  auto record = service_.GetSession(id, nullptr, absl::InfiniteFuture());
   ASSERT_TRUE(record.ok());
   for (const Case& c : cases) {
     SCOPED_TRACE(c.reason);
     // Each case continues the session as turn 1 left it.
-    ASSERT_TRUE(service_.PutSession(*record, absl::InfiniteFuture()).ok());
+    ASSERT_TRUE(
+        service_
+            .PutSession(*record, service_.StoredSession(id)->version, "", absl::InfiniteFuture())
+            .ok());
     service_.SetTamper(c.tamper);
     auto b = Replica();  // a fresh replica: nothing cached locally
     Request turn = Greedy(next, 20, /*bos=*/false);
@@ -374,9 +377,10 @@ TEST_F(RemoteTierTest, AStaleLocalCopyGivesWayToTheNewerRecord) {
   EXPECT_EQ(info->history_tokens, static_cast<int32_t>(latest.size()));
 }
 
-// The local copy stays when the service fails (the turn succeeds, the failure is
-// counted) and when its record is older (a turn's record not written yet).
-TEST_F(RemoteTierTest, TheLocalCopyStaysWhenTheRecordIsNotNewer) {
+// A turn needs the session's record: while the service is down a turn is UNAVAILABLE
+// (retry), never run from a copy that may be stale; a turn whose commit is refused is
+// not acknowledged and not in the conversation: the next turn starts from the record.
+TEST_F(RemoteTierTest, ATurnIsAcknowledgedOnlyOnceItsRecordIsCommitted) {
   auto a = Replica();
   const auto [id, history] = FirstTurn(*a);
   ASSERT_FALSE(id.empty());
@@ -388,23 +392,102 @@ TEST_F(RemoteTierTest, TheLocalCopyStaysWhenTheRecordIsNotNewer) {
   };
 
   service_.SetDown(true);
-  const Result down = turn_on_a(next);
-  ASSERT_TRUE(down.status.ok()) << down.status;
-  EXPECT_EQ(down.usage.prompt_tokens, static_cast<int32_t>(history.size() + next.size()));
-  EXPECT_EQ(down.usage.cached_tokens, static_cast<int32_t>(history.size()) / 16 * 16);
+  EXPECT_EQ(turn_on_a(next).status.code(), absl::StatusCode::kUnavailable);
   EXPECT_GT(a->Stats().remote.errors_total, 0);
   service_.SetDown(false);
-  WaitStored(*a, 0);
 
-  // The service still holds turn 1's record (turn 2's was lost while it was down).
-  auto record = service_.GetSession(id, absl::InfiniteFuture());
-  ASSERT_TRUE(record.ok());
-  ASSERT_EQ(record->turn_ends.size(), 1u);
-  const int32_t two_turns = down.usage.prompt_tokens + down.usage.completion_tokens;
+  service_.FailNextPut(absl::AbortedError("changed meanwhile"));
+  const Result refused = turn_on_a(next);
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kAborted) << refused.status;
+  EXPECT_EQ(service_.StoredSession(id)->tokens, history);
+  EXPECT_EQ(a->Stats().remote.session_conflicts_total, 1);
+
   const Result after = turn_on_a(next);
   ASSERT_TRUE(after.status.ok()) << after.status;
-  EXPECT_EQ(after.usage.prompt_tokens, two_turns + static_cast<int32_t>(next.size()));
-  EXPECT_EQ(a->Stats().remote.sessions_refreshed_total, 0);
+  EXPECT_EQ(after.usage.prompt_tokens, static_cast<int32_t>(history.size() + next.size()));
+  // Acknowledged: the record holds the turn the moment the call returned.
+  const std::optional<cache::RemoteSession> record = service_.StoredSession(id);
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->turn_ends.size(), 2u);
+  EXPECT_EQ(static_cast<int32_t>(record->tokens.size()),
+            after.usage.prompt_tokens + after.usage.completion_tokens);
+  EXPECT_EQ(record->version, 3);  // open, turn 1, turn 3
+}
+
+// Two turns of one session at once on two replicas: while A's turn runs (it holds the
+// lease), B's is refused with the busy status; afterwards B continues A's history.
+TEST_F(RemoteTierTest, OneTurnAtATimeAcrossReplicas) {
+  auto a = Replica();
+  auto b = Replica();
+  const auto [id, history] = FirstTurn(*a);
+  ASSERT_FALSE(id.empty());
+  auto gate = std::make_shared<testing::Gate>();
+  auto blocker = std::make_shared<testing::CollectingSink>([gate](int n) {
+    if (n == 1) gate->BlockHere();
+  });
+  Request long_turn = Greedy(Encode(" She ran."), 8, /*bos=*/false);
+  long_turn.session_id = id;
+  ASSERT_TRUE(a->Submit(long_turn, blocker).ok());
+  gate->WaitEntered();
+  Request other = Greedy(Encode(" He sat."), 8, /*bos=*/false);
+  other.session_id = id;
+  const Result refused = testing::RunRequest(*b, other);
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kAborted) << refused.status;
+  EXPECT_EQ(b->Stats().remote.session_conflicts_total, 1);
+  gate->Open();
+  ASSERT_TRUE(blocker->Wait().status.ok());
+  const std::vector<int32_t> after_a = service_.StoredSession(id)->tokens;
+  const Result got = testing::RunRequest(*b, other);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_EQ(got.usage.prompt_tokens,
+            static_cast<int32_t>(after_a.size() + Encode(" He sat.").size()));
+}
+
+// A replica that died mid-turn holds the session only until its lease expires.
+TEST_F(RemoteTierTest, ADeadReplicasLeaseExpires) {
+  absl::Time now = absl::Now();
+  std::mutex now_mu;
+  service_.SetNow([&] {
+    std::lock_guard<std::mutex> lock(now_mu);
+    return now;
+  });
+  auto a = Replica();
+  const auto [id, history] = FirstTurn(*a);
+  ASSERT_FALSE(id.empty());
+  const cache::LeaseRequest dead{"dead-replica/1/7", absl::Seconds(30)};
+  ASSERT_TRUE(service_.GetSession(id, &dead, absl::InfiniteFuture()).ok());
+  Request turn = Greedy(Encode(" He sat."), 8, /*bos=*/false);
+  turn.session_id = id;
+  EXPECT_EQ(testing::RunRequest(*a, turn).status.code(), absl::StatusCode::kAborted);
+  {
+    std::lock_guard<std::mutex> lock(now_mu);
+    now += absl::Seconds(31);
+  }
+  const Result got = testing::RunRequest(*a, turn);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_EQ(got.usage.prompt_tokens,
+            static_cast<int32_t>(history.size() + Encode(" He sat.").size()));
+}
+
+// Closed on A: B, which holds a copy from its own turn, refuses the session from then
+// on (the tombstone), for turns and for GetSession; so does A.
+TEST_F(RemoteTierTest, ClosedOnOneReplicaIsClosedEverywhere) {
+  auto a = Replica();
+  auto b = Replica();
+  const auto [id, history] = FirstTurn(*a);
+  ASSERT_FALSE(id.empty());
+  Request turn = Greedy(Encode(" He sat."), 8, /*bos=*/false);
+  turn.session_id = id;
+  ASSERT_TRUE(testing::RunRequest(*b, turn).status.ok());
+  ASSERT_TRUE(a->CloseSession(id, "").ok());
+  EXPECT_TRUE(service_.StoredSession(id)->closed);
+  EXPECT_EQ(testing::RunRequest(*b, turn).status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(b->GetSession(id, "").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(a->GetSession(id, "").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(b->ForkSession(id, absl::ZeroDuration(), "").status().code(),
+            absl::StatusCode::kNotFound);
+  // Closing again, anywhere, is NOT_FOUND.
+  EXPECT_EQ(b->CloseSession(id, "").code(), absl::StatusCode::kNotFound);
 }
 
 // A dead service costs nothing but the reuse: every request succeeds, the incident is

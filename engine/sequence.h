@@ -34,6 +34,10 @@ struct Sequence {
   int32_t max_new_tokens = 0;    // sampling.max_tokens
   cache::BlockHash root;         // prefix-cache chain root (model + salt)
   std::string session_id;        // empty: stateless
+  // A turn: the session record version it started from and its lease on the session
+  // (engine/session_manager.h; 0 and empty without a session cache service).
+  int64_t session_version = 0;
+  std::string lease_holder;
 
   // Scheduling state.
   int32_t num_computed = 0;

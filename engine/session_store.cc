@@ -28,6 +28,11 @@ absl::StatusOr<std::string> SessionStore::NewIdLocked() {
   }
 }
 
+absl::Status SessionStore::SessionBusy(const std::string& id) {
+  return absl::AbortedError(
+      absl::StrCat("session ", id, " has a turn running; retry when it has ended"));
+}
+
 absl::Status SessionStore::SessionNotFound(const std::string& id) {
   return absl::NotFoundError(absl::StrCat("session ", id, " not found"));
 }
@@ -163,9 +168,7 @@ absl::StatusOr<SessionStore::Turn> SessionStore::BeginTurn(
   std::lock_guard<std::mutex> lock(mu_);
   Session* s = FindOwned(id, owner, now);
   if (s == nullptr) return SessionNotFound(id);
-  if (s->busy) {
-    return absl::FailedPreconditionError(absl::StrCat("session ", id, " has a turn running"));
-  }
+  if (s->busy) return SessionBusy(id);
   const bool add_bos = bos_if_empty.has_value() && s->history.empty();
   if (s->history.empty()) {
     separator = {};
@@ -212,7 +215,7 @@ bool SessionStore::EndTurn(const std::string& id, const std::vector<int32_t>* hi
 
 absl::Status SessionStore::Restore(const std::string& id, const std::string& owner,
                                    std::vector<int32_t> history, std::vector<int32_t> turn_ends,
-                                   absl::Duration ttl, absl::Time now) {
+                                   absl::Duration ttl, absl::Time now, int64_t version) {
   const bool well_formed =
       id.size() == 34 && id.starts_with("s-") && std::all_of(id.begin() + 2, id.end(), [](char c) {
         return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
@@ -229,28 +232,48 @@ absl::Status SessionStore::Restore(const std::string& id, const std::string& own
   Session& s = InsertLocked(id, owner);
   s.history = std::move(history);
   s.turn_ends = std::move(turn_ends);
+  s.version = version;
   s.ttl = std::clamp(ttl, options_.default_ttl, options_.max_ttl);
   s.expires_at = now + s.ttl;
   return absl::OkStatus();
 }
 
-bool SessionStore::AdoptNewer(const std::string& id, const std::string& owner,
-                              std::vector<int32_t> history, std::vector<int32_t> turn_ends,
-                              absl::Time now) {
-  if (static_cast<int64_t>(history.size()) > options_.max_session_tokens) return false;
+absl::StatusOr<SessionStore::AdoptOutcome> SessionStore::Adopt(
+    const std::string& id, const std::string& owner, std::vector<int32_t> history,
+    std::vector<int32_t> turn_ends, int64_t version, absl::Duration ttl, absl::Time now) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (sessions_.contains(id)) {
+      if (static_cast<int64_t>(history.size()) > options_.max_session_tokens) {
+        return AdoptOutcome::kUnchanged;
+      }
+      Session* s = FindOwned(id, owner, now);
+      if (s == nullptr || s->busy) return AdoptOutcome::kUnchanged;
+      const bool newer = s->version != version;
+      s->history = std::move(history);
+      s->turn_ends = std::move(turn_ends);
+      s->version = version;
+      return newer ? AdoptOutcome::kRefreshed : AdoptOutcome::kUnchanged;
+    }
+  }
+  absl::Status restored =
+      Restore(id, owner, std::move(history), std::move(turn_ends), ttl, now, version);
+  if (!restored.ok()) return restored;
+  return AdoptOutcome::kRestored;
+}
+
+void SessionStore::SetVersion(const std::string& id, int64_t version) {
   std::lock_guard<std::mutex> lock(mu_);
-  Session* s = FindOwned(id, owner, now);
-  if (s == nullptr || s->busy || turn_ends.size() <= s->turn_ends.size()) return false;
-  s->history = std::move(history);
-  s->turn_ends = std::move(turn_ends);
-  return true;
+  auto it = sessions_.find(id);
+  if (it != sessions_.end()) it->second.version = version;
 }
 
 std::optional<SessionStore::Snapshot> SessionStore::GetSnapshot(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return std::nullopt;
-  return Snapshot{it->second.history, it->second.turn_ends, it->second.ttl, it->second.owner};
+  return Snapshot{it->second.history, it->second.turn_ends, it->second.ttl, it->second.owner,
+                  it->second.version};
 }
 
 void SessionStore::ExpireIdle(absl::Time now) {

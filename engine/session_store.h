@@ -25,8 +25,10 @@ namespace kvserve::engine {
 // completed turns, so a turn never re-tokenizes history) and its expiry. A session
 // expires `ttl` after its last activity (open, fork, end of a turn) unless a turn is
 // running. A session's KV blocks are not kept here: they live in the session tier of
-// cache::KvCacheManager (engine step thread), which learns of forks and removals
-// through TakeEvents(); this store never calls anyone.
+// cache::KvCacheManager, and the session cache record lives in kvserve-cache: both are
+// driven by engine::SessionManager (engine/session_manager.h), the one owner of a
+// session's life, which takes this store's forks and removals through TakeEvents();
+// this store never calls anyone.
 //
 // Ownership: every session has an owner (the tenant that opened it; empty when the
 // front end authenticates nobody), fixed when it is opened, forked or restored. Every
@@ -80,6 +82,10 @@ class SessionStore {
   // The NOT_FOUND status every method gives for an id that is unknown, expired or
   // someone else's (one message for all three).
   static absl::Status SessionNotFound(const std::string& id);
+  // The ABORTED status a turn gets while another turn of the session runs, here or on
+  // another replica (a conflict the client resolves by retrying after the running turn:
+  // the service adds a retry hint).
+  static absl::Status SessionBusy(const std::string& id);
 
   struct Turn {
     std::vector<int32_t> context;  // history [+ BOS] + new tokens
@@ -90,7 +96,7 @@ class SessionStore {
   // its tokens up to and including the first `end_token` when the history already ends
   // with `end_token`; decided under the store's lock): returns the whole context and
   // marks the session busy. NOT_FOUND (unknown,
-  // expired or not `owner`'s), FAILED_PRECONDITION (a turn is running), FieldError "prompt_tokens"
+  // expired or not `owner`'s), ABORTED (SessionBusy: a turn is running), FieldError "prompt_tokens"
   // (CheckContextFits against options.context), RESOURCE_EXHAUSTED (history would exceed
   // max_session_tokens).
   absl::StatusOr<Turn> BeginTurn(const std::string& id, const std::string& owner,
@@ -105,27 +111,36 @@ class SessionStore {
 
   // Re-creates a session known elsewhere (the session cache service) under its own id,
   // owned by `owner` (the record's), with `history` and `turn_ends` (token offsets where
-  // its turns ended), as if opened here with `ttl` (clamped to [default, max]). OK when
-  // `id` is open here already (restored meanwhile; nothing changes, whoever owns it).
+  // its turns ended) at record `version`, as if opened here with `ttl` (clamped to
+  // [default, max]). OK when `id` is open here already (restored meanwhile; nothing
+  // changes, whoever owns it).
   // RESOURCE_EXHAUSTED for the session limits or a history over max_session_tokens;
   // INVALID_ARGUMENT for an id that is not "s-" + 32 lower-case hex digits.
   absl::Status Restore(const std::string& id, const std::string& owner,
                        std::vector<int32_t> history, std::vector<int32_t> turn_ends,
-                       absl::Duration ttl, absl::Time now);
-  // Replaces the history and turn ends of open session `id` of `owner` with a copy known
-  // elsewhere (the session cache service) when that copy is newer: it holds more
-  // completed turns (each completed turn adds one turn end, wherever it ran, so the
-  // count is the session's version). Nothing changes when the session is unknown,
-  // expired, someone else's or running a turn, or when the copy is not newer or its
-  // history exceeds max_session_tokens. Expiry is not touched. True when replaced.
-  bool AdoptNewer(const std::string& id, const std::string& owner, std::vector<int32_t> history,
-                  std::vector<int32_t> turn_ends, absl::Time now);
-  // A session's history, turn ends, ttl and owner (nullopt when unknown or expired).
+                       absl::Duration ttl, absl::Time now, int64_t version = 0);
+  // Brings session `id` of `owner` to the session cache service's record of it (the one
+  // truth of the conversation across replicas; engine/session_manager.h): when the
+  // session is not open here it is restored (as Restore, kRestored); when it is open and
+  // idle, its history, turn ends and version become the record's (kRefreshed when the
+  // version differed, else kUnchanged). kUnchanged, with nothing changed, when it is
+  // running a turn, belongs to someone else, or the history exceeds max_session_tokens;
+  // an error only when a restore fails (as Restore).
+  enum class AdoptOutcome { kUnchanged, kRefreshed, kRestored };
+  absl::StatusOr<AdoptOutcome> Adopt(const std::string& id, const std::string& owner,
+                                     std::vector<int32_t> history, std::vector<int32_t> turn_ends,
+                                     int64_t version, absl::Duration ttl, absl::Time now);
+  // Sets the version of the session cache record this copy now equals (after this
+  // replica committed it). No effect on an unknown id.
+  void SetVersion(const std::string& id, int64_t version);
+  // A session's history, turn ends, ttl, owner and record version (nullopt when unknown
+  // or expired).
   struct Snapshot {
     std::vector<int32_t> history;
     std::vector<int32_t> turn_ends;
     absl::Duration ttl;
     std::string owner;
+    int64_t version = 0;
   };
   std::optional<Snapshot> GetSnapshot(const std::string& id) const;
 
@@ -145,6 +160,8 @@ class SessionStore {
     absl::Duration ttl;
     absl::Time expires_at;
     bool busy = false;
+    // The session cache record version this copy equals (0: none known).
+    int64_t version = 0;
   };
   absl::StatusOr<absl::Duration> CheckTtl(absl::Duration ttl) const;
   // RESOURCE_EXHAUSTED when a session limit (max_sessions, or max_sessions_per_owner

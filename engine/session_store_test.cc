@@ -32,7 +32,7 @@ TEST(SessionStoreTest, TurnsAppendHistoryOneAtATime) {
   EXPECT_EQ(ctx->context, (std::vector<int32_t>{7, 1, 2, 3}));
   EXPECT_EQ(ctx->history_tokens, 0);
   EXPECT_EQ(store.BeginTurn(s->id, "", {4}, std::nullopt, kT0).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+            absl::StatusCode::kAborted);
   // Busy sessions never expire.
   EXPECT_TRUE(store.Get(s->id, "", kT0 + absl::Hours(1)).ok());
   const std::vector<int32_t> history = {1, 2, 3, 9, 9};
@@ -150,37 +150,51 @@ TEST(SessionStoreTest, RestoreAdoptsARemoteSession) {
   EXPECT_FALSE(store.GetSnapshot("s-1123456789abcdef0123456789abcdef").has_value());
 }
 
-// A copy with more completed turns replaces the local one (history and turn ends); a
-// copy that is not newer, too long, someone else's, or arriving during a turn does not.
-TEST(SessionStoreTest, AdoptNewerReplacesOnlyAnOlderIdleCopy) {
+// The session cache's record replaces the local copy (history, turn ends, version)
+// whatever its version, when the copy is idle and the caller's; a record of an unknown
+// id is restored; a record too long, someone else's, or arriving during a turn changes
+// nothing.
+TEST(SessionStoreTest, AdoptMakesTheCopyTheRecord) {
+  using Outcome = SessionStore::AdoptOutcome;
   SessionStore store(Opts());
   auto s = store.Open(absl::ZeroDuration(), "alice", kT0);
   ASSERT_TRUE(s.ok());
   const std::string& id = s->id;
-  // Not newer: as many turns (zero), or fewer.
-  EXPECT_FALSE(store.AdoptNewer(id, "alice", {1, 2}, {}, kT0));
-  // Someone else's, or unknown: untouched.
-  EXPECT_FALSE(store.AdoptNewer(id, "bob", {1, 2}, {2}, kT0));
-  EXPECT_FALSE(store.AdoptNewer("s-0123456789abcdef0123456789abcdef", "alice", {1}, {1}, kT0));
+  const absl::Duration ttl = absl::Seconds(10);
+  // Someone else's: untouched.
+  EXPECT_EQ(*store.Adopt(id, "bob", {1, 2}, {2}, 3, ttl, kT0), Outcome::kUnchanged);
   // Over max_session_tokens (20).
-  EXPECT_FALSE(store.AdoptNewer(id, "alice", std::vector<int32_t>(21, 1), {21}, kT0));
+  EXPECT_EQ(*store.Adopt(id, "alice", std::vector<int32_t>(21, 1), {21}, 3, ttl, kT0),
+            Outcome::kUnchanged);
   EXPECT_TRUE(store.GetSnapshot(id)->history.empty());
 
-  ASSERT_TRUE(store.AdoptNewer(id, "alice", {1, 2, 3, 4}, {2, 4}, kT0));
+  EXPECT_EQ(*store.Adopt(id, "alice", {1, 2, 3, 4}, {2, 4}, 3, ttl, kT0), Outcome::kRefreshed);
   EXPECT_EQ(store.GetSnapshot(id)->history, (std::vector<int32_t>{1, 2, 3, 4}));
   EXPECT_EQ(store.GetSnapshot(id)->turn_ends, (std::vector<int32_t>{2, 4}));
+  EXPECT_EQ(store.GetSnapshot(id)->version, 3);
   EXPECT_EQ(store.Get(id, "alice", kT0)->expires_at, kT0 + absl::Seconds(10));  // not touched
+  // The same version again: nothing new.
+  EXPECT_EQ(*store.Adopt(id, "alice", {1, 2, 3, 4}, {2, 4}, 3, ttl, kT0), Outcome::kUnchanged);
   // The next turn continues the adopted history.
   auto turn = store.BeginTurn(id, "alice", {5}, /*bos_if_empty=*/7, kT0);
   ASSERT_TRUE(turn.ok());
   EXPECT_EQ(turn->context, (std::vector<int32_t>{1, 2, 3, 4, 5}));
   // During a turn nothing is replaced.
-  EXPECT_FALSE(store.AdoptNewer(id, "alice", {1, 2, 3, 4, 8, 8}, {2, 4, 6}, kT0));
+  EXPECT_EQ(*store.Adopt(id, "alice", {1, 2, 3, 4, 8, 8}, {2, 4, 6}, 4, ttl, kT0),
+            Outcome::kUnchanged);
   const std::vector<int32_t> history = {1, 2, 3, 4, 5, 6};
   ASSERT_TRUE(store.EndTurn(id, &history, kT0));
-  // Same number of turns (3) as the local copy: the local copy stays.
-  EXPECT_FALSE(store.AdoptNewer(id, "alice", {1, 2, 3, 4, 8, 8}, {2, 4, 6}, kT0));
   EXPECT_EQ(store.GetSnapshot(id)->history, history);
+  // An older record wins too: the record, not the copy, is the conversation (this
+  // replica's last turn was not committed).
+  EXPECT_EQ(*store.Adopt(id, "alice", {1, 2}, {2}, 2, ttl, kT0), Outcome::kRefreshed);
+  EXPECT_EQ(store.GetSnapshot(id)->history, (std::vector<int32_t>{1, 2}));
+  store.SetVersion(id, 7);
+  EXPECT_EQ(store.GetSnapshot(id)->version, 7);
+  // Unknown here: restored, at the record's version.
+  const std::string other = "s-0123456789abcdef0123456789abcdef";
+  EXPECT_EQ(*store.Adopt(other, "alice", {1}, {1}, 5, ttl, kT0), Outcome::kRestored);
+  EXPECT_EQ(store.GetSnapshot(other)->version, 5);
 }
 
 // Another owner's session is exactly an unknown id: the same NOT_FOUND message from

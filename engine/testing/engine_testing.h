@@ -20,6 +20,32 @@
 
 namespace kvserve::engine::testing {
 
+// Holds the step thread inside a sink callback until released.
+class Gate {
+ public:
+  void BlockHere() {
+    std::unique_lock<std::mutex> lock(mu_);
+    entered_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return open_; });
+  }
+  void WaitEntered() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return entered_; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool entered_ = false;
+  bool open_ = false;
+};
+
 // What one request produced.
 struct Result {
   std::vector<int32_t> tokens;  // sampled token ids (text-only events excluded)

@@ -9,10 +9,13 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "cache/block_record.h"
 #include "cache/remote_kv_cache.h"
 
@@ -108,26 +111,112 @@ class FakeRemoteCache final : public cache::RemoteKvCache {
     return stored;
   }
 
-  absl::Status PutSession(const cache::RemoteSession& session, absl::Time deadline) override {
+  // Session records as the service keeps them (cache/remote_kv_cache.h): versions with
+  // compare-and-set, leases, tombstones.
+  absl::StatusOr<int64_t> PutSession(const cache::RemoteSession& session, int64_t expected_version,
+                                     const std::string& lease_holder,
+                                     absl::Time deadline) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (down_) return absl::UnavailableError("fake session cache is down");
-    sessions_[session.id] = session;
-    return absl::OkStatus();
+    ++put_calls_;
+    if (!put_failure_.ok()) {
+      absl::Status failure = put_failure_;
+      put_failure_ = absl::OkStatus();
+      return failure;
+    }
+    auto it = sessions_.find(session.id);
+    const int64_t stored = it == sessions_.end() ? 0 : it->second.version;
+    if (it != sessions_.end() && it->second.closed) {
+      return absl::FailedPreconditionError("session is closed");
+    }
+    if (stored != expected_version) {
+      return absl::AbortedError(absl::StrCat("version is ", stored, ", not ", expected_version));
+    }
+    if (it != sessions_.end() && LeaseLive(it->second) && it->second.lease_holder != lease_holder) {
+      return absl::AbortedError("another holder's lease is live");
+    }
+    cache::RemoteSession r = session;
+    r.version = stored + 1;
+    r.closed = false;
+    r.lease_holder.clear();
+    sessions_[session.id] = std::move(r);
+    return stored + 1;
   }
-  absl::StatusOr<cache::RemoteSession> GetSession(const std::string& id, absl::Time deadline) override {
+  absl::StatusOr<cache::RemoteSession> GetSession(const std::string& id,
+                                                  const cache::LeaseRequest* lease,
+                                                  absl::Time deadline) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (down_) return absl::UnavailableError("fake session cache is down");
     auto it = sessions_.find(id);
     if (it == sessions_.end()) return absl::NotFoundError("no such session");
-    return it->second;
+    cache::RemoteSession& r = it->second;
+    if (lease != nullptr && !r.closed) {
+      if (LeaseLive(r) && r.lease_holder != lease->holder) {
+        return absl::AbortedError("another holder's lease is live");
+      }
+      r.lease_holder = lease->holder;
+      lease_until_[id] = Now() + lease->duration;
+    }
+    cache::RemoteSession out = r;
+    if (!LeaseLive(r)) out.lease_holder.clear();
+    return out;
+  }
+  absl::Status ReleaseLease(const std::string& id, const std::string& holder,
+                            absl::Time deadline) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (down_) return absl::UnavailableError("fake session cache is down");
+    auto it = sessions_.find(id);
+    if (it != sessions_.end() && it->second.lease_holder == holder) it->second.lease_holder.clear();
+    return absl::OkStatus();
   }
   absl::Status DeleteSession(const std::string& id, absl::Time deadline) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (down_) return absl::UnavailableError("fake session cache is down");
-    return sessions_.erase(id) > 0 ? absl::OkStatus() : absl::NotFoundError("no such session");
+    cache::RemoteSession& r = sessions_[id];
+    const int64_t version = r.version;
+    const std::string tenant = r.tenant;
+    r = cache::RemoteSession{};
+    r.id = id;
+    r.tenant = tenant;
+    r.version = version + 1;
+    r.closed = true;
+    return absl::OkStatus();
+  }
+  // Forgets a session record as an eviction or a memory-only restart would.
+  void EraseSession(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_.erase(id);
+  }
+  // The stored record of `id` (tests), as GetSession without a lease.
+  std::optional<cache::RemoteSession> StoredSession(const std::string& id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return std::nullopt;
+    return it->second;
+  }
+  // The next PutSession fails with `status` (once).
+  void FailNextPut(absl::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    put_failure_ = std::move(status);
+  }
+  int64_t put_calls() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return put_calls_;
+  }
+  // The time leases are measured by (default: the wall clock).
+  void SetNow(std::function<absl::Time()> now) {
+    std::lock_guard<std::mutex> lock(mu_);
+    now_ = std::move(now);
   }
 
  private:
+  absl::Time Now() const { return now_ ? now_() : absl::Now(); }
+  bool LeaseLive(const cache::RemoteSession& r) const {
+    if (r.lease_holder.empty()) return false;
+    auto it = lease_until_.find(r.id);
+    return it != lease_until_.end() && Now() < it->second;
+  }
+
   using KeyT = std::pair<std::pair<uint64_t, uint64_t>, std::pair<uint64_t, uint64_t>>;
   static KeyT Key(const cache::BlockHash& p, const cache::BlockHash& h) {
     return {{p.lo, p.hi}, {h.lo, h.hi}};
@@ -138,7 +227,11 @@ class FakeRemoteCache final : public cache::RemoteKvCache {
   std::function<void(std::string&)> tamper_;
   std::map<KeyT, std::string> records_;
   std::map<std::string, cache::RemoteSession> sessions_;
+  std::map<std::string, absl::Time> lease_until_;
+  std::function<absl::Time()> now_;
+  absl::Status put_failure_;
   int64_t fetch_calls_ = 0;
+  int64_t put_calls_ = 0;
   int32_t fetch_limit_ = -1;
 };
 
