@@ -76,6 +76,9 @@ absl::Status ValidateOptions(const Engine::Options& o) {
     return absl::InvalidArgumentError("default_session_ttl must be > 0 and <= max_session_ttl");
   }
   if (o.max_tokens_limit < 1) return bad("max_tokens_limit", o.max_tokens_limit);
+  if (o.session_lease < absl::Seconds(1) || o.session_lease > absl::Hours(1)) {
+    return absl::InvalidArgumentError("session_lease must be in [1s, 1h]");
+  }
   if (o.max_cache_salt_bytes < 0) return bad("max_cache_salt_bytes", o.max_cache_salt_bytes);
   if (o.stop_limits.max_stop_strings < 0) {
     return bad("max_stop_strings", o.stop_limits.max_stop_strings);

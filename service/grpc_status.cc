@@ -29,7 +29,8 @@ void AddRetryHint(grpc::ServerContextBase* context, absl::Duration retry_after) 
 
 bool WantsRetryHint(const absl::Status& status) {
   return status.code() == absl::StatusCode::kResourceExhausted ||
-         status.code() == absl::StatusCode::kUnavailable;
+         status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kAborted;  // a session turn running elsewhere
 }
 
 }  // namespace kvserve::service

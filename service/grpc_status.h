@@ -22,7 +22,8 @@ std::string GrpcCodeName(grpc::StatusCode code);
 // "retry-after" (whole seconds, at least 1, as HTTP's header). Call before Finish.
 void AddRetryHint(grpc::ServerContextBase* context, absl::Duration retry_after);
 
-// True for the codes that carry a retry hint: RESOURCE_EXHAUSTED and UNAVAILABLE.
+// True for the codes that carry a retry hint: RESOURCE_EXHAUSTED, UNAVAILABLE and ABORTED
+// (a session turn refused while another turn of the session runs).
 bool WantsRetryHint(const absl::Status& status);
 
 }  // namespace kvserve::service

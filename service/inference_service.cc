@@ -47,6 +47,20 @@ class AnsweredUnaryReactor final : public grpc::ServerUnaryReactor {
   }
 };
 
+// A unary call answered later, from whichever thread has the answer (a session call
+// that waits for the session cache service): exactly one Answer.
+class DeferredUnaryReactor final : public grpc::ServerUnaryReactor {
+ public:
+  void Answer(const grpc::Status& status) {
+    common::TsanRelease(this);  // the response written on this thread, read by gRPC's
+    Finish(status);
+  }
+  void OnDone() override {
+    common::TsanAcquire(this);
+    delete this;
+  }
+};
+
 }  // namespace
 
 InferenceService::InferenceService(Options options, Metrics* metrics)
@@ -119,7 +133,9 @@ absl::Status InferenceService::GenerationStatus(engine::FinishReason reason,
   if (reason == engine::FinishReason::kCancelled && draining_.load()) {
     return absl::UnavailableError("server shut down before the request finished; retry");
   }
-  return FinishStatus(reason, engine_status);
+  // A session turn checked against the session cache's record is refused through the
+  // sink (engine::Engine::Submit), with the engine's field paths like Submit's.
+  return WithProtoFieldNames(FinishStatus(reason, engine_status));
 }
 
 grpc::Status InferenceService::FinalStatus(grpc::CallbackServerContext* context, const char* method,
@@ -140,15 +156,21 @@ grpc::ServerUnaryReactor* InferenceService::RunUnary(
 
 grpc::ServerUnaryReactor* InferenceService::RunOnSession(
     grpc::CallbackServerContext* context, const char* method, const std::string& session_id,
-    const char* field, absl::FunctionRef<absl::Status(const Caller& caller)> body) const {
-  return RunUnary(context, method, [&](const Caller& caller) -> absl::Status {
-    if (absl::Status s = CheckSessionId(session_id, options_.limits, field); !s.ok()) return s;
-    if (absl::Status s = CheckSessionMetadata(context->client_metadata(), session_id, field);
-        !s.ok()) {
-      return s;
-    }
-    return body(caller);
-  });
+    const char* field, absl::FunctionRef<void(const Caller& caller, Answer answer)> body) const {
+  auto* reactor = new DeferredUnaryReactor();
+  Answer answer = [this, reactor, context, method](absl::Status status) {
+    reactor->Answer(FinalStatus(context, method, status));
+  };
+  absl::StatusOr<Caller> caller = Admit(context);
+  absl::Status status = caller.status();
+  if (status.ok()) status = CheckSessionId(session_id, options_.limits, field);
+  if (status.ok()) status = CheckSessionMetadata(context->client_metadata(), session_id, field);
+  if (!status.ok()) {
+    answer(status);
+  } else {
+    body(*caller, std::move(answer));
+  }
+  return reactor;
 }
 
 void InferenceService::StartGeneration(grpc::CallbackServerContext* context,
@@ -263,11 +285,21 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* InferenceService::OpenSession(grpc::CallbackServerContext* context,
                                                         const v1::OpenSessionRequest* request,
                                                         v1::Session* response) {
-  return RunUnary(context, "OpenSession", [&](const Caller& caller) -> absl::Status {
-    absl::StatusOr<absl::Duration> ttl = SessionTtl(request->ttl(), "ttl");
-    if (!ttl.ok()) return ttl.status();
-    return ReplySession(caller.core->engine->OpenSession(*ttl, caller.tenant), response, context);
-  });
+  // No session id yet: admission only (RunOnSession's checks pass an empty id).
+  auto* reactor = new DeferredUnaryReactor();
+  absl::StatusOr<Caller> caller = Admit(context);
+  absl::StatusOr<absl::Duration> ttl =
+      caller.ok() ? SessionTtl(request->ttl(), "ttl") : caller.status();
+  if (!ttl.ok()) {
+    reactor->Answer(FinalStatus(context, "OpenSession", ttl.status()));
+    return reactor;
+  }
+  caller->core->engine->OpenSessionAsync(
+      *ttl, caller->tenant,
+      [this, reactor, context, response](absl::StatusOr<engine::SessionInfo> info) {
+        reactor->Answer(FinalStatus(context, "OpenSession", ReplySession(info, response, context)));
+      });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* InferenceService::ForkSession(grpc::CallbackServerContext* context,
@@ -275,12 +307,15 @@ grpc::ServerUnaryReactor* InferenceService::ForkSession(grpc::CallbackServerCont
                                                         v1::Session* response) {
   const std::string& parent = request->parent_session_id();
   return RunOnSession(context, "ForkSession", parent, "parent_session_id",
-                      [&](const Caller& caller) -> absl::Status {
+                      [&](const Caller& caller, Answer answer) {
                         absl::StatusOr<absl::Duration> ttl = SessionTtl(request->ttl(), "ttl");
-                        if (!ttl.ok()) return ttl.status();
-                        return ReplySession(
-                            caller.core->engine->ForkSession(parent, *ttl, caller.tenant), response,
-                            context);
+                        if (!ttl.ok()) return answer(ttl.status());
+                        caller.core->engine->ForkSessionAsync(
+                            parent, *ttl, caller.tenant,
+                            [answer = std::move(answer), response,
+                             context](absl::StatusOr<engine::SessionInfo> info) {
+                              answer(ReplySession(info, response, context));
+                            });
                       });
 }
 
@@ -288,18 +323,24 @@ grpc::ServerUnaryReactor* InferenceService::CloseSession(grpc::CallbackServerCon
                                                          const v1::CloseSessionRequest* request,
                                                          v1::CloseSessionResponse* response) {
   const std::string& id = request->session_id();
-  return RunOnSession(context, "CloseSession", id, "session_id", [&](const Caller& caller) {
-    return caller.core->engine->CloseSession(id, caller.tenant);
-  });
+  return RunOnSession(
+      context, "CloseSession", id, "session_id", [&](const Caller& caller, Answer answer) {
+        caller.core->engine->CloseSessionAsync(id, caller.tenant, std::move(answer));
+      });
 }
 
 grpc::ServerUnaryReactor* InferenceService::GetSession(grpc::CallbackServerContext* context,
                                                        const v1::GetSessionRequest* request,
                                                        v1::Session* response) {
   const std::string& id = request->session_id();
-  return RunOnSession(context, "GetSession", id, "session_id", [&](const Caller& caller) {
-    return ReplySession(caller.core->engine->GetSession(id, caller.tenant), response);
-  });
+  return RunOnSession(
+      context, "GetSession", id, "session_id", [&](const Caller& caller, Answer answer) {
+        caller.core->engine->GetSessionAsync(
+            id, caller.tenant,
+            [answer = std::move(answer), response](absl::StatusOr<engine::SessionInfo> info) {
+              answer(ReplySession(info, response));
+            });
+      });
 }
 
 }  // namespace kvserve::service

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -166,11 +167,15 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
   grpc::ServerUnaryReactor* RunUnary(
       grpc::CallbackServerContext* context, const char* method,
       absl::FunctionRef<absl::Status(const Caller& caller)> body) const;
-  // RunUnary for a call on one session: `body` runs once `session_id` passed
-  // CheckSessionId (errors name it `field`).
+  // A session call (which may wait for the session cache service; never on the RPC
+  // thread): admission, then `body` once `session_id` passed CheckSessionId (errors name
+  // it `field`) and the session metadata check; `body` starts the engine call and
+  // hands it `answer`, which finishes the call (from any thread, exactly once) with the
+  // status converted once, the retry hint where it applies and the RPC metric.
+  using Answer = std::function<void(absl::Status)>;
   grpc::ServerUnaryReactor* RunOnSession(
       grpc::CallbackServerContext* context, const char* method, const std::string& session_id,
-      const char* field, absl::FunctionRef<absl::Status(const Caller& caller)> body) const;
+      const char* field, absl::FunctionRef<void(const Caller& caller, Answer answer)> body) const;
   // Generate and GenerateStream: admission, validation, then Submit with the call's
   // sink; rejects the call (GenerationCall::Reject) at the first failure.
   void StartGeneration(grpc::CallbackServerContext* context, const v1::GenerateRequest& request,

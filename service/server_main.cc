@@ -153,6 +153,10 @@ ABSL_FLAG(std::string, session_cache_tls_key, "",
 ABSL_FLAG(int32_t, session_cache_max_pending_stores, 64,
           "Session cache: finished requests whose blocks wait to be written behind; more "
           "are dropped and counted.");
+ABSL_FLAG(absl::Duration, session_lease, absl::Seconds(30),
+          "Session cache: how long a turn's lease on its session lasts unless renewed (it is "
+          "renewed while the turn runs); a replica that dies mid-turn locks the session for at "
+          "most this long. At most kvserve-cache's --max-session-lease (default 10m).");
 ABSL_FLAG(std::string, auth_tokens, "",
           "File of \"TOKEN TENANT\" lines ('#' comments); every kvserve.v1.Inference call then "
           "needs \"authorization: Bearer TOKEN\" with a listed token (else UNAUTHENTICATED), "
@@ -322,6 +326,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   if (e.remote.max_pending_stores < 1) {
     return absl::InvalidArgumentError("--session_cache_max_pending_stores must be >= 1");
   }
+  e.session_lease = absl::GetFlag(FLAGS_session_lease);
   return options;
 }
 
@@ -372,8 +377,7 @@ int Run(const backends::RuntimeInfo& runtime) {
   absl::StatusOr<engine::ModelOptions> model_options = ModelOptionsFromFlags();
   if (!model_options.ok()) return Fail(model_options.status());
   // Declared before the server: the engine uses it until the server is gone.
-  absl::StatusOr<std::unique_ptr<cache::RemoteCacheClient>> session_cache =
-      SessionCacheFromFlags();
+  absl::StatusOr<std::unique_ptr<cache::RemoteCacheClient>> session_cache = SessionCacheFromFlags();
   if (!session_cache.ok()) return Fail(session_cache.status());
   model_options->engine.remote_cache = session_cache->get();
   model_options->engine.remote.owner = server_options->listen_address;

@@ -140,8 +140,23 @@ class FakeEngine final : public engine::Engine {
 
   // Sessions keep their tenant: another tenant's session is "unknown session", as the
   // real engine does.
-  absl::StatusOr<engine::SessionInfo> OpenSession(absl::Duration ttl,
-                                                  const std::string& tenant) override {
+  void OpenSessionAsync(absl::Duration ttl, const std::string& tenant,
+                        SessionCallback done) override {
+    done(OpenNow(ttl, tenant));
+  }
+  void ForkSessionAsync(const std::string& parent_id, absl::Duration ttl, const std::string& tenant,
+                        SessionCallback done) override {
+    done(ForkNow(parent_id, ttl, tenant));
+  }
+  void CloseSessionAsync(const std::string& id, const std::string& tenant,
+                         StatusCallback done) override {
+    done(CloseNow(id, tenant));
+  }
+  void GetSessionAsync(const std::string& id, const std::string& tenant,
+                       SessionCallback done) override {
+    done(GetNow(id, tenant));
+  }
+  absl::StatusOr<engine::SessionInfo> OpenNow(absl::Duration ttl, const std::string& tenant) {
     std::lock_guard<std::mutex> lock(mu_);
     engine::SessionInfo info;
     info.id = absl::StrCat("s", ++last_session_);
@@ -150,8 +165,8 @@ class FakeEngine final : public engine::Engine {
     session_tenants_[info.id] = tenant;
     return info;
   }
-  absl::StatusOr<engine::SessionInfo> ForkSession(const std::string& parent_id, absl::Duration ttl,
-                                                  const std::string& tenant) override {
+  absl::StatusOr<engine::SessionInfo> ForkNow(const std::string& parent_id, absl::Duration ttl,
+                                              const std::string& tenant) {
     engine::SessionInfo parent;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -161,7 +176,7 @@ class FakeEngine final : public engine::Engine {
       }
       parent = it->second;
     }
-    absl::StatusOr<engine::SessionInfo> child = OpenSession(ttl, tenant);
+    absl::StatusOr<engine::SessionInfo> child = OpenNow(ttl, tenant);
     if (child.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       sessions_[child->id].history_tokens = parent.history_tokens;
@@ -169,7 +184,7 @@ class FakeEngine final : public engine::Engine {
     }
     return child;
   }
-  absl::Status CloseSession(const std::string& id, const std::string& tenant) override {
+  absl::Status CloseNow(const std::string& id, const std::string& tenant) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!sessions_.contains(id) || session_tenants_[id] != tenant) {
       return absl::NotFoundError("unknown session");
@@ -177,8 +192,7 @@ class FakeEngine final : public engine::Engine {
     sessions_.erase(id);
     return absl::OkStatus();
   }
-  absl::StatusOr<engine::SessionInfo> GetSession(const std::string& id,
-                                                 const std::string& tenant) override {
+  absl::StatusOr<engine::SessionInfo> GetNow(const std::string& id, const std::string& tenant) {
     std::lock_guard<std::mutex> lock(mu_);
     ++get_session_calls_;
     auto it = sessions_.find(id);
