@@ -30,7 +30,8 @@ RetryPolicy::RetryPolicy(Options options, std::function<double()> uniform)
     : options_(options), uniform_(std::move(uniform)), tokens_(options.budget_max_tokens) {}
 
 bool RetryPolicy::Retryable(const absl::Status& status, bool has_hint) {
-  return absl::IsUnavailable(status) || (absl::IsResourceExhausted(status) && has_hint);
+  return absl::IsUnavailable(status) ||
+         ((absl::IsResourceExhausted(status) || absl::IsAborted(status)) && has_hint);
 }
 
 absl::Duration RetryPolicy::Backoff(int attempt) const {

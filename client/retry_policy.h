@@ -54,7 +54,8 @@ class RetryPolicy {
 
   // The code of a call's failure that a retry may fix: UNAVAILABLE always;
   // RESOURCE_EXHAUSTED only with a server hint (without one it is a limit, not
-  // overload).
+  // overload); ABORTED only with a server hint (kvserve's busy session: another turn of
+  // it runs, or the turn's record lost a race; the turn was not recorded either way).
   static bool Retryable(const absl::Status& status, bool has_hint);
 
   // Attempt number `attempt` (1 = the first) failed with `status`; the server sent
