@@ -519,6 +519,7 @@ void EngineImpl::Run() {
         --queued_requests_;
         queued_tokens_ -= r.queued_tokens;
       }
+      PublishStats(0.0);  // Stats() counts what refused it before the sink hears
       Usage usage;
       usage.total_time = clock_->Now() - r.submit_time;
       r.sink->OnFinish(r.status, FinishReason::kError, usage);

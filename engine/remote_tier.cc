@@ -39,6 +39,13 @@ RemoteTier::RemoteTier(cache::RemoteKvCache* remote, const Options& options,
       on_stored_(std::move(on_stored)),
       bytes_per_second_(options.initial_bytes_per_second) {
   stats_.enabled = true;
+  // Every reason from the start, at zero: dashboards and alerts see the series before the
+  // first rejection.
+  for (int c = static_cast<int>(cache::RecordCheck::kTruncated);
+       c <= static_cast<int>(cache::RecordCheck::kWrongTokens); ++c) {
+    stats_.rejected_by_reason.emplace_back(
+        std::string(cache::RecordCheckName(static_cast<cache::RecordCheck>(c))), 0);
+  }
   fetch_thread_ = std::thread([this] { FetchLoop(); });
   store_thread_ = std::thread([this] { StoreLoop(); });
 }

@@ -152,9 +152,17 @@ class Metrics::EngineCollector : public prometheus::Collectable {
         "Sessions unknown here continued from the session cache service.", MetricType::Counter,
         static_cast<double>(r.sessions_restored_total));
     add("kvserve_session_cache_sessions_refreshed_total",
-        "Local sessions replaced by the newer record another replica wrote to the session cache "
-        "service.",
+        "Local sessions replaced by the session cache service's record of another version "
+        "(the session continued on another replica).",
         MetricType::Counter, static_cast<double>(r.sessions_refreshed_total));
+    add("kvserve_session_cache_session_commits_total",
+        "Session turns whose record was committed to the session cache service before their "
+        "answer.",
+        MetricType::Counter, static_cast<double>(r.session_commits_total));
+    add("kvserve_session_cache_session_conflicts_total",
+        "Session turns refused because another turn held the session (on any replica), or "
+        "whose commit found the session changed or closed elsewhere.",
+        MetricType::Counter, static_cast<double>(r.session_conflicts_total));
     prometheus::MetricFamily rejected =
         MakeFamily("kvserve_session_cache_rejected_blocks_total",
                    "Fetched records that failed a check (and were recomputed), by reason.",

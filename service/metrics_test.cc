@@ -139,7 +139,9 @@ TEST(MetricsTest, SessionCacheStatsWhenConfigured) {
                                           .store_dropped_total = 6,
                                           .errors_total = 7,
                                           .sessions_restored_total = 8,
-                                          .sessions_refreshed_total = 9};
+                                          .sessions_refreshed_total = 9,
+                                          .session_commits_total = 10,
+                                          .session_conflicts_total = 11};
   ExpectAll(metrics.SerializeText(),
             {"\nkvserve_session_cache_up 0\n", "\nkvserve_session_cache_lookups_total 3\n",
              "\nkvserve_session_cache_lookup_blocks_total 40\n",
@@ -153,7 +155,9 @@ TEST(MetricsTest, SessionCacheStatsWhenConfigured) {
              "\nkvserve_session_cache_store_dropped_total 6\n",
              "\nkvserve_session_cache_errors_total 7\n",
              "\nkvserve_session_cache_sessions_restored_total 8\n",
-             "\nkvserve_session_cache_sessions_refreshed_total 9\n"});
+             "\nkvserve_session_cache_sessions_refreshed_total 9\n",
+             "\nkvserve_session_cache_session_commits_total 10\n",
+             "\nkvserve_session_cache_session_conflicts_total 11\n"});
 }
 
 TEST(MetricsTest, EndToEndLatencyBucketsReachAnHour) {

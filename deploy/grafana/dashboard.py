@@ -102,7 +102,11 @@ ROWS = [
             (rate("kvserve_session_cache_sessions_restored_total"),
              "sessions restored {{instance}}"),
             (rate("kvserve_session_cache_sessions_refreshed_total"),
-             "sessions refreshed {{instance}}")]),
+             "sessions refreshed {{instance}}"),
+            (rate("kvserve_session_cache_session_commits_total"),
+             "turns committed {{instance}}"),
+            (rate("kvserve_session_cache_session_conflicts_total"),
+             "turn conflicts {{instance}}")]),
         ("Remote bytes / s and fetch time", "Bps", [
             (rate("kvserve_session_cache_fetched_bytes_total"), "fetched {{instance}}"),
             (rate("kvserve_session_cache_stored_bytes_total"), "stored {{instance}}"),
