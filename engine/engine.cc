@@ -19,6 +19,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -136,12 +137,22 @@ class EngineImpl final : public Engine {
     step_thread_id_ = thread_.get_id();
   }
 
-  ~EngineImpl() override { Shutdown(absl::InfinitePast()); }
+  ~EngineImpl() override {
+    Shutdown(absl::InfinitePast());
+    // Session calls still on the manager's worker answer now, while the inbox they may
+    // wake is alive.
+    sessions_.Stop();
+  }
 
   absl::StatusOr<RequestId> Submit(Request request, std::shared_ptr<RequestSink> sink) override;
   void Cancel(RequestId id) override {
     std::lock_guard<std::mutex> lock(mu_);
-    cancels_.push_back(id);
+    // A turn still starting (waiting for the session cache) is cancelled on arrival.
+    if (starting_ids_.contains(id)) {
+      cancelled_starting_.insert(id);
+    } else {
+      cancels_.push_back(id);
+    }
     cv_.notify_one();
   }
 
@@ -290,7 +301,10 @@ class EngineImpl final : public Engine {
   };
   std::vector<Refused> refused_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<RequestId, absl::Status>> committed_ ABSL_GUARDED_BY(mu_);
-  // Turns handed to the session manager and not yet back (sequence or refusal).
+  // Turns handed to the session manager and not yet back (sequence or refusal), and
+  // those of them cancelled meanwhile.
+  absl::flat_hash_set<RequestId> starting_ids_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<RequestId> cancelled_starting_ ABSL_GUARDED_BY(mu_);
   int32_t starting_turns_ ABSL_GUARDED_BY(mu_) = 0;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
@@ -427,6 +441,7 @@ void EngineImpl::SubmitRemoteTurn(RequestId id, Sampler sampler, Request request
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++starting_turns_;
+    starting_ids_.insert(id);
   }
   sessions_.BeginTurn(
       SessionManager::TurnRequest{
@@ -438,6 +453,8 @@ void EngineImpl::SubmitRemoteTurn(RequestId id, Sampler sampler, Request request
           std::lock_guard<std::mutex> lock(mu_);
           refused_.push_back(Refused{id, pending->sink, turn.status(), queued, now});
           --starting_turns_;
+          starting_ids_.erase(id);
+          cancelled_starting_.erase(id);
           cv_.notify_one();
           return;
         }
@@ -452,6 +469,8 @@ void EngineImpl::SubmitRemoteTurn(RequestId id, Sampler sampler, Request request
         queued_tokens_ += seq->prompt_len - queued;
         inbox_.push_back(std::move(seq));
         --starting_turns_;
+        starting_ids_.erase(id);
+        if (cancelled_starting_.erase(id) > 0) cancels_.push_back(id);  // after its Admit
         cv_.notify_one();
       });
 }

@@ -446,6 +446,34 @@ TEST_F(RemoteTierTest, OneTurnAtATimeAcrossReplicas) {
             static_cast<int32_t>(after_a.size() + Encode(" He sat.").size()));
 }
 
+// A turn cancelled while it waits for the session cache (its record is being read on
+// the session worker, off the RPC thread) ends cancelled when the answer comes, runs
+// nothing, and leaves the session free: the next turn starts at once from the record.
+TEST_F(RemoteTierTest, ATurnCancelledWhileItsRecordIsReadNeverRuns) {
+  auto a = Replica();
+  const auto [id, history] = FirstTurn(*a);
+  ASSERT_FALSE(id.empty());
+  auto gate = std::make_shared<testing::Gate>();
+  service_.SetGetSessionHook([gate] { gate->BlockHere(); });
+  Request turn = Greedy(Encode(" He sat."), 8, /*bos=*/false);
+  turn.session_id = id;
+  auto sink = std::make_shared<testing::CollectingSink>();
+  absl::StatusOr<RequestId> request = a->Submit(turn, sink);  // returns while the read waits
+  ASSERT_TRUE(request.ok()) << request.status();
+  gate->WaitEntered();
+  a->Cancel(*request);
+  service_.SetGetSessionHook(nullptr);
+  gate->Open();
+  const Result cancelled = sink->Wait();
+  EXPECT_EQ(cancelled.reason, FinishReason::kCancelled);
+  EXPECT_TRUE(cancelled.tokens.empty());
+  EXPECT_EQ(service_.StoredSession(id)->tokens, history);
+  const Result next = testing::RunRequest(*a, turn);
+  ASSERT_TRUE(next.status.ok()) << next.status;
+  EXPECT_EQ(next.usage.prompt_tokens,
+            static_cast<int32_t>(history.size() + Encode(" He sat.").size()));
+}
+
 // A replica that died mid-turn holds the session only until its lease expires.
 TEST_F(RemoteTierTest, ADeadReplicasLeaseExpires) {
   absl::Time now = absl::Now();

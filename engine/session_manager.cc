@@ -23,12 +23,15 @@ SessionManager::SessionManager(const Options& options, cache::RemoteKvCache* rem
   if (remote_ != nullptr) worker_ = std::thread([this] { WorkerLoop(); });
 }
 
-SessionManager::~SessionManager() {
+SessionManager::~SessionManager() { Stop(); }
+
+void SessionManager::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
+  std::lock_guard<std::mutex> lock(join_mu_);
   if (worker_.joinable()) worker_.join();
 }
 
@@ -63,7 +66,7 @@ void SessionManager::Post(std::function<void()> task) {
       return;
     }
   }
-  task();  // stopping: run here (remote calls fail fast once the engine is going)
+  task();  // stopped: run here
 }
 
 void SessionManager::WorkerLoop() {

@@ -85,8 +85,10 @@ class SessionManager {
   // the manager; off the step thread only kv's thread-safe hashing is used.
   SessionManager(const Options& options, cache::RemoteKvCache* remote,
                  const cache::KvCacheManager* kv, const common::Clock* clock);
-  // Stops the worker; queued work is answered UNAVAILABLE.
-  ~SessionManager();
+  // Stops the worker after it ran the work queued so far (every callback runs);
+  // idempotent. Later calls run their remote work on the caller's thread.
+  void Stop();
+  ~SessionManager();  // Stop()
   SessionManager(const SessionManager&) = delete;
   SessionManager& operator=(const SessionManager&) = delete;
 
@@ -201,6 +203,7 @@ class SessionManager {
   std::map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
 
+  std::mutex join_mu_;
   std::thread worker_;  // last: started after everything it uses
 };
 

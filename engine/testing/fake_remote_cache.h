@@ -145,6 +145,12 @@ class FakeRemoteCache final : public cache::RemoteKvCache {
   absl::StatusOr<cache::RemoteSession> GetSession(const std::string& id,
                                                   const cache::LeaseRequest* lease,
                                                   absl::Time deadline) override {
+    std::function<void()> hook;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hook = get_session_hook_;
+    }
+    if (hook) hook();  // e.g. blocks: a slow service
     std::lock_guard<std::mutex> lock(mu_);
     if (down_) return absl::UnavailableError("fake session cache is down");
     auto it = sessions_.find(id);
@@ -194,6 +200,11 @@ class FakeRemoteCache final : public cache::RemoteKvCache {
     if (it == sessions_.end()) return std::nullopt;
     return it->second;
   }
+  // Runs at the start of every GetSession, outside the fake's lock.
+  void SetGetSessionHook(std::function<void()> hook) {
+    std::lock_guard<std::mutex> lock(mu_);
+    get_session_hook_ = std::move(hook);
+  }
   // The next PutSession fails with `status` (once).
   void FailNextPut(absl::Status status) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -230,6 +241,7 @@ class FakeRemoteCache final : public cache::RemoteKvCache {
   std::map<std::string, absl::Time> lease_until_;
   std::function<absl::Time()> now_;
   absl::Status put_failure_;
+  std::function<void()> get_session_hook_;
   int64_t fetch_calls_ = 0;
   int64_t put_calls_ = 0;
   int32_t fetch_limit_ = -1;
