@@ -187,22 +187,41 @@ void SessionManager::AdoptRecord(cache::RemoteSession record, absl::Time now) {
   if (*outcome == SessionStore::AdoptOutcome::kRefreshed) ++stats_.refreshed_total;
 }
 
+void SessionManager::CreateRecord(const std::string& id) {
+  std::optional<cache::RemoteSession> record = RecordOf(id, partition_);
+  if (!record.has_value()) return;
+  absl::StatusOr<int64_t> version = remote_->PutSession(*record, 0, "", Deadline());
+  if (version.ok()) {
+    store_.SetVersion(id, *version);
+  } else {
+    Unreachable(version.status(), "PutSession").IgnoreError();
+  }
+}
+
+absl::StatusOr<std::optional<int64_t>> SessionManager::Sync(const std::string& id,
+                                                            const std::string& tenant,
+                                                            const cache::LeaseRequest* lease,
+                                                            absl::Time deadline) {
+  absl::StatusOr<cache::RemoteSession> record = ReadRecord(id, tenant, lease, deadline);
+  if (absl::IsNotFound(record.status())) return std::optional<int64_t>();
+  if (!record.ok()) return record.status();
+  const absl::Time now = clock_->Now();
+  if (record->closed) {
+    store_.Close(id, tenant, now).IgnoreError();
+    return SessionStore::SessionNotFound(id);
+  }
+  const int64_t version = record->version;
+  AdoptRecord(*std::move(record), now);
+  return std::optional<int64_t>(version);
+}
+
 void SessionManager::Open(absl::Duration ttl, const std::string& tenant, SessionCallback done) {
   absl::StatusOr<SessionInfo> info = store_.Open(ttl, tenant, clock_->Now());
   if (remote_ == nullptr || !info.ok()) return done(std::move(info));
   Post([this, info = *info, done = std::move(done)] {
     // Written before the call answers: a session-affine router may send the first turn
-    // to another replica. A failed write is counted; the record is then created by the
-    // session's first commit.
-    std::optional<cache::RemoteSession> record = RecordOf(info.id, partition_);
-    if (record.has_value()) {
-      absl::StatusOr<int64_t> version = remote_->PutSession(*record, 0, "", Deadline());
-      if (version.ok()) {
-        store_.SetVersion(info.id, *version);
-      } else {
-        Unreachable(version.status(), "PutSession").IgnoreError();
-      }
-    }
+    // to another replica.
+    CreateRecord(info.id);
     done(info);
   });
 }
@@ -211,29 +230,11 @@ void SessionManager::Fork(const std::string& parent_id, absl::Duration ttl,
                           const std::string& tenant, SessionCallback done) {
   if (remote_ == nullptr) return done(store_.Fork(parent_id, ttl, tenant, clock_->Now()));
   Post([this, parent_id, ttl, tenant, done = std::move(done)] {
-    absl::StatusOr<cache::RemoteSession> parent =
-        ReadRecord(parent_id, tenant, nullptr, Deadline());
-    const absl::Time now = clock_->Now();
-    if (parent.ok() && parent->closed) {
-      store_.Close(parent_id, tenant, now).IgnoreError();
-      return done(SessionStore::SessionNotFound(parent_id));
-    }
-    if (parent.ok()) {
-      AdoptRecord(*std::move(parent), now);
-    } else if (!absl::IsNotFound(parent.status())) {
-      return done(Unreachable(parent.status(), "GetSession"));
-    }
-    absl::StatusOr<SessionInfo> child = store_.Fork(parent_id, ttl, tenant, now);
-    if (!child.ok()) return done(std::move(child));
-    std::optional<cache::RemoteSession> record = RecordOf(child->id, partition_);
-    if (record.has_value()) {
-      absl::StatusOr<int64_t> version = remote_->PutSession(*record, 0, "", Deadline());
-      if (version.ok()) {
-        store_.SetVersion(child->id, *version);
-      } else {
-        Unreachable(version.status(), "PutSession").IgnoreError();
-      }
-    }
+    absl::StatusOr<std::optional<int64_t>> synced = Sync(parent_id, tenant, nullptr, Deadline());
+    if (absl::IsNotFound(synced.status())) return done(synced.status());
+    if (!synced.ok()) return done(Unreachable(synced.status(), "GetSession"));
+    absl::StatusOr<SessionInfo> child = store_.Fork(parent_id, ttl, tenant, clock_->Now());
+    if (child.ok()) CreateRecord(child->id);
     done(std::move(child));
   });
 }
@@ -261,19 +262,11 @@ void SessionManager::Close(const std::string& id, const std::string& tenant, Sta
 void SessionManager::Get(const std::string& id, const std::string& tenant, SessionCallback done) {
   if (remote_ == nullptr) return done(store_.Get(id, tenant, clock_->Now()));
   Post([this, id, tenant, done = std::move(done)] {
-    absl::StatusOr<cache::RemoteSession> record = ReadRecord(id, tenant, nullptr, Deadline());
-    const absl::Time now = clock_->Now();
-    if (record.ok() && record->closed) {
-      store_.Close(id, tenant, now).IgnoreError();
-      return done(SessionStore::SessionNotFound(id));
-    }
-    if (record.ok()) {
-      AdoptRecord(*std::move(record), now);
-    } else if (!absl::IsNotFound(record.status())) {
-      // The local copy answers; a turn would need the service anyway.
-      Unreachable(record.status(), "GetSession").IgnoreError();
-    }
-    done(store_.Get(id, tenant, now));
+    absl::StatusOr<std::optional<int64_t>> synced = Sync(id, tenant, nullptr, Deadline());
+    if (absl::IsNotFound(synced.status())) return done(synced.status());
+    // A service that does not answer: the local copy answers (a turn would need it).
+    if (!synced.ok()) Unreachable(synced.status(), "GetSession").IgnoreError();
+    done(store_.Get(id, tenant, clock_->Now()));
   });
 }
 
@@ -291,33 +284,25 @@ void SessionManager::BeginTurn(TurnRequest request,
   Post([this, request = std::move(request), done = std::move(done), begin_local] {
     const std::string holder = NewLeaseHolder(request.request);
     const cache::LeaseRequest lease{holder, options_.lease};
-    absl::StatusOr<cache::RemoteSession> record =
-        ReadRecord(request.session_id, request.tenant, &lease, Deadline(request.deadline));
-    const absl::Time now = clock_->Now();
-    if (absl::IsAborted(record.status())) {
+    absl::StatusOr<std::optional<int64_t>> synced =
+        Sync(request.session_id, request.tenant, &lease, Deadline(request.deadline));
+    if (absl::IsAborted(synced.status())) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         ++stats_.conflicts_total;
       }
       return done(SessionStore::SessionBusy(request.session_id));
     }
-    if (!record.ok() && !absl::IsNotFound(record.status())) {
-      if (absl::IsDataLoss(record.status())) return done(record.status());
-      return done(Unreachable(record.status(), "GetSession"));
+    if (absl::IsNotFound(synced.status()) || absl::IsDataLoss(synced.status())) {
+      return done(synced.status());
     }
-    if (record.ok() && record->closed) {
-      store_.Close(request.session_id, request.tenant, now).IgnoreError();
-      return done(SessionStore::SessionNotFound(request.session_id));
-    }
-    if (!record.ok()) {
+    if (!synced.ok()) return done(Unreachable(synced.status(), "GetSession"));
+    if (!synced->has_value()) {
       // No record: the local copy goes on and creates it at the commit (version 0).
-      std::optional<SessionStore::Snapshot> snap = store_.GetSnapshot(request.session_id);
-      if (snap.has_value()) store_.SetVersion(request.session_id, 0);
+      store_.SetVersion(request.session_id, 0);
       return done(begin_local(request, 0, ""));
     }
-    const int64_t version = record->version;
-    AdoptRecord(*std::move(record), now);
-    absl::StatusOr<Turn> turn = begin_local(request, version, holder);
+    absl::StatusOr<Turn> turn = begin_local(request, **synced, holder);
     if (!turn.ok()) {
       remote_->ReleaseLease(request.session_id, holder, Deadline()).IgnoreError();
       return done(std::move(turn));

@@ -170,6 +170,16 @@ class SessionManager {
                                                   absl::Time deadline);
   // Makes the local copy the record (restores it when unknown here).
   void AdoptRecord(cache::RemoteSession record, absl::Time now);
+  // Reads the record of `id` (with `lease`: taking it) and brings the local copy to it:
+  // the record's version, or nullopt when the service has no record (the local copy
+  // stands). A tombstone closes the local copy: NOT_FOUND. Other errors as ReadRecord's
+  // (ABORTED: another holder's lease).
+  absl::StatusOr<std::optional<int64_t>> Sync(const std::string& id, const std::string& tenant,
+                                              const cache::LeaseRequest* lease,
+                                              absl::Time deadline);
+  // Writes the record of new session `id` (version 1) and notes its version; a failure
+  // is counted (the record is then created by the session's first commit).
+  void CreateRecord(const std::string& id);
   // Counts a failed call (not a refusal) and returns the status a client gets.
   absl::Status Unreachable(const absl::Status& status, const char* what);
   std::string NewLeaseHolder(RequestId request);
