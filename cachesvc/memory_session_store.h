@@ -1,6 +1,7 @@
 // Session records in memory, ordered by id (for paging), each living until its
-// expires_at. Expired records are invisible at once and dropped lazily: on every Put
-// (before the record limit is checked) and as reads meet them.
+// expires_at. Expired records are invisible at once and dropped lazily: on every Put and
+// Update (before the record limit is checked) and as reads meet them. Tombstones are
+// records (they count toward max_records) that List and size() leave out.
 //
 // Update runs its mutation under the store's mutex: updates of all ids are serialized
 // (a mutation is a few comparisons; the record is moved, not copied, in and out).

@@ -3,9 +3,10 @@
 // TTL (SET ... PX), so Redis expires sessions by itself and every kvserve-cache replica
 // sees the same ones.
 //
-// List reads only the first 41 + max_owner_bytes bytes of each value (GETRANGE), so it
-// never moves token lists. Values are untrusted on the way back: a value that does not
-// decode exactly is deleted, counted (corrupt_values()) and reported as NOT_FOUND.
+// List reads only the first kSessionMetaFixedBytes + max_owner_bytes bytes of each value
+// (GETRANGE), so it never moves token lists; it skips tombstones. Values are untrusted on the way
+// back: a value that does not decode exactly is deleted, counted (corrupt_values()) and reported as
+// NOT_FOUND.
 //
 // Update is optimistic, so that several kvserve-cache processes sharing one Redis stay
 // correct without a lock: it reads the value (GET, PTTL), runs the mutation, then writes

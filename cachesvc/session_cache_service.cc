@@ -451,6 +451,7 @@ absl::Status SessionCacheService::DoGetSession(const v1::GetSessionRecordRequest
     SessionToProto(*s, now, response);
     return absl::OkStatus();
   }
+  if (absl::Status st = CheckName("session_id", id, false); !st.ok()) return st;
   if (request.lease_ms() <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("lease_ms must be > 0 with a lease_holder, got ", request.lease_ms()));

@@ -5,12 +5,14 @@
 // that Redis expires keys on its own clock (the checks of record expiry skip Redis).
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cache/block_record.h"
 #include "cache/remote_cache_client.h"
 #include "cachesvc/cache_server.h"
 #include "cachesvc/disk_session_store.h"
@@ -391,6 +393,100 @@ TEST(SessionIndexTest, HintsFollowEveryRecordChangeAndAreRestoredAtStart) {
   EXPECT_EQ(index->restored_hints(), 1);
   ASSERT_EQ(fresh.hints.size(), 1u);
   EXPECT_EQ(fresh.hints.begin()->first, "a");
+}
+
+// A SessionCache that answers whatever the test sets: the client must not trust it.
+class ScriptedService final : public v1::SessionCache::Service {
+ public:
+  grpc::Status GetSession(grpc::ServerContext*, const v1::GetSessionRecordRequest*,
+                          v1::SessionRecord* response) override {
+    *response = record;
+    return status;
+  }
+  grpc::Status PutSession(grpc::ServerContext*, const v1::PutSessionRequest*,
+                          v1::PutSessionResponse* response) override {
+    response->set_version(put_version);
+    return status;
+  }
+
+  v1::SessionRecord record;
+  int64_t put_version = 0;
+  grpc::Status status = grpc::Status::OK;
+};
+
+TEST(RemoteCacheClientSessionTest, AnswersThatAreNotTheRecordAskedForAreDataLoss) {
+  ScriptedService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  auto client = *RemoteCacheClient::Create({.target = absl::StrCat("127.0.0.1:", port)});
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  const LeaseRequest lease{.holder = "turn-1"};
+
+  v1::SessionRecord good;
+  good.set_session_id("s");
+  good.set_partition(cache::HashToBytes(BlockHash{1, 2}));
+  good.add_tokens(5);
+  good.add_tokens(6);
+  good.add_turn_ends(2);
+  good.set_version(3);
+  good.set_lease_holder("turn-1");
+  good.set_lease_expires_in_ms(1000);
+  service.record = good;
+  absl::StatusOr<RemoteSession> got = client->GetSession("s", &lease, deadline);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->version, 3);
+  EXPECT_EQ(got->lease_holder, "turn-1");
+  EXPECT_EQ(got->lease_remaining, absl::Seconds(1));
+
+  const std::vector<std::function<void(v1::SessionRecord&)>> lies = {
+      [](v1::SessionRecord& r) { r.set_session_id("other"); },
+      [](v1::SessionRecord& r) { r.set_version(0); },
+      [](v1::SessionRecord& r) { r.set_version(-4); },
+      [](v1::SessionRecord& r) { r.set_closed(true); },  // a tombstone with tokens
+      [](v1::SessionRecord& r) { r.set_lease_holder("turn-2"); },
+      [](v1::SessionRecord& r) { r.set_lease_expires_in_ms(0); },
+      [](v1::SessionRecord& r) { r.set_lease_expires_in_ms(-1); },
+      [](v1::SessionRecord& r) { r.set_turn_ends(0, 3); },
+      [](v1::SessionRecord& r) { r.set_tokens(0, -1); },
+      [](v1::SessionRecord& r) { r.set_partition("short"); },
+  };
+  for (size_t i = 0; i < lies.size(); ++i) {
+    service.record = good;
+    lies[i](service.record);
+    EXPECT_EQ(client->GetSession("s", &lease, deadline).status().code(),
+              absl::StatusCode::kDataLoss)
+        << i;
+  }
+  // A lease asked for and not granted, with no error saying so.
+  service.record = good;
+  service.record.clear_lease_holder();
+  service.record.clear_lease_expires_in_ms();
+  EXPECT_EQ(client->GetSession("s", &lease, deadline).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(client->GetSession("s", nullptr, deadline).ok());  // none asked for: fine
+
+  // PutSession: the new version must be expected_version + 1.
+  RemoteSession s;
+  s.id = "s";
+  service.put_version = 3;
+  EXPECT_EQ(*client->PutSession(s, 2, "", deadline), 3);
+  EXPECT_EQ(client->PutSession(s, 5, "", deadline).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(client->PutSession(s, -1, "", deadline).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // The service's conflict statuses come through unchanged.
+  for (grpc::StatusCode code : {grpc::StatusCode::ABORTED, grpc::StatusCode::FAILED_PRECONDITION,
+                                grpc::StatusCode::NOT_FOUND}) {
+    service.status = grpc::Status(code, "scripted");
+    EXPECT_EQ(static_cast<int>(client->PutSession(s, 2, "", deadline).status().code()),
+              static_cast<int>(code));
+    EXPECT_EQ(static_cast<int>(client->GetSession("s", &lease, deadline).status().code()),
+              static_cast<int>(code));
+  }
+  server->Shutdown();
 }
 
 }  // namespace
