@@ -264,8 +264,14 @@ absl::StatusOr<int32_t> RemoteCacheClient::Store(const cache::BlockHash& partiti
   return response.stored_blocks();
 }
 
-absl::Status RemoteCacheClient::PutSession(const cache::RemoteSession& session,
-                                           absl::Time deadline) {
+absl::StatusOr<int64_t> RemoteCacheClient::PutSession(const cache::RemoteSession& session,
+                                                      int64_t expected_version,
+                                                      const std::string& lease_holder,
+                                                      absl::Time deadline) {
+  if (expected_version < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PutSession: expected_version must be >= 0, got ", expected_version));
+  }
   v1::PutSessionRequest request;
   v1::SessionRecord* r = request.mutable_record();
   r->set_session_id(session.id);
@@ -276,37 +282,100 @@ absl::Status RemoteCacheClient::PutSession(const cache::RemoteSession& session,
   r->set_owner(session.owner);
   r->set_tenant(session.tenant);
   r->set_ttl_seconds(absl::ToInt64Seconds(session.ttl));
+  request.set_expected_version(expected_version);
+  request.set_lease_holder(lease_holder);
   v1::PutSessionResponse response;
   grpc::ClientContext context;
   Prepare(&context, deadline);
-  return FromGrpc(stubs_[0]->PutSession(&context, request, &response));
+  if (grpc::Status s = stubs_[0]->PutSession(&context, request, &response); !s.ok()) {
+    return FromGrpc(s);
+  }
+  if (response.version() != expected_version + 1) {
+    return absl::DataLossError(absl::StrCat("PutSession: the service answered version ",
+                                            response.version(), " for a write over version ",
+                                            expected_version));
+  }
+  return response.version();
 }
 
 absl::StatusOr<cache::RemoteSession> RemoteCacheClient::GetSession(const std::string& id,
-                                                                    absl::Time deadline) {
+                                                                   const cache::LeaseRequest* lease,
+                                                                   absl::Time deadline) {
   v1::GetSessionRecordRequest request;
   request.set_session_id(id);
+  if (lease != nullptr) {
+    if (lease->holder.empty() || lease->duration <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          "GetSession: a lease needs a holder and a positive duration");
+    }
+    request.set_lease_holder(lease->holder);
+    request.set_lease_ms(std::max<int64_t>(
+        1, absl::ToInt64Milliseconds(absl::Ceil(lease->duration, absl::Milliseconds(1)))));
+  }
   v1::SessionRecord r;
   grpc::ClientContext context;
   Prepare(&context, deadline);
   if (grpc::Status s = stubs_[0]->GetSession(&context, request, &r); !s.ok()) return FromGrpc(s);
+  // The answer must be the record asked for, whole and consistent.
+  auto bad = [](const std::string& what) {
+    return absl::DataLossError(absl::StrCat("GetSession: ", what));
+  };
+  if (r.session_id() != id) return bad("the record's id is not the one asked for");
+  if (r.version() < 1) return bad(absl::StrCat("version ", r.version(), " is below 1"));
+  if (r.expires_in_seconds() < 0 || r.lease_expires_in_ms() < 0) {
+    return bad("a negative expiry");
+  }
+  if (r.lease_holder().empty() != (r.lease_expires_in_ms() == 0)) {
+    return bad("a lease holder without a lease time or the reverse");
+  }
+  if (r.closed() && (r.tokens_size() > 0 || r.turn_ends_size() > 0 ||
+                     !r.head_block_hash().empty() || !r.lease_holder().empty())) {
+    return bad("a closed session with history or a lease");
+  }
+  if (lease != nullptr && !r.closed() && r.lease_holder() != lease->holder) {
+    return bad("the lease asked for was not granted, and no error said so");
+  }
+  for (int i = 0; i < r.tokens_size(); ++i) {
+    if (r.tokens(i) < 0) return bad("a negative token id");
+  }
+  for (int i = 0; i < r.turn_ends_size(); ++i) {
+    const int32_t lo = i == 0 ? 0 : r.turn_ends(i - 1);
+    if (r.turn_ends(i) < lo || r.turn_ends(i) > r.tokens_size()) {
+      return bad("turn_ends out of order or beyond the tokens");
+    }
+  }
   cache::RemoteSession session;
   session.id = r.session_id();
   if (!cache::HashFromBytes(r.partition(), &session.partition)) {
-    return absl::DataLossError("GetSession: the partition is not 16 bytes");
+    return bad("the partition is not 16 bytes");
   }
   session.tokens.assign(r.tokens().begin(), r.tokens().end());
   session.turn_ends.assign(r.turn_ends().begin(), r.turn_ends().end());
   if (!r.head_block_hash().empty()) {
     if (!cache::HashFromBytes(r.head_block_hash(), &session.head)) {
-      return absl::DataLossError("GetSession: head_block_hash is not 16 bytes");
+      return bad("head_block_hash is not 16 bytes");
     }
     session.has_head = true;
   }
   session.owner = r.owner();
   session.tenant = r.tenant();
   session.ttl = absl::Seconds(r.expires_in_seconds());
+  session.version = r.version();
+  session.closed = r.closed();
+  session.lease_holder = r.lease_holder();
+  session.lease_remaining = absl::Milliseconds(r.lease_expires_in_ms());
   return session;
+}
+
+absl::Status RemoteCacheClient::ReleaseLease(const std::string& id, const std::string& holder,
+                                             absl::Time deadline) {
+  v1::ReleaseSessionLeaseRequest request;
+  request.set_session_id(id);
+  request.set_lease_holder(holder);
+  v1::ReleaseSessionLeaseResponse response;
+  grpc::ClientContext context;
+  Prepare(&context, deadline);
+  return FromGrpc(stubs_[0]->ReleaseSessionLease(&context, request, &response));
 }
 
 absl::Status RemoteCacheClient::DeleteSession(const std::string& id, absl::Time deadline) {

@@ -73,9 +73,18 @@ class RemoteCacheClient final : public cache::RemoteKvCache {
       const std::function<bool(int32_t index, std::string&& record)>& on_record) override;
   absl::StatusOr<int32_t> Store(const cache::BlockHash& partition,
                                 std::span<const std::string> records, absl::Time deadline) override;
-  absl::Status PutSession(const cache::RemoteSession& session, absl::Time deadline) override;
+  // The service's answers are checked: a new version other than expected_version + 1,
+  // or a record that is not the one asked for (another id, version < 1, a tombstone with
+  // tokens, turn ends out of order, negative tokens, another holder's lease when one was
+  // asked for and granted) is DATA_LOSS. ABORTED, FAILED_PRECONDITION and NOT_FOUND come
+  // through unchanged.
+  absl::StatusOr<int64_t> PutSession(const cache::RemoteSession& session, int64_t expected_version,
+                                     const std::string& lease_holder, absl::Time deadline) override;
   absl::StatusOr<cache::RemoteSession> GetSession(const std::string& id,
-                                                   absl::Time deadline) override;
+                                                  const cache::LeaseRequest* lease,
+                                                  absl::Time deadline) override;
+  absl::Status ReleaseLease(const std::string& id, const std::string& holder,
+                            absl::Time deadline) override;
   absl::Status DeleteSession(const std::string& id, absl::Time deadline) override;
 
   // The service's statistics (for tools and tests).

@@ -11,7 +11,9 @@
 #define KVSERVE_CACHESVC_BLOCK_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -72,13 +74,15 @@ class BlockStore {
   virtual void SetSession(const std::string& id, const BlockHash& partition, const BlockHash& head,
                           absl::Time expires_at) {}
   virtual void RemoveSession(const std::string& id) {}
+  // True when the hints above are used (SessionIndex restores them at start only then).
+  virtual bool takes_session_hints() const { return false; }
   virtual BlockStoreStats stats() const = 0;
   // "memory", "memory+disk", "redis".
   virtual std::string name() const = 0;
 };
 
 // A session record as stored (session_cache.proto SessionRecord, with the absolute
-// expiry the server computed from its TTL).
+// expiry the server computed from its TTL, and its lease's absolute deadline).
 struct StoredSession {
   std::string id;
   BlockHash partition;
@@ -89,25 +93,67 @@ struct StoredSession {
   std::string owner;
   std::string tenant;  // who the session belongs to; empty: no authentication
   absl::Time expires_at = absl::InfiniteFuture();
+  int64_t version = 1;  // >= 1 (see session_cache.proto, "Sessions")
+  bool closed = false;  // a tombstone: tokens and turn_ends empty, has_head false
+  // The session's lease: held by `lease_holder` until `lease_expires_at` (wall clock);
+  // none when the holder is empty. An expired lease is no lease.
+  std::string lease_holder;
+  absl::Time lease_expires_at = absl::InfinitePast();
+
+  bool HasLiveLease(absl::Time now) const {
+    return !lease_holder.empty() && lease_expires_at > now;
+  }
+};
+
+// A record's next state, decided by SessionRecordStore::Update from its current one.
+// `record` holds the current record (nullopt when there is none or it expired at the
+// update's `now`; a tombstone is a record). Returns true to write `record` as the
+// mutation changed it in place (nullopt: delete it), false to leave the store as it was,
+// or an error to fail the update with it (nothing written); it changes `record` only
+// when it returns true (stores rely on it to keep the record without a copy).
+//
+// A store may call it more than once in one Update (an optimistic store retries with the
+// newer record after a conflicting write), so it must decide from its argument alone and
+// have no other effect.
+using SessionMutation = std::function<absl::StatusOr<bool>(std::optional<StoredSession>& record)>;
+
+struct SessionUpdate {
+  // The record after the update: as the mutation left it (written or not).
+  std::optional<StoredSession> record;
+  bool written = false;  // the store changed
 };
 
 // Threading: every method is thread-safe.
 class SessionRecordStore {
  public:
   virtual ~SessionRecordStore() = default;
-  // Creates or replaces. Errors: UNAVAILABLE, RESOURCE_EXHAUSTED (record limit).
+  // The one way the service changes a record: an atomic read-modify-write of record
+  // `id`. No other change to `id` (by this store, or by another process sharing its
+  // backend) lands between the read the mutation decided from and the write: a store
+  // either holds the record's lock throughout or writes only if the record is still the
+  // one it read. The store sets the written record's id to `id`. Returns the mutation's
+  // error unchanged, or the store's: UNAVAILABLE, RESOURCE_EXHAUSTED (record limit: a new
+  // id, tombstones count), ABORTED (an optimistic store lost the race more times than
+  // it retries).
+  virtual absl::StatusOr<SessionUpdate> Update(const std::string& id, const SessionMutation& mutate,
+                                               absl::Time now) = 0;
+  // Creates or replaces unconditionally (tools, tests; the service uses Update). Errors:
+  // UNAVAILABLE, RESOURCE_EXHAUSTED (record limit).
   virtual absl::Status Put(StoredSession session, absl::Time now) = 0;
-  // NOT_FOUND when unknown or expired at `now`.
+  // The record of `id`, a tombstone too. NOT_FOUND when unknown or expired at `now`.
   virtual absl::StatusOr<StoredSession> Get(const std::string& id, absl::Time now) = 0;
-  // NOT_FOUND when unknown or expired.
+  // Forgets `id` (no tombstone). NOT_FOUND when unknown or expired.
   virtual absl::Status Delete(const std::string& id, absl::Time now) = 0;
   struct Page {
-    std::vector<StoredSession> sessions;  // without tokens and turn_ends
-    std::string next_page_token;          // empty on the last page
+    // Without tokens, turn_ends and lease; never a tombstone.
+    std::vector<StoredSession> sessions;
+    std::string next_page_token;  // empty on the last page
   };
-  // Live records of `partition` (all when null), ordered by id, after `page_token`.
+  // Live records of `partition` (all when null), ordered by id, after `page_token`;
+  // tombstones are skipped.
   virtual absl::StatusOr<Page> List(const BlockHash* partition, int32_t page_size,
                                     const std::string& page_token, absl::Time now) = 0;
+  // Records held, tombstones not counted.
   virtual int64_t size() const = 0;
 };
 

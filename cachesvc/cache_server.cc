@@ -34,6 +34,12 @@ absl::Status ValidateOptions(const CacheServerOptions& o) {
   if (s.default_session_ttl <= absl::ZeroDuration() || s.default_session_ttl > s.max_session_ttl) {
     return absl::InvalidArgumentError("session-ttl must be > 0 and <= max-session-ttl");
   }
+  if (s.max_session_lease < absl::Milliseconds(1)) {
+    return absl::InvalidArgumentError("max-session-lease must be >= 1ms");
+  }
+  if (s.session_tombstone_ttl < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("session-tombstone-ttl must be >= 1s");
+  }
   return absl::OkStatus();
 }
 
@@ -47,11 +53,15 @@ absl::StatusOr<std::unique_ptr<CacheServer>> CacheServer::Start(
   server->options_ = std::move(options);
   server->blocks_ = std::move(blocks);
   server->sessions_ = std::move(sessions);
+  absl::StatusOr<std::unique_ptr<SessionIndex>> index =
+      SessionIndex::Create(server->sessions_.get(), server->blocks_.get(), clock->Now());
+  if (!index.ok()) return index.status();
+  server->index_ = *std::move(index);
   server->metrics_ = std::make_unique<CacheMetrics>();
   const common::BearerAuth* auth = server->options_.auth ? &*server->options_.auth : nullptr;
   server->service_ = std::make_unique<SessionCacheService>(
-      server->options_.service, server->blocks_.get(), server->sessions_.get(),
-      server->metrics_.get(), clock, auth);
+      server->options_.service, server->blocks_.get(), server->index_.get(), server->metrics_.get(),
+      clock, auth);
 
   BlockStore* block_store = server->blocks_.get();
   SessionRecordStore* session_store = server->sessions_.get();

@@ -53,9 +53,10 @@ struct CacheServerOptions {
 
 class CacheServer {
  public:
-  // Builds and starts the server over `blocks` and `sessions` (owned); `clock` must
-  // outlive the server. UNAVAILABLE when an address cannot be bound, INVALID_ARGUMENT
-  // for bad options.
+  // Builds and starts the server over `blocks` and `sessions` (owned), restoring the
+  // eviction hints of the session records found (SessionIndex::Create); `clock` must
+  // outlive the server. UNAVAILABLE when an address cannot be bound or the session
+  // records cannot be read, INVALID_ARGUMENT for bad options.
   static absl::StatusOr<std::unique_ptr<CacheServer>> Start(
       CacheServerOptions options, std::unique_ptr<BlockStore> blocks,
       std::unique_ptr<SessionRecordStore> sessions, const common::Clock* clock);
@@ -70,6 +71,7 @@ class CacheServer {
   int metrics_port() const { return metrics_http_ ? metrics_http_->port() : 0; }
   CacheMetrics& metrics() { return *metrics_; }
   BlockStore& blocks() { return *blocks_; }
+  SessionIndex& sessions() { return *index_; }
 
  private:
   CacheServer() = default;
@@ -77,6 +79,7 @@ class CacheServer {
   CacheServerOptions options_;
   std::unique_ptr<BlockStore> blocks_;
   std::unique_ptr<SessionRecordStore> sessions_;
+  std::unique_ptr<SessionIndex> index_;
   std::unique_ptr<CacheMetrics> metrics_;
   std::unique_ptr<SessionCacheService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

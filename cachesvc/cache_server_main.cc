@@ -76,6 +76,11 @@ ABSL_FLAG(int64_t, max_record_bytes, int64_t{64} << 20,
 ABSL_FLAG(absl::Duration, session_ttl, absl::Hours(1),
           "Session record lifetime when PutSession leaves ttl_seconds at 0.");
 ABSL_FLAG(absl::Duration, max_session_ttl, absl::Hours(24), "Largest accepted session TTL.");
+ABSL_FLAG(absl::Duration, max_session_lease, absl::Minutes(10),
+          "Longest session lease a turn takes (GetSession lease_ms is cut to it).");
+ABSL_FLAG(absl::Duration, session_tombstone_ttl, absl::Hours(24),
+          "How long a closed session's tombstone is kept; must be at least every "
+          "replica's --max-session-ttl (kvserve's default 24h).");
 ABSL_FLAG(int32_t, max_session_tokens, 1 << 20, "Tokens one session record may hold.");
 ABSL_FLAG(int32_t, max_session_id_bytes, 256, "Bytes of a session id or owner name.");
 ABSL_FLAG(int64_t, max_sessions, 100'000, "Session records held at most.");
@@ -127,6 +132,8 @@ absl::StatusOr<CacheServerOptions> OptionsFromFlags() {
   s.max_record_bytes = absl::GetFlag(FLAGS_max_record_bytes);
   s.default_session_ttl = absl::GetFlag(FLAGS_session_ttl);
   s.max_session_ttl = absl::GetFlag(FLAGS_max_session_ttl);
+  s.max_session_lease = absl::GetFlag(FLAGS_max_session_lease);
+  s.session_tombstone_ttl = absl::GetFlag(FLAGS_session_tombstone_ttl);
   s.max_session_tokens = absl::GetFlag(FLAGS_max_session_tokens);
   s.max_session_id_bytes = absl::GetFlag(FLAGS_max_session_id_bytes);
   s.injected_delay = absl::GetFlag(FLAGS_inject_delay);
@@ -152,21 +159,6 @@ struct Stores {
 
 absl::Status Flagged(const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat("--", status.message()));
-}
-
-// Tells `blocks` which chains the live records of `sessions` continue from (the eviction
-// hints PutSession gives), after a restart found them on disk.
-void RestoreSessionHints(SessionRecordStore& sessions, BlockStore& blocks) {
-  const absl::Time now = common::Clock::Real()->Now();
-  std::string token;
-  do {
-    absl::StatusOr<SessionRecordStore::Page> page = sessions.List(nullptr, 1000, token, now);
-    if (!page.ok()) return;
-    for (const StoredSession& s : page->sessions) {
-      if (s.has_head) blocks.SetSession(s.id, s.partition, s.head, s.expires_at);
-    }
-    token = page->next_page_token;
-  } while (!token.empty());
 }
 
 // Memory; memory over disk (--disk-dir, sessions on disk too); or Redis (--redis) for
@@ -241,7 +233,6 @@ absl::StatusOr<Stores> StoresFromFlags() {
     std::printf(", %s %lld", reason.c_str(), static_cast<long long>(n));
   }
   std::printf("\n");
-  RestoreSessionHints(**sessions, *stores.blocks);
   stores.sessions = *std::move(sessions);
   return stores;
 }

@@ -20,11 +20,11 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cache/remote_cache_client.h"
 #include "cachesvc/cache_server.h"
 #include "cachesvc/disk_block_store.h"
 #include "cachesvc/memory_block_store.h"
 #include "cachesvc/memory_session_store.h"
-#include "cache/remote_cache_client.h"
 #include "cachesvc/testing/block_chain.h"
 #include "cachesvc/tiered_block_store.h"
 #include "common/clock.h"
@@ -95,7 +95,8 @@ int Run() {
     server = *std::move(started);
     target = absl::StrCat("127.0.0.1:", server->port());
   }
-  auto client = RemoteCacheClient::Create({.target = target, .token = absl::GetFlag(FLAGS_token)});
+  auto client =
+      cache::RemoteCacheClient::Create({.target = target, .token = absl::GetFlag(FLAGS_token)});
   if (!client.ok()) return 1;
 
   std::vector<double> store_gbps, fetch_gbps, overhead;

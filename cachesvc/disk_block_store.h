@@ -85,6 +85,7 @@ class DiskBlockStore final : public BlockStore {
   void SetSession(const std::string& id, const BlockHash& partition, const BlockHash& head,
                   absl::Time expires_at) override;
   void RemoveSession(const std::string& id) override;
+  bool takes_session_hints() const override { return true; }
   // Evictions: the index's reasons ("idle", "quota", ...), "corrupt_<reason>",
   // "missing_file" and the start-up deletions ("startup_<reason>").
   BlockStoreStats stats() const override;

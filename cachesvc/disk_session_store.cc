@@ -11,6 +11,7 @@
 #include <limits>
 #include <system_error>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "cachesvc/session_encoding.h"
 
@@ -194,8 +195,13 @@ absl::Status DiskSessionStore::Scan(absl::Time now) {
   return absl::OkStatus();
 }
 
+std::mutex& DiskSessionStore::StripeOf(const std::string& id) {
+  return stripes_[absl::HashOf(id) % kUpdateStripes];
+}
+
 void DiskSessionStore::EraseLocked(Index::iterator it) {
   unlink(FilePath(it->first).c_str());
+  if (it->second.closed) --tombstones_;
   by_expiry_.erase({it->second.expires_at, it->first});
   if (it->first.size() > kMaxHexIdBytes) long_names_.erase(FileName(it->first));
   index_.erase(it);
@@ -222,8 +228,15 @@ absl::Status DiskSessionStore::CheckRoom(const std::string& id, const std::strin
 }
 
 void DiskSessionStore::IndexLocked(const StoredSession& session) {
-  Entry& e = index_[session.id];
-  by_expiry_.erase({e.expires_at, session.id});  // no-op for a new entry
+  const auto [it, added] = index_.try_emplace(session.id);
+  Entry& e = it->second;
+  if (!added) {
+    by_expiry_.erase({e.expires_at, session.id});
+    if (e.closed) --tombstones_;
+  }
+  e.version = session.version;
+  e.closed = session.closed;
+  if (e.closed) ++tombstones_;
   e.partition = session.partition;
   e.has_head = session.has_head;
   e.head = session.head;
@@ -245,6 +258,11 @@ void DiskSessionStore::DropBad(const std::string& id, uint64_t generation,
 
 absl::Status DiskSessionStore::Put(StoredSession session, absl::Time now) {
   if (session.id.empty()) return absl::InvalidArgumentError("session records: empty id");
+  std::lock_guard<std::mutex> stripe(StripeOf(session.id));
+  return Write(session, now);
+}
+
+absl::Status DiskSessionStore::Write(const StoredSession& session, absl::Time now) {
   const std::string name = FileName(session.id);
   if (session.expires_at <= now) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -284,16 +302,48 @@ absl::Status DiskSessionStore::Put(StoredSession session, absl::Time now) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<SessionUpdate> DiskSessionStore::Update(const std::string& id,
+                                                       const SessionMutation& mutate,
+                                                       absl::Time now) {
+  if (id.empty()) return absl::InvalidArgumentError("session records: empty id");
+  std::lock_guard<std::mutex> stripe(StripeOf(id));
+  absl::StatusOr<std::optional<StoredSession>> current = Read(id, now);
+  if (!current.ok()) return current.status();
+  SessionUpdate update;
+  update.record = *std::move(current);
+  const bool existed = update.record.has_value();
+  absl::StatusOr<bool> write = mutate(update.record);
+  if (!write.ok()) return write.status();
+  if (!*write) return update;
+  if (update.record.has_value()) {
+    update.record->id = id;
+    if (absl::Status s = Write(*update.record, now); !s.ok()) return s;
+  } else if (existed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (const auto it = index_.find(id); it != index_.end()) EraseLocked(it);
+  }
+  update.written = true;
+  return update;
+}
+
 absl::StatusOr<StoredSession> DiskSessionStore::Get(const std::string& id, absl::Time now) {
+  absl::StatusOr<std::optional<StoredSession>> found = Read(id, now);
+  if (!found.ok()) return found.status();
+  if (!found->has_value()) return NotFound(id);
+  return **std::move(found);
+}
+
+absl::StatusOr<std::optional<StoredSession>> DiskSessionStore::Read(const std::string& id,
+                                                                    absl::Time now) {
   uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = index_.find(id);
-    if (it == index_.end()) return NotFound(id);
+    if (it == index_.end()) return std::nullopt;
     if (it->second.expires_at <= now) {
       EraseLocked(it);
       drops_.Add("expired");
-      return NotFound(id);
+      return std::nullopt;
     }
     generation = it->second.generation;
   }
@@ -301,7 +351,7 @@ absl::StatusOr<StoredSession> DiskSessionStore::Get(const std::string& id, absl:
   const int err = ReadFile(FilePath(id), options_.max_file_bytes, &bytes);
   if (err == ENOENT) {
     DropBad(id, generation, "missing_file");
-    return NotFound(id);
+    return std::nullopt;
   }
   if (err != 0 && err != EIO && err != EFBIG && err != EINVAL) {
     return ErrnoStatus("read", FilePath(id), err);
@@ -309,13 +359,14 @@ absl::StatusOr<StoredSession> DiskSessionStore::Get(const std::string& id, absl:
   StoredSession session;
   if (err != 0 || !DecodeSessionFile(bytes, &session) || session.id != id) {
     DropBad(id, generation, "corrupt");
-    return NotFound(id);
+    return std::nullopt;
   }
-  if (session.expires_at <= now) return NotFound(id);
+  if (session.expires_at <= now) return std::nullopt;
   return session;
 }
 
 absl::Status DiskSessionStore::Delete(const std::string& id, absl::Time now) {
+  std::lock_guard<std::mutex> stripe(StripeOf(id));
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = index_.find(id);
   if (it == index_.end()) return NotFound(id);
@@ -334,7 +385,9 @@ absl::StatusOr<SessionRecordStore::Page> DiskSessionStore::List(const BlockHash*
   auto it = page_token.empty() ? index_.begin() : index_.upper_bound(page_token);
   for (; it != index_.end(); ++it) {
     const Entry& e = it->second;
-    if (e.expires_at <= now || (partition != nullptr && e.partition != *partition)) continue;
+    if (e.expires_at <= now || e.closed || (partition != nullptr && e.partition != *partition)) {
+      continue;
+    }
     if (static_cast<int32_t>(page.sessions.size()) == page_size) {
       page.next_page_token = page.sessions.back().id;
       break;
@@ -346,6 +399,7 @@ absl::StatusOr<SessionRecordStore::Page> DiskSessionStore::List(const BlockHash*
     summary.head = e.head;
     summary.owner = e.owner;
     summary.expires_at = e.expires_at;
+    summary.version = e.version;
     page.sessions.push_back(std::move(summary));
   }
   return page;
@@ -353,7 +407,7 @@ absl::StatusOr<SessionRecordStore::Page> DiskSessionStore::List(const BlockHash*
 
 int64_t DiskSessionStore::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int64_t>(index_.size());
+  return static_cast<int64_t>(index_.size()) - tombstones_;
 }
 
 }  // namespace kvserve::cachesvc

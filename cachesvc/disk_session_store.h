@@ -42,6 +42,12 @@
 // check is deleted, dropped from the index, counted ("missing_file", "corrupt") and
 // reported as NOT_FOUND.
 //
+// Update: a mutex per stripe of ids (kUpdateStripes, by hash of the id) is held from the
+// read of the record through the rename of its new file, so updates of one id are
+// serialized while updates of different ids mostly run in parallel; Put and Delete take
+// it too. Tombstones are files like any record (closed in their body), so they survive a
+// restart; they count toward max_records but not toward size().
+//
 // One process owns the folder: two stores (or processes) on one folder are not supported.
 //
 // Errors: UNAVAILABLE when the disk fails; RESOURCE_EXHAUSTED at the record limit, when
@@ -49,11 +55,13 @@
 #ifndef KVSERVE_CACHESVC_DISK_SESSION_STORE_H_
 #define KVSERVE_CACHESVC_DISK_SESSION_STORE_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -75,6 +83,7 @@ namespace kvserve::cachesvc {
 //
 // Invariants (under mu_): index_ has one entry per "*.kvss" file of the folder this
 // store wrote or found on start (files vanishing behind its back are dropped when met);
+// tombstones_ counts the entries of index_ that are closed;
 // by_expiry_ holds exactly one (expires_at, id) pair per entry of index_; long_names_
 // maps the file name of every indexed id longer than kMaxHexIdBytes to that id.
 class DiskSessionStore final : public SessionRecordStore {
@@ -108,12 +117,16 @@ class DiskSessionStore final : public SessionRecordStore {
   // already expired at `now` deletes any record of its id instead. INVALID_ARGUMENT for
   // an empty id.
   absl::Status Put(StoredSession session, absl::Time now) override;
+  // Reads the file (as Get), runs the mutation and writes (as Put), all under the id's
+  // stripe lock.
+  absl::StatusOr<SessionUpdate> Update(const std::string& id, const SessionMutation& mutate,
+                                       absl::Time now) override;
   absl::StatusOr<StoredSession> Get(const std::string& id, absl::Time now) override;
   absl::Status Delete(const std::string& id, absl::Time now) override;
   // `page_token` is the last id of the previous page; page_size <= 0 means 100.
   absl::StatusOr<Page> List(const BlockHash* partition, int32_t page_size,
                             const std::string& page_token, absl::Time now) override;
-  // Records in the index (expired ones not yet deleted included).
+  // Records in the index (expired ones not yet deleted included), tombstones not counted.
   int64_t size() const override;
 
   // Files deleted by reason ("expired", "corrupt", "missing_file", "startup_*").
@@ -131,12 +144,20 @@ class DiskSessionStore final : public SessionRecordStore {
     BlockHash head;
     std::string owner;
     absl::Time expires_at;
+    int64_t version = 1;
+    bool closed = false;
     uint64_t generation = 0;  // changes with every file renamed into place
   };
+  static constexpr size_t kUpdateStripes = 64;
   using Index = std::map<std::string, Entry>;
 
   explicit DiskSessionStore(const Options& options) : options_(options) {}
   absl::Status Scan(absl::Time now);
+  std::mutex& StripeOf(const std::string& id);
+  // Get's body: nullopt when there is no live record.
+  absl::StatusOr<std::optional<StoredSession>> Read(const std::string& id, absl::Time now);
+  // Put's body (the caller holds the id's stripe).
+  absl::Status Write(const StoredSession& session, absl::Time now);
   // Deletes the files of records expired at `now`.
   void DropExpired(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unlinks the file of `it` and forgets it.
@@ -153,8 +174,10 @@ class DiskSessionStore final : public SessionRecordStore {
   const Options options_;
   std::atomic<uint64_t> temp_serial_{0};
   DropCounters drops_;
+  std::array<std::mutex, kUpdateStripes> stripes_;
   mutable std::mutex mu_;
   Index index_ ABSL_GUARDED_BY(mu_);
+  int64_t tombstones_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::pair<absl::Time, std::string>> by_expiry_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::string> long_names_ ABSL_GUARDED_BY(mu_);
   uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;

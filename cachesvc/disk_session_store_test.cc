@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "cachesvc/testing/session_store_conformance.h"
 #include "common/testing/fake_clock.h"
 
 namespace kvserve::cachesvc {
@@ -328,6 +329,53 @@ TEST_F(DiskSessionStoreTest, ConcurrentPutsAndGetsOfOneIdSeeWholeRecords) {
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(store->dropped("corrupt"), 0);
   EXPECT_EQ(Files(dir_).size(), 1u);
+}
+
+TEST_F(DiskSessionStoreTest, UpdateIsACompareAndSetKeepingVersionsLeasesAndTombstones) {
+  auto store = Open();
+  cachesvc::testing::CheckUpdateBasics(*store, clock_.Now());
+}
+
+TEST_F(DiskSessionStoreTest, TombstonesAreRecordsButNotListedOrCounted) {
+  auto store = Open();
+  cachesvc::testing::CheckTombstonesAndExpiry(*store, clock_.Now());
+}
+
+TEST_F(DiskSessionStoreTest, ConcurrentCasHasExactlyOneWinner) {
+  auto store = Open();
+  cachesvc::testing::CheckConcurrentCasHasOneWinner(*store, clock_.Now());
+}
+
+TEST_F(DiskSessionStoreTest, VersionsLeasesAndTombstonesSurviveANewStoreOnTheFolder) {
+  const absl::Time now = clock_.Now();
+  {
+    auto store = Open();
+    StoredSession leased = cachesvc::testing::ConformanceSession("leased", 5, now);
+    leased.lease_holder = "turn-9";
+    leased.lease_expires_at = now + absl::Seconds(30);
+    ASSERT_TRUE(store->Put(leased, now).ok());
+    StoredSession tombstone;
+    tombstone.id = "closed";
+    tombstone.closed = true;
+    tombstone.version = 3;
+    tombstone.expires_at = now + absl::Hours(24);
+    ASSERT_TRUE(store->Put(tombstone, now).ok());
+  }
+  auto store = Open();
+  EXPECT_EQ(store->size(), 1);  // the tombstone is not counted
+  absl::StatusOr<StoredSession> got = store->Get("leased", now);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->version, 5);
+  EXPECT_EQ(got->lease_holder, "turn-9");
+  EXPECT_EQ(got->lease_expires_at, now + absl::Seconds(30));
+  got = store->Get("closed", now);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->closed);
+  EXPECT_EQ(got->version, 3);
+  absl::StatusOr<SessionRecordStore::Page> page = store->List(nullptr, 10, "", now);
+  ASSERT_EQ(page->sessions.size(), 1u);
+  EXPECT_EQ(page->sessions[0].id, "leased");
+  EXPECT_EQ(page->sessions[0].version, 5);
 }
 
 }  // namespace

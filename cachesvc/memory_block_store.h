@@ -57,6 +57,7 @@ class MemoryBlockStore final : public BlockStore {
   void SetSession(const std::string& id, const BlockHash& partition, const BlockHash& head,
                   absl::Time expires_at) override;
   void RemoveSession(const std::string& id) override;
+  bool takes_session_hints() const override { return true; }
   BlockStoreStats stats() const override;
   std::string name() const override { return "memory"; }
 

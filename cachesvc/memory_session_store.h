@@ -1,9 +1,13 @@
 // Session records in memory, ordered by id (for paging), each living until its
-// expires_at. Expired records are invisible at once and dropped lazily: on every Put
-// (before the record limit is checked) and as reads meet them.
+// expires_at. Expired records are invisible at once and dropped lazily: on every Put and
+// Update (before the record limit is checked) and as reads meet them. Tombstones are
+// records (they count toward max_records) that List and size() leave out.
+//
+// Update runs its mutation under the store's mutex: updates of all ids are serialized
+// (a mutation is a few comparisons; the record is moved, not copied, in and out).
 //
 // Invariants: by_expiry_ holds exactly one (expires_at, id) pair per record of
-// sessions_.
+// sessions_; tombstones_ counts the records of sessions_ that are closed.
 //
 // Threading: thread-safe (one mutex).
 #ifndef KVSERVE_CACHESVC_MEMORY_SESSION_STORE_H_
@@ -31,6 +35,8 @@ class MemorySessionStore final : public SessionRecordStore {
   };
   explicit MemorySessionStore(const Options& options) : options_(options) {}
 
+  absl::StatusOr<SessionUpdate> Update(const std::string& id, const SessionMutation& mutate,
+                                       absl::Time now) override;
   absl::Status Put(StoredSession session, absl::Time now) override;
   absl::StatusOr<StoredSession> Get(const std::string& id, absl::Time now) override;
   absl::Status Delete(const std::string& id, absl::Time now) override;
@@ -42,11 +48,14 @@ class MemorySessionStore final : public SessionRecordStore {
   void DropExpired(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(std::map<std::string, StoredSession>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds `session` (its id not in sessions_); RESOURCE_EXHAUSTED at the record limit.
+  absl::Status InsertLocked(StoredSession session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   mutable std::mutex mu_;
   std::map<std::string, StoredSession> sessions_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<absl::Time, std::string>> by_expiry_ ABSL_GUARDED_BY(mu_);
+  int64_t tombstones_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvserve::cachesvc

@@ -1,5 +1,6 @@
 #include "cachesvc/memory_session_store.h"
 
+#include "cachesvc/testing/session_store_conformance.h"
 #include "gtest/gtest.h"
 
 namespace kvserve::cachesvc {
@@ -60,6 +61,21 @@ TEST(MemorySessionStoreTest, ListPagesByIdAndFiltersByPartition) {
   absl::StatusOr<SessionRecordStore::Page> page = store.List(&two, 10, "", kNow);
   ASSERT_EQ(page->sessions.size(), 1u);
   EXPECT_EQ(page->sessions[0].id, "d");
+}
+
+TEST(MemorySessionStoreTest, UpdateIsACompareAndSetKeepingVersionsLeasesAndTombstones) {
+  MemorySessionStore store({});
+  testing::CheckUpdateBasics(store, kNow);
+}
+
+TEST(MemorySessionStoreTest, TombstonesAreRecordsButNotListedOrCounted) {
+  MemorySessionStore store({});
+  testing::CheckTombstonesAndExpiry(store, kNow);
+}
+
+TEST(MemorySessionStoreTest, ConcurrentCasHasExactlyOneWinner) {
+  MemorySessionStore store({});
+  testing::CheckConcurrentCasHasOneWinner(store, kNow);
 }
 
 }  // namespace

@@ -24,14 +24,44 @@ bool ExpiryFromPttl(const redisReply& pttl, absl::Time now, absl::Time* expires_
   return true;
 }
 
+// A PX argument: milliseconds from `now` to `expires_at`, rounded up, at least 1.
+std::string TtlMs(absl::Time expires_at, absl::Time now) {
+  return absl::StrCat(std::max<int64_t>(
+      1, absl::ToInt64Milliseconds(absl::Ceil(expires_at - now, absl::Milliseconds(1)))));
+}
+
+// Update's write: KEYS[1] the key; ARGV[1] "1" when the key must still hold exactly
+// ARGV[2], "0" when it must still be absent; ARGV[3] "set" (ARGV[4] as the value, with
+// PX ARGV[5] unless it is "0") or "del". Returns 1 when written, 0 when the key changed.
+constexpr char kCompareAndSetScript[] = R"lua(
+local cur = redis.call('GET', KEYS[1])
+if ARGV[1] == '1' then
+  if cur ~= ARGV[2] then return 0 end
+elseif cur then
+  return 0
+end
+if ARGV[3] == 'del' then
+  redis.call('DEL', KEYS[1])
+elseif ARGV[5] == '0' then
+  redis.call('SET', KEYS[1], ARGV[4])
+else
+  redis.call('SET', KEYS[1], ARGV[4], 'PX', ARGV[5])
+end
+return 1
+)lua";
+
+// Bytes of a value size() reads: through version 3's `closed` byte.
+constexpr size_t kClosedFlagOffset = 45;
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RedisSessionStore>> RedisSessionStore::Create(
     std::shared_ptr<RedisClient> client, const Options& options) {
   if (client == nullptr) return absl::InvalidArgumentError("redis session store: no client");
-  if (options.max_owner_bytes < 0 || options.scan_count < 1) {
+  if (options.max_owner_bytes < 0 || options.scan_count < 1 || options.max_update_attempts < 1) {
     return absl::InvalidArgumentError(
-        "redis session store: max_owner_bytes must be >= 0 and scan_count >= 1");
+        "redis session store: max_owner_bytes must be >= 0, scan_count and "
+        "max_update_attempts >= 1");
   }
   return std::unique_ptr<RedisSessionStore>(new RedisSessionStore(std::move(client), options));
 }
@@ -56,8 +86,7 @@ absl::Status RedisSessionStore::Put(StoredSession session, absl::Time now) {
   RedisCommand command = {"SET", key, value};
   std::string ttl_ms;
   if (session.expires_at != absl::InfiniteFuture()) {
-    ttl_ms = absl::StrCat(std::max<int64_t>(
-        1, absl::ToInt64Milliseconds(absl::Ceil(session.expires_at - now, absl::Milliseconds(1)))));
+    ttl_ms = TtlMs(session.expires_at, now);
     command.push_back("PX");
     command.push_back(ttl_ms);
   }
@@ -68,6 +97,68 @@ absl::Status RedisSessionStore::Put(StoredSession session, absl::Time now) {
   }
   if ((*reply)->type == REDIS_REPLY_ERROR) return RedisErrorStatus("SET", **reply);
   return absl::OkStatus();
+}
+
+absl::StatusOr<SessionUpdate> RedisSessionStore::Update(const std::string& id,
+                                                        const SessionMutation& mutate,
+                                                        absl::Time now) {
+  const std::string key = SessionKey(id);
+  const std::vector<RedisCommand> read = {{"GET", key}, {"PTTL", key}};
+  for (int32_t attempt = 0; attempt < options_.max_update_attempts; ++attempt) {
+    absl::StatusOr<std::vector<RedisReply>> replies = client_->Pipeline(read);
+    if (!replies.ok()) return replies.status();
+    const redisReply& value = *(*replies)[0];
+    if (value.type == REDIS_REPLY_ERROR) return RedisErrorStatus("GET", value);
+    SessionUpdate update;
+    std::string old_value;
+    const bool existed = value.type != REDIS_REPLY_NIL;
+    if (existed) {
+      StoredSession current;
+      current.id = id;
+      old_value.assign(value.str == nullptr ? "" : value.str, value.len);
+      if (value.type != REDIS_REPLY_STRING || !DecodeSessionValue(old_value, &current)) {
+        DropCorrupt(key);
+        continue;
+      }
+      if (!ExpiryFromPttl(*(*replies)[1], now, &current.expires_at)) continue;  // expired
+      update.record = std::move(current);
+    }
+    absl::StatusOr<bool> write = mutate(update.record);
+    if (!write.ok()) return write.status();
+    if (!*write) return update;
+    update.written = true;
+    if (!existed && !update.record.has_value()) return update;
+    std::string new_value, ttl_ms = "0";
+    const char* mode = "del";
+    if (update.record.has_value() && update.record->expires_at > now) {
+      StoredSession& r = *update.record;
+      r.id = id;
+      if (r.owner.size() > static_cast<size_t>(options_.max_owner_bytes)) {
+        return absl::ResourceExhaustedError(absl::StrCat("session owner is ", r.owner.size(),
+                                                         " bytes, over max_owner_bytes (",
+                                                         options_.max_owner_bytes, ")"));
+      }
+      new_value = EncodeSessionValue(r);
+      if (r.expires_at != absl::InfiniteFuture()) ttl_ms = TtlMs(r.expires_at, now);
+      mode = "set";
+    }
+    absl::StatusOr<RedisReply> reply =
+        client_->Run({"EVAL", kCompareAndSetScript, "1", key, existed ? "1" : "0", old_value, mode,
+                      new_value, ttl_ms});
+    if (!reply.ok()) return reply.status();
+    if (IsRedisError(**reply, "OOM")) {
+      return absl::ResourceExhaustedError("redis refused the session record: out of memory");
+    }
+    if ((*reply)->type == REDIS_REPLY_ERROR) return RedisErrorStatus("EVAL", **reply);
+    if ((*reply)->type != REDIS_REPLY_INTEGER) {
+      return absl::UnavailableError("redis EVAL: malformed reply");
+    }
+    if ((*reply)->integer == 1) return update;
+    update_conflicts_.fetch_add(1);
+  }
+  return absl::AbortedError(absl::StrCat("session \"", id, "\": other writers changed the record ",
+                                         options_.max_update_attempts,
+                                         " times during this update; retry"));
 }
 
 absl::StatusOr<StoredSession> RedisSessionStore::Get(const std::string& id, absl::Time now) {
@@ -172,7 +263,7 @@ absl::StatusOr<SessionRecordStore::Page> RedisSessionStore::List(const BlockHash
         session.tokens.clear();
         session.turn_ends.clear();
       }
-      if (partition != nullptr && session.partition != *partition) continue;
+      if (session.closed || (partition != nullptr && session.partition != *partition)) continue;
       if (!ExpiryFromPttl(*(*replies)[2 * i + 1], now, &session.expires_at)) continue;
       page.sessions.push_back(std::move(session));
     }
@@ -183,7 +274,27 @@ absl::StatusOr<SessionRecordStore::Page> RedisSessionStore::List(const BlockHash
 
 int64_t RedisSessionStore::size() const {
   absl::StatusOr<std::vector<std::string>> ids = ScanIds();
-  return ids.ok() ? static_cast<int64_t>(ids->size()) : 0;
+  if (!ids.ok()) return 0;
+  const std::string end = absl::StrCat(kClosedFlagOffset);
+  int64_t live = 0;
+  for (size_t at = 0; at < ids->size(); at += kMaxPageSize) {
+    std::vector<std::string> keys;
+    for (size_t i = at; i < std::min(ids->size(), at + kMaxPageSize); ++i) {
+      keys.push_back(SessionKey((*ids)[i]));
+    }
+    std::vector<RedisCommand> commands;
+    for (const std::string& key : keys) commands.push_back({"GETRANGE", key, "0", end});
+    absl::StatusOr<std::vector<RedisReply>> replies = client_->Pipeline(commands);
+    if (!replies.ok()) return 0;
+    for (const RedisReply& r : *replies) {
+      if (r->type != REDIS_REPLY_STRING || r->len == 0) continue;  // gone meanwhile
+      const std::string_view v(r->str, r->len);
+      const bool tombstone =
+          v.starts_with("KVS3") && v.size() > kClosedFlagOffset && v[kClosedFlagOffset] == 1;
+      if (!tombstone) ++live;
+    }
+  }
+  return live;
 }
 
 }  // namespace kvserve::cachesvc

@@ -6,11 +6,13 @@
 #include <string>
 #include <thread>
 
+#include "cache/block_record.h"
 #include "cachesvc/redis_block_store.h"
 #include "cachesvc/redis_client.h"
 #include "cachesvc/redis_session_store.h"
 #include "cachesvc/session_encoding.h"
 #include "cachesvc/testing/redis_server.h"
+#include "cachesvc/testing/session_store_conformance.h"
 #include "cachesvc/testing/test_chain.h"
 
 namespace kvserve::cachesvc {
@@ -273,6 +275,85 @@ TEST_F(RedisStoreTest, ServerLossIsUnavailableAndRecovers) {
   EXPECT_EQ(blocks_->Lookup(chain.partition, chain.keys, kNow)->present_blocks, 2);
   EXPECT_TRUE(sessions_->Put(MakeSession("s", BlockHash{1, 1}), kNow).ok());
   EXPECT_TRUE(sessions_->Get("s", kNow).ok());
+}
+
+TEST_F(RedisStoreTest, SessionUpdateIsACompareAndSetKeepingVersionsLeasesAndTombstones) {
+  testing::CheckUpdateBasics(*sessions_, kNow);
+}
+
+TEST_F(RedisStoreTest, SessionTombstonesAreRecordsButNotListedOrCounted) {
+  testing::CheckTombstonesAndExpiry(*sessions_, kNow, /*clock_expires=*/false);
+}
+
+TEST_F(RedisStoreTest, ConcurrentSessionCasHasExactlyOneWinner) {
+  testing::CheckConcurrentCasHasOneWinner(*sessions_, kNow);
+}
+
+// Two stores over one Redis stand for two kvserve-cache processes: the optimistic write
+// of each sees the other's, so racing compare-and-sets still have one winner, and the
+// loser's read-modify-write retries from the newer value.
+TEST_F(RedisStoreTest, StoresOfSeveralProcessesSharingOneRedisStayAtomic) {
+  RedisOptions options;
+  options.port = server_.port();
+  std::shared_ptr<RedisClient> other_client = *RedisClient::Create(options);
+  std::unique_ptr<RedisSessionStore> other = *RedisSessionStore::Create(other_client, {});
+  ASSERT_TRUE(sessions_->Update("race", testing::CasTo(0, "first", kNow), kNow).ok());
+  // Counter updates (read version, write version + 1) from both stores, many threads:
+  // no increment is lost.
+  constexpr int kThreads = 8;
+  constexpr int kIncrements = 25;
+  std::vector<std::thread> threads;
+  std::atomic<int> aborted{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      RedisSessionStore& store = t % 2 == 0 ? *sessions_ : *other;
+      for (int i = 0; i < kIncrements; ++i) {
+        for (;;) {
+          absl::StatusOr<SessionUpdate> u = store.Update(
+              "race",
+              [](std::optional<StoredSession>& r) -> absl::StatusOr<bool> {
+                ++r->version;
+                return true;
+              },
+              kNow);
+          if (u.ok()) break;
+          ASSERT_EQ(u.status().code(), absl::StatusCode::kAborted) << u.status();
+          aborted.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(sessions_->Get("race", kNow)->version, 1 + kThreads * kIncrements);
+  EXPECT_GT(sessions_->update_conflicts() + other->update_conflicts(), 0);
+}
+
+TEST_F(RedisStoreTest, OldSessionValuesReadAsVersionOneWithoutALease) {
+  StoredSession s = testing::ConformanceSession("old", 1, kNow);
+  s.tenant.clear();
+  // A version 1 value as servers before versions wrote it: magic, partition, has_head,
+  // head, owner, tokens, turn ends.
+  std::string v1 = "KVS1";
+  v1 += cache::HashToBytes(s.partition);
+  v1.push_back(1);
+  v1 += cache::HashToBytes(s.head);
+  auto u32 = [&](uint32_t v) { v1.append(reinterpret_cast<const char*>(&v), 4); };
+  u32(static_cast<uint32_t>(s.owner.size()));
+  v1 += s.owner;
+  u32(4);
+  for (int32_t t : s.tokens) v1.append(reinterpret_cast<const char*>(&t), 4);
+  u32(2);
+  for (int32_t t : s.turn_ends) v1.append(reinterpret_cast<const char*>(&t), 4);
+  RawSet("kvs:old", v1);
+  absl::StatusOr<StoredSession> got = sessions_->Get("old", kNow);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->version, 1);
+  EXPECT_FALSE(got->closed);
+  EXPECT_TRUE(got->lease_holder.empty());
+  EXPECT_EQ(got->tokens, s.tokens);
+  // A compare-and-set over it writes version 3 encoding.
+  ASSERT_TRUE(sessions_->Update("old", testing::CasTo(1, "new", kNow), kNow).ok());
+  EXPECT_EQ(sessions_->Get("old", kNow)->version, 2);
 }
 
 }  // namespace

@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cache/remote_cache_client.h"
 #include "cachesvc/cache_server.h"
 #include "cachesvc/memory_block_store.h"
 #include "cachesvc/memory_session_store.h"
-#include "cache/remote_cache_client.h"
 #include "engine/engine.h"
 #include "engine/engine_options.h"
 #include "engine/model_loading.h"
@@ -106,10 +106,10 @@ absl::StatusOr<std::vector<ReuseBenchRow>> RunReuseBench(const ReuseBenchOptions
       server_options, *std::move(store),
       std::make_unique<MemorySessionStore>(MemorySessionStore::Options{}), common::Clock::Real());
   if (!server.ok()) return server.status();
-  RemoteCacheClient::Options client_options;
+  cache::RemoteCacheClient::Options client_options;
   client_options.target = absl::StrCat("127.0.0.1:", (*server)->port());
-  absl::StatusOr<std::unique_ptr<RemoteCacheClient>> client =
-      RemoteCacheClient::Create(client_options);
+  absl::StatusOr<std::unique_ptr<cache::RemoteCacheClient>> client =
+      cache::RemoteCacheClient::Create(client_options);
   if (!client.ok()) return client.status();
 
   engine::ModelOptions remote_options = engine_options;

@@ -54,8 +54,25 @@ int64_t SecondsLeft(absl::Time expires_at, absl::Time now) {
   return absl::ToInt64Seconds(absl::Ceil(expires_at - now, absl::Seconds(1)));
 }
 
+// Milliseconds from `now` to `t`, rounded up.
+int64_t MillisecondsLeft(absl::Time t, absl::Time now) {
+  return absl::ToInt64Milliseconds(absl::Ceil(t - now, absl::Milliseconds(1)));
+}
+
+absl::Status LeaseConflict(const StoredSession& s, absl::Time now) {
+  return absl::AbortedError(absl::StrCat(
+      "session \"", s.id, "\" is leased by another turn (\"", s.lease_holder, "\") for ",
+      MillisecondsLeft(s.lease_expires_at, now), " ms more; retry after it commits or expires"));
+}
+
 void SessionToProto(const StoredSession& s, absl::Time now, v1::SessionRecord* out) {
   out->set_session_id(s.id);
+  out->set_version(s.version);
+  out->set_closed(s.closed);
+  if (s.HasLiveLease(now)) {
+    out->set_lease_holder(s.lease_holder);
+    out->set_lease_expires_in_ms(MillisecondsLeft(s.lease_expires_at, now));
+  }
   out->set_partition(cache::HashToBytes(s.partition));
   out->mutable_tokens()->Assign(s.tokens.begin(), s.tokens.end());
   out->mutable_turn_ends()->Assign(s.turn_ends.begin(), s.turn_ends.end());
@@ -126,7 +143,7 @@ class FetchResponseEncoder {
 }  // namespace
 
 SessionCacheService::SessionCacheService(const Options& options, BlockStore* blocks,
-                                         SessionRecordStore* sessions, CacheMetrics* metrics,
+                                         SessionIndex* sessions, CacheMetrics* metrics,
                                          const common::Clock* clock, const common::BearerAuth* auth)
     : options_(options),
       blocks_(blocks),
@@ -314,22 +331,32 @@ absl::Status SessionCacheService::StoreRecord(const BlockHash& partition, std::s
 
 grpc::Status SessionCacheService::PutSession(grpc::ServerContext* context,
                                              const v1::PutSessionRequest* request,
-                                             v1::PutSessionResponse* /*response*/) {
-  return Handle("PutSession", context, [&] { return DoPutSession(*request); });
+                                             v1::PutSessionResponse* response) {
+  return Handle("PutSession", context, [&] { return DoPutSession(*request, response); });
 }
 
-absl::Status SessionCacheService::DoPutSession(const v1::PutSessionRequest& request) {
-  const v1::SessionRecord& r = request.record();
+absl::Status SessionCacheService::CheckName(const std::string& field, const std::string& value,
+                                            bool may_be_empty) const {
   const int64_t max_id = options_.max_session_id_bytes;
-  if (r.session_id().empty() || static_cast<int64_t>(r.session_id().size()) > max_id) {
-    return absl::InvalidArgumentError(absl::StrCat("record.session_id must have 1 to ", max_id,
-                                                   " bytes, got ", r.session_id().size()));
+  if ((value.empty() && !may_be_empty) || static_cast<int64_t>(value.size()) > max_id) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " must have ", may_be_empty ? 0 : 1,
+                                                   " to ", max_id, " bytes, got ", value.size()));
   }
-  for (const auto& [name, value] : {std::pair{"owner", &r.owner()}, {"tenant", &r.tenant()}}) {
-    if (static_cast<int64_t>(value->size()) > max_id) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("record.", name, " must have at most ", max_id, " bytes"));
-    }
+  return absl::OkStatus();
+}
+
+absl::Status SessionCacheService::DoPutSession(const v1::PutSessionRequest& request,
+                                               v1::PutSessionResponse* response) {
+  const v1::SessionRecord& r = request.record();
+  if (absl::Status st = CheckName("record.session_id", r.session_id(), false); !st.ok()) return st;
+  for (const auto& [name, value] : {std::pair{"record.owner", &r.owner()},
+                                    {"record.tenant", &r.tenant()},
+                                    {"lease_holder", &request.lease_holder()}}) {
+    if (absl::Status st = CheckName(name, *value, true); !st.ok()) return st;
+  }
+  if (request.expected_version() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected_version must be >= 0, got ", request.expected_version()));
   }
   StoredSession s;
   s.id = r.session_id();
@@ -375,17 +402,34 @@ absl::Status SessionCacheService::DoPutSession(const v1::PutSessionRequest& requ
   const absl::Time now = clock_->Now();
   s.expires_at =
       now + (r.ttl_seconds() == 0 ? options_.default_session_ttl : absl::Seconds(r.ttl_seconds()));
-  const std::string id = s.id;
-  const bool has_head = s.has_head;
-  const BlockHash partition = s.partition;
-  const BlockHash head = s.head;
-  const absl::Time expires_at = s.expires_at;
-  if (absl::Status st = sessions_->Put(std::move(s), now); !st.ok()) return st;
-  if (has_head) {
-    blocks_->SetSession(id, partition, head, expires_at);
-  } else {
-    blocks_->RemoveSession(id);
-  }
+  const int64_t expected = request.expected_version();
+  const std::string& holder = request.lease_holder();
+  // A compare-and-set on the version: refused on a tombstone (whatever the version), on
+  // another version, or while another holder's lease is live. The write ends any lease.
+  absl::StatusOr<SessionUpdate> update = sessions_->Update(
+      s.id,
+      [&](std::optional<StoredSession>& stored) -> absl::StatusOr<bool> {
+        if (stored.has_value() && stored->closed) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "session \"", s.id, "\" is closed (a tombstone at version ", stored->version, ")"));
+        }
+        const int64_t version = stored.has_value() ? stored->version : 0;
+        if (version != expected) {
+          return absl::AbortedError(absl::StrCat("session \"", s.id, "\" is at version ", version,
+                                                 ", not ", expected,
+                                                 " (expected_version): re-read it and retry"));
+        }
+        if (stored.has_value() && stored->HasLiveLease(now) && stored->lease_holder != holder) {
+          return LeaseConflict(*stored, now);
+        }
+        StoredSession next = s;  // a copy: the store may run this more than once
+        next.version = version + 1;
+        stored = std::move(next);
+        return true;
+      },
+      now);
+  if (!update.ok()) return update.status();
+  response->set_version(update->record->version);
   return absl::OkStatus();
 }
 
@@ -398,10 +442,67 @@ grpc::Status SessionCacheService::GetSession(grpc::ServerContext* context,
 absl::Status SessionCacheService::DoGetSession(const v1::GetSessionRecordRequest& request,
                                                v1::SessionRecord* response) {
   const absl::Time now = clock_->Now();
-  absl::StatusOr<StoredSession> s = sessions_->Get(request.session_id(), now);
-  if (!s.ok()) return s.status();
-  SessionToProto(*s, now, response);
+  const std::string& id = request.session_id();
+  const std::string& holder = request.lease_holder();
+  if (absl::Status st = CheckName("lease_holder", holder, true); !st.ok()) return st;
+  if (holder.empty()) {
+    absl::StatusOr<StoredSession> s = sessions_->Get(id, now);
+    if (!s.ok()) return s.status();
+    SessionToProto(*s, now, response);
+    return absl::OkStatus();
+  }
+  if (absl::Status st = CheckName("session_id", id, false); !st.ok()) return st;
+  if (request.lease_ms() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("lease_ms must be > 0 with a lease_holder, got ", request.lease_ms()));
+  }
+  const absl::Time lease_end =
+      now + std::min(absl::Milliseconds(request.lease_ms()), options_.max_session_lease);
+  // Takes the lease, or renews it for its holder; a tombstone is answered, never leased.
+  absl::StatusOr<SessionUpdate> update = sessions_->Update(
+      id,
+      [&](std::optional<StoredSession>& stored) -> absl::StatusOr<bool> {
+        if (!stored.has_value()) {
+          return absl::NotFoundError(absl::StrCat("no session \"", id, "\""));
+        }
+        if (stored->closed) return false;
+        if (stored->HasLiveLease(now) && stored->lease_holder != holder) {
+          return LeaseConflict(*stored, now);
+        }
+        stored->lease_holder = holder;
+        stored->lease_expires_at = lease_end;
+        // A leased record does not expire under its holder's turn.
+        stored->expires_at = std::max(stored->expires_at, lease_end);
+        return true;
+      },
+      now);
+  if (!update.ok()) return update.status();
+  SessionToProto(*update->record, now, response);
   return absl::OkStatus();
+}
+
+grpc::Status SessionCacheService::ReleaseSessionLease(
+    grpc::ServerContext* context, const v1::ReleaseSessionLeaseRequest* request,
+    v1::ReleaseSessionLeaseResponse* /*response*/) {
+  return Handle("ReleaseSessionLease", context, [&] { return DoReleaseLease(*request); });
+}
+
+absl::Status SessionCacheService::DoReleaseLease(const v1::ReleaseSessionLeaseRequest& request) {
+  if (absl::Status st = CheckName("session_id", request.session_id(), false); !st.ok()) return st;
+  if (absl::Status st = CheckName("lease_holder", request.lease_holder(), false); !st.ok()) {
+    return st;
+  }
+  const std::string& holder = request.lease_holder();
+  absl::StatusOr<SessionUpdate> update = sessions_->Update(
+      request.session_id(),
+      [&](std::optional<StoredSession>& stored) -> absl::StatusOr<bool> {
+        if (!stored.has_value() || stored->lease_holder != holder) return false;
+        stored->lease_holder.clear();
+        stored->lease_expires_at = absl::InfinitePast();
+        return true;
+      },
+      clock_->Now());
+  return update.status();
 }
 
 grpc::Status SessionCacheService::DeleteSession(grpc::ServerContext* context,
@@ -411,9 +512,30 @@ grpc::Status SessionCacheService::DeleteSession(grpc::ServerContext* context,
 }
 
 absl::Status SessionCacheService::DoDeleteSession(const v1::DeleteSessionRequest& request) {
-  if (absl::Status s = sessions_->Delete(request.session_id(), clock_->Now()); !s.ok()) return s;
-  blocks_->RemoveSession(request.session_id());
-  return absl::OkStatus();
+  const std::string& id = request.session_id();
+  if (absl::Status st = CheckName("session_id", id, false); !st.ok()) return st;
+  const absl::Time now = clock_->Now();
+  // A tombstone replaces the record (or stands for one never seen here); closing a
+  // tombstone again changes nothing.
+  absl::StatusOr<SessionUpdate> update = sessions_->Update(
+      id,
+      [&](std::optional<StoredSession>& stored) -> absl::StatusOr<bool> {
+        if (stored.has_value() && stored->closed) return false;
+        StoredSession tombstone;
+        tombstone.id = id;
+        tombstone.closed = true;
+        tombstone.version = stored.has_value() ? stored->version + 1 : 1;
+        tombstone.expires_at = now + options_.session_tombstone_ttl;
+        if (stored.has_value()) {
+          tombstone.partition = stored->partition;
+          tombstone.owner = stored->owner;
+          tombstone.tenant = stored->tenant;
+        }
+        stored = std::move(tombstone);
+        return true;
+      },
+      now);
+  return update.status();
 }
 
 grpc::Status SessionCacheService::ListSessions(grpc::ServerContext* context,

@@ -1,6 +1,13 @@
 // kvserve.v1.SessionCache (proto/kvserve/v1/session_cache.proto) over a BlockStore and
-// a SessionRecordStore: the RPC layer only. Each method: authenticate → validate →
-// call the stores → convert the status once → record metrics (all in Handle()).
+// a SessionIndex (the session records and their eviction hints). Each method:
+// authenticate → validate → call the stores → convert the status once → record metrics
+// (all in Handle()).
+//
+// Session semantics (versions, leases, tombstones: session_cache.proto, "Sessions")
+// live here and only here, each session RPC one SessionMutation run by the index's
+// atomic per-record update (SessionRecordStore::Update), so every store (memory, disk,
+// Redis) behaves alike. All time is the injected clock's: lease deadlines and
+// expiries are absolute times of that clock.
 //
 // gRPC's synchronous API: handlers run on the server's thread pool, bounded by the
 // ResourceQuota CacheServer sets. FetchBlocks is served as a split stream of raw
@@ -24,6 +31,7 @@
 #include "absl/time/time.h"
 #include "cachesvc/block_store.h"
 #include "cachesvc/cache_metrics.h"
+#include "cachesvc/session_index.h"
 #include "common/bearer_auth.h"
 #include "common/clock.h"
 #include "grpcpp/grpcpp.h"
@@ -57,6 +65,14 @@ class SessionCacheService final : public kvserve::v1::SessionCache::Service {
     // Bytes of a session id, owner or tenant name; more: INVALID_ARGUMENT. Default 256
     // [--max-session-id-bytes].
     int32_t max_session_id_bytes = 256;
+    // Longest lease GetSession takes or renews; a longer lease_ms is cut to it. Default
+    // 10 min [--max-session-lease].
+    absl::Duration max_session_lease = absl::Minutes(10);
+    // How long DeleteSession's tombstone is kept. Must be at least every replica's
+    // session lifetime (kvserve --max-session-ttl, default 24 h), so that a replica
+    // holding a copy of a closed session still finds the tombstone. Default 24 h
+    // [--session-tombstone-ttl].
+    absl::Duration session_tombstone_ttl = absl::Hours(24);
     // Fault injection for tests of the replicas' degraded paths: every call waits this
     // long (real time, on its handler thread) before it is handled. Default 0 (off)
     // [--inject-delay]; kvserve-cache logs it at start when set.
@@ -64,7 +80,7 @@ class SessionCacheService final : public kvserve::v1::SessionCache::Service {
   };
 
   // Borrows everything; all must outlive the service. `auth` null = no authentication.
-  SessionCacheService(const Options& options, BlockStore* blocks, SessionRecordStore* sessions,
+  SessionCacheService(const Options& options, BlockStore* blocks, SessionIndex* sessions,
                       CacheMetrics* metrics, const common::Clock* clock,
                       const common::BearerAuth* auth);
 
@@ -81,6 +97,9 @@ class SessionCacheService final : public kvserve::v1::SessionCache::Service {
                           v1::PutSessionResponse* response) override;
   grpc::Status GetSession(grpc::ServerContext* context, const v1::GetSessionRecordRequest* request,
                           v1::SessionRecord* response) override;
+  grpc::Status ReleaseSessionLease(grpc::ServerContext* context,
+                                   const v1::ReleaseSessionLeaseRequest* request,
+                                   v1::ReleaseSessionLeaseResponse* response) override;
   grpc::Status DeleteSession(grpc::ServerContext* context, const v1::DeleteSessionRequest* request,
                              v1::DeleteSessionResponse* response) override;
   grpc::Status ListSessions(grpc::ServerContext* context, const v1::ListSessionsRequest* request,
@@ -101,7 +120,12 @@ class SessionCacheService final : public kvserve::v1::SessionCache::Service {
   // Checks and stores one complete record; counts it in `response`.
   absl::Status StoreRecord(const BlockHash& partition, std::string record,
                            v1::StoreBlocksResponse* response);
-  absl::Status DoPutSession(const v1::PutSessionRequest& request);
+  absl::Status DoPutSession(const v1::PutSessionRequest& request, v1::PutSessionResponse* response);
+  // INVALID_ARGUMENT unless `value` (field `field`) has 1 to max_session_id_bytes bytes
+  // (0 allowed when `may_be_empty`).
+  absl::Status CheckName(const std::string& field, const std::string& value,
+                         bool may_be_empty) const;
+  absl::Status DoReleaseLease(const v1::ReleaseSessionLeaseRequest& request);
   absl::Status DoGetSession(const v1::GetSessionRecordRequest& request,
                             v1::SessionRecord* response);
   absl::Status DoDeleteSession(const v1::DeleteSessionRequest& request);
@@ -111,7 +135,7 @@ class SessionCacheService final : public kvserve::v1::SessionCache::Service {
 
   const Options options_;
   BlockStore* const blocks_;
-  SessionRecordStore* const sessions_;
+  SessionIndex* const sessions_;
   CacheMetrics* const metrics_;
   const common::Clock* const clock_;
   const common::BearerAuth* const auth_;

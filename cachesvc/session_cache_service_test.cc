@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
+#include "cache/remote_cache_client.h"
 #include "cachesvc/cache_server.h"
 #include "cachesvc/memory_block_store.h"
 #include "cachesvc/memory_session_store.h"
-#include "cache/remote_cache_client.h"
 #include "cachesvc/testing/block_chain.h"
 #include "common/testing/fake_clock.h"
 #include "gmock/gmock.h"
@@ -17,6 +17,7 @@
 namespace kvserve::cachesvc {
 namespace {
 
+using cache::RemoteCacheClient;
 using testing::BlockChain;
 using ::testing::HasSubstr;
 using testing::MakeChain;
@@ -314,7 +315,7 @@ TEST_F(SessionCacheServiceTest, AuthRequiresAListedBearerTokenButHealthDoesNot) 
               absl::StatusCode::kUnauthenticated);
     EXPECT_EQ(other->Store(c.partition, c.records, Deadline()).status().code(),
               absl::StatusCode::kUnauthenticated);
-    EXPECT_EQ(other->GetSession("x", Deadline()).status().code(),
+    EXPECT_EQ(other->GetSession("x", nullptr, Deadline()).status().code(),
               absl::StatusCode::kUnauthenticated);
   }
   auto health = grpc::health::v1::Health::NewStub(client_->channel());
@@ -342,12 +343,12 @@ TEST_F(SessionCacheServiceTest, SessionRecordsPutGetListDeleteAndExpire) {
   s.has_head = true;
   s.head = c.hashes[0];
   s.owner = "replica-0";
-  ASSERT_TRUE(client_->PutSession(s, Deadline()).ok());
+  EXPECT_EQ(*client_->PutSession(s, 0, "", Deadline()), 1);
   s.id = "conv-2";
   s.ttl = absl::Seconds(10);
-  ASSERT_TRUE(client_->PutSession(s, Deadline()).ok());
+  EXPECT_EQ(*client_->PutSession(s, 0, "", Deadline()), 1);
 
-  absl::StatusOr<cache::RemoteSession> got = client_->GetSession("conv-1", Deadline());
+  absl::StatusOr<cache::RemoteSession> got = client_->GetSession("conv-1", nullptr, Deadline());
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->tokens, s.tokens);
   EXPECT_EQ(got->turn_ends, s.turn_ends);
@@ -355,6 +356,8 @@ TEST_F(SessionCacheServiceTest, SessionRecordsPutGetListDeleteAndExpire) {
   EXPECT_EQ(got->head, c.hashes[0]);
   EXPECT_EQ(got->owner, "replica-0");
   EXPECT_EQ(got->ttl, absl::Hours(1));  // the default TTL, nothing elapsed
+  EXPECT_EQ(got->version, 1);
+  EXPECT_FALSE(got->closed);
 
   v1::ListSessionsRequest list;
   list.set_page_size(1);
@@ -372,23 +375,32 @@ TEST_F(SessionCacheServiceTest, SessionRecordsPutGetListDeleteAndExpire) {
   EXPECT_EQ(ids, (std::vector<std::string>{"conv-1", "conv-2"}));
 
   clock_.Advance(absl::Seconds(10));
-  EXPECT_EQ(client_->GetSession("conv-2", Deadline()).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->GetSession("conv-2", nullptr, Deadline()).status().code(),
+            absl::StatusCode::kNotFound);
+  // Deleting leaves a tombstone (session_semantics_test.cc has the details).
   EXPECT_TRUE(client_->DeleteSession("conv-1", Deadline()).ok());
-  EXPECT_EQ(client_->GetSession("conv-1", Deadline()).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(client_->DeleteSession("conv-1", Deadline()).code(), absl::StatusCode::kNotFound);
+  got = client_->GetSession("conv-1", nullptr, Deadline());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->closed);
+  EXPECT_TRUE(got->tokens.empty());
+  EXPECT_TRUE(client_->DeleteSession("conv-1", Deadline()).ok());
 
   s.ttl = absl::Hours(25);
-  EXPECT_EQ(client_->PutSession(s, Deadline()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->PutSession(s, 0, "", Deadline()).status().code(),
+            absl::StatusCode::kInvalidArgument);
   s.ttl = absl::ZeroDuration();
   s.tokens.assign(101, 1);
   s.turn_ends = {101};
-  EXPECT_EQ(client_->PutSession(s, Deadline()).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(client_->PutSession(s, 0, "", Deadline()).status().code(),
+            absl::StatusCode::kResourceExhausted);
   s.tokens = {1, 2};
   s.turn_ends = {3};
-  EXPECT_EQ(client_->PutSession(s, Deadline()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->PutSession(s, 0, "", Deadline()).status().code(),
+            absl::StatusCode::kInvalidArgument);
   s.turn_ends = {2};
   s.id = "";
-  EXPECT_EQ(client_->PutSession(s, Deadline()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->PutSession(s, 0, "", Deadline()).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(SessionCacheServiceTest, EvictionUnderASmallMemoryKeepsChainsCoherent) {

@@ -44,6 +44,7 @@ class TieredBlockStore final : public BlockStore {
   void SetSession(const std::string& id, const BlockHash& partition, const BlockHash& head,
                   absl::Time expires_at) override;
   void RemoveSession(const std::string& id) override;
+  bool takes_session_hints() const override { return true; }
   // blocks, bytes and capacity_bytes are the disk tier's (the tier bounding what the
   // cache holds; memory normally holds a subset); evictions are both tiers' reasons
   // prefixed "memory_" and "disk_", plus this class' own counts.

@@ -83,7 +83,7 @@ class ClientAffinityTest : public ::testing::Test {
     const absl::Time end = absl::Now() + absl::Seconds(20);
     while (absl::Now() < end) {
       absl::StatusOr<cache::RemoteSession> record =
-          cache_.GetSession(session_id, absl::InfiniteFuture());
+          cache_.GetSession(session_id, nullptr, absl::InfiniteFuture());
       if (record.ok() && static_cast<int>(record->tokens.size()) == history_tokens) return true;
       absl::SleepFor(absl::Milliseconds(10));
     }
