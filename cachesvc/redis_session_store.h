@@ -13,7 +13,10 @@
 // with a Lua script (EVAL, atomic in Redis) only if the key still holds exactly the
 // value it read (or is still absent); otherwise it reads again and retries, at most
 // Options::max_update_attempts times, then fails with ABORTED. Tombstones are values
-// like any record (closed in their encoding).
+// like any record (closed in their encoding). Lease deadlines are absolute wall-clock
+// times of the process that wrote them and are judged by each reader's clock, so the
+// hosts of processes sharing one Redis need synchronized clocks (an offset of d makes
+// leases d longer or shorter; record expiry is Redis' own and is not affected).
 //
 // Costs: Put, Get and Delete are one round trip; Update two per attempt (the write
 // sends the value read back for the comparison). List and size() SCAN the whole keyspace

@@ -8,10 +8,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "cache/block_record.h"
 #include "cache/remote_cache_client.h"
 #include "cachesvc/cache_server.h"
@@ -396,22 +398,36 @@ TEST(SessionIndexTest, HintsFollowEveryRecordChangeAndAreRestoredAtStart) {
 }
 
 // A SessionCache that answers whatever the test sets: the client must not trust it.
+// Guarded by a mutex: the test thread scripts it while gRPC threads answer (the RPC
+// orders them, but through gRPC code ThreadSanitizer does not see).
 class ScriptedService final : public v1::SessionCache::Service {
  public:
+  struct Script {
+    v1::SessionRecord record;
+    int64_t put_version = 0;
+    grpc::Status status = grpc::Status::OK;
+  };
+  void Set(Script script) {
+    std::lock_guard<std::mutex> lock(mu_);
+    script_ = std::move(script);
+  }
+
   grpc::Status GetSession(grpc::ServerContext*, const v1::GetSessionRecordRequest*,
                           v1::SessionRecord* response) override {
-    *response = record;
-    return status;
+    std::lock_guard<std::mutex> lock(mu_);
+    *response = script_.record;
+    return script_.status;
   }
   grpc::Status PutSession(grpc::ServerContext*, const v1::PutSessionRequest*,
                           v1::PutSessionResponse* response) override {
-    response->set_version(put_version);
-    return status;
+    std::lock_guard<std::mutex> lock(mu_);
+    response->set_version(script_.put_version);
+    return script_.status;
   }
 
-  v1::SessionRecord record;
-  int64_t put_version = 0;
-  grpc::Status status = grpc::Status::OK;
+ private:
+  std::mutex mu_;
+  Script script_ ABSL_GUARDED_BY(mu_);
 };
 
 TEST(RemoteCacheClientSessionTest, AnswersThatAreNotTheRecordAskedForAreDataLoss) {
@@ -435,7 +451,9 @@ TEST(RemoteCacheClientSessionTest, AnswersThatAreNotTheRecordAskedForAreDataLoss
   good.set_version(3);
   good.set_lease_holder("turn-1");
   good.set_lease_expires_in_ms(1000);
-  service.record = good;
+  ScriptedService::Script script;
+  script.record = good;
+  service.Set(script);
   absl::StatusOr<RemoteSession> got = client->GetSession("s", &lease, deadline);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->version, 3);
@@ -455,23 +473,26 @@ TEST(RemoteCacheClientSessionTest, AnswersThatAreNotTheRecordAskedForAreDataLoss
       [](v1::SessionRecord& r) { r.set_partition("short"); },
   };
   for (size_t i = 0; i < lies.size(); ++i) {
-    service.record = good;
-    lies[i](service.record);
+    script.record = good;
+    lies[i](script.record);
+    service.Set(script);
     EXPECT_EQ(client->GetSession("s", &lease, deadline).status().code(),
               absl::StatusCode::kDataLoss)
         << i;
   }
   // A lease asked for and not granted, with no error saying so.
-  service.record = good;
-  service.record.clear_lease_holder();
-  service.record.clear_lease_expires_in_ms();
+  script.record = good;
+  script.record.clear_lease_holder();
+  script.record.clear_lease_expires_in_ms();
+  service.Set(script);
   EXPECT_EQ(client->GetSession("s", &lease, deadline).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_TRUE(client->GetSession("s", nullptr, deadline).ok());  // none asked for: fine
 
   // PutSession: the new version must be expected_version + 1.
   RemoteSession s;
   s.id = "s";
-  service.put_version = 3;
+  script.put_version = 3;
+  service.Set(script);
   EXPECT_EQ(*client->PutSession(s, 2, "", deadline), 3);
   EXPECT_EQ(client->PutSession(s, 5, "", deadline).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(client->PutSession(s, -1, "", deadline).status().code(),
@@ -480,7 +501,8 @@ TEST(RemoteCacheClientSessionTest, AnswersThatAreNotTheRecordAskedForAreDataLoss
   // The service's conflict statuses come through unchanged.
   for (grpc::StatusCode code : {grpc::StatusCode::ABORTED, grpc::StatusCode::FAILED_PRECONDITION,
                                 grpc::StatusCode::NOT_FOUND}) {
-    service.status = grpc::Status(code, "scripted");
+    script.status = grpc::Status(code, "scripted");
+    service.Set(script);
     EXPECT_EQ(static_cast<int>(client->PutSession(s, 2, "", deadline).status().code()),
               static_cast<int>(code));
     EXPECT_EQ(static_cast<int>(client->GetSession("s", &lease, deadline).status().code()),
