@@ -9,10 +9,12 @@
 - SIGTERM under load: calls in flight finish OK; calls after the signal get UNAVAILABLE
   (retryable), never CANCELLED; exit code 0.
 - The session cache service killed, restarted, and slowed past the replica's timeout
-  (kvserve-cache --inject-delay) during conversations: every call OK, health SERVING,
-  errors counted, reuse resumes after the restart.
-- Redis killed under kvserve-cache during conversations: every call OK; the cache
-  service answers UNAVAILABLE and counts it, the replica counts its errors.
+  (kvserve-cache --inject-delay) during conversations: every call OK except session calls
+  while the service does not answer, which are UNAVAILABLE naming it (retryable: a turn
+  never runs from a copy that may be stale, docs/design.md "One session, several
+  replicas"); health SERVING, errors counted, turns and reuse resume after the restart.
+- Redis killed under kvserve-cache during conversations: the same; the cache service
+  answers UNAVAILABLE and counts it, the replica counts its errors.
 
 Usage: /usr/bin/python3 fault_matrix_test.py KVSERVE_BIN CACHE_BIN MODEL PYTHON_STUBS_DIR
 """
@@ -253,10 +255,18 @@ class SessionCacheFaultTest(unittest.TestCase):
         self.assertFalse(loader.is_alive())
         return stats
 
-    def assert_all_ok(self, stats):
+    def assert_ok_but_session_calls_without_the_service(self, stats, recovered_at=None):
+        """Every call OK, except UNAVAILABLE for calls that needed the session cache
+        service while it did not answer; with `recovered_at`, calls after it are OK again."""
         self.assertEqual(stats.malformed, [])
-        for (m, code), n in stats.codes.items():
-            self.assertEqual(code, "OK", "%s: %d x %s" % (m, n, code))
+        for t, m, code, details in stats.events:
+            if code == "UNAVAILABLE":
+                self.assertIn("session cache", details, "%s: %s" % (m, details))
+                if recovered_at is not None:
+                    self.assertLess(t, recovered_at, "%s UNAVAILABLE after recovery" % m)
+            else:
+                self.assertEqual(code, "OK", "%s: %s %s" % (m, code, details))
+        self.assertGreater(sum(1 for e in stats.events if e[2] == "OK"), 0)
         self.assertEqual(stats.inconsistent_outputs(), {})
 
     def test_cache_killed_restarted_and_slowed(self):
@@ -284,6 +294,9 @@ class SessionCacheFaultTest(unittest.TestCase):
                     marks["slowed"] = scrape()
                     state["cache"].__exit__(None, None, None)
                     state["cache"] = lib.CacheProcess(CACHE, mem, port).__enter__()
+                    # Calls already waiting on the slowed service may still end after
+                    # it; allow them one timeout (500 ms) and the delay (2 s).
+                    marks["restored_at"] = time.monotonic() + 3.0
 
                 stats = self.conversations_during(server, [kill, slow, restore])
                 end = load.wait_idle(server.metrics_port)
@@ -292,7 +305,7 @@ class SessionCacheFaultTest(unittest.TestCase):
         print("cache faults: calls", dict(stats.codes), "errors",
               [cache_errors(marks[k]) for k in ("before_kill", "killed", "slowed")],
               cache_errors(end), flush=True)
-        self.assert_all_ok(stats)
+        self.assert_ok_but_session_calls_without_the_service(stats, marks["restored_at"])
         self.assertGreater(cache_errors(marks["killed"]), cache_errors(marks["before_kill"]))
         self.assertGreater(cache_errors(marks["slowed"]), cache_errors(marks["killed"]))
         # Reuse resumed after the restart: blocks were stored again.
@@ -333,7 +346,7 @@ class SessionCacheFaultTest(unittest.TestCase):
                           dict(k).get("code") == "UNAVAILABLE")
         print("redis killed: calls", dict(stats.codes), "replica errors", cache_errors(end),
               "cache UNAVAILABLE answers", unavailable, flush=True)
-        self.assert_all_ok(stats)
+        self.assert_ok_but_session_calls_without_the_service(stats)
         self.assertGreater(cache_errors(end), 0)
         self.assertGreater(unavailable, 0)
 
