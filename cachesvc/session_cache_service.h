@@ -24,10 +24,10 @@
 #include "absl/time/time.h"
 #include "cachesvc/block_store.h"
 #include "cachesvc/cache_metrics.h"
-#include "common/bearer_auth.h"
 #include "common/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "kvserve/v1/session_cache.grpc.pb.h"
+#include "server/bearer_auth.h"
 
 namespace kvserve::cachesvc {
 
@@ -66,7 +66,7 @@ class SessionCacheService final : public kvserve::v1::SessionCache::Service {
   // Borrows everything; all must outlive the service. `auth` null = no authentication.
   SessionCacheService(const Options& options, BlockStore* blocks, SessionRecordStore* sessions,
                       CacheMetrics* metrics, const common::Clock* clock,
-                      const common::BearerAuth* auth);
+                      const server::BearerAuth* auth);
 
   grpc::Status Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
                       v1::LookupResponse* response) override;
@@ -114,7 +114,7 @@ class SessionCacheService final : public kvserve::v1::SessionCache::Service {
   SessionRecordStore* const sessions_;
   CacheMetrics* const metrics_;
   const common::Clock* const clock_;
-  const common::BearerAuth* const auth_;
+  const server::BearerAuth* const auth_;
 };
 
 }  // namespace kvserve::cachesvc

@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
+#include "cache/remote_cache_client.h"
 #include "cachesvc/cache_server.h"
 #include "cachesvc/memory_block_store.h"
 #include "cachesvc/memory_session_store.h"
-#include "cache/remote_cache_client.h"
 #include "cachesvc/testing/block_chain.h"
 #include "common/testing/fake_clock.h"
 #include "gmock/gmock.h"
@@ -35,7 +35,7 @@ class SessionCacheServiceTest : public ::testing::Test {
     CacheServerOptions options;
     options.listen_address = "127.0.0.1:0";
     options.service = setup.service;
-    if (setup.auth) options.auth = *common::BearerAuth::Parse(std::string(kToken) + " tester\n");
+    if (setup.auth) options.auth = *server::BearerAuth::Parse(std::string(kToken) + " tester\n");
     auto blocks = MemoryBlockStore::Create({.capacity_bytes = setup.memory_bytes});
     ASSERT_TRUE(blocks.ok());
     auto server = CacheServer::Start(

@@ -33,8 +33,8 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "service/metrics_http_server.h"
-#include "service/process_metrics.h"
+#include "server/metrics_http_server.h"
+#include "server/process_metrics.h"
 
 namespace kvserve::service {
 
@@ -43,7 +43,7 @@ using EngineStatsSource = std::function<std::optional<engine::EngineStats>()>;
 
 // Threading: every method is thread-safe (prometheus-cpp metrics are internally
 // synchronized; the stats source is guarded by a mutex).
-class Metrics : public MetricsSource {
+class Metrics : public server::MetricsSource {
  public:
   Metrics();
   Metrics(const Metrics&) = delete;
@@ -78,7 +78,7 @@ class Metrics : public MetricsSource {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<EngineCollector> engine_collector_;
-  std::shared_ptr<ProcessCollector> process_collector_;
+  std::shared_ptr<server::ProcessCollector> process_collector_;
 
   prometheus::Family<prometheus::Gauge>& build_info_;
   prometheus::Family<prometheus::Gauge>& degraded_path_;
