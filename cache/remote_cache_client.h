@@ -39,7 +39,7 @@ class RemoteCacheClient final : public cache::RemoteKvCache {
     std::string target;
     // Bearer token sent with every call; empty = none.
     std::string token;
-    // Transport security (see service/tls_credentials.h: MakeChannelCredentials); null
+    // Transport security (see server/tls_credentials.h: MakeChannelCredentials); null
     // (the default) = plaintext.
     std::shared_ptr<grpc::ChannelCredentials> credentials;
     // Largest message sent or received. Default 8 MiB (as kvserve-cache's default).
@@ -75,7 +75,7 @@ class RemoteCacheClient final : public cache::RemoteKvCache {
                                 std::span<const std::string> records, absl::Time deadline) override;
   absl::Status PutSession(const cache::RemoteSession& session, absl::Time deadline) override;
   absl::StatusOr<cache::RemoteSession> GetSession(const std::string& id,
-                                                   absl::Time deadline) override;
+                                                  absl::Time deadline) override;
   absl::Status DeleteSession(const std::string& id, absl::Time deadline) override;
 
   // The service's statistics (for tools and tests).

@@ -43,7 +43,7 @@ struct CacheServerOptions {
   int32_t max_threads = 64;
   // Memory gRPC may use for connections and calls. Default 512 MiB.
   int64_t grpc_memory_quota_bytes = int64_t{512} << 20;
-  // Transport security of the gRPC port (see service/tls_credentials.h); null (the
+  // Transport security of the gRPC port (see server/tls_credentials.h); null (the
   // default) = plaintext.
   std::shared_ptr<grpc::ServerCredentials> credentials;
   SessionCacheService::Options service;

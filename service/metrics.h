@@ -7,7 +7,7 @@
 //
 // Process figures (process_resident_memory_bytes, process_cpu_seconds_total,
 // process_open_fds, process_start_time_seconds, ...) come from ProcessCollector
-// (service/process_metrics.h), read from procfs at scrape time; kvserve-cache exports the
+// (server/process_metrics.h), read from procfs at scrape time; kvserve-cache exports the
 // same families through the same collector.
 //
 // Names follow kvserve_<subsystem>_<name>_<unit>; counters end in _total; time is in

@@ -53,7 +53,7 @@ struct ServerOptions {
   // How often freed heap memory is returned to the OS (see MemoryTrimmer); zero = never.
   // Default 2 s.
   absl::Duration malloc_trim_interval = absl::Seconds(2);
-  // Transport security of the gRPC port (see service/tls_credentials.h: TLS, mutual TLS,
+  // Transport security of the gRPC port (see server/tls_credentials.h: TLS, mutual TLS,
   // certificates reloaded); null (the default) = plaintext.
   std::shared_ptr<grpc::ServerCredentials> credentials;
   // Limits and hints of the Inference service.
