@@ -75,7 +75,7 @@ class RemoteCacheClient final : public cache::RemoteKvCache {
                                 std::span<const std::string> records, absl::Time deadline) override;
   absl::Status PutSession(const cache::RemoteSession& session, absl::Time deadline) override;
   absl::StatusOr<cache::RemoteSession> GetSession(const std::string& id,
-                                                  absl::Time deadline) override;
+                                                   absl::Time deadline) override;
   absl::Status DeleteSession(const std::string& id, absl::Time deadline) override;
 
   // The service's statistics (for tools and tests).
