@@ -39,7 +39,7 @@ class RemoteCacheClient final : public cache::RemoteKvCache {
     std::string target;
     // Bearer token sent with every call; empty = none.
     std::string token;
-    // Transport security (see service/tls_credentials.h: MakeChannelCredentials); null
+    // Transport security (see server/tls_credentials.h: MakeChannelCredentials); null
     // (the default) = plaintext.
     std::shared_ptr<grpc::ChannelCredentials> credentials;
     // Largest message sent or received. Default 8 MiB (as kvserve-cache's default).

@@ -7,7 +7,7 @@
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
-#include "service/metric_family.h"
+#include "server/metric_family.h"
 
 namespace kvserve::cachesvc {
 namespace {
@@ -45,7 +45,7 @@ class CacheMetrics::StateCollector : public prometheus::Collectable {
     using prometheus::MetricType;
     std::vector<prometheus::MetricFamily> out;
     auto gauge = [&out](const std::string& name, const std::string& help, double value) {
-      out.push_back(service::SingleValueFamily(name, help, MetricType::Gauge, value));
+      out.push_back(server::SingleValueFamily(name, help, MetricType::Gauge, value));
     };
     gauge("kvserve_cache_blocks", "Block records held.", static_cast<double>(state.blocks.blocks));
     gauge("kvserve_cache_bytes", "Bytes of the block records held.",
@@ -53,10 +53,10 @@ class CacheMetrics::StateCollector : public prometheus::Collectable {
     gauge("kvserve_cache_capacity_bytes", "Capacity for block records.",
           static_cast<double>(state.blocks.capacity_bytes));
     gauge("kvserve_cache_sessions", "Session records held.", static_cast<double>(state.sessions));
-    out.push_back(service::MakeFamily("kvserve_cache_evicted_blocks_total",
-                                      "Block records evicted, by reason.", MetricType::Counter));
+    out.push_back(server::MakeFamily("kvserve_cache_evicted_blocks_total",
+                                     "Block records evicted, by reason.", MetricType::Counter));
     for (const auto& [reason, count] : state.blocks.evictions) {
-      service::AddSample(out.back(), static_cast<double>(count), {{"reason", reason}});
+      server::AddSample(out.back(), static_cast<double>(count), {{"reason", reason}});
     }
     return out;
   }
@@ -69,7 +69,7 @@ class CacheMetrics::StateCollector : public prometheus::Collectable {
 CacheMetrics::CacheMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       state_collector_(std::make_shared<StateCollector>()),
-      process_collector_(std::make_shared<service::ProcessCollector>()),
+      process_collector_(std::make_shared<server::ProcessCollector>()),
       lookups_(AddCounter(*registry_, "kvserve_cache_lookups_total", "Lookup calls answered.")),
       hit_blocks_(AddCounter(*registry_, "kvserve_cache_hit_blocks_total",
                              "Blocks that Lookup found (the present prefixes).")),

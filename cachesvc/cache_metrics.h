@@ -6,7 +6,7 @@
 // through a StateSource: the stores know nothing of Prometheus.
 //
 // The process_* families (memory, CPU, file descriptors, start time) come from
-// service::ProcessCollector, the same as kvserve's.
+// server::ProcessCollector, the same as kvserve's.
 //
 // Names follow kvserve_cache_<name>_<unit>; counters end in _total; time is in seconds.
 //
@@ -29,8 +29,8 @@
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "service/metrics_http_server.h"
-#include "service/process_metrics.h"
+#include "server/metrics_http_server.h"
+#include "server/process_metrics.h"
 
 namespace kvserve::cachesvc {
 
@@ -52,7 +52,7 @@ struct CacheTotals {
   int64_t bytes_served = 0;
 };
 
-class CacheMetrics final : public service::MetricsSource {
+class CacheMetrics final : public server::MetricsSource {
  public:
   CacheMetrics();
   CacheMetrics(const CacheMetrics&) = delete;
@@ -83,7 +83,7 @@ class CacheMetrics final : public service::MetricsSource {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<StateCollector> state_collector_;
-  std::shared_ptr<service::ProcessCollector> process_collector_;
+  std::shared_ptr<server::ProcessCollector> process_collector_;
 
   prometheus::Counter& lookups_;
   prometheus::Counter& hit_blocks_;

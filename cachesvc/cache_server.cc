@@ -4,15 +4,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "cache/record_transport.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
-#include "service/host_port.h"
+#include "server/grpc_bootstrap.h"
+#include "server/host_port.h"
 
 namespace kvserve::cachesvc {
 namespace {
 
 absl::Status ValidateOptions(const CacheServerOptions& o) {
-  if (absl::StatusOr<service::HostPort> hp = service::ParseHostPort(o.listen_address, "listen");
+  if (absl::StatusOr<server::HostPort> hp = server::ParseHostPort(o.listen_address, "listen");
       !hp.ok()) {
     return hp.status();
   }
@@ -58,7 +57,7 @@ absl::StatusOr<std::unique_ptr<CacheServer>> CacheServer::Start(
   if (!index.ok()) return index.status();
   server->index_ = *std::move(index);
   server->metrics_ = std::make_unique<CacheMetrics>();
-  const common::BearerAuth* auth = server->options_.auth ? &*server->options_.auth : nullptr;
+  const server::BearerAuth* auth = server->options_.auth ? &*server->options_.auth : nullptr;
   server->service_ = std::make_unique<SessionCacheService>(
       server->options_.service, server->blocks_.get(), server->index_.get(), server->metrics_.get(),
       clock, auth);
@@ -69,41 +68,28 @@ absl::StatusOr<std::unique_ptr<CacheServer>> CacheServer::Start(
     return CacheState{.blocks = block_store->stats(), .sessions = session_store->size()};
   });
 
-  // Process-wide switches in gRPC; harmless to repeat (see service/server.cc).
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(server->options_.listen_address,
-                           server->options_.credentials != nullptr
-                               ? server->options_.credentials
-                               : grpc::InsecureServerCredentials(),
-                           &port);
-  builder.SetMaxReceiveMessageSize(server->options_.max_message_bytes);
-  builder.SetMaxSendMessageSize(server->options_.max_message_bytes);
+  server::GrpcServerOptions grpc_options = {
+      .listen_address = server->options_.listen_address,
+      .credentials = server->options_.credentials,
+      .max_receive_message_bytes = server->options_.max_message_bytes,
+      .max_send_message_bytes = server->options_.max_message_bytes,
+      .quota_name = "kvserve-cache",
+      .memory_quota_bytes = server->options_.grpc_memory_quota_bytes,
+      .max_threads = server->options_.max_threads,
+      .readiness_service = kCacheReadinessService,
+      .ready_at_start = true};
   for (const cache::TransportArg& arg : cache::kRecordTransportArgs)
-    builder.AddChannelArgument(arg.name, arg.value);
-  grpc::ResourceQuota quota("kvserve-cache");
-  quota.Resize(static_cast<size_t>(server->options_.grpc_memory_quota_bytes));
-  quota.SetMaxThreads(server->options_.max_threads);
-  builder.SetResourceQuota(quota);
-  builder.RegisterService(server->service_.get());
-  server->grpc_server_ = builder.BuildAndStart();
-  if (server->grpc_server_ == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", server->options_.listen_address,
-                                               " (address in use or not local?)"));
-  }
-  server->port_ = port;
-  grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService();
-  health->SetServingStatus("", true);
-  health->SetServingStatus(kCacheReadinessService, true);
+    grpc_options.channel_args.emplace_back(arg.name, arg.value);
+  absl::StatusOr<server::GrpcServer> grpc_server =
+      server::StartGrpcServer(grpc_options, {server->service_.get()});
+  if (!grpc_server.ok()) return grpc_server.status();
+  server->grpc_server_ = std::move(grpc_server->server);
+  server->port_ = grpc_server->port;
 
-  if (!server->options_.metrics.address.empty()) {
-    absl::StatusOr<std::unique_ptr<service::MetricsHttpServer>> http =
-        service::MetricsHttpServer::Start(server->options_.metrics, *server->metrics_);
-    if (!http.ok()) return http.status();  // ~CacheServer stops the gRPC server
-    server->metrics_http_ = *std::move(http);
-  }
+  absl::StatusOr<std::unique_ptr<server::MetricsHttpServer>> http =
+      server::StartMetricsEndpoint(server->options_.metrics, *server->metrics_);
+  if (!http.ok()) return http.status();  // ~CacheServer stops the gRPC server
+  server->metrics_http_ = *std::move(http);
   return server;
 }
 

@@ -19,10 +19,10 @@
 #include "cachesvc/block_store.h"
 #include "cachesvc/cache_metrics.h"
 #include "cachesvc/session_cache_service.h"
-#include "common/bearer_auth.h"
 #include "common/clock.h"
 #include "grpcpp/grpcpp.h"
-#include "service/metrics_http_server.h"
+#include "server/bearer_auth.h"
+#include "server/metrics_http_server.h"
 
 namespace kvserve::cachesvc {
 
@@ -34,7 +34,7 @@ struct CacheServerOptions {
   // 127.0.0.1:50061.
   std::string listen_address = "127.0.0.1:50061";
   // The /metrics endpoint; an empty address (the default) = none.
-  service::MetricsHttpOptions metrics = {.address = ""};
+  server::MetricsHttpOptions metrics = {.address = ""};
   // Largest message received or sent; larger ones fail with RESOURCE_EXHAUSTED. Must
   // exceed the largest chunk (4 MiB) plus framing. Default 8 MiB.
   int32_t max_message_bytes = 8 << 20;
@@ -43,12 +43,12 @@ struct CacheServerOptions {
   int32_t max_threads = 64;
   // Memory gRPC may use for connections and calls. Default 512 MiB.
   int64_t grpc_memory_quota_bytes = int64_t{512} << 20;
-  // Transport security of the gRPC port (see service/tls_credentials.h); null (the
+  // Transport security of the gRPC port (see server/tls_credentials.h); null (the
   // default) = plaintext.
   std::shared_ptr<grpc::ServerCredentials> credentials;
   SessionCacheService::Options service;
   // Bearer tokens every call but health must carry; nullopt = no authentication.
-  std::optional<common::BearerAuth> auth;
+  std::optional<server::BearerAuth> auth;
 };
 
 class CacheServer {
@@ -83,7 +83,7 @@ class CacheServer {
   std::unique_ptr<CacheMetrics> metrics_;
   std::unique_ptr<SessionCacheService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
-  std::unique_ptr<service::MetricsHttpServer> metrics_http_;
+  std::unique_ptr<server::MetricsHttpServer> metrics_http_;
   int port_ = 0;
 
   std::mutex shutdown_mu_;

@@ -22,13 +22,13 @@
 #include "cachesvc/redis_client.h"
 #include "cachesvc/redis_session_store.h"
 #include "cachesvc/tiered_block_store.h"
-#include "common/bearer_auth.h"
 #include "common/build_version.h"
 #include "common/clock.h"
 #include "common/flags.h"
-#include "common/shutdown_signals.h"
-#include "service/host_port.h"
-#include "service/tls_credentials.h"
+#include "server/bearer_auth.h"
+#include "server/host_port.h"
+#include "server/shutdown_signals.h"
+#include "server/tls_credentials.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50061",
           "gRPC listen address HOST:PORT (port 0 = any free port, printed at start).");
@@ -108,7 +108,7 @@ absl::StatusOr<CacheServerOptions> OptionsFromFlags() {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_threads = absl::GetFlag(FLAGS_max_threads);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      service::MakeServerCredentials(
+      server::MakeServerCredentials(
           {.cert_file = absl::GetFlag(FLAGS_tls_cert),
            .key_file = absl::GetFlag(FLAGS_tls_key),
            .client_ca_file = absl::GetFlag(FLAGS_tls_client_ca),
@@ -118,8 +118,8 @@ absl::StatusOr<CacheServerOptions> OptionsFromFlags() {
   const std::string metrics_cert = absl::GetFlag(FLAGS_metrics_tls_cert);
   const std::string metrics_key = absl::GetFlag(FLAGS_metrics_tls_key);
   if (!metrics_cert.empty() || !metrics_key.empty()) {
-    absl::StatusOr<service::PemKeyCertPair> pair =
-        service::LoadKeyCertPair(metrics_cert, metrics_key);
+    absl::StatusOr<server::PemKeyCertPair> pair =
+        server::LoadKeyCertPair(metrics_cert, metrics_key);
     if (!pair.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--metrics-tls-cert/--metrics-tls-key: ", pair.status().message()));
@@ -145,7 +145,7 @@ absl::StatusOr<CacheServerOptions> OptionsFromFlags() {
                 absl::FormatDuration(s.injected_delay).c_str());
   }
   if (const std::string path = absl::GetFlag(FLAGS_auth_tokens); !path.empty()) {
-    absl::StatusOr<common::BearerAuth> auth = common::BearerAuth::FromFile(path);
+    absl::StatusOr<server::BearerAuth> auth = server::BearerAuth::FromFile(path);
     if (!auth.ok()) return absl::InvalidArgumentError(auth.status().message());
     options.auth = *std::move(auth);
   }
@@ -246,7 +246,7 @@ int Run() {
   absl::StatusOr<Stores> stores = StoresFromFlags();
   if (!stores.ok()) return Fail(stores.status());
 
-  absl::StatusOr<common::ShutdownSignals> signals = common::ShutdownSignals::Install();
+  absl::StatusOr<server::ShutdownSignals> signals = server::ShutdownSignals::Install();
   if (!signals.ok()) return Fail(signals.status());
   const std::string listen = options->listen_address;
   absl::StatusOr<std::unique_ptr<CacheServer>> server =
@@ -258,7 +258,7 @@ int Run() {
                     ? absl::InvalidArgumentError(absl::StrCat("--", s.message()))
                     : s);
   }
-  absl::StatusOr<service::HostPort> hp = service::ParseHostPort(listen, "listen");
+  absl::StatusOr<server::HostPort> hp = server::ParseHostPort(listen, "listen");
   const std::string host =
       hp->host.find(':') == std::string::npos ? hp->host : absl::StrCat("[", hp->host, "]");
   std::printf("kvserve-cache listening on %s:%d (backend %s", host.c_str(), (*server)->port(),

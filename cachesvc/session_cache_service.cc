@@ -144,7 +144,7 @@ class FetchResponseEncoder {
 
 SessionCacheService::SessionCacheService(const Options& options, BlockStore* blocks,
                                          SessionIndex* sessions, CacheMetrics* metrics,
-                                         const common::Clock* clock, const common::BearerAuth* auth)
+                                         const common::Clock* clock, const server::BearerAuth* auth)
     : options_(options),
       blocks_(blocks),
       sessions_(sessions),

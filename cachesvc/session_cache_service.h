@@ -32,10 +32,10 @@
 #include "cachesvc/block_store.h"
 #include "cachesvc/cache_metrics.h"
 #include "cachesvc/session_index.h"
-#include "common/bearer_auth.h"
 #include "common/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "kvserve/v1/session_cache.grpc.pb.h"
+#include "server/bearer_auth.h"
 
 namespace kvserve::cachesvc {
 
@@ -82,7 +82,7 @@ class SessionCacheService final : public kvserve::v1::SessionCache::Service {
   // Borrows everything; all must outlive the service. `auth` null = no authentication.
   SessionCacheService(const Options& options, BlockStore* blocks, SessionIndex* sessions,
                       CacheMetrics* metrics, const common::Clock* clock,
-                      const common::BearerAuth* auth);
+                      const server::BearerAuth* auth);
 
   grpc::Status Lookup(grpc::ServerContext* context, const v1::LookupRequest* request,
                       v1::LookupResponse* response) override;
@@ -138,7 +138,7 @@ class SessionCacheService final : public kvserve::v1::SessionCache::Service {
   SessionIndex* const sessions_;
   CacheMetrics* const metrics_;
   const common::Clock* const clock_;
-  const common::BearerAuth* const auth_;
+  const server::BearerAuth* const auth_;
 };
 
 }  // namespace kvserve::cachesvc

@@ -36,7 +36,7 @@ class SessionCacheServiceTest : public ::testing::Test {
     CacheServerOptions options;
     options.listen_address = "127.0.0.1:0";
     options.service = setup.service;
-    if (setup.auth) options.auth = *common::BearerAuth::Parse(std::string(kToken) + " tester\n");
+    if (setup.auth) options.auth = *server::BearerAuth::Parse(std::string(kToken) + " tester\n");
     auto blocks = MemoryBlockStore::Create({.capacity_bytes = setup.memory_bytes});
     ASSERT_TRUE(blocks.ok());
     auto server = CacheServer::Start(

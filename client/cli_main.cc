@@ -15,7 +15,7 @@
 #include "client/cli_commands.h"
 #include "client/client.h"
 #include "common/flags.h"
-#include "service/tls_credentials.h"
+#include "server/tls_credentials.h"
 
 // Connection.
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",
@@ -111,9 +111,9 @@ absl::StatusOr<Client::Options> ClientOptionsFromFlags() {
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   options.retry.max_attempts = absl::GetFlag(FLAGS_max_attempts);
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      service::MakeChannelCredentials({.ca_file = absl::GetFlag(FLAGS_tls_ca),
-                                       .cert_file = absl::GetFlag(FLAGS_tls_cert),
-                                       .key_file = absl::GetFlag(FLAGS_tls_key)});
+      server::MakeChannelCredentials({.ca_file = absl::GetFlag(FLAGS_tls_ca),
+                                      .cert_file = absl::GetFlag(FLAGS_tls_cert),
+                                      .key_file = absl::GetFlag(FLAGS_tls_key)});
   if (!credentials.ok()) return credentials.status();
   options.credentials = *std::move(credentials);
   if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) {

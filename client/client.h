@@ -61,7 +61,7 @@ class Client {
     absl::Duration timeout = absl::Seconds(60);
     // How long Connect waits for a replica to become reachable. Default 5 s.
     absl::Duration connect_timeout = absl::Seconds(5);
-    // Transport security (service/tls_credentials.h: MakeChannelCredentials); null (the
+    // Transport security (server/tls_credentials.h: MakeChannelCredentials); null (the
     // default) = plaintext.
     std::shared_ptr<grpc::ChannelCredentials> credentials;
     // Sent as "authorization: Bearer TOKEN" with every call when not empty (the server's

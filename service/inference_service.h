@@ -25,13 +25,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/bearer_auth.h"
 #include "engine/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "kvserve/v1/inference.grpc.pb.h"
 #include "model/chat_prompter.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "server/bearer_auth.h"
 #include "service/generate_reactors.h"
 #include "service/metrics.h"
 #include "service/request_convert.h"
@@ -89,7 +89,7 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
     const common::Clock* clock = nullptr;
     // Bearer tokens every call must carry, each naming its tenant; nullopt = no
     // authentication (every caller is the empty tenant). Default nullopt.
-    std::optional<common::BearerAuth> auth;
+    std::optional<server::BearerAuth> auth;
   };
 
   // `metrics` must outlive the service.

@@ -162,7 +162,7 @@ class InferenceServiceTest : public ::testing::Test {
   std::unique_ptr<v1::Inference::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
   // Options::auth of the next StartServer.
-  std::optional<common::BearerAuth> auth_;
+  std::optional<server::BearerAuth> auth_;
 };
 
 TEST_F(InferenceServiceTest, NotReadyUntilAttached) {
@@ -181,7 +181,7 @@ TEST_F(InferenceServiceTest, NotReadyUntilAttached) {
 // With Options::auth the token is checked first (an unauthenticated caller does not even
 // learn that the model is loading), and its name is the tenant of the engine request.
 TEST_F(InferenceServiceTest, AuthenticatedTenantReachesTheEngine) {
-  auth_ = *common::BearerAuth::Parse("secret-a alice\nsecret-b bob\n");
+  auth_ = *server::BearerAuth::Parse("secret-a alice\nsecret-b bob\n");
   StartServer(/*attach=*/false);
   {
     grpc::ClientContext ctx;

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
-#include "service/metric_family.h"
+#include "server/metric_family.h"
 
 namespace kvserve::service {
 namespace {
@@ -77,7 +77,9 @@ class Metrics::EngineCollector : public prometheus::Collectable {
     if (!stats.has_value()) return {};
     std::vector<prometheus::MetricFamily> out;
     auto add = [&out](const std::string& name, const std::string& help, prometheus::MetricType type,
-                      double value) { out.push_back(SingleValueFamily(name, help, type, value)); };
+                      double value) {
+      out.push_back(server::SingleValueFamily(name, help, type, value));
+    };
     using prometheus::MetricType;
     add("kvserve_engine_requests_running", "Requests in the running batch.", MetricType::Gauge,
         stats->running);
@@ -164,11 +166,11 @@ class Metrics::EngineCollector : public prometheus::Collectable {
         "whose commit found the session changed or closed elsewhere.",
         MetricType::Counter, static_cast<double>(r.session_conflicts_total));
     prometheus::MetricFamily rejected =
-        MakeFamily("kvserve_session_cache_rejected_blocks_total",
-                   "Fetched records that failed a check (and were recomputed), by reason.",
-                   MetricType::Counter);
+        server::MakeFamily("kvserve_session_cache_rejected_blocks_total",
+                           "Fetched records that failed a check (and were recomputed), by reason.",
+                           MetricType::Counter);
     for (const auto& [reason, count] : r.rejected_by_reason) {
-      AddSample(rejected, static_cast<double>(count), {{"reason", reason}});
+      server::AddSample(rejected, static_cast<double>(count), {{"reason", reason}});
     }
     out.push_back(std::move(rejected));
   }
@@ -180,7 +182,7 @@ class Metrics::EngineCollector : public prometheus::Collectable {
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       engine_collector_(std::make_shared<EngineCollector>()),
-      process_collector_(std::make_shared<ProcessCollector>()),
+      process_collector_(std::make_shared<server::ProcessCollector>()),
       build_info_(prometheus::BuildGauge()
                       .Name("kvserve_build_info")
                       .Help("Always 1; the labels say what runs: version, git commit, backend, "

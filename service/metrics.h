@@ -7,7 +7,7 @@
 //
 // Process figures (process_resident_memory_bytes, process_cpu_seconds_total,
 // process_open_fds, process_start_time_seconds, ...) come from ProcessCollector
-// (service/process_metrics.h), read from procfs at scrape time; kvserve-cache exports the
+// (server/process_metrics.h), read from procfs at scrape time; kvserve-cache exports the
 // same families through the same collector.
 //
 // Names follow kvserve_<subsystem>_<name>_<unit>; counters end in _total; time is in
@@ -33,8 +33,8 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "service/metrics_http_server.h"
-#include "service/process_metrics.h"
+#include "server/metrics_http_server.h"
+#include "server/process_metrics.h"
 
 namespace kvserve::service {
 
@@ -43,7 +43,7 @@ using EngineStatsSource = std::function<std::optional<engine::EngineStats>()>;
 
 // Threading: every method is thread-safe (prometheus-cpp metrics are internally
 // synchronized; the stats source is guarded by a mutex).
-class Metrics : public MetricsSource {
+class Metrics : public server::MetricsSource {
  public:
   Metrics();
   Metrics(const Metrics&) = delete;
@@ -78,7 +78,7 @@ class Metrics : public MetricsSource {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<EngineCollector> engine_collector_;
-  std::shared_ptr<ProcessCollector> process_collector_;
+  std::shared_ptr<server::ProcessCollector> process_collector_;
 
   prometheus::Family<prometheus::Gauge>& build_info_;
   prometheus::Family<prometheus::Gauge>& degraded_path_;

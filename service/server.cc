@@ -5,20 +5,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
-#include "grpcpp/resource_quota.h"
-#include "service/host_port.h"
+#include "server/grpc_bootstrap.h"
+#include "server/host_port.h"
 
 namespace kvserve::service {
 absl::Status ValidateHostPort(const std::string& address, const std::string& option_name) {
-  return ParseHostPort(address, option_name).status();
+  return server::ParseHostPort(address, option_name).status();
 }
 
 absl::Status ValidateServerOptions(const ServerOptions& options) {
   if (absl::Status s = ValidateHostPort(options.listen_address, "listen"); !s.ok()) return s;
   if (!options.metrics.address.empty()) {
-    if (absl::Status s = ValidateMetricsHttpOptions(options.metrics); !s.ok()) return s;
+    if (absl::Status s = server::ValidateMetricsHttpOptions(options.metrics); !s.ok()) return s;
   }
   if (options.grpc_memory_quota_bytes < (int64_t{16} << 20)) {
     return absl::InvalidArgumentError(absl::StrCat("grpc-memory-quota-mib must be >= 16, got ",
@@ -69,37 +67,23 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   server->service_ =
       std::make_unique<InferenceService>(server->options_.service, server->metrics_.get());
 
-  // gRPC's built-in grpc.health.v1.Health and server reflection. Both switches are
-  // process-wide in gRPC (linking grpc++_reflection already registers reflection for
-  // every server); every kvserve server wants them on, so repeating them is harmless.
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(server->options_.listen_address,
-                           server->options_.credentials != nullptr
-                               ? server->options_.credentials
-                               : grpc::InsecureServerCredentials(),
-                           &port);
-  builder.SetMaxReceiveMessageSize(server->options_.max_receive_message_bytes);
-  builder.SetResourceQuota(
-      grpc::ResourceQuota("kvserve").Resize(server->options_.grpc_memory_quota_bytes));
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
-                             server->options_.max_concurrent_streams);
-  builder.RegisterService(server->service_.get());
-  server->grpc_server_ = builder.BuildAndStart();
-  if (server->grpc_server_ == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", server->options_.listen_address,
-                                               " (address in use or not local?)"));
-  }
-  server->port_ = port;
+  absl::StatusOr<server::GrpcServer> grpc_server = server::StartGrpcServer(
+      {.listen_address = server->options_.listen_address,
+       .credentials = server->options_.credentials,
+       .max_receive_message_bytes = server->options_.max_receive_message_bytes,
+       .quota_name = "kvserve",
+       .memory_quota_bytes = server->options_.grpc_memory_quota_bytes,
+       .channel_args = {{GRPC_ARG_MAX_CONCURRENT_STREAMS, server->options_.max_concurrent_streams}},
+       .readiness_service = kReadinessService,
+       .ready_at_start = false},  // readiness: not loaded yet
+      {server->service_.get()});
+  if (!grpc_server.ok()) return grpc_server.status();
+  server->grpc_server_ = std::move(grpc_server->server);
+  server->port_ = grpc_server->port;
   if (server->options_.malloc_trim_interval > absl::ZeroDuration()) {
     server->memory_trimmer_ =
-        std::make_unique<MemoryTrimmer>(server->options_.malloc_trim_interval);
+        std::make_unique<server::MemoryTrimmer>(server->options_.malloc_trim_interval);
   }
-  grpc::HealthCheckServiceInterface* health = server->grpc_server_->GetHealthCheckService();
-  health->SetServingStatus("", true);                  // liveness
-  health->SetServingStatus(kReadinessService, false);  // readiness: not loaded yet
 
   Server* raw = server.get();
   server->metrics_->SetEngineStatsSource([raw]() -> std::optional<engine::EngineStats> {
@@ -107,12 +91,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     if (raw->engine_ == nullptr) return std::nullopt;
     return raw->engine_->Stats();
   });
-  if (!server->options_.metrics.address.empty()) {
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
-        MetricsHttpServer::Start(server->options_.metrics, *server->metrics_);
-    if (!http.ok()) return http.status();  // ~Server stops the gRPC server
-    server->metrics_http_ = *std::move(http);
-  }
+  absl::StatusOr<std::unique_ptr<server::MetricsHttpServer>> http =
+      server::StartMetricsEndpoint(server->options_.metrics, *server->metrics_);
+  if (!http.ok()) return http.status();  // ~Server stops the gRPC server
+  server->metrics_http_ = *std::move(http);
   return server;
 }
 

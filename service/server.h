@@ -23,10 +23,10 @@
 #include "model/chat_prompter.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "server/memory_trimmer.h"
+#include "server/metrics_http_server.h"
 #include "service/inference_service.h"
-#include "service/memory_trimmer.h"
 #include "service/metrics.h"
-#include "service/metrics_http_server.h"
 
 namespace kvserve::service {
 
@@ -39,7 +39,7 @@ struct ServerOptions {
   std::string listen_address = "127.0.0.1:50051";
   // The /metrics endpoint (listen address 127.0.0.1:9464 by default, port 0 = any free
   // port); an empty metrics.address = no metrics endpoint.
-  MetricsHttpOptions metrics;
+  server::MetricsHttpOptions metrics;
   // Largest request message accepted; larger ones fail with RESOURCE_EXHAUSTED before
   // reaching the service. Default 4 MiB.
   int32_t max_receive_message_bytes = 4 << 20;
@@ -53,7 +53,7 @@ struct ServerOptions {
   // How often freed heap memory is returned to the OS (see MemoryTrimmer); zero = never.
   // Default 2 s.
   absl::Duration malloc_trim_interval = absl::Seconds(2);
-  // Transport security of the gRPC port (see service/tls_credentials.h: TLS, mutual TLS,
+  // Transport security of the gRPC port (see server/tls_credentials.h: TLS, mutual TLS,
   // certificates reloaded); null (the default) = plaintext.
   std::shared_ptr<grpc::ServerCredentials> credentials;
   // Limits and hints of the Inference service.
@@ -108,8 +108,8 @@ class Server {
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
-  std::unique_ptr<MetricsHttpServer> metrics_http_;
-  std::unique_ptr<MemoryTrimmer> memory_trimmer_;
+  std::unique_ptr<server::MetricsHttpServer> metrics_http_;
+  std::unique_ptr<server::MemoryTrimmer> memory_trimmer_;
   int port_ = 0;
 
   std::mutex mu_;

@@ -23,14 +23,14 @@
 #include "backends/cpu_blas/blas_startup.h"
 #include "backends/runtime_info.h"
 #include "cache/remote_cache_client.h"
-#include "common/bearer_auth.h"
 #include "common/flags.h"
-#include "common/shutdown_signals.h"
 #include "engine/engine_options.h"
 #include "engine/model_loading.h"
 #include "model/dtype.h"
+#include "server/bearer_auth.h"
+#include "server/shutdown_signals.h"
+#include "server/tls_credentials.h"
 #include "service/server.h"
-#include "service/tls_credentials.h"
 
 ABSL_FLAG(std::string, model, "",
           "Model file: GGUF, or a llama2.c checkpoint with --tokenizer. Required.");
@@ -247,16 +247,18 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   options.malloc_trim_interval = absl::GetFlag(FLAGS_malloc_trim_interval);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      MakeServerCredentials({.cert_file = absl::GetFlag(FLAGS_tls_cert),
-                             .key_file = absl::GetFlag(FLAGS_tls_key),
-                             .client_ca_file = absl::GetFlag(FLAGS_tls_client_ca),
-                             .refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval)});
+      server::MakeServerCredentials(
+          {.cert_file = absl::GetFlag(FLAGS_tls_cert),
+           .key_file = absl::GetFlag(FLAGS_tls_key),
+           .client_ca_file = absl::GetFlag(FLAGS_tls_client_ca),
+           .refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval)});
   if (!credentials.ok()) return credentials.status();
   options.credentials = *std::move(credentials);
   const std::string metrics_cert = absl::GetFlag(FLAGS_metrics_tls_cert);
   const std::string metrics_key = absl::GetFlag(FLAGS_metrics_tls_key);
   if (!metrics_cert.empty() || !metrics_key.empty()) {
-    absl::StatusOr<PemKeyCertPair> pair = LoadKeyCertPair(metrics_cert, metrics_key);
+    absl::StatusOr<server::PemKeyCertPair> pair =
+        server::LoadKeyCertPair(metrics_cert, metrics_key);
     if (!pair.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--metrics-tls-cert/--metrics-tls-key: ", pair.status().message()));
@@ -272,7 +274,7 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   options.service.stream_flush_interval = absl::GetFlag(FLAGS_stream_flush_interval);
   options.service.deadline_slack = absl::GetFlag(FLAGS_deadline_slack);
   if (const std::string path = absl::GetFlag(FLAGS_auth_tokens); !path.empty()) {
-    absl::StatusOr<common::BearerAuth> auth = common::BearerAuth::FromFile(path);
+    absl::StatusOr<server::BearerAuth> auth = server::BearerAuth::FromFile(path);
     if (!auth.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--auth_tokens: ", std::string(auth.status().message())));
@@ -344,10 +346,11 @@ absl::StatusOr<std::unique_ptr<cache::RemoteCacheClient>> SessionCacheFromFlags(
   cache::RemoteCacheClient::Options options;
   options.target = target;
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      MakeChannelCredentials({.ca_file = absl::GetFlag(FLAGS_session_cache_tls_ca),
-                              .cert_file = absl::GetFlag(FLAGS_session_cache_tls_cert),
-                              .key_file = absl::GetFlag(FLAGS_session_cache_tls_key),
-                              .refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval)});
+      server::MakeChannelCredentials(
+          {.ca_file = absl::GetFlag(FLAGS_session_cache_tls_ca),
+           .cert_file = absl::GetFlag(FLAGS_session_cache_tls_cert),
+           .key_file = absl::GetFlag(FLAGS_session_cache_tls_key),
+           .refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval)});
   if (!credentials.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--session-cache-tls-*: ", credentials.status().message()));
@@ -383,7 +386,7 @@ int Run(const backends::RuntimeInfo& runtime) {
   model_options->engine.remote.owner = server_options->listen_address;
 
   // From here on SIGTERM/SIGINT drain (also when they arrive while the model loads).
-  absl::StatusOr<common::ShutdownSignals> signals = common::ShutdownSignals::Install();
+  absl::StatusOr<server::ShutdownSignals> signals = server::ShutdownSignals::Install();
   if (!signals.ok()) return Fail(signals.status());
 
   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(*server_options);
@@ -429,7 +432,7 @@ int Run(const backends::RuntimeInfo& runtime) {
     clean = (*server)->Drain(grace);
     signals->NotifyDone();
   });
-  while (signals->Wait() != common::ShutdownSignals::kDone) {
+  while (signals->Wait() != server::ShutdownSignals::kDone) {
     std::printf("kvserve: second signal, cancelling what is still running\n");
     std::fflush(stdout);
     (*server)->EndGrace();

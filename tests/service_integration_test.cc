@@ -14,7 +14,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/bearer_auth.h"
 #include "common/testing/fake_clock.h"
 #include "engine/model_loading.h"
 #include "gmock/gmock.h"
@@ -24,6 +23,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "kvserve/v1/inference.grpc.pb.h"
+#include "server/bearer_auth.h"
 #include "service/server.h"
 
 namespace kvserve::service {
@@ -654,8 +654,8 @@ TEST_F(ServiceIntegrationTest, ReflectionListsTheServices) {
 class ServiceAuthTest : public ServiceIntegrationTest {
  protected:
   void StartWithAuth() {
-    absl::StatusOr<common::BearerAuth> auth =
-        common::BearerAuth::Parse("# tenants\ntoken-a alice\ntoken-b bob\n");
+    absl::StatusOr<server::BearerAuth> auth =
+        server::BearerAuth::Parse("# tenants\ntoken-a alice\ntoken-b bob\n");
     ASSERT_TRUE(auth.ok()) << auth.status();
     service_options_.auth = *std::move(auth);
     StartServer();

@@ -6,8 +6,8 @@
 // non-empty, nothing after NAME); '#' starts a comment line; blank lines are ignored.
 //
 // Threading: immutable after construction; every method is thread-safe.
-#ifndef KVSERVE_COMMON_BEARER_AUTH_H_
-#define KVSERVE_COMMON_BEARER_AUTH_H_
+#ifndef KVSERVE_SERVER_BEARER_AUTH_H_
+#define KVSERVE_SERVER_BEARER_AUTH_H_
 
 #include <optional>
 #include <string>
@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace kvserve::common {
+namespace kvserve::server {
 
 class BearerAuth {
  public:
@@ -67,6 +67,6 @@ class BearerAuth {
 // entry). INVALID_ARGUMENT / NOT_FOUND as FromFile.
 absl::StatusOr<std::string> FirstTokenOfFile(const std::string& path);
 
-}  // namespace kvserve::common
+}  // namespace kvserve::server
 
-#endif  // KVSERVE_COMMON_BEARER_AUTH_H_
+#endif  // KVSERVE_SERVER_BEARER_AUTH_H_

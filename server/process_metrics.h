@@ -12,8 +12,8 @@
 // Everything read from procfs is parsed strictly; a file that is missing or does not parse
 // gives an error status (ReadProcessSample) and an empty scrape of these families
 // (ProcessCollector), never a crash or a made-up value.
-#ifndef KVSERVE_SERVICE_PROCESS_METRICS_H_
-#define KVSERVE_SERVICE_PROCESS_METRICS_H_
+#ifndef KVSERVE_SERVER_PROCESS_METRICS_H_
+#define KVSERVE_SERVER_PROCESS_METRICS_H_
 
 #include <cstdint>
 #include <string>
@@ -23,7 +23,7 @@
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 
-namespace kvserve::service {
+namespace kvserve::server {
 
 // Where and how to read procfs.
 struct ProcfsOptions {
@@ -66,6 +66,6 @@ class ProcessCollector : public prometheus::Collectable {
   const ProcfsOptions options_;
 };
 
-}  // namespace kvserve::service
+}  // namespace kvserve::server
 
-#endif  // KVSERVE_SERVICE_PROCESS_METRICS_H_
+#endif  // KVSERVE_SERVER_PROCESS_METRICS_H_

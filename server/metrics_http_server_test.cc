@@ -1,7 +1,7 @@
 // The /metrics endpoint answers every request with an HTTP status and keeps serving
 // scrapes while other clients misbehave. (tests/metrics_port_test.py repeats the hostile
 // requests against the real kvserve binary, with OpenBLAS loaded.)
-#include "service/metrics_http_server.h"
+#include "server/metrics_http_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -15,14 +15,21 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "service/metrics.h"
 
-namespace kvserve::service {
+namespace kvserve::server {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
+
+// A fixed exposition: the endpoint, not what it serves, is under test.
+class FixedSource : public MetricsSource {
+ public:
+  std::string SerializeText() const override {
+    return "# TYPE kvserve_request_finished_total counter\nkvserve_request_finished_total 0\n";
+  }
+};
 
 // A connected TCP socket to 127.0.0.1:port with 5 s send/receive timeouts (so a hung
 // server fails the test instead of hanging it); -1 on failure.
@@ -84,7 +91,7 @@ class MetricsHttpServerTest : public ::testing::Test {
   }
   int port() const { return server_->port(); }
 
-  Metrics metrics_;
+  FixedSource metrics_;
   std::unique_ptr<MetricsHttpServer> server_;
 };
 
@@ -138,7 +145,7 @@ TEST_F(MetricsHttpServerTest, StalledConnectionsDoNotBlockScrapes) {
 }
 
 TEST(MetricsHttpServerStartTest, BadOptionsAndBusyPorts) {
-  Metrics metrics;
+  FixedSource metrics;
   MetricsHttpOptions options;
   options.address = "127.0.0.1:0";
   auto first = MetricsHttpServer::Start(options, metrics);
@@ -174,4 +181,4 @@ TEST(MetricsHttpServerStartTest, BadOptionsAndBusyPorts) {
 }
 
 }  // namespace
-}  // namespace kvserve::service
+}  // namespace kvserve::server

@@ -5,12 +5,12 @@
 //
 // One per process (the handler can reach nothing but a global: the pipe's write end,
 // set once by Install). Threading: Wait() from one thread; NotifyDone() from any thread.
-#ifndef KVSERVE_COMMON_SHUTDOWN_SIGNALS_H_
-#define KVSERVE_COMMON_SHUTDOWN_SIGNALS_H_
+#ifndef KVSERVE_SERVER_SHUTDOWN_SIGNALS_H_
+#define KVSERVE_SERVER_SHUTDOWN_SIGNALS_H_
 
 #include "absl/status/statusor.h"
 
-namespace kvserve::common {
+namespace kvserve::server {
 
 class ShutdownSignals {
  public:
@@ -32,6 +32,6 @@ class ShutdownSignals {
   int read_fd_;
 };
 
-}  // namespace kvserve::common
+}  // namespace kvserve::server
 
-#endif  // KVSERVE_COMMON_SHUTDOWN_SIGNALS_H_
+#endif  // KVSERVE_SERVER_SHUTDOWN_SIGNALS_H_

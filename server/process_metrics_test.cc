@@ -1,4 +1,4 @@
-#include "service/process_metrics.h"
+#include "server/process_metrics.h"
 
 #include <fcntl.h>
 #include <time.h>
@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
 
-namespace kvserve::service {
+namespace kvserve::server {
 namespace {
 
 using ::testing::HasSubstr;
@@ -142,4 +142,4 @@ TEST(ProcessMetricsTest, ThisProcessFromTheRealProcfs) {
 }
 
 }  // namespace
-}  // namespace kvserve::service
+}  // namespace kvserve::server

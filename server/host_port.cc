@@ -1,9 +1,9 @@
-#include "service/host_port.h"
+#include "server/host_port.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace kvserve::service {
+namespace kvserve::server {
 
 absl::StatusOr<HostPort> ParseHostPort(const std::string& address, const std::string& option_name) {
   const size_t colon = address.rfind(':');
@@ -26,4 +26,4 @@ absl::StatusOr<HostPort> ParseHostPort(const std::string& address, const std::st
   return HostPort{std::move(host), port};
 }
 
-}  // namespace kvserve::service
+}  // namespace kvserve::server

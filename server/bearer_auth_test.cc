@@ -1,9 +1,9 @@
-#include "common/bearer_auth.h"
+#include "server/bearer_auth.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace kvserve::common {
+namespace kvserve::server {
 namespace {
 
 TEST(BearerAuthTest, ParsesAndAuthenticates) {
@@ -27,4 +27,4 @@ TEST(BearerAuthTest, MalformedLinesNameTheLine) {
 }
 
 }  // namespace
-}  // namespace kvserve::common
+}  // namespace kvserve::server

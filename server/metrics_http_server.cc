@@ -1,4 +1,4 @@
-#include "service/metrics_http_server.h"
+#include "server/metrics_http_server.h"
 
 #include <microhttpd.h>
 #include <netdb.h>
@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "service/host_port.h"
+#include "server/host_port.h"
 
-namespace kvserve::service {
+namespace kvserve::server {
 namespace {
 
 constexpr char kMetricsPath[] = "/metrics";
@@ -141,4 +141,4 @@ MetricsHttpServer::~MetricsHttpServer() {
   if (daemon_ != nullptr) MHD_stop_daemon(daemon_);
 }
 
-}  // namespace kvserve::service
+}  // namespace kvserve::server

@@ -1,8 +1,8 @@
-#include "service/metric_family.h"
+#include "server/metric_family.h"
 
 #include <utility>
 
-namespace kvserve::service {
+namespace kvserve::server {
 
 prometheus::MetricFamily MakeFamily(std::string name, std::string help,
                                     prometheus::MetricType type) {
@@ -32,4 +32,4 @@ prometheus::MetricFamily SingleValueFamily(std::string name, std::string help,
   return family;
 }
 
-}  // namespace kvserve::service
+}  // namespace kvserve::server

@@ -14,8 +14,8 @@
 //
 // Threading: Start and the destructor from one thread; scrapes call the MetricsSource on
 // the worker threads.
-#ifndef KVSERVE_SERVICE_METRICS_HTTP_SERVER_H_
-#define KVSERVE_SERVICE_METRICS_HTTP_SERVER_H_
+#ifndef KVSERVE_SERVER_METRICS_HTTP_SERVER_H_
+#define KVSERVE_SERVER_METRICS_HTTP_SERVER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -27,7 +27,7 @@
 #include "absl/time/time.h"
 struct MHD_Daemon;
 
-namespace kvserve::service {
+namespace kvserve::server {
 
 // What /metrics serves: the Prometheus text exposition of some set of metrics
 // (service::Metrics for kvserve, cachesvc::CacheMetrics for kvserve-cache).
@@ -49,7 +49,7 @@ struct MetricsHttpOptions {
   // Open connections at once; more are refused at accept. Default 256.
   int32_t max_connections = 256;
   // HTTPS: the PEM certificate chain and its unencrypted key (see LoadKeyCertPair in
-  // service/tls_credentials.h); both empty (the default) = plain HTTP. Not reloaded:
+  // server/tls_credentials.h); both empty (the default) = plain HTTP. Not reloaded:
   // a new certificate needs a restart. Start() fails with FAILED_PRECONDITION when
   // libmicrohttpd was built without TLS.
   std::string tls_cert_pem;
@@ -86,6 +86,6 @@ class MetricsHttpServer {
   int port_ = 0;
 };
 
-}  // namespace kvserve::service
+}  // namespace kvserve::server
 
-#endif  // KVSERVE_SERVICE_METRICS_HTTP_SERVER_H_
+#endif  // KVSERVE_SERVER_METRICS_HTTP_SERVER_H_

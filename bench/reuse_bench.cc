@@ -1,4 +1,4 @@
-#include "cachesvc/reuse_bench.h"
+#include "bench/reuse_bench.h"
 
 #include <algorithm>
 #include <memory>
@@ -17,7 +17,7 @@
 #include "model/dtype.h"
 #include "model/model.h"
 
-namespace kvserve::cachesvc {
+namespace kvserve::bench {
 namespace {
 
 // Records one request's outcome; Wait() blocks until OnFinish.
@@ -96,15 +96,17 @@ absl::StatusOr<std::vector<ReuseBenchRow>> RunReuseBench(const ReuseBenchOptions
   engine_options.engine.kv_budget_bytes = blocks_needed * layout.block_bytes();
   engine_options.engine.max_step_tokens = 512;
 
-  MemoryBlockStore::Options store_options;
+  cachesvc::MemoryBlockStore::Options store_options;
   store_options.capacity_bytes = static_cast<int64_t>(2 * blocks_needed * layout.block_bytes());
-  absl::StatusOr<std::unique_ptr<MemoryBlockStore>> store = MemoryBlockStore::Create(store_options);
+  absl::StatusOr<std::unique_ptr<cachesvc::MemoryBlockStore>> store =
+      cachesvc::MemoryBlockStore::Create(store_options);
   if (!store.ok()) return store.status();
-  CacheServerOptions server_options;
+  cachesvc::CacheServerOptions server_options;
   server_options.listen_address = "127.0.0.1:0";
-  absl::StatusOr<std::unique_ptr<CacheServer>> server = CacheServer::Start(
+  absl::StatusOr<std::unique_ptr<cachesvc::CacheServer>> server = cachesvc::CacheServer::Start(
       server_options, *std::move(store),
-      std::make_unique<MemorySessionStore>(MemorySessionStore::Options{}), common::Clock::Real());
+      std::make_unique<cachesvc::MemorySessionStore>(cachesvc::MemorySessionStore::Options{}),
+      common::Clock::Real());
   if (!server.ok()) return server.status();
   cache::RemoteCacheClient::Options client_options;
   client_options.target = absl::StrCat("127.0.0.1:", (*server)->port());
@@ -168,4 +170,4 @@ absl::StatusOr<std::vector<ReuseBenchRow>> RunReuseBench(const ReuseBenchOptions
   return rows;
 }
 
-}  // namespace kvserve::cachesvc
+}  // namespace kvserve::bench

@@ -1,8 +1,8 @@
-#include "service/memory_trimmer.h"
+#include "server/memory_trimmer.h"
 
 #include <malloc.h>
 
-namespace kvserve::service {
+namespace kvserve::server {
 
 MemoryTrimmer::MemoryTrimmer(absl::Duration interval)
     : interval_(interval), thread_([this] { Run(); }) {}
@@ -26,4 +26,4 @@ void MemoryTrimmer::Run() {
   }
 }
 
-}  // namespace kvserve::service
+}  // namespace kvserve::server

@@ -13,11 +13,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/bearer_auth.h"
 #include "engine/field_error.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
+#include "server/bearer_auth.h"
 #include "service/server.h"
 #include "service/testing/fake_engine.h"
 
@@ -264,7 +264,7 @@ TEST_F(ClientTest, UnavailableIsRetriedUntilAttemptsAreUsedUp) {
 
 TEST_F(ClientTest, BearerTokenIsSent) {
   service::InferenceService::Options service_options;
-  service_options.auth = *common::BearerAuth::Parse("secret-a alice\n");
+  service_options.auth = *server::BearerAuth::Parse("secret-a alice\n");
   Client::Options with_token;
   with_token.bearer_token = "secret-a";
   Start(service_options, with_token);

@@ -13,8 +13,8 @@
 //
 // Threading: the functions are thread-safe; the returned credentials are shared and
 // immutable (the reloading happens on gRPC's own thread).
-#ifndef KVSERVE_SERVICE_TLS_CREDENTIALS_H_
-#define KVSERVE_SERVICE_TLS_CREDENTIALS_H_
+#ifndef KVSERVE_SERVER_TLS_CREDENTIALS_H_
+#define KVSERVE_SERVER_TLS_CREDENTIALS_H_
 
 #include <memory>
 #include <string>
@@ -25,7 +25,7 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 
-namespace kvserve::service {
+namespace kvserve::server {
 
 // Default of every refresh_interval below (and of the --tls-refresh-interval flags).
 inline constexpr absl::Duration kDefaultTlsRefreshInterval = absl::Seconds(60);
@@ -87,6 +87,6 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const ClientTlsOptions& options);
 
-}  // namespace kvserve::service
+}  // namespace kvserve::server
 
-#endif  // KVSERVE_SERVICE_TLS_CREDENTIALS_H_
+#endif  // KVSERVE_SERVER_TLS_CREDENTIALS_H_

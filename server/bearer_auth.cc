@@ -1,4 +1,4 @@
-#include "common/bearer_auth.h"
+#include "server/bearer_auth.h"
 
 #include <algorithm>
 #include <fstream>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-namespace kvserve::common {
+namespace kvserve::server {
 namespace {
 
 constexpr std::string_view kBearerPrefix = "Bearer ";
@@ -78,4 +78,4 @@ absl::StatusOr<std::string> FirstTokenOfFile(const std::string& path) {
   return auth->first_token();
 }
 
-}  // namespace kvserve::common
+}  // namespace kvserve::server

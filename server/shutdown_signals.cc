@@ -1,4 +1,4 @@
-#include "common/shutdown_signals.h"
+#include "server/shutdown_signals.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -6,7 +6,7 @@
 
 #include <cerrno>
 
-namespace kvserve::common {
+namespace kvserve::server {
 namespace {
 
 // Write end of the self-pipe: the only state a signal handler can reach. Set once by
@@ -53,4 +53,4 @@ void ShutdownSignals::NotifyDone() const {
   [[maybe_unused]] const ssize_t n = write(signal_pipe_write_fd, &byte, 1);
 }
 
-}  // namespace kvserve::common
+}  // namespace kvserve::server

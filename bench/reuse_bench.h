@@ -3,8 +3,8 @@
 // reuse), against the same turn recomputed from scratch (cold). Both run on fresh
 // engines over one loaded model, side by side, alternating, in one process; the cache
 // service is a real kvserve-cache server on loopback (in-process), reached over gRPC.
-#ifndef KVSERVE_CACHESVC_REUSE_BENCH_H_
-#define KVSERVE_CACHESVC_REUSE_BENCH_H_
+#ifndef KVSERVE_BENCH_REUSE_BENCH_H_
+#define KVSERVE_BENCH_REUSE_BENCH_H_
 
 #include <cstdint>
 #include <string>
@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kvserve::cachesvc {
+namespace kvserve::bench {
 
 struct ReuseBenchOptions {
   std::string model_path;          // GGUF file. Required.
@@ -36,6 +36,6 @@ struct ReuseBenchRow {
 // remote run did not fetch its history (then the measurement would be meaningless).
 absl::StatusOr<std::vector<ReuseBenchRow>> RunReuseBench(const ReuseBenchOptions& options);
 
-}  // namespace kvserve::cachesvc
+}  // namespace kvserve::bench
 
-#endif  // KVSERVE_CACHESVC_REUSE_BENCH_H_
+#endif  // KVSERVE_BENCH_REUSE_BENCH_H_

@@ -9,8 +9,8 @@
 // are mmap'ed, so the malloc heap is small.
 //
 // Threading: one background thread; the destructor stops and joins it.
-#ifndef KVSERVE_SERVICE_MEMORY_TRIMMER_H_
-#define KVSERVE_SERVICE_MEMORY_TRIMMER_H_
+#ifndef KVSERVE_SERVER_MEMORY_TRIMMER_H_
+#define KVSERVE_SERVER_MEMORY_TRIMMER_H_
 
 #include <condition_variable>
 #include <mutex>
@@ -19,7 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 
-namespace kvserve::service {
+namespace kvserve::server {
 
 class MemoryTrimmer {
  public:
@@ -39,6 +39,6 @@ class MemoryTrimmer {
   std::thread thread_;
 };
 
-}  // namespace kvserve::service
+}  // namespace kvserve::server
 
-#endif  // KVSERVE_SERVICE_MEMORY_TRIMMER_H_
+#endif  // KVSERVE_SERVER_MEMORY_TRIMMER_H_

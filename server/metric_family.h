@@ -1,8 +1,8 @@
 // Metric families built at scrape time by hand, for the prometheus::Collectable collectors
 // (engine stats in service::Metrics, store state in cachesvc::CacheMetrics, procfs in
 // ProcessCollector): one way to make a family and its counter or gauge samples.
-#ifndef KVSERVE_SERVICE_METRIC_FAMILY_H_
-#define KVSERVE_SERVICE_METRIC_FAMILY_H_
+#ifndef KVSERVE_SERVER_METRIC_FAMILY_H_
+#define KVSERVE_SERVER_METRIC_FAMILY_H_
 
 #include <string>
 #include <vector>
@@ -11,7 +11,7 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/metric_type.h"
 
-namespace kvserve::service {
+namespace kvserve::server {
 
 // An empty family. `type` must be Counter or Gauge (AddSample writes only those).
 prometheus::MetricFamily MakeFamily(std::string name, std::string help,
@@ -25,6 +25,6 @@ void AddSample(prometheus::MetricFamily& family, double value,
 prometheus::MetricFamily SingleValueFamily(std::string name, std::string help,
                                            prometheus::MetricType type, double value);
 
-}  // namespace kvserve::service
+}  // namespace kvserve::server
 
-#endif  // KVSERVE_SERVICE_METRIC_FAMILY_H_
+#endif  // KVSERVE_SERVER_METRIC_FAMILY_H_

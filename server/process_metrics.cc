@@ -1,4 +1,4 @@
-#include "service/process_metrics.h"
+#include "server/process_metrics.h"
 
 #include <dirent.h>
 #include <unistd.h>
@@ -14,9 +14,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "service/metric_family.h"
+#include "server/metric_family.h"
 
-namespace kvserve::service {
+namespace kvserve::server {
 namespace {
 
 // procfs files read here are a few hundred bytes; anything longer is not one of them.
@@ -181,4 +181,4 @@ std::vector<prometheus::MetricFamily> ProcessCollector::Collect() const {
   return ProcessFamilies(*sample);
 }
 
-}  // namespace kvserve::service
+}  // namespace kvserve::server

@@ -1,12 +1,12 @@
 // "HOST:PORT" listen addresses, as every kvserve option spells them.
-#ifndef KVSERVE_SERVICE_HOST_PORT_H_
-#define KVSERVE_SERVICE_HOST_PORT_H_
+#ifndef KVSERVE_SERVER_HOST_PORT_H_
+#define KVSERVE_SERVER_HOST_PORT_H_
 
 #include <string>
 
 #include "absl/status/statusor.h"
 
-namespace kvserve::service {
+namespace kvserve::server {
 
 struct HostPort {
   std::string host;  // without the brackets of an IPv6 literal
@@ -17,6 +17,6 @@ struct HostPort {
 // when malformed or the port is outside [0, 65535].
 absl::StatusOr<HostPort> ParseHostPort(const std::string& address, const std::string& option_name);
 
-}  // namespace kvserve::service
+}  // namespace kvserve::server
 
-#endif  // KVSERVE_SERVICE_HOST_PORT_H_
+#endif  // KVSERVE_SERVER_HOST_PORT_H_

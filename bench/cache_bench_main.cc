@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "bench/reuse_bench.h"
 #include "cachesvc/block_index.h"
-#include "cachesvc/reuse_bench.h"
 #include "cachesvc/trace_replay.h"
 #include "common/flags.h"
 #include "common/stats.h"
@@ -48,6 +48,7 @@ ABSL_FLAG(bool, json, false, "One JSON object per result line, nothing else on s
 
 namespace {
 
+namespace bench = kvserve::bench;
 namespace cachesvc = kvserve::cachesvc;
 
 constexpr char kUsage[] = R"(Usage: kvserve-cache-bench MODE [flags]
@@ -135,7 +136,7 @@ absl::Status RunReplay(const std::string& path) {
 }
 
 absl::Status RunReuse(const std::string& model) {
-  cachesvc::ReuseBenchOptions options;
+  bench::ReuseBenchOptions options;
   options.model_path = model;
   options.histories.clear();
   for (const std::string& text : absl::GetFlag(FLAGS_history)) {
@@ -149,10 +150,10 @@ absl::Status RunReuse(const std::string& model) {
   options.repeats = absl::GetFlag(FLAGS_repeats);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.kv_dtype = absl::GetFlag(FLAGS_kv_dtype);
-  absl::StatusOr<std::vector<cachesvc::ReuseBenchRow>> rows = cachesvc::RunReuseBench(options);
+  absl::StatusOr<std::vector<bench::ReuseBenchRow>> rows = bench::RunReuseBench(options);
   if (!rows.ok()) return rows.status();
   const bool json = absl::GetFlag(FLAGS_json);
-  for (const cachesvc::ReuseBenchRow& r : *rows) {
+  for (const bench::ReuseBenchRow& r : *rows) {
     const double remote = kvserve::common::Percentile(r.remote_ttft_seconds, 0.5);
     const double cold = kvserve::common::Percentile(r.cold_ttft_seconds, 0.5);
     if (json) {

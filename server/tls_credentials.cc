@@ -1,4 +1,4 @@
-#include "service/tls_credentials.h"
+#include "server/tls_credentials.h"
 
 #include <cerrno>
 #include <cstdint>
@@ -17,7 +17,7 @@
 #include "openssl/pem.h"
 #include "openssl/x509.h"
 
-namespace kvserve::service {
+namespace kvserve::server {
 namespace {
 
 // Larger files are not certificates or keys we would use (a chain is a few KiB).
@@ -203,4 +203,4 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
   return grpc::experimental::TlsCredentials(tls);
 }
 
-}  // namespace kvserve::service
+}  // namespace kvserve::server
