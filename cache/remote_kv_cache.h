@@ -43,13 +43,13 @@ struct RemoteSession {
   std::vector<int32_t> tokens;     // the whole history
   std::vector<int32_t> turn_ends;  // token offsets where turns ended
   bool has_head = false;
-  BlockHash head;  // hash of the last full block of `tokens`
-  std::string owner;      // the replica that wrote it; informational
-  std::string tenant;     // the tenant the session belongs to (empty: no authentication)
+  BlockHash head;      // hash of the last full block of `tokens`
+  std::string owner;   // the replica that wrote it; informational
+  std::string tenant;  // the tenant the session belongs to (empty: no authentication)
   absl::Duration ttl = absl::ZeroDuration();  // zero: the service's default
   // Set by the service on reads (ignored on writes):
-  int64_t version = 0;  // the record's version (>= 1)
-  bool closed = false;  // a tombstone: the session was closed (tokens and turn_ends empty)
+  int64_t version = 0;       // the record's version (>= 1)
+  bool closed = false;       // a tombstone: the session was closed (tokens and turn_ends empty)
   std::string lease_holder;  // the holder of a live lease; empty when none
   absl::Duration lease_remaining = absl::ZeroDuration();  // of that lease
 };
@@ -81,8 +81,7 @@ class RemoteKvCache {
   // drop, so that a record reaches the caller without a copy. Stops at the first missing
   // block, or when on_record returns false. Returns the records on_record accepted.
   virtual absl::StatusOr<int32_t> Fetch(
-      const BlockHash& partition, std::span<const BlockHash> chain,
-      absl::Time deadline,
+      const BlockHash& partition, std::span<const BlockHash> chain, absl::Time deadline,
       const std::function<bool(int32_t index, std::string&& record)>& on_record) = 0;
   // Stores encoded records (cache::EncodeBlockRecord) of `partition`. Returns how many
   // the service accepted.
@@ -96,8 +95,7 @@ class RemoteKvCache {
   // new version. ABORTED when the version differs or another holder's lease is live;
   // FAILED_PRECONDITION when the session is closed (a tombstone); INVALID_ARGUMENT,
   // RESOURCE_EXHAUSTED for a record out of limits; UNAVAILABLE, DEADLINE_EXCEEDED.
-  virtual absl::StatusOr<int64_t> PutSession(const RemoteSession& session,
-                                             int64_t expected_version,
+  virtual absl::StatusOr<int64_t> PutSession(const RemoteSession& session, int64_t expected_version,
                                              const std::string& lease_holder,
                                              absl::Time deadline) = 0;
   // The record of `id`; a tombstone comes back with `closed` set (and no lease taken).
@@ -105,8 +103,7 @@ class RemoteKvCache {
   // that holder has it): ABORTED when another holder's lease is live (the record is not
   // returned). NOT_FOUND when the service has no record (never written, expired or
   // evicted).
-  virtual absl::StatusOr<RemoteSession> GetSession(const std::string& id,
-                                                   const LeaseRequest* lease,
+  virtual absl::StatusOr<RemoteSession> GetSession(const std::string& id, const LeaseRequest* lease,
                                                    absl::Time deadline) = 0;
   // Gives up `holder`'s lease on `id` without writing (a turn that did not complete).
   // OK when `holder` holds none (expired, taken over, unknown session).
