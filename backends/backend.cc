@@ -5,6 +5,19 @@
 #include "backends/reference/reference_backend.h"
 
 namespace kvserve::backends {
+namespace {
+
+CpuBlasOptions CpuBlasOptionsFrom(const BackendOptions& options) {
+  CpuBlasOptions cpu_options;
+  cpu_options.threads = options.threads;
+  cpu_options.gemm.f32_panels = options.f32_panels;
+  cpu_options.gemm.bf16_panels = options.bf16_panels;
+  cpu_options.gemm.quant_panels = options.quant_panels;
+  cpu_options.gemm.batch_invariant = options.batch_invariant;
+  return cpu_options;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
                                                        const model::Model& model,
@@ -17,13 +30,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
     return std::unique_ptr<Backend>(std::move(*backend));
   }
   if (name == "cpu_blas") {
-    CpuBlasOptions cpu_options;
-    cpu_options.threads = options.threads;
-    cpu_options.gemm.f32_panels = options.f32_panels;
-    cpu_options.gemm.bf16_panels = options.bf16_panels;
-    cpu_options.gemm.quant_panels = options.quant_panels;
     absl::StatusOr<std::unique_ptr<CpuBlasBackend>> backend =
-        CpuBlasBackend::Create(model, kv_layout, cpu_options);
+        CpuBlasBackend::Create(model, kv_layout, CpuBlasOptionsFrom(options));
     if (!backend.ok()) return backend.status();
     return std::unique_ptr<Backend>(std::move(*backend));
   }
@@ -34,12 +42,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
 
 model::PanelTypes BackendReadsPanels(const std::string& name, const BackendOptions& options) {
   if (name != "cpu_blas") return {};
-  CpuBlasOptions cpu_options;
-  cpu_options.threads = options.threads;
-  cpu_options.gemm.f32_panels = options.f32_panels;
-  cpu_options.gemm.bf16_panels = options.bf16_panels;
-  cpu_options.gemm.quant_panels = options.quant_panels;
-  return CpuBlasBackend::ReadsPanels(cpu_options);
+  return CpuBlasBackend::ReadsPanels(CpuBlasOptionsFrom(options));
 }
 
 }  // namespace kvserve::backends

@@ -49,6 +49,11 @@ struct BackendOptions {
   // cpu_blas on CPUs with AVX-512 VNNI: multiply q4_0, q8_0, q4_K and q6_K projections in
   // 16-row panels (cpu_blas::GemmOptions::quant_panels). Default true.
   bool quant_panels = true;
+  // cpu_blas: every K/V row and logit row computed with the same arithmetic whatever the
+  // batch, the prefill chunking or the cache state (cpu_blas::GemmOptions::
+  // batch_invariant); false allows OpenBLAS sgemm for prefill, which rounds differently.
+  // The reference backend always is. Default true.
+  bool batch_invariant = true;
 };
 
 // Runs the model. A backend holds only scratch buffers and read-only weights; it owns

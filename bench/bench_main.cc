@@ -47,6 +47,9 @@ ABSL_FLAG(int32_t, reference_prompt_tokens, 64, "--prompt-tokens of the referenc
 ABSL_FLAG(IntListFlag, reference_batches, IntListFlag({1, 16}),
           "--batches of the reference backend.");
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache element type: f32 or f16.");
+ABSL_FLAG(bool, batch_invariant, true,
+          "cpu_blas: the same arithmetic for every row whatever the batch (as kvserve "
+          "serves by default); false lets prefill use OpenBLAS sgemm.");
 ABSL_FLAG(int32_t, block_tokens, 16, "Positions per KV block.");
 ABSL_FLAG(int32_t, bandwidth_mib, 1024, "Bandwidth probe buffer in MiB; 0 skips the probe.");
 ABSL_FLAG(int32_t, bandwidth_passes, 5, "Bandwidth probe passes; the best counts.");
@@ -79,6 +82,7 @@ struct Flags {
   std::string model;
   std::string tokenizer;
   bool weights_huge_pages = true;
+  bool batch_invariant = true;
   std::vector<std::string> backends;
   int threads = 0;
   int repeats = 0;
@@ -105,6 +109,7 @@ absl::StatusOr<Flags> FlagsFromCommandLine() {
   if (f.model.empty()) return absl::InvalidArgumentError("--model is required");
   f.tokenizer = absl::GetFlag(FLAGS_tokenizer);
   f.weights_huge_pages = absl::GetFlag(FLAGS_weights_huge_pages);
+  f.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
   for (const std::string& name : absl::GetFlag(FLAGS_backends)) {
     if (!name.empty()) f.backends.push_back(name);
   }
@@ -216,6 +221,7 @@ absl::Status Run(const Flags& flags, const kvserve::backends::cpu_blas::BlasCore
   for (const std::string& name : flags.backends) {
     backends::BackendOptions options;
     options.threads = flags.threads;
+    options.batch_invariant = flags.batch_invariant;
     absl::StatusOr<std::unique_ptr<backends::Backend>> backend =
         backends::CreateBackend(name, mdl, layout, options);
     if (absl::IsNotFound(backend.status())) {

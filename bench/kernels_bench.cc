@@ -231,6 +231,7 @@ void BM_Gemm(benchmark::State& state) {
   const int n = static_cast<int>(state.range(1));
   const int threads = static_cast<int>(state.range(2));
   backends::cpu_blas::GemmOptions options;
+  options.batch_invariant = false;  // the crossovers below choose the path
   options.sgemm_min_rows = static_cast<int>(state.range(3));
   options.quant_sgemm_min_rows = options.sgemm_min_rows;
   options.bf16_dot = state.range(4) != 0;
@@ -317,6 +318,7 @@ void BM_QuantLayout(benchmark::State& state) {
   const int n = static_cast<int>(state.range(1));
   backends::cpu_blas::GemmOptions options;
   const int64_t path = state.range(2);
+  options.batch_invariant = false;  // the crossovers below choose the path
   options.quant_interleave_min_rows = path == 1 ? 1 : 1 << 20;
   options.quant_sgemm_min_rows = path == 2 ? 1 : 1 << 20;
   const int64_t rows = 2048, cols = 768;
@@ -393,6 +395,7 @@ void BM_PrefillSgemm(benchmark::State& state) {
   std::vector<float> x(static_cast<size_t>(n * cols), 0.5f), y(static_cast<size_t>(n * rows));
   backends::cpu_blas::ThreadPool pool(2);
   backends::cpu_blas::GemmOptions options;
+  options.batch_invariant = false;  // sgemm
   options.sgemm_min_rows = 1;
   options.tile_bytes = state.range(2) * 1024;
   backends::cpu_blas::Gemm gemm(

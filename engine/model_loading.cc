@@ -15,16 +15,22 @@ absl::Status CheckThreads(const ModelOptions& options) {
       absl::StrCat("threads must be >= 0 (0 = all cores), got ", options.threads));
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,
-                                                    const model::Model& model) {
-  if (absl::Status s = CheckThreads(options); !s.ok()) return s;
+backends::BackendOptions BackendOptionsFrom(const ModelOptions& options) {
   backends::BackendOptions backend_options;
   backend_options.threads = options.threads;
   backend_options.f32_panels = options.f32_panels;
   backend_options.bf16_panels = options.bf16_panels;
   backend_options.quant_panels = options.quant_panels;
+  backend_options.batch_invariant = options.batch_invariant;
+  return backend_options;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,
+                                                    const model::Model& model) {
+  if (absl::Status s = CheckThreads(options); !s.ok()) return s;
+  const backends::BackendOptions backend_options = BackendOptionsFrom(options);
   absl::StatusOr<std::unique_ptr<backends::Backend>> backend = backends::CreateBackend(
       options.backend, model, options.engine.KvLayoutFor(model.config()), backend_options);
   if (!backend.ok()) {
@@ -48,11 +54,7 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options) {
   // The model serves this backend alone: where it reads panels, pack them at load
   // so the weights are resident once (not row-major in the Model plus the backend's
   // packed copies).
-  backends::BackendOptions backend_options;
-  backend_options.threads = options.threads;
-  backend_options.f32_panels = options.f32_panels;
-  backend_options.bf16_panels = options.bf16_panels;
-  backend_options.quant_panels = options.quant_panels;
+  const backends::BackendOptions backend_options = BackendOptionsFrom(options);
   const model::PanelTypes reads = backends::BackendReadsPanels(options.backend, backend_options);
   load.panels.f32 |= reads.f32;
   load.panels.bf16 |= reads.bf16;

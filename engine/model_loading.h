@@ -33,6 +33,9 @@ struct ModelOptions {
   bool f32_panels = true;
   bool bf16_panels = true;
   bool quant_panels = true;
+  // backends::BackendOptions::batch_invariant: output independent of batch, chunking and
+  // cache state. Default true.
+  bool batch_invariant = true;
   // Engine limits (KV budget, batching, queue, sessions).
   Engine::Options engine;
 };
@@ -50,7 +53,8 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options);
 
 // The second half of LoadModel, for callers that start several engines over one loaded
 // `model` (which must outlive the engine): creates options.backend with
-// options.threads, options.f32_panels, options.bf16_panels, options.quant_panels and
+// options.threads, options.f32_panels, options.bf16_panels, options.quant_panels,
+// options.batch_invariant and
 // options.engine.KvLayoutFor(model.config()), then CreateEngine. model_path and tokenizer_path are
 // not used. Same errors as LoadModel.
 absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,

@@ -52,6 +52,12 @@ ABSL_FLAG(bool, quant_panels, true,
           "q8_0, q4_K and q6_K projection matrices into 16-row panels at load (the same bytes "
           "regrouped: batched "
           "decode and prefill read each weight once per 8 rows, without per-step decoding).");
+ABSL_FLAG(bool, batch_invariant, true,
+          "Compute every K/V row and logit row with the same arithmetic whatever the batch, "
+          "the prefill chunking or where a session's history came from (this replica's "
+          "cache, kvserve-cache, recomputed), so a request's tokens do not depend on cache "
+          "state. false lets cpu_blas prefill through OpenBLAS sgemm (faster on some CPUs, "
+          "rounds differently; docs/performance.md, Cache-state invariance).");
 ABSL_FLAG(std::string, backend, "cpu_blas", "Compute backend: cpu_blas or reference.");
 ABSL_FLAG(int32_t, threads, 0, "Backend worker threads; 0 = all cores.");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -295,6 +301,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   options.f32_panels = absl::GetFlag(FLAGS_f32_panels);
   options.bf16_panels = absl::GetFlag(FLAGS_bf16_panels);
   options.quant_panels = absl::GetFlag(FLAGS_quant_panels);
+  options.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.threads = absl::GetFlag(FLAGS_threads);
   engine::Engine::Options& e = options.engine;

@@ -119,6 +119,7 @@ struct CpuBlasBackend::State {
         pool(n_threads),
         packed(m.weights(), cpu_blas::PanelsWanted(*kernels, gemm_options)),
         weights(packed.weights()),
+        gemm_options(gemm_options),
         gemm(&pool, kernels, gemm_options),
         attention(config, layout, kernels, &pool) {}
 
@@ -130,6 +131,7 @@ struct CpuBlasBackend::State {
   cpu_blas::ThreadPool pool;
   const cpu_blas::PackedWeights packed;
   const model::ModelWeights& weights;  // packed's
+  const cpu_blas::GemmOptions gemm_options;
   cpu_blas::Gemm gemm;
   cpu_blas::PagedAttention attention;
 
@@ -346,7 +348,11 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
   if (absl::Status s = ValidateBatch(c, st.layout, batch, logits.size()); !s.ok()) return s;
   if (absl::Status s = CheckKvAlignment(st.layout, batch); !s.ok()) return s;
 
-  cpu_blas::PlanStep(batch, {.n_kv_heads = c.n_kv_heads, .threads = st.pool.size()}, st.plan);
+  cpu_blas::PlanStep(batch,
+                     {.n_kv_heads = c.n_kv_heads,
+                      .threads = st.pool.size(),
+                      .sgemm_attention = !st.gemm_options.batch_invariant},
+                     st.plan);
   if (st.plan.rows.empty()) return absl::OkStatus();
   st.act.Reserve(c, st.rows(), static_cast<int>(st.plan.logit_rows.size()));
 

@@ -247,8 +247,9 @@ TEST_P(ParityTest, LogitsMatchReference) {
 
 // Every architecture feature set (biases, Q/K norms, RoPE factors and scaling, rotate
 // halves, local attention with the blocks before the window gone), f32 and f16 KV, every
-// kernel level the CPU has: the schedule's 9-token chunk takes the sgemm attention path,
-// decode rows the paged one.
+// kernel level the CPU has, with and without batch invariance: without it the schedule's
+// 9-token chunk takes the sgemm attention path, decode rows (and every row with it) the
+// paged one.
 class ArchParityTest : public ::testing::TestWithParam<std::tuple<testing::NamedConfig, DType>> {};
 
 TEST_P(ArchParityTest, LogitsMatchReference) {
@@ -258,13 +259,16 @@ TEST_P(ArchParityTest, LogitsMatchReference) {
   const KvLayout layout = KvLayout::ForModel(m->config(), 4, kv_dtype);
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
     if (!cpu_blas::IsaSupported(isa)) continue;  // EveryKernelLevelAndPath... notes it
-    SCOPED_TRACE(std::string(cpu_blas::IsaName(isa)));
-    CpuBlasOptions options;
-    options.threads = 2;
-    options.isa = isa;
-    Driver fast(MakeCpuBlas(*m, layout, options), *m);
-    Driver ref(MakeReference(*m, layout), *m);
-    EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size), kLogitTolerance);
+    for (bool invariant : {true, false}) {
+      SCOPED_TRACE(std::string(cpu_blas::IsaName(isa)) + (invariant ? " invariant" : ""));
+      CpuBlasOptions options;
+      options.threads = 2;
+      options.isa = isa;
+      options.gemm.batch_invariant = invariant;
+      Driver fast(MakeCpuBlas(*m, layout, options), *m);
+      Driver ref(MakeReference(*m, layout), *m);
+      EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size), kLogitTolerance);
+    }
   }
 }
 
@@ -339,6 +343,7 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
           if (path == kSgemm) {
             options.gemm.quant_interleave_min_rows = 1 << 20;
             options.gemm.bf16_dot = false;
+            options.gemm.batch_invariant = false;  // which never uses sgemm
           }
           auto backend = CpuBlasBackend::Create(*m, layout, options);
           ASSERT_TRUE(backend.ok()) << backend.status();
@@ -367,6 +372,7 @@ TEST(CpuBlasBackendTest, BatchInvariance) {
     const KvLayout layout = KvLayout::ForModel(m->config(), 4, DType::kF32);
     CpuBlasOptions options;
     options.threads = 2;
+    options.gemm.batch_invariant = false;
 
     // Alone: prompt, then 12 greedy steps.
     Driver alone(MakeCpuBlas(*m, layout, options), *m);
@@ -381,8 +387,10 @@ TEST(CpuBlasBackendTest, BatchInvariance) {
     }
 
     // Shared: the same, with sequence 1 prefilling 97 tokens in chunks (so the steps have
-    // more than GemmOptions::sgemm_min_rows rows and take the sgemm path, while A alone
-    // takes the streaming kernels) and sequence 2 decoding beside it.
+    // more than GemmOptions::sgemm_min_rows rows and, batch invariance off, take the sgemm
+    // path, while A alone takes the streaming kernels) and sequence 2 decoding beside it.
+    // (With batch invariance on, the default, the logits are equal bit for bit:
+    // batch_invariance_test.)
     Driver shared(MakeCpuBlas(*m, layout, options), *m);
     for (int i = 0; i < 3; ++i) shared.AddSequence();
     l = shared.Run({{1, Tokens(17, vocab, 1)}, {0, Tokens(6, vocab, 9)}, {2, Tokens(2, vocab, 2)}});

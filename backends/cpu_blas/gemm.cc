@@ -77,11 +77,15 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
     quant_panels_ |= panel && model::IsQuantized(p.w->type);
     assert(!panel || PanelsReadable(*kernels_, options_).has(p.w->type));
   }
-  interleaved_ = quantized && !quant_panels_ && n >= options_.quant_interleave_min_rows &&
-                 cols % 256 == 0 && kernels_->matmul_q8_0_il != nullptr;
+  // Batch invariance: the interleaved kernels for every row count (their sums do not
+  // depend on it; the one-row kernels sum in another order).
+  const int interleave_min_rows =
+      options_.batch_invariant ? 1 : options_.quant_interleave_min_rows;
+  interleaved_ = quantized && !quant_panels_ && n >= interleave_min_rows && cols % 256 == 0 &&
+                 kernels_->matmul_q8_0_il != nullptr;
   assert(!bf16_panels || bf16_dot_);
   const bool panels = f32_panels || bf16_panels || quant_panels_;
-  const bool sgemm = !interleaved_ && !bf16_dot_ && !panels &&
+  const bool sgemm = !options_.batch_invariant && !interleaved_ && !bf16_dot_ && !panels &&
                      n >= (quantized ? options_.quant_sgemm_min_rows : options_.sgemm_min_rows);
   if (bf16_dot_) {
     RoundActivations(x, n, cols);

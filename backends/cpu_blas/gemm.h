@@ -15,6 +15,18 @@
 namespace kvserve::backends::cpu_blas {
 
 struct GemmOptions {
+  // Every output row is computed with the same arithmetic (the same kernel, the same
+  // summation order) whatever the number of activation rows in the product, so a
+  // sequence's K/V rows and logits do not depend on its batch, its prefill chunking, or
+  // whether its history was decoded, prefilled or fetched (issue "One session, one
+  // truth": output independent of cache state). Turns off everything whose rounding
+  // depends on the row count: OpenBLAS sgemm (sgemm_min_rows, quant_sgemm_min_rows and
+  // the attention of prefill chunks, step_plan.h) and, for quantized weights in the row
+  // layout, the switch between the one-row and the interleaved kernels
+  // (quant_interleave_min_rows: the interleaved kernels for every row count where they
+  // apply). The cost is measured in docs/performance.md ("Cache-state invariance").
+  // Default true.
+  bool batch_invariant = true;
   // Products with at least this many activation rows (of weights not in panels) run as
   // OpenBLAS sgemm over weight tiles (16-bit tiles are first converted to f32 in a per-thread
   // scratch of about tile_bytes); fewer rows use the SIMD kernels, which read each weight once for

@@ -40,8 +40,17 @@ enum class Out { kStore, kAdd };
 //   kNone: the rows are already in cache.
 enum class Prefetch { kNone, kContiguous, kRows };
 
+// Columns per chunk of a Block's sums: each output is the sum, chunk after chunk in
+// order, of one chain of multiply-adds per chunk reduced horizontally (HSum4's tree),
+// whatever R, N and the caller's blocking. The batched path (Blocked) works on chunks of
+// this size to keep a group's activations in L1; every other path sums the same way, so
+// an output row does not depend on how many activation rows share the product (batch
+// invariance, GemmOptions::batch_invariant).
+constexpr int64_t kChunkCols = 512;
+
 // y[i * ldy + r] (= or +=) W[r, 0:len] · x[i, 0:len] for r in [0, R), i in [0, N): R weight
-// rows (row stride ldw) against N activation rows, R * N accumulators in registers.
+// rows (row stride ldw) against N activation rows, R * N accumulators in registers, summed
+// by chunks of kChunkCols columns as kChunkCols says.
 // rows_ahead: see Prefetch::kRows (an integer: the address may lie past the weights).
 template <typename W, int R, int N, Prefetch kPrefetch, Out kOut>
 KVSERVE_SIMD_TARGET inline void Block(const typename W::T* w, int64_t ldw, int64_t len,
@@ -49,67 +58,79 @@ KVSERVE_SIMD_TARGET inline void Block(const typename W::T* w, int64_t ldw, int64
                                       uintptr_t rows_ahead = 0) {
   using T = typename W::T;
   constexpr int kLanes = V::kLanes;
-  typename V::Reg acc[R][N];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) acc[r][i] = V::Zero();
-  }
+  static_assert(kChunkCols % kLanes == 0);
   // (Integer arithmetic: the address may lie past the end of the weights.)
   const uintptr_t ahead =
       kPrefetch == Prefetch::kRows
           ? rows_ahead
           : reinterpret_cast<uintptr_t>(w) + static_cast<uintptr_t>(2 * R * ldw) * sizeof(T);
   constexpr int kStepBytes = kLanes * R * static_cast<int>(sizeof(T));
-  int64_t c = 0;
-  for (; c + kLanes <= len; c += kLanes) {
-    if constexpr (kPrefetch == Prefetch::kContiguous) {
+  constexpr int kSums = R * N;
+  float total[kSums];  // total[i * R + r]: the sums of the chunks so far
+  for (int64_t c0 = 0; c0 < len; c0 += kChunkCols) {
+    const int64_t c_end = std::min(len, c0 + kChunkCols);
+    typename V::Reg acc[R][N];
 #pragma GCC unroll 8
-      for (int b = 0; b < kStepBytes; b += 64) {
-        _mm_prefetch(
-            reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(c * R) * sizeof(T) + b),
-            _MM_HINT_T0);
-      }
-    } else if constexpr (kPrefetch == Prefetch::kRows) {
-      if ((c * static_cast<int64_t>(sizeof(T))) % 64 == 0) {
+    for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(r * ldw + c) *
-                                                                 sizeof(T)),
-                       _MM_HINT_T0);
+      for (int i = 0; i < N; ++i) acc[r][i] = V::Zero();
+    }
+    int64_t c = c0;
+    for (; c + kLanes <= c_end; c += kLanes) {
+      if constexpr (kPrefetch == Prefetch::kContiguous) {
+#pragma GCC unroll 8
+        for (int b = 0; b < kStepBytes; b += 64) {
+          _mm_prefetch(
+              reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(c * R) * sizeof(T) + b),
+              _MM_HINT_T0);
+        }
+      } else if constexpr (kPrefetch == Prefetch::kRows) {
+        if ((c * static_cast<int64_t>(sizeof(T))) % 64 == 0) {
+#pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) {
+            _mm_prefetch(reinterpret_cast<const char*>(
+                             ahead + static_cast<uintptr_t>(r * ldw + c) * sizeof(T)),
+                         _MM_HINT_T0);
+          }
         }
       }
+      typename V::Reg wv[R];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) wv[r] = W::Load(w + r * ldw + c);
+#pragma GCC unroll 8
+      for (int i = 0; i < N; ++i) {
+        typename V::Reg xv = V::Load(x + i * ldx + c);
+        // Keep xv in a register for its R FMAs: left alone, GCC folds the load into each
+        // FMA, and R * N loads per step instead of N make the loop load-bound, not
+        // FMA-bound (2 x 6 f32 block in L2, AVX2: 61 -> 73 GFLOP/s on one core).
+        if constexpr (R > 1) V::Pin(xv);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[r][i] = V::Fma(wv[r], xv, acc[r][i]);
+      }
     }
-    typename V::Reg wv[R];
+    // The R * N horizontal sums, activation row by activation row (sums[i * R + r]), four
+    // at a time (V::HSum4; a short last group padded with zero vectors, so that every
+    // accumulator is reduced by the same tree).
+    float sums[kSums + 3];
+    const typename V::Reg zero = V::Zero();
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) wv[r] = W::Load(w + r * ldw + c);
-#pragma GCC unroll 8
-    for (int i = 0; i < N; ++i) {
-      typename V::Reg xv = V::Load(x + i * ldx + c);
-      // Keep xv in a register for its R FMAs: left alone, GCC folds the load into each FMA,
-      // and R * N loads per step instead of N make the loop load-bound, not FMA-bound
-      // (2 x 6 f32 block in L2, AVX2: 61 -> 73 GFLOP/s on one core).
-      if constexpr (R > 1) V::Pin(xv);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) acc[r][i] = V::Fma(wv[r], xv, acc[r][i]);
+    for (int f = 0; f < kSums; f += 4) {
+      V::Store4(sums + f,
+                V::HSum4(acc[f % R][f / R], f + 1 < kSums ? acc[(f + 1) % R][(f + 1) / R] : zero,
+                         f + 2 < kSums ? acc[(f + 2) % R][(f + 2) / R] : zero,
+                         f + 3 < kSums ? acc[(f + 3) % R][(f + 3) / R] : zero));
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int i = 0; i < N; ++i) {
+        float s = sums[i * R + r];
+        for (int64_t t = c; t < c_end; ++t) s += W::One(w[r * ldw + t]) * x[i * ldx + t];
+        total[i * R + r] = c0 == 0 ? s : total[i * R + r] + s;
+      }
     }
   }
-  // The R * N horizontal sums, activation row by activation row (sums[i * R + r]), four
-  // at a time where they fill a group of four (V::HSum4).
-  constexpr int kSums = R * N;
-  float sums[kSums];
-  int f = 0;
-#pragma GCC unroll 8
-  for (; f + 4 <= kSums; f += 4) {
-    V::Store4(sums + f, V::HSum4(acc[f % R][f / R], acc[(f + 1) % R][(f + 1) / R],
-                                 acc[(f + 2) % R][(f + 2) / R], acc[(f + 3) % R][(f + 3) / R]));
-  }
-#pragma GCC unroll 4
-  for (; f < kSums; ++f) sums[f] = V::HSum(acc[f % R][f / R]);
   for (int r = 0; r < R; ++r) {
     for (int i = 0; i < N; ++i) {
-      float s = sums[i * R + r];
-      for (int64_t t = c; t < len; ++t) s += W::One(w[r * ldw + t]) * x[i * ldx + t];
+      const float s = len > 0 ? total[i * R + r] : 0.0f;
       if constexpr (kOut == Out::kAdd) {
         y[i * ldy + r] += s;
       } else {
@@ -126,7 +147,6 @@ KVSERVE_SIMD_TARGET inline void Block(const typename W::T* w, int64_t ldw, int64
 // rows kTileRows at a time so a tile's slice of W (32 x 512 x 4 B = 64 KiB at most) stays
 // in L2 while every group passes over it.
 constexpr int kMaxGroup = 6;
-constexpr int64_t kChunkCols = 512;
 constexpr int64_t kTileRows = 32;
 constexpr int64_t kPackedStride = kChunkCols + 16;
 // Activation rows packed at once (32 x 528 floats: 66 KiB of stack). More rows run as

@@ -576,7 +576,7 @@ KVSERVE_SIMD_TARGET void QMatVec8(const uint8_t* w, int64_t row_bytes, int64_t b
 }
 
 // Activation rows per pass of QMatMulT (their float accumulators live on the stack:
-// 64 x 32 bytes); more rows run in several passes over the weights.
+// 2 x 64 x 32 bytes); more rows run in several passes over the weights.
 constexpr int kQRowsPerPass = 64;
 
 // KernelSet::matmul_q* (simd_kernels.h) for format F: every weight row once against the
@@ -588,6 +588,7 @@ KVSERVE_SIMD_TARGET void QMatMulT(const uint8_t* w, int64_t row_bytes, int64_t c
   using XBlock = typename F::XBlock;
   const int64_t blocks = cols / F::kElems;
   __m256 acc[kQRowsPerPass];
+  __m256 acc_odd[kQRowsPerPass];
   for (int i0 = 0; i0 < n; i0 += kQRowsPerPass) {
     const int nn = std::min(kQRowsPerPass, n - i0);
     const uint8_t* x = static_cast<const uint8_t*>(xq) + i0 * ldxq;
@@ -627,13 +628,18 @@ KVSERVE_SIMD_TARGET void QMatMulT(const uint8_t* w, int64_t row_bytes, int64_t c
         y[i0 * ldy + r] = HSum8(_mm256_add_ps(a0, a1));
         continue;
       }
-      for (int i = 0; i < nn; ++i) acc[i] = _mm256_setzero_ps();
+      // The same sums as batch 1 above, so a row's result does not depend on n (batch
+      // invariance): 32-weight formats' odd blocks in a second chain, added at the end.
+      for (int i = 0; i < nn; ++i) acc[i] = acc_odd[i] = _mm256_setzero_ps();
       for (int64_t b = 0; b < blocks; ++b) {
         typename F::Block wb;
         F::Decode(wr + b * F::kBytes, &wb);
-        for (int i = 0; i < nn; ++i) acc[i] = F::Dot(wb, XAt<XBlock>(x, ldxq, i, b), acc[i]);
+        __m256* chain = F::kElems == 32 && b % 2 == 1 ? acc_odd : acc;
+        for (int i = 0; i < nn; ++i) chain[i] = F::Dot(wb, XAt<XBlock>(x, ldxq, i, b), chain[i]);
       }
-      for (int i = 0; i < nn; ++i) y[(i0 + i) * ldy + r] = HSum8(acc[i]);
+      for (int i = 0; i < nn; ++i) {
+        y[(i0 + i) * ldy + r] = HSum8(_mm256_add_ps(acc[i], acc_odd[i]));
+      }
     }
   }
 }

@@ -13,12 +13,12 @@ int64_t RangeRows(int64_t n, int64_t begin) {
 }
 
 // KV heads per kPaged task (see PlanStep).
-int PagedKvHeadsPerTask(const Batch& batch, int n_kv_heads, int threads) {
+int PagedKvHeadsPerTask(const Batch& batch, int n_kv_heads, int threads, bool sgemm_attention) {
   int64_t short_ranges = 0;
   for (const SequenceInput& seq : batch.sequences) {
     const int64_t n = static_cast<int64_t>(seq.tokens.size());
     for (int64_t r = 0; r < n; r += kAttentionRowsPerTask) {
-      if (RangeRows(n, r) < kAttentionSgemmMinRows) ++short_ranges;
+      if (!sgemm_attention || RangeRows(n, r) < kAttentionSgemmMinRows) ++short_ranges;
     }
   }
   const int64_t target = 2 * static_cast<int64_t>(threads);
@@ -33,7 +33,8 @@ void PlanStep(const Batch& batch, const StepPlanOptions& options, StepPlan& plan
   plan.attention_tasks.clear();
   plan.logit_rows.clear();
   const int n_kv_heads = options.n_kv_heads;
-  const int paged_heads = PagedKvHeadsPerTask(batch, n_kv_heads, options.threads);
+  const int paged_heads =
+      PagedKvHeadsPerTask(batch, n_kv_heads, options.threads, options.sgemm_attention);
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     const SequenceInput& seq = batch.sequences[i];
     const int s = static_cast<int>(i);
@@ -44,7 +45,7 @@ void PlanStep(const Batch& batch, const StepPlanOptions& options, StepPlan& plan
     const int last = static_cast<int>(plan.rows.size());
     for (int r = first; r < last; r += kAttentionRowsPerTask) {
       const int end = std::min(last, r + kAttentionRowsPerTask);
-      const bool sgemm = end - r >= kAttentionSgemmMinRows;
+      const bool sgemm = options.sgemm_attention && end - r >= kAttentionSgemmMinRows;
       const int heads = sgemm ? 1 : paged_heads;
       const AttentionPath path = sgemm ? AttentionPath::kSgemm : AttentionPath::kPaged;
       for (int h = 0; h < n_kv_heads; h += heads) {

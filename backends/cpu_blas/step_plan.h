@@ -69,12 +69,16 @@ struct StepPlan {
 struct StepPlanOptions {
   int n_kv_heads = 1;  // the model's KV heads, >= 1
   int threads = 1;     // threads that will run the attention tasks, >= 1
+  // Ranges of kAttentionSgemmMinRows rows or more take the kSgemm path; false: every
+  // range takes kPaged, so each query row is computed alike whatever its chunk
+  // (GemmOptions::batch_invariant).
+  bool sgemm_attention = true;
 };
 
 // Plans `batch` into `plan` (its previous contents are discarded, its capacity reused).
 //
-// Attention tasks: a range of at least kAttentionSgemmMinRows rows takes the kSgemm path,
-// one task per KV head. Shorter ranges (decode rows, a prefill chunk's short tail) take
+// Attention tasks: with options.sgemm_attention, a range of at least
+// kAttentionSgemmMinRows rows takes the kSgemm path, one task per KV head. Shorter ranges (decode rows, a prefill chunk's short tail) take
 // the kPaged path with adjacent KV heads grouped, so that a task reads one contiguous
 // slice of each cached row: ceil(n_kv_heads * short_ranges / (2 * threads)) heads per task,
 // clamped to [1, n_kv_heads] (about two tasks per thread overall; the last group of a
