@@ -7,8 +7,19 @@
 namespace kvserve::backends {
 namespace {
 
-CpuBlasOptions CpuBlasOptionsFrom(const BackendOptions& options) {
+absl::StatusOr<CpuBlasOptions> CpuBlasOptionsFrom(const BackendOptions& options) {
   CpuBlasOptions cpu_options;
+  if (!options.kernel_level.empty()) {
+    for (cpu_blas::Isa isa : {cpu_blas::Isa::kScalar, cpu_blas::Isa::kAvx2, cpu_blas::Isa::kAvx512,
+                              cpu_blas::Isa::kAvx512Vnni, cpu_blas::Isa::kAvx512Bf16}) {
+      if (cpu_blas::IsaName(isa) == options.kernel_level) cpu_options.isa = isa;
+    }
+    if (!cpu_options.isa.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown kernel level \"", options.kernel_level,
+                       "\" (known: scalar, avx2, avx512, avx512vnni, avx512bf16)"));
+    }
+  }
   cpu_options.threads = options.threads;
   cpu_options.gemm.f32_panels = options.f32_panels;
   cpu_options.gemm.bf16_panels = options.bf16_panels;
@@ -30,8 +41,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
     return std::unique_ptr<Backend>(std::move(*backend));
   }
   if (name == "cpu_blas") {
+    absl::StatusOr<CpuBlasOptions> cpu_options = CpuBlasOptionsFrom(options);
+    if (!cpu_options.ok()) return cpu_options.status();
     absl::StatusOr<std::unique_ptr<CpuBlasBackend>> backend =
-        CpuBlasBackend::Create(model, kv_layout, CpuBlasOptionsFrom(options));
+        CpuBlasBackend::Create(model, kv_layout, *cpu_options);
     if (!backend.ok()) return backend.status();
     return std::unique_ptr<Backend>(std::move(*backend));
   }
@@ -42,7 +55,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
 
 model::PanelTypes BackendReadsPanels(const std::string& name, const BackendOptions& options) {
   if (name != "cpu_blas") return {};
-  return CpuBlasBackend::ReadsPanels(CpuBlasOptionsFrom(options));
+  absl::StatusOr<CpuBlasOptions> cpu_options = CpuBlasOptionsFrom(options);
+  return cpu_options.ok() ? CpuBlasBackend::ReadsPanels(*cpu_options) : model::PanelTypes{};
 }
 
 }  // namespace kvserve::backends

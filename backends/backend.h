@@ -54,6 +54,11 @@ struct BackendOptions {
   // batch_invariant); false allows OpenBLAS sgemm for prefill, which rounds differently.
   // The reference backend always is. Default true.
   bool batch_invariant = true;
+  // cpu_blas: the kernel level by name (cpu_blas::IsaName: scalar, avx2, avx512,
+  // avx512vnni, avx512bf16), for measuring a lower level on a better CPU; an unknown name
+  // is INVALID_ARGUMENT, a level the CPU lacks FAILED_PRECONDITION. Empty: the best the
+  // CPU supports. Default "".
+  std::string kernel_level;
 };
 
 // Runs the model. A backend holds only scratch buffers and read-only weights; it owns

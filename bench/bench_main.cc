@@ -47,6 +47,10 @@ ABSL_FLAG(int32_t, reference_prompt_tokens, 64, "--prompt-tokens of the referenc
 ABSL_FLAG(IntListFlag, reference_batches, IntListFlag({1, 16}),
           "--batches of the reference backend.");
 ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache element type: f32 or f16.");
+ABSL_FLAG(std::string, kernel_level, "",
+          "cpu_blas kernel level (scalar, avx2, avx512, avx512vnni, avx512bf16); empty = the "
+          "best this CPU has. With a lower level, also set OPENBLAS_CORETYPE (e.g. Haswell) "
+          "to measure an older CPU's sgemm.");
 ABSL_FLAG(bool, batch_invariant, true,
           "cpu_blas: the same arithmetic for every row whatever the batch (as kvserve "
           "serves by default); false lets prefill use OpenBLAS sgemm.");
@@ -83,6 +87,7 @@ struct Flags {
   std::string tokenizer;
   bool weights_huge_pages = true;
   bool batch_invariant = true;
+  std::string kernel_level;
   std::vector<std::string> backends;
   int threads = 0;
   int repeats = 0;
@@ -110,6 +115,7 @@ absl::StatusOr<Flags> FlagsFromCommandLine() {
   f.tokenizer = absl::GetFlag(FLAGS_tokenizer);
   f.weights_huge_pages = absl::GetFlag(FLAGS_weights_huge_pages);
   f.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
+  f.kernel_level = absl::GetFlag(FLAGS_kernel_level);
   for (const std::string& name : absl::GetFlag(FLAGS_backends)) {
     if (!name.empty()) f.backends.push_back(name);
   }
@@ -204,8 +210,9 @@ absl::Status Run(const Flags& flags, const kvserve::backends::cpu_blas::BlasCore
   // with its projections in panels where the backend reads them (engine::LoadModel).
   const model::PanelTypes panels =
       flags.backends == std::vector<std::string>{"cpu_blas"}
-          ? backends::BackendReadsPanels("cpu_blas",
-                                         backends::BackendOptions{.threads = flags.threads})
+          ? backends::BackendReadsPanels(
+                "cpu_blas", backends::BackendOptions{.threads = flags.threads,
+                                                     .kernel_level = flags.kernel_level})
           : model::PanelTypes{};
   absl::StatusOr<std::unique_ptr<model::Model>> loaded = model::Model::Load(
       flags.model, flags.tokenizer,
@@ -222,6 +229,7 @@ absl::Status Run(const Flags& flags, const kvserve::backends::cpu_blas::BlasCore
     backends::BackendOptions options;
     options.threads = flags.threads;
     options.batch_invariant = flags.batch_invariant;
+    options.kernel_level = flags.kernel_level;
     absl::StatusOr<std::unique_ptr<backends::Backend>> backend =
         backends::CreateBackend(name, mdl, layout, options);
     if (absl::IsNotFound(backend.status())) {

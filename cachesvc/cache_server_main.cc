@@ -29,26 +29,12 @@
 #include "server/host_port.h"
 #include "server/shutdown_signals.h"
 #include "server/tls_credentials.h"
+#include "server/tls_flags.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50061",
           "gRPC listen address HOST:PORT (port 0 = any free port, printed at start).");
 ABSL_FLAG(std::string, metrics_listen, "",
           "Prometheus /metrics listen address HOST:PORT; empty (default) = none.");
-ABSL_FLAG(std::string, tls_cert, "",
-          "TLS: PEM certificate chain of the gRPC port (with --tls-key); empty = plaintext. "
-          "Re-read every --tls-refresh-interval; new connections get a replaced one, open "
-          "ones keep theirs.");
-ABSL_FLAG(std::string, tls_key, "", "TLS: PEM private key of --tls-cert (unencrypted).");
-ABSL_FLAG(std::string, tls_client_ca, "",
-          "Mutual TLS: PEM CA file; clients (health probes too) must present a certificate "
-          "it signed. Empty = no client certificate asked for.");
-ABSL_FLAG(absl::Duration, tls_refresh_interval, absl::Seconds(60),
-          "TLS: how often the certificate, key and CA files are checked for changes; whole "
-          "seconds >= 1s.");
-ABSL_FLAG(std::string, metrics_tls_cert, "",
-          "HTTPS for /metrics: PEM certificate chain (with --metrics-tls-key); read once at "
-          "start (a new one needs a restart). Empty = plain HTTP.");
-ABSL_FLAG(std::string, metrics_tls_key, "", "HTTPS for /metrics: PEM key of --metrics-tls-cert.");
 ABSL_FLAG(int64_t, memory_bytes, int64_t{1} << 30,
           "Memory tier: block record bytes held at most (default 1 GiB).");
 ABSL_FLAG(int64_t, partition_quota_bytes, 0,
@@ -108,25 +94,10 @@ absl::StatusOr<CacheServerOptions> OptionsFromFlags() {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_threads = absl::GetFlag(FLAGS_max_threads);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      server::MakeServerCredentials(
-          {.cert_file = absl::GetFlag(FLAGS_tls_cert),
-           .key_file = absl::GetFlag(FLAGS_tls_key),
-           .client_ca_file = absl::GetFlag(FLAGS_tls_client_ca),
-           .refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval)});
+      server::ServerCredentialsFromFlags();
   if (!credentials.ok()) return credentials.status();
   options.credentials = *std::move(credentials);
-  const std::string metrics_cert = absl::GetFlag(FLAGS_metrics_tls_cert);
-  const std::string metrics_key = absl::GetFlag(FLAGS_metrics_tls_key);
-  if (!metrics_cert.empty() || !metrics_key.empty()) {
-    absl::StatusOr<server::PemKeyCertPair> pair =
-        server::LoadKeyCertPair(metrics_cert, metrics_key);
-    if (!pair.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--metrics-tls-cert/--metrics-tls-key: ", pair.status().message()));
-    }
-    options.metrics.tls_cert_pem = std::move(pair->cert_pem);
-    options.metrics.tls_key_pem = std::move(pair->key_pem);
-  }
+  if (absl::Status s = server::ApplyMetricsTlsFlags(options.metrics); !s.ok()) return s;
   SessionCacheService::Options& s = options.service;
   s.max_chain_blocks = absl::GetFlag(FLAGS_max_chain_blocks);
   s.max_record_bytes = absl::GetFlag(FLAGS_max_record_bytes);

@@ -82,8 +82,10 @@ std::vector<std::string> ParseFlags(int argc, char** argv, std::string_view usag
                                     std::function<std::string()> version) {
   absl::FlagsUsageConfig config;
   const std::string file(main_file);
+  // --help lists the main file's flags and the shared server flags (server/tls_flags.cc)
+  // where the binary links them.
   config.contains_help_flags = [file](absl::string_view path) {
-    return absl::EndsWith(path, file);
+    return absl::EndsWith(path, file) || absl::EndsWith(path, "server/tls_flags.cc");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   if (version == nullptr) {

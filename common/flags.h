@@ -20,7 +20,8 @@ using RepeatedFlag = absl::Flag<std::vector<std::string>>;
 // Parses argv with Abseil flags. Before parsing, "--dashed-name[=v]" is rewritten to
 // "--dashed_name[=v]" so both spellings work (absl flag names use '_'), and "-h" to
 // "--help". `usage` becomes the program usage message; --help lists only the flags defined
-// in files whose name ends with `main_file` (e.g. "server_main.cc") and exits 1 (Abseil).
+// in files whose name ends with `main_file` (e.g. "server_main.cc") or "server/tls_flags.cc" (the
+// shared server flags) and exits 1 (Abseil).
 // Every occurrence of a `repeated` flag ("--name V" or "--name=V", either spelling) is
 // taken out of argv before Abseil sees it; if there was any, the flag is set to the values
 // in order, each kept whole (a comma is no separator). Returns the positional arguments,

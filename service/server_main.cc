@@ -30,6 +30,7 @@
 #include "server/bearer_auth.h"
 #include "server/shutdown_signals.h"
 #include "server/tls_credentials.h"
+#include "server/tls_flags.h"
 #include "service/server.h"
 
 ABSL_FLAG(std::string, model, "",
@@ -64,21 +65,6 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "gRPC listen address HOST:PORT (port 0 = any free port; 0.0.0.0 for all interfaces).");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics listen address HOST:PORT; empty = no metrics endpoint.");
-ABSL_FLAG(std::string, tls_cert, "",
-          "TLS: PEM certificate chain of the gRPC port (with --tls-key); empty = plaintext. "
-          "Re-read every --tls-refresh-interval; new connections get a replaced one, open "
-          "ones keep theirs.");
-ABSL_FLAG(std::string, tls_key, "", "TLS: PEM private key of --tls-cert (unencrypted).");
-ABSL_FLAG(std::string, tls_client_ca, "",
-          "Mutual TLS: PEM CA file; clients (health probes too) must present a certificate "
-          "it signed. Empty = no client certificate asked for.");
-ABSL_FLAG(absl::Duration, tls_refresh_interval, absl::Seconds(60),
-          "TLS: how often the certificate, key and CA files (also the --session-cache-tls-* "
-          "ones) are checked for changes; whole seconds >= 1s.");
-ABSL_FLAG(std::string, metrics_tls_cert, "",
-          "HTTPS for /metrics: PEM certificate chain (with --metrics-tls-key); read once at "
-          "start (a new one needs a restart). Empty = plain HTTP.");
-ABSL_FLAG(std::string, metrics_tls_key, "", "HTTPS for /metrics: PEM key of --metrics-tls-cert.");
 ABSL_FLAG(int64_t, kv_budget_mib, 512, "KV cache memory (block pool) in MiB.");
 ABSL_FLAG(int32_t, kv_block_tokens, 16, "KV block size in token positions.");
 ABSL_FLAG(bool, kv_prefault, true,
@@ -253,25 +239,10 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   options.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   options.malloc_trim_interval = absl::GetFlag(FLAGS_malloc_trim_interval);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      server::MakeServerCredentials(
-          {.cert_file = absl::GetFlag(FLAGS_tls_cert),
-           .key_file = absl::GetFlag(FLAGS_tls_key),
-           .client_ca_file = absl::GetFlag(FLAGS_tls_client_ca),
-           .refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval)});
+      server::ServerCredentialsFromFlags();
   if (!credentials.ok()) return credentials.status();
   options.credentials = *std::move(credentials);
-  const std::string metrics_cert = absl::GetFlag(FLAGS_metrics_tls_cert);
-  const std::string metrics_key = absl::GetFlag(FLAGS_metrics_tls_key);
-  if (!metrics_cert.empty() || !metrics_key.empty()) {
-    absl::StatusOr<server::PemKeyCertPair> pair =
-        server::LoadKeyCertPair(metrics_cert, metrics_key);
-    if (!pair.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--metrics-tls-cert/--metrics-tls-key: ", pair.status().message()));
-    }
-    options.metrics.tls_cert_pem = std::move(pair->cert_pem);
-    options.metrics.tls_key_pem = std::move(pair->key_pem);
-  }
+  if (absl::Status s = server::ApplyMetricsTlsFlags(options.metrics); !s.ok()) return s;
   options.service.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   options.service.limits.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
   options.service.limits.max_session_id_bytes = absl::GetFlag(FLAGS_max_session_id_bytes);
@@ -353,11 +324,10 @@ absl::StatusOr<std::unique_ptr<cache::RemoteCacheClient>> SessionCacheFromFlags(
   cache::RemoteCacheClient::Options options;
   options.target = target;
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      server::MakeChannelCredentials(
-          {.ca_file = absl::GetFlag(FLAGS_session_cache_tls_ca),
-           .cert_file = absl::GetFlag(FLAGS_session_cache_tls_cert),
-           .key_file = absl::GetFlag(FLAGS_session_cache_tls_key),
-           .refresh_interval = absl::GetFlag(FLAGS_tls_refresh_interval)});
+      server::MakeChannelCredentials({.ca_file = absl::GetFlag(FLAGS_session_cache_tls_ca),
+                                      .cert_file = absl::GetFlag(FLAGS_session_cache_tls_cert),
+                                      .key_file = absl::GetFlag(FLAGS_session_cache_tls_key),
+                                      .refresh_interval = server::TlsRefreshIntervalFromFlag()});
   if (!credentials.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--session-cache-tls-*: ", credentials.status().message()));

@@ -178,8 +178,9 @@ int CountDifferences(const model::Model& m, const KvLayout& layout, const Factor
   }
   {
     Feeder f(make(m, layout), m);
-    outcomes.emplace_back("one chunk", Run(f, history, vocab, false,
-                                           [&](Feeder& f) { return f.Step({{0, history}}); }));
+    outcomes.emplace_back("one chunk", Run(f, history, vocab, false, [&](Feeder& f) {
+                            return f.Step({{0, history}});
+                          }));
   }
   {
     Feeder f(make(m, layout), m);
@@ -210,9 +211,8 @@ int CountDifferences(const model::Model& m, const KvLayout& layout, const Factor
       same = false;
       if (report) {
         const size_t at = FirstDifference(got.logits[s], first.logits[s]);
-        ADD_FAILURE() << name << ": logits after step " << s << " differ from "
-                      << outcomes[0].first << " at " << at << ": " << got.logits[s][at]
-                      << " vs " << first.logits[s][at];
+        ADD_FAILURE() << name << ": logits after step " << s << " differ from " << outcomes[0].first
+                      << " at " << at << ": " << got.logits[s][at] << " vs " << first.logits[s][at];
       }
     }
     differ += same ? 0 : 1;
@@ -257,11 +257,14 @@ void CheckEveryLevel(const model::Model& model) {
           options.gemm.f32_panels = options.gemm.bf16_panels = options.gemm.quant_panels = panels;
           ASSERT_TRUE(options.gemm.batch_invariant);  // the default
           const KvLayout layout = KvLayout::ForModel(m->config(), 16, kv);
-          CountDifferences(*m, layout, [&](const model::Model& mm, const KvLayout& l) {
-            auto b = CpuBlasBackend::Create(mm, l, options);
-            EXPECT_TRUE(b.ok()) << b.status();
-            return std::unique_ptr<Backend>(std::move(*b));
-          }, /*report=*/true);
+          CountDifferences(
+              *m, layout,
+              [&](const model::Model& mm, const KvLayout& l) {
+                auto b = CpuBlasBackend::Create(mm, l, options);
+                EXPECT_TRUE(b.ok()) << b.status();
+                return std::unique_ptr<Backend>(std::move(*b));
+              },
+              /*report=*/true);
         }
       }
     }
@@ -276,11 +279,14 @@ TEST_P(BatchInvarianceTest, ReferenceBackend) {
   for (DType kv : {DType::kF32, DType::kF16}) {
     SCOPED_TRACE(std::string("kv ") + std::string(model::DTypeName(kv)));
     const KvLayout layout = KvLayout::ForModel(m->config(), 16, kv);
-    CountDifferences(*m, layout, [](const model::Model& mm, const KvLayout& l) {
-      auto b = ReferenceBackend::Create(mm, l);
-      EXPECT_TRUE(b.ok()) << b.status();
-      return std::unique_ptr<Backend>(std::move(*b));
-    }, /*report=*/true);
+    CountDifferences(
+        *m, layout,
+        [](const model::Model& mm, const KvLayout& l) {
+          auto b = ReferenceBackend::Create(mm, l);
+          EXPECT_TRUE(b.ok()) << b.status();
+          return std::unique_ptr<Backend>(std::move(*b));
+        },
+        /*report=*/true);
   }
 }
 
@@ -312,13 +318,14 @@ TEST(BatchInvarianceOffTest, SgemmPathsDiffer) {
   options.threads = 1;
   options.gemm.batch_invariant = false;
   const KvLayout layout = KvLayout::ForModel(m->config(), 16, DType::kF32);
-  EXPECT_GT(CountDifferences(*m, layout,
-                             [&](const model::Model& mm, const KvLayout& l) {
-                               auto b = CpuBlasBackend::Create(mm, l, options);
-                               EXPECT_TRUE(b.ok()) << b.status();
-                               return std::unique_ptr<Backend>(std::move(*b));
-                             },
-                             /*report=*/false),
+  EXPECT_GT(CountDifferences(
+                *m, layout,
+                [&](const model::Model& mm, const KvLayout& l) {
+                  auto b = CpuBlasBackend::Create(mm, l, options);
+                  EXPECT_TRUE(b.ok()) << b.status();
+                  return std::unique_ptr<Backend>(std::move(*b));
+                },
+                /*report=*/false),
             0);
 }
 

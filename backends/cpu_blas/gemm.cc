@@ -79,8 +79,7 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
   }
   // Batch invariance: the interleaved kernels for every row count (their sums do not
   // depend on it; the one-row kernels sum in another order).
-  const int interleave_min_rows =
-      options_.batch_invariant ? 1 : options_.quant_interleave_min_rows;
+  const int interleave_min_rows = options_.batch_invariant ? 1 : options_.quant_interleave_min_rows;
   interleaved_ = quantized && !quant_panels_ && n >= interleave_min_rows && cols % 256 == 0 &&
                  kernels_->matmul_q8_0_il != nullptr;
   assert(!bf16_panels || bf16_dot_);

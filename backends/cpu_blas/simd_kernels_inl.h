@@ -88,8 +88,8 @@ KVSERVE_SIMD_TARGET inline void Block(const typename W::T* w, int64_t ldw, int64
         if ((c * static_cast<int64_t>(sizeof(T))) % 64 == 0) {
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
-            _mm_prefetch(reinterpret_cast<const char*>(
-                             ahead + static_cast<uintptr_t>(r * ldw + c) * sizeof(T)),
+            _mm_prefetch(reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(r * ldw + c) *
+                                                                   sizeof(T)),
                          _MM_HINT_T0);
           }
         }
