@@ -14,6 +14,9 @@ using kernels::KvKind;
 
 namespace {
 
+// Query rows of a kPaged task that go over the K/V blocks together (AttendPaged).
+constexpr int kPagedRowsPerPass = 8;
+
 // Steps with fewer multiply-adds than this (tiny models, one decode row) run on the
 // caller: waking the pool costs more than the work.
 constexpr int64_t kMinParallelWork = 32 * 1024;
@@ -101,59 +104,97 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
   // heads) instead of one head's 64 floats per row across the whole context.
   const int h_begin = task.kv_head * group;
   const int n_heads = task.kv_heads * group;
+  const size_t slice_offset = static_cast<size_t>(task.kv_head) * head_bytes;
+  const size_t slice_bytes = static_cast<size_t>(task.kv_heads) * head_bytes;
 
-  for (int j = task.row_begin; j < task.row_end; ++j) {
-    // Causal (and, with a sliding window, local): positions [first, pos].
-    const int n_pos = step.plan.rows[j].pos + 1;
-    const int first = c.FirstVisiblePosition(n_pos - 1);
-    const size_t n_vis = static_cast<size_t>(n_pos - first);
-    Grow(att, static_cast<size_t>(n_heads) * n_vis);  // [n_heads, n_vis]
-    const float* qj = step.q + static_cast<size_t>(j) * q_dim;
-    float* oj = step.att_out + static_cast<size_t>(j) * q_dim;
+  // Up to kPagedRowsPerPass query rows (consecutive positions of the sequence) go over the
+  // K/V blocks together, so a block read for the first is still in cache for the others
+  // (a prefill chunk's rows would otherwise each stream the whole context from L3). Each
+  // row sees its own positions [first_r, pos_r] in the same segments (the blocks cut at
+  // its window) and gets the same kernel calls as when it runs alone: a row's result does
+  // not depend on the rows beside it (batch invariance).
+  for (int g0 = task.row_begin; g0 < task.row_end; g0 += kPagedRowsPerPass) {
+    const int g1 = std::min(task.row_end, g0 + kPagedRowsPerPass);
+    struct RowView {
+      int first;
+      int n_pos;
+      size_t n_vis;
+      size_t att;  // offset of its [n_heads, n_vis] weights in `att`
+    };
+    RowView rv[kPagedRowsPerPass];
+    size_t total = 0;
+    for (int j = g0; j < g1; ++j) {
+      RowView& r = rv[j - g0];
+      r.n_pos = step.plan.rows[j].pos + 1;
+      r.first = c.FirstVisiblePosition(r.n_pos - 1);
+      r.n_vis = static_cast<size_t>(r.n_pos - r.first);
+      r.att = total;
+      total += static_cast<size_t>(n_heads) * r.n_vis;
+    }
+    Grow(att, total);
+    // Positions some row of the pass sees: the first row's first, the last row's last.
+    const int lo = rv[0].first;
+    const int hi = rv[g1 - g0 - 1].n_pos;
 
     // On the caller alone (Step::prefetch), the K and V block after the one being read are
     // prefetched (K's first block, and V's first after K's last).
-    const size_t slice_offset = static_cast<size_t>(task.kv_head) * head_bytes;
-    const size_t slice_bytes = static_cast<size_t>(task.kv_heads) * head_bytes;
     auto prefetch_block = [&](KvKind kind, int t0) {
-      if (!step.prefetch || t0 >= n_pos) return;
-      const int t1 = std::min(n_pos, (t0 / bt + 1) * bt);
+      if (!step.prefetch || t0 >= hi) return;
+      const int t1 = std::min(hi, (t0 / bt + 1) * bt);
       PrefetchSlice(kv.Row(step.layer, kind, t0), t1 - t0, row_bytes, slice_offset, slice_bytes);
     };
-    prefetch_block(KvKind::kKey, first);
+    // Calls fn(row m, a, b) for each row's part [a, b) of positions [t0, t1).
+    auto for_each_row = [&](int t0, int t1, auto&& fn) {
+      for (int m = 0; m < g1 - g0; ++m) {
+        const int a = std::max(t0, rv[m].first);
+        const int b = std::min(t1, rv[m].n_pos);
+        if (a < b) fn(m, a, b);
+      }
+    };
+    prefetch_block(KvKind::kKey, lo);
     // scores[h][t - first] = scale * q_h · K[t][kv_head(h)], one block's rows at a time.
-    for (int t0 = first; t0 < n_pos;) {
-      const uint8_t* plane = kv.Row(step.layer, KvKind::kKey, t0);
-      const int t1 = std::min(n_pos, (t0 / bt + 1) * bt);
-      if (t1 < n_pos) {
+    for (int t0 = lo; t0 < hi;) {
+      const int t1 = std::min(hi, (t0 / bt + 1) * bt);
+      if (t1 < hi) {
         prefetch_block(KvKind::kKey, t1);
       } else {
-        prefetch_block(KvKind::kValue, first);
+        prefetch_block(KvKind::kValue, lo);
       }
-      for (int i = 0; i < n_heads; ++i) {
-        const int h = h_begin + i;
-        dot_rows(qj + static_cast<size_t>(h) * hd,
-                 plane + static_cast<size_t>(h / group) * head_bytes, row_bytes, t1 - t0, hd, scale,
-                 att.data() + static_cast<size_t>(i) * n_vis + (t0 - first));
-      }
+      for_each_row(t0, t1, [&](int m, int a, int b) {
+        const float* qj = step.q + static_cast<size_t>(g0 + m) * q_dim;
+        const uint8_t* plane = kv.Row(step.layer, KvKind::kKey, a);
+        for (int i = 0; i < n_heads; ++i) {
+          const int h = h_begin + i;
+          dot_rows(qj + static_cast<size_t>(h) * hd,
+                   plane + static_cast<size_t>(h / group) * head_bytes, row_bytes, b - a, hd, scale,
+                   att.data() + rv[m].att + i * rv[m].n_vis + (a - rv[m].first));
+        }
+      });
       t0 = t1;
     }
-    for (int i = 0; i < n_heads; ++i) {
-      kernels_->softmax(att.data() + static_cast<size_t>(i) * n_vis, static_cast<int64_t>(n_vis));
+    for (int m = 0; m < g1 - g0; ++m) {
+      float* oj = step.att_out + static_cast<size_t>(g0 + m) * q_dim;
+      for (int i = 0; i < n_heads; ++i) {
+        kernels_->softmax(att.data() + rv[m].att + i * rv[m].n_vis,
+                          static_cast<int64_t>(rv[m].n_vis));
+      }
+      std::fill(oj + static_cast<size_t>(h_begin) * hd,
+                oj + static_cast<size_t>(h_begin + n_heads) * hd, 0.0f);
     }
     // out_h = sum_t att[h][t - first] * V[t][kv_head(h)]
-    std::fill(oj + static_cast<size_t>(h_begin) * hd,
-              oj + static_cast<size_t>(h_begin + n_heads) * hd, 0.0f);
-    for (int t0 = first; t0 < n_pos;) {
-      const uint8_t* plane = kv.Row(step.layer, KvKind::kValue, t0);
-      const int t1 = std::min(n_pos, (t0 / bt + 1) * bt);
+    for (int t0 = lo; t0 < hi;) {
+      const int t1 = std::min(hi, (t0 / bt + 1) * bt);
       prefetch_block(KvKind::kValue, t1);
-      for (int i = 0; i < n_heads; ++i) {
-        const int h = h_begin + i;
-        axpy_rows(att.data() + static_cast<size_t>(i) * n_vis + (t0 - first),
-                  plane + static_cast<size_t>(h / group) * head_bytes, row_bytes, t1 - t0, hd,
-                  oj + static_cast<size_t>(h) * hd);
-      }
+      for_each_row(t0, t1, [&](int m, int a, int b) {
+        float* oj = step.att_out + static_cast<size_t>(g0 + m) * q_dim;
+        const uint8_t* plane = kv.Row(step.layer, KvKind::kValue, a);
+        for (int i = 0; i < n_heads; ++i) {
+          const int h = h_begin + i;
+          axpy_rows(att.data() + rv[m].att + i * rv[m].n_vis + (a - rv[m].first),
+                    plane + static_cast<size_t>(h / group) * head_bytes, row_bytes, b - a, hd,
+                    oj + static_cast<size_t>(h) * hd);
+        }
+      });
       t0 = t1;
     }
   }

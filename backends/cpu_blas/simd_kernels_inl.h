@@ -66,7 +66,7 @@ KVSERVE_SIMD_TARGET inline void Block(const typename W::T* w, int64_t ldw, int64
           : reinterpret_cast<uintptr_t>(w) + static_cast<uintptr_t>(2 * R * ldw) * sizeof(T);
   constexpr int kStepBytes = kLanes * R * static_cast<int>(sizeof(T));
   constexpr int kSums = R * N;
-  float total[kSums];  // total[i * R + r]: the sums of the chunks so far
+  float total[kSums] = {};  // total[i * R + r]: the sums of the chunks so far
   for (int64_t c0 = 0; c0 < len; c0 += kChunkCols) {
     const int64_t c_end = std::min(len, c0 + kChunkCols);
     typename V::Reg acc[R][N];
