@@ -187,15 +187,18 @@ void SessionManager::AdoptRecord(cache::RemoteSession record, absl::Time now) {
   if (*outcome == SessionStore::AdoptOutcome::kRefreshed) ++stats_.refreshed_total;
 }
 
-void SessionManager::CreateRecord(const std::string& id) {
+absl::Status SessionManager::CreateRecord(const std::string& id, const std::string& tenant) {
   std::optional<cache::RemoteSession> record = RecordOf(id, partition_);
-  if (!record.has_value()) return;
+  if (!record.has_value()) return absl::OkStatus();
   absl::StatusOr<int64_t> version = remote_->PutSession(*record, 0, "", Deadline());
   if (version.ok()) {
     store_.SetVersion(id, *version);
-  } else {
-    Unreachable(version.status(), "PutSession").IgnoreError();
+    return absl::OkStatus();
   }
+  // A session other replicas cannot find is not opened: its id is never handed out (a
+  // record written after all, the call having timed out, stays unknown and expires).
+  store_.Close(id, tenant, clock_->Now()).IgnoreError();
+  return Unreachable(version.status(), "PutSession (the session was not opened)");
 }
 
 absl::StatusOr<std::optional<int64_t>> SessionManager::Sync(const std::string& id,
@@ -218,10 +221,10 @@ absl::StatusOr<std::optional<int64_t>> SessionManager::Sync(const std::string& i
 void SessionManager::Open(absl::Duration ttl, const std::string& tenant, SessionCallback done) {
   absl::StatusOr<SessionInfo> info = store_.Open(ttl, tenant, clock_->Now());
   if (remote_ == nullptr || !info.ok()) return done(std::move(info));
-  Post([this, info = *info, done = std::move(done)] {
+  Post([this, info = *info, tenant, done = std::move(done)] {
     // Written before the call answers: a session-affine router may send the first turn
     // to another replica.
-    CreateRecord(info.id);
+    if (absl::Status created = CreateRecord(info.id, tenant); !created.ok()) return done(created);
     done(info);
   });
 }
@@ -234,7 +237,11 @@ void SessionManager::Fork(const std::string& parent_id, absl::Duration ttl,
     if (absl::IsNotFound(synced.status())) return done(synced.status());
     if (!synced.ok()) return done(Unreachable(synced.status(), "GetSession"));
     absl::StatusOr<SessionInfo> child = store_.Fork(parent_id, ttl, tenant, clock_->Now());
-    if (child.ok()) CreateRecord(child->id);
+    if (child.ok()) {
+      if (absl::Status created = CreateRecord(child->id, tenant); !created.ok()) {
+        return done(created);
+      }
+    }
     done(std::move(child));
   });
 }
@@ -364,9 +371,41 @@ bool SessionManager::EndTurn(const std::string& id, const Turn& turn, cache::Seq
                                           " changed on another replica while this turn ran; the "
                                           "turn was not recorded: retry it")));
     }
-    done(Unreachable(committed.status(), "PutSession (the turn was not recorded)"));
+    done(ResolveUnknownCommit(id, *record, version, committed.status()));
   });
   return true;
+}
+
+absl::Status SessionManager::ResolveUnknownCommit(const std::string& id,
+                                                  const cache::RemoteSession& record,
+                                                  int64_t version, const absl::Status& failure) {
+  // The commit timed out or its connection dropped: the service may have applied it, or
+  // may still. A lease under a holder of its own (this turn's was given back above) fences
+  // it: a write of this turn arriving later meets a live lease not its own and is
+  // refused. The record read with that lease says whether the write landed.
+  const cache::LeaseRequest fence{.holder = absl::StrCat(NewLeaseHolder(0), "/fence"),
+                                  .duration = options_.lease};
+  absl::StatusOr<cache::RemoteSession> now = remote_->GetSession(id, &fence, Deadline());
+  if (!now.ok()) {
+    // Unknown still: never claim either outcome.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.errors_total;
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "the session cache service did not answer this turn's commit (", failure.message(),
+        "); the turn may or may not have been recorded: GetSession's history_tokens tells, "
+        "before a retry"));
+  }
+  remote_->ReleaseLease(id, fence.holder, Deadline()).IgnoreError();
+  if (!now->closed && now->version == version + 1 && now->tokens == record.tokens &&
+      now->turn_ends == record.turn_ends) {
+    store_.SetVersion(id, now->version);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.commits_total;
+    return absl::OkStatus();  // it landed: the turn is recorded
+  }
+  return Unreachable(failure, "PutSession (the turn was not recorded)");
 }
 
 void SessionManager::AbandonTurn(const std::string& id, const Turn& turn) {

@@ -177,9 +177,18 @@ class SessionManager {
   absl::StatusOr<std::optional<int64_t>> Sync(const std::string& id, const std::string& tenant,
                                               const cache::LeaseRequest* lease,
                                               absl::Time deadline);
-  // Writes the record of new session `id` (version 1) and notes its version; a failure
-  // is counted (the record is then created by the session's first commit).
-  void CreateRecord(const std::string& id);
+  // Writes the record of new session `id` (version 1) and notes its version. When the
+  // write fails, the local copy is removed and the status to answer with returned
+  // (UNAVAILABLE): a session only this replica knows would be NOT_FOUND on any other.
+  absl::Status CreateRecord(const std::string& id, const std::string& tenant);
+  // After a commit of `record` (from `version`) whose outcome is unknown (`failure`: a
+  // timeout, a dropped connection): fences later arrivals of that write with a lease of
+  // its own and reads the record. OK when the write landed (the turn is recorded);
+  // UNAVAILABLE "not recorded; retry" when it did not; UNAVAILABLE saying the outcome is
+  // unknown (no retry without reading the session first) when the service still does
+  // not answer.
+  absl::Status ResolveUnknownCommit(const std::string& id, const cache::RemoteSession& record,
+                                    int64_t version, const absl::Status& failure);
   // Counts a failed call (not a refusal) and returns the status a client gets.
   absl::Status Unreachable(const absl::Status& status, const char* what);
   std::string NewLeaseHolder(RequestId request);

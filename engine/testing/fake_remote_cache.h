@@ -119,7 +119,7 @@ class FakeRemoteCache final : public cache::RemoteKvCache {
     std::lock_guard<std::mutex> lock(mu_);
     if (down_) return absl::UnavailableError("fake session cache is down");
     ++put_calls_;
-    if (!put_failure_.ok()) {
+    if (!put_failure_.ok() && !put_failure_applies_) {
       absl::Status failure = put_failure_;
       put_failure_ = absl::OkStatus();
       return failure;
@@ -140,6 +140,11 @@ class FakeRemoteCache final : public cache::RemoteKvCache {
     r.closed = false;
     r.lease_holder.clear();
     sessions_[session.id] = std::move(r);
+    if (!put_failure_.ok()) {  // applied, and the answer lost
+      absl::Status failure = put_failure_;
+      put_failure_ = absl::OkStatus();
+      return failure;
+    }
     return stored + 1;
   }
   absl::StatusOr<cache::RemoteSession> GetSession(const std::string& id,
@@ -205,10 +210,12 @@ class FakeRemoteCache final : public cache::RemoteKvCache {
     std::lock_guard<std::mutex> lock(mu_);
     get_session_hook_ = std::move(hook);
   }
-  // The next PutSession fails with `status` (once).
-  void FailNextPut(absl::Status status) {
+  // The next PutSession fails with `status` (once), without writing; with `applied`, it
+  // writes (when its checks pass) and then answers `status`, as a call whose answer was lost.
+  void FailNextPut(absl::Status status, bool applied = false) {
     std::lock_guard<std::mutex> lock(mu_);
     put_failure_ = std::move(status);
+    put_failure_applies_ = applied;
   }
   int64_t put_calls() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -241,6 +248,7 @@ class FakeRemoteCache final : public cache::RemoteKvCache {
   std::map<std::string, absl::Time> lease_until_;
   std::function<absl::Time()> now_;
   absl::Status put_failure_;
+  bool put_failure_applies_ = false;
   std::function<void()> get_session_hook_;
   int64_t fetch_calls_ = 0;
   int64_t put_calls_ = 0;
