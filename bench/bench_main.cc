@@ -261,7 +261,9 @@ absl::Status Run(const Flags& flags, const kvserve::backends::cpu_blas::BlasCore
     base.bytes_per_token = bytes_per_token;
     base.bandwidth_gbs = bandwidth_gbs;
     const backends::RuntimeInfo runtime = backends::DescribeRuntime(name, blas);
-    base.kernel_level = runtime.kernel_level;
+    // (A level forced with --kernel-level is the one measured.)
+    base.kernel_level = name == "cpu_blas" && !flags.kernel_level.empty() ? flags.kernel_level
+                                                                          : runtime.kernel_level;
     base.blas_core = runtime.blas_core;
     if (prompt_tokens > 0) {
       absl::StatusOr<std::vector<double>> s =

@@ -60,9 +60,10 @@ std::vector<int32_t> Tokens(int n) {
 
 // Every (row, KV head) pair is covered by exactly one task whose rows all belong to the
 // row's sequence at consecutive positions; kSgemm tasks have one head and at least
-// kAttentionSgemmMinRows rows, kPaged tasks fewer rows; no task exceeds
-// kAttentionRowsPerTask rows.
-void ExpectTasksPartitionRowsAndHeads(const StepPlan& plan, int n_kv_heads) {
+// kAttentionSgemmMinRows rows, kPaged tasks fewer rows (any number without
+// `sgemm_attention`); no task exceeds kAttentionRowsPerTask rows.
+void ExpectTasksPartitionRowsAndHeads(const StepPlan& plan, int n_kv_heads,
+                                      bool sgemm_attention = true) {
   std::vector<int> covered(plan.rows.size() * static_cast<size_t>(n_kv_heads), 0);
   for (const AttentionTask& t : plan.attention_tasks) {
     SCOPED_TRACE(::testing::PrintToString(t));
@@ -74,9 +75,10 @@ void ExpectTasksPartitionRowsAndHeads(const StepPlan& plan, int n_kv_heads) {
     const int n_rows = t.row_end - t.row_begin;
     EXPECT_LE(n_rows, kAttentionRowsPerTask);
     if (t.path == kSgemm) {
+      EXPECT_TRUE(sgemm_attention);
       EXPECT_GE(n_rows, kAttentionSgemmMinRows);
       EXPECT_EQ(t.kv_heads, 1);
-    } else {
+    } else if (sgemm_attention) {
       EXPECT_LT(n_rows, kAttentionSgemmMinRows);
     }
     for (int r = t.row_begin; r < t.row_end; ++r) {
@@ -114,6 +116,18 @@ TEST(StepPlanTest, PrefillStacksPositionsAndSplitsRowsIntoSgemmTasks) {
                   AttentionTask{0, 0, 1, 64, 70, kSgemm}, AttentionTask{0, 1, 1, 64, 70, kSgemm}));
   EXPECT_THAT(plan.logit_rows, ElementsAre(LogitRow{69, 0}));
   ExpectTasksPartitionRowsAndHeads(plan, 2);
+}
+
+TEST(StepPlanTest, WithoutSgemmAttentionEveryRangeIsPaged) {
+  // Batch invariance: the same 70 tokens, every range on the paged path; three ranges,
+  // ceil(2 * 3 / (2 * 2)) = 2 KV heads per task.
+  TestBatch b({{Tokens(70)}});
+  const StepPlan plan =
+      PlanStep(b.batch, {.n_kv_heads = 2, .threads = 2, .sgemm_attention = false});
+  EXPECT_THAT(plan.attention_tasks, ElementsAre(AttentionTask{0, 0, 2, 0, 32, kPaged},
+                                                AttentionTask{0, 0, 2, 32, 64, kPaged},
+                                                AttentionTask{0, 0, 2, 64, 70, kPaged}));
+  ExpectTasksPartitionRowsAndHeads(plan, 2, /*sgemm_attention=*/false);
 }
 
 TEST(StepPlanTest, ShortTailOfAPrefillTakesThePagedPath) {
