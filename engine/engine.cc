@@ -190,8 +190,15 @@ class EngineImpl final : public Engine {
   }
 
   EngineStats Stats() const override {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    return stats_;
+    EngineStats s;
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      s = stats_;
+    }
+    // Sessions and the session cache move on worker threads, also while no step runs (an
+    // idle engine publishes no snapshot, and session calls alone wake no step): read now.
+    FillSessionStats(s);
+    return s;
   }
 
   void Shutdown(absl::Time deadline) override {
@@ -232,6 +239,8 @@ class EngineImpl final : public Engine {
   void Finish(RequestId id, const absl::Status& status, FinishReason reason);
   void ExpireDeadlines(absl::Time now);
   void PublishStats(double step_seconds);
+  // The counters of sessions and the session cache (thread-safe sources) into `s`.
+  void FillSessionStats(EngineStats& s) const;
   void ReleaseQueueSlot(const Sequence& seq);
 
   // A sequence for request `id` over `context` (history + prompt for a turn).
@@ -818,6 +827,18 @@ void EngineImpl::Export(const Sequence& seq) {
   if (!remote_tier_->Store(std::move(job))) kv_->ReleaseExport(key);  // dropped, counted
 }
 
+void EngineImpl::FillSessionStats(EngineStats& s) const {
+  s.open_sessions = sessions_.size();
+  if (remote_tier_ == nullptr) return;
+  s.remote = remote_tier_->stats();
+  const SessionManager::Stats sessions = sessions_.stats();
+  s.remote.sessions_restored_total = sessions.restored_total;
+  s.remote.sessions_refreshed_total = sessions.refreshed_total;
+  s.remote.session_commits_total = sessions.commits_total;
+  s.remote.session_conflicts_total = sessions.conflicts_total;
+  s.remote.errors_total += sessions.errors_total;
+}
+
 void EngineImpl::PublishStats(double step_seconds) {
   const cache::KvCacheStats kv = kv_->stats();
   EngineStats s;
@@ -836,16 +857,7 @@ void EngineImpl::PublishStats(double step_seconds) {
   s.preemptions_total = scheduler_.preemptions_total();
   s.steps_total = steps_total_;
   s.requests_finished_total = requests_finished_total_;
-  s.open_sessions = sessions_.size();
-  if (remote_tier_ != nullptr) {
-    s.remote = remote_tier_->stats();
-    const SessionManager::Stats sessions = sessions_.stats();
-    s.remote.sessions_restored_total = sessions.restored_total;
-    s.remote.sessions_refreshed_total = sessions.refreshed_total;
-    s.remote.session_commits_total = sessions.commits_total;
-    s.remote.session_conflicts_total = sessions.conflicts_total;
-    s.remote.errors_total += sessions.errors_total;
-  }
+  FillSessionStats(s);
   s.last_step_seconds = step_seconds;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -360,7 +360,11 @@ inline const typename W::T* KvRow(const void* rows, size_t stride, int t) {
 }
 
 // out[t..t+R) = scale * q · row_t: R rows at once, R independent FMA chains, each q
-// vector loaded once for all R rows.
+// vector loaded once for all R rows; the chains reduced four at a time (V::HSum4, a short
+// group padded with zero vectors), so every row's sum takes the same tree whatever R:
+// a score does not depend on how many positions share its call (batch invariance), and
+// four sums cost about what one did (a prefill chunk's attention makes one per row,
+// position and head).
 template <typename W, int R>
 KVSERVE_SIMD_TARGET inline void DotRowsBlock(const float* q, const void* rows, size_t stride, int t,
                                              int hd, float scale, float* out) {
@@ -378,8 +382,15 @@ KVSERVE_SIMD_TARGET inline void DotRowsBlock(const float* q, const void* rows, s
 #pragma GCC unroll 8
     for (int k = 0; k < R; ++k) acc[k] = V::Fma(W::Load(r[k] + i), qv, acc[k]);
   }
+  float sums[R + 3];
+  const typename V::Reg zero = V::Zero();
+#pragma GCC unroll 8
+  for (int k = 0; k < R; k += 4) {
+    V::Store4(sums + k, V::HSum4(acc[k], k + 1 < R ? acc[k + 1] : zero,
+                                 k + 2 < R ? acc[k + 2] : zero, k + 3 < R ? acc[k + 3] : zero));
+  }
   for (int k = 0; k < R; ++k) {
-    float s = V::HSum(acc[k]);
+    float s = sums[k];
     for (int j = i; j < hd; ++j) s += q[j] * W::One(r[k][j]);
     out[t + k] = scale * s;
   }
