@@ -18,7 +18,8 @@ def main(out):
         for line in open(path):
             if line.startswith("{"):
                 m = json.loads(line)
-                vals[((f, m["test"], m["batch"]), inv)].append(m["median"])
+                preset = m["model"].split("-")[0]
+                vals[((preset + " " + f, m["test"], m["batch"]), inv)].append(m["median"])
     print("| file | measurement | invariant (tok/s) | sgemm allowed (tok/s) | ratio |")
     print("|---|---|---:|---:|---:|")
     for key in sorted({k for k, _ in vals}):
@@ -27,7 +28,7 @@ def main(out):
             continue
         a, b = statistics.median(on), statistics.median(off)
         test = "prefill 512" if key[1] == "prefill" else "decode b%d" % key[2]
-        print("| s110m %s | %s | %.1f | %.1f | %.2f |" % (key[0], test, a, b, a / b))
+        print("| %s | %s | %.1f | %.1f | %.2f |" % (key[0], test, a, b, a / b))
 
 
 if __name__ == "__main__":
