@@ -74,6 +74,15 @@ std::vector<std::vector<std::string>> TakeRepeated(std::vector<std::string>& arg
   return values;
 }
 
+// "--" + message when the message starts with a flag's name (see RunFlagsOnlyMain).
+std::string NameTheFlag(absl::string_view message) {
+  const size_t end = std::min(message.find_first_of(" :"), message.size());
+  std::string name(message.substr(0, end));
+  std::replace(name.begin(), name.end(), '-', '_');
+  if (name.empty() || absl::FindCommandLineFlag(name) == nullptr) return std::string(message);
+  return absl::StrCat("--", message);
+}
+
 }  // namespace
 
 std::vector<std::string> ParseFlags(int argc, char** argv, std::string_view usage,
@@ -82,10 +91,18 @@ std::vector<std::string> ParseFlags(int argc, char** argv, std::string_view usag
                                     std::function<std::string()> version) {
   absl::FlagsUsageConfig config;
   const std::string file(main_file);
-  // --help lists the main file's flags and the shared server flags (server/tls_flags.cc)
-  // where the binary links them.
-  config.contains_help_flags = [file](absl::string_view path) {
-    return absl::EndsWith(path, file) || absl::EndsWith(path, "server/tls_flags.cc");
+  // --help lists the main file's flags, its companion flag file's and the shared server
+  // flags (server/*_flags.cc) where the binary links them.
+  std::string companion;
+  if (absl::EndsWith(file, "_main.cc")) {
+    companion = absl::StrCat(file.substr(0, file.size() - 8), "_flags.cc");
+  }
+  config.contains_help_flags = [file, companion](absl::string_view path) {
+    if (absl::EndsWith(path, file)) return true;
+    if (!companion.empty() && absl::EndsWith(path, companion)) return true;
+    const size_t slash = path.find_last_of('/');
+    return slash != absl::string_view::npos && absl::EndsWith(path, "_flags.cc") &&
+           absl::EndsWith(path.substr(0, slash), "server");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   if (version == nullptr) {
@@ -119,6 +136,23 @@ std::vector<std::string> ParseFlags(int argc, char** argv, std::string_view usag
     ++index;
   }
   return std::vector<std::string>(args.begin(), args.end());
+}
+
+int RunFlagsOnlyMain(int argc, char** argv, std::string_view program, std::string_view usage,
+                     std::string_view main_file, std::function<std::string()> version,
+                     const std::function<absl::Status()>& run) {
+  const std::string name(program);
+  const std::vector<std::string> args =
+      ParseFlags(argc, argv, usage, main_file, {}, std::move(version));
+  if (args.size() > 1) {
+    std::fprintf(stderr, "%s: unexpected argument \"%s\" (see --help)\n", name.c_str(),
+                 args[1].c_str());
+    return 2;
+  }
+  const absl::Status status = run();
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "%s: %s\n", name.c_str(), NameTheFlag(status.message()).c_str());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
 }  // namespace kvserve::common

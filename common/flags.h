@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/status/status.h"
 
 namespace kvserve::common {
 
@@ -20,8 +21,9 @@ using RepeatedFlag = absl::Flag<std::vector<std::string>>;
 // Parses argv with Abseil flags. Before parsing, "--dashed-name[=v]" is rewritten to
 // "--dashed_name[=v]" so both spellings work (absl flag names use '_'), and "-h" to
 // "--help". `usage` becomes the program usage message; --help lists only the flags defined
-// in files whose name ends with `main_file` (e.g. "server_main.cc") or "server/tls_flags.cc" (the
-// shared server flags) and exits 1 (Abseil).
+// in files whose name ends with `main_file` (e.g. "server_main.cc"), in its companion flag
+// file (the same name ending "_flags.cc": "server_flags.cc"), or in a "server/*_flags.cc"
+// file (the flags both servers share), and exits 1 (Abseil).
 // Every occurrence of a `repeated` flag ("--name V" or "--name=V", either spelling) is
 // taken out of argv before Abseil sees it; if there was any, the flag is set to the values
 // in order, each kept whole (a comma is no separator). Returns the positional arguments,
@@ -34,6 +36,17 @@ std::vector<std::string> ParseFlags(int argc, char** argv, std::string_view usag
                                     std::string_view main_file,
                                     std::initializer_list<RepeatedFlag*> repeated = {},
                                     std::function<std::string()> version = nullptr);
+
+// The one shape of a server's main() (kvserve, kvserve-cache): ParseFlags (no repeated
+// flags); a positional argument is an error ("<program>: unexpected argument "X" (see
+// --help)", exit 2); then `run`. Its status becomes the exit code: OK 0, INVALID_ARGUMENT
+// 2 (a bad flag or option), anything else 1, the message printed as "<program>: MESSAGE"
+// on stderr. A message that starts with the name of one of the binary's flags (followed by
+// ' ' or ':', with '-' or '_': the options' convention, "max-threads must be >= 2") is
+// printed with "--" in front, so the user sees the flag ("--max-threads must be >= 2").
+int RunFlagsOnlyMain(int argc, char** argv, std::string_view program, std::string_view usage,
+                     std::string_view main_file, std::function<std::string()> version,
+                     const std::function<absl::Status()>& run);
 
 }  // namespace kvserve::common
 

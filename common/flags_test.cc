@@ -94,5 +94,31 @@ TEST(ParseFlagsTest, BadFlagsExitNonZeroWithAMessage) {
   EXPECT_EXIT(ParseAndPrint({"--max-tokens", "many"}), testing::ExitedWithCode(1), "max_tokens");
 }
 
+// RunFlagsOnlyMain in a death-test child (it parses flags once per process): exits with
+// what it returned.
+void RunMain(std::vector<std::string> args, absl::Status status) {
+  args.insert(args.begin(), "flags_test");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  std::exit(RunFlagsOnlyMain(static_cast<int>(argv.size()), argv.data(), "prog", "flags_test",
+                             "flags_test.cc", nullptr, [&status] { return status; }));
+}
+
+TEST(RunFlagsOnlyMainTest, StatusBecomesTheExitCodeAndTheMessageNamesTheFlag) {
+  EXPECT_EXIT(RunMain({}, absl::OkStatus()), testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(RunMain({}, absl::InvalidArgumentError("max-tokens must be >= 1, got 0")),
+              testing::ExitedWithCode(2), "prog: --max-tokens must be >= 1, got 0");
+  EXPECT_EXIT(RunMain({}, absl::InvalidArgumentError("prompt: cannot read x")),
+              testing::ExitedWithCode(2), "prog: --prompt: cannot read x");
+  // Not a flag's name: the message as it is.
+  EXPECT_EXIT(RunMain({}, absl::UnavailableError("model file x: not found")),
+              testing::ExitedWithCode(1), "prog: model file x: not found");
+}
+
+TEST(RunFlagsOnlyMainTest, APositionalArgumentIsAnError) {
+  EXPECT_EXIT(RunMain({"extra"}, absl::OkStatus()), testing::ExitedWithCode(2),
+              "prog: unexpected argument \"extra\" \\(see --help\\)");
+}
+
 }  // namespace
 }  // namespace kvserve::common

@@ -78,4 +78,16 @@ absl::StatusOr<std::string> FirstTokenOfFile(const std::string& path) {
   return auth->first_token();
 }
 
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
+  std::string line;
+  std::getline(in, line);
+  const std::string token(absl::StripAsciiWhitespace(line));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " has no token on its first line"));
+  }
+  return token;
+}
+
 }  // namespace kvserve::server

@@ -67,6 +67,11 @@ class BearerAuth {
 // entry). INVALID_ARGUMENT / NOT_FOUND as FromFile.
 absl::StatusOr<std::string> FirstTokenOfFile(const std::string& path);
 
+// The token a client sends, read from the first line of `path` (surrounding whitespace
+// stripped; the rest of the file is ignored): kvserve's --session-cache-token-file.
+// INVALID_ARGUMENT "cannot read PATH" or "PATH has no token on its first line".
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
 }  // namespace kvserve::server
 
 #endif  // KVSERVE_SERVER_BEARER_AUTH_H_

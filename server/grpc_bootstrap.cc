@@ -1,6 +1,7 @@
 #include "server/grpc_bootstrap.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
@@ -45,6 +46,39 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetricsEndpoint(
     const MetricsHttpOptions& options, const MetricsSource& source) {
   if (options.address.empty()) return std::unique_ptr<MetricsHttpServer>();
   return MetricsHttpServer::Start(options, source);
+}
+
+absl::StatusOr<std::unique_ptr<ServingEndpoints>> ServingEndpoints::Start(
+    const GrpcServerOptions& grpc_options, const std::vector<grpc::Service*>& services,
+    const MetricsHttpOptions& metrics, const MetricsSource& source) {
+  std::unique_ptr<ServingEndpoints> endpoints(new ServingEndpoints());
+  absl::StatusOr<GrpcServer> grpc_server = StartGrpcServer(grpc_options, services);
+  if (!grpc_server.ok()) return grpc_server.status();
+  endpoints->grpc_ = *std::move(grpc_server);
+  endpoints->readiness_service_ = grpc_options.readiness_service;
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http = StartMetricsEndpoint(metrics, source);
+  if (!http.ok()) return http.status();  // the destructor stops the gRPC server
+  endpoints->metrics_ = *std::move(http);
+  return endpoints;
+}
+
+void ServingEndpoints::SetReady(bool ready) {
+  grpc_.server->GetHealthCheckService()->SetServingStatus(readiness_service_, ready);
+}
+
+void ServingEndpoints::Stop(absl::Time deadline) {
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  if (stopped_) return;
+  stopped_ = true;
+  SetReady(false);
+  grpc_.server->GetHealthCheckService()->Shutdown();
+  grpc_.server->Shutdown(absl::ToChronoTime(deadline));
+  grpc_.server->Wait();
+}
+
+ServingEndpoints::~ServingEndpoints() {
+  metrics_.reset();
+  if (grpc_.server != nullptr) Stop(absl::Now());
 }
 
 }  // namespace kvserve::server

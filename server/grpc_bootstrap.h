@@ -8,11 +8,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "server/metrics_http_server.h"
 
@@ -57,6 +59,43 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const GrpcServerOptions& options,
 // options.address is empty (no endpoint). MetricsHttpServer::Start's errors.
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetricsEndpoint(
     const MetricsHttpOptions& options, const MetricsSource& source);
+
+// One process's serving ports: the gRPC server (StartGrpcServer) and the /metrics
+// endpoint beside it (StartMetricsEndpoint), started together and stopped in order. What
+// kvserve's Server and kvserve-cache's CacheServer share.
+// Threading: all methods are thread-safe; Stop and the destructor must not race.
+class ServingEndpoints {
+ public:
+  // Starts the gRPC server over `services` and, unless metrics.address is empty, the
+  // /metrics endpoint serving `source` (both must outlive the endpoints). Errors of
+  // StartGrpcServer and MetricsHttpServer::Start (then nothing is left running).
+  static absl::StatusOr<std::unique_ptr<ServingEndpoints>> Start(
+      const GrpcServerOptions& grpc_options, const std::vector<grpc::Service*>& services,
+      const MetricsHttpOptions& metrics, const MetricsSource& source);
+  // Stops /metrics first (no scrape may read what the owner destroys next), then the
+  // gRPC server with no grace if Stop() was not called.
+  ~ServingEndpoints();
+
+  // The readiness service's status (liveness "" stays SERVING until Stop).
+  void SetReady(bool ready);
+  // Readiness NOT_SERVING, health shut down, then the gRPC server stops: calls still
+  // running at `deadline` are cancelled; returns once every call has finished.
+  // Idempotent.
+  void Stop(absl::Time deadline);
+
+  int port() const { return grpc_.port; }
+  // 0 when there is no metrics endpoint.
+  int metrics_port() const { return metrics_ != nullptr ? metrics_->port() : 0; }
+
+ private:
+  ServingEndpoints() = default;
+
+  GrpcServer grpc_;
+  std::string readiness_service_;
+  std::unique_ptr<MetricsHttpServer> metrics_;
+  std::mutex stop_mu_;
+  bool stopped_ = false;  // guarded by stop_mu_
+};
 
 }  // namespace kvserve::server
 
