@@ -54,31 +54,48 @@ bool SameLayout(const model::KvLayout& a, const model::KvLayout& b) {
          a.dtype == b.dtype;
 }
 
-absl::Status ValidateOptions(const Engine::Options& o) {
+}  // namespace
+
+absl::Status ValidateEngineOptions(const Engine::Options& o) {
   auto bad = [](const char* name, auto value) {
     return absl::InvalidArgumentError(absl::StrCat(name, " is out of range: ", value));
+  };
+  auto at_least = [](const char* name, int64_t value, int64_t least) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " must be >= ", least, ", got ", value));
   };
   if (o.block_tokens < 1 || o.block_tokens > 4096) return bad("block_tokens", o.block_tokens);
   if (o.kv_dtype != model::DType::kF32 && o.kv_dtype != model::DType::kF16) {
     return absl::InvalidArgumentError("kv_dtype must be f32 or f16");
   }
-  if (o.max_running_sequences < 1) return bad("max_running_sequences", o.max_running_sequences);
-  if (o.max_step_tokens < 1) return bad("max_step_tokens", o.max_step_tokens);
-  if (o.max_waiting_requests < 1) return bad("max_waiting_requests", o.max_waiting_requests);
+  if (o.max_running_sequences < 1) {
+    return at_least("max_running_sequences", o.max_running_sequences, 1);
+  }
+  if (o.max_step_tokens < 1) return at_least("max_step_tokens", o.max_step_tokens, 1);
+  if (o.max_waiting_requests < 1) {
+    return at_least("max_waiting_requests", o.max_waiting_requests, 1);
+  }
   if (o.max_waiting_prompt_tokens < 1) {
-    return bad("max_waiting_prompt_tokens", o.max_waiting_prompt_tokens);
+    return at_least("max_waiting_prompt_tokens", o.max_waiting_prompt_tokens, 1);
   }
-  if (o.max_sessions < 0) return bad("max_sessions", o.max_sessions);
+  if (o.max_sessions < 1) return at_least("max_sessions", o.max_sessions, 1);
   if (o.max_sessions_per_tenant < 0) {
-    return bad("max_sessions_per_tenant", o.max_sessions_per_tenant);
+    return absl::InvalidArgumentError("max_sessions_per_tenant must be >= 0 (0 = no limit)");
   }
-  if (o.max_session_tokens < 0) return bad("max_session_tokens", o.max_session_tokens);
+  if (o.max_session_tokens < 0) {
+    return absl::InvalidArgumentError("max_session_tokens must be >= 0 (0 = context length)");
+  }
   if (o.default_session_ttl <= absl::ZeroDuration() || o.max_session_ttl < o.default_session_ttl) {
     return absl::InvalidArgumentError("default_session_ttl must be > 0 and <= max_session_ttl");
   }
   if (o.max_tokens_limit < 1) return bad("max_tokens_limit", o.max_tokens_limit);
   if (o.session_lease < absl::Seconds(1) || o.session_lease > absl::Hours(1)) {
     return absl::InvalidArgumentError("session_lease must be in [1s, 1h]");
+  }
+  if (o.remote.timeout <= absl::ZeroDuration() || o.remote.timeout > absl::Minutes(1)) {
+    return absl::InvalidArgumentError("remote.timeout must be in (0, 1m]");
+  }
+  if (o.remote.max_pending_stores < 1) {
+    return at_least("remote.max_pending_stores", o.remote.max_pending_stores, 1);
   }
   if (o.max_cache_salt_bytes < 0) return bad("max_cache_salt_bytes", o.max_cache_salt_bytes);
   if (o.stop_limits.max_stop_strings < 0) {
@@ -92,6 +109,8 @@ absl::Status ValidateOptions(const Engine::Options& o) {
   }
   return absl::OkStatus();
 }
+
+namespace {
 
 class EngineImpl final : public Engine {
  public:
@@ -912,7 +931,7 @@ std::string TenantCacheSalt(const std::string& tenant, const std::string& cache_
 absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Engine::Options& options,
                                                      const model::Model& model,
                                                      std::unique_ptr<backends::Backend> backend) {
-  absl::Status status = ValidateOptions(options);
+  absl::Status status = ValidateEngineOptions(options);
   if (!status.ok()) return status;
   if (backend == nullptr) return absl::InvalidArgumentError("backend must not be null");
   const model::KvLayout layout = options.KvLayoutFor(model.config());

@@ -86,6 +86,12 @@ struct Engine::Options {
   }
 };
 
+// Checks every option that does not depend on the model (CreateEngine calls it; a binary
+// calls it before loading a model). INVALID_ARGUMENT whose message starts with the field's
+// name ("max_running_sequences must be >= 1, got 0"; "remote.timeout ..." for a field of
+// `remote`).
+absl::Status ValidateEngineOptions(const Engine::Options& options);
+
 // Starts an engine (and its step thread) over `model` (which must outlive it) and
 // `backend`, created for the same model with options.KvLayoutFor(model.config()).
 // INVALID_ARGUMENT for an option out of range or a backend whose KV layout differs;

@@ -27,6 +27,16 @@ backends::BackendOptions BackendOptionsFrom(const ModelOptions& options) {
 
 }  // namespace
 
+absl::Status ValidateModelOptions(const ModelOptions& options) {
+  if (options.model_path.empty()) return absl::InvalidArgumentError("model is required");
+  if (absl::Status s = CheckThreads(options); !s.ok()) return s;
+  if (options.backend != "cpu_blas" && options.backend != "reference") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend must be cpu_blas or reference, got \"", options.backend, "\""));
+  }
+  return ValidateEngineOptions(options.engine);
+}
+
 absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,
                                                     const model::Model& model) {
   if (absl::Status s = CheckThreads(options); !s.ok()) return s;
@@ -47,7 +57,7 @@ absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,
 }
 
 absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options) {
-  if (options.model_path.empty()) return absl::InvalidArgumentError("model path is required");
+  if (options.model_path.empty()) return absl::InvalidArgumentError("model is required");
   if (absl::Status s = CheckThreads(options); !s.ok()) return s;
   LoadedModel loaded;
   model::LoadOptions load = options.load;

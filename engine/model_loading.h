@@ -46,9 +46,16 @@ struct LoadedModel {
   std::string backend;
 };
 
+// Checks the options before anything is loaded: model_path set ("model is required"),
+// threads >= 0, backend "cpu_blas" or "reference", then ValidateEngineOptions.
+// INVALID_ARGUMENT whose message starts with the field's name ("threads must be >= 0 ...";
+// the engine's field names for `engine`).
+absl::Status ValidateModelOptions(const ModelOptions& options);
+
 // Loads the model, creates the backend with the engine's KV layout and starts the
 // engine (StartEngine). Errors name the step that failed (file, "backend: ...",
-// "engine: ..."); INVALID_ARGUMENT for an empty model path or threads < 0.
+// "engine: ..."); INVALID_ARGUMENT for an empty model path or threads < 0. (A binary
+// calls ValidateModelOptions first, to fail before it loads anything.)
 absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options);
 
 // The second half of LoadModel, for callers that start several engines over one loaded
