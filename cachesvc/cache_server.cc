@@ -3,14 +3,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "cache/record_transport.h"
+#include "server/drain_on_signal.h"
 #include "server/grpc_bootstrap.h"
 #include "server/host_port.h"
 
 namespace kvserve::cachesvc {
-namespace {
 
-absl::Status ValidateOptions(const CacheServerOptions& o) {
+absl::Status ValidateCacheServerOptions(const CacheServerOptions& o) {
   if (absl::StatusOr<server::HostPort> hp = server::ParseHostPort(o.listen_address, "listen");
       !hp.ok()) {
     return hp.status();
@@ -39,15 +40,19 @@ absl::Status ValidateOptions(const CacheServerOptions& o) {
   if (s.session_tombstone_ttl < absl::Seconds(1)) {
     return absl::InvalidArgumentError("session-tombstone-ttl must be >= 1s");
   }
+  if (s.injected_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("inject-delay must be >= 0");
+  }
+  if (o.drain_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("drain-grace must be >= 0");
+  }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<CacheServer>> CacheServer::Start(
     CacheServerOptions options, std::unique_ptr<BlockStore> blocks,
     std::unique_ptr<SessionRecordStore> sessions, const common::Clock* clock) {
-  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+  if (absl::Status s = ValidateCacheServerOptions(options); !s.ok()) return s;
   std::unique_ptr<CacheServer> server(new CacheServer());
   server->options_ = std::move(options);
   server->blocks_ = std::move(blocks);
@@ -80,32 +85,29 @@ absl::StatusOr<std::unique_ptr<CacheServer>> CacheServer::Start(
       .ready_at_start = true};
   for (const cache::TransportArg& arg : cache::kRecordTransportArgs)
     grpc_options.channel_args.emplace_back(arg.name, arg.value);
-  absl::StatusOr<server::GrpcServer> grpc_server =
-      server::StartGrpcServer(grpc_options, {server->service_.get()});
-  if (!grpc_server.ok()) return grpc_server.status();
-  server->grpc_server_ = std::move(grpc_server->server);
-  server->port_ = grpc_server->port;
-
-  absl::StatusOr<std::unique_ptr<server::MetricsHttpServer>> http =
-      server::StartMetricsEndpoint(server->options_.metrics, *server->metrics_);
-  if (!http.ok()) return http.status();  // ~CacheServer stops the gRPC server
-  server->metrics_http_ = *std::move(http);
+  absl::StatusOr<std::unique_ptr<server::ServingEndpoints>> endpoints =
+      server::ServingEndpoints::Start(grpc_options, {server->service_.get()},
+                                      server->options_.metrics, *server->metrics_);
+  if (!endpoints.ok()) return endpoints.status();
+  server->endpoints_ = *std::move(endpoints);
   return server;
 }
 
-void CacheServer::Shutdown(absl::Duration grace) {
-  std::lock_guard<std::mutex> lock(shutdown_mu_);
-  if (shut_down_) return;
-  shut_down_ = true;
-  grpc_server_->GetHealthCheckService()->SetServingStatus(kCacheReadinessService, false);
-  grpc_server_->GetHealthCheckService()->Shutdown();
-  grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
-  grpc_server_->Wait();
+void CacheServer::Shutdown(absl::Duration grace) { endpoints_->Stop(absl::Now() + grace); }
+
+void CacheServer::RunUntilSignalled(const server::ShutdownSignals& signals) {
+  server::DrainOnSignal(signals, {.program = "kvserve-cache",
+                                  .grace = options_.drain_grace,
+                                  .drain = [this](absl::Duration grace) {
+                                    Shutdown(grace);
+                                    return true;
+                                  }});
 }
 
 CacheServer::~CacheServer() {
-  if (grpc_server_ != nullptr) Shutdown(absl::ZeroDuration());
-  metrics_http_.reset();  // no scrape may read the stores below
+  // /metrics first (no scrape may read the stores below), then gRPC with no grace if
+  // Shutdown() was not called.
+  endpoints_.reset();
 }
 
 }  // namespace kvserve::cachesvc

@@ -22,7 +22,9 @@
 #include "common/clock.h"
 #include "grpcpp/grpcpp.h"
 #include "server/bearer_auth.h"
+#include "server/grpc_bootstrap.h"
 #include "server/metrics_http_server.h"
+#include "server/shutdown_signals.h"
 
 namespace kvserve::cachesvc {
 
@@ -49,7 +51,14 @@ struct CacheServerOptions {
   SessionCacheService::Options service;
   // Bearer tokens every call but health must carry; nullopt = no authentication.
   std::optional<server::BearerAuth> auth;
+  // RunUntilSignalled: how long calls in flight may run after SIGTERM before they are
+  // cancelled. Default 10 s.
+  absl::Duration drain_grace = absl::Seconds(10);
 };
+
+// Checks the options. INVALID_ARGUMENT naming the option by its flag's name
+// ("max-threads must be >= 2").
+absl::Status ValidateCacheServerOptions(const CacheServerOptions& options);
 
 class CacheServer {
  public:
@@ -65,10 +74,14 @@ class CacheServer {
   // Readiness NOT_SERVING, then stops the gRPC server: calls in flight get up to `grace`
   // to finish, then are cancelled. Idempotent.
   void Shutdown(absl::Duration grace);
+  // Blocks until SIGTERM or SIGINT arrives through `signals`, then Shutdown with
+  // options.drain_grace. Progress lines on stdout (server::DrainOnSignal). Call from one
+  // thread.
+  void RunUntilSignalled(const server::ShutdownSignals& signals);
 
-  int port() const { return port_; }
+  int port() const { return endpoints_->port(); }
   // 0 when there is no metrics endpoint.
-  int metrics_port() const { return metrics_http_ ? metrics_http_->port() : 0; }
+  int metrics_port() const { return endpoints_->metrics_port(); }
   CacheMetrics& metrics() { return *metrics_; }
   BlockStore& blocks() { return *blocks_; }
   SessionIndex& sessions() { return *index_; }
@@ -82,12 +95,7 @@ class CacheServer {
   std::unique_ptr<SessionIndex> index_;
   std::unique_ptr<CacheMetrics> metrics_;
   std::unique_ptr<SessionCacheService> service_;
-  std::unique_ptr<grpc::Server> grpc_server_;
-  std::unique_ptr<server::MetricsHttpServer> metrics_http_;
-  int port_ = 0;
-
-  std::mutex shutdown_mu_;
-  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+  std::unique_ptr<server::ServingEndpoints> endpoints_;
 };
 
 }  // namespace kvserve::cachesvc

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/drain_on_signal.h"
 #include "server/grpc_bootstrap.h"
 #include "server/host_port.h"
 
@@ -28,6 +29,9 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
   }
   if (options.malloc_trim_interval < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("malloc-trim-interval must be >= 0");
+  }
+  if (options.drain_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("drain-grace must be >= 0");
   }
   if (options.max_receive_message_bytes < 1024) {
     return absl::InvalidArgumentError(
@@ -67,34 +71,30 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   server->service_ =
       std::make_unique<InferenceService>(server->options_.service, server->metrics_.get());
 
-  absl::StatusOr<server::GrpcServer> grpc_server = server::StartGrpcServer(
-      {.listen_address = server->options_.listen_address,
-       .credentials = server->options_.credentials,
-       .max_receive_message_bytes = server->options_.max_receive_message_bytes,
-       .quota_name = "kvserve",
-       .memory_quota_bytes = server->options_.grpc_memory_quota_bytes,
-       .channel_args = {{GRPC_ARG_MAX_CONCURRENT_STREAMS, server->options_.max_concurrent_streams}},
-       .readiness_service = kReadinessService,
-       .ready_at_start = false},  // readiness: not loaded yet
-      {server->service_.get()});
-  if (!grpc_server.ok()) return grpc_server.status();
-  server->grpc_server_ = std::move(grpc_server->server);
-  server->port_ = grpc_server->port;
   if (server->options_.malloc_trim_interval > absl::ZeroDuration()) {
     server->memory_trimmer_ =
         std::make_unique<server::MemoryTrimmer>(server->options_.malloc_trim_interval);
   }
-
   Server* raw = server.get();
   server->metrics_->SetEngineStatsSource([raw]() -> std::optional<engine::EngineStats> {
     std::lock_guard<std::mutex> lock(raw->mu_);
     if (raw->engine_ == nullptr) return std::nullopt;
     return raw->engine_->Stats();
   });
-  absl::StatusOr<std::unique_ptr<server::MetricsHttpServer>> http =
-      server::StartMetricsEndpoint(server->options_.metrics, *server->metrics_);
-  if (!http.ok()) return http.status();  // ~Server stops the gRPC server
-  server->metrics_http_ = *std::move(http);
+  absl::StatusOr<std::unique_ptr<server::ServingEndpoints>> endpoints =
+      server::ServingEndpoints::Start(
+          {.listen_address = server->options_.listen_address,
+           .credentials = server->options_.credentials,
+           .max_receive_message_bytes = server->options_.max_receive_message_bytes,
+           .quota_name = "kvserve",
+           .memory_quota_bytes = server->options_.grpc_memory_quota_bytes,
+           .channel_args = {{GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             server->options_.max_concurrent_streams}},
+           .readiness_service = kReadinessService,
+           .ready_at_start = false},  // readiness: not loaded yet
+          {server->service_.get()}, server->options_.metrics, *server->metrics_);
+  if (!endpoints.ok()) return endpoints.status();
+  server->endpoints_ = *std::move(endpoints);
   return server;
 }
 
@@ -128,7 +128,7 @@ absl::Status Server::Attach(std::unique_ptr<model::Model> model,
   core_->engine = engine_.get();
   core_->backend_name = std::move(backend_name);
   service_->Attach(core_.get());
-  grpc_server_->GetHealthCheckService()->SetServingStatus(kReadinessService, true);
+  endpoints_->SetReady(true);
   return absl::OkStatus();
 }
 
@@ -141,21 +141,28 @@ bool Server::Drain(absl::Duration grace) {
   std::lock_guard<std::mutex> drain_lock(drain_mu_);
   if (drain_started_) return drain_result_;
   drain_started_ = true;
-  grpc_server_->GetHealthCheckService()->SetServingStatus(kReadinessService, false);
+  endpoints_->SetReady(false);
   service_->StartDraining();
   const bool idle = service_->WaitIdle(absl::Now() + grace);
   engine::Engine* engine = this->engine();
   // Cancels whatever is left; every sink gets OnFinish, so every call finishes.
   if (engine != nullptr) engine->Shutdown(absl::Now());
-  grpc_server_->GetHealthCheckService()->Shutdown();
-  grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  endpoints_->Stop(absl::Now() + absl::Seconds(1));
   drain_result_ = idle;
   return idle;
 }
 
+bool Server::RunUntilSignalled(const server::ShutdownSignals& signals) {
+  return server::DrainOnSignal(signals,
+                               {.program = "kvserve",
+                                .grace = options_.drain_grace,
+                                .drain = [this](absl::Duration grace) { return Drain(grace); },
+                                .end_grace = [this] { EndGrace(); }});
+}
+
 Server::~Server() {
-  if (grpc_server_ != nullptr) Drain(absl::ZeroDuration());
-  metrics_http_.reset();  // no scrape may read the engine below
+  if (endpoints_ != nullptr) Drain(absl::ZeroDuration());
+  endpoints_.reset();  // /metrics first: no scrape may read the engine below
 }
 
 }  // namespace kvserve::service

@@ -5,7 +5,8 @@
 // Lifecycle: Start() listens at once (liveness SERVING, readiness NOT_SERVING) so that
 // probes can see a loading replica; Attach() hands over the loaded model and engine
 // (readiness SERVING); Drain() refuses new work, lets in-flight generations finish up to
-// a grace period, shuts the engine down and stops the server.
+// a grace period, shuts the engine down and stops the server; RunUntilSignalled() drains
+// on SIGTERM/SIGINT (server/drain_on_signal.h).
 #ifndef KVSERVE_SERVICE_SERVER_H_
 #define KVSERVE_SERVICE_SERVER_H_
 
@@ -23,8 +24,10 @@
 #include "model/chat_prompter.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "server/grpc_bootstrap.h"
 #include "server/memory_trimmer.h"
 #include "server/metrics_http_server.h"
+#include "server/shutdown_signals.h"
 #include "service/inference_service.h"
 #include "service/metrics.h"
 
@@ -53,6 +56,9 @@ struct ServerOptions {
   // How often freed heap memory is returned to the OS (see MemoryTrimmer); zero = never.
   // Default 2 s.
   absl::Duration malloc_trim_interval = absl::Seconds(2);
+  // RunUntilSignalled: how long in-flight requests may run after SIGTERM before they are
+  // cancelled. Default 30 s.
+  absl::Duration drain_grace = absl::Seconds(30);
   // Transport security of the gRPC port (see server/tls_credentials.h: TLS, mutual TLS,
   // certificates reloaded); null (the default) = plaintext.
   std::shared_ptr<grpc::ServerCredentials> credentials;
@@ -61,7 +67,8 @@ struct ServerOptions {
 };
 
 // Checks the options (addresses are HOST:PORT, limits positive and consistent).
-// INVALID_ARGUMENT naming the option.
+// INVALID_ARGUMENT naming the option by its flag's name ("listen must be HOST:PORT ...",
+// "max-message-bytes must be >= 1024, got 10").
 absl::Status ValidateServerOptions(const ServerOptions& options);
 
 // Splits "HOST:PORT" ("[::1]:50051" for IPv6); INVALID_ARGUMENT when malformed or the
@@ -92,10 +99,14 @@ class Server {
   // Ends a running (or the next) Drain's grace period now: what is still in flight is
   // cancelled at once. Thread-safe; for a second SIGTERM.
   void EndGrace() { service_->EndWaitIdle(); }
+  // Blocks until SIGTERM or SIGINT arrives through `signals`, then drains with
+  // options.drain_grace; a second signal ends the grace period (EndGrace). Progress lines
+  // on stdout (server::DrainOnSignal). Returns Drain's result. Call from one thread.
+  bool RunUntilSignalled(const server::ShutdownSignals& signals);
 
-  int port() const { return port_; }
+  int port() const { return endpoints_->port(); }
   // 0 when there is no metrics endpoint.
-  int metrics_port() const { return metrics_http_ ? metrics_http_->port() : 0; }
+  int metrics_port() const { return endpoints_->metrics_port(); }
   Metrics& metrics() { return *metrics_; }
   // The attached engine, or null (tests read its stats).
   engine::Engine* engine();
@@ -107,10 +118,8 @@ class Server {
   ServerOptions options_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<InferenceService> service_;
-  std::unique_ptr<grpc::Server> grpc_server_;
-  std::unique_ptr<server::MetricsHttpServer> metrics_http_;
+  std::unique_ptr<server::ServingEndpoints> endpoints_;
   std::unique_ptr<server::MemoryTrimmer> memory_trimmer_;
-  int port_ = 0;
 
   std::mutex mu_;
   std::unique_ptr<model::Model> model_ ABSL_GUARDED_BY(mu_);
