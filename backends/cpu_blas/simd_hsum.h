@@ -1,8 +1,7 @@
 // Horizontal sums of four float vectors at once, for the epilogues of the register-tiled
 // kernels: a tile of R x C accumulators ends with R * C horizontal sums, and summing them
-// four at a time takes 13 instructions instead of 4 x 8 (by count of the code below; a
-// 4 x 6 f32 block over a 512-column chunk issues about 1,100 instructions in its loop and
-// spent about 190 more on 24 single sums).
+// four at a time takes 13 instructions instead of 4 x 8 (by count of the code below): in
+// a tile's epilogue, single sums would add a large share to the instructions of its loop.
 // Each function is compiled for its own instruction set and is inlined into the callers
 // of its level (whose target attributes include it); call it only on such a CPU.
 #ifndef KVSERVE_BACKENDS_CPU_BLAS_SIMD_HSUM_H_
