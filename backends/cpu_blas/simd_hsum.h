@@ -11,6 +11,17 @@
 
 namespace kvserve::backends::cpu_blas {
 
+// s0 + s1 + s2 + s3 of a 4-lane vector, as (s0 + s1) + (s2 + s3): the last steps of the
+// single horizontal sums (V::HSum) of the AVX2 and AVX-512 levels, whose order every
+// level keeps (compiled VEX-encoded, as the callers).
+__attribute__((target("avx"))) inline float HSum128(__m128 s) {
+  __m128 sh = _mm_movehdup_ps(s);
+  s = _mm_add_ps(s, sh);
+  sh = _mm_movehl_ps(sh, s);
+  s = _mm_add_ss(s, sh);
+  return _mm_cvtss_f32(s);
+}
+
 // [sum(a), sum(b), sum(c), sum(d)] of four 8-lane vectors (AVX).
 __attribute__((target("avx"))) inline __m128 HSum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   // Per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] and the same for c, d.
