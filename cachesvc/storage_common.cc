@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/escaping.h"
+
 namespace kvserve::cachesvc {
 namespace {
 
@@ -30,15 +32,7 @@ int WriteAll(int fd, const char* data, size_t n) {
 }  // namespace
 
 std::string HashHex(const cache::BlockHash& hash) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  const std::string bytes = cache::HashToBytes(hash);
-  std::string out(2 * bytes.size(), '0');
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    const auto b = static_cast<uint8_t>(bytes[i]);
-    out[2 * i] = kDigits[b >> 4];
-    out[2 * i + 1] = kDigits[b & 0xf];
-  }
-  return out;
+  return absl::BytesToHexString(cache::HashToBytes(hash));
 }
 
 bool ParseHashHex(std::string_view hex, cache::BlockHash* hash) {
