@@ -150,10 +150,10 @@ absl::Status DiskBlockStore::Scan() {
   // Re-insert oldest first, each block right after its parent (a child waits for it).
   std::sort(found.begin(), found.end(),
             [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
-  absl::flat_hash_map<Key, std::vector<size_t>> waiting;  // parent -> children (indexes)
+  absl::flat_hash_map<BlockKey, std::vector<size_t>> waiting;  // parent -> children (indexes)
   for (size_t i = 0; i < found.size(); ++i) {
     if (found[i].parent != found[i].partition) {
-      waiting[Key{found[i].partition, found[i].parent}].push_back(i);
+      waiting[BlockKey{found[i].partition, found[i].parent}].push_back(i);
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -172,7 +172,7 @@ absl::Status DiskBlockStore::Scan() {
         drops_.Add("startup_no_room");
         continue;  // its children stay waiting: orphans
       }
-      const auto children = waiting.find(Key{f.partition, f.key});
+      const auto children = waiting.find(BlockKey{f.partition, f.key});
       if (children == waiting.end()) continue;
       // Newest last, so the oldest child is inserted first.
       ready.insert(ready.end(), children->second.rbegin(), children->second.rend());
@@ -201,17 +201,6 @@ void DiskBlockStore::DropBad(const BlockHash& partition, const BlockHash& key,
   if (!index_->Erase(partition, key)) return;  // evicted or dropped meanwhile
   unlink(FilePath(partition, key).c_str());
   drops_.Add(reason);
-}
-
-absl::StatusOr<LookupResult> DiskBlockStore::Lookup(const BlockHash& partition,
-                                                    std::span<const BlockHash> chain,
-                                                    absl::Time now) {
-  LookupResult result;
-  uint64_t bytes = 0;
-  std::lock_guard<std::mutex> lock(mu_);
-  result.present_blocks = index_->LongestPrefix(partition, chain, now, /*touch=*/true, &bytes);
-  result.present_bytes = static_cast<int64_t>(bytes);
-  return result;
 }
 
 absl::StatusOr<RecordPtr> DiskBlockStore::Get(const BlockHash& partition, const BlockHash& key,
@@ -282,7 +271,7 @@ absl::StatusOr<PutOutcome> DiskBlockStore::WriteFile(const std::string& path,
 absl::StatusOr<PutOutcome> DiskBlockStore::Put(const BlockHash& partition, const BlockHash& key,
                                                const BlockHash& parent, RecordPtr record,
                                                absl::Time now) {
-  const Key id{partition, key};
+  const BlockKey id{partition, key};
   const std::optional<BlockHash> parent_key = ParentOf(partition, parent);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -314,18 +303,6 @@ absl::StatusOr<PutOutcome> DiskBlockStore::Put(const BlockHash& partition, const
 void DiskBlockStore::Erase(const BlockHash& partition, const BlockHash& key) {
   std::lock_guard<std::mutex> lock(mu_);
   if (index_->Erase(partition, key)) unlink(FilePath(partition, key).c_str());
-}
-
-void DiskBlockStore::SetSession(const std::string& id, const BlockHash& partition,
-                                const BlockHash& head, absl::Time expires_at) {
-  std::lock_guard<std::mutex> lock(mu_);
-  // No clock here: the index treats a time before its latest as the latest.
-  index_->SetSession(id, partition, head, expires_at, absl::InfinitePast());
-}
-
-void DiskBlockStore::RemoveSession(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  index_->RemoveSession(id);
 }
 
 BlockStoreStats DiskBlockStore::stats() const {

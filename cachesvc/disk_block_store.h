@@ -43,15 +43,16 @@
 #include "absl/status/statusor.h"
 #include "cachesvc/block_index.h"
 #include "cachesvc/block_store.h"
+#include "cachesvc/indexed_block_store.h"
 #include "cachesvc/storage_common.h"
 
 namespace kvserve::cachesvc {
 
-// Threading: every method is thread-safe. One mutex guards the index; file reads and
-// writes happen outside it. Deleting evicted or corrupt files (unlink, a metadata
-// operation) happens under it, so that a block re-stored right after its eviction can
-// never have its new file deleted by the old eviction.
-class DiskBlockStore final : public BlockStore {
+// Threading: every method is thread-safe. One mutex (IndexedBlockStore's) guards the
+// index; file reads and writes happen outside it. Deleting evicted or corrupt files
+// (unlink, a metadata operation) happens under it, so that a block re-stored right after
+// its eviction can never have its new file deleted by the old eviction.
+class DiskBlockStore final : public IndexedBlockStore {
  public:
   struct Options {
     // The folder of the files (--disk-dir); created if missing. Required.
@@ -71,8 +72,6 @@ class DiskBlockStore final : public BlockStore {
   // UNAVAILABLE when the folder cannot be created or read.
   static absl::StatusOr<std::unique_ptr<DiskBlockStore>> Create(const Options& options);
 
-  absl::StatusOr<LookupResult> Lookup(const BlockHash& partition, std::span<const BlockHash> chain,
-                                      absl::Time now) override;
   absl::StatusOr<RecordPtr> Get(const BlockHash& partition, const BlockHash& key,
                                 absl::Time now) override;
   // Writes the file synchronously (returns when it is renamed into place). kNoRoom when
@@ -82,10 +81,6 @@ class DiskBlockStore final : public BlockStore {
                                  const BlockHash& parent, RecordPtr record,
                                  absl::Time now) override;
   void Erase(const BlockHash& partition, const BlockHash& key) override;
-  void SetSession(const std::string& id, const BlockHash& partition, const BlockHash& head,
-                  absl::Time expires_at) override;
-  void RemoveSession(const std::string& id) override;
-  bool takes_session_hints() const override { return true; }
   // Evictions: the index's reasons ("idle", "quota", ...), "corrupt_<reason>",
   // "missing_file" and the start-up deletions ("startup_<reason>").
   BlockStoreStats stats() const override;
@@ -95,20 +90,8 @@ class DiskBlockStore final : public BlockStore {
   std::string FilePath(const BlockHash& partition, const BlockHash& key) const;
 
  private:
-  struct Key {
-    BlockHash partition;
-    BlockHash key;
-    friend bool operator==(const Key& a, const Key& b) {
-      return a.partition == b.partition && a.key == b.key;
-    }
-    template <typename H>
-    friend H AbslHashValue(H h, const Key& k) {
-      return H::combine(std::move(h), k.partition, k.key);
-    }
-  };
-
   DiskBlockStore(const Options& options, std::unique_ptr<BlockIndex> index)
-      : options_(options), index_(std::move(index)) {}
+      : IndexedBlockStore(std::move(index)), options_(options) {}
   absl::Status Scan();
   // Deletes the files of evicted blocks and counts them by reason.
   void DeleteEvicted(const std::vector<Evicted>& evicted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -120,10 +103,8 @@ class DiskBlockStore final : public BlockStore {
   const Options options_;
   std::atomic<uint64_t> temp_serial_{0};
   DropCounters drops_;
-  mutable std::mutex mu_;
-  const std::unique_ptr<BlockIndex> index_ ABSL_PT_GUARDED_BY(mu_);
   // Blocks whose files are being written (not yet in the index).
-  absl::flat_hash_set<Key> writing_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<BlockKey> writing_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvserve::cachesvc
