@@ -23,11 +23,7 @@ std::unique_ptr<MemoryBlockStore> NewStore(int64_t capacity, int64_t quota = 0) 
 
 void PutChain(MemoryBlockStore& store, const BlockChain& c, absl::Time now = kNow) {
   for (size_t i = 0; i < c.hashes.size(); ++i) {
-    const BlockHash parent = i == 0 ? c.partition : c.hashes[i - 1];
-    ASSERT_TRUE(store
-                    .Put(c.partition, c.hashes[i], parent,
-                         std::make_shared<const std::string>(c.records[i]), now)
-                    .ok());
+    ASSERT_TRUE(store.Put(c.partition, c.hashes[i], c.parent(i), c.record(i), now).ok());
   }
 }
 
