@@ -56,7 +56,20 @@ struct Found {
   std::string path;
 };
 
+// The drops a running store counts (the start-up scan's are counted before anyone reads).
+std::vector<std::string> RunningDropReasons() {
+  std::vector<std::string> reasons = CorruptReasons();
+  reasons.push_back("missing_file");
+  for (int r = 0; r < kNumEvictReasons; ++r) {
+    reasons.emplace_back(EvictReasonName(static_cast<EvictReason>(r)));
+  }
+  return reasons;
+}
+
 }  // namespace
+
+DiskBlockStore::DiskBlockStore(const Options& options, std::unique_ptr<BlockIndex> index)
+    : IndexedBlockStore(std::move(index)), options_(options), drops_(RunningDropReasons()) {}
 
 absl::StatusOr<std::unique_ptr<DiskBlockStore>> DiskBlockStore::Create(const Options& options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("disk tier: dir is required");

@@ -81,8 +81,9 @@ class DiskBlockStore final : public IndexedBlockStore {
                                  const BlockHash& parent, RecordPtr record,
                                  absl::Time now) override;
   void Erase(const BlockHash& partition, const BlockHash& key) override;
-  // Evictions: the index's reasons ("idle", "quota", ...), "corrupt_<reason>",
-  // "missing_file" and the start-up deletions ("startup_<reason>").
+  // Evictions: the index's reasons ("idle", "quota", ...), "corrupt_<reason>" and
+  // "missing_file", each from the start (at 0), and the start-up deletions
+  // ("startup_<reason>") once counted.
   BlockStoreStats stats() const override;
   std::string name() const override { return "disk"; }
 
@@ -90,8 +91,7 @@ class DiskBlockStore final : public IndexedBlockStore {
   std::string FilePath(const BlockHash& partition, const BlockHash& key) const;
 
  private:
-  DiskBlockStore(const Options& options, std::unique_ptr<BlockIndex> index)
-      : IndexedBlockStore(std::move(index)), options_(options) {}
+  DiskBlockStore(const Options& options, std::unique_ptr<BlockIndex> index);
   absl::Status Scan();
   // Deletes the files of evicted blocks and counts them by reason.
   void DeleteEvicted(const std::vector<Evicted>& evicted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -90,6 +91,20 @@ class DiskBlockStoreTest : public ::testing::Test {
 
   fs::path dir_;
 };
+
+// kvserve_cache_evicted_blocks_total has a series from the start, at 0, for each reason a
+// running store counts.
+TEST_F(DiskBlockStoreTest, EveryRunningDropReasonIsReportedFromTheStart) {
+  auto store = Open();
+  const BlockStoreStats stats = store->stats();
+  for (const auto& [reason, n] : stats.evictions) EXPECT_EQ(n, 0) << reason;
+  for (const char* reason : {"idle", "quota", "missing_file", "corrupt_truncated",
+                             "corrupt_bad_checksum", "corrupt_wrong_tokens"}) {
+    EXPECT_TRUE(std::any_of(stats.evictions.begin(), stats.evictions.end(), [&](const auto& e) {
+      return e.first == reason;
+    })) << reason;
+  }
+}
 
 TEST_F(DiskBlockStoreTest, PutGetLookup) {
   auto store = Open();

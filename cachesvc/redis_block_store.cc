@@ -107,6 +107,12 @@ void RedisBlockStore::Erase(const BlockHash& partition, const BlockHash& key) {
   (void)client_->Run({"DEL", redis_key});
 }
 
+std::vector<std::string> RedisBlockStore::DropReasons() {
+  std::vector<std::string> reasons = CorruptReasons();
+  reasons.push_back("redis_oom");
+  return reasons;
+}
+
 BlockStoreStats RedisBlockStore::stats() const {
   BlockStoreStats stats;
   const std::vector<RedisCommand> commands = {{"DBSIZE"}, {"INFO"}};
@@ -121,7 +127,7 @@ BlockStoreStats RedisBlockStore::stats() const {
     redis_evicted = InfoField(info, "evicted_keys");
   }
   stats.evictions = drops_.Snapshot();
-  if (redis_evicted != 0) stats.evictions.emplace_back("redis_evicted", redis_evicted);
+  stats.evictions.emplace_back("redis_evicted", redis_evicted);
   return stats;
 }
 

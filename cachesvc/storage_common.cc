@@ -59,6 +59,10 @@ void DropCounters::Add(std::string_view reason, int64_t n) {
   counts_[std::string(reason)] += n;
 }
 
+DropCounters::DropCounters(const std::vector<std::string>& known) {
+  for (const std::string& reason : known) counts_[reason] = 0;
+}
+
 int64_t DropCounters::Get(std::string_view reason) const {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = counts_.find(std::string(reason));
@@ -69,9 +73,7 @@ std::vector<std::pair<std::string, int64_t>> DropCounters::Snapshot() const {
   std::vector<std::pair<std::string, int64_t>> out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [reason, n] : counts_) {
-      if (n != 0) out.emplace_back(reason, n);
-    }
+    out.assign(counts_.begin(), counts_.end());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -79,6 +81,15 @@ std::vector<std::pair<std::string, int64_t>> DropCounters::Snapshot() const {
 
 std::string CorruptReason(cache::RecordCheck check) {
   return "corrupt_" + std::string(cache::RecordCheckName(check));
+}
+
+std::vector<std::string> CorruptReasons() {
+  std::vector<std::string> reasons;
+  for (int c = static_cast<int>(cache::RecordCheck::kTruncated);
+       c <= static_cast<int>(cache::RecordCheck::kWrongTokens); ++c) {
+    reasons.push_back(CorruptReason(static_cast<cache::RecordCheck>(c)));
+  }
+  return reasons;
 }
 
 Fd::~Fd() {

@@ -9,7 +9,7 @@ namespace kvserve::cachesvc {
 
 TieredBlockStore::TieredBlockStore(std::unique_ptr<BlockStore> memory,
                                    std::unique_ptr<BlockStore> disk)
-    : memory_(std::move(memory)), disk_(std::move(disk)) {}
+    : memory_(std::move(memory)), disk_(std::move(disk)), counters_({"disk_put_error"}) {}
 
 absl::StatusOr<LookupResult> TieredBlockStore::Lookup(const BlockHash& partition,
                                                       std::span<const BlockHash> chain,
