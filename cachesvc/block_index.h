@@ -20,22 +20,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cache/block_hash.h"
+#include "cachesvc/block_store.h"  // BlockKey
 
 namespace kvserve::cachesvc {
 
 using cache::BlockHash;
-
-// Where a block is kept, in the index and in every store: its hash within its partition
-// (the identity digest its chain starts from, see block_store.h).
-struct BlockKey {
-  BlockHash partition;
-  BlockHash key;
-  friend bool operator==(const BlockKey&, const BlockKey&) = default;
-  template <typename H>
-  friend H AbslHashValue(H h, const BlockKey& k) {
-    return H::combine(std::move(h), k.partition, k.key);
-  }
-};
 
 enum class Policy {
   // Chain- and conversation-aware (the default): only leaves (blocks with no child present)

@@ -216,8 +216,8 @@ void DiskBlockStore::DropBad(const BlockHash& partition, const BlockHash& key,
   drops_.Add(reason);
 }
 
-absl::StatusOr<RecordPtr> DiskBlockStore::Get(const BlockHash& partition, const BlockHash& key,
-                                              absl::Time now) {
+absl::StatusOr<RecordPtr> DiskBlockStore::Get(const BlockKey& block, absl::Time now) {
+  const auto& [partition, key] = block;
   uint64_t bytes = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -281,9 +281,9 @@ absl::StatusOr<PutOutcome> DiskBlockStore::WriteFile(const std::string& path,
   return PutOutcome::kStored;
 }
 
-absl::StatusOr<PutOutcome> DiskBlockStore::Put(const BlockHash& partition, const BlockHash& key,
-                                               const BlockHash& parent, RecordPtr record,
-                                               absl::Time now) {
+absl::StatusOr<PutOutcome> DiskBlockStore::Put(const BlockKey& block, const BlockHash& parent,
+                                               RecordPtr record, absl::Time now) {
+  const auto& [partition, key] = block;
   const BlockKey id{partition, key};
   const std::optional<BlockHash> parent_key = ParentOf(partition, parent);
   {
@@ -313,7 +313,8 @@ absl::StatusOr<PutOutcome> DiskBlockStore::Put(const BlockHash& partition, const
   return PutOutcome::kStored;
 }
 
-void DiskBlockStore::Erase(const BlockHash& partition, const BlockHash& key) {
+void DiskBlockStore::Erase(const BlockKey& block) {
+  const auto& [partition, key] = block;
   std::lock_guard<std::mutex> lock(mu_);
   if (index_->Erase(partition, key)) unlink(FilePath(partition, key).c_str());
 }

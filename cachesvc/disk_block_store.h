@@ -72,15 +72,13 @@ class DiskBlockStore final : public IndexedBlockStore {
   // UNAVAILABLE when the folder cannot be created or read.
   static absl::StatusOr<std::unique_ptr<DiskBlockStore>> Create(const Options& options);
 
-  absl::StatusOr<RecordPtr> Get(const BlockHash& partition, const BlockHash& key,
-                                absl::Time now) override;
+  absl::StatusOr<RecordPtr> Get(const BlockKey& key, absl::Time now) override;
   // Writes the file synchronously (returns when it is renamed into place). kNoRoom when
   // the record is larger than the capacity or quota, when the disk is full, or when the
   // block's parent is not on disk (not stored: a lookup could never reach it).
-  absl::StatusOr<PutOutcome> Put(const BlockHash& partition, const BlockHash& key,
-                                 const BlockHash& parent, RecordPtr record,
+  absl::StatusOr<PutOutcome> Put(const BlockKey& key, const BlockHash& parent, RecordPtr record,
                                  absl::Time now) override;
-  void Erase(const BlockHash& partition, const BlockHash& key) override;
+  void Erase(const BlockKey& key) override;
   // Evictions: the index's reasons ("idle", "quota", ...), "corrupt_<reason>" and
   // "missing_file", each from the start (at 0), and the start-up deletions
   // ("startup_<reason>") once counted.

@@ -69,8 +69,9 @@ class DiskBlockStoreTest : public ::testing::Test {
 
   static void PutChain(BlockStore& store, const BlockChain& chain, absl::Time now = kNow) {
     for (size_t i = 0; i < chain.hashes.size(); ++i) {
-      ASSERT_EQ(*store.Put(chain.partition, chain.hashes[i], chain.parent(i), chain.record(i), now),
-                PutOutcome::kStored)
+      ASSERT_EQ(
+          *store.Put({chain.partition, chain.hashes[i]}, chain.parent(i), chain.record(i), now),
+          PutOutcome::kStored)
           << i;
     }
   }
@@ -110,10 +111,10 @@ TEST_F(DiskBlockStoreTest, PutGetLookup) {
   auto store = Open();
   const BlockChain chain = MakeChain(4, "a");
   PutChain(*store, chain);
-  EXPECT_EQ(*store->Put(chain.partition, chain.hashes[2], chain.parent(2), chain.record(2), kNow),
+  EXPECT_EQ(*store->Put({chain.partition, chain.hashes[2]}, chain.parent(2), chain.record(2), kNow),
             PutOutcome::kAlreadyPresent);
   for (size_t i = 0; i < 4; ++i) {
-    absl::StatusOr<RecordPtr> got = store->Get(chain.partition, chain.hashes[i], kNow);
+    absl::StatusOr<RecordPtr> got = store->Get({chain.partition, chain.hashes[i]}, kNow);
     ASSERT_TRUE(got.ok());
     ASSERT_NE(*got, nullptr);
     EXPECT_EQ(**got, chain.records[i]);
@@ -125,14 +126,14 @@ TEST_F(DiskBlockStoreTest, PutGetLookup) {
   absl::StatusOr<LookupResult> r = store->Lookup(chain.partition, chain.hashes, kNow);
   EXPECT_EQ(r->present_blocks, 4);
   EXPECT_EQ(r->present_bytes, static_cast<int64_t>(4 * chain.records[0].size()));
-  EXPECT_EQ(*store->Get(chain.partition, MakeChain(1, "a", 7).hashes[0], kNow), nullptr);
+  EXPECT_EQ(*store->Get({chain.partition, MakeChain(1, "a", 7).hashes[0]}, kNow), nullptr);
   // A block whose parent is not on disk could never be found: not stored.
   const BlockChain other = MakeChain(2, "a", 3);
-  EXPECT_EQ(*store->Put(other.partition, other.hashes[1], other.parent(1), other.record(1), kNow),
+  EXPECT_EQ(*store->Put({other.partition, other.hashes[1]}, other.parent(1), other.record(1), kNow),
             PutOutcome::kNoRoom);
   EXPECT_EQ(store->stats().blocks, 4);
   EXPECT_EQ(store->stats().bytes, static_cast<int64_t>(4 * chain.records[0].size()));
-  store->Erase(chain.partition, chain.hashes[3]);
+  store->Erase({chain.partition, chain.hashes[3]});
   EXPECT_FALSE(fs::exists(store->FilePath(chain.partition, chain.hashes[3])));
   EXPECT_EQ(Present(*store, chain), 3);
 }
@@ -143,7 +144,7 @@ TEST_F(DiskBlockStoreTest, DifferentPartitionsNeverShareABlock) {
   const BlockChain b = MakeChain(3, "tenant-b");
   PutChain(*store, a);
   EXPECT_EQ(store->Lookup(b.partition, a.hashes, kNow)->present_blocks, 0);
-  EXPECT_EQ(*store->Get(b.partition, a.hashes[0], kNow), nullptr);
+  EXPECT_EQ(*store->Get({b.partition, a.hashes[0]}, kNow), nullptr);
   PutChain(*store, b);
   EXPECT_NE(store->FilePath(a.partition, a.hashes[0]), store->FilePath(b.partition, a.hashes[0]));
   EXPECT_EQ(Present(*store, a), 3);
@@ -164,7 +165,7 @@ TEST_F(DiskBlockStoreTest, RestartSeesTheSameBlocksAndChains) {
   EXPECT_EQ(Present(*store, a), 5);
   EXPECT_EQ(Present(*store, b), 2);
   for (size_t i = 0; i < 5; ++i)
-    EXPECT_EQ(**store->Get(a.partition, a.hashes[i], kNow), a.records[i]);
+    EXPECT_EQ(**store->Get({a.partition, a.hashes[i]}, kNow), a.records[i]);
   // The parent links survived: new blocks evict chain tails, never a middle block.
   const BlockChain c = MakeChain(4, "a", /*seed=*/5);
   PutChain(*store, c, kNow + absl::Seconds(1));
@@ -184,7 +185,7 @@ TEST_F(DiskBlockStoreTest, LeftoverTempFilesAreIgnoredAndDeleted) {
     PutChain(*store, a);
     path1 = store->FilePath(a.partition, a.hashes[1]);
     path2 = store->FilePath(a.partition, a.hashes[2]);
-    store->Erase(a.partition, a.hashes[2]);
+    store->Erase({a.partition, a.hashes[2]});
   }
   // A crash mid-write of block 2 left a partial temp file, and one of block 1 (rewritten
   // after an eviction) a whole one.
@@ -194,7 +195,7 @@ TEST_F(DiskBlockStoreTest, LeftoverTempFilesAreIgnoredAndDeleted) {
   EXPECT_EQ(Count(store->stats(), "startup_temp_file"), 2);
   EXPECT_EQ(Present(*store, a), 2);
   EXPECT_EQ(CountFiles(dir_.string()), 2);
-  EXPECT_EQ(**store->Get(a.partition, a.hashes[1], kNow), a.records[1]);
+  EXPECT_EQ(**store->Get({a.partition, a.hashes[1]}, kNow), a.records[1]);
 }
 
 TEST_F(DiskBlockStoreTest, CorruptFilesAreMissesCountedAndDeleted) {
@@ -209,21 +210,21 @@ TEST_F(DiskBlockStoreTest, CorruptFilesAreMissesCountedAndDeleted) {
   std::string flipped = a.records[3];
   flipped[flipped.size() - 5] ^= 0x01;
   WriteAll(p3, flipped);
-  EXPECT_EQ(*store->Get(a.partition, a.hashes[3], kNow), nullptr);
+  EXPECT_EQ(*store->Get({a.partition, a.hashes[3]}, kNow), nullptr);
   EXPECT_EQ(Count(store->stats(), "corrupt_bad_checksum"), 1);
   EXPECT_FALSE(fs::exists(p3));
   // Block 2: truncated.
   fs::resize_file(p2, 100);
-  EXPECT_EQ(*store->Get(a.partition, a.hashes[2], kNow), nullptr);
+  EXPECT_EQ(*store->Get({a.partition, a.hashes[2]}, kNow), nullptr);
   EXPECT_EQ(Count(store->stats(), "corrupt_truncated"), 1);
   EXPECT_FALSE(fs::exists(p2));
   // Block 1: block 0's file renamed over it (same size, another key).
   fs::rename(p0, p1);
-  EXPECT_EQ(*store->Get(a.partition, a.hashes[1], kNow), nullptr);
+  EXPECT_EQ(*store->Get({a.partition, a.hashes[1]}, kNow), nullptr);
   EXPECT_EQ(Count(store->stats(), "corrupt_wrong_hash"), 1);
   EXPECT_FALSE(fs::exists(p1));
   // Block 0's file is gone: a miss, counted.
-  EXPECT_EQ(*store->Get(a.partition, a.hashes[0], kNow), nullptr);
+  EXPECT_EQ(*store->Get({a.partition, a.hashes[0]}, kNow), nullptr);
   EXPECT_EQ(Count(store->stats(), "missing_file"), 1);
   EXPECT_EQ(Present(*store, a), 0);
   EXPECT_EQ(store->stats().blocks, 0);
@@ -299,7 +300,7 @@ TEST_F(DiskBlockStoreTest, CapacityEvictionKeepsChainsCoherent) {
       {.dir = (dir_ / "tiny").string(), .index = {.capacity_bytes = record_bytes - 1}});
   ASSERT_TRUE(tiny.ok());
   const BlockChain t = MakeChain(1, "t");
-  EXPECT_EQ(*(*tiny)->Put(t.partition, t.hashes[0], t.parent(0), t.record(0), kNow),
+  EXPECT_EQ(*(*tiny)->Put({t.partition, t.hashes[0]}, t.parent(0), t.record(0), kNow),
             PutOutcome::kNoRoom);
 }
 
@@ -311,10 +312,10 @@ TEST_F(DiskBlockStoreTest, ConcurrentUse) {
       for (int round = 0; round < 5; ++round) {
         const BlockChain c = MakeChain(4, "a", t * 10 + round % 3);
         for (size_t i = 0; i < c.hashes.size(); ++i) {
-          ASSERT_TRUE(store->Put(c.partition, c.hashes[i], c.parent(i), c.record(i), kNow).ok());
+          ASSERT_TRUE(store->Put({c.partition, c.hashes[i]}, c.parent(i), c.record(i), kNow).ok());
         }
         for (size_t i = 0; i < c.hashes.size(); ++i) {
-          absl::StatusOr<RecordPtr> got = store->Get(c.partition, c.hashes[i], kNow);
+          absl::StatusOr<RecordPtr> got = store->Get({c.partition, c.hashes[i]}, kNow);
           ASSERT_TRUE(got.ok());
           if (*got != nullptr) {
             EXPECT_EQ(**got, c.records[i]);
@@ -341,7 +342,7 @@ TEST_F(DiskBlockStoreTest, TieredOverDiskSurvivesRestart) {
   TieredBlockStore tiered(std::move(memory), Open());
   EXPECT_EQ(Present(tiered, a), 3);
   EXPECT_EQ(Present(*memory_view, a), 0);
-  EXPECT_EQ(**tiered.Get(a.partition, a.hashes[0], kNow), a.records[0]);
+  EXPECT_EQ(**tiered.Get({a.partition, a.hashes[0]}, kNow), a.records[0]);
   EXPECT_EQ(Present(*memory_view, a), 1);
   EXPECT_EQ(tiered.stats().blocks, 3);
 }

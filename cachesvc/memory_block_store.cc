@@ -34,8 +34,8 @@ void MemoryBlockStore::DropRecords(std::span<const Evicted> evicted,
   }
 }
 
-absl::StatusOr<RecordPtr> MemoryBlockStore::Get(const BlockHash& partition, const BlockHash& key,
-                                                absl::Time now) {
+absl::StatusOr<RecordPtr> MemoryBlockStore::Get(const BlockKey& block, absl::Time now) {
+  const auto& [partition, key] = block;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = records_.find(BlockKey{partition, key});
   if (it == records_.end()) return RecordPtr();
@@ -43,9 +43,9 @@ absl::StatusOr<RecordPtr> MemoryBlockStore::Get(const BlockHash& partition, cons
   return it->second;
 }
 
-absl::StatusOr<PutOutcome> MemoryBlockStore::Put(const BlockHash& partition, const BlockHash& key,
-                                                 const BlockHash& parent, RecordPtr record,
-                                                 absl::Time now) {
+absl::StatusOr<PutOutcome> MemoryBlockStore::Put(const BlockKey& block, const BlockHash& parent,
+                                                 RecordPtr record, absl::Time now) {
+  const auto& [partition, key] = block;
   std::vector<RecordPtr> released;  // freed after the lock is dropped
   std::lock_guard<std::mutex> lock(mu_);
   if (records_.contains(BlockKey{partition, key})) return PutOutcome::kAlreadyPresent;
@@ -70,7 +70,8 @@ absl::StatusOr<PutOutcome> MemoryBlockStore::Put(const BlockHash& partition, con
   return PutOutcome::kStored;
 }
 
-void MemoryBlockStore::Erase(const BlockHash& partition, const BlockHash& key) {
+void MemoryBlockStore::Erase(const BlockKey& block) {
+  const auto& [partition, key] = block;
   std::vector<RecordPtr> released;
   std::lock_guard<std::mutex> lock(mu_);
   // Only this block: its descendants stay (unreachable until it is stored again) and are

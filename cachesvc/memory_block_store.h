@@ -47,12 +47,10 @@ class MemoryBlockStore final : public IndexedBlockStore {
   // INVALID_ARGUMENT when capacity_bytes < 1 or partition_quota_bytes < 0.
   static absl::StatusOr<std::unique_ptr<MemoryBlockStore>> Create(const Options& options);
 
-  absl::StatusOr<RecordPtr> Get(const BlockHash& partition, const BlockHash& key,
-                                absl::Time now) override;
-  absl::StatusOr<PutOutcome> Put(const BlockHash& partition, const BlockHash& key,
-                                 const BlockHash& parent, RecordPtr record,
+  absl::StatusOr<RecordPtr> Get(const BlockKey& key, absl::Time now) override;
+  absl::StatusOr<PutOutcome> Put(const BlockKey& key, const BlockHash& parent, RecordPtr record,
                                  absl::Time now) override;
-  void Erase(const BlockHash& partition, const BlockHash& key) override;
+  void Erase(const BlockKey& key) override;
   BlockStoreStats stats() const override;
   std::string name() const override { return "memory"; }
 

@@ -56,8 +56,9 @@ class RedisStoreTest : public ::testing::Test {
 
 void PutChain(BlockStore& store, const BlockChain& chain) {
   for (size_t i = 0; i < chain.hashes.size(); ++i) {
-    ASSERT_EQ(*store.Put(chain.partition, chain.hashes[i], chain.parent(i), chain.record(i), kNow),
-              PutOutcome::kStored);
+    ASSERT_EQ(
+        *store.Put({chain.partition, chain.hashes[i]}, chain.parent(i), chain.record(i), kNow),
+        PutOutcome::kStored);
   }
 }
 
@@ -78,16 +79,17 @@ TEST(RedisAddressTest, Parses) {
 TEST_F(RedisStoreTest, RoundTrip) {
   const BlockChain chain = MakeChain(3, "a");
   PutChain(*blocks_, chain);
-  EXPECT_EQ(*blocks_->Put(chain.partition, chain.hashes[1], chain.parent(1), chain.record(1), kNow),
-            PutOutcome::kAlreadyPresent);
+  EXPECT_EQ(
+      *blocks_->Put({chain.partition, chain.hashes[1]}, chain.parent(1), chain.record(1), kNow),
+      PutOutcome::kAlreadyPresent);
   for (size_t i = 0; i < 3; ++i) {
-    absl::StatusOr<RecordPtr> got = blocks_->Get(chain.partition, chain.hashes[i], kNow);
+    absl::StatusOr<RecordPtr> got = blocks_->Get({chain.partition, chain.hashes[i]}, kNow);
     ASSERT_TRUE(got.ok());
     ASSERT_NE(*got, nullptr);
     EXPECT_EQ(**got, chain.records[i]);
   }
   const BlockChain other = MakeChain(1, "a", /*seed=*/9);
-  EXPECT_EQ(*blocks_->Get(chain.partition, other.hashes[0], kNow), nullptr);
+  EXPECT_EQ(*blocks_->Get({chain.partition, other.hashes[0]}, kNow), nullptr);
   EXPECT_TRUE(RawExists(RedisBlockKey(chain.partition, chain.hashes[0])));
   EXPECT_EQ(blocks_->name(), "redis");
   EXPECT_GE(blocks_->stats().blocks, 3);
@@ -97,7 +99,7 @@ TEST_F(RedisStoreTest, LookupReportsTheUnbrokenPrefixOfItsPartition) {
   const BlockChain chain = MakeChain(5, "a");
   for (size_t i : {0, 1, 3, 4}) {
     ASSERT_EQ(
-        *blocks_->Put(chain.partition, chain.hashes[i], chain.parent(i), chain.record(i), kNow),
+        *blocks_->Put({chain.partition, chain.hashes[i]}, chain.parent(i), chain.record(i), kNow),
         PutOutcome::kStored);
   }
   absl::StatusOr<LookupResult> r = blocks_->Lookup(chain.partition, chain.hashes, kNow);
@@ -108,7 +110,7 @@ TEST_F(RedisStoreTest, LookupReportsTheUnbrokenPrefixOfItsPartition) {
   // The same keys under another partition (another salt) are not there.
   const BlockChain salted = MakeChain(1, "b");
   EXPECT_EQ(blocks_->Lookup(salted.partition, chain.hashes, kNow)->present_blocks, 0);
-  EXPECT_EQ(*blocks_->Get(salted.partition, chain.hashes[0], kNow), nullptr);
+  EXPECT_EQ(*blocks_->Get({salted.partition, chain.hashes[0]}, kNow), nullptr);
 }
 
 TEST_F(RedisStoreTest, CorruptValuesAreMissesAndDeleted) {
@@ -121,7 +123,7 @@ TEST_F(RedisStoreTest, CorruptValuesAreMissesAndDeleted) {
   RawSet(RedisBlockKey(chain.partition, chain.hashes[1]), chain.records[1].substr(0, 200));
   RawSet(RedisBlockKey(chain.partition, chain.hashes[2]), chain.records[1]);
   for (size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(*blocks_->Get(chain.partition, chain.hashes[i], kNow), nullptr) << i;
+    EXPECT_EQ(*blocks_->Get({chain.partition, chain.hashes[i]}, kNow), nullptr) << i;
     EXPECT_FALSE(RawExists(RedisBlockKey(chain.partition, chain.hashes[i]))) << i;
   }
   const BlockStoreStats stats = blocks_->stats();
@@ -248,13 +250,14 @@ TEST_F(RedisStoreTest, ServerLossIsUnavailableAndRecovers) {
     EXPECT_EQ(blocks_->Lookup(chain.partition, chain.hashes, kNow).status().code(),
               absl::StatusCode::kUnavailable)
         << what;
-    EXPECT_EQ(blocks_->Get(chain.partition, chain.hashes[0], kNow).status().code(),
+    EXPECT_EQ(blocks_->Get({chain.partition, chain.hashes[0]}, kNow).status().code(),
               absl::StatusCode::kUnavailable)
         << what;
-    EXPECT_EQ(blocks_->Put(chain.partition, chain.hashes[0], chain.parent(0), chain.record(0), kNow)
-                  .status()
-                  .code(),
-              absl::StatusCode::kUnavailable)
+    EXPECT_EQ(
+        blocks_->Put({chain.partition, chain.hashes[0]}, chain.parent(0), chain.record(0), kNow)
+            .status()
+            .code(),
+        absl::StatusCode::kUnavailable)
         << what;
     EXPECT_EQ(sessions_->Get("s", kNow).status().code(), absl::StatusCode::kUnavailable) << what;
     EXPECT_EQ(sessions_->List(nullptr, 10, "", kNow).status().code(),

@@ -60,7 +60,7 @@ int Run(const char* name, BlockStore& store, const testing::BlockChain& chain, i
     auto start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < chain.hashes.size(); ++i) {
       absl::StatusOr<PutOutcome> put =
-          store.Put(chain.partition, chain.hashes[i], chain.parent(i), records[i], now);
+          store.Put({chain.partition, chain.hashes[i]}, chain.parent(i), records[i], now);
       if (!put.ok() || *put != PutOutcome::kStored) {
         std::fprintf(stderr, "%s: put %zu failed: %s\n", name, i,
                      put.ok() ? "not stored" : put.status().ToString().c_str());
@@ -70,14 +70,14 @@ int Run(const char* name, BlockStore& store, const testing::BlockChain& chain, i
     rates.store_mb_s.push_back(mb / Seconds(start));
     start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < chain.hashes.size(); ++i) {
-      absl::StatusOr<RecordPtr> got = store.Get(chain.partition, chain.hashes[i], now);
+      absl::StatusOr<RecordPtr> got = store.Get({chain.partition, chain.hashes[i]}, now);
       if (!got.ok() || *got == nullptr) {
         std::fprintf(stderr, "%s: get %zu failed\n", name, i);
         return 1;
       }
     }
     rates.fetch_mb_s.push_back(mb / Seconds(start));
-    for (size_t i = chain.hashes.size(); i-- > 0;) store.Erase(chain.partition, chain.hashes[i]);
+    for (size_t i = chain.hashes.size(); i-- > 0;) store.Erase({chain.partition, chain.hashes[i]});
     std::printf("%s repeat %d: store %.0f MB/s, fetch %.0f MB/s\n", name, r,
                 rates.store_mb_s.back(), rates.fetch_mb_s.back());
   }

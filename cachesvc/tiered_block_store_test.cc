@@ -30,7 +30,8 @@ class TieredBlockStoreTest : public ::testing::Test {
   void PutAll(BlockStore& store, const BlockChain& chain, std::initializer_list<size_t> indexes) {
     for (size_t i : indexes) {
       ASSERT_TRUE(
-          store.Put(chain.partition, chain.hashes[i], chain.parent(i), chain.record(i), kNow).ok());
+          store.Put({chain.partition, chain.hashes[i]}, chain.parent(i), chain.record(i), kNow)
+              .ok());
     }
   }
 
@@ -41,12 +42,14 @@ class TieredBlockStoreTest : public ::testing::Test {
 
 TEST_F(TieredBlockStoreTest, PutWritesBothTiers) {
   const BlockChain chain = MakeChain(2, "a");
-  EXPECT_EQ(*store_->Put(chain.partition, chain.hashes[0], chain.parent(0), chain.record(0), kNow),
-            PutOutcome::kStored);
-  EXPECT_EQ(*store_->Put(chain.partition, chain.hashes[0], chain.parent(0), chain.record(0), kNow),
-            PutOutcome::kAlreadyPresent);
-  EXPECT_NE(*memory_->Get(chain.partition, chain.hashes[0], kNow), nullptr);
-  EXPECT_NE(*disk_->Get(chain.partition, chain.hashes[0], kNow), nullptr);
+  EXPECT_EQ(
+      *store_->Put({chain.partition, chain.hashes[0]}, chain.parent(0), chain.record(0), kNow),
+      PutOutcome::kStored);
+  EXPECT_EQ(
+      *store_->Put({chain.partition, chain.hashes[0]}, chain.parent(0), chain.record(0), kNow),
+      PutOutcome::kAlreadyPresent);
+  EXPECT_NE(*memory_->Get({chain.partition, chain.hashes[0]}, kNow), nullptr);
+  EXPECT_NE(*disk_->Get({chain.partition, chain.hashes[0]}, kNow), nullptr);
   EXPECT_EQ(store_->name(), "memory+disk");
 }
 
@@ -59,8 +62,8 @@ TEST_F(TieredBlockStoreTest, LookupSpansGapsOfEitherTier) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->present_blocks, 5);
   EXPECT_EQ(r->present_bytes, static_cast<int64_t>(5 * chain.records[0].size()));
-  memory_->Erase(chain.partition, chain.hashes[2]);
-  disk_->Erase(chain.partition, chain.hashes[2]);
+  memory_->Erase({chain.partition, chain.hashes[2]});
+  disk_->Erase({chain.partition, chain.hashes[2]});
   EXPECT_EQ(store_->Lookup(chain.partition, chain.hashes, kNow)->present_blocks, 2);
   EXPECT_EQ(store_->Lookup(chain.partition, {}, kNow)->present_blocks, 0);
 }
@@ -68,15 +71,15 @@ TEST_F(TieredBlockStoreTest, LookupSpansGapsOfEitherTier) {
 TEST_F(TieredBlockStoreTest, GetPromotesFromDisk) {
   const BlockChain chain = MakeChain(2, "a");
   PutAll(*disk_, chain, {0, 1});
-  absl::StatusOr<RecordPtr> got = store_->Get(chain.partition, chain.hashes[1], kNow);
+  absl::StatusOr<RecordPtr> got = store_->Get({chain.partition, chain.hashes[1]}, kNow);
   ASSERT_TRUE(got.ok());
   ASSERT_NE(*got, nullptr);
   EXPECT_EQ(**got, chain.records[1]);
-  EXPECT_NE(*memory_->Get(chain.partition, chain.hashes[1], kNow), nullptr);
-  EXPECT_EQ(*memory_->Get(chain.partition, chain.hashes[0], kNow), nullptr);
-  EXPECT_EQ(*store_->Get(chain.partition, MakeChain(1, "b").hashes[0], kNow), nullptr);
-  store_->Erase(chain.partition, chain.hashes[1]);
-  EXPECT_EQ(*store_->Get(chain.partition, chain.hashes[1], kNow), nullptr);
+  EXPECT_NE(*memory_->Get({chain.partition, chain.hashes[1]}, kNow), nullptr);
+  EXPECT_EQ(*memory_->Get({chain.partition, chain.hashes[0]}, kNow), nullptr);
+  EXPECT_EQ(*store_->Get({chain.partition, MakeChain(1, "b").hashes[0]}, kNow), nullptr);
+  store_->Erase({chain.partition, chain.hashes[1]});
+  EXPECT_EQ(*store_->Get({chain.partition, chain.hashes[1]}, kNow), nullptr);
 }
 
 }  // namespace
