@@ -1,6 +1,7 @@
-// The commands of kvserve-cli, one function each (the flags are mapped onto their
-// arguments in cli_main.cc, the only file that reads flags). Each returns the process exit
-// code: 0 success, 1 a failed call (its status printed on stderr), 2 bad usage.
+// The commands of kvserve-cli, one function each (the flags, client/cli_flags.h, are
+// mapped onto their arguments in cli_main.cc; no command reads a flag). Each returns the
+// process exit code: 0 success, 1 a failed call (its status printed on stderr), 2 bad
+// usage.
 #ifndef KVSERVE_CLIENT_CLI_COMMANDS_H_
 #define KVSERVE_CLIENT_CLI_COMMANDS_H_
 

@@ -130,16 +130,6 @@ class RssSampler:
         while not self._stop.wait(self.interval):
             self.samples.append((time.monotonic() - self._start, lib.rss_bytes(self.pid)))
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        """Kills a run still going (a test that failed before wait())."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
     def stop(self):
         self._stop.set()
         self._thread.join()
