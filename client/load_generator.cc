@@ -165,4 +165,11 @@ absl::StatusOr<Report> LoadGenerator::Run() {
   return Summarize(recorder_.Take(), absl::ToDoubleSeconds(absl::Now() - start));
 }
 
+absl::StatusOr<Report> RunLoad(const Client& client, LoadOptions options) {
+  absl::StatusOr<std::unique_ptr<LoadGenerator>> load =
+      LoadGenerator::Create(client, std::move(options));
+  if (!load.ok()) return load.status();
+  return (*load)->Run();
+}
+
 }  // namespace kvserve::client::bench

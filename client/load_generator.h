@@ -18,8 +18,9 @@
 //   o.request.set_max_tokens(256);
 //   o.workload.requests = 64;
 //   o.concurrency = 4;
-//   absl::StatusOr<std::unique_ptr<LoadGenerator>> load = LoadGenerator::Create(**client, o);
-//   absl::StatusOr<Report> report = (*load)->Run();  // report->output_tokens_per_s, ...
+//   absl::StatusOr<Report> report = RunLoad(**client, o);  // report->output_tokens_per_s, ...
+//
+// (LoadGenerator itself when the run must be stoppable or watched: Stop(), Counts().)
 //
 // A call's answer is malformed (Report::malformed) when a stream ends OK without usage,
 // or a call fails RESOURCE_EXHAUSTED without both retry hints (trailers
@@ -125,6 +126,9 @@ class LoadGenerator {
   std::condition_variable stop_cv_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+// Create and Run in one: the report of a run that nobody stops.
+absl::StatusOr<Report> RunLoad(const Client& client, LoadOptions options);
 
 }  // namespace kvserve::client::bench
 
