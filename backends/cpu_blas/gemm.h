@@ -104,7 +104,7 @@ struct GemmOptions {
   // converted into a per-thread scratch of this size). Each call packs all activation
   // rows again, so small tiles of wide matrices repack them often: with 1 MiB, tl1b's
   // FFN down projection (5632 columns) went in tiles of 32 rows, 64 calls per product.
-  // kvserve-bench --batches 1 on tl1b-f32.gguf, prefill 512, 2 threads, Zen 4, 3
+  // kvserve-bench backend --batches 1 on tl1b-f32.gguf, prefill 512, 2 threads, Zen 4, 3
   // alternated rounds (tok/s): 1 MiB with the old split (short last tile) 89.0/77.4/89.1,
   // equal tiles of 1 MiB 91.0/78.0/85.9, 2 MiB 93.7/93.1/92.7, 4 MiB 94.4/94.0/94.1;
   // s110m-f32 (at most 2048 columns) 984/845/981, 980/831/826, 967/825/970, 959/957/961;
@@ -119,7 +119,7 @@ struct GemmOptions {
   // blocks once per call) and a cold start of its memory stream; at batch 1 the small
   // matrices of small quantized models went in slices of 20 KB (s110m q4_0, Wo), where
   // that cost is a large part of the slice. The float types keep 8 slices per thread:
-  // s110m bf16 at batch 1 was 7 % slower with this rule. kvserve-bench, 2 threads, Zen 5
+  // s110m bf16 at batch 1 was 7 % slower with this rule. kvserve-bench backend, 2 threads, Zen 5
   // (docs/performance.md, "fewer, larger slices of quantized weights"). 0 = 8 slices per
   // thread. Default 1 MiB.
   int64_t quant_min_task_bytes = 1 << 20;
