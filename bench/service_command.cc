@@ -1,8 +1,9 @@
 // kvserve-bench service: what the gRPC layer costs. Runs the same workload (concurrent
 // greedy streams of a fixed length) twice over one model: straight into an in-process
-// engine, then through a kvserve Server on a loopback port with the generated C++ stub
-// (GenerateStream). Also times one-token requests one after another (unary Generate vs
-// an engine Submit). Prints one JSON line.
+// engine, then through a kvserve Server on a loopback port, streamed by the service's load
+// generator (client/load_generator.h, the one kvserve-cli bench runs; retries off). Also
+// times one-token requests one after another (unary Generate vs an engine Submit). Prints
+// one JSON line.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -22,6 +23,8 @@
 #include "bench/blocking_sink.h"
 #include "bench/commands.h"
 #include "bench/common_flags.h"
+#include "client/client.h"
+#include "client/load_generator.h"
 #include "common/stats.h"
 #include "engine/model_loading.h"
 #include "grpcpp/grpcpp.h"
@@ -98,6 +101,26 @@ int64_t EngineRequest(engine::Engine& engine, const std::vector<int32_t>& prompt
   return static_cast<int64_t>(sink->token_times().size());
 }
 
+// The same streams over gRPC: the load generator with `streams` workers sends `requests`
+// copies of `request`; adds the stream messages received to `messages`.
+RunResult RunOverGrpc(const client::Client& client, const v1::GenerateRequest& request, int streams,
+                      int requests, int64_t* messages) {
+  client::bench::LoadOptions load;
+  load.request = request;
+  load.workload.requests = requests;
+  load.concurrency = streams;
+  load.warmup = 0;
+  const double cpu_start = ProcessCpuSeconds();
+  absl::StatusOr<client::bench::Report> report = client::bench::RunLoad(client, std::move(load));
+  const double cpu_seconds = ProcessCpuSeconds() - cpu_start;
+  if (!report.ok()) {
+    std::fprintf(stderr, "kvserve-bench service: %s\n", report.status().ToString().c_str());
+    return {0, 0.0, cpu_seconds, requests};
+  }
+  *messages += report->stream_messages;
+  return {report->output_tokens, report->duration_s, cpu_seconds, static_cast<int>(report->failed)};
+}
+
 absl::Status Run() {
   ModelOptions options;
   options.model_path = absl::GetFlag(FLAGS_model);
@@ -148,29 +171,22 @@ absl::Status Run() {
   request.mutable_sampling()->set_temperature(0.0f);
   request.set_max_tokens(max_tokens);
   request.set_ignore_eos(true);
-  // Stream messages and tokens received, over all timed gRPC runs.
-  std::atomic<int64_t> messages{0};
-  std::atomic<int64_t> streamed_tokens{0};
-  auto grpc_request = [&]() -> int64_t {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
-    auto reader = stub->GenerateStream(&ctx, request);
-    v1::GenerateStreamResponse msg;
-    int64_t n = 0;
-    int64_t m = 0;
-    while (reader->Read(&msg)) {
-      n += msg.token_ids_size();
-      ++m;
-    }
-    messages += m;
-    streamed_tokens += n;
-    return reader->Finish().ok() ? n : -1;
-  };
+  client::Client::Options client_options;
+  client_options.retry.max_attempts = 1;  // measure the server, not the client's retries
+  client_options.timeout = absl::Minutes(10);
+  absl::StatusOr<std::unique_ptr<client::Client>> client =
+      client::Client::Connect(absl::StrCat("127.0.0.1:", (*server)->port()), client_options);
+  if (!client.ok()) return client.status();
+  // Stream messages received over all timed gRPC runs.
+  int64_t messages = 0;
+  auto grpc_run = [&] { return RunOverGrpc(**client, request, streams, requests, &messages); };
   auto engine_request = [&] { return EngineRequest(engine, prompt, max_tokens); };
-  engine_request();  // warm-up
-  grpc_request();    // warm-up (connection, lazy init)
+  engine_request();                                                    // warm-up
+  if (RunOverGrpc(**client, request, 1, 1, &messages).failures > 0) {  // warm-up
+    return absl::InternalError("the warm-up request over gRPC failed");
+  }
   messages = 0;
-  streamed_tokens = 0;
+  int64_t streamed_tokens = 0;
 
   RunResult in_process, over_grpc;
   std::vector<double> engine_runs, grpc_runs, ratios, engine_cpu, grpc_cpu;
@@ -179,11 +195,12 @@ absl::Status Run() {
     RunResult e, g;
     if (round % 2 == 0) {
       e = RunConcurrent(streams, requests, engine_request);
-      g = RunConcurrent(streams, requests, grpc_request);
+      g = grpc_run();
     } else {
-      g = RunConcurrent(streams, requests, grpc_request);
+      g = grpc_run();
       e = RunConcurrent(streams, requests, engine_request);
     }
+    streamed_tokens += g.tokens;
     in_process.failures += e.failures;
     over_grpc.failures += g.failures;
     engine_runs.push_back(e.tokens / e.seconds);
@@ -229,9 +246,7 @@ absl::Status Run() {
       Percentile(engine_latency, 0.5) * 1e3, Percentile(grpc_latency, 0.5) * 1e3,
       Percentile(grpc_latency, 0.99) * 1e3,
       static_cast<long long>(absl::ToInt64Microseconds(absl::GetFlag(FLAGS_stream_flush_interval))),
-      messages.load() > 0
-          ? static_cast<double>(streamed_tokens.load()) / static_cast<double>(messages.load())
-          : 0.0);
+      messages > 0 ? static_cast<double>(streamed_tokens) / static_cast<double>(messages) : 0.0);
   const int failures = in_process.failures + over_grpc.failures;
   if (failures > 0) return absl::InternalError(absl::StrCat(failures, " requests failed"));
   return absl::OkStatus();
