@@ -73,7 +73,7 @@ test: test-format test-plain test-asan test-tsan test-fuzz
 	@echo "make test: all suites passed"
 
 bench: build
-	./$(BUILD)/bench/kvserve-bench --model $(MODEL)
+	./$(BUILD)/bench/kvserve-bench backend --model $(MODEL)
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

@@ -21,7 +21,7 @@ namespace kvserve::backends {
 // at start (--kv_prefault, its default); without, each 2 MiB page is zeroed by the kernel
 // when a step first writes it. Benchmarks populate, so that the first timed repeat of a
 // decode does not also fault in a block every block_tokens steps (seen as
-// clear_page_erms under the K/V writes in `perf record` of kvserve-bench, batch 16).
+// clear_page_erms under the K/V writes in `perf record` of `kvserve-bench backend`, batch 16).
 // Threading: not thread-safe; use from one thread.
 class KvArena {
  public:

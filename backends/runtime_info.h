@@ -1,5 +1,5 @@
 // What a running binary computes with: version, commit, backend, the SIMD kernel level
-// cpu_blas dispatches to and the OpenBLAS core, for `--version`, kvserve-bench's header
+// cpu_blas dispatches to and the OpenBLAS core, for `--version`, `kvserve-bench backend`'s header
 // and the kvserve_build_info / kvserve_degraded_path metrics.
 //
 // Threading: plain data and pure functions.

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Smoke test: kvserve-mkmodel --preset tiny, then kvserve-bench --json on it with tiny
-sizes; every stdout line must be a JSON object with the documented fields."""
+"""Smoke test: kvserve-bench mkmodel --preset tiny, then kvserve-bench backend --json on it
+with tiny sizes; every stdout line must be a JSON object with the documented fields.
+
+Usage: bench_smoke_test.py KVSERVE_BENCH"""
 import json
 import os
 import subprocess
@@ -14,22 +16,23 @@ REQUIRED = {"model": str, "backend": str, "dtype": str, "threads": int, "test": 
 
 
 def main():
-    mkmodel, bench = sys.argv[1], sys.argv[2]
+    mkmodel = [sys.argv[1], "mkmodel"]
+    bench = [sys.argv[1], "backend"]
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "tiny.gguf")
-        subprocess.run([mkmodel, "--preset", "tiny", "--dtype", "f32", "--out", path, "--seed", "7"],
+        subprocess.run([*mkmodel, "--preset", "tiny", "--dtype", "f32", "--out", path, "--seed", "7"],
                        check=True)
         # An explicit OPENBLAS_CORETYPE is kept, logged, and reported on every line.
         env = {k: v for k, v in os.environ.items() if k != "KVSERVE_BLAS_REEXEC"}
         env["OPENBLAS_CORETYPE"] = "Prescott"
-        pinned = subprocess.run([bench, "--model", path, "--backends", "cpu_blas", "--repeats", "1",
+        pinned = subprocess.run([*bench, "--model", path, "--backends", "cpu_blas", "--repeats", "1",
                                  "--prompt-tokens", "8", "--decode-tokens", "2", "--batches", "1",
                                  "--bandwidth-mib", "0", "--json"],
                                 check=True, capture_output=True, text=True, env=env)
         assert "OPENBLAS_CORETYPE=Prescott set by the user, kept" in pinned.stderr, pinned.stderr
         for line in pinned.stdout.splitlines():
             assert json.loads(line)["blas_core"] == "Prescott", line
-        out = subprocess.run([bench, "--model", path, "--backends", "reference,cpu_blas",
+        out = subprocess.run([*bench, "--model", path, "--backends", "reference,cpu_blas",
                               "--threads", "2", "--repeats", "1", "--prompt-tokens", "16",
                               "--reference-prompt-tokens", "16", "--decode-tokens", "3",
                               "--reference-batches", "1,4",

@@ -1,5 +1,5 @@
 """Summarizes bench/invariance_compare.sh's runs: per file and measurement, the median over
-rounds of kvserve-bench's medians with batch invariance on and off, and their ratio.
+rounds of `kvserve-bench backend`'s medians with batch invariance on and off, and their ratio.
 
 Usage: python3 bench/invariance_summary.py OUT
 """

@@ -6,7 +6,7 @@
 #
 # Usage: bench/peer_compare.sh BUILD_DIR LLAMA_BIN_DIR OUT_DIR ROUNDS MODEL.gguf...
 # Per model and round:
-#   kvserve-bench --backends cpu_blas --threads 2 --repeats 3 --batches 1,16 --json
+#   kvserve-bench backend --backends cpu_blas --threads 2 --repeats 3 --batches 1,16 --json
 #   llama-bench -p 512 -n N -t 2 -r 3 -o json                     (N = 64, 32 above 1 GB)
 #   llama-batched-bench -c 2048 -npp 4 -ntg 32 -npl 1,16 -t 2 --output-format jsonl
 # Decode steps: 32 per kvserve repeat (16 for files above 1 GB, as llama-bench's -n).
@@ -18,7 +18,7 @@ lscpu | grep -E "Model name|^CPU\(s\)|Flags" > "$out/cpu.txt" || true
 kv() {  # model file, output
   local steps=32
   [ "$(stat -c %s "$1")" -gt 1000000000 ] && steps=16
-  "$build/bench/kvserve-bench" --model "$1" --backends cpu_blas --threads 2 --repeats 3 \
+  "$build/bench/kvserve-bench" backend --model "$1" --backends cpu_blas --threads 2 --repeats 3 \
     --batches 1,16 --decode-tokens "$steps" --json > "$2" 2> "$2.log"
 }
 ll() {  # model file, output prefix

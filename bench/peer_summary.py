@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Table of bench/peer_compare.sh results: per model, the median over rounds of each
 figure (min-max over rounds in brackets) and of the per-round ratios. Batch-1 decode is
-held against two bandwidth figures: kvserve-bench's paired probe (256 MiB before each
+held against two bandwidth figures: `kvserve-bench backend`'s paired probe (256 MiB before each
 repeat) and its 1 GiB probe at the start of the run.
 
 Usage: bench/peer_summary.py OUT_DIR

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "bench/blocking_sink.h"
 #include "cache/remote_cache_client.h"
 #include "cachesvc/cache_server.h"
 #include "cachesvc/memory_block_store.h"
@@ -20,42 +21,16 @@
 namespace kvserve::bench {
 namespace {
 
-// Records one request's outcome; Wait() blocks until OnFinish.
-class WaitingSink final : public engine::RequestSink {
- public:
-  void OnToken(const engine::TokenEvent&) override {}
-  void OnFinish(const absl::Status& status, engine::FinishReason,
-                const engine::Usage& usage) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    status_ = status;
-    usage_ = usage;
-    done_ = true;
-    cv_.notify_all();
-  }
-  absl::StatusOr<engine::Usage> Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return done_; });
-    if (!status_.ok()) return status_;
-    return usage_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  absl::Status status_;
-  engine::Usage usage_;
-};
-
 absl::StatusOr<engine::Usage> Run(engine::Engine& engine, std::vector<int32_t> prompt) {
   engine::Request r;
   r.prompt_tokens = std::move(prompt);
   r.sampling.temperature = 0.0f;
   r.sampling.max_tokens = 1;
-  auto sink = std::make_shared<WaitingSink>();
+  auto sink = std::make_shared<BlockingSink>();
   absl::StatusOr<engine::RequestId> id = engine.Submit(std::move(r), sink);
   if (!id.ok()) return id.status();
-  return sink->Wait();
+  if (absl::Status s = sink->Wait(); !s.ok()) return s;
+  return sink->usage();
 }
 
 // Waits until `engine` has written `blocks` blocks behind and released them.

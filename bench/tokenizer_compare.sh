@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tokenizer throughput of kvserve-tokenize against llama.cpp's llama-tokenize on the
+# Tokenizer throughput of `kvserve-bench tokenize` against llama.cpp's llama-tokenize on the
 # same 1 MiB mixed-language text (bench/make_tokenizer_text.py), for the Llama 3 and
 # Qwen vocabularies of models/vocab (models/fetch-vocab.sh). Both are timed the same
 # way, as whole command-line runs that print every id: the wall time on the 1 MiB
@@ -30,15 +30,15 @@ wall() {
 }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-kv() { "$build/model/kvserve-tokenize" --model "$1" --file "$2" --no-bos; }
-# llama-tokenize parses special tokens by default; kvserve-tokenize does not.
+kv() { "$build/bench/kvserve-bench" tokenize --model "$1" --file "$2" --no-bos; }
+# llama-tokenize parses special tokens by default; kvserve-bench tokenize does not.
 ll() { "$llama_bin/llama-tokenize" -m "$1" -f "$2" --ids --log-disable --no-bos --no-parse-special --no-escape; }
 
 for name in llama-bpe qwen2; do
   vocab="$vocab_dir/ggml-vocab-$name.gguf"
-  # Same ids? (llama-tokenize prints "[1, 2]", kvserve-tokenize "[1,2]")
+  # Same ids? (llama-tokenize prints "[1, 2]", kvserve-bench tokenize "[1,2]")
   if [ "$(kv "$vocab" "$work/text.txt" | tr -d ' ')" != "$(ll "$vocab" "$work/text.txt" | tail -1 | tr -d ' ')" ]; then
-    echo "$name: ids differ between kvserve-tokenize and llama-tokenize" >&2
+    echo "$name: ids differ between kvserve-bench tokenize and llama-tokenize" >&2
   fi
   : > "$work/kv_full"; : > "$work/kv_tiny"; : > "$work/ll_full"; : > "$work/ll_tiny"
   for _ in $(seq "$runs"); do

@@ -1,28 +1,56 @@
-// The main() of the bench tools (kvserve-bench, kvserve-mkmodel, kvserve-engine-bench):
-// one convention for flags, errors and exit status.
+// The main() of kvserve-bench: one binary, one subcommand per measurement or offline tool
+// (`kvserve-bench SUBCOMMAND [flags]`), one convention for flags, help, errors and exit
+// status.
 #ifndef KVSERVE_BENCH_TOOL_MAIN_H_
 #define KVSERVE_BENCH_TOOL_MAIN_H_
 
 #include <functional>
 #include <string>
-#include <string_view>
+#include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/flags.h"
 
 namespace kvserve::bench {
 
-// Parses the flags with common::ParseFlags (dashed or underscored names; --help prints
-// `usage` and the flags defined in files whose name ends with `main_file`), refuses
-// positional arguments, then calls `run`, which reads the flags and does the work. An
-// error is printed to stderr as "<name>: <message>". Returns the exit status: 0 on
-// success; 2 for a positional argument or an INVALID_ARGUMENT from `run` (a flag missing
-// or out of range); 1 for any other error. Abseil itself exits 1 for an unknown flag or a
-// malformed value. --version prints `version()` (null: name, release and commit; see
-// common::ParseFlags) and exits 0. Call it only from main().
-int ToolMain(int argc, char** argv, std::string_view name, std::string_view usage,
-             std::string_view main_file, absl::FunctionRef<absl::Status()> run,
-             std::function<std::string()> version = nullptr);
+// A flag of bench/common_flags.h that a subcommand reads, with what it means there.
+struct SharedFlagUse {
+  absl::string_view name;           // e.g. "threads"
+  absl::string_view help;           // empty: the flag's own help text
+  absl::string_view default_value;  // empty: the flag's own default
+};
+
+// One subcommand. Its own flags are the ones defined in `file` (pass __FILE__ from the
+// file that defines them); it may read no other flag than those and `shared_flags`.
+struct Subcommand {
+  absl::string_view name;     // e.g. "backend"
+  absl::string_view summary;  // one line for `kvserve-bench --help`
+  absl::string_view usage;    // what `kvserve-bench NAME --help` prints above the flags
+  absl::string_view file;
+  std::vector<SharedFlagUse> shared_flags;
+  // A flag whose every occurrence adds one value (common::ParseFlags), or null.
+  common::RepeatedFlag* repeated = nullptr;
+  // Reads the flags and does the work. `argv` is main()'s, whole (a re-execution, as
+  // backends::cpu_blas::EnsureBestBlasCore does, runs the same subcommand again).
+  std::function<absl::Status(char** argv)> run;
+};
+
+// Runs `kvserve-bench SUBCOMMAND [flags]` with the subcommand named by argv[1]:
+//   - no subcommand, an unknown one or a positional argument: a message on stderr, 2;
+//   - `--help` or `-h` (alone: the subcommands; after a subcommand: its usage, own flags
+//     and shared flags): printed on stdout, 0;
+//   - a flag of another subcommand: refused with a message naming it, 2;
+//   - flags are parsed by common::ParseFlags (dashed or underscored names; --version
+//     prints `version()` and exits 0; an unknown flag or a malformed value: Abseil's
+//     message, 1); then the subcommand runs. Its status gives the exit status: 0 when OK;
+//     2 for INVALID_ARGUMENT (a flag missing or out of range) and NOT_FOUND (an input file
+//     that is not there); 1 for any other error. An error is printed to stderr as
+//     "<program> <subcommand>: <message>".
+// Call it only from main().
+int ToolMain(int argc, char** argv, absl::string_view program,
+             absl::Span<const Subcommand> subcommands, std::function<std::string()> version);
 
 }  // namespace kvserve::bench
 

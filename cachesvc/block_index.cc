@@ -53,7 +53,7 @@ struct BlockIndex::Partition {
 };
 
 struct BlockIndex::Entry {
-  Key id;
+  BlockKey id;
   std::optional<BlockHash> parent;
   uint64_t bytes = 0;
   uint64_t last_tick = 0;
@@ -101,14 +101,14 @@ void BlockIndex::AdvanceTime(absl::Time now) {
   }
 }
 
-int32_t BlockIndex::ChildCount(const Key& k) const {
+int32_t BlockIndex::ChildCount(const BlockKey& k) const {
   auto it = child_counts_.find(k);
   return it == child_counts_.end() ? 0 : it->second;
 }
 
-void BlockIndex::AddChild(const Key& parent) { ++child_counts_[parent]; }
+void BlockIndex::AddChild(const BlockKey& parent) { ++child_counts_[parent]; }
 
-void BlockIndex::RemoveChild(const Key& parent) {
+void BlockIndex::RemoveChild(const BlockKey& parent) {
   auto it = child_counts_.find(parent);
   if (it == child_counts_.end()) return;
   if (--it->second == 0) child_counts_.erase(it);
@@ -168,7 +168,7 @@ int32_t BlockIndex::LongestPrefix(const BlockHash& partition, std::span<const Bl
   int32_t found = 0;
   uint64_t bytes = 0;
   for (const BlockHash& key : chain) {
-    auto it = entries_.find(Key{partition, key});
+    auto it = entries_.find(BlockKey{partition, key});
     if (it == entries_.end()) break;
     if (touch) Touch(it->second);
     bytes += it->second.bytes;
@@ -189,7 +189,7 @@ void BlockIndex::EndRequest(const BlockHash& partition, std::span<const BlockHas
   int32_t turn = 1;
   int32_t delta = n - 1;
   for (int32_t k = n - 1; k >= 2; --k) {
-    auto it = chain_ends_.find(Key{partition, chain[k - 1]});
+    auto it = chain_ends_.find(BlockKey{partition, chain[k - 1]});
     if (it == chain_ends_.end() || it->second.length != k) continue;
     ChainEnd& prev = it->second;
     turn = prev.turn + 1;
@@ -207,7 +207,7 @@ void BlockIndex::EndRequest(const BlockHash& partition, std::span<const BlockHas
   ++class_requests_[cls];
   // Remember where this request's chain ends (its last block is usually partial: a next turn
   // shares everything before it).
-  const Key end_key{partition, chain[n - 2]};
+  const BlockKey end_key{partition, chain[n - 2]};
   const uint64_t serial = ++serial_;
   chain_ends_[end_key] = ChainEnd{turn, n - 1, cls, false, serial};
   chain_end_order_.emplace_back(end_key, serial);
@@ -218,7 +218,7 @@ void BlockIndex::EndRequest(const BlockHash& partition, std::span<const BlockHas
     if (it != chain_ends_.end() && it->second.serial == old_serial) chain_ends_.erase(it);
   }
   if (chain_end_order_.size() > 2 * chain_ends_.size() + 16) {
-    std::deque<std::pair<Key, uint64_t>> live;
+    std::deque<std::pair<BlockKey, uint64_t>> live;
     for (const auto& [key, rec_serial] : chain_end_order_) {
       auto it = chain_ends_.find(key);
       if (it != chain_ends_.end() && it->second.serial == rec_serial)
@@ -237,7 +237,7 @@ void BlockIndex::EndRequest(const BlockHash& partition, std::span<const BlockHas
   const int64_t credit = static_cast<int64_t>(
       static_cast<double>(options_.conversation_credit_ticks) * std::log2(rate / overall));
   for (const BlockHash& key : chain) {
-    auto it = entries_.find(Key{partition, key});
+    auto it = entries_.find(BlockKey{partition, key});
     if (it == entries_.end()) break;
     Entry& e = it->second;
     if (e.conversation_credit == credit) continue;
@@ -247,7 +247,7 @@ void BlockIndex::EndRequest(const BlockHash& partition, std::span<const BlockHas
 }
 
 bool BlockIndex::Contains(const BlockHash& partition, const BlockHash& key) const {
-  return entries_.contains(Key{partition, key});
+  return entries_.contains(BlockKey{partition, key});
 }
 
 void BlockIndex::Remove(Entry& e) {
@@ -261,7 +261,7 @@ void BlockIndex::Remove(Entry& e) {
   --e.partition->blocks;
   Entry* parent = nullptr;
   if (e.parent.has_value()) {
-    const Key parent_key{e.id.partition, *e.parent};
+    const BlockKey parent_key{e.id.partition, *e.parent};
     RemoveChild(parent_key);
     auto it = entries_.find(parent_key);
     if (it != entries_.end()) parent = &it->second;
@@ -271,7 +271,7 @@ void BlockIndex::Remove(Entry& e) {
     if (parent != nullptr) parent->sessions.push_back(s);
   }
   if (e.partition->blocks == 0) partitions_.erase(e.id.partition);
-  const Key id = e.id;
+  const BlockKey id = e.id;
   entries_.erase(id);  // `e` is gone from here on
   if (parent != nullptr) Reposition(*parent);
 }
@@ -312,7 +312,7 @@ absl::StatusOr<InsertResult> BlockIndex::Insert(const BlockHash& partition, cons
                                                 absl::Time now) {
   if (bytes == 0) return absl::InvalidArgumentError("BlockIndex::Insert: bytes must be > 0");
   AdvanceTime(now);
-  const Key id{partition, key};
+  const BlockKey id{partition, key};
   InsertResult result;
   if (auto it = entries_.find(id); it != entries_.end()) {
     Touch(it->second);
@@ -331,7 +331,7 @@ absl::StatusOr<InsertResult> BlockIndex::Insert(const BlockHash& partition, cons
   }
   Entry* parent_entry = nullptr;
   if (parent.has_value()) {
-    auto it = entries_.find(Key{partition, *parent});
+    auto it = entries_.find(BlockKey{partition, *parent});
     if (it == entries_.end()) {
       return absl::FailedPreconditionError(
           "BlockIndex::Insert: the parent block is not present (insert a chain in order)");
@@ -375,7 +375,7 @@ absl::StatusOr<InsertResult> BlockIndex::Insert(const BlockHash& partition, cons
   ++part.blocks;
   ++counters_.inserts_total;
   if (parent_entry != nullptr) {
-    AddChild(Key{partition, *parent});
+    AddChild(BlockKey{partition, *parent});
     parent_entry->had_child = true;
     Reposition(*parent_entry);
   }
@@ -397,7 +397,7 @@ void BlockIndex::Remember(const Entry& e) {
   }
   // Recall leaves stale records behind: compact when they are the majority (amortized O(1)).
   if (history_order_.size() > 2 * history_.size() + 16) {
-    std::deque<std::pair<Key, uint64_t>> live;
+    std::deque<std::pair<BlockKey, uint64_t>> live;
     for (const auto& [key, rec_serial] : history_order_) {
       auto it = history_.find(key);
       if (it != history_.end() && it->second.second == rec_serial)
@@ -407,7 +407,7 @@ void BlockIndex::Remember(const Entry& e) {
   }
 }
 
-uint64_t BlockIndex::Recall(const Key& id) {
+uint64_t BlockIndex::Recall(const BlockKey& id) {
   auto it = history_.find(id);
   if (it == history_.end()) return 0;
   const uint64_t uses = it->second.first;
@@ -417,7 +417,7 @@ uint64_t BlockIndex::Recall(const Key& id) {
 }
 
 bool BlockIndex::Erase(const BlockHash& partition, const BlockHash& key) {
-  auto it = entries_.find(Key{partition, key});
+  auto it = entries_.find(BlockKey{partition, key});
   if (it == entries_.end()) return false;
   Remove(it->second);
   ++counters_.erased_total;
@@ -425,7 +425,7 @@ bool BlockIndex::Erase(const BlockHash& partition, const BlockHash& key) {
 }
 
 void BlockIndex::MarkSession(Session& s) {
-  auto it = entries_.find(Key{s.partition, s.head});
+  auto it = entries_.find(BlockKey{s.partition, s.head});
   if (it == entries_.end()) return;
   s.marked = &it->second;
   s.marked->sessions.push_back(&s);

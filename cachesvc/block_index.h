@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -19,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cache/block_hash.h"
+#include "cachesvc/block_store.h"  // BlockKey
 
 namespace kvserve::cachesvc {
 
@@ -201,17 +203,6 @@ class BlockIndex {
   ~BlockIndex();
 
  private:
-  struct Key {
-    BlockHash partition;
-    BlockHash key;
-    friend bool operator==(const Key& a, const Key& b) {
-      return a.partition == b.partition && a.key == b.key;
-    }
-    template <typename H>
-    friend H AbslHashValue(H h, const Key& k) {
-      return H::combine(std::move(h), k.partition, k.key);
-    }
-  };
   struct Entry;
   struct Session;
   // The end of a reported request's chain (keyed by its next-to-last block).
@@ -245,9 +236,9 @@ class BlockIndex {
 
   void AdvanceTime(absl::Time now);
   void Touch(Entry& e);
-  int32_t ChildCount(const Key& k) const;
-  void AddChild(const Key& parent);
-  void RemoveChild(const Key& parent);
+  int32_t ChildCount(const BlockKey& k) const;
+  void AddChild(const BlockKey& parent);
+  void RemoveChild(const BlockKey& parent);
   // Removes `e` from the candidate structures and puts it back where its current state
   // says (not at all when it has children or is pinned by an ongoing Insert).
   void Reposition(Entry& e);
@@ -263,19 +254,19 @@ class BlockIndex {
   BlockIndexOptions options_;
   void Remember(const Entry& e);
   // Use count remembered for `id` (0 if none); forgets it.
-  uint64_t Recall(const Key& id);
+  uint64_t Recall(const BlockKey& id);
 
-  absl::node_hash_map<Key, Entry> entries_;
+  absl::node_hash_map<BlockKey, Entry> entries_;
   // Use counts of evicted blocks: key -> (uses, serial); history_order_ holds (key, serial)
   // oldest first (a stale serial means the key was recalled or remembered again since).
-  absl::flat_hash_map<Key, std::pair<uint64_t, uint64_t>> history_;
-  std::deque<std::pair<Key, uint64_t>> history_order_;
+  absl::flat_hash_map<BlockKey, std::pair<uint64_t, uint64_t>> history_;
+  std::deque<std::pair<BlockKey, uint64_t>> history_order_;
   // Present children of each key (present or not): (partition, key) -> count > 0.
-  absl::flat_hash_map<Key, int32_t> child_counts_;
+  absl::flat_hash_map<BlockKey, int32_t> child_counts_;
   // Chain ends of reported requests, and their insertion order (oldest forgotten first; a
   // stale serial means the key was recorded again since).
-  absl::flat_hash_map<Key, ChainEnd> chain_ends_;
-  std::deque<std::pair<Key, uint64_t>> chain_end_order_;
+  absl::flat_hash_map<BlockKey, ChainEnd> chain_ends_;
+  std::deque<std::pair<BlockKey, uint64_t>> chain_end_order_;
   // Per conversation class: requests reported and how many of them got another turn.
   int64_t class_requests_[kConversationClasses] = {};
   int64_t class_continued_[kConversationClasses] = {};

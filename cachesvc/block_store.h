@@ -16,6 +16,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -26,6 +27,17 @@
 namespace kvserve::cachesvc {
 
 using cache::BlockHash;
+
+// What every store (and BlockIndex) keeps a block under: its hash within its partition.
+struct BlockKey {
+  BlockHash partition;
+  BlockHash key;
+  friend bool operator==(const BlockKey&, const BlockKey&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const BlockKey& k) {
+    return H::combine(std::move(h), k.partition, k.key);
+  }
+};
 
 // An immutable record shared between a store and the calls reading it.
 using RecordPtr = std::shared_ptr<const std::string>;
@@ -59,15 +71,13 @@ class BlockStore {
   virtual absl::StatusOr<LookupResult> Lookup(const BlockHash& partition,
                                               std::span<const BlockHash> chain, absl::Time now) = 0;
   // The record of `key`, or nullptr when absent. Errors: UNAVAILABLE.
-  virtual absl::StatusOr<RecordPtr> Get(const BlockHash& partition, const BlockHash& key,
-                                        absl::Time now) = 0;
-  // Stores a checked record of `key` whose chain parent is `parent` (the partition for a
+  virtual absl::StatusOr<RecordPtr> Get(const BlockKey& key, absl::Time now) = 0;
+  // Stores a checked record of `key` whose chain parent is `parent` (key.partition for a
   // chain's first block). Errors: UNAVAILABLE.
-  virtual absl::StatusOr<PutOutcome> Put(const BlockHash& partition, const BlockHash& key,
-                                         const BlockHash& parent, RecordPtr record,
-                                         absl::Time now) = 0;
+  virtual absl::StatusOr<PutOutcome> Put(const BlockKey& key, const BlockHash& parent,
+                                         RecordPtr record, absl::Time now) = 0;
   // Drops `key` (a reader found it corrupt). Unknown keys are ignored.
-  virtual void Erase(const BlockHash& partition, const BlockHash& key) = 0;
+  virtual void Erase(const BlockKey& key) = 0;
   // Eviction hints: session `id` (of `partition`) continues from block `head` until
   // `expires_at`; RemoveSession ends that. Stores that evict on their own (Redis) may
   // ignore them.

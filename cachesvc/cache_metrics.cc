@@ -3,7 +3,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "cache/block_record.h"
+#include "google/protobuf/descriptor.h"
+#include "kvserve/v1/session_cache.pb.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
@@ -23,6 +26,15 @@ Histogram::BucketBoundaries RpcBuckets() {
 prometheus::Counter& AddCounter(prometheus::Registry& registry, const std::string& name,
                                 const std::string& help) {
   return prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
+}
+
+// The methods of kvserve.v1.SessionCache, as RecordRpc names them (the proto's names).
+std::vector<std::string> SessionCacheMethods() {
+  const google::protobuf::ServiceDescriptor* service =
+      v1::LookupRequest::descriptor()->file()->FindServiceByName("SessionCache");
+  std::vector<std::string> methods;
+  for (int i = 0; i < service->method_count(); ++i) methods.push_back(service->method(i)->name());
+  return methods;
 }
 
 }  // namespace
@@ -101,6 +113,15 @@ CacheMetrics::CacheMetrics()
        check <= static_cast<int>(cache::RecordCheck::kWrongTokens); ++check) {
     rejected_blocks_.Add(
         {{"reason", std::string(cache::RecordCheckName(static_cast<cache::RecordCheck>(check)))}});
+  }
+  // So is every method's duration and every (method, code) pair of the call counter (as
+  // grpc-ecosystem's go-grpc-prometheus does), for error-ratio alerts and per-code panels.
+  for (const std::string& method : SessionCacheMethods()) {
+    rpc_duration_.Add({{"method", method}}, RpcBuckets());
+    for (int code = 0; code <= static_cast<int>(absl::StatusCode::kUnauthenticated); ++code) {
+      rpc_requests_.Add({{"method", method},
+                         {"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(code))}});
+    }
   }
 }
 

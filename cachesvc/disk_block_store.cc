@@ -56,7 +56,20 @@ struct Found {
   std::string path;
 };
 
+// The drops a running store counts (the start-up scan's are counted before anyone reads).
+std::vector<std::string> RunningDropReasons() {
+  std::vector<std::string> reasons = CorruptReasons();
+  reasons.push_back("missing_file");
+  for (int r = 0; r < kNumEvictReasons; ++r) {
+    reasons.emplace_back(EvictReasonName(static_cast<EvictReason>(r)));
+  }
+  return reasons;
+}
+
 }  // namespace
+
+DiskBlockStore::DiskBlockStore(const Options& options, std::unique_ptr<BlockIndex> index)
+    : IndexedBlockStore(std::move(index)), options_(options), drops_(RunningDropReasons()) {}
 
 absl::StatusOr<std::unique_ptr<DiskBlockStore>> DiskBlockStore::Create(const Options& options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("disk tier: dir is required");
@@ -150,10 +163,10 @@ absl::Status DiskBlockStore::Scan() {
   // Re-insert oldest first, each block right after its parent (a child waits for it).
   std::sort(found.begin(), found.end(),
             [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
-  absl::flat_hash_map<Key, std::vector<size_t>> waiting;  // parent -> children (indexes)
+  absl::flat_hash_map<BlockKey, std::vector<size_t>> waiting;  // parent -> children (indexes)
   for (size_t i = 0; i < found.size(); ++i) {
     if (found[i].parent != found[i].partition) {
-      waiting[Key{found[i].partition, found[i].parent}].push_back(i);
+      waiting[BlockKey{found[i].partition, found[i].parent}].push_back(i);
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -172,7 +185,7 @@ absl::Status DiskBlockStore::Scan() {
         drops_.Add("startup_no_room");
         continue;  // its children stay waiting: orphans
       }
-      const auto children = waiting.find(Key{f.partition, f.key});
+      const auto children = waiting.find(BlockKey{f.partition, f.key});
       if (children == waiting.end()) continue;
       // Newest last, so the oldest child is inserted first.
       ready.insert(ready.end(), children->second.rbegin(), children->second.rend());
@@ -203,19 +216,8 @@ void DiskBlockStore::DropBad(const BlockHash& partition, const BlockHash& key,
   drops_.Add(reason);
 }
 
-absl::StatusOr<LookupResult> DiskBlockStore::Lookup(const BlockHash& partition,
-                                                    std::span<const BlockHash> chain,
-                                                    absl::Time now) {
-  LookupResult result;
-  uint64_t bytes = 0;
-  std::lock_guard<std::mutex> lock(mu_);
-  result.present_blocks = index_->LongestPrefix(partition, chain, now, /*touch=*/true, &bytes);
-  result.present_bytes = static_cast<int64_t>(bytes);
-  return result;
-}
-
-absl::StatusOr<RecordPtr> DiskBlockStore::Get(const BlockHash& partition, const BlockHash& key,
-                                              absl::Time now) {
+absl::StatusOr<RecordPtr> DiskBlockStore::Get(const BlockKey& block, absl::Time now) {
+  const auto& [partition, key] = block;
   uint64_t bytes = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -279,10 +281,10 @@ absl::StatusOr<PutOutcome> DiskBlockStore::WriteFile(const std::string& path,
   return PutOutcome::kStored;
 }
 
-absl::StatusOr<PutOutcome> DiskBlockStore::Put(const BlockHash& partition, const BlockHash& key,
-                                               const BlockHash& parent, RecordPtr record,
-                                               absl::Time now) {
-  const Key id{partition, key};
+absl::StatusOr<PutOutcome> DiskBlockStore::Put(const BlockKey& block, const BlockHash& parent,
+                                               RecordPtr record, absl::Time now) {
+  const auto& [partition, key] = block;
+  const BlockKey id{partition, key};
   const std::optional<BlockHash> parent_key = ParentOf(partition, parent);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -311,21 +313,10 @@ absl::StatusOr<PutOutcome> DiskBlockStore::Put(const BlockHash& partition, const
   return PutOutcome::kStored;
 }
 
-void DiskBlockStore::Erase(const BlockHash& partition, const BlockHash& key) {
+void DiskBlockStore::Erase(const BlockKey& block) {
+  const auto& [partition, key] = block;
   std::lock_guard<std::mutex> lock(mu_);
   if (index_->Erase(partition, key)) unlink(FilePath(partition, key).c_str());
-}
-
-void DiskBlockStore::SetSession(const std::string& id, const BlockHash& partition,
-                                const BlockHash& head, absl::Time expires_at) {
-  std::lock_guard<std::mutex> lock(mu_);
-  // No clock here: the index treats a time before its latest as the latest.
-  index_->SetSession(id, partition, head, expires_at, absl::InfinitePast());
-}
-
-void DiskBlockStore::RemoveSession(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  index_->RemoveSession(id);
 }
 
 BlockStoreStats DiskBlockStore::stats() const {

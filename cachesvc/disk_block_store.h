@@ -43,15 +43,16 @@
 #include "absl/status/statusor.h"
 #include "cachesvc/block_index.h"
 #include "cachesvc/block_store.h"
+#include "cachesvc/indexed_block_store.h"
 #include "cachesvc/storage_common.h"
 
 namespace kvserve::cachesvc {
 
-// Threading: every method is thread-safe. One mutex guards the index; file reads and
-// writes happen outside it. Deleting evicted or corrupt files (unlink, a metadata
-// operation) happens under it, so that a block re-stored right after its eviction can
-// never have its new file deleted by the old eviction.
-class DiskBlockStore final : public BlockStore {
+// Threading: every method is thread-safe. One mutex (IndexedBlockStore's) guards the
+// index; file reads and writes happen outside it. Deleting evicted or corrupt files
+// (unlink, a metadata operation) happens under it, so that a block re-stored right after
+// its eviction can never have its new file deleted by the old eviction.
+class DiskBlockStore final : public IndexedBlockStore {
  public:
   struct Options {
     // The folder of the files (--disk-dir); created if missing. Required.
@@ -71,23 +72,16 @@ class DiskBlockStore final : public BlockStore {
   // UNAVAILABLE when the folder cannot be created or read.
   static absl::StatusOr<std::unique_ptr<DiskBlockStore>> Create(const Options& options);
 
-  absl::StatusOr<LookupResult> Lookup(const BlockHash& partition, std::span<const BlockHash> chain,
-                                      absl::Time now) override;
-  absl::StatusOr<RecordPtr> Get(const BlockHash& partition, const BlockHash& key,
-                                absl::Time now) override;
+  absl::StatusOr<RecordPtr> Get(const BlockKey& key, absl::Time now) override;
   // Writes the file synchronously (returns when it is renamed into place). kNoRoom when
   // the record is larger than the capacity or quota, when the disk is full, or when the
   // block's parent is not on disk (not stored: a lookup could never reach it).
-  absl::StatusOr<PutOutcome> Put(const BlockHash& partition, const BlockHash& key,
-                                 const BlockHash& parent, RecordPtr record,
+  absl::StatusOr<PutOutcome> Put(const BlockKey& key, const BlockHash& parent, RecordPtr record,
                                  absl::Time now) override;
-  void Erase(const BlockHash& partition, const BlockHash& key) override;
-  void SetSession(const std::string& id, const BlockHash& partition, const BlockHash& head,
-                  absl::Time expires_at) override;
-  void RemoveSession(const std::string& id) override;
-  bool takes_session_hints() const override { return true; }
-  // Evictions: the index's reasons ("idle", "quota", ...), "corrupt_<reason>",
-  // "missing_file" and the start-up deletions ("startup_<reason>").
+  void Erase(const BlockKey& key) override;
+  // Evictions: the index's reasons ("idle", "quota", ...), "corrupt_<reason>" and
+  // "missing_file", each from the start (at 0), and the start-up deletions
+  // ("startup_<reason>") once counted.
   BlockStoreStats stats() const override;
   std::string name() const override { return "disk"; }
 
@@ -95,20 +89,7 @@ class DiskBlockStore final : public BlockStore {
   std::string FilePath(const BlockHash& partition, const BlockHash& key) const;
 
  private:
-  struct Key {
-    BlockHash partition;
-    BlockHash key;
-    friend bool operator==(const Key& a, const Key& b) {
-      return a.partition == b.partition && a.key == b.key;
-    }
-    template <typename H>
-    friend H AbslHashValue(H h, const Key& k) {
-      return H::combine(std::move(h), k.partition, k.key);
-    }
-  };
-
-  DiskBlockStore(const Options& options, std::unique_ptr<BlockIndex> index)
-      : options_(options), index_(std::move(index)) {}
+  DiskBlockStore(const Options& options, std::unique_ptr<BlockIndex> index);
   absl::Status Scan();
   // Deletes the files of evicted blocks and counts them by reason.
   void DeleteEvicted(const std::vector<Evicted>& evicted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -120,10 +101,8 @@ class DiskBlockStore final : public BlockStore {
   const Options options_;
   std::atomic<uint64_t> temp_serial_{0};
   DropCounters drops_;
-  mutable std::mutex mu_;
-  const std::unique_ptr<BlockIndex> index_ ABSL_PT_GUARDED_BY(mu_);
   // Blocks whose files are being written (not yet in the index).
-  absl::flat_hash_set<Key> writing_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<BlockKey> writing_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvserve::cachesvc

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -9,16 +10,16 @@
 #include <thread>
 #include <vector>
 
+#include "cachesvc/testing/block_chain.h"
 #include "cachesvc/testing/map_block_store.h"
-#include "cachesvc/testing/test_chain.h"
 #include "cachesvc/tiered_block_store.h"
 
 namespace kvserve::cachesvc {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::MakeTestChain;
-using testing::TestChain;
+using testing::BlockChain;
+using testing::MakeChain;
 
 const absl::Time kNow = absl::FromUnixSeconds(1'000'000);
 
@@ -66,23 +67,24 @@ class DiskBlockStoreTest : public ::testing::Test {
     return store.ok() ? *std::move(store) : nullptr;
   }
 
-  static void PutChain(BlockStore& store, const TestChain& chain, absl::Time now = kNow) {
-    for (size_t i = 0; i < chain.keys.size(); ++i) {
-      ASSERT_EQ(*store.Put(chain.partition, chain.keys[i], chain.parents[i], chain.records[i], now),
-                PutOutcome::kStored)
+  static void PutChain(BlockStore& store, const BlockChain& chain, absl::Time now = kNow) {
+    for (size_t i = 0; i < chain.hashes.size(); ++i) {
+      ASSERT_EQ(
+          *store.Put({chain.partition, chain.hashes[i]}, chain.parent(i), chain.record(i), now),
+          PutOutcome::kStored)
           << i;
     }
   }
-  static int32_t Present(BlockStore& store, const TestChain& chain) {
-    return store.Lookup(chain.partition, chain.keys, kNow)->present_blocks;
+  static int32_t Present(BlockStore& store, const BlockChain& chain) {
+    return store.Lookup(chain.partition, chain.hashes, kNow)->present_blocks;
   }
   // Every block of the chain that is stored has its parent stored: what is present is a
   // prefix. Checked block by block, not through Lookup (which stops at the first gap).
-  static void ExpectPrefixOnly(BlockStore& store, const TestChain& chain) {
+  static void ExpectPrefixOnly(BlockStore& store, const BlockChain& chain) {
     bool gap = false;
-    for (size_t i = 0; i < chain.keys.size(); ++i) {
+    for (size_t i = 0; i < chain.hashes.size(); ++i) {
       const bool present =
-          store.Lookup(chain.partition, std::span(&chain.keys[i], 1), kNow)->present_blocks == 1;
+          store.Lookup(chain.partition, std::span(&chain.hashes[i], 1), kNow)->present_blocks == 1;
       EXPECT_FALSE(gap && present) << "block " << i << " present after a missing one";
       gap = gap || !present;
     }
@@ -91,54 +93,68 @@ class DiskBlockStoreTest : public ::testing::Test {
   fs::path dir_;
 };
 
+// kvserve_cache_evicted_blocks_total has a series from the start, at 0, for each reason a
+// running store counts.
+TEST_F(DiskBlockStoreTest, EveryRunningDropReasonIsReportedFromTheStart) {
+  auto store = Open();
+  const BlockStoreStats stats = store->stats();
+  for (const auto& [reason, n] : stats.evictions) EXPECT_EQ(n, 0) << reason;
+  for (const char* reason : {"idle", "quota", "missing_file", "corrupt_truncated",
+                             "corrupt_bad_checksum", "corrupt_wrong_tokens"}) {
+    EXPECT_TRUE(std::any_of(stats.evictions.begin(), stats.evictions.end(), [&](const auto& e) {
+      return e.first == reason;
+    })) << reason;
+  }
+}
+
 TEST_F(DiskBlockStoreTest, PutGetLookup) {
   auto store = Open();
-  const TestChain chain = MakeTestChain("a", 4);
+  const BlockChain chain = MakeChain(4, "a");
   PutChain(*store, chain);
-  EXPECT_EQ(*store->Put(chain.partition, chain.keys[2], chain.parents[2], chain.records[2], kNow),
+  EXPECT_EQ(*store->Put({chain.partition, chain.hashes[2]}, chain.parent(2), chain.record(2), kNow),
             PutOutcome::kAlreadyPresent);
   for (size_t i = 0; i < 4; ++i) {
-    absl::StatusOr<RecordPtr> got = store->Get(chain.partition, chain.keys[i], kNow);
+    absl::StatusOr<RecordPtr> got = store->Get({chain.partition, chain.hashes[i]}, kNow);
     ASSERT_TRUE(got.ok());
     ASSERT_NE(*got, nullptr);
-    EXPECT_EQ(**got, *chain.records[i]);
+    EXPECT_EQ(**got, chain.records[i]);
     // One file per block, in the two-level fan-out, holding exactly the record.
-    const std::string path = store->FilePath(chain.partition, chain.keys[i]);
+    const std::string path = store->FilePath(chain.partition, chain.hashes[i]);
     EXPECT_EQ(fs::path(path).parent_path().parent_path().parent_path(), dir_);
-    EXPECT_EQ(ReadAll(path), *chain.records[i]);
+    EXPECT_EQ(ReadAll(path), chain.records[i]);
   }
-  absl::StatusOr<LookupResult> r = store->Lookup(chain.partition, chain.keys, kNow);
+  absl::StatusOr<LookupResult> r = store->Lookup(chain.partition, chain.hashes, kNow);
   EXPECT_EQ(r->present_blocks, 4);
-  EXPECT_EQ(r->present_bytes, static_cast<int64_t>(4 * chain.records[0]->size()));
-  EXPECT_EQ(*store->Get(chain.partition, MakeTestChain("a", 1, 7).keys[0], kNow), nullptr);
+  EXPECT_EQ(r->present_bytes, static_cast<int64_t>(4 * chain.records[0].size()));
+  EXPECT_EQ(*store->Get({chain.partition, MakeChain(1, "a", 7).hashes[0]}, kNow), nullptr);
   // A block whose parent is not on disk could never be found: not stored.
-  const TestChain other = MakeTestChain("a", 2, 3);
-  EXPECT_EQ(*store->Put(other.partition, other.keys[1], other.parents[1], other.records[1], kNow),
+  const BlockChain other = MakeChain(2, "a", 3);
+  EXPECT_EQ(*store->Put({other.partition, other.hashes[1]}, other.parent(1), other.record(1), kNow),
             PutOutcome::kNoRoom);
   EXPECT_EQ(store->stats().blocks, 4);
-  EXPECT_EQ(store->stats().bytes, static_cast<int64_t>(4 * chain.records[0]->size()));
-  store->Erase(chain.partition, chain.keys[3]);
-  EXPECT_FALSE(fs::exists(store->FilePath(chain.partition, chain.keys[3])));
+  EXPECT_EQ(store->stats().bytes, static_cast<int64_t>(4 * chain.records[0].size()));
+  store->Erase({chain.partition, chain.hashes[3]});
+  EXPECT_FALSE(fs::exists(store->FilePath(chain.partition, chain.hashes[3])));
   EXPECT_EQ(Present(*store, chain), 3);
 }
 
 TEST_F(DiskBlockStoreTest, DifferentPartitionsNeverShareABlock) {
   auto store = Open();
-  const TestChain a = MakeTestChain("tenant-a", 3);
-  const TestChain b = MakeTestChain("tenant-b", 3);
+  const BlockChain a = MakeChain(3, "tenant-a");
+  const BlockChain b = MakeChain(3, "tenant-b");
   PutChain(*store, a);
-  EXPECT_EQ(store->Lookup(b.partition, a.keys, kNow)->present_blocks, 0);
-  EXPECT_EQ(*store->Get(b.partition, a.keys[0], kNow), nullptr);
+  EXPECT_EQ(store->Lookup(b.partition, a.hashes, kNow)->present_blocks, 0);
+  EXPECT_EQ(*store->Get({b.partition, a.hashes[0]}, kNow), nullptr);
   PutChain(*store, b);
-  EXPECT_NE(store->FilePath(a.partition, a.keys[0]), store->FilePath(b.partition, a.keys[0]));
+  EXPECT_NE(store->FilePath(a.partition, a.hashes[0]), store->FilePath(b.partition, a.hashes[0]));
   EXPECT_EQ(Present(*store, a), 3);
   EXPECT_EQ(Present(*store, b), 3);
 }
 
 TEST_F(DiskBlockStoreTest, RestartSeesTheSameBlocksAndChains) {
-  const TestChain a = MakeTestChain("a", 5);
-  const TestChain b = MakeTestChain("b", 2);
-  const size_t record_bytes = a.records[0]->size();
+  const BlockChain a = MakeChain(5, "a");
+  const BlockChain b = MakeChain(2, "b");
+  const size_t record_bytes = a.records[0].size();
   {
     auto store = Open();
     PutChain(*store, a);
@@ -149,9 +165,9 @@ TEST_F(DiskBlockStoreTest, RestartSeesTheSameBlocksAndChains) {
   EXPECT_EQ(Present(*store, a), 5);
   EXPECT_EQ(Present(*store, b), 2);
   for (size_t i = 0; i < 5; ++i)
-    EXPECT_EQ(**store->Get(a.partition, a.keys[i], kNow), *a.records[i]);
+    EXPECT_EQ(**store->Get({a.partition, a.hashes[i]}, kNow), a.records[i]);
   // The parent links survived: new blocks evict chain tails, never a middle block.
-  const TestChain c = MakeTestChain("a", 4, /*seed=*/5);
+  const BlockChain c = MakeChain(4, "a", /*seed=*/5);
   PutChain(*store, c, kNow + absl::Seconds(1));
   EXPECT_LE(store->stats().bytes, static_cast<int64_t>(8 * record_bytes));
   EXPECT_EQ(Present(*store, c), 4);
@@ -162,73 +178,73 @@ TEST_F(DiskBlockStoreTest, RestartSeesTheSameBlocksAndChains) {
 }
 
 TEST_F(DiskBlockStoreTest, LeftoverTempFilesAreIgnoredAndDeleted) {
-  const TestChain a = MakeTestChain("a", 3);
+  const BlockChain a = MakeChain(3, "a");
   std::string path1, path2;
   {
     auto store = Open();
     PutChain(*store, a);
-    path1 = store->FilePath(a.partition, a.keys[1]);
-    path2 = store->FilePath(a.partition, a.keys[2]);
-    store->Erase(a.partition, a.keys[2]);
+    path1 = store->FilePath(a.partition, a.hashes[1]);
+    path2 = store->FilePath(a.partition, a.hashes[2]);
+    store->Erase({a.partition, a.hashes[2]});
   }
   // A crash mid-write of block 2 left a partial temp file, and one of block 1 (rewritten
   // after an eviction) a whole one.
-  WriteAll(path2 + ".tmp.17", a.records[2]->substr(0, 100));
-  WriteAll(path1 + ".tmp.3", *a.records[1]);
+  WriteAll(path2 + ".tmp.17", a.records[2].substr(0, 100));
+  WriteAll(path1 + ".tmp.3", a.records[1]);
   auto store = Open();
   EXPECT_EQ(Count(store->stats(), "startup_temp_file"), 2);
   EXPECT_EQ(Present(*store, a), 2);
   EXPECT_EQ(CountFiles(dir_.string()), 2);
-  EXPECT_EQ(**store->Get(a.partition, a.keys[1], kNow), *a.records[1]);
+  EXPECT_EQ(**store->Get({a.partition, a.hashes[1]}, kNow), a.records[1]);
 }
 
 TEST_F(DiskBlockStoreTest, CorruptFilesAreMissesCountedAndDeleted) {
   auto store = Open();
-  const TestChain a = MakeTestChain("a", 4);
+  const BlockChain a = MakeChain(4, "a");
   PutChain(*store, a);
-  const std::string p0 = store->FilePath(a.partition, a.keys[0]);
-  const std::string p1 = store->FilePath(a.partition, a.keys[1]);
-  const std::string p2 = store->FilePath(a.partition, a.keys[2]);
-  const std::string p3 = store->FilePath(a.partition, a.keys[3]);
+  const std::string p0 = store->FilePath(a.partition, a.hashes[0]);
+  const std::string p1 = store->FilePath(a.partition, a.hashes[1]);
+  const std::string p2 = store->FilePath(a.partition, a.hashes[2]);
+  const std::string p3 = store->FilePath(a.partition, a.hashes[3]);
   // Block 3: a payload byte flipped.
-  std::string flipped = *a.records[3];
+  std::string flipped = a.records[3];
   flipped[flipped.size() - 5] ^= 0x01;
   WriteAll(p3, flipped);
-  EXPECT_EQ(*store->Get(a.partition, a.keys[3], kNow), nullptr);
+  EXPECT_EQ(*store->Get({a.partition, a.hashes[3]}, kNow), nullptr);
   EXPECT_EQ(Count(store->stats(), "corrupt_bad_checksum"), 1);
   EXPECT_FALSE(fs::exists(p3));
   // Block 2: truncated.
   fs::resize_file(p2, 100);
-  EXPECT_EQ(*store->Get(a.partition, a.keys[2], kNow), nullptr);
+  EXPECT_EQ(*store->Get({a.partition, a.hashes[2]}, kNow), nullptr);
   EXPECT_EQ(Count(store->stats(), "corrupt_truncated"), 1);
   EXPECT_FALSE(fs::exists(p2));
   // Block 1: block 0's file renamed over it (same size, another key).
   fs::rename(p0, p1);
-  EXPECT_EQ(*store->Get(a.partition, a.keys[1], kNow), nullptr);
+  EXPECT_EQ(*store->Get({a.partition, a.hashes[1]}, kNow), nullptr);
   EXPECT_EQ(Count(store->stats(), "corrupt_wrong_hash"), 1);
   EXPECT_FALSE(fs::exists(p1));
   // Block 0's file is gone: a miss, counted.
-  EXPECT_EQ(*store->Get(a.partition, a.keys[0], kNow), nullptr);
+  EXPECT_EQ(*store->Get({a.partition, a.hashes[0]}, kNow), nullptr);
   EXPECT_EQ(Count(store->stats(), "missing_file"), 1);
   EXPECT_EQ(Present(*store, a), 0);
   EXPECT_EQ(store->stats().blocks, 0);
 }
 
 TEST_F(DiskBlockStoreTest, StartupDeletesBadAndOrphanedFiles) {
-  const TestChain a = MakeTestChain("a", 5);
-  const TestChain b = MakeTestChain("b", 2);
+  const BlockChain a = MakeChain(5, "a");
+  const BlockChain b = MakeChain(2, "b");
   std::vector<std::string> pa, pb;
   {
     auto store = Open();
     PutChain(*store, a);
     PutChain(*store, b);
-    for (const BlockHash& k : a.keys) pa.push_back(store->FilePath(a.partition, k));
-    for (const BlockHash& k : b.keys) pb.push_back(store->FilePath(b.partition, k));
+    for (const BlockHash& k : a.hashes) pa.push_back(store->FilePath(a.partition, k));
+    for (const BlockHash& k : b.hashes) pb.push_back(store->FilePath(b.partition, k));
   }
   // b[1]'s name holds b[0]'s record; a[2]'s header is damaged (so a[3], a[4] are orphans);
   // a file not named by us is left alone.
-  WriteAll(pb[1], *b.records[0]);
-  std::string bad = *a.records[2];
+  WriteAll(pb[1], b.records[0]);
+  std::string bad = a.records[2];
   bad[0] = 'X';
   WriteAll(pa[2], bad);
   WriteAll((dir_ / "README").string(), "operator notes");
@@ -246,14 +262,14 @@ TEST_F(DiskBlockStoreTest, StartupDeletesBadAndOrphanedFiles) {
 }
 
 TEST_F(DiskBlockStoreTest, VerifyOnOpenChecksWholeRecords) {
-  const TestChain a = MakeTestChain("a", 2);
+  const BlockChain a = MakeChain(2, "a");
   std::string p1;
   {
     auto store = Open();
     PutChain(*store, a);
-    p1 = store->FilePath(a.partition, a.keys[1]);
+    p1 = store->FilePath(a.partition, a.hashes[1]);
   }
-  std::string flipped = *a.records[1];
+  std::string flipped = a.records[1];
   flipped[flipped.size() - 1] ^= 0x01;
   WriteAll(p1, flipped);
   auto store = DiskBlockStore::Create(
@@ -266,13 +282,13 @@ TEST_F(DiskBlockStoreTest, VerifyOnOpenChecksWholeRecords) {
 // Over capacity, BlockIndex picks what goes and its files are deleted; every chain stays
 // an unbroken prefix.
 TEST_F(DiskBlockStoreTest, CapacityEvictionKeepsChainsCoherent) {
-  const size_t record_bytes = MakeTestChain("a", 1).records[0]->size();
+  const size_t record_bytes = MakeChain(1, "a").records[0].size();
   auto store = Open(10 * record_bytes);
-  std::vector<TestChain> chains;
+  std::vector<BlockChain> chains;
   for (int s = 0; s < 6; ++s) {
-    chains.push_back(MakeTestChain("a", 5, s));
+    chains.push_back(MakeChain(5, "a", s));
     PutChain(*store, chains.back(), kNow + absl::Seconds(s));
-    for (const TestChain& c : chains) ExpectPrefixOnly(*store, c);
+    for (const BlockChain& c : chains) ExpectPrefixOnly(*store, c);
     const BlockStoreStats stats = store->stats();
     EXPECT_LE(stats.bytes, static_cast<int64_t>(10 * record_bytes));
     EXPECT_EQ(CountFiles(dir_.string()), stats.blocks);
@@ -283,26 +299,26 @@ TEST_F(DiskBlockStoreTest, CapacityEvictionKeepsChainsCoherent) {
   auto tiny = DiskBlockStore::Create(
       {.dir = (dir_ / "tiny").string(), .index = {.capacity_bytes = record_bytes - 1}});
   ASSERT_TRUE(tiny.ok());
-  const TestChain t = MakeTestChain("t", 1);
-  EXPECT_EQ(*(*tiny)->Put(t.partition, t.keys[0], t.parents[0], t.records[0], kNow),
+  const BlockChain t = MakeChain(1, "t");
+  EXPECT_EQ(*(*tiny)->Put({t.partition, t.hashes[0]}, t.parent(0), t.record(0), kNow),
             PutOutcome::kNoRoom);
 }
 
 TEST_F(DiskBlockStoreTest, ConcurrentUse) {
-  auto store = Open(40 * MakeTestChain("a", 1).records[0]->size());
+  auto store = Open(40 * MakeChain(1, "a").records[0].size());
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&store, t] {
       for (int round = 0; round < 5; ++round) {
-        const TestChain c = MakeTestChain("a", 4, t * 10 + round % 3);
-        for (size_t i = 0; i < c.keys.size(); ++i) {
-          ASSERT_TRUE(store->Put(c.partition, c.keys[i], c.parents[i], c.records[i], kNow).ok());
+        const BlockChain c = MakeChain(4, "a", t * 10 + round % 3);
+        for (size_t i = 0; i < c.hashes.size(); ++i) {
+          ASSERT_TRUE(store->Put({c.partition, c.hashes[i]}, c.parent(i), c.record(i), kNow).ok());
         }
-        for (size_t i = 0; i < c.keys.size(); ++i) {
-          absl::StatusOr<RecordPtr> got = store->Get(c.partition, c.keys[i], kNow);
+        for (size_t i = 0; i < c.hashes.size(); ++i) {
+          absl::StatusOr<RecordPtr> got = store->Get({c.partition, c.hashes[i]}, kNow);
           ASSERT_TRUE(got.ok());
           if (*got != nullptr) {
-            EXPECT_EQ(**got, *c.records[i]);
+            EXPECT_EQ(**got, c.records[i]);
           }
         }
       }
@@ -315,7 +331,7 @@ TEST_F(DiskBlockStoreTest, ConcurrentUse) {
 // The tiers together: blocks written through memory+disk survive a restart on disk and
 // come back into memory when read.
 TEST_F(DiskBlockStoreTest, TieredOverDiskSurvivesRestart) {
-  const TestChain a = MakeTestChain("a", 3);
+  const BlockChain a = MakeChain(3, "a");
   {
     TieredBlockStore tiered(std::make_unique<testing::MapBlockStore>(), Open());
     PutChain(tiered, a);
@@ -326,7 +342,7 @@ TEST_F(DiskBlockStoreTest, TieredOverDiskSurvivesRestart) {
   TieredBlockStore tiered(std::move(memory), Open());
   EXPECT_EQ(Present(tiered, a), 3);
   EXPECT_EQ(Present(*memory_view, a), 0);
-  EXPECT_EQ(**tiered.Get(a.partition, a.keys[0], kNow), *a.records[0]);
+  EXPECT_EQ(**tiered.Get({a.partition, a.hashes[0]}, kNow), a.records[0]);
   EXPECT_EQ(Present(*memory_view, a), 1);
   EXPECT_EQ(tiered.stats().blocks, 3);
 }

@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "absl/hash/hash.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "cachesvc/session_encoding.h"
 
@@ -39,17 +40,6 @@ absl::Status ErrnoStatus(std::string_view what, const std::string& path, int err
 
 absl::Status NotFound(const std::string& id) {
   return absl::NotFoundError(absl::StrCat("no session \"", id, "\""));
-}
-
-std::string Hex(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(2 * bytes.size(), '0');
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    const auto b = static_cast<uint8_t>(bytes[i]);
-    out[2 * i] = kDigits[b >> 4];
-    out[2 * i + 1] = kDigits[b & 0xf];
-  }
-  return out;
 }
 
 template <typename T>
@@ -121,12 +111,14 @@ bool DecodeSessionFile(std::string_view bytes, StoredSession* session) {
 }
 
 std::string DiskSessionStore::FileName(std::string_view id) {
-  if (id.size() <= kMaxHexIdBytes) return absl::StrCat(Hex(id), kSuffix);
+  if (id.size() <= kMaxHexIdBytes) {
+    return absl::StrCat(absl::BytesToHexString(absl::string_view(id.data(), id.size())), kSuffix);
+  }
   const XXH128_hash_t h = XXH3_128bits(id.data(), id.size());
   std::string bytes;
   AppendRaw<uint64_t>(h.high64, &bytes);
   AppendRaw<uint64_t>(h.low64, &bytes);
-  return absl::StrCat("x", Hex(bytes), kSuffix);
+  return absl::StrCat("x", absl::BytesToHexString(bytes), kSuffix);
 }
 
 std::string DiskSessionStore::FilePath(std::string_view id) const {

@@ -27,39 +27,28 @@ absl::StatusOr<std::unique_ptr<MemoryBlockStore>> MemoryBlockStore::Create(const
 void MemoryBlockStore::DropRecords(std::span<const Evicted> evicted,
                                    std::vector<RecordPtr>* released) {
   for (const Evicted& e : evicted) {
-    auto it = records_.find(Key{e.partition, e.key});
+    auto it = records_.find(BlockKey{e.partition, e.key});
     if (it == records_.end()) continue;
     released->push_back(std::move(it->second));
     records_.erase(it);
   }
 }
 
-absl::StatusOr<LookupResult> MemoryBlockStore::Lookup(const BlockHash& partition,
-                                                      std::span<const BlockHash> chain,
-                                                      absl::Time now) {
-  LookupResult result;
-  uint64_t bytes = 0;
+absl::StatusOr<RecordPtr> MemoryBlockStore::Get(const BlockKey& block, absl::Time now) {
+  const auto& [partition, key] = block;
   std::lock_guard<std::mutex> lock(mu_);
-  result.present_blocks = index_->LongestPrefix(partition, chain, now, /*touch=*/true, &bytes);
-  result.present_bytes = static_cast<int64_t>(bytes);
-  return result;
-}
-
-absl::StatusOr<RecordPtr> MemoryBlockStore::Get(const BlockHash& partition, const BlockHash& key,
-                                                absl::Time now) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = records_.find(Key{partition, key});
+  auto it = records_.find(BlockKey{partition, key});
   if (it == records_.end()) return RecordPtr();
   index_->LongestPrefix(partition, std::span<const BlockHash>(&key, 1), now, /*touch=*/true);
   return it->second;
 }
 
-absl::StatusOr<PutOutcome> MemoryBlockStore::Put(const BlockHash& partition, const BlockHash& key,
-                                                 const BlockHash& parent, RecordPtr record,
-                                                 absl::Time now) {
+absl::StatusOr<PutOutcome> MemoryBlockStore::Put(const BlockKey& block, const BlockHash& parent,
+                                                 RecordPtr record, absl::Time now) {
+  const auto& [partition, key] = block;
   std::vector<RecordPtr> released;  // freed after the lock is dropped
   std::lock_guard<std::mutex> lock(mu_);
-  if (records_.contains(Key{partition, key})) return PutOutcome::kAlreadyPresent;
+  if (records_.contains(BlockKey{partition, key})) return PutOutcome::kAlreadyPresent;
   // A chain's first block has the partition (identity digest) as its parent.
   std::optional<BlockHash> index_parent;
   if (parent != partition) index_parent = parent;
@@ -77,32 +66,21 @@ absl::StatusOr<PutOutcome> MemoryBlockStore::Put(const BlockHash& partition, con
     case InsertOutcome::kInserted:
       break;
   }
-  records_.emplace(Key{partition, key}, std::move(record));
+  records_.emplace(BlockKey{partition, key}, std::move(record));
   return PutOutcome::kStored;
 }
 
-void MemoryBlockStore::Erase(const BlockHash& partition, const BlockHash& key) {
+void MemoryBlockStore::Erase(const BlockKey& block) {
+  const auto& [partition, key] = block;
   std::vector<RecordPtr> released;
   std::lock_guard<std::mutex> lock(mu_);
   // Only this block: its descendants stay (unreachable until it is stored again) and are
   // evicted as usual.
   if (!index_->Erase(partition, key)) return;
-  auto it = records_.find(Key{partition, key});
+  auto it = records_.find(BlockKey{partition, key});
   if (it == records_.end()) return;
   released.push_back(std::move(it->second));
   records_.erase(it);
-}
-
-void MemoryBlockStore::SetSession(const std::string& id, const BlockHash& partition,
-                                  const BlockHash& head, absl::Time expires_at) {
-  std::lock_guard<std::mutex> lock(mu_);
-  // The index never moves its clock back: InfinitePast means "no newer time than seen".
-  index_->SetSession(id, partition, head, expires_at, absl::InfinitePast());
-}
-
-void MemoryBlockStore::RemoveSession(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  index_->RemoveSession(id);
 }
 
 BlockStoreStats MemoryBlockStore::stats() const {

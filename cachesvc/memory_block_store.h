@@ -12,8 +12,8 @@
 // Memory: a record costs its bytes plus a map slot, a shared_ptr control block and an
 // index entry (well under 1 KiB), i.e. < 0.1 % for ~1 MB blocks.
 //
-// Threading: thread-safe; one mutex guards the map and the index. Nothing large is
-// copied or freed under it (records are shared_ptrs; evicted records are released after
+// Threading: thread-safe; one mutex (IndexedBlockStore's) guards the map and the index. Nothing
+// large is copied or freed under it (records are shared_ptrs; evicted records are released after
 // the lock is dropped).
 #ifndef KVSERVE_CACHESVC_MEMORY_BLOCK_STORE_H_
 #define KVSERVE_CACHESVC_MEMORY_BLOCK_STORE_H_
@@ -30,10 +30,11 @@
 #include "absl/status/statusor.h"
 #include "cachesvc/block_index.h"
 #include "cachesvc/block_store.h"
+#include "cachesvc/indexed_block_store.h"
 
 namespace kvserve::cachesvc {
 
-class MemoryBlockStore final : public BlockStore {
+class MemoryBlockStore final : public IndexedBlockStore {
  public:
   struct Options {
     // Record bytes held at most (all partitions). Default 1 GiB.
@@ -46,41 +47,22 @@ class MemoryBlockStore final : public BlockStore {
   // INVALID_ARGUMENT when capacity_bytes < 1 or partition_quota_bytes < 0.
   static absl::StatusOr<std::unique_ptr<MemoryBlockStore>> Create(const Options& options);
 
-  absl::StatusOr<LookupResult> Lookup(const BlockHash& partition, std::span<const BlockHash> chain,
-                                      absl::Time now) override;
-  absl::StatusOr<RecordPtr> Get(const BlockHash& partition, const BlockHash& key,
-                                absl::Time now) override;
-  absl::StatusOr<PutOutcome> Put(const BlockHash& partition, const BlockHash& key,
-                                 const BlockHash& parent, RecordPtr record,
+  absl::StatusOr<RecordPtr> Get(const BlockKey& key, absl::Time now) override;
+  absl::StatusOr<PutOutcome> Put(const BlockKey& key, const BlockHash& parent, RecordPtr record,
                                  absl::Time now) override;
-  void Erase(const BlockHash& partition, const BlockHash& key) override;
-  void SetSession(const std::string& id, const BlockHash& partition, const BlockHash& head,
-                  absl::Time expires_at) override;
-  void RemoveSession(const std::string& id) override;
-  bool takes_session_hints() const override { return true; }
+  void Erase(const BlockKey& key) override;
   BlockStoreStats stats() const override;
   std::string name() const override { return "memory"; }
 
  private:
-  explicit MemoryBlockStore(std::unique_ptr<BlockIndex> index) : index_(std::move(index)) {}
+  explicit MemoryBlockStore(std::unique_ptr<BlockIndex> index)
+      : IndexedBlockStore(std::move(index)) {}
   // Drops the records of `evicted` from records_ into `released` (freed by the caller
   // after the lock is dropped).
   void DropRecords(std::span<const Evicted> evicted, std::vector<RecordPtr>* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  struct Key {
-    BlockHash partition;
-    BlockHash key;
-    friend bool operator==(const Key&, const Key&) = default;
-    template <typename H>
-    friend H AbslHashValue(H h, const Key& k) {
-      return H::combine(std::move(h), k.partition, k.key);
-    }
-  };
-
-  mutable std::mutex mu_;
-  absl::flat_hash_map<Key, RecordPtr> records_ ABSL_GUARDED_BY(mu_);
-  const std::unique_ptr<BlockIndex> index_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<BlockKey, RecordPtr> records_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvserve::cachesvc

@@ -23,11 +23,7 @@ std::unique_ptr<MemoryBlockStore> NewStore(int64_t capacity, int64_t quota = 0) 
 
 void PutChain(MemoryBlockStore& store, const BlockChain& c, absl::Time now = kNow) {
   for (size_t i = 0; i < c.hashes.size(); ++i) {
-    const BlockHash parent = i == 0 ? c.partition : c.hashes[i - 1];
-    ASSERT_TRUE(store
-                    .Put(c.partition, c.hashes[i], parent,
-                         std::make_shared<const std::string>(c.records[i]), now)
-                    .ok());
+    ASSERT_TRUE(store.Put({c.partition, c.hashes[i]}, c.parent(i), c.record(i), now).ok());
   }
 }
 
@@ -38,10 +34,10 @@ TEST(MemoryBlockStoreTest, PutLookupGet) {
   LookupResult r = *store->Lookup(c.partition, c.hashes, kNow);
   EXPECT_EQ(r.present_blocks, 4);
   EXPECT_EQ(r.present_bytes, static_cast<int64_t>(4 * c.records[0].size()));
-  RecordPtr got = *store->Get(c.partition, c.hashes[2], kNow);
+  RecordPtr got = *store->Get({c.partition, c.hashes[2]}, kNow);
   ASSERT_NE(got, nullptr);
   EXPECT_EQ(*got, c.records[2]);
-  EXPECT_EQ(*store->Put(c.partition, c.hashes[0], c.partition,
+  EXPECT_EQ(*store->Put({c.partition, c.hashes[0]}, c.partition,
                         std::make_shared<const std::string>(c.records[0]), kNow),
             PutOutcome::kAlreadyPresent);
   EXPECT_EQ(store->stats().blocks, 4);
@@ -51,17 +47,17 @@ TEST(MemoryBlockStoreTest, LookupStopsAtTheFirstGap) {
   auto store = NewStore(1 << 20);
   const BlockChain c = MakeChain(4, "");
   PutChain(*store, c);
-  store->Erase(c.partition, c.hashes[2]);
+  store->Erase({c.partition, c.hashes[2]});
   EXPECT_EQ(store->Lookup(c.partition, c.hashes, kNow)->present_blocks, 2);
 }
 
 TEST(MemoryBlockStoreTest, AnOrphanIsNotStored) {
   auto store = NewStore(1 << 20);
   const BlockChain c = MakeChain(3, "");
-  EXPECT_EQ(*store->Put(c.partition, c.hashes[1], c.hashes[0],
+  EXPECT_EQ(*store->Put({c.partition, c.hashes[1]}, c.hashes[0],
                         std::make_shared<const std::string>(c.records[1]), kNow),
             PutOutcome::kNoRoom);
-  EXPECT_EQ(*store->Get(c.partition, c.hashes[1], kNow), nullptr);
+  EXPECT_EQ(*store->Get({c.partition, c.hashes[1]}, kNow), nullptr);
 }
 
 TEST(MemoryBlockStoreTest, PartitionsNeverShare) {
@@ -70,7 +66,7 @@ TEST(MemoryBlockStoreTest, PartitionsNeverShare) {
   const BlockChain b = MakeChain(2, "tenant-b");
   PutChain(*store, a);
   EXPECT_EQ(store->Lookup(b.partition, a.hashes, kNow)->present_blocks, 0);
-  EXPECT_EQ(*store->Get(b.partition, a.hashes[0], kNow), nullptr);
+  EXPECT_EQ(*store->Get({b.partition, a.hashes[0]}, kNow), nullptr);
 }
 
 TEST(MemoryBlockStoreTest, EvictionKeepsChainsCoherent) {
@@ -88,7 +84,7 @@ TEST(MemoryBlockStoreTest, EvictionKeepsChainsCoherent) {
     const BlockChain c = MakeChain(6, "", seed);
     const int32_t n = store->Lookup(c.partition, c.hashes, kNow)->present_blocks;
     for (int32_t i = 0; i < n; ++i) {
-      EXPECT_NE(*store->Get(c.partition, c.hashes[i], kNow), nullptr) << seed << " " << i;
+      EXPECT_NE(*store->Get({c.partition, c.hashes[i]}, kNow), nullptr) << seed << " " << i;
     }
   }
   int64_t evicted = 0;
@@ -100,11 +96,11 @@ TEST(MemoryBlockStoreTest, NoRoomForARecordLargerThanTheCapacityOrQuota) {
   const BlockChain c = MakeChain(1, "");
   const int64_t record = static_cast<int64_t>(c.records[0].size());
   auto small = NewStore(record - 1);
-  EXPECT_EQ(*small->Put(c.partition, c.hashes[0], c.partition,
+  EXPECT_EQ(*small->Put({c.partition, c.hashes[0]}, c.partition,
                         std::make_shared<const std::string>(c.records[0]), kNow),
             PutOutcome::kNoRoom);
   auto quota = NewStore(100 * record, record - 1);
-  EXPECT_EQ(*quota->Put(c.partition, c.hashes[0], c.partition,
+  EXPECT_EQ(*quota->Put({c.partition, c.hashes[0]}, c.partition,
                         std::make_shared<const std::string>(c.records[0]), kNow),
             PutOutcome::kNoRoom);
 }

@@ -60,8 +60,8 @@ absl::StatusOr<LookupResult> RedisBlockStore::Lookup(const BlockHash& partition,
   return result;
 }
 
-absl::StatusOr<RecordPtr> RedisBlockStore::Get(const BlockHash& partition, const BlockHash& key,
-                                               absl::Time /*now*/) {
+absl::StatusOr<RecordPtr> RedisBlockStore::Get(const BlockKey& block, absl::Time /*now*/) {
+  const auto& [partition, key] = block;
   const std::string redis_key = RedisBlockKey(partition, key);
   absl::StatusOr<RedisReply> reply = client_->Run({"GET", redis_key});
   if (!reply.ok()) return reply.status();
@@ -75,14 +75,13 @@ absl::StatusOr<RecordPtr> RedisBlockStore::Get(const BlockHash& partition, const
     if (check == cache::RecordCheck::kOk) return std::make_shared<const std::string>(value);
   }
   drops_.Add(CorruptReason(check));
-  Erase(partition, key);
+  Erase(block);
   return RecordPtr();
 }
 
-absl::StatusOr<PutOutcome> RedisBlockStore::Put(const BlockHash& partition, const BlockHash& key,
-                                                const BlockHash& /*parent*/, RecordPtr record,
-                                                absl::Time /*now*/) {
-  const std::string redis_key = RedisBlockKey(partition, key);
+absl::StatusOr<PutOutcome> RedisBlockStore::Put(const BlockKey& block, const BlockHash& /*parent*/,
+                                                RecordPtr record, absl::Time /*now*/) {
+  const std::string redis_key = RedisBlockKey(block.partition, block.key);
   RedisCommand command = {"SET", redis_key, *record, "NX"};
   std::string ttl_ms;
   if (options_.block_ttl != absl::InfiniteDuration()) {
@@ -102,9 +101,15 @@ absl::StatusOr<PutOutcome> RedisBlockStore::Put(const BlockHash& partition, cons
   return PutOutcome::kStored;
 }
 
-void RedisBlockStore::Erase(const BlockHash& partition, const BlockHash& key) {
-  const std::string redis_key = RedisBlockKey(partition, key);
+void RedisBlockStore::Erase(const BlockKey& block) {
+  const std::string redis_key = RedisBlockKey(block.partition, block.key);
   (void)client_->Run({"DEL", redis_key});
+}
+
+std::vector<std::string> RedisBlockStore::DropReasons() {
+  std::vector<std::string> reasons = CorruptReasons();
+  reasons.push_back("redis_oom");
+  return reasons;
 }
 
 BlockStoreStats RedisBlockStore::stats() const {
@@ -121,7 +126,7 @@ BlockStoreStats RedisBlockStore::stats() const {
     redis_evicted = InfoField(info, "evicted_keys");
   }
   stats.evictions = drops_.Snapshot();
-  if (redis_evicted != 0) stats.evictions.emplace_back("redis_evicted", redis_evicted);
+  stats.evictions.emplace_back("redis_evicted", redis_evicted);
   return stats;
 }
 

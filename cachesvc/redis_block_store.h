@@ -53,25 +53,26 @@ class RedisBlockStore final : public BlockStore {
                                       absl::Time now) override;
   // GET, then CheckStoredRecord: a value that fails is deleted (DEL), counted under
   // "corrupt_<reason>" and reported as a miss (nullptr).
-  absl::StatusOr<RecordPtr> Get(const BlockHash& partition, const BlockHash& key,
-                                absl::Time now) override;
+  absl::StatusOr<RecordPtr> Get(const BlockKey& key, absl::Time now) override;
   // SET NX [PX block_ttl]: kAlreadyPresent when the key exists, kNoRoom when Redis
   // refuses for memory (OOM error reply under noeviction).
-  absl::StatusOr<PutOutcome> Put(const BlockHash& partition, const BlockHash& key,
-                                 const BlockHash& parent, RecordPtr record,
+  absl::StatusOr<PutOutcome> Put(const BlockKey& key, const BlockHash& parent, RecordPtr record,
                                  absl::Time now) override;
   // DEL, best effort (a failure is ignored: the reader re-checks anyway).
-  void Erase(const BlockHash& partition, const BlockHash& key) override;
+  void Erase(const BlockKey& key) override;
   // One round trip (DBSIZE, INFO): blocks = keys in the database (session keys
   // included), bytes = Redis' used_memory, capacity_bytes = maxmemory (0: unlimited);
-  // evictions: "redis_evicted" (Redis' evicted_keys, all keys) and the corrupt values
-  // this process dropped. Zeros (but the local counts) when Redis is unreachable.
+  // evictions: "redis_evicted" (Redis' evicted_keys, all keys), the corrupt values this
+  // process dropped and "redis_oom", each from the start (at 0). Zeros (but the local
+  // counts) when Redis is unreachable.
   BlockStoreStats stats() const override;
   std::string name() const override { return "redis"; }
 
  private:
   RedisBlockStore(std::shared_ptr<RedisClient> client, const Options& options)
-      : client_(std::move(client)), options_(options) {}
+      : client_(std::move(client)), options_(options), drops_(DropReasons()) {}
+  // The reasons this process counts: corrupt values and "redis_oom".
+  static std::vector<std::string> DropReasons();
 
   const std::shared_ptr<RedisClient> client_;
   const Options options_;

@@ -11,15 +11,15 @@
 #include "cachesvc/redis_client.h"
 #include "cachesvc/redis_session_store.h"
 #include "cachesvc/session_encoding.h"
+#include "cachesvc/testing/block_chain.h"
 #include "cachesvc/testing/redis_server.h"
 #include "cachesvc/testing/session_store_conformance.h"
-#include "cachesvc/testing/test_chain.h"
 
 namespace kvserve::cachesvc {
 namespace {
 
-using testing::MakeTestChain;
-using testing::TestChain;
+using testing::BlockChain;
+using testing::MakeChain;
 
 const absl::Time kNow = absl::FromUnixSeconds(1'000'000);
 
@@ -54,10 +54,11 @@ class RedisStoreTest : public ::testing::Test {
   std::unique_ptr<RedisSessionStore> sessions_;
 };
 
-void PutChain(BlockStore& store, const TestChain& chain) {
-  for (size_t i = 0; i < chain.keys.size(); ++i) {
-    ASSERT_EQ(*store.Put(chain.partition, chain.keys[i], chain.parents[i], chain.records[i], kNow),
-              PutOutcome::kStored);
+void PutChain(BlockStore& store, const BlockChain& chain) {
+  for (size_t i = 0; i < chain.hashes.size(); ++i) {
+    ASSERT_EQ(
+        *store.Put({chain.partition, chain.hashes[i]}, chain.parent(i), chain.record(i), kNow),
+        PutOutcome::kStored);
   }
 }
 
@@ -76,53 +77,54 @@ TEST(RedisAddressTest, Parses) {
 }
 
 TEST_F(RedisStoreTest, RoundTrip) {
-  const TestChain chain = MakeTestChain("a", 3);
+  const BlockChain chain = MakeChain(3, "a");
   PutChain(*blocks_, chain);
-  EXPECT_EQ(*blocks_->Put(chain.partition, chain.keys[1], chain.parents[1], chain.records[1], kNow),
-            PutOutcome::kAlreadyPresent);
+  EXPECT_EQ(
+      *blocks_->Put({chain.partition, chain.hashes[1]}, chain.parent(1), chain.record(1), kNow),
+      PutOutcome::kAlreadyPresent);
   for (size_t i = 0; i < 3; ++i) {
-    absl::StatusOr<RecordPtr> got = blocks_->Get(chain.partition, chain.keys[i], kNow);
+    absl::StatusOr<RecordPtr> got = blocks_->Get({chain.partition, chain.hashes[i]}, kNow);
     ASSERT_TRUE(got.ok());
     ASSERT_NE(*got, nullptr);
-    EXPECT_EQ(**got, *chain.records[i]);
+    EXPECT_EQ(**got, chain.records[i]);
   }
-  const TestChain other = MakeTestChain("a", 1, /*seed=*/9);
-  EXPECT_EQ(*blocks_->Get(chain.partition, other.keys[0], kNow), nullptr);
-  EXPECT_TRUE(RawExists(RedisBlockKey(chain.partition, chain.keys[0])));
+  const BlockChain other = MakeChain(1, "a", /*seed=*/9);
+  EXPECT_EQ(*blocks_->Get({chain.partition, other.hashes[0]}, kNow), nullptr);
+  EXPECT_TRUE(RawExists(RedisBlockKey(chain.partition, chain.hashes[0])));
   EXPECT_EQ(blocks_->name(), "redis");
   EXPECT_GE(blocks_->stats().blocks, 3);
 }
 
 TEST_F(RedisStoreTest, LookupReportsTheUnbrokenPrefixOfItsPartition) {
-  const TestChain chain = MakeTestChain("a", 5);
+  const BlockChain chain = MakeChain(5, "a");
   for (size_t i : {0, 1, 3, 4}) {
     ASSERT_EQ(
-        *blocks_->Put(chain.partition, chain.keys[i], chain.parents[i], chain.records[i], kNow),
+        *blocks_->Put({chain.partition, chain.hashes[i]}, chain.parent(i), chain.record(i), kNow),
         PutOutcome::kStored);
   }
-  absl::StatusOr<LookupResult> r = blocks_->Lookup(chain.partition, chain.keys, kNow);
+  absl::StatusOr<LookupResult> r = blocks_->Lookup(chain.partition, chain.hashes, kNow);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->present_blocks, 2);
-  EXPECT_EQ(r->present_bytes, static_cast<int64_t>(2 * chain.records[0]->size()));
+  EXPECT_EQ(r->present_bytes, static_cast<int64_t>(2 * chain.records[0].size()));
   EXPECT_EQ(blocks_->Lookup(chain.partition, {}, kNow)->present_blocks, 0);
   // The same keys under another partition (another salt) are not there.
-  const TestChain salted = MakeTestChain("b", 1);
-  EXPECT_EQ(blocks_->Lookup(salted.partition, chain.keys, kNow)->present_blocks, 0);
-  EXPECT_EQ(*blocks_->Get(salted.partition, chain.keys[0], kNow), nullptr);
+  const BlockChain salted = MakeChain(1, "b");
+  EXPECT_EQ(blocks_->Lookup(salted.partition, chain.hashes, kNow)->present_blocks, 0);
+  EXPECT_EQ(*blocks_->Get({salted.partition, chain.hashes[0]}, kNow), nullptr);
 }
 
 TEST_F(RedisStoreTest, CorruptValuesAreMissesAndDeleted) {
-  const TestChain chain = MakeTestChain("a", 3);
+  const BlockChain chain = MakeChain(3, "a");
   PutChain(*blocks_, chain);
   // A flipped payload byte, a truncated value, another block's record under this key.
-  std::string flipped = *chain.records[0];
+  std::string flipped = chain.records[0];
   flipped[flipped.size() - 3] ^= 0x10;
-  RawSet(RedisBlockKey(chain.partition, chain.keys[0]), flipped);
-  RawSet(RedisBlockKey(chain.partition, chain.keys[1]), chain.records[1]->substr(0, 200));
-  RawSet(RedisBlockKey(chain.partition, chain.keys[2]), *chain.records[1]);
+  RawSet(RedisBlockKey(chain.partition, chain.hashes[0]), flipped);
+  RawSet(RedisBlockKey(chain.partition, chain.hashes[1]), chain.records[1].substr(0, 200));
+  RawSet(RedisBlockKey(chain.partition, chain.hashes[2]), chain.records[1]);
   for (size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(*blocks_->Get(chain.partition, chain.keys[i], kNow), nullptr) << i;
-    EXPECT_FALSE(RawExists(RedisBlockKey(chain.partition, chain.keys[i]))) << i;
+    EXPECT_EQ(*blocks_->Get({chain.partition, chain.hashes[i]}, kNow), nullptr) << i;
+    EXPECT_FALSE(RawExists(RedisBlockKey(chain.partition, chain.hashes[i]))) << i;
   }
   const BlockStoreStats stats = blocks_->stats();
   auto count = [&](const std::string& reason) {
@@ -134,7 +136,7 @@ TEST_F(RedisStoreTest, CorruptValuesAreMissesAndDeleted) {
   EXPECT_EQ(count("corrupt_bad_checksum"), 1);
   EXPECT_EQ(count("corrupt_truncated"), 1);
   EXPECT_EQ(count("corrupt_wrong_hash"), 1);
-  EXPECT_EQ(blocks_->Lookup(chain.partition, chain.keys, kNow)->present_blocks, 0);
+  EXPECT_EQ(blocks_->Lookup(chain.partition, chain.hashes, kNow)->present_blocks, 0);
 }
 
 StoredSession MakeSession(const std::string& id, const BlockHash& partition) {
@@ -241,20 +243,21 @@ TEST_F(RedisStoreTest, ListPagesByPartitionInIdOrder) {
 // A dead or hung Redis is UNAVAILABLE within the timeout, never a hang; the stores
 // recover by themselves once it is back.
 TEST_F(RedisStoreTest, ServerLossIsUnavailableAndRecovers) {
-  const TestChain chain = MakeTestChain("a", 2);
+  const BlockChain chain = MakeChain(2, "a");
   PutChain(*blocks_, chain);
   const auto expect_unavailable_fast = [&](const char* what) {
     const auto start = std::chrono::steady_clock::now();
-    EXPECT_EQ(blocks_->Lookup(chain.partition, chain.keys, kNow).status().code(),
+    EXPECT_EQ(blocks_->Lookup(chain.partition, chain.hashes, kNow).status().code(),
               absl::StatusCode::kUnavailable)
         << what;
-    EXPECT_EQ(blocks_->Get(chain.partition, chain.keys[0], kNow).status().code(),
+    EXPECT_EQ(blocks_->Get({chain.partition, chain.hashes[0]}, kNow).status().code(),
               absl::StatusCode::kUnavailable)
         << what;
-    EXPECT_EQ(blocks_->Put(chain.partition, chain.keys[0], chain.parents[0], chain.records[0], kNow)
-                  .status()
-                  .code(),
-              absl::StatusCode::kUnavailable)
+    EXPECT_EQ(
+        blocks_->Put({chain.partition, chain.hashes[0]}, chain.parent(0), chain.record(0), kNow)
+            .status()
+            .code(),
+        absl::StatusCode::kUnavailable)
         << what;
     EXPECT_EQ(sessions_->Get("s", kNow).status().code(), absl::StatusCode::kUnavailable) << what;
     EXPECT_EQ(sessions_->List(nullptr, 10, "", kNow).status().code(),
@@ -270,9 +273,9 @@ TEST_F(RedisStoreTest, ServerLossIsUnavailableAndRecovers) {
   expect_unavailable_fast("dead server");
   ASSERT_TRUE(server_.Start().ok());
   // No persistence: the restarted server is empty, and the stores work again.
-  EXPECT_EQ(blocks_->Lookup(chain.partition, chain.keys, kNow)->present_blocks, 0);
+  EXPECT_EQ(blocks_->Lookup(chain.partition, chain.hashes, kNow)->present_blocks, 0);
   PutChain(*blocks_, chain);
-  EXPECT_EQ(blocks_->Lookup(chain.partition, chain.keys, kNow)->present_blocks, 2);
+  EXPECT_EQ(blocks_->Lookup(chain.partition, chain.hashes, kNow)->present_blocks, 2);
   EXPECT_TRUE(sessions_->Put(MakeSession("s", BlockHash{1, 1}), kNow).ok());
   EXPECT_TRUE(sessions_->Get("s", kNow).ok());
 }

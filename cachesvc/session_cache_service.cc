@@ -234,7 +234,7 @@ absl::Status SessionCacheService::DoFetch(
   };
   for (size_t i = 0; i < chain.size(); ++i) {
     if (context->IsCancelled()) return absl::CancelledError("cancelled by the client");
-    absl::StatusOr<RecordPtr> record = blocks_->Get(partition, chain[i], clock_->Now());
+    absl::StatusOr<RecordPtr> record = blocks_->Get({partition, chain[i]}, clock_->Now());
     if (!record.ok()) return record.status();
     if (*record == nullptr) {  // evicted meanwhile: the caller uses the prefix it got
       metrics_->RecordFetchMiss(static_cast<int64_t>(chain.size() - i));
@@ -316,7 +316,7 @@ absl::Status SessionCacheService::StoreRecord(const BlockHash& partition, std::s
   const BlockHash parent = view.parent;
   const int64_t size = static_cast<int64_t>(record.size());
   absl::StatusOr<PutOutcome> outcome =
-      blocks_->Put(partition, key, parent, std::make_shared<const std::string>(std::move(record)),
+      blocks_->Put({partition, key}, parent, std::make_shared<const std::string>(std::move(record)),
                    clock_->Now());
   if (!outcome.ok()) return outcome.status();
   if (*outcome == PutOutcome::kNoRoom) {

@@ -331,14 +331,12 @@ class HintRecorder final : public BlockStore {
                                       absl::Time) override {
     return LookupResult{};
   }
-  absl::StatusOr<RecordPtr> Get(const BlockHash&, const BlockHash&, absl::Time) override {
-    return RecordPtr();
-  }
-  absl::StatusOr<PutOutcome> Put(const BlockHash&, const BlockHash&, const BlockHash&, RecordPtr,
+  absl::StatusOr<RecordPtr> Get(const BlockKey&, absl::Time) override { return RecordPtr(); }
+  absl::StatusOr<PutOutcome> Put(const BlockKey&, const BlockHash&, RecordPtr,
                                  absl::Time) override {
     return PutOutcome::kStored;
   }
-  void Erase(const BlockHash&, const BlockHash&) override {}
+  void Erase(const BlockKey&) override {}
   void SetSession(const std::string& id, const BlockHash&, const BlockHash& head,
                   absl::Time) override {
     hints[id] = head;

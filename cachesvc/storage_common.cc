@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/escaping.h"
+
 namespace kvserve::cachesvc {
 namespace {
 
@@ -30,15 +32,7 @@ int WriteAll(int fd, const char* data, size_t n) {
 }  // namespace
 
 std::string HashHex(const cache::BlockHash& hash) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  const std::string bytes = cache::HashToBytes(hash);
-  std::string out(2 * bytes.size(), '0');
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    const auto b = static_cast<uint8_t>(bytes[i]);
-    out[2 * i] = kDigits[b >> 4];
-    out[2 * i + 1] = kDigits[b & 0xf];
-  }
-  return out;
+  return absl::BytesToHexString(cache::HashToBytes(hash));
 }
 
 bool ParseHashHex(std::string_view hex, cache::BlockHash* hash) {
@@ -65,6 +59,10 @@ void DropCounters::Add(std::string_view reason, int64_t n) {
   counts_[std::string(reason)] += n;
 }
 
+DropCounters::DropCounters(const std::vector<std::string>& known) {
+  for (const std::string& reason : known) counts_[reason] = 0;
+}
+
 int64_t DropCounters::Get(std::string_view reason) const {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = counts_.find(std::string(reason));
@@ -75,9 +73,7 @@ std::vector<std::pair<std::string, int64_t>> DropCounters::Snapshot() const {
   std::vector<std::pair<std::string, int64_t>> out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [reason, n] : counts_) {
-      if (n != 0) out.emplace_back(reason, n);
-    }
+    out.assign(counts_.begin(), counts_.end());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -85,6 +81,15 @@ std::vector<std::pair<std::string, int64_t>> DropCounters::Snapshot() const {
 
 std::string CorruptReason(cache::RecordCheck check) {
   return "corrupt_" + std::string(cache::RecordCheckName(check));
+}
+
+std::vector<std::string> CorruptReasons() {
+  std::vector<std::string> reasons;
+  for (int c = static_cast<int>(cache::RecordCheck::kTruncated);
+       c <= static_cast<int>(cache::RecordCheck::kWrongTokens); ++c) {
+    reasons.push_back(CorruptReason(static_cast<cache::RecordCheck>(c)));
+  }
+  return reasons;
 }
 
 Fd::~Fd() {

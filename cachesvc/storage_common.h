@@ -37,13 +37,17 @@ inline std::span<const uint8_t> AsBytes(std::string_view s) {
 }
 
 // Counts of entries a store dropped, by reason name ("capacity", "corrupt_bad_checksum",
-// ...), reported in BlockStoreStats::evictions.
+// ...), reported in BlockStoreStats::evictions (kvserve_cache_evicted_blocks_total).
 // Threading: thread-safe.
 class DropCounters {
  public:
+  // `known` reasons are reported from the start, at 0 (the ones a store expects to count
+  // while it runs), so that dashboards and alerts see their series before the first drop;
+  // other reasons appear when first counted.
+  explicit DropCounters(const std::vector<std::string>& known = {});
   void Add(std::string_view reason, int64_t n = 1);
   int64_t Get(std::string_view reason) const;
-  // Every reason with a nonzero count, sorted by name.
+  // Every known or counted reason, sorted by name.
   std::vector<std::pair<std::string, int64_t>> Snapshot() const;
 
  private:
@@ -53,6 +57,8 @@ class DropCounters {
 
 // The reason name of a record that failed CheckStoredRecord: "corrupt_" + RecordCheckName.
 std::string CorruptReason(cache::RecordCheck check);
+// CorruptReason of every failing check.
+std::vector<std::string> CorruptReasons();
 
 // Closes a file descriptor on scope exit. Not thread-safe (one owner).
 class Fd {

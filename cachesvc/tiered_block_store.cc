@@ -9,7 +9,7 @@ namespace kvserve::cachesvc {
 
 TieredBlockStore::TieredBlockStore(std::unique_ptr<BlockStore> memory,
                                    std::unique_ptr<BlockStore> disk)
-    : memory_(std::move(memory)), disk_(std::move(disk)) {}
+    : memory_(std::move(memory)), disk_(std::move(disk)), counters_({"disk_put_error"}) {}
 
 absl::StatusOr<LookupResult> TieredBlockStore::Lookup(const BlockHash& partition,
                                                       std::span<const BlockHash> chain,
@@ -31,25 +31,23 @@ absl::StatusOr<LookupResult> TieredBlockStore::Lookup(const BlockHash& partition
   return result;
 }
 
-absl::StatusOr<RecordPtr> TieredBlockStore::Get(const BlockHash& partition, const BlockHash& key,
-                                                absl::Time now) {
-  absl::StatusOr<RecordPtr> record = memory_->Get(partition, key, now);
+absl::StatusOr<RecordPtr> TieredBlockStore::Get(const BlockKey& block, absl::Time now) {
+  absl::StatusOr<RecordPtr> record = memory_->Get(block, now);
   if (!record.ok() || *record != nullptr) return record;
-  record = disk_->Get(partition, key, now);
+  record = disk_->Get(block, now);
   if (!record.ok() || *record == nullptr) return record;
   // The disk tier re-checked the record whole: its header is sound.
   cache::BlockRecordHeader header;
   if (cache::ParseBlockRecordHeader(AsBytes(**record), &header) == cache::RecordCheck::kOk) {
-    (void)memory_->Put(partition, key, header.parent, *record, now);
+    (void)memory_->Put(block, header.parent, *record, now);
   }
   return record;
 }
 
-absl::StatusOr<PutOutcome> TieredBlockStore::Put(const BlockHash& partition, const BlockHash& key,
-                                                 const BlockHash& parent, RecordPtr record,
-                                                 absl::Time now) {
-  absl::StatusOr<PutOutcome> in_memory = memory_->Put(partition, key, parent, record, now);
-  absl::StatusOr<PutOutcome> on_disk = disk_->Put(partition, key, parent, std::move(record), now);
+absl::StatusOr<PutOutcome> TieredBlockStore::Put(const BlockKey& block, const BlockHash& parent,
+                                                 RecordPtr record, absl::Time now) {
+  absl::StatusOr<PutOutcome> in_memory = memory_->Put(block, parent, record, now);
+  absl::StatusOr<PutOutcome> on_disk = disk_->Put(block, parent, std::move(record), now);
   if (!on_disk.ok()) {
     if (!in_memory.ok()) return on_disk.status();
     counters_.Add("disk_put_error");
@@ -65,9 +63,9 @@ absl::StatusOr<PutOutcome> TieredBlockStore::Put(const BlockHash& partition, con
   return PutOutcome::kNoRoom;
 }
 
-void TieredBlockStore::Erase(const BlockHash& partition, const BlockHash& key) {
-  memory_->Erase(partition, key);
-  disk_->Erase(partition, key);
+void TieredBlockStore::Erase(const BlockKey& block) {
+  memory_->Erase(block);
+  disk_->Erase(block);
 }
 
 void TieredBlockStore::SetSession(const std::string& id, const BlockHash& partition,

@@ -31,16 +31,14 @@ class TieredBlockStore final : public BlockStore {
                                       absl::Time now) override;
   // Memory, then disk; a record read from disk is put into memory (outcome ignored:
   // promotion is best effort).
-  absl::StatusOr<RecordPtr> Get(const BlockHash& partition, const BlockHash& key,
-                                absl::Time now) override;
+  absl::StatusOr<RecordPtr> Get(const BlockKey& key, absl::Time now) override;
   // kStored when either tier stored it, kAlreadyPresent when neither stored it and one
   // had it, else kNoRoom. A disk error after memory took the record is counted
   // ("disk_put_error") and the memory outcome returned; with both failing, the disk's
   // error.
-  absl::StatusOr<PutOutcome> Put(const BlockHash& partition, const BlockHash& key,
-                                 const BlockHash& parent, RecordPtr record,
+  absl::StatusOr<PutOutcome> Put(const BlockKey& key, const BlockHash& parent, RecordPtr record,
                                  absl::Time now) override;
-  void Erase(const BlockHash& partition, const BlockHash& key) override;
+  void Erase(const BlockKey& key) override;
   void SetSession(const std::string& id, const BlockHash& partition, const BlockHash& head,
                   absl::Time expires_at) override;
   void RemoveSession(const std::string& id) override;

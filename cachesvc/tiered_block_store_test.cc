@@ -6,15 +6,15 @@
 
 #include <memory>
 
+#include "cachesvc/testing/block_chain.h"
 #include "cachesvc/testing/map_block_store.h"
-#include "cachesvc/testing/test_chain.h"
 
 namespace kvserve::cachesvc {
 namespace {
 
-using testing::MakeTestChain;
+using testing::BlockChain;
+using testing::MakeChain;
 using testing::MapBlockStore;
-using testing::TestChain;
 
 const absl::Time kNow = absl::FromUnixSeconds(1'000'000);
 
@@ -27,10 +27,11 @@ class TieredBlockStoreTest : public ::testing::Test {
     disk_ = disk.get();
     store_ = std::make_unique<TieredBlockStore>(std::move(memory), std::move(disk));
   }
-  void PutAll(BlockStore& store, const TestChain& chain, std::initializer_list<size_t> indexes) {
+  void PutAll(BlockStore& store, const BlockChain& chain, std::initializer_list<size_t> indexes) {
     for (size_t i : indexes) {
       ASSERT_TRUE(
-          store.Put(chain.partition, chain.keys[i], chain.parents[i], chain.records[i], kNow).ok());
+          store.Put({chain.partition, chain.hashes[i]}, chain.parent(i), chain.record(i), kNow)
+              .ok());
     }
   }
 
@@ -40,43 +41,45 @@ class TieredBlockStoreTest : public ::testing::Test {
 };
 
 TEST_F(TieredBlockStoreTest, PutWritesBothTiers) {
-  const TestChain chain = MakeTestChain("a", 2);
-  EXPECT_EQ(*store_->Put(chain.partition, chain.keys[0], chain.parents[0], chain.records[0], kNow),
-            PutOutcome::kStored);
-  EXPECT_EQ(*store_->Put(chain.partition, chain.keys[0], chain.parents[0], chain.records[0], kNow),
-            PutOutcome::kAlreadyPresent);
-  EXPECT_NE(*memory_->Get(chain.partition, chain.keys[0], kNow), nullptr);
-  EXPECT_NE(*disk_->Get(chain.partition, chain.keys[0], kNow), nullptr);
+  const BlockChain chain = MakeChain(2, "a");
+  EXPECT_EQ(
+      *store_->Put({chain.partition, chain.hashes[0]}, chain.parent(0), chain.record(0), kNow),
+      PutOutcome::kStored);
+  EXPECT_EQ(
+      *store_->Put({chain.partition, chain.hashes[0]}, chain.parent(0), chain.record(0), kNow),
+      PutOutcome::kAlreadyPresent);
+  EXPECT_NE(*memory_->Get({chain.partition, chain.hashes[0]}, kNow), nullptr);
+  EXPECT_NE(*disk_->Get({chain.partition, chain.hashes[0]}, kNow), nullptr);
   EXPECT_EQ(store_->name(), "memory+disk");
 }
 
 // A block counts when either tier has it; the prefix stops only where both miss.
 TEST_F(TieredBlockStoreTest, LookupSpansGapsOfEitherTier) {
-  const TestChain chain = MakeTestChain("a", 6);
+  const BlockChain chain = MakeChain(6, "a");
   PutAll(*memory_, chain, {0, 1, 3, 4});
   PutAll(*disk_, chain, {0, 2, 3});
-  absl::StatusOr<LookupResult> r = store_->Lookup(chain.partition, chain.keys, kNow);
+  absl::StatusOr<LookupResult> r = store_->Lookup(chain.partition, chain.hashes, kNow);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->present_blocks, 5);
-  EXPECT_EQ(r->present_bytes, static_cast<int64_t>(5 * chain.records[0]->size()));
-  memory_->Erase(chain.partition, chain.keys[2]);
-  disk_->Erase(chain.partition, chain.keys[2]);
-  EXPECT_EQ(store_->Lookup(chain.partition, chain.keys, kNow)->present_blocks, 2);
+  EXPECT_EQ(r->present_bytes, static_cast<int64_t>(5 * chain.records[0].size()));
+  memory_->Erase({chain.partition, chain.hashes[2]});
+  disk_->Erase({chain.partition, chain.hashes[2]});
+  EXPECT_EQ(store_->Lookup(chain.partition, chain.hashes, kNow)->present_blocks, 2);
   EXPECT_EQ(store_->Lookup(chain.partition, {}, kNow)->present_blocks, 0);
 }
 
 TEST_F(TieredBlockStoreTest, GetPromotesFromDisk) {
-  const TestChain chain = MakeTestChain("a", 2);
+  const BlockChain chain = MakeChain(2, "a");
   PutAll(*disk_, chain, {0, 1});
-  absl::StatusOr<RecordPtr> got = store_->Get(chain.partition, chain.keys[1], kNow);
+  absl::StatusOr<RecordPtr> got = store_->Get({chain.partition, chain.hashes[1]}, kNow);
   ASSERT_TRUE(got.ok());
   ASSERT_NE(*got, nullptr);
-  EXPECT_EQ(**got, *chain.records[1]);
-  EXPECT_NE(*memory_->Get(chain.partition, chain.keys[1], kNow), nullptr);
-  EXPECT_EQ(*memory_->Get(chain.partition, chain.keys[0], kNow), nullptr);
-  EXPECT_EQ(*store_->Get(chain.partition, MakeTestChain("b", 1).keys[0], kNow), nullptr);
-  store_->Erase(chain.partition, chain.keys[1]);
-  EXPECT_EQ(*store_->Get(chain.partition, chain.keys[1], kNow), nullptr);
+  EXPECT_EQ(**got, chain.records[1]);
+  EXPECT_NE(*memory_->Get({chain.partition, chain.hashes[1]}, kNow), nullptr);
+  EXPECT_EQ(*memory_->Get({chain.partition, chain.hashes[0]}, kNow), nullptr);
+  EXPECT_EQ(*store_->Get({chain.partition, MakeChain(1, "b").hashes[0]}, kNow), nullptr);
+  store_->Erase({chain.partition, chain.hashes[1]});
+  EXPECT_EQ(*store_->Get({chain.partition, chain.hashes[1]}, kNow), nullptr);
 }
 
 }  // namespace

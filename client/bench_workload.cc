@@ -34,16 +34,25 @@ absl::Status ValidateWorkload(const WorkloadOptions& o) {
   return absl::OkStatus();
 }
 
-std::string TurnText(const WorkloadOptions& o, int64_t unit, int turn) {
-  if (o.shape == "single") return o.prompt;
-  const std::string line = absl::StrCat(
-      kUserLines[static_cast<size_t>((unit * 3 + turn) % static_cast<int64_t>(kUserLines.size()))],
-      " (", unit, ")");
-  return turn == 0 ? absl::StrCat(o.system_prompt, " ", line) : absl::StrCat(" ", line);
+std::string TurnText(const WorkloadOptions& o, const Unit& unit, int turn) {
+  const bool drawn = unit.prompt >= 0 && static_cast<size_t>(unit.prompt) < o.prompts.size();
+  if (o.shape == "single") return drawn ? o.prompts[static_cast<size_t>(unit.prompt)] : o.prompt;
+  const std::string line =
+      absl::StrCat(kUserLines[static_cast<size_t>((unit.index * 3 + turn) %
+                                                  static_cast<int64_t>(kUserLines.size()))],
+                   " (", unit.index, ")");
+  if (turn > 0) return absl::StrCat(" ", line);
+  return drawn ? o.prompts[static_cast<size_t>(unit.prompt)]
+               : absl::StrCat(o.system_prompt, " ", line);
 }
 
 UnitSource::UnitSource(const WorkloadOptions& options, absl::Time start)
-    : options_(options), start_(start), next_arrival_(start), rng_(options.seed) {}
+    : options_(options),
+      start_(start),
+      next_arrival_(start),
+      rng_(options.seed),
+      // Its own stream: drawing prompts does not change the arrival times of a seed.
+      draw_rng_(options.seed ^ 0x9e3779b97f4a7c15ULL) {}
 
 std::optional<Unit> UnitSource::Take() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -67,6 +76,11 @@ std::optional<Unit> UnitSource::Take() {
     const absl::Time at = options_.request_rate > 0 ? unit.arrival : absl::Now();
     if (at >= start_ + options_.duration) return std::nullopt;
   }
+  if (!options_.prompts.empty()) {
+    unit.prompt = static_cast<int>(
+        std::uniform_int_distribution<size_t>(0, options_.prompts.size() - 1)(draw_rng_));
+  }
+  unit.seed = draw_rng_();
   ++next_unit_;
   requests_ += unit.turns;
   return unit;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -23,6 +24,11 @@ struct WorkloadOptions {
   // is shared: its KV is what the prefix cache can reuse). Default "single".
   std::string shape = "single";
   std::string prompt = "Once upon a time";
+  // Prompts to draw from, uniformly (seeded by `seed`): when not empty, a "single" unit
+  // sends a drawn prompt instead of `prompt`, and a conversation's first turn is a drawn
+  // prompt instead of `system_prompt` and a user line (conversations then share whole
+  // first turns: their greedy answers can be compared). Default empty.
+  std::vector<std::string> prompts;
   std::string system_prompt =
       "You are a storyteller. You tell short, happy stories about children and animals.";
   // Turns per conversation, >= 1. Default 3.
@@ -35,7 +41,7 @@ struct WorkloadOptions {
   // Units started per second with exponential gaps (Poisson arrivals); 0 = each worker
   // starts its next unit when the previous one ended (closed loop). Default 0.
   double request_rate = 0;
-  // Seed of the arrival times. Default 1.
+  // Seed of the arrival times and of the draws (prompts, Unit::seed). Default 1.
   uint64_t seed = 1;
 };
 
@@ -47,10 +53,12 @@ struct Unit {
   int64_t index = 0;
   int turns = 1;
   absl::Time arrival;  // when it should start
+  int prompt = -1;     // index into WorkloadOptions::prompts; -1 when there are none
+  uint64_t seed = 0;   // for the runner's own per-request draws (e.g. max_tokens)
 };
 
-// The text of turn `turn` (0-based) of unit `unit`.
-std::string TurnText(const WorkloadOptions& options, int64_t unit, int turn);
+// The text of turn `turn` (0-based) of `unit`.
+std::string TurnText(const WorkloadOptions& options, const Unit& unit, int turn);
 
 // Hands out units in order to worker threads, each at its arrival time. Thread-safe.
 class UnitSource {
@@ -69,7 +77,8 @@ class UnitSource {
   int64_t next_unit_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t requests_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time next_arrival_ ABSL_GUARDED_BY(mu_);
-  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);       // arrival gaps
+  std::mt19937_64 draw_rng_ ABSL_GUARDED_BY(mu_);  // prompts and unit seeds
 };
 
 }  // namespace kvserve::client::bench

@@ -33,6 +33,10 @@ std::optional<absl::Duration> RetryHint(const grpc::ClientContext& context) {
   return absl::Milliseconds(ms);
 }
 
+bool HasRetryAfter(const grpc::ClientContext& context) {
+  return context.GetServerTrailingMetadata().count("retry-after") > 0;
+}
+
 std::string InitialMetadata(const grpc::ClientContext& context, std::string_view key) {
   const auto& initial = context.GetServerInitialMetadata();
   auto it = initial.find(grpc::string_ref(key.data(), key.size()));

@@ -18,10 +18,13 @@ namespace kvserve::client {
 // server checks it against the body; OpenSession/ForkSession answer with it).
 inline constexpr char kSessionIdMetadataKey[] = "kvserve-session-id";
 
-// How a call went: the replica that answered it last and how many attempts it took.
+// How a call went: the replica that answered it last, how many attempts it took, and
+// the retry hints on the last attempt's trailers (set when it failed).
 struct CallInfo {
   std::string replica;  // the target of the last attempt
   int attempts = 0;
+  std::optional<absl::Duration> retry_hint;  // "grpc-retry-pushback-ms" (see RetryHint)
+  bool retry_after = false;                  // a "retry-after" trailer was sent
 };
 
 // grpc::Status -> absl::Status (the codes are the same numbers; the message is kept).
@@ -36,6 +39,10 @@ void PrepareContext(grpc::ClientContext* context, absl::Time deadline,
 // (a non-negative integer; kvserve sends it with RESOURCE_EXHAUSTED and UNAVAILABLE), or
 // nullopt when absent or malformed.
 std::optional<absl::Duration> RetryHint(const grpc::ClientContext& context);
+
+// Whether a finished call's trailing metadata has "retry-after" (the HTTP-style hint
+// kvserve sends beside grpc-retry-pushback-ms).
+bool HasRetryAfter(const grpc::ClientContext& context);
 
 // The value of `key` in `context`'s initial metadata from the server ("" when absent).
 std::string InitialMetadata(const grpc::ClientContext& context, std::string_view key);

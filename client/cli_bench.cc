@@ -1,11 +1,13 @@
-// kvserve-cli bench: worker threads take units of work (client/bench_workload.h), stream
-// their requests and record what they saw (client/bench_report.h).
+// kvserve-cli bench: the load generator (client/load_generator.h) with a progress bar, a
+// call log, early stop on a signal, and the report on stdout.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -20,68 +22,19 @@
 namespace kvserve::client::cli {
 namespace {
 
-using bench::RequestResult;
-
-// Streams one request and measures it.
-RequestResult Measure(const Client& client, const v1::GenerateRequest& request) {
-  RequestResult r;
-  const absl::Time sent = absl::Now();
-  absl::Time last_token = sent;
-  std::unique_ptr<GenerateStream> stream = client.StartGenerateStream(request);
-  v1::GenerateStreamResponse m;
-  while (stream->Next(&m)) {
-    const int k = m.token_ids_size();
-    if (k > 0) {
-      const absl::Time now = absl::Now();
-      if (r.ttft_s < 0) {
-        // Tokens that came with the first one have no gap of their own to measure.
-        r.ttft_s = absl::ToDoubleSeconds(now - sent);
-      } else {
-        const double gap = absl::ToDoubleSeconds(now - last_token) / k;
-        for (int i = 0; i < k; ++i) r.itl_s.push_back(gap);
-      }
-      last_token = now;
-      r.output_tokens += k;
-    }
-    if (m.has_usage()) {
-      r.prompt_tokens = m.usage().prompt_tokens();
-      r.cached_tokens_local = m.usage().cached_tokens_local();
-      r.cached_tokens_remote = m.usage().cached_tokens_remote();
-    }
-  }
-  r.code = stream->Finish().code();
-  r.e2e_s = absl::ToDoubleSeconds(absl::Now() - sent);
-  return r;
+sigset_t StopSignalSet() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
 }
 
-// Runs one unit: a request, or a conversation in a session of its own.
-void RunUnit(const Client& client, const BenchOptions& o, const bench::Unit& unit,
-             bench::Recorder& recorder) {
-  v1::GenerateRequest request = o.request;
-  std::string session_id;
-  if (o.workload.shape == "conversation") {
-    absl::StatusOr<v1::Session> session = client.OpenSession();
-    if (!session.ok()) {
-      RequestResult failed;
-      failed.code = session.status().code();
-      recorder.Add(failed);
-      return;
-    }
-    session_id = session->session_id();
-  }
-  for (int turn = 0; turn < unit.turns; ++turn) {
-    request.set_text(bench::TurnText(o.workload, unit.index, turn));
-    request.set_session_id(session_id);
-    recorder.Add(Measure(client, request));
-  }
-  if (!session_id.empty()) client.CloseSession(session_id).IgnoreError();
-}
-
-// Redraws "[=====     ] done/total" on stderr until `finished`.
+// Redraws "[=====     ] done/total" on stderr until destroyed.
 class ProgressBar {
  public:
-  ProgressBar(const bench::Recorder& recorder, const BenchOptions& o, absl::Time start)
-      : recorder_(recorder), o_(o), start_(start), thread_([this] { Loop(); }) {}
+  ProgressBar(const bench::LoadGenerator& load, absl::Time start)
+      : load_(load), start_(start), thread_([this] { Loop(); }) {}
   ~ProgressBar() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -94,17 +47,17 @@ class ProgressBar {
 
  private:
   void Loop() {
+    const bench::WorkloadOptions& w = load_.options().workload;
     std::unique_lock<std::mutex> lock(mu_);
     while (!cv_.wait_for(lock, std::chrono::milliseconds(200), [this] { return finished_; })) {
       int64_t done = 0, failed = 0;
-      recorder_.Counts(&done, &failed);
+      load_.Counts(&done, &failed);
       double fraction = 0;
-      if (o_.workload.requests > 0) {
-        fraction = static_cast<double>(done) / static_cast<double>(o_.workload.requests);
+      if (w.requests > 0) {
+        fraction = static_cast<double>(done) / static_cast<double>(w.requests);
       }
-      if (o_.workload.duration > absl::ZeroDuration()) {
-        fraction =
-            std::max(fraction, absl::FDivDuration(absl::Now() - start_, o_.workload.duration));
+      if (w.duration > absl::ZeroDuration()) {
+        fraction = std::max(fraction, absl::FDivDuration(absl::Now() - start_, w.duration));
       }
       const int filled = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * 30);
       std::fprintf(stderr, "\r[%s%s] %lld requests, %lld failed, %.0f s",
@@ -115,8 +68,7 @@ class ProgressBar {
     }
   }
 
-  const bench::Recorder& recorder_;
-  const BenchOptions& o_;
+  const bench::LoadGenerator& load_;
   const absl::Time start_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -124,59 +76,128 @@ class ProgressBar {
   std::thread thread_;
 };
 
-std::string ConfigJson(const BenchOptions& o, const Client& client) {
+// Writes one JSON line per call (BenchOptions::call_log). Thread-safe.
+class CallLog {
+ public:
+  explicit CallLog(const std::string& path) : out_(path, std::ios::trunc) {}
+  bool ok() const { return out_.good(); }
+  void Write(std::string_view method, const absl::Status& status) {
+    const double t =
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    const std::string line = absl::StrFormat(
+        "{\"t\":%.6f,\"method\":%s,\"code\":%s,\"message\":%s}\n", t, bench::JsonString(method),
+        bench::JsonString(bench::CodeName(status.code())),
+        bench::JsonString(std::string(status.message())));
+    std::lock_guard<std::mutex> lock(mu_);
+    out_ << line << std::flush;
+  }
+
+ private:
+  std::mutex mu_;
+  std::ofstream out_;
+};
+
+absl::StatusOr<std::vector<std::string>> ReadPrompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("--prompts-file: cannot read ", path));
+  std::vector<std::string> prompts;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) prompts.push_back(line);
+  }
+  if (prompts.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--prompts-file: ", path, " has no prompt"));
+  }
+  return prompts;
+}
+
+std::string ConfigJson(const bench::LoadOptions& o, const Client& client) {
   return absl::StrFormat(
       R"({"shape":"%s","concurrency":%d,"requests":%d,"duration_s":%.3f,"request_rate":%.3f,)"
-      R"("turns":%d,"max_tokens":%d,"replicas":%d,"seed":%d})",
+      R"("turns":%d,"max_tokens":%d,"max_tokens_min":%d,"prompts":%d,)"
+      R"("cancel_after_tokens":%d,"replicas":%d,"seed":%d})",
       o.workload.shape, o.concurrency, o.workload.requests,
       absl::ToDoubleSeconds(o.workload.duration), o.workload.request_rate, o.workload.turns,
-      o.request.max_tokens(), client.targets().size(), o.workload.seed);
+      o.request.max_tokens(), o.max_tokens_min, o.workload.prompts.size(), o.cancel_after_tokens,
+      client.targets().size(), o.workload.seed);
+}
+
+int BadOptions(const absl::Status& status) {
+  std::fprintf(stderr, "kvserve-cli: %s\n", std::string(status.message()).c_str());
+  return 2;
 }
 
 }  // namespace
 
-int RunBench(const Client& client, const BenchOptions& o) {
-  if (absl::Status s = bench::ValidateWorkload(o.workload); !s.ok()) {
-    std::fprintf(stderr, "kvserve-cli: %s\n", std::string(s.message()).c_str());
-    return 2;
+StopSignals::StopSignals() {
+  const sigset_t set = StopSignalSet();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+StopSignals::~StopSignals() { StopWatching(); }
+
+void StopSignals::StopWatching() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
   }
-  if (o.concurrency < 1) {
-    std::fprintf(stderr, "kvserve-cli: --concurrency must be >= 1\n");
-    return 2;
-  }
-  for (int i = 0; i < o.warmup; ++i) {
-    v1::GenerateRequest warm = o.request;
-    warm.set_text(o.workload.prompt);
-    if (RequestResult r = Measure(client, warm); r.code != absl::StatusCode::kOk) {
-      return Fail(absl::Status(r.code, "warm-up request failed"));
+  done_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void StopSignals::Watch(std::function<void()> on_signal) {
+  thread_ = std::thread([this, on_signal = std::move(on_signal)] {
+    const sigset_t set = StopSignalSet();
+    const timespec poll = {0, 100 * 1000 * 1000};
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (done_) return;
+      }
+      if (sigtimedwait(&set, nullptr, &poll) > 0) break;
     }
+    on_signal();
+    // A second signal is delivered here, to the only thread not blocking it: the
+    // default action ends the process.
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return done_; });
+  });
+}
+
+int RunBench(const Client& client, const BenchOptions& options, StopSignals* stop) {
+  bench::LoadOptions o = options.load;
+  if (!options.prompts_file.empty()) {
+    absl::StatusOr<std::vector<std::string>> prompts = ReadPrompts(options.prompts_file);
+    if (!prompts.ok()) return BadOptions(prompts.status());
+    o.workload.prompts = *std::move(prompts);
   }
-  bench::Recorder recorder;
-  const absl::Time start = absl::Now();
-  bench::UnitSource source(o.workload, start);
+  std::unique_ptr<CallLog> log;
+  if (!options.call_log.empty()) {
+    log = std::make_unique<CallLog>(options.call_log);
+    if (!log->ok()) {
+      return BadOptions(
+          absl::InvalidArgumentError(absl::StrCat("--call-log: cannot write ", options.call_log)));
+    }
+    o.on_call = [&log](std::string_view method, const absl::Status& s) { log->Write(method, s); };
+  }
+  absl::StatusOr<std::unique_ptr<bench::LoadGenerator>> load =
+      bench::LoadGenerator::Create(client, std::move(o));
+  if (!load.ok()) return BadOptions(load.status());
+  if (stop != nullptr) stop->Watch([&load] { (*load)->Stop(); });
+  absl::StatusOr<bench::Report> report;
   {
     std::unique_ptr<ProgressBar> progress;
-    if (isatty(STDERR_FILENO)) progress = std::make_unique<ProgressBar>(recorder, o, start);
-    std::vector<std::thread> workers;
-    for (int w = 0; w < o.concurrency; ++w) {
-      workers.emplace_back([&] {
-        while (std::optional<bench::Unit> unit = source.Take()) {
-          const absl::Time now = absl::Now();
-          if (unit->arrival > now) absl::SleepFor(unit->arrival - now);
-          RunUnit(client, o, *unit, recorder);
-        }
-      });
-    }
-    for (std::thread& t : workers) t.join();
+    if (isatty(STDERR_FILENO)) progress = std::make_unique<ProgressBar>(**load, absl::Now());
+    report = (*load)->Run();
   }
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  const bench::Report report = bench::Summarize(recorder.Take(), seconds);
-  if (o.json) {
-    std::printf("%s\n", bench::ToJson(report, ConfigJson(o, client)).c_str());
+  if (stop != nullptr) stop->StopWatching();  // before `load` goes
+  if (!report.ok()) return Fail(report.status());
+  if (options.json) {
+    std::printf("%s\n", bench::ToJson(*report, ConfigJson((*load)->options(), client)).c_str());
   } else {
-    std::printf("%s", bench::ToText(report).c_str());
+    std::printf("%s", bench::ToText(*report).c_str());
   }
-  return report.failed == 0 ? 0 : 3;
+  return report->failed_calls == 0 ? 0 : 3;
 }
 
 }  // namespace kvserve::client::cli

@@ -1,18 +1,24 @@
-// The commands of kvserve-cli, one function each (the flags are mapped onto their
-// arguments in cli_main.cc, the only file that reads flags). Each returns the process exit
-// code: 0 success, 1 a failed call (its status printed on stderr), 2 bad usage.
+// The commands of kvserve-cli, one function each (the flags, client/cli_flags.h, are
+// mapped onto their arguments in cli_main.cc; no command reads a flag). Each returns the
+// process exit code: 0 success, 1 a failed call (its status printed on stderr), 2 bad
+// usage.
 #ifndef KVSERVE_CLIENT_CLI_COMMANDS_H_
 #define KVSERVE_CLIENT_CLI_COMMANDS_H_
 
+#include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <istream>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "client/bench_workload.h"
 #include "client/client.h"
+#include "client/load_generator.h"
 #include "kvserve/v1/inference.pb.h"
 
 namespace kvserve::client::cli {
@@ -49,24 +55,50 @@ int RunChat(const Client& client, const v1::GenerateRequest& turn, absl::Duratio
             const std::string& system, std::istream& in);
 
 struct BenchOptions {
-  // What to send and when (shape, count or duration, request rate).
-  bench::WorkloadOptions workload;
-  // Sampling and limits of every request (prompt and session are set per request).
-  v1::GenerateRequest request;
-  // Units in flight at once (worker threads), >= 1. Default 4.
-  int concurrency = 4;
-  // Requests sent and not measured before the run (lazy initialization). Default 1.
-  int warmup = 1;
+  // The load (client/load_generator.h); its on_call is set by RunBench.
+  bench::LoadOptions load;
+  // A file of prompts, one a line (empty lines skipped), drawn from uniformly
+  // (load.workload.prompts); empty = none. Default empty.
+  std::string prompts_file;
+  // A file to which a JSON line is written as each call ends:
+  // {"t":T,"method":"GenerateStream","code":"OK","message":""}, T its end on the system's
+  // monotonic clock in seconds (CLOCK_MONOTONIC: what Python's time.monotonic() reads).
+  // Empty = none. Default empty.
+  std::string call_log;
   // Print the report as one JSON object instead of text. Default false.
   bool json = false;
 };
 
-// bench: a load generator. Streams every request, measures on the client (TTFT, gaps
-// between tokens, end to end) and reads usage (cached tokens) from the last message;
-// prints the report (client/bench_report.h) on stdout, a progress bar on stderr when it
-// is a terminal. Exit code 0 when every request succeeded, 3 when some failed (the
-// report is printed either way), 2 for bad options.
-int RunBench(const Client& client, const BenchOptions& options);
+// SIGINT and SIGTERM as a request to stop a bench run early. The constructor blocks both
+// in the calling thread, and so in every thread started after it: construct it before
+// any other thread exists (gRPC starts its own when a client connects). Watch() takes
+// them on a thread of its own; after the first, a second one ends the process as usual.
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  // Calls `on_signal` (on the watching thread) at the first SIGINT or SIGTERM, until
+  // StopWatching() or the destructor. Call once.
+  void Watch(std::function<void()> on_signal);
+  // Returns once `on_signal` can no longer be called (signals stay blocked). Idempotent.
+  void StopWatching();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// bench: runs the load generator (client/load_generator.h) and prints the report
+// (client/bench_report.h) on stdout, a progress bar on stderr when it is a terminal.
+// `stop` (optional, watched during the run): a signal ends the run early, and the
+// report of what ran is printed. Exit code 0 when every call succeeded, 3 when some
+// failed (the report is printed either way), 2 for bad options, 1 when the warm-up failed.
+int RunBench(const Client& client, const BenchOptions& options, StopSignals* stop = nullptr);
 
 }  // namespace kvserve::client::cli
 

@@ -1,79 +1,19 @@
-// kvserve-cli: talk to kvserve. This file only maps flags onto the commands' arguments
-// (client/cli_commands.h); every command lives in its own file.
-#include <fstream>
+// kvserve-cli: talk to kvserve. This file only maps the flags (client/cli_flags.h) onto
+// the commands (client/cli_commands.h); every command lives in its own file.
+#include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/time/time.h"
 #include "client/cli_commands.h"
+#include "client/cli_flags.h"
 #include "client/client.h"
 #include "common/flags.h"
-#include "server/tls_credentials.h"
-
-// Connection.
-ABSL_FLAG(std::string, target, "127.0.0.1:50051",
-          "Server address HOST:PORT, or several separated by commas: session calls then go to "
-          "the replica that owns the session id on a consistent-hash ring (and move when it "
-          "is down), other calls rotate.");
-ABSL_FLAG(std::string, tls_ca, "",
-          "TLS: PEM CA file the server's certificate must chain to (its SAN must name the "
-          "target host); empty = plaintext.");
-ABSL_FLAG(std::string, tls_cert, "",
-          "Mutual TLS: PEM client certificate (with --tls-key and --tls-ca).");
-ABSL_FLAG(std::string, tls_key, "", "Mutual TLS: PEM key of --tls-cert (unencrypted).");
-ABSL_FLAG(std::string, token_file, "",
-          "File whose first line is the bearer token to send (\"authorization: Bearer "
-          "TOKEN\", for a server started with --auth-tokens); empty = none.");
-ABSL_FLAG(absl::Duration, timeout, absl::Seconds(120), "Deadline of each call, retries included.");
-ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(5),
-          "How long to wait for a first replica to be reachable.");
-ABSL_FLAG(int32_t, max_attempts, 4,
-          "Attempts per call (1 = no retry): UNAVAILABLE is retried with exponential backoff "
-          "and jitter (on another replica when there is one), RESOURCE_EXHAUSTED after the "
-          "server's retry hint; a retry budget stops retries while most calls fail.");
-// Requests.
-ABSL_FLAG(std::string, prompt, "Once upon a time", "generate/tokenize/bench: the prompt text.");
-ABSL_FLAG(int32_t, max_tokens, 64, "Completion tokens per request.");
-ABSL_FLAG(float, temperature, 0.0f, "Sampling temperature; 0 = greedy.");
-ABSL_FLAG(int32_t, top_k, 0, "Top-k; 0 = off.");
-ABSL_FLAG(float, top_p, 1.0f, "Top-p in (0, 1]; 1 = off.");
-ABSL_FLAG(int64_t, seed, -1, "Sampling seed; -1 = server-chosen.");
-ABSL_FLAG(bool, stream, false, "generate: stream the text as it is produced.");
-ABSL_FLAG(bool, ignore_eos, false, "Keep generating past end-of-sequence (benchmarks).");
-ABSL_FLAG(std::string, system, "",
-          "chat: system message opening each conversation (only when the model has a chat "
-          "template); empty = none.");
-ABSL_FLAG(bool, add_bos, false, "tokenize: prepend the BOS token.");
-ABSL_FLAG(absl::Duration, ttl, absl::ZeroDuration(),
-          "chat/sessions: idle time after which a new session expires; 0 = the server's "
-          "default.");
-// bench.
-ABSL_FLAG(int32_t, concurrency, 4, "bench: requests (or conversations) in flight at once.");
-ABSL_FLAG(int64_t, requests, 16,
-          "bench: requests to send in all (turns count one each); 0 = until --duration.");
-ABSL_FLAG(absl::Duration, duration, absl::ZeroDuration(),
-          "bench: stop starting requests after this long (e.g. 60s); 0 = until --requests.");
-ABSL_FLAG(double, request_rate, 0,
-          "bench: start requests (or conversations) at this rate per second with Poisson "
-          "arrivals, at most --concurrency at once; 0 = closed loop (each worker sends its next "
-          "request when the previous one ended).");
-ABSL_FLAG(std::string, shape, "single",
-          "bench: single (every request is --prompt) or conversation (sessions of --turns "
-          "turns over a shared --system-prompt).");
-ABSL_FLAG(int32_t, turns, 3, "bench --shape conversation: turns per conversation.");
-ABSL_FLAG(std::string, system_prompt,
-          "You are a storyteller. You tell short, happy stories about children and animals.",
-          "bench --shape conversation: the first turn's shared prefix.");
-ABSL_FLAG(int32_t, warmup, 1, "bench: requests sent and not measured before the run.");
-ABSL_FLAG(int64_t, arrival_seed, 1, "bench: seed of the Poisson arrival times.");
-ABSL_FLAG(bool, json, false, "bench: print the report as one JSON object.");
 
 namespace kvserve::client::cli {
 namespace {
@@ -87,71 +27,11 @@ constexpr char kUsage[] =
     "  kvserve-cli sessions open | get ID | fork ID | close ID   [--ttl D]\n"
     "  kvserve-cli info            the model and the server's limits\n"
     "  kvserve-cli bench [--concurrency N] [--requests M | --duration D] [--request-rate R]\n"
-    "                    [--shape single|conversation --turns T] [--json]\n"
+    "                    [--shape single|conversation --turns T] [--prompts-file F] [--json]\n"
+    "                    (SIGINT/SIGTERM end the run early; the report is printed)\n"
     "Common: --target HOST:PORT[,HOST:PORT...] (default 127.0.0.1:50051), --token-file FILE,\n"
     "--tls-ca FILE [--tls-cert FILE --tls-key FILE], --timeout D, --max-attempts N.\n"
     "Flags accept - or _.";
-
-absl::StatusOr<std::string> ReadToken(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("--token-file: cannot read ", path));
-  std::string token;
-  std::getline(in, token);
-  token = std::string(absl::StripAsciiWhitespace(token));
-  if (token.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--token-file: ", path, " has no token on its first line"));
-  }
-  return token;
-}
-
-absl::StatusOr<Client::Options> ClientOptionsFromFlags() {
-  Client::Options options;
-  options.timeout = absl::GetFlag(FLAGS_timeout);
-  options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
-  options.retry.max_attempts = absl::GetFlag(FLAGS_max_attempts);
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      server::MakeChannelCredentials({.ca_file = absl::GetFlag(FLAGS_tls_ca),
-                                      .cert_file = absl::GetFlag(FLAGS_tls_cert),
-                                      .key_file = absl::GetFlag(FLAGS_tls_key)});
-  if (!credentials.ok()) return credentials.status();
-  options.credentials = *std::move(credentials);
-  if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) {
-    absl::StatusOr<std::string> token = ReadToken(file);
-    if (!token.ok()) return token.status();
-    options.bearer_token = *std::move(token);
-  }
-  return options;
-}
-
-v1::GenerateRequest RequestFromFlags() {
-  v1::GenerateRequest request;
-  request.set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
-  request.set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
-  v1::SamplingParams* s = request.mutable_sampling();
-  s->set_temperature(absl::GetFlag(FLAGS_temperature));
-  s->set_top_k(absl::GetFlag(FLAGS_top_k));
-  s->set_top_p(absl::GetFlag(FLAGS_top_p));
-  if (absl::GetFlag(FLAGS_seed) >= 0) s->set_seed(static_cast<uint64_t>(absl::GetFlag(FLAGS_seed)));
-  return request;
-}
-
-BenchOptions BenchOptionsFromFlags() {
-  BenchOptions o;
-  o.workload.shape = absl::GetFlag(FLAGS_shape);
-  o.workload.prompt = absl::GetFlag(FLAGS_prompt);
-  o.workload.system_prompt = absl::GetFlag(FLAGS_system_prompt);
-  o.workload.turns = absl::GetFlag(FLAGS_turns);
-  o.workload.requests = absl::GetFlag(FLAGS_requests);
-  o.workload.duration = absl::GetFlag(FLAGS_duration);
-  o.workload.request_rate = absl::GetFlag(FLAGS_request_rate);
-  o.workload.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_arrival_seed));
-  o.request = RequestFromFlags();
-  o.concurrency = absl::GetFlag(FLAGS_concurrency);
-  o.warmup = absl::GetFlag(FLAGS_warmup);
-  o.json = absl::GetFlag(FLAGS_json);
-  return o;
-}
 
 int Run(const std::vector<std::string>& args) {
   const std::string command = args[1];
@@ -167,14 +47,16 @@ int Run(const std::vector<std::string>& args) {
                  rest[0].c_str());
     return 2;
   }
+  // Before any gRPC object (credentials too): gRPC's threads must not take the signals.
+  std::optional<StopSignals> stop;
+  if (command == "bench") stop.emplace();
   absl::StatusOr<Client::Options> options = ClientOptionsFromFlags();
   if (!options.ok()) {
     std::fprintf(stderr, "kvserve-cli: %s\n", std::string(options.status().message()).c_str());
     return 2;
   }
-  std::vector<std::string> targets =
-      absl::StrSplit(absl::GetFlag(FLAGS_target), ',', absl::SkipWhitespace());
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(targets, *std::move(options));
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Connect(TargetsFromFlags(), *std::move(options));
   if (!client.ok()) return Fail(client.status());
   const Client& c = **client;
   if (command == "generate") {
@@ -191,7 +73,7 @@ int Run(const std::vector<std::string>& args) {
   }
   if (command == "sessions") return RunSessions(c, rest, absl::GetFlag(FLAGS_ttl));
   if (command == "info") return RunInfo(c);
-  return RunBench(c, BenchOptionsFromFlags());
+  return RunBench(c, BenchOptionsFromFlags(), &*stop);
 }
 
 }  // namespace
@@ -199,7 +81,7 @@ int Run(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args =
-      kvserve::common::ParseFlags(argc, argv, kvserve::client::cli::kUsage, "cli_main.cc");
+      kvserve::common::ParseFlags(argc, argv, kvserve::client::cli::kUsage, "client/cli_flags.cc");
   if (args.size() < 2) {
     std::fprintf(stderr, "%s\n", absl::ProgramUsageMessage().data());
     return 2;

@@ -130,6 +130,8 @@ absl::Status Client::RunWithRetries(std::string_view session_id, CallInfo* info,
     if (info != nullptr) {
       info->replica = replicas_[replica].target;
       info->attempts = n;
+      info->retry_hint = outcome.hint;
+      info->retry_after = outcome.retry_after;
     }
     if (outcome.status.ok()) {
       retry_.OnSuccess();
@@ -173,7 +175,8 @@ absl::StatusOr<Response> Client::CallUnary(
         response.Clear();
         absl::Status s =
             FromGrpcStatus((replica.stub.get()->*method)(&context, request, &response));
-        return {s, s.ok() ? std::nullopt : RetryHint(context)};
+        if (s.ok()) return {s, std::nullopt};
+        return {s, RetryHint(context), HasRetryAfter(context)};
       },
       nullptr, pinned);
   if (!status.ok()) return status;
@@ -233,7 +236,7 @@ void SetTtl(absl::Duration ttl, google::protobuf::Duration* out) {
 }
 }  // namespace
 
-absl::StatusOr<v1::Session> Client::OpenSession(absl::Duration ttl) const {
+absl::StatusOr<v1::Session> Client::OpenSession(absl::Duration ttl, CallInfo* call_info) const {
   v1::OpenSessionRequest request;
   SetTtl(ttl, request.mutable_ttl());
   const int tries = replicas_.size() == 1 ? 1 : 4 * static_cast<int>(replicas_.size());
@@ -242,6 +245,7 @@ absl::StatusOr<v1::Session> Client::OpenSession(absl::Duration ttl) const {
     absl::StatusOr<v1::Session> session =
         CallUnary(&v1::Inference::Stub::OpenSession, request, "", &info);
     if (!session.ok() || i == tries || ReplicaFor(session->session_id()) == info.replica) {
+      if (call_info != nullptr) *call_info = std::move(info);
       return session;
     }
     // Opened away from its owner (see the header comment): close it where it is.
@@ -265,10 +269,10 @@ absl::StatusOr<v1::Session> Client::ForkSession(const std::string& parent_id,
   return CallUnary(&v1::Inference::Stub::ForkSession, request, parent_id);
 }
 
-absl::Status Client::CloseSession(const std::string& id) const {
+absl::Status Client::CloseSession(const std::string& id, CallInfo* info) const {
   v1::CloseSessionRequest request;
   request.set_session_id(id);
-  return CallUnary(&v1::Inference::Stub::CloseSession, request, id).status();
+  return CallUnary(&v1::Inference::Stub::CloseSession, request, id, info).status();
 }
 
 absl::StatusOr<v1::Session> Client::GetSession(const std::string& id) const {

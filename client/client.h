@@ -105,11 +105,12 @@ class Client {
   absl::StatusOr<std::string> Detokenize(const std::vector<int32_t>& ids) const;
   absl::StatusOr<v1::ModelInfo> GetModelInfo() const;
 
-  // Sessions. ttl of zero = the server's default.
-  absl::StatusOr<v1::Session> OpenSession(absl::Duration ttl = absl::ZeroDuration()) const;
+  // Sessions. ttl of zero = the server's default. `info` (optional) as for Generate.
+  absl::StatusOr<v1::Session> OpenSession(absl::Duration ttl = absl::ZeroDuration(),
+                                          CallInfo* info = nullptr) const;
   absl::StatusOr<v1::Session> ForkSession(const std::string& parent_id,
                                           absl::Duration ttl = absl::ZeroDuration()) const;
-  absl::Status CloseSession(const std::string& id) const;
+  absl::Status CloseSession(const std::string& id, CallInfo* info = nullptr) const;
   absl::StatusOr<v1::Session> GetSession(const std::string& id) const;
 
   // The replica a call on `session_id` would go to now ("" = any: no session).
@@ -130,6 +131,7 @@ class Client {
   struct AttemptOutcome {
     absl::Status status;
     std::optional<absl::Duration> hint;
+    bool retry_after = false;  // a "retry-after" trailer came with the failure
   };
   using Attempt = absl::FunctionRef<AttemptOutcome(const Replica& replica, absl::Time deadline)>;
 

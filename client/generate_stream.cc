@@ -46,7 +46,8 @@ bool GenerateStream::Start(v1::GenerateStreamResponse* message) {
         absl::Status status = FromGrpcStatus(reader_->Finish());
         reader_.reset();
         // A stream that ends without a message but OK is not a failure to retry.
-        return {status, status.ok() ? std::nullopt : RetryHint(*context)};
+        if (status.ok()) return {status, std::nullopt};
+        return {status, RetryHint(*context), HasRetryAfter(*context)};
       },
       [this] { return cancelled(); });
   state_ = got_message ? State::kStreaming : State::kDone;
@@ -60,6 +61,11 @@ bool GenerateStream::Next(v1::GenerateStreamResponse* message) {
     case State::kStreaming:
       if (reader_->Read(message)) return true;
       final_status_ = FromGrpcStatus(reader_->Finish());
+      if (!final_status_.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        info_.retry_hint = RetryHint(*context_);
+        info_.retry_after = HasRetryAfter(*context_);
+      }
       state_ = State::kDone;
       return false;
     case State::kDone:

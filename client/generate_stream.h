@@ -48,7 +48,7 @@ class GenerateStream {
   absl::Status Finish();
 
   // The replica that served the stream and the attempts it took (set once the first
-  // Next() returned).
+  // Next() returned), and the retry hints of a failed end (once Next() returned false).
   const CallInfo& info() const { return info_; }
 
  private:

@@ -14,8 +14,8 @@
 namespace kvserve::common {
 
 // A flag that may be given several times, each occurrence adding one value, e.g.
-// kvserve-generate's --stop. Define it as ABSL_FLAG(std::vector<std::string>, name, {}, help)
-// (so --help lists it) and pass &FLAGS_name to ParseFlags.
+// `kvserve-bench generate`'s --stop. Define it as ABSL_FLAG(std::vector<std::string>, name, {},
+// help) (so --help lists it) and pass &FLAGS_name to ParseFlags.
 using RepeatedFlag = absl::Flag<std::vector<std::string>>;
 
 // Parses argv with Abseil flags. Before parsing, "--dashed-name[=v]" is rewritten to

@@ -4,7 +4,7 @@
 // Why: decode attention reads every cached K/V row each step, scattered over the whole
 // pool. With 4 KiB pages nearly every row costs a TLB miss and a page walk; 2 MiB pages
 // cover the pool with a few hundred TLB entries (s110m bf16, 1900-token contexts,
-// kvserve-bench alternated: batch 1 40.6 / 50.8 / 53.9 -> 50.6 / 54.0 / 55.6 tok/s,
+// kvserve-bench backend alternated: batch 1 40.6 / 50.8 / 53.9 -> 50.6 / 54.0 / 55.6 tok/s,
 // batch 8 83.9 / 106.6 / 116.1 -> 91.4 / 126.4 / 118.1). On kernels with THP "madvise" mode
 // (Debian's default) the region must ask for them, which is what this does; with THP off it is
 // ordinary memory.

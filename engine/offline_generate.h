@@ -1,5 +1,5 @@
 // Single-sequence generation straight on a Backend, without the engine's scheduler or
-// block pool: the loop behind kvserve-generate and the golden tests.
+// block pool: the loop behind `kvserve-bench generate` and the golden tests.
 #ifndef KVSERVE_ENGINE_OFFLINE_GENERATE_H_
 #define KVSERVE_ENGINE_OFFLINE_GENERATE_H_
 

@@ -24,7 +24,7 @@ MODELS = {
 }
 DTYPE_BYTES = {"f16": 2, "f32": 4}
 
-# Measured here (docs/scaling.md, "Measured on this machine"): kvserve-bench cpu_blas prefill,
+# Measured here (docs/scaling.md, "Measured on this machine"): `kvserve-bench backend` cpu_blas prefill,
 # 2 threads, median of 3 round medians. s110m at 512 tokens is the FLOP-rate reference for
 # the 8B extrapolation; s110m at 2048 and stories260K at 496 are used directly.
 PREFILL_512_S110M = {"f32": 853.1, "f16": 822.9}

@@ -1,12 +1,16 @@
 #include "service/metrics.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+#include "kvserve/v1/inference.pb.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
 #include "server/metric_family.h"
+#include "service/grpc_status.h"
 
 namespace kvserve::service {
 namespace {
@@ -39,6 +43,15 @@ Histogram& AddHistogram(prometheus::Registry& registry, const std::string& name,
 }
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+// The methods of kvserve.v1.Inference, as RecordRpc names them (the proto's names).
+std::vector<std::string> InferenceMethods() {
+  const google::protobuf::ServiceDescriptor* service =
+      v1::GenerateRequest::descriptor()->file()->FindServiceByName("Inference");
+  std::vector<std::string> methods;
+  for (int i = 0; i < service->method_count(); ++i) methods.push_back(service->method(i)->name());
+  return methods;
+}
 
 }  // namespace
 
@@ -235,6 +248,15 @@ Metrics::Metrics()
         engine::FinishReason::kLength, engine::FinishReason::kCancelled,
         engine::FinishReason::kDeadline, engine::FinishReason::kError}) {
     finished_.Add({{"reason", FinishReasonLabel(reason)}});
+  }
+  // And every (method, code) pair of the RPC counter (as grpc-ecosystem's
+  // go-grpc-prometheus does), so that error-ratio alerts and per-code panels have a
+  // series to read before the first call of each kind.
+  for (const std::string& method : InferenceMethods()) {
+    for (int code = 0; code <= static_cast<int>(grpc::StatusCode::UNAUTHENTICATED); ++code) {
+      rpc_requests_.Add(
+          {{"method", method}, {"code", GrpcCodeName(static_cast<grpc::StatusCode>(code))}});
+    }
   }
 }
 

@@ -1,10 +1,13 @@
 #include "service/metrics.h"
 
 #include <initializer_list>
+#include <memory>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "prometheus/collectable.h"
+#include "prometheus/metric_family.h"
 
 namespace kvserve::service {
 namespace {
@@ -169,6 +172,26 @@ TEST(MetricsTest, EndToEndLatencyBucketsReachAnHour) {
   ExpectAll(metrics.SerializeText(), {"kvserve_request_e2e_latency_seconds_bucket{le=\"120\"} 0",
                                       "kvserve_request_e2e_latency_seconds_bucket{le=\"300\"} 1",
                                       "kvserve_request_e2e_latency_seconds_bucket{le=\"3600\"} 1"});
+}
+
+// Dashboards and alert rules see every series from the start: after SetBuildInfo (which the
+// server calls at start) every registered family has its samples, labelled counters one
+// at 0 for each known label value.
+TEST(MetricsTest, EveryFamilyHasItsSeriesFromTheStart) {
+  Metrics metrics;
+  metrics.SetBuildInfo({.backend = "cpu_blas"});
+  for (const std::weak_ptr<prometheus::Collectable>& collectable : metrics.collectables()) {
+    for (const prometheus::MetricFamily& family : collectable.lock()->Collect()) {
+      EXPECT_FALSE(family.metric.empty()) << family.name;
+    }
+  }
+  ExpectAll(metrics.SerializeText(),
+            {"kvserve_rpc_requests_total{code=\"ok\",method=\"Generate\"} 0",
+             "kvserve_rpc_requests_total{code=\"resource_exhausted\",method=\"GenerateStream\"} 0",
+             "kvserve_rpc_requests_total{code=\"unauthenticated\",method=\"GetSession\"} 0",
+             "kvserve_rpc_requests_total{code=\"cancelled\",method=\"Tokenize\"} 0",
+             "kvserve_request_finished_total{reason=\"stop\"} 0",
+             "kvserve_request_cached_tokens_total{source=\"remote\"} 0"});
 }
 
 TEST(MetricsTest, ExportsProcessMetrics) {

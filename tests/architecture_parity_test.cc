@@ -1,5 +1,5 @@
 // Each architecture on a synthetic GGUF file (bench::WriteSyntheticModel, what
-// kvserve-mkmodel writes): kvserve's greedy tokens equal llama.cpp's for 64 steps on
+// `kvserve-bench mkmodel` writes): kvserve's greedy tokens equal llama.cpp's for 64 steps on
 // several prompts (llama, Llama 3.x RoPE settings with biases, qwen2, tied and untied),
 // and, for qwen3, which the llama.cpp snapshot (c392e50) predates, equal the textbook
 // double-precision forward pass (backends/testing/textbook_forward.h). The reference and

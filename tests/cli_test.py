@@ -6,7 +6,10 @@
 - bench --json, closed loop and Poisson arrivals with multi-turn conversations over a
   shared system prompt: the report's counts add up (total = ok + failed = the requests
   asked for, failed = the sum of errors by code, output tokens = requests x max tokens)
-  and conversations hit the prefix cache.
+  and conversations hit the prefix cache; prompts drawn from a file, drawn max tokens,
+  greedy outputs recorded, every call counted by method and logged (CLOCK_MONOTONIC
+  times); streams cancelled after their first tokens; SIGTERM ends a run early with the
+  report.
 - bearer tokens: against kvserve --auth-tokens, --token-file works and no token is
   UNAUTHENTICATED (not retried).
 - --help documents every flag.
@@ -20,6 +23,7 @@ Usage: /usr/bin/python3 cli_test.py KVSERVE_BIN CLI_BIN MODEL CACHE_BIN PYTHON_S
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -166,6 +170,59 @@ class CliTest(unittest.TestCase):
         bad = cli(self.target, "bench", "--shape", "zigzag")
         self.assertEqual(bad.returncode, 2)
         self.assertIn("--shape", bad.stderr)
+
+    def test_bench_prompts_outputs_and_call_log(self):
+        # Longer than a KV block: a later turn reuses at least one full block of history.
+        prompts = ["Once upon a time, there was a little girl named Lily. She loved to play "
+                   "outside in the sun with her big red ball.",
+                   "One day, a big dog went to the park with his friend the cat. They saw a "
+                   "ball and ran after it all day long."]
+        with tempfile.TemporaryDirectory() as tmp:
+            prompts_file = os.path.join(tmp, "prompts")
+            with open(prompts_file, "w") as f:
+                f.write("\n".join(prompts) + "\n\n")
+            log = os.path.join(tmp, "calls.jsonl")
+            start = time.monotonic()
+            report = self.bench("--concurrency", "2", "--requests", "12", "--shape",
+                                "conversation", "--turns", "2", "--prompts-file", prompts_file,
+                                "--max-tokens-min", "4", "--record-outputs", "--call-log", log)
+            end = time.monotonic()
+            with open(log) as f:
+                calls = [json.loads(line) for line in f]
+        self.assertEqual(report["calls"], {"OpenSession": {"OK": 6}, "CloseSession": {"OK": 6},
+                                           "GenerateStream": {"OK": 12}})
+        self.assertEqual(report["malformed"], {})
+        self.assertEqual(report["later_turns"], {"total": 6, "cached": 6})
+        self.assertGreaterEqual(report["tokens"]["output"], 12 * 4)  # max tokens in [4, 8]
+        self.assertLessEqual(report["tokens"]["output"], 12 * 8)
+        # First turns are drawn prompts; greedy answers of one prompt are prefixes of the
+        # longest.
+        self.assertLessEqual(set(report["outputs"]), set(prompts))
+        for texts in report["outputs"].values():
+            longest = max(texts, key=len)
+            self.assertTrue(all(longest.startswith(t) for t in texts), texts)
+        self.assertEqual(sorted(c["method"] for c in calls),
+                         ["CloseSession"] * 6 + ["GenerateStream"] * 12 + ["OpenSession"] * 6)
+        for c in calls:
+            self.assertEqual((c["code"], c["message"]), ("OK", ""))
+            self.assertTrue(start <= c["t"] <= end, (start, c, end))  # CLOCK_MONOTONIC
+
+    def test_bench_cancels_and_stops_on_a_signal(self):
+        out = cli(self.target, "bench", "--json", "--requests", "3", "--concurrency", "3",
+                  "--max-tokens", "200", "--ignore-eos", "--cancel-after-tokens", "2")
+        self.assertEqual(out.returncode, 3, out.stderr)  # some calls did not end OK
+        report = json.loads(out.stdout)
+        self.assertEqual(report["calls"], {"GenerateStream": {"CANCELLED": 3}})
+        proc = subprocess.Popen([CLI, "bench", "--target", self.target, "--json", "--requests",
+                                 "0", "--duration", "120s", "--max-tokens", "8"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 0, stderr)
+        report = json.loads(stdout)
+        self.assertGreater(report["requests"]["ok"], 0)
+        self.assertLess(report["duration_s"], 60)
 
     def test_help_documents_every_flag(self):
         out = subprocess.run([CLI, "--help"], capture_output=True, text=True, timeout=30)

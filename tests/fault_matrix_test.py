@@ -1,4 +1,5 @@
-"""Faults under load, against the real kvserve, kvserve-cache and redis-server on loopback.
+"""Faults under load, against the real kvserve, kvserve-cache and redis-server on loopback;
+the load comes from kvserve-cli bench (tests/bench_lib.py).
 
 - Deadline storm: 200 calls whose deadlines expire mid-generation; the server counts
   exactly as many DEADLINE_EXCEEDED calls as the clients saw, and no cancellations.
@@ -16,7 +17,7 @@
 - Redis killed under kvserve-cache during conversations: the same; the cache service
   answers UNAVAILABLE and counts it, the replica counts its errors.
 
-Usage: /usr/bin/python3 fault_matrix_test.py KVSERVE_BIN CACHE_BIN MODEL PYTHON_STUBS_DIR
+Usage: /usr/bin/python3 fault_matrix_test.py KVSERVE_BIN CACHE_BIN CLI_BIN MODEL PYTHON_STUBS_DIR
 """
 import collections
 import os
@@ -31,20 +32,26 @@ import unittest
 
 import grpc
 
-KVSERVE, CACHE, MODEL, PYDIR = sys.argv[1:5]
-del sys.argv[1:5]
+KVSERVE, CACHE, CLI, MODEL, PYDIR = sys.argv[1:6]
+del sys.argv[1:6]
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import bench_lib as load  # noqa: E402
 import kvserve_testlib as lib  # noqa: E402
 
 lib.add_python_stubs(PYDIR)
-import load_driver as load  # noqa: E402
+from kvserve.v1 import inference_pb2 as pb  # noqa: E402
 
 STORM = 200
 
 
+def greedy(text, max_tokens):
+    return pb.GenerateRequest(text=text, max_tokens=max_tokens,
+                              sampling=pb.SamplingParams(temperature=0.0))
+
+
 def long_request(text="Once upon a time"):
-    r = load.greedy(text, 2000)
+    r = greedy(text, 2000)
     r.ignore_eos = True
     return r
 
@@ -122,14 +129,14 @@ class StormTest(unittest.TestCase):
             all_blocks_back(server)
 
     def test_cancel_storm(self):
-        with lib.KvserveProcess(KVSERVE, MODEL) as server, \
-                grpc.insecure_channel(server.target()) as ch:
-            stubs = lib.Inference(ch)
-            stats = load.Stats()
+        with lib.KvserveProcess(KVSERVE, MODEL) as server:
             before = load.scrape(server.metrics_port)
-            parallel(STORM, lambda i: load.run_stream(stubs, stats, long_request(),
-                                                      cancel_after_first=True))
-            self.assertEqual(stats.count("GenerateStream", "CANCELLED"), STORM)
+            # 200 streams at once, each cancelled after its first token.
+            stats, _ = load.Bench(CLI, server.target(), STORM, requests=STORM, prompts=False,
+                                  args=["--prompt", "Once upon a time", "--max-tokens", "2000",
+                                        "--ignore-eos", "--cancel-after-tokens", "1"]
+                                  ).wait(timeout=120)
+            self.assertEqual(load.count(stats, "GenerateStream", "CANCELLED"), STORM)
             lib.wait_for(lambda: load.served_calls(before, load.scrape(server.metrics_port),
                                                    "GenerateStream", "CANCELLED") == STORM,
                          what="the server to count every cancellation")
@@ -144,21 +151,24 @@ class FullPoolTest(unittest.TestCase):
         with lib.KvserveProcess(KVSERVE, MODEL, ["--kv-budget-mib", "1"]) as server, \
                 grpc.insecure_channel(server.target()) as ch:
             stubs = lib.Inference(ch)
-            stats = load.Stats()
             # The idle server's answers, one request at a time.
-            for i, prompt in enumerate(load.PROMPTS):
-                r = stubs.generate(load.greedy(prompt, 48), timeout=60)
-                stats.outputs[i].add(r.text)
-            load.run_load(server.target(), load.stateless_streams, 64, 15, stats)
+            idle = {prompt: stubs.generate(greedy(prompt, 48), timeout=60).text
+                    for prompt in load.PROMPTS}
+            stats, _ = load.Bench(CLI, server.target(), 64, seconds=15,
+                                  args=load.STREAM_ARGS).wait(timeout=150)
             after = load.wait_idle(server.metrics_port)
-            print("full pool: calls", dict(stats.codes), "preemptions",
+            print("full pool: calls", stats["calls"], "preemptions",
                   load.metric(after, "kvserve_engine_preemptions_total"), flush=True)
-            self.assertEqual(stats.malformed, [])
-            for (_, code), n in stats.codes.items():
-                self.assertIn(code, ("OK", "RESOURCE_EXHAUSTED"))
-            self.assertGreater(stats.count("GenerateStream", "OK"), 64)
+            self.assertEqual(stats["malformed"], {})
+            for codes in stats["calls"].values():
+                for code in codes:
+                    self.assertIn(code, ("OK", "RESOURCE_EXHAUSTED"))
+            self.assertGreater(load.count(stats, "GenerateStream", "OK"), 64)
             self.assertGreater(load.metric(after, "kvserve_engine_preemptions_total"), 0)
-            self.assertEqual(stats.inconsistent_outputs(), {})
+            outputs = {p: set(texts) for p, texts in stats.get("outputs", {}).items()}
+            for prompt, text in idle.items():
+                outputs.setdefault(prompt, set()).add(text)
+            self.assertEqual(load.inconsistent_outputs(outputs), {})
             all_blocks_back(server)
 
 
@@ -171,15 +181,10 @@ class SigtermTest(unittest.TestCase):
         seen as CANCELLED by their clients): the test allows those only at that instant and
         reports how many (their number depends on how fast clients retry: 1-26 of 500-4,000
         calls after the signal here)."""
-        stats = load.Stats()
         with lib.KvserveProcess(KVSERVE, MODEL, ["--drain-grace", "120s"]) as server, \
-                grpc.insecure_channel(server.target()) as ch:
-            stop = threading.Event()
-            loader = threading.Thread(
-                target=load.run_load,
-                args=(server.target(), load.stateless_streams, 100, 120, stats),
-                kwargs={"stop": stop}, daemon=True)
-            loader.start()
+                grpc.insecure_channel(server.target()) as ch, \
+                load.Bench(CLI, server.target(), 100, seconds=120,
+                           args=load.STREAM_ARGS) as bench:
             time.sleep(3)
             # A drain lasts until the calls in flight end. The load's short streams (16-48
             # tokens) can all end before any client's next call arrives (seen once under
@@ -188,9 +193,8 @@ class SigtermTest(unittest.TestCase):
             # tens of seconds: the grace is 120 s).
             long_tokens = 448
             long_call = lib.Inference(ch).generate_stream(
-                load.pb.GenerateRequest(text=load.PROMPTS[0], max_tokens=long_tokens,
-                                        ignore_eos=True,
-                                        sampling=load.pb.SamplingParams(temperature=0.0)),
+                pb.GenerateRequest(text=load.PROMPTS[0], max_tokens=long_tokens,
+                                   ignore_eos=True, sampling=pb.SamplingParams(temperature=0.0)),
                 timeout=150)
             long_messages = iter(long_call)
             next(long_messages)  # its first tokens: it is decoding
@@ -203,30 +207,31 @@ class SigtermTest(unittest.TestCase):
                 print("the long stream ended with", e.code(), e.details(), flush=True)
             code = server.proc.wait(timeout=150)
             time.sleep(0.5)  # calls after the exit: connection refused
-            stop.set()
-            loader.join(timeout=60)
-        after = [e for e in stats.events if e[0] > signalled]
+            bench.stop()
+            stats, calls = bench.wait(timeout=60)
+        events = [(c["t"], c["method"], c["code"], c["message"]) for c in calls]
+        after = [e for e in events if e[0] > signalled]
         refused = [t for t, _, c, d in after if c == "UNAVAILABLE" and "refused" in d]
         draining = [e for e in after if "draining" in e[3]]
         cancelled = [t for t, _, c, _ in after if c == "CANCELLED"]
         closed_at = min(refused) if refused else float("inf")
         print("SIGTERM under load: before", dict(collections.Counter(
-            c for t, _, c, _ in stats.events if t <= signalled)),
+            c for t, _, c, _ in events if t <= signalled)),
             "after: draining", len(draining), "refused", len(refused), "cancelled at close",
             len(cancelled), "ok", sum(1 for e in after if e[2] == "OK"), flush=True)
         self.assertEqual(code, 0)
         # The drain let the long stream finish (its last message carries the usage).
         self.assertEqual(len(long_usage), 1)
         self.assertEqual(long_usage[0].completion_tokens, long_tokens)
-        self.assertEqual(stats.malformed, [])
-        for _, _, c, _ in stats.events:
+        self.assertEqual(stats["malformed"], {})
+        for _, _, c, _ in events:
             self.assertIn(c, ("OK", "UNAVAILABLE", "CANCELLED"))
         self.assertGreater(len(draining), 0)
         self.assertGreater(len(refused), 0)
         for t in cancelled:  # only where gRPC core closes, never during the drain
             self.assertLess(abs(t - closed_at), 0.25, "CANCELLED %.3f s before the close"
                             % (closed_at - t))
-        self.assertGreater(stats.count("GenerateStream", "OK"), 100)
+        self.assertGreater(load.count(stats, "GenerateStream", "OK"), 100)
 
 
 def cache_errors(metrics):
@@ -237,37 +242,32 @@ class SessionCacheFaultTest(unittest.TestCase):
 
     def conversations_during(self, server, phases, concurrency=48):
         """Runs conversations while calling each phase function in turn, `phase_s` apart.
-        Returns the client stats."""
-        stats = load.Stats()
+        Returns the bench's report and calls."""
         phase_s = 5.0
-        loader = threading.Thread(
-            target=load.run_load,
-            args=(server.target(), load.conversations, concurrency,
-                  phase_s * (len(phases) + 1), stats), daemon=True)
-        loader.start()
-        with grpc.insecure_channel(server.target()) as ch:
-            for phase in phases:
-                time.sleep(phase_s)
-                phase()
-                self.assertEqual(lib.health_status(ch, ""), 1)
-                self.assertEqual(lib.health_status(ch, "kvserve.v1.Inference"), 1)
-        loader.join(timeout=120)
-        self.assertFalse(loader.is_alive())
-        return stats
+        with load.Bench(CLI, server.target(), concurrency, seconds=phase_s * (len(phases) + 1),
+                        args=load.CONVERSATION_ARGS) as bench:
+            with grpc.insecure_channel(server.target()) as ch:
+                for phase in phases:
+                    time.sleep(phase_s)
+                    phase()
+                    self.assertEqual(lib.health_status(ch, ""), 1)
+                    self.assertEqual(lib.health_status(ch, "kvserve.v1.Inference"), 1)
+            return bench.wait(timeout=120)
 
-    def assert_ok_but_session_calls_without_the_service(self, stats, recovered_at=None):
+    def assert_ok_but_session_calls_without_the_service(self, stats, calls, recovered_at=None):
         """Every call OK, except UNAVAILABLE for calls that needed the session cache
         service while it did not answer; with `recovered_at`, calls after it are OK again."""
-        self.assertEqual(stats.malformed, [])
-        for t, m, code, details in stats.events:
+        self.assertEqual(stats["malformed"], {})
+        for c in calls:
+            t, m, code, details = c["t"], c["method"], c["code"], c["message"]
             if code == "UNAVAILABLE":
                 self.assertIn("session cache", details, "%s: %s" % (m, details))
                 if recovered_at is not None:
                     self.assertLess(t, recovered_at, "%s UNAVAILABLE after recovery" % m)
             else:
                 self.assertEqual(code, "OK", "%s: %s %s" % (m, code, details))
-        self.assertGreater(sum(1 for e in stats.events if e[2] == "OK"), 0)
-        self.assertEqual(stats.inconsistent_outputs(), {})
+        self.assertGreater(sum(1 for c in calls if c["code"] == "OK"), 0)
+        self.assertEqual(load.inconsistent_outputs(stats.get("outputs", {})), {})
 
     def test_cache_killed_restarted_and_slowed(self):
         port = lib.free_port()
@@ -298,14 +298,14 @@ class SessionCacheFaultTest(unittest.TestCase):
                     # it; allow them one timeout (500 ms) and the delay (2 s).
                     marks["restored_at"] = time.monotonic() + 3.0
 
-                stats = self.conversations_during(server, [kill, slow, restore])
+                stats, calls = self.conversations_during(server, [kill, slow, restore])
                 end = load.wait_idle(server.metrics_port)
         finally:
             state["cache"].__exit__(None, None, None)
-        print("cache faults: calls", dict(stats.codes), "errors",
+        print("cache faults: calls", stats["calls"], "errors",
               [cache_errors(marks[k]) for k in ("before_kill", "killed", "slowed")],
               cache_errors(end), flush=True)
-        self.assert_ok_but_session_calls_without_the_service(stats, marks["restored_at"])
+        self.assert_ok_but_session_calls_without_the_service(stats, calls, marks["restored_at"])
         self.assertGreater(cache_errors(marks["killed"]), cache_errors(marks["before_kill"]))
         self.assertGreater(cache_errors(marks["slowed"]), cache_errors(marks["killed"]))
         # Reuse resumed after the restart: blocks were stored again.
@@ -332,7 +332,7 @@ class SessionCacheFaultTest(unittest.TestCase):
                 def kill_redis():
                     rproc.kill()
                     rproc.wait(timeout=10)
-                stats = self.conversations_during(server, [kill_redis], concurrency=32)
+                stats, calls = self.conversations_during(server, [kill_redis], concurrency=32)
                 end = load.wait_idle(server.metrics_port)
                 self.assertIsNone(cache.proc.poll(), "kvserve-cache exited")
                 cache_metrics = load.scrape(cache.metrics_port)
@@ -344,9 +344,9 @@ class SessionCacheFaultTest(unittest.TestCase):
         unavailable = sum(v for (n, k), v in cache_metrics.items()
                           if n == "kvserve_cache_rpc_requests_total" and
                           dict(k).get("code") == "UNAVAILABLE")
-        print("redis killed: calls", dict(stats.codes), "replica errors", cache_errors(end),
+        print("redis killed: calls", stats["calls"], "replica errors", cache_errors(end),
               "cache UNAVAILABLE answers", unavailable, flush=True)
-        self.assert_ok_but_session_calls_without_the_service(stats)
+        self.assert_ok_but_session_calls_without_the_service(stats, calls)
         self.assertGreater(cache_errors(end), 0)
         self.assertGreater(unavailable, 0)
 

@@ -1,5 +1,5 @@
 // Files written by llama.cpp's llama-quantize (Q4_K_M: q4_K with q6_K for the output and
-// some attn_v / ffn_down) load in kvserve, hold the bytes kvserve-mkmodel's quantizer
+// some attn_v / ffn_down) load in kvserve, hold the bytes `kvserve-bench mkmodel`'s quantizer
 // writes for the same floats, and run on cpu_blas as on the reference backend.
 //
 // Needs the llama-quantize binary: its path comes from the environment variable

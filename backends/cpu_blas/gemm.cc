@@ -225,13 +225,11 @@ void Gemm::QuantizeActivations(std::initializer_list<Product> products, const fl
 
 void Gemm::RoundActivations(const float* x, int n, int64_t cols) {
   // Once per Run, so the slices share one copy instead of each rounding all n rows into
-  // a buffer of its own (bench/kernels_bench.cc BM_Gemm bf16_dot, 2048 x 768, 16 rows, 2
-  // threads, Zen 5, three alternated rounds: 313/303/288 -> 319/317/328 GFLOP/s).
+  // a buffer of its own (repeated work and cache footprint per slice).
   // One cache line more than the kernels need, so that rows of a multiple of 2 KiB do
   // not all map to the same L1 sets (the panel tiles read the same column of 8 rows at
-  // once). Standalone copy of the kernels, 16 rows of 2048 columns, 2 threads,
-  // Zen 5, GFLOP/s at a stride of 2048 -> 2080: rows 292 -> 348, panels 182 -> 243
-  // (without the panels' prefetch).
+  // once, and with a power-of-two stride those loads evict each other; both the row and
+  // the panel kernels measured faster with the padded stride).
   xbf16_row_ = Bf16DotStride(cols) + 32;
   if (xbf16_.size() < static_cast<size_t>(xbf16_row_ * n)) xbf16_.resize(xbf16_row_ * n);
   ForActivationRows(n, cols, [&](int begin, int end) {

@@ -30,9 +30,10 @@ struct GemmOptions {
   // Products with at least this many activation rows (of weights not in panels) run as
   // OpenBLAS sgemm over weight tiles (16-bit tiles are first converted to f32 in a per-thread
   // scratch of about tile_bytes); fewer rows use the SIMD kernels, which read each weight once for
-  // all rows. Crossover measured with bench/kernels_bench.cc (BM_Gemm, 2048x768, two threads, AVX2,
-  // GFLOP/s SIMD vs sgemm): 16 rows f32 79 vs 63, bf16 100 vs 63; 32 rows f32 93 vs 94, bf16 77 vs
-  // 97; 64 rows f32 101 vs 103, bf16 72 vs 109. Default 32.
+  // all rows. Few rows are bound by reading the weights, which the SIMD kernels do once; many
+  // rows are bound by arithmetic, where sgemm's register blocking wins. The default is the
+  // crossover of bench/kernels_bench.cc BM_Gemm (docs/performance.md, "Kernels alone").
+  // Default 32.
   int sgemm_min_rows = 32;
   // The same crossover for quantized weights (q8_0, q4_0, q4_K, q6_K) whose rows do not
   // take the interleaved layout below: under it the rows run through the integer kernels
@@ -43,40 +44,38 @@ struct GemmOptions {
   // From this many activation rows, products with quantized weights whose rows are a
   // multiple of 256 elements use the interleaved activation layout (q8_activations.h):
   // each weight block is transposed once, then every row sums eight blocks per
-  // instruction chain. These products never go to sgemm: at 512 rows the interleaved
-  // kernels beat decoded tiles + sgemm (bench/kernels_bench.cc BM_QuantLayout, 2048 x 768,
-  // 2 threads, Zen 4, GFLOP/s interleaved vs sgemm: vpdpbusd q8_0 215 vs 147, q4_0 215 vs
-  // 153, q4_K 199 vs 151; the AVX2 level on the same CPU 145 vs 154, 162 vs 148, 155 vs
-  // 154, against OpenBLAS's AVX-512 sgemm; the register tiles of the VNNI level 433, 433,
-  // 378). Default 2: BM_QuantLayout at 2 rows, us natural -> interleaved (VNNI tiles):
-  // q8_0 89 -> 49, q4_0 81 -> 49, q4_K 50 -> 47, q6_K 69 -> 56; with the 256-bit
-  // interleaved kernels the AVX2 and AVX-512 levels run (measured with vpdpbusd before
-  // the tiles) 92 -> 95, 85 -> 65, 54 -> 53, 60 -> 61, and at 4 rows 123 -> 97,
-  // 113 -> 87, 82 -> 76, 95 -> 92.
+  // instruction chain. These products never go to sgemm: the integer kernels multiply
+  // 8-bit codes, four products per lane and instruction, where sgemm would first decode
+  // every weight tile to f32 and then multiply in f32, so even at hundreds of rows the
+  // interleaved kernels keep up with or beat decoded tiles + sgemm. Default 2: from two
+  // rows, transposing each weight block once costs less than the horizontal sums and
+  // repeated block decoding of the one-row kernels (bench/kernels_bench.cc
+  // BM_QuantLayout; docs/performance.md, "Quantized weights").
   int quant_interleave_min_rows = 2;
   // bf16 weights on CPUs with AVX512_BF16 (kernel level avx512bf16): multiply the
   // activations rounded to bf16 with vdpbf16ps (KernelSet::matmul_bf16_dot) instead of
   // the exact f32 products, for every row count (so a sequence's results do not depend
-  // on its batch) and never sgemm. bench/kernels_bench.cc BM_Gemm (2048 x 768, 2 threads,
-  // Zen 4; exact streaming -> bf16 dot): 1 row 28.5 -> 31.8 GB/s, 2 rows 40.6 -> 56.7
-  // GFLOP/s, 8 rows 111 -> 148, 16 rows 133 -> 232, 512 rows 167 (sgemm 161) -> 349.
-  // Default true.
+  // on its batch) and never sgemm. One vdpbf16ps does two multiply-adds per lane on the
+  // weights as stored, where the exact path widens each bf16 weight to f32 first: the
+  // bf16 dot is faster from one row (memory-bound) to hundreds (arithmetic-bound), where
+  // it also beats sgemm (bench/kernels_bench.cc BM_Gemm; docs/performance.md, "Kernels
+  // alone"). Default true.
   bool bf16_dot = true;
   // With bf16_dot, on the same CPUs: bf16 projection matrices in panels of 16 rows
   // (model/panels.h, KernelSet::matmul_bf16_panels), in which one pass over the
   // weights serves 8 activation rows and the weights stream in address order: as
   // the Model holds them when loaded with LoadOptions::panels (the server), else as
   // copies the cpu_blas backend packs at start (packed_weights.h; resident beside the
-  // Model's own). tl1b bf16, 2 threads, Zen 5: batch 16 +55 %, batch 16 / batch 1 6.3–7.2
-  // -> 7.8–9.4 (docs/performance.md, "bf16 weights in 16-row panels"). Default true.
+  // Model's own). Reading the weights in address order once per 8 rows is what lets a
+  // batch run at the arithmetic bound rather than the row-major kernels' scattered streams
+  // (docs/performance.md, "Weights in 16-row panels"). Default true.
   bool bf16_panels = true;
   // On CPUs with AVX-512 (kernel level avx512 and up): f32 projection matrices in panels of
   // 16 rows (model/panels.h, KernelSet::matmul_f32_panels), for every row count (never
-  // sgemm), as bf16_panels says for bf16. bench/kernels_bench.cc BM_Gemm (2048 x 768, 2
-  // threads, Zen 5, medians of 3; row-major streaming kernels or sgemm, the better ->
-  // panels): 1 row 40.0 -> 55.2 GB/s, 4 rows 55.0 -> 72.8 GFLOP/s, 16 rows 150 -> 253, 64
-  // rows 227 -> 309, 512 rows 313 -> 353; the model: docs/performance.md, "f32 weights in
-  // 16-row panels". Default true.
+  // sgemm), as bf16_panels says for bf16: one address-ordered weight stream serves every
+  // row count better than the row-major kernels or sgemm, each at its best (bench/
+  // kernels_bench.cc BM_Gemm; docs/performance.md, "Weights in 16-row panels").
+  // Default true.
   bool f32_panels = true;
   // On CPUs with AVX-512 VNNI (kernel level avx512vnni and up): q4_0, q8_0, q4_K and q6_K
   // projection matrices in panels of 16 rows (model/panels.h, KernelSet::
@@ -84,32 +83,25 @@ struct GemmOptions {
   // regrouped so that one vpdpbusd multiplies 4 columns of 16 rows by one broadcast
   // activation word, 8 activation rows per pass, with no per-step decoding into a panel
   // and no horizontal sums. As for bf16_panels: packed by Model::Load
-  // (LoadOptions::panels) or as copies. bench/kernels_bench.cc BM_QuantLayout (2048 x
-  // 768, 2 threads, Zen 5, GFLOP/s, row-major -> panels; 1 row: the batch-1 kernels, more:
-  // the interleaved tiles): q4_0 1 row 86 -> 100, 2 rows 98 -> 181, 16 rows 368 -> 517,
-  // 64 rows 492 -> 656, 512 rows 547 -> 777; q8_0 1 row 72 -> 90, 2 rows 110 -> 148, 16
-  // rows 353 -> 472, 64 rows 488 -> 620, 512 rows 542 -> 772; q4_K 1 row 96 -> 116, 2 rows
-  // 123 -> 175, 16 rows 354 -> 413, 64 rows 471 -> 506; q6_K 1 row 72 -> 87, 2 rows 107 ->
-  // 144, 16 rows 350 -> 309, 64 rows 452 -> 409. tl1b batch 16: q4_0 +33 %, q8_0 +29 %,
-  // Q4_K_M +25 % (docs/performance.md, "q4_0 and q8_0 weights in 16-row panels", "q4_K and
-  // q6_K weights in 16-row panels"). Default true.
+  // (LoadOptions::panels) or as copies. Without the per-step decoding and horizontal sums
+  // more of each instruction slot is multiply-adds, at one row and at many; q6_K's
+  // panels gain at one row and lose some at 16 and more, and a model runs its mix of
+  // weight types (bench/kernels_bench.cc BM_QuantLayout; docs/performance.md, "Weights
+  // in 16-row panels"). Default true.
   bool quant_panels = true;
   // Activations of at least this many elements (rows x columns) are quantized for the
   // integer kernels (or rounded to bf16 for bf16_dot) on the pool, a slice of rows per
-  // task, instead of on the calling thread while the others wait (a 512-token tl1b q4_0
-  // prefill spent ~3.4 % of its samples there, serially). Default 64 Ki elements (a
-  // 16-row batch of tl1b stays on the caller).
+  // task, instead of on the calling thread while the others wait (serial work that grows
+  // with the prompt and shows in prefill profiles). Default 64 Ki elements (a 16-row
+  // batch of a small model stays on the caller, where handing out tasks would cost more).
   int64_t quant_parallel_min_elements = 64 * 1024;
   // Largest f32 weight tile handed to one sgemm call (16-bit and quantized tiles are
   // converted into a per-thread scratch of this size). Each call packs all activation
-  // rows again, so small tiles of wide matrices repack them often: with 1 MiB, tl1b's
-  // FFN down projection (5632 columns) went in tiles of 32 rows, 64 calls per product.
-  // kvserve-bench --batches 1 on tl1b-f32.gguf, prefill 512, 2 threads, Zen 4, 3
-  // alternated rounds (tok/s): 1 MiB with the old split (short last tile) 89.0/77.4/89.1,
-  // equal tiles of 1 MiB 91.0/78.0/85.9, 2 MiB 93.7/93.1/92.7, 4 MiB 94.4/94.0/94.1;
-  // s110m-f32 (at most 2048 columns) 984/845/981, 980/831/826, 967/825/970, 959/957/961;
-  // BM_Gemm 2048 x 768 at 64 and 512 rows (f32, f16, bf16) within noise.
-  // Default 4 MiB.
+  // rows again, so small tiles of wide matrices repack them often (a 1 MiB tile of an FFN
+  // down projection of 5632 columns is 32 rows: 64 calls per product). Larger tiles cost
+  // only scratch memory; prefill of wide models gained up to 4 MiB, and matrices of at
+  // most 2048 columns did not change (kvserve-bench prefill, bench/kernels_bench.cc
+  // BM_Gemm). Default 4 MiB.
   int64_t tile_bytes = 4 << 20;
 
   // Products go to the pool in slices of about 8 per thread (all but sgemm, below), but
@@ -119,9 +111,8 @@ struct GemmOptions {
   // blocks once per call) and a cold start of its memory stream; at batch 1 the small
   // matrices of small quantized models went in slices of 20 KB (s110m q4_0, Wo), where
   // that cost is a large part of the slice. The float types keep 8 slices per thread:
-  // s110m bf16 at batch 1 was 7 % slower with this rule. kvserve-bench, 2 threads, Zen 5
-  // (docs/performance.md, "fewer, larger slices of quantized weights"). 0 = 8 slices per
-  // thread. Default 1 MiB.
+  // their kernels have no such set-up, and fewer slices only balanced the threads worse
+  // (measured with kvserve-bench at batch 1). 0 = 8 slices per thread. Default 1 MiB.
   int64_t quant_min_task_bytes = 1 << 20;
 };
 

@@ -31,12 +31,7 @@ struct V {
   KVSERVE_SIMD_TARGET static void Store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
   KVSERVE_SIMD_TARGET static Reg Fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
   KVSERVE_SIMD_TARGET static float HSum(Reg v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    __m128 sh = _mm_movehdup_ps(s);
-    s = _mm_add_ps(s, sh);
-    sh = _mm_movehl_ps(sh, s);
-    s = _mm_add_ss(s, sh);
-    return _mm_cvtss_f32(s);
+    return HSum128(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
   }
   KVSERVE_SIMD_TARGET static __m128 HSum4(Reg a, Reg b, Reg c, Reg d) {
     return cpu_blas::HSum4(a, b, c, d);

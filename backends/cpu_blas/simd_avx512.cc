@@ -44,12 +44,7 @@ struct V {
     const __m256 lo = _mm512_castps512_ps256(v);
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
     const __m256 s8 = _mm256_add_ps(lo, hi);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    __m128 sh = _mm_movehdup_ps(s);
-    s = _mm_add_ps(s, sh);
-    sh = _mm_movehl_ps(sh, s);
-    s = _mm_add_ss(s, sh);
-    return _mm_cvtss_f32(s);
+    return HSum128(_mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1)));
   }
   KVSERVE_SIMD_TARGET static __m128 HSum4(Reg a, Reg b, Reg c, Reg d) {
     return cpu_blas::HSum4(a, b, c, d);

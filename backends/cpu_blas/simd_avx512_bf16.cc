@@ -31,10 +31,10 @@ static_assert(Bf16DotStride(1) == kStep, "activation rows are padded to whole st
 // and a weight vector: 29 of the 32 registers; a 4 x 6 tile spilled), and activation rows
 // per pass over the weights (their bf16 rows, 64 x cols x 2 bytes, stay in L2). Gemm
 // hands this kernel slices of a multiple of 12 rows (gemm.cc), so the 1-row tail runs only
-// for matrices whose row count is not a multiple of 6. bench/kernels_bench.cc BM_Gemm
-// bf16_dot (2048 x 768, 2 threads, Zen 5, medians of 3, two alternated rounds) 4 x 4 ->
-// 6 x 4: 64 rows 407/352 -> 464/432 GFLOP/s, 512 rows 456/392 -> 515/511, 16 rows
-// 316/287 -> 328/303.
+// for matrices whose row count is not a multiple of 6. The largest tile that fits the
+// register file loads each weight and activation vector for the most multiply-adds;
+// 6 x 4 measured faster than 4 x 4 at every row count (bench/kernels_bench.cc BM_Gemm
+// bf16_dot).
 constexpr int kTileRows = 6;
 constexpr int kTileCols = 4;
 constexpr int kRowsPerPass = 64;

@@ -9,12 +9,12 @@
 // per pass for all M activation rows, the panels stream in address order, and the 16
 // lanes of an accumulator are the 16 rows: no horizontal sums. Each output is one chain of
 // multiply-adds over the columns in order, whatever the number of activation rows, so a
-// sequence's results do not depend on its batch. bf16 against the row layout of
-// simd_avx512_bf16.cc (DotTile: four passes of 4 activation rows over each 6-row group), a
-// standalone copy of both kernels with 16-row passes (2048 x 2048, 512 MiB of matrices, 2 threads,
-// Zen 5, GFLOP/s rows -> panels): 1 row 42 -> 51-63 GB/s, 16 rows 300 -> 425-475, 64 rows 430 ->
-// 560, 512 rows 400 -> 500-580 (bench/kernels_bench.cc BM_Gemm bf16_dot:1 vs 2, 2048 x
-// 768: 16 rows 329 -> 387, 64 rows 464 -> 431).
+// sequence's results do not depend on its batch. Against the row layout of
+// simd_avx512_bf16.cc (several passes of a few activation rows over each group of weight
+// rows, then horizontal sums) this reads the weights fewer times and in one stream, which
+// is why it wins at batch 1 (memory-bound) and at most larger batches (bench/
+// kernels_bench.cc BM_Gemm bf16_dot:1 vs 2; docs/performance.md, "Weights in 16-row
+// panels").
 //
 // A format provides
 //   Weight, Act                 the element types of the weights and the activations
@@ -26,20 +26,18 @@
 
 static_assert(model::kPanelRows == 16, "one panel line is one 512-bit vector");
 // Panel lines read ahead of the one in use, per panel stream: 4 KiB, about as far as the
-// memory latency at the rate of a full pass. Measured with passes of 16 rows in tiles of
-// one panel: bf16 16 lines ahead ran the 16-row product at 380 GFLOP/s, 64 at 475, 128 and
-// 256 lines no faster; f32 160 lines 241 against 253 for 64.
+// memory latency at the rate of a full pass. Less leaves the loads waiting on memory;
+// more gained nothing for bf16 and cost f32 (its lines are consumed at half the rate, so
+// the far prefetches crowd out lines still in use).
 constexpr int64_t kFloatPanelPrefetchLines = 64;
 // Panels per block: every activation row goes over one block before the next, so a block
 // (about this many bytes) stays in L2 for all rows of a prefill.
 constexpr int64_t kFloatPanelBlockBytes = 256 << 10;
 // Activation rows per pass over a block: 8, in tiles of 2 panels (16 accumulators, each
-// broadcast feeding two multiply-adds). bench/kernels_bench.cc BM_Gemm ... bf16_dot:2
-// (2048 x 768, 2 threads, Zen 5, GFLOP/s, two alternated rounds, 16 rows per pass in
-// tiles of 1 panel -> 8 rows in tiles of 2 -> 12 rows in tiles of 2): f32 16 rows
-// 238/216 -> 239/239 -> 237, 64 rows 272/262 -> 312/328 -> 302, 512 rows 305/271 ->
-// 365/324 -> 338; bf16 16 rows 408/386 -> 402/456 -> 355, 64 rows 519/475 -> 608/612 ->
-// 521, 512 rows 563/547 -> 705/736 -> 621.
+// broadcast feeding two multiply-adds): one broadcast per two multiply-adds halves the
+// load pressure of one panel per tile, and 8 rows keep the accumulators within the
+// register file, where 12 rows spilled and 16 rows in one-panel tiles loaded more
+// (bench/kernels_bench.cc BM_Gemm f32 and bf16_dot:2).
 constexpr int kFloatPanelPassRows = 8;
 
 // y[m * ldy + 16 p + j] = sum_c W[16 p + j, c] * X[m, c] for p in [0, P), m in [0, M),

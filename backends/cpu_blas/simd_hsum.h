@@ -1,8 +1,7 @@
 // Horizontal sums of four float vectors at once, for the epilogues of the register-tiled
 // kernels: a tile of R x C accumulators ends with R * C horizontal sums, and summing them
-// four at a time takes 13 instructions instead of 4 x 8 (by count of the code below; a
-// 4 x 6 f32 block over a 512-column chunk issues about 1,100 instructions in its loop and
-// spent about 190 more on 24 single sums).
+// four at a time takes 13 instructions instead of 4 x 8 (by count of the code below): in
+// a tile's epilogue, single sums would add a large share to the instructions of its loop.
 // Each function is compiled for its own instruction set and is inlined into the callers
 // of its level (whose target attributes include it); call it only on such a CPU.
 #ifndef KVSERVE_BACKENDS_CPU_BLAS_SIMD_HSUM_H_
@@ -11,6 +10,17 @@
 #include <immintrin.h>
 
 namespace kvserve::backends::cpu_blas {
+
+// s0 + s1 + s2 + s3 of a 4-lane vector, as (s0 + s1) + (s2 + s3): the last steps of the
+// single horizontal sums (V::HSum) of the AVX2 and AVX-512 levels, whose order every
+// level keeps (compiled VEX-encoded, as the callers).
+__attribute__((target("avx"))) inline float HSum128(__m128 s) {
+  __m128 sh = _mm_movehdup_ps(s);
+  s = _mm_add_ps(s, sh);
+  sh = _mm_movehl_ps(sh, s);
+  s = _mm_add_ss(s, sh);
+  return _mm_cvtss_f32(s);
+}
 
 // [sum(a), sum(b), sum(c), sum(d)] of four 8-lane vectors (AVX).
 __attribute__((target("avx"))) inline __m128 HSum4(__m256 a, __m256 b, __m256 c, __m256 d) {

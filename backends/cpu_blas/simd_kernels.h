@@ -123,11 +123,9 @@ struct KernelSet {
   void (*rms_norm)(const float* x, const float* w, int64_t n, float eps, float* out);
   // cpu_blas::QuantizeActivations (q8_activations.h): the same bytes (both round x / d to
   // nearest, ties to even, and clamp to [-127, 127]), with the vector levels' max, round,
-  // convert and sum. Runs once per product on the calling thread while the others wait
-  // (at batch 1 about 5 % of an s110m q4_0 decode step with the scalar loop).
-  // bench/kernels_bench.cc BM_QuantizeActivations, Zen 5, ns per row of 768 / 2048,
-  // scalar -> avx2 -> avx512: q8_0 1088 -> 332 -> 231 / 2827 -> 895 -> 625, q4_K 959 ->
-  // 259 -> 181 / 2520 -> 690 -> 490.
+  // convert and sum. Runs once per product on the calling thread while the others wait,
+  // so at batch 1 the scalar loop is a visible share of a small model's decode step; the
+  // vector levels cut it severalfold (bench/kernels_bench.cc BM_QuantizeActivations).
   void (*quantize_activations)(model::DType weights, const float* x, int64_t cols, void* out);
   // The quantized products again, with X in the interleaved layout
   // (q8_activations.h, QuantizeActivationsInterleaved): each decoded weight block is

@@ -32,8 +32,9 @@ enum class Out { kStore, kAdd };
 // addresses past the end of the matrix are harmless).
 //   kContiguous: the R rows are contiguous (ldw == len) and so are the blocks after them,
 //     as in batch-1 decode, which streams each weight once from memory: prefetch the block
-//     two blocks ahead at the same pace (one prefetch per 64-byte line). With the hardware
-//     prefetcher alone one core reads about 9 GB/s of 16-bit weights (AVX2), with this 13.
+//     two blocks ahead at the same pace (one prefetch per 64-byte line). The hardware
+//     prefetcher alone does not run far enough ahead for one core to reach the memory
+//     bandwidth this stream could take (docs/performance.md, "Batch 1: memory bandwidth").
 //   kRows: R strided rows given by the caller (`rows_ahead`: the address of the first of
 //     them at this block's first column, row stride ldw), one prefetch per row and 64
 //     bytes of columns, for a block that is one column chunk of strided rows.
@@ -102,7 +103,7 @@ KVSERVE_SIMD_TARGET inline void Block(const typename W::T* w, int64_t ldw, int64
         typename V::Reg xv = V::Load(x + i * ldx + c);
         // Keep xv in a register for its R FMAs: left alone, GCC folds the load into each
         // FMA, and R * N loads per step instead of N make the loop load-bound, not
-        // FMA-bound (2 x 6 f32 block in L2, AVX2: 61 -> 73 GFLOP/s on one core).
+        // FMA-bound (a block in L2 runs measurably slower without the pin).
         if constexpr (R > 1) V::Pin(xv);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) acc[r][i] = V::Fma(wv[r], xv, acc[r][i]);
@@ -279,7 +280,7 @@ KVSERVE_SIMD_TARGET void Blocked(const typename W::T* w, int64_t cols, int64_t r
                                  int64_t ldy) {
   // The chunk's slice of x, copied once per chunk to a padded stride: rows of x whose
   // stride is a multiple of 4 KiB (cols = 2048 floats) map to the same L1 sets and evict
-  // one another (f32 [64, 2048] x 16 rows: 48 -> 66 GFLOP/s on one core).
+  // one another, so the kernel would wait on L2 for rows it has just read.
   alignas(64) float xs[kMaxPackedRows * kPackedStride];
   for (int64_t c0 = 0; c0 < cols; c0 += kChunkCols) {
     const int64_t len = std::min(kChunkCols, cols - c0);

@@ -9,11 +9,11 @@
 //       16-bit saturation), which lets q8_0 codes run as w + 128
 // (MaddubsDot below for AVX2 and AVX-512 F; vpdpbusd on AVX-512 VNNI).
 // All levels use 256-bit integer vectors: a q8_0 / q4_0 block is 32 elements, a k-quant
-// sub-block 32, so 32 bytes are the natural step, and on Zen 4 a 512-bit integer op
-// issues as two 256-bit halves anyway (same throughput). Batch-1 decode of q8_0 and q4_0
-// takes eight blocks per step (QMatVec8: their scales once per eight); q4_0 still spends
-// about 8 instructions per 18-byte block and reaches about two thirds of the bandwidth
-// bound on two Zen 5 cores (docs/performance.md). The AVX-512 VNNI level replaces the
+// sub-block 32, so 32 bytes are the natural step, and some AVX-512 cores issue a 512-bit
+// integer op as two 256-bit halves anyway (same throughput). Batch-1 decode of q8_0 and
+// q4_0 takes eight blocks per step (QMatVec8: their scales once per eight); q4_0 still
+// spends about 8 instructions per 18-byte block, which keeps it below the bandwidth bound
+// (docs/performance.md, "Batch 1: memory bandwidth"). The AVX-512 VNNI level replaces the
 // batch-1 products of q4_0 and the k-quants with 512-bit ones (simd_quant_vec512_inl.h).
 //
 // Exactness: the integer part of every block product is exact (no saturation: with
@@ -604,8 +604,8 @@ KVSERVE_SIMD_TARGET void QMatMulT(const uint8_t* w, int64_t row_bytes, int64_t c
       if (nn == 1) {
         // Batch 1: the accumulators in registers (through the stack, each block would
         // wait for the previous one's store), two of them for the 32-weight formats:
-        // with one, a q4_0 block (18 bytes) per FMA latency (4 cycles) caps a core at
-        // about 16 GB/s.
+        // with one, each block waits for the previous block's FMA (its latency, not its
+        // throughput), which caps a core below the memory bandwidth it could read.
         __m256 a0 = _mm256_setzero_ps();
         __m256 a1 = _mm256_setzero_ps();
         // (k-quant blocks are 256 weights: their chain is long enough, and two decoded

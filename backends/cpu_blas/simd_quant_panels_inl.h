@@ -19,8 +19,9 @@
 // as in the other kernels, in another order.
 
 // The panels processed per pass over the activation rows (about 256 KiB of weights, which
-// stay in L2 for the next group of rows). Standalone copy of the q4_0 kernel, 16 rows, 2
-// threads, Zen 5: slabs of 64 KiB 686–726 Gop/s, 256 KiB 725–756, 1 MiB 660–717.
+// stay in L2 for the next group of rows): smaller slabs restart the weight streams more
+// often, larger ones no longer fit L2 beside the activations; 256 KiB measured best of
+// 64 KiB, 256 KiB and 1 MiB.
 constexpr int64_t kPanelSlabBytes = 256 * 1024;
 // Activation rows per pass: 8 float accumulators and 8 integer chains (the tile 2 x 8
 // spilled and ran at two thirds of the rate; 6 rows per pass were slower).
@@ -37,12 +38,10 @@ KVSERVE_SIMD_TARGET inline __m512i WordAt(const void* p, int k) {
 //   kElems, kBlockBytes              elements per row and bytes of one panel block
 //   kPrefetchBlocks                  panel blocks ahead that a panel stream prefetches:
 //                                    1-7 KiB (q4_0 1.1, q8_0 2.2, q4_K 4.5, q6_K 6.6).
-//                                    Farther ran batch 1 slower (BM_QuantLayout path 3,
-//                                    1 row, Zen 5, GFLOP/s, medians of 4-5 alternated
-//                                    rounds): q4_0 / q8_0 64 -> 8 blocks 111 -> 138 /
-//                                    80 -> 94, 8 -> 4 blocks 125 -> 139 / 86 -> 91;
-//                                    q4_K 8 -> 2 blocks 110 -> 140, q6_K 6 -> 2 83 -> 94;
-//                                    16 rows within the noise; no prefetch: q4_0 slower
+//                                    Farther ran batch 1 slower (prefetches of lines
+//                                    not yet needed compete with the ones in use), and
+//                                    none at all slower still; 16 rows did not care
+//                                    (bench/kernels_bench.cc BM_QuantLayout, 1 row)
 //   kMultiPanel                      whether few activation rows take several panels per
 //                                    tile (QuantPanelRows)
 //   template <int M> static void Accumulate(pb, x, ldxq, b, acc):
@@ -121,7 +120,8 @@ using Q8_0Panel = Block32<Q8_0Codes>;
 // offsets, about 6 float instructions; per panel block, for all rows, the scales'
 // unpacking and (q6_K) about 3 instructions per code vector to join its low 4 and high
 // 2 bits. The loops are unrolled whole (with the loop over the sub-blocks kept, the tile
-// spilled less but ran slower: BM_QuantLayout q4_K 16 rows 577 -> 452 GFLOP/s).
+// spilled less but ran slower: the loop's bookkeeping and the lost scheduling freedom
+// cost more than the spills; bench/kernels_bench.cc BM_QuantLayout).
 //
 // Exactness: q4_K |sum| <= 8 * 63 * 32 * 15 * 127, mins 8 * 63 * 2 * 2032; q6_K
 // 16 * 128 * 16 * 63 * 127 + 32 * 16 * 128 * 2032: all in int32.
@@ -129,9 +129,9 @@ using Q8_0Panel = Block32<Q8_0Codes>;
 // What the two k-quant formats share.
 struct KQuantPanel {
   static constexpr int64_t kElems = 256;
-  // One panel per tile: with 4 the unrolled body of 4 panels spilled (q4_K at batch 1,
-  // tl1b Q4_K_M: 37.4 tok/s against 44 on row-major weights; with 1: BM_QuantLayout 1 row
-  // q4_K 96 -> 116 GFLOP/s, q6_K 46-61 -> 87, model level on par or better).
+  // One panel per tile: with 4 the unrolled body of 4 panels spilled, and batch 1 ran
+  // slower than on row-major weights; with 1 it is faster than row-major in
+  // BM_QuantLayout and on par or better for a whole model.
   static constexpr bool kMultiPanel = false;
 
   // sum[m] += chain[m] * sc (the rows' integer scales of one sub-block), m < M.

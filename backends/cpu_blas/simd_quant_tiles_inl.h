@@ -7,7 +7,7 @@
 // Why: the 256-bit interleaved kernels of simd_quant_inl.h keep one weight block in
 // registers and walk the activation rows one at a time, each row's float accumulator on
 // the stack; per 256 multiply-adds they pay about as many loads, stores and scaling
-// instructions as dot products (about 14 multiply-adds per cycle per core on Zen 4). Here
+// instructions as dot products, so the dot-product units idle most of the time. Here
 // each group of kTileRows weight rows is decoded once into a panel in memory (codes,
 // per-lane float scales), and a kTileRows x kTileCols tile of (weight row, activation
 // row) pairs keeps its accumulators in registers over the whole row: per block every

@@ -5,8 +5,8 @@
 //
 // Why: the 256-bit batch-1 product (QMatMulT with KFormatDot) spends about 100
 // instructions per 256 weights (per 32 codes a zeroed vpdpbusd, a vpmulld by the sub-block
-// scale and an add; eight vpermd to spread the scales; spills), so tl1b Q4_K_M decoded at
-// about 60 % of the bandwidth bound on Zen 5. Here each 64 codes take one vpmaddubsw (u8
+// scale and an add; eight vpermd to spread the scales; spills), so a Q4_K_M model decoded
+// well below the bandwidth bound. Here each 64 codes take one vpmaddubsw (u8
 // codes x s8 activations into int16 pair sums: at most 2 * 63 * 127, no saturation) and
 // one vpdpwssd that multiplies the pair sums by their sub-block's (q4_K) or group's (q6_K)
 // scale and adds them into int32 (at most 16 * 63 * 127 * 128 per group: exact). The
@@ -132,8 +132,9 @@ KVSERVE_SIMD_TARGET void Q6KRows512(const uint8_t* w, int64_t row_bytes, int64_t
 // but each vpdpbusd takes two blocks (64 codes) against 64 consecutive activation codes
 // (the chunk's codes are first copied out of the 40-byte Q8Blocks into a contiguous
 // array), and the eight blocks' lane sums are reduced by one 4 x 4 transpose-add instead
-// of vphaddd in 256 bits: tl1b q4_0 batch 1 about 10 % faster on Zen 5 (q8_0 the same way
-// was no faster: its batch 1 already runs near the bandwidth bound; docs/performance.md). A format
+// of vphaddd in 256 bits: fewer instructions per block for q4_0, whose batch 1 is bound
+// by them (q8_0 the same way was no faster: its batch 1 already runs near the bandwidth
+// bound; docs/performance.md, "Batch 1: memory bandwidth"). A format
 // P provides
 //   kBytes, kOffset                      as Q4_0Format
 //   static __m512i Codes2(const uint8_t* wb): the unsigned codes of blocks wb, wb + kBytes

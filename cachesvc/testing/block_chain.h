@@ -1,14 +1,18 @@
 // Test and benchmark helper: a chain of valid block records (cache/block_record.h) for
-// one identity, built deterministically from a salt and a seed. Not for production code.
+// one identity, built deterministically from a salt and a seed, for the block stores and
+// the SessionCache service and its clients. Not for production code.
 #ifndef KVSERVE_CACHESVC_TESTING_BLOCK_CHAIN_H_
 #define KVSERVE_CACHESVC_TESTING_BLOCK_CHAIN_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cache/block_hash.h"
 #include "cache/block_record.h"
+#include "cachesvc/block_store.h"
 #include "model/kv_layout.h"
 
 namespace kvserve::cachesvc::testing {
@@ -17,9 +21,15 @@ struct BlockChain {
   cache::BlockHash partition;  // the identity digest (chain root)
   std::vector<cache::BlockHash> hashes;
   std::vector<std::string> records;  // records[i] is the record of hashes[i]
+
+  // The chain parent of block i: the partition for the first block.
+  const cache::BlockHash& parent(size_t i) const { return i == 0 ? partition : hashes[i - 1]; }
+  // Record i as the block stores take it (a copy).
+  RecordPtr record(size_t i) const { return std::make_shared<const std::string>(records[i]); }
 };
 
-// A small layout for tests: 2 layers, kv_dim 8, 4 tokens a block, f32 (~400 B records).
+// A small layout for tests: 2 layers, kv_dim 8, 4 tokens a block, f32 (records of
+// 128 + 16 + 256 bytes).
 inline constexpr model::KvLayout kSmallLayout{2, 8, 4, model::DType::kF32};
 
 // `blocks` records of the chain of identity (layout, salt); tokens and payload derive

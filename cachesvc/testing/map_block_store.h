@@ -21,30 +21,27 @@ class MapBlockStore final : public BlockStore {
     std::lock_guard<std::mutex> lock(mu_);
     LookupResult result;
     for (const BlockHash& key : chain) {
-      const auto it = records_.find(std::pair(partition, key));
+      const auto it = records_.find(BlockKey{partition, key});
       if (it == records_.end()) break;
       ++result.present_blocks;
       result.present_bytes += static_cast<int64_t>(it->second->size());
     }
     return result;
   }
-  absl::StatusOr<RecordPtr> Get(const BlockHash& partition, const BlockHash& key,
-                                absl::Time /*now*/) override {
+  absl::StatusOr<RecordPtr> Get(const BlockKey& key, absl::Time /*now*/) override {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto it = records_.find(std::pair(partition, key));
+    const auto it = records_.find(key);
     return it == records_.end() ? RecordPtr() : it->second;
   }
-  absl::StatusOr<PutOutcome> Put(const BlockHash& partition, const BlockHash& key,
-                                 const BlockHash& /*parent*/, RecordPtr record,
+  absl::StatusOr<PutOutcome> Put(const BlockKey& key, const BlockHash& /*parent*/, RecordPtr record,
                                  absl::Time /*now*/) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return records_.try_emplace(std::pair(partition, key), std::move(record)).second
-               ? PutOutcome::kStored
-               : PutOutcome::kAlreadyPresent;
+    return records_.try_emplace(key, std::move(record)).second ? PutOutcome::kStored
+                                                               : PutOutcome::kAlreadyPresent;
   }
-  void Erase(const BlockHash& partition, const BlockHash& key) override {
+  void Erase(const BlockKey& key) override {
     std::lock_guard<std::mutex> lock(mu_);
-    records_.erase(std::pair(partition, key));
+    records_.erase(key);
   }
   BlockStoreStats stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -57,7 +54,7 @@ class MapBlockStore final : public BlockStore {
 
  private:
   mutable std::mutex mu_;
-  absl::flat_hash_map<std::pair<BlockHash, BlockHash>, RecordPtr> records_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<BlockKey, RecordPtr> records_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvserve::cachesvc::testing

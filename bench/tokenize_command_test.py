@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""kvserve-tokenize end to end on the stories260K model: one JSON array of ids on stdout,
+"""kvserve-bench tokenize end to end on the stories260K model: one JSON array of ids on stdout,
 BOS as the file declares unless --no-bos, "</s>" in the text is the EOS control token only
 with --parse-special, and a missing file is exit status 2 with a message.
 
-Usage: tokenize_main_test.py KVSERVE_TOKENIZE MODELS_DIR
+Usage: tokenize_command_test.py KVSERVE_BENCH MODELS_DIR
 """
 import json
 import subprocess
@@ -11,7 +11,7 @@ import sys
 
 
 def run(binary, *args):
-    p = subprocess.run([binary, *args], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([binary, "tokenize", *args], capture_output=True, text=True, timeout=60)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -34,7 +34,7 @@ def main():
     assert rc == 2 and "no-such.gguf" in err, (rc, err)
     rc, out, err = run(binary, "--model", model)
     assert rc == 2 and "--text" in err, (rc, err)
-    print("tokenize_main_test: ok")
+    print("tokenize_command_test: ok")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-// kvserve-tokenizer-bench: vocabulary load time and encode throughput of one GGUF
+// kvserve-bench tokenizer: vocabulary load time and encode throughput of one GGUF
 // vocabulary on one text file, measured in-process (docs/performance.md).
 //
-//   kvserve-tokenizer-bench --vocab FILE --text FILE [--runs N]
+//   kvserve-bench tokenizer --vocab FILE --text FILE [--runs N]
 //
 // Prints one JSON line: median load seconds (LoadVocabulary: parse + copy, and
 // Tokenizer::Create: tables and merges), median encode seconds and MB/s (MB = 10^6
@@ -18,12 +18,12 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "bench/tool_main.h"
+#include "bench/commands.h"
+#include "bench/common_flags.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
 ABSL_FLAG(std::string, vocab, "", "GGUF file with a vocabulary. Required.");
-ABSL_FLAG(std::string, text, "", "Text file to encode (bench/make_tokenizer_text.py). Required.");
 ABSL_FLAG(int32_t, runs, 5, "Runs of each measurement; the median is reported (>= 1).");
 
 namespace {
@@ -41,7 +41,7 @@ double Median(std::vector<double> v) {
 
 absl::Status Run() {
   const std::string vocab_path = absl::GetFlag(FLAGS_vocab);
-  const std::string text_path = absl::GetFlag(FLAGS_text);
+  const std::string text_path = absl::GetFlag(FLAGS_text).text.value_or("");
   const int runs = absl::GetFlag(FLAGS_runs);
   if (vocab_path.empty() || text_path.empty()) {
     return absl::InvalidArgumentError("--vocab and --text are required");
@@ -85,10 +85,19 @@ absl::Status Run() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  return kvserve::bench::ToolMain(
-      argc, argv, "kvserve-tokenizer-bench",
-      "Vocabulary load time and encode throughput.\n"
-      "Usage: kvserve-tokenizer-bench --vocab FILE --text FILE [--runs N]",
-      "tokenizer_bench_main.cc", Run);
+namespace kvserve::bench {
+
+Subcommand TokenizerCommand() {
+  return {
+      .name = "tokenizer",
+      .summary = "vocabulary load time and encode throughput of one GGUF vocabulary",
+      .usage =
+          "Vocabulary load time and encode throughput; prints one JSON line.\n"
+          "Usage: kvserve-bench tokenizer --vocab FILE --text FILE [--runs N]",
+      .file = __FILE__,
+      .shared_flags = {{"text", "Text file to encode (bench/make_tokenizer_text.py). Required."}},
+      .run = [](char**) { return Run(); },
+  };
 }
+
+}  // namespace kvserve::bench

@@ -1,4 +1,4 @@
-// kvserve-cache-throughput: store and fetch throughput of kvserve-cache over loopback
+// kvserve-bench cache-throughput: store and fetch throughput of kvserve-cache over loopback
 // through RemoteCacheClient, and the server's resident memory per stored byte.
 //
 // Starts an in-process server on 127.0.0.1:0 (memory tier, or memory over disk with
@@ -20,6 +20,8 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "bench/commands.h"
+#include "bench/common_flags.h"
 #include "cache/remote_cache_client.h"
 #include "cachesvc/cache_server.h"
 #include "cachesvc/disk_block_store.h"
@@ -28,22 +30,19 @@
 #include "cachesvc/testing/block_chain.h"
 #include "cachesvc/tiered_block_store.h"
 #include "common/clock.h"
-#include "common/flags.h"
 #include "common/stats.h"
 
 ABSL_FLAG(std::string, target, "", "A running kvserve-cache HOST:PORT; empty = in-process.");
 ABSL_FLAG(std::string, token, "", "Bearer token for --target.");
-ABSL_FLAG(int32_t, blocks, 200, "Records stored and fetched per repeat.");
 ABSL_FLAG(int32_t, chain_blocks, 20, "Blocks per chain (one Store and one Fetch call each).");
 ABSL_FLAG(int32_t, layers, 12, "Record shape: layers.");
 ABSL_FLAG(int32_t, kv_dim, 768, "Record shape: kv_dim.");
-ABSL_FLAG(int32_t, block_tokens, 16, "Record shape: tokens per block.");
-ABSL_FLAG(int32_t, repeats, 5, "Repeats (medians are reported).");
-ABSL_FLAG(std::string, disk_dir, "", "In-process: memory over a disk tier in this folder.");
 ABSL_FLAG(int64_t, memory_bytes, int64_t{8} << 30, "In-process: memory tier capacity.");
 
 namespace kvserve::cachesvc {
 namespace {
+
+constexpr int32_t kDefaultBlocks = 200;
 
 int64_t RssBytes() {
   std::ifstream status("/proc/self/status");
@@ -59,28 +58,30 @@ int64_t RssBytes() {
   return 0;
 }
 
-int Run() {
+absl::Status ShortCount(const char* call, int32_t n, int32_t expected) {
+  return absl::DataLossError(absl::StrCat(call, ": ", n, " of ", expected, " records"));
+}
+
+absl::Status Run() {
   const model::KvLayout layout{absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_kv_dim),
                                absl::GetFlag(FLAGS_block_tokens), model::DType::kF32};
   const int32_t chain_blocks = absl::GetFlag(FLAGS_chain_blocks);
-  const int32_t chains = std::max(1, absl::GetFlag(FLAGS_blocks) / chain_blocks);
+  const int32_t chains =
+      std::max(1, absl::GetFlag(FLAGS_blocks).value_or(kDefaultBlocks) / chain_blocks);
   const int32_t repeats = absl::GetFlag(FLAGS_repeats);
 
   std::unique_ptr<CacheServer> server;
   std::string target = absl::GetFlag(FLAGS_target);
   if (target.empty()) {
     auto memory = MemoryBlockStore::Create({.capacity_bytes = absl::GetFlag(FLAGS_memory_bytes)});
-    if (!memory.ok()) return 1;
+    if (!memory.ok()) return memory.status();
     std::unique_ptr<BlockStore> blocks = *std::move(memory);
     if (const std::string dir = absl::GetFlag(FLAGS_disk_dir); !dir.empty()) {
       DiskBlockStore::Options options;
       options.dir = dir;
       options.index.capacity_bytes = uint64_t{64} << 30;
       auto disk = DiskBlockStore::Create(options);
-      if (!disk.ok()) {
-        std::fprintf(stderr, "%s\n", disk.status().ToString().c_str());
-        return 1;
-      }
+      if (!disk.ok()) return disk.status();
       blocks = std::make_unique<TieredBlockStore>(std::move(blocks), *std::move(disk));
     }
     CacheServerOptions options;
@@ -88,16 +89,13 @@ int Run() {
     auto started = CacheServer::Start(
         std::move(options), std::move(blocks),
         std::make_unique<MemorySessionStore>(MemorySessionStore::Options{}), common::Clock::Real());
-    if (!started.ok()) {
-      std::fprintf(stderr, "%s\n", started.status().ToString().c_str());
-      return 1;
-    }
+    if (!started.ok()) return started.status();
     server = *std::move(started);
     target = absl::StrCat("127.0.0.1:", server->port());
   }
   auto client =
       cache::RemoteCacheClient::Create({.target = target, .token = absl::GetFlag(FLAGS_token)});
-  if (!client.ok()) return 1;
+  if (!client.ok()) return client.status();
 
   std::vector<double> store_gbps, fetch_gbps, overhead;
   for (int32_t r = 0; r < repeats; ++r) {
@@ -114,10 +112,8 @@ int Run() {
     absl::Time start = absl::Now();
     for (const testing::BlockChain& c : data) {
       absl::StatusOr<int32_t> n = (*client)->Store(c.partition, c.records, deadline);
-      if (!n.ok() || *n != chain_blocks) {
-        std::fprintf(stderr, "store failed: %s\n", n.status().ToString().c_str());
-        return 1;
-      }
+      if (!n.ok()) return n.status();
+      if (*n != chain_blocks) return ShortCount("store", *n, chain_blocks);
     }
     const double store_s = absl::ToDoubleSeconds(absl::Now() - start);
     malloc_trim(0);
@@ -130,10 +126,8 @@ int Run() {
                                                      fetched += static_cast<int64_t>(record.size());
                                                      return true;
                                                    });
-      if (!n.ok() || *n != chain_blocks) {
-        std::fprintf(stderr, "fetch failed: %s\n", n.status().ToString().c_str());
-        return 1;
-      }
+      if (!n.ok()) return n.status();
+      if (*n != chain_blocks) return ShortCount("fetch", *n, chain_blocks);
     }
     const double fetch_s = absl::ToDoubleSeconds(absl::Now() - start);
     store_gbps.push_back(static_cast<double>(bytes) / store_s / 1e9);
@@ -153,18 +147,29 @@ int Run() {
                 100 * common::Summarize(overhead).median);
   }
   std::printf("\n");
-  return 0;
+  return absl::OkStatus();
 }
 
 }  // namespace
 }  // namespace kvserve::cachesvc
 
-int main(int argc, char** argv) {
-  kvserve::common::ParseFlags(
-      argc, argv,
-      "Store/fetch throughput of kvserve-cache over loopback through RemoteCacheClient.\n"
-      "Usage: kvserve-cache-throughput [--blocks 200] [--repeats 5] [--disk-dir DIR] "
-      "[--target HOST:PORT]",
-      "cache_throughput_bench.cc");
-  return kvserve::cachesvc::Run();
+namespace kvserve::bench {
+
+Subcommand CacheThroughputCommand() {
+  return {
+      .name = "cache-throughput",
+      .summary = "kvserve-cache store/fetch GB/s over loopback and its RSS per stored byte",
+      .usage =
+          "Store/fetch throughput of kvserve-cache over loopback through RemoteCacheClient.\n"
+          "Usage: kvserve-bench cache-throughput [--blocks 200] [--repeats 5] "
+          "[--disk-dir DIR] [--target HOST:PORT]",
+      .file = __FILE__,
+      .shared_flags = {{"blocks", "Records stored and fetched per repeat.", "200"},
+                       {"block_tokens", "Record shape: tokens per block."},
+                       {"repeats", "Repeats (medians are reported)."},
+                       {"disk_dir", "In-process: memory over a disk tier in this folder."}},
+      .run = [](char**) { return cachesvc::Run(); },
+  };
 }
+
+}  // namespace kvserve::bench

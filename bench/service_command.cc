@@ -1,15 +1,15 @@
-// kvserve-service-bench: what the gRPC layer costs. Runs the same workload (concurrent
+// kvserve-bench service: what the gRPC layer costs. Runs the same workload (concurrent
 // greedy streams of a fixed length) twice over one model: straight into an in-process
-// engine, then through a kvserve Server on a loopback port with the generated C++ stub
-// (GenerateStream). Also times one-token requests one after another (unary Generate vs
-// an engine Submit). Prints one JSON line.
+// engine, then through a kvserve Server on a loopback port, streamed by the service's load
+// generator (client/load_generator.h, the one kvserve-cli bench runs; retries off). Also
+// times one-token requests one after another (unary Generate vs an engine Submit). Prints
+// one JSON line.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
 #include <functional>
-#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,7 +20,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "backends/cpu_blas/blas_startup.h"
-#include "bench/tool_main.h"
+#include "bench/blocking_sink.h"
+#include "bench/commands.h"
+#include "bench/common_flags.h"
+#include "client/client.h"
+#include "client/load_generator.h"
 #include "common/stats.h"
 #include "engine/model_loading.h"
 #include "grpcpp/grpcpp.h"
@@ -28,15 +32,8 @@
 #include "model/tokenizer.h"
 #include "service/server.h"
 
-ABSL_FLAG(bool, blas_reexec, true, kvserve::backends::cpu_blas::kBlasReexecFlagHelp);
-ABSL_FLAG(std::string, model, "models/stories260K.gguf", "Model file (GGUF).");
-ABSL_FLAG(std::string, backend, "cpu_blas", "Backend: cpu_blas or reference.");
-ABSL_FLAG(int32_t, threads, 0, "Backend threads; 0 = all cores.");
-ABSL_FLAG(int32_t, streams, 4, "Concurrent streams.");
 ABSL_FLAG(int32_t, requests, 16, "Requests per run.");
-ABSL_FLAG(int32_t, max_tokens, 256, "Tokens generated per request (ignore_eos).");
 ABSL_FLAG(int32_t, latency_calls, 50, "One-token requests timed one after another.");
-ABSL_FLAG(std::string, prompt, "Once upon a time", "Prompt text.");
 ABSL_FLAG(absl::Duration, stream_flush_interval, absl::Milliseconds(1),
           "The server's --stream-flush-interval (its default: 1ms); 0 = a message per token.");
 ABSL_FLAG(int32_t, rounds, 9,
@@ -48,6 +45,11 @@ namespace {
 using common::Percentile;
 using engine::LoadedModel;
 using engine::ModelOptions;
+
+constexpr char kDefaultModel[] = "models/stories260K.gguf";
+constexpr int kDefaultStreams = 4;
+constexpr int kDefaultMaxTokens = 256;
+constexpr char kDefaultPrompt[] = "Once upon a time";
 
 struct RunResult {
   int64_t tokens = 0;
@@ -88,42 +90,54 @@ RunResult RunConcurrent(int streams, int requests, const std::function<int64_t()
           ProcessCpuSeconds() - cpu_start, failures.load()};
 }
 
-// Counts tokens and signals the finish.
-class CountingSink final : public engine::RequestSink {
- public:
-  void OnToken(const engine::TokenEvent&) override { ++tokens_; }
-  void OnFinish(const absl::Status& status, engine::FinishReason, const engine::Usage&) override {
-    done_.set_value(status.ok() ? tokens_ : -1);
-  }
-  std::future<int64_t> result() { return done_.get_future(); }
-
- private:
-  int64_t tokens_ = 0;
-  std::promise<int64_t> done_;
-};
-
 int64_t EngineRequest(engine::Engine& engine, const std::vector<int32_t>& prompt, int max_tokens) {
   engine::Request request;
   request.prompt_tokens = prompt;
   request.sampling.temperature = 0.0f;
   request.sampling.max_tokens = max_tokens;
   request.sampling.ignore_eos = true;
-  auto sink = std::make_shared<CountingSink>();
-  std::future<int64_t> result = sink->result();
-  if (!engine.Submit(std::move(request), sink).ok()) return -1;
-  return result.get();
+  auto sink = std::make_shared<BlockingSink>();
+  if (!engine.Submit(std::move(request), sink).ok() || !sink->Wait().ok()) return -1;
+  return static_cast<int64_t>(sink->token_times().size());
+}
+
+// The same streams over gRPC: the load generator with `streams` workers sends `requests`
+// copies of `request`; adds the stream messages received to `messages`.
+RunResult RunOverGrpc(const client::Client& client, const v1::GenerateRequest& request, int streams,
+                      int requests, int64_t* messages) {
+  client::bench::LoadOptions load;
+  load.request = request;
+  load.workload.requests = requests;
+  load.concurrency = streams;
+  load.warmup = 0;
+  const double cpu_start = ProcessCpuSeconds();
+  absl::StatusOr<client::bench::Report> report = client::bench::RunLoad(client, std::move(load));
+  const double cpu_seconds = ProcessCpuSeconds() - cpu_start;
+  if (!report.ok()) {
+    std::fprintf(stderr, "kvserve-bench service: %s\n", report.status().ToString().c_str());
+    return {0, 0.0, cpu_seconds, requests};
+  }
+  *messages += report->stream_messages;
+  return {report->output_tokens, report->duration_s, cpu_seconds, static_cast<int>(report->failed)};
 }
 
 absl::Status Run() {
   ModelOptions options;
   options.model_path = absl::GetFlag(FLAGS_model);
+  if (options.model_path.empty()) options.model_path = kDefaultModel;
   options.backend = absl::GetFlag(FLAGS_backend);
-  options.threads = absl::GetFlag(FLAGS_threads);
-  const int streams = absl::GetFlag(FLAGS_streams);
+  options.threads = absl::GetFlag(FLAGS_threads).value_or(0);
+  const std::vector<int> stream_list =
+      absl::GetFlag(FLAGS_streams).value_or(IntListFlag({kDefaultStreams})).values;
+  if (stream_list.size() != 1) {
+    return absl::InvalidArgumentError(
+        "--streams: one count here (the engine subcommand takes a list)");
+  }
+  const int streams = stream_list[0];
   const int requests = absl::GetFlag(FLAGS_requests);
-  const int max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  const int max_tokens = absl::GetFlag(FLAGS_max_tokens).value_or(kDefaultMaxTokens);
   const int latency_calls = absl::GetFlag(FLAGS_latency_calls);
-  const std::string prompt_text = absl::GetFlag(FLAGS_prompt);
+  const std::string prompt_text = absl::GetFlag(FLAGS_prompt).text.value_or(kDefaultPrompt);
 
   // Two engines over the same file: one called directly, one behind a gRPC server. The
   // runs alternate (medians of --rounds each) so that machine noise hits both alike.
@@ -157,29 +171,22 @@ absl::Status Run() {
   request.mutable_sampling()->set_temperature(0.0f);
   request.set_max_tokens(max_tokens);
   request.set_ignore_eos(true);
-  // Stream messages and tokens received, over all timed gRPC runs.
-  std::atomic<int64_t> messages{0};
-  std::atomic<int64_t> streamed_tokens{0};
-  auto grpc_request = [&]() -> int64_t {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
-    auto reader = stub->GenerateStream(&ctx, request);
-    v1::GenerateStreamResponse msg;
-    int64_t n = 0;
-    int64_t m = 0;
-    while (reader->Read(&msg)) {
-      n += msg.token_ids_size();
-      ++m;
-    }
-    messages += m;
-    streamed_tokens += n;
-    return reader->Finish().ok() ? n : -1;
-  };
+  client::Client::Options client_options;
+  client_options.retry.max_attempts = 1;  // measure the server, not the client's retries
+  client_options.timeout = absl::Minutes(10);
+  absl::StatusOr<std::unique_ptr<client::Client>> client =
+      client::Client::Connect(absl::StrCat("127.0.0.1:", (*server)->port()), client_options);
+  if (!client.ok()) return client.status();
+  // Stream messages received over all timed gRPC runs.
+  int64_t messages = 0;
+  auto grpc_run = [&] { return RunOverGrpc(**client, request, streams, requests, &messages); };
   auto engine_request = [&] { return EngineRequest(engine, prompt, max_tokens); };
-  engine_request();  // warm-up
-  grpc_request();    // warm-up (connection, lazy init)
+  engine_request();                                                    // warm-up
+  if (RunOverGrpc(**client, request, 1, 1, &messages).failures > 0) {  // warm-up
+    return absl::InternalError("the warm-up request over gRPC failed");
+  }
   messages = 0;
-  streamed_tokens = 0;
+  int64_t streamed_tokens = 0;
 
   RunResult in_process, over_grpc;
   std::vector<double> engine_runs, grpc_runs, ratios, engine_cpu, grpc_cpu;
@@ -188,11 +195,12 @@ absl::Status Run() {
     RunResult e, g;
     if (round % 2 == 0) {
       e = RunConcurrent(streams, requests, engine_request);
-      g = RunConcurrent(streams, requests, grpc_request);
+      g = grpc_run();
     } else {
-      g = RunConcurrent(streams, requests, grpc_request);
+      g = grpc_run();
       e = RunConcurrent(streams, requests, engine_request);
     }
+    streamed_tokens += g.tokens;
     in_process.failures += e.failures;
     over_grpc.failures += g.failures;
     engine_runs.push_back(e.tokens / e.seconds);
@@ -238,27 +246,38 @@ absl::Status Run() {
       Percentile(engine_latency, 0.5) * 1e3, Percentile(grpc_latency, 0.5) * 1e3,
       Percentile(grpc_latency, 0.99) * 1e3,
       static_cast<long long>(absl::ToInt64Microseconds(absl::GetFlag(FLAGS_stream_flush_interval))),
-      messages.load() > 0
-          ? static_cast<double>(streamed_tokens.load()) / static_cast<double>(messages.load())
-          : 0.0);
+      messages > 0 ? static_cast<double>(streamed_tokens) / static_cast<double>(messages) : 0.0);
   const int failures = in_process.failures + over_grpc.failures;
   if (failures > 0) return absl::InternalError(absl::StrCat(failures, " requests failed"));
   return absl::OkStatus();
 }
 
 }  // namespace
-}  // namespace kvserve::bench
 
-int main(int argc, char** argv) {
-  return kvserve::bench::ToolMain(
-      argc, argv, "kvserve-service-bench",
-      "What the gRPC layer costs: the same greedy streams into an in-process engine and "
-      "through a kvserve server on loopback; prints one JSON line.\n"
-      "Usage: kvserve-service-bench [--model models/stories260K.gguf] [flags]\n"
-      "Flags accept - or _ (--max-tokens or --max_tokens).",
-      "service_bench.cc", [argv] {
-        kvserve::backends::cpu_blas::EnsureBestBlasCore("kvserve-service-bench",
-                                                        absl::GetFlag(FLAGS_blas_reexec), argv);
-        return kvserve::bench::Run();
-      });
+Subcommand ServiceCommand() {
+  return {
+      .name = "service",
+      .summary = "what the gRPC layer costs: streams into the engine vs through kvserve",
+      .usage =
+          "What the gRPC layer costs: the same greedy streams into an in-process engine and "
+          "through a kvserve server on loopback; prints one JSON line.\n"
+          "Usage: kvserve-bench service [--model models/stories260K.gguf] [flags]\n"
+          "Flags accept - or _ (--max-tokens or --max_tokens).",
+      .file = __FILE__,
+      .shared_flags = {{"model", "Model file (GGUF).", kDefaultModel},
+                       {"backend"},
+                       {"threads", "Backend threads; 0 = all cores.", "0"},
+                       {"streams", "Concurrent streams (one count).", "4"},
+                       {"max_tokens", "Tokens generated per request (ignore_eos).", "256"},
+                       {"prompt", "Prompt text.", kDefaultPrompt},
+                       {"blas_reexec"}},
+      .run =
+          [](char** argv) {
+            backends::cpu_blas::EnsureBestBlasCore("kvserve-bench service",
+                                                   absl::GetFlag(FLAGS_blas_reexec), argv);
+            return Run();
+          },
+  };
 }
+
+}  // namespace kvserve::bench

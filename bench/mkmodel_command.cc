@@ -1,8 +1,8 @@
-// kvserve-mkmodel: writes a llama, qwen2 or qwen3 GGUF with seeded random weights at a
+// kvserve-bench mkmodel: writes a llama, qwen2 or qwen3 GGUF with seeded random weights at a
 // preset shape.
-//   kvserve-mkmodel --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m --out FILE
+//   kvserve-bench mkmodel --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m --out FILE
 //   [--seed N] [--arch A]
-// Exit status as for every bench tool (bench/tool_main.h).
+// Exit status as for every kvserve-bench subcommand (bench/tool_main.h).
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -12,8 +12,9 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "bench/commands.h"
+#include "bench/common_flags.h"
 #include "bench/synthetic_model.h"
-#include "bench/tool_main.h"
 #include "model/dtype.h"
 
 ABSL_FLAG(std::string, preset, "",
@@ -23,7 +24,6 @@ ABSL_FLAG(std::string, dtype, "",
           "Matrix element type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, or q4_k_m (llama.cpp's "
           "Q4_K_M mix of q4_k and q6_k). Required.");
 ABSL_FLAG(std::string, out, "", "The GGUF file to write. Required.");
-ABSL_FLAG(uint64_t, seed, 1, "Weight seed: same seed, same bytes.");
 ABSL_FLAG(int32_t, context_length, 0,
           "Context length written into the file; 0 = the preset's (e.g. 2048 for s110m).");
 ABSL_FLAG(std::string, arch, "llama",
@@ -48,7 +48,7 @@ ABSL_FLAG(float, weight_std, 0.02f,
 namespace {
 
 constexpr char kUsage[] =
-    R"(Usage: kvserve-mkmodel --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m
+    R"(Usage: kvserve-bench mkmodel --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m
                        --out FILE [--seed N] [--context_length N] [--arch llama|qwen2|qwen3]
                        [--tied] [--llama_biases] [--rope_freq_base F] [--rope_llama3_factor F]
                        [--rope_scale_linear F] [--sliding_window N] [--weight_std F]
@@ -108,7 +108,7 @@ absl::Status Run() {
   if (absl::Status s = ApplyFeatureFlags(*config); !s.ok()) return s;
   bench::SyntheticModelOptions options;
   options.config = *config;
-  options.seed = absl::GetFlag(FLAGS_seed);
+  options.seed = absl::GetFlag(FLAGS_seed).value_or(1);
   options.weight_std = absl::GetFlag(FLAGS_weight_std);
   if (!(options.weight_std > 0.0f) || options.weight_std > 1.0f) {
     return absl::InvalidArgumentError("--weight_std must be in (0, 1]");
@@ -127,13 +127,24 @@ absl::Status Run() {
   if (absl::Status s = bench::WriteSyntheticModel(options, out); !s.ok()) return s;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::fprintf(stderr, "kvserve-mkmodel: wrote %s (%s, %s) in %.1f s\n", out.c_str(),
+  std::fprintf(stderr, "kvserve-bench mkmodel: wrote %s (%s, %s) in %.1f s\n", out.c_str(),
                preset.c_str(), dtype.c_str(), seconds);
   return absl::OkStatus();
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  return kvserve::bench::ToolMain(argc, argv, "kvserve-mkmodel", kUsage, "mkmodel_main.cc", Run);
+namespace kvserve::bench {
+
+Subcommand MkmodelCommand() {
+  return {
+      .name = "mkmodel",
+      .summary = "write a GGUF with seeded random weights at a preset shape",
+      .usage = kUsage,
+      .file = __FILE__,
+      .shared_flags = {{"seed", "Weight seed: same seed, same bytes.", "1"}},
+      .run = [](char**) { return Run(); },
+  };
 }
+
+}  // namespace kvserve::bench

@@ -1,4 +1,4 @@
-// kvserve-engine-bench: what the engine's prefix reuse and continuous batching buy.
+// kvserve-bench engine: what the engine's prefix reuse and continuous batching buy.
 //
 //   ttft:       time to first token of a follow-up session turn vs a cold request with
 //               the same context (history + new turn), for each --history length.
@@ -7,21 +7,19 @@
 //               (cached once before the streams start).
 //
 // Usage:
-//   kvserve-engine-bench --model FILE [--mode ttft|throughput|all] [--backend cpu_blas]
+//   kvserve-bench engine --model FILE [--mode ttft|throughput|all] [--backend cpu_blas]
 //       [--threads 2] [--history 1024,4096] [--streams 1,16,64] [--system_prompt 512]
 //       [--max_tokens 32] [--kv_budget_mb 2048] [--kv_dtype f32|f16] [--reps 3]
 //       [--make_ctx N]  (write the model first if FILE is missing: the s110m shape with
 //                        context N, f32, via bench::WriteSyntheticModel)
 // --help lists every flag with its default; names take - or _. Exit status as for every
-// bench tool (bench/tool_main.h).
+// kvserve-bench subcommand (bench/tool_main.h).
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,9 +29,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "backends/cpu_blas/blas_startup.h"
+#include "bench/blocking_sink.h"
+#include "bench/commands.h"
+#include "bench/common_flags.h"
 #include "bench/synthetic_model.h"
 #include "bench/tool_flags.h"
-#include "bench/tool_main.h"
 #include "common/stats.h"
 #include "engine/engine.h"
 #include "engine/engine_options.h"
@@ -41,21 +41,11 @@
 #include "model/dtype.h"
 #include "model/model.h"
 
-ABSL_FLAG(bool, blas_reexec, true, kvserve::backends::cpu_blas::kBlasReexecFlagHelp);
-ABSL_FLAG(std::string, model, "", "GGUF model file. Required.");
 ABSL_FLAG(std::string, mode, "all", "ttft, throughput or all.");
-ABSL_FLAG(std::string, backend, "cpu_blas", "Compute backend: cpu_blas or reference.");
-ABSL_FLAG(int32_t, threads, 2, "Backend threads; 0 = all cores.");
-ABSL_FLAG(kvserve::bench::IntListFlag, history, kvserve::bench::IntListFlag({1024, 4096}),
-          "ttft: session history lengths in tokens, comma-separated.");
-ABSL_FLAG(kvserve::bench::IntListFlag, streams, kvserve::bench::IntListFlag({1, 16, 64}),
-          "throughput: concurrent stream counts, comma-separated.");
 ABSL_FLAG(int32_t, system_prompt, 512,
           "throughput: tokens of the shared system prompt of the second pass; 0 = one pass "
           "without.");
-ABSL_FLAG(int32_t, max_tokens, 32, "throughput: tokens per stream (>= 2).");
 ABSL_FLAG(int32_t, kv_budget_mb, 2048, "KV cache memory in MiB.");
-ABSL_FLAG(std::string, kv_dtype, "f32", "KV element type: f32 or f16.");
 ABSL_FLAG(int32_t, reps, 3, "ttft: follow-up turns timed per history length.");
 ABSL_FLAG(int32_t, make_ctx, 0,
           "Write the model first if --model is missing: the s110m shape with this context "
@@ -67,7 +57,7 @@ namespace {
 constexpr char kUsage[] =
     "What the engine's prefix reuse and continuous batching buy: follow-up turn TTFT vs "
     "cold, and concurrent-stream throughput.\n"
-    "Usage: kvserve-engine-bench --model FILE [--mode ttft|throughput|all] [flags]\n"
+    "Usage: kvserve-bench engine --model FILE [--mode ttft|throughput|all] [flags]\n"
     "Flags accept - or _ (--max-tokens or --max_tokens).";
 
 using Clock = std::chrono::steady_clock;
@@ -105,9 +95,9 @@ absl::StatusOr<Flags> FlagsFromCommandLine() {
   f.kv_dtype = *kv_dtype;
   constexpr int kMax = 1 << 24;
   if (absl::Status s = ReadCounts({
-          {"threads", absl::GetFlag(FLAGS_threads), 0, 4096, &f.threads},
+          {"threads", absl::GetFlag(FLAGS_threads).value_or(2), 0, 4096, &f.threads},
           {"system_prompt", absl::GetFlag(FLAGS_system_prompt), 0, kMax, &f.system_prompt},
-          {"max_tokens", absl::GetFlag(FLAGS_max_tokens), 2, kMax, &f.max_tokens},
+          {"max_tokens", absl::GetFlag(FLAGS_max_tokens).value_or(32), 2, kMax, &f.max_tokens},
           {"kv_budget_mb", absl::GetFlag(FLAGS_kv_budget_mb), 1, kMax, &f.kv_budget_mb},
           {"reps", absl::GetFlag(FLAGS_reps), 1, kMax, &f.reps},
           {"make_ctx", absl::GetFlag(FLAGS_make_ctx), 0, kMax, &f.make_ctx},
@@ -119,46 +109,14 @@ absl::StatusOr<Flags> FlagsFromCommandLine() {
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = ReadIntList("streams", absl::GetFlag(FLAGS_streams), 1, 4096, &f.streams);
+  if (absl::Status s =
+          ReadIntList("streams", absl::GetFlag(FLAGS_streams).value_or(IntListFlag({1, 16, 64})), 1,
+                      4096, &f.streams);
       !s.ok()) {
     return s;
   }
   return f;
 }
-
-// Records the arrival time of every token of one stream.
-class TimingSink : public engine::RequestSink {
- public:
-  void OnToken(const engine::TokenEvent& event) override {
-    if (event.token == engine::kTextOnlyToken) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    times_.push_back(Clock::now());
-  }
-  void OnFinish(const absl::Status& status, engine::FinishReason,
-                const engine::Usage& usage) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    status_ = status;
-    usage_ = usage;
-    done_ = true;
-    cv_.notify_all();
-  }
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return done_; });
-  }
-  // Call after Wait().
-  const std::vector<Clock::time_point>& times() const { return times_; }
-  const absl::Status& status() const { return status_; }
-  const engine::Usage& usage() const { return usage_; }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Clock::time_point> times_;
-  absl::Status status_;
-  engine::Usage usage_;
-  bool done_ = false;
-};
 
 std::vector<int32_t> RandomTokens(std::mt19937_64& rng, int n, int vocab) {
   std::vector<int32_t> t(static_cast<size_t>(n));
@@ -188,12 +146,11 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> NewEngine(const Flags& f, const 
 }
 
 // Submits and waits; returns the finished sink.
-absl::StatusOr<std::shared_ptr<TimingSink>> RunOne(engine::Engine& e, engine::Request r) {
-  auto sink = std::make_shared<TimingSink>();
+absl::StatusOr<std::shared_ptr<BlockingSink>> RunOne(engine::Engine& e, engine::Request r) {
+  auto sink = std::make_shared<BlockingSink>();
   auto id = e.Submit(std::move(r), sink);
   if (!id.ok()) return id.status();
-  sink->Wait();
-  if (!sink->status().ok()) return sink->status();
+  if (absl::Status s = sink->Wait(); !s.ok()) return s;
   return sink;
 }
 
@@ -274,13 +231,13 @@ absl::Status RunThroughput(const Flags& f, const model::Model& m) {
         // Cache the system prompt once, as a deployment would after its first request.
         if (auto r = RunOne(engine, Greedy(system, 1)); !r.ok()) return r.status();
       }
-      std::vector<std::shared_ptr<TimingSink>> sinks;
+      std::vector<std::shared_ptr<BlockingSink>> sinks;
       const auto start = Clock::now();
       for (int i = 0; i < n; ++i) {
         std::vector<int32_t> prompt = system;
         const std::vector<int32_t> own = RandomTokens(rng, 16, vocab);
         prompt.insert(prompt.end(), own.begin(), own.end());
-        auto sink = std::make_shared<TimingSink>();
+        auto sink = std::make_shared<BlockingSink>();
         auto id = engine.Submit(Greedy(std::move(prompt), f.max_tokens), sink);
         if (!id.ok()) return id.status();
         sinks.push_back(std::move(sink));
@@ -291,9 +248,8 @@ absl::Status RunThroughput(const Flags& f, const model::Model& m) {
       double cached_frac = 0.0;
       Clock::time_point end = start;
       for (auto& s : sinks) {
-        s->Wait();
-        if (!s->status().ok()) return s->status();
-        const auto& t = s->times();
+        if (absl::Status status = s->Wait(); !status.ok()) return status;
+        const auto& t = s->token_times();
         tokens += static_cast<int64_t>(t.size());
         for (size_t k = 1; k < t.size(); ++k) {
           itl_ms.push_back(std::chrono::duration<double, std::milli>(t[k] - t[k - 1]).count());
@@ -346,13 +302,29 @@ absl::Status Main() {
 }
 
 }  // namespace
-}  // namespace kvserve::bench
 
-int main(int argc, char** argv) {
-  return kvserve::bench::ToolMain(
-      argc, argv, "kvserve-engine-bench", kvserve::bench::kUsage, "engine_bench.cc", [argv] {
-        kvserve::backends::cpu_blas::EnsureBestBlasCore("kvserve-engine-bench",
-                                                        absl::GetFlag(FLAGS_blas_reexec), argv);
-        return kvserve::bench::Main();
-      });
+Subcommand EngineCommand() {
+  return {
+      .name = "engine",
+      .summary = "follow-up turn TTFT vs cold, and concurrent-stream throughput of the engine",
+      .usage = kUsage,
+      .file = __FILE__,
+      .shared_flags = {{"model", "GGUF model file. Required."},
+                       {"backend"},
+                       {"threads", "Backend threads; 0 = all cores.", "2"},
+                       {"history", "ttft: session history lengths in tokens, comma-separated."},
+                       {"streams", "throughput: concurrent stream counts, comma-separated.",
+                        "1,16,64"},
+                       {"max_tokens", "throughput: tokens per stream (>= 2).", "32"},
+                       {"kv_dtype"},
+                       {"blas_reexec"}},
+      .run =
+          [](char** argv) {
+            backends::cpu_blas::EnsureBestBlasCore("kvserve-bench engine",
+                                                   absl::GetFlag(FLAGS_blas_reexec), argv);
+            return Main();
+          },
+  };
 }
+
+}  // namespace kvserve::bench

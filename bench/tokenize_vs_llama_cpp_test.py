@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""kvserve-tokenize against llama.cpp's llama-tokenize on chat-formatted strings (control
+"""kvserve-bench tokenize against llama.cpp's llama-tokenize on chat-formatted strings (control
 tokens, whitespace after them, BOS) for the vocabularies of models/vocab, with and without
 --parse-special: the ids must be equal. llama.cpp is a peer built beside the project
 (../shared/PEERS.md), found in $KVSERVE_LLAMA_CPP_BIN (default /tmp/llama.cpp/build/bin);
 when it or the vocabularies are absent the test is skipped (exit 77) with a message.
 
-Usage: tokenize_vs_llama_cpp_test.py KVSERVE_TOKENIZE VOCAB_DIR
+Usage: tokenize_vs_llama_cpp_test.py KVSERVE_BENCH VOCAB_DIR
 """
 import os
 import subprocess
@@ -44,7 +44,7 @@ def main():
             print(f"SKIP: {vocab} missing (models/fetch-vocab.sh)")
             return 77
         for special in (False, True):
-            ours = ids([kvserve, "--model", vocab, "--text", text] +
+            ours = ids([kvserve, "tokenize", "--model", vocab, "--text", text] +
                        (["--parse-special"] if special else []))
             theirs = ids([llama, "-m", vocab, "-p", text, "--ids", "--log-disable",
                           "--no-escape"] + ([] if special else ["--no-parse-special"]))

@@ -1,6 +1,6 @@
-// kvserve-generate: offline text generation from one prompt, streamed to stdout.
+// kvserve-bench generate: offline text generation from one prompt, streamed to stdout.
 //
-//   kvserve-generate --model M [--tokenizer T] --prompt P [--max-tokens N]
+//   kvserve-bench generate --model M [--tokenizer T] --prompt P [--max-tokens N]
 //       [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]
 //       [--frequency-penalty F] [--presence-penalty P] [--seed S] [--stop STR]...
 //       [--backend reference|cpu_blas] [--threads N] [--ignore-eos] [--kv-dtype f32|f16]
@@ -8,10 +8,9 @@
 //
 // Prints the prompt and then the continuation as tokens arrive (like llama2.c's run);
 // token counts and tokens/s go to stderr. --help lists every flag with its default.
-// Exit status: 0 on success; 2 for a missing or invalid flag value, an unreadable model or
-// bad sampling parameters; 1 for an unknown flag or a malformed value (Abseil's message)
-// and when generation itself fails. This file only maps flags onto OfflineGenerateOptions
-// (engine/offline_generate.h).
+// Exit status as for every kvserve-bench subcommand (bench/tool_main.h): 2 for a missing or
+// invalid flag value, a missing model file or bad sampling parameters. This file only maps
+// flags onto OfflineGenerateOptions (engine/offline_generate.h).
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -26,34 +25,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "backends/cpu_blas/blas_startup.h"
-#include "common/flags.h"
+#include "bench/commands.h"
+#include "bench/common_flags.h"
 #include "engine/offline_generate.h"
 #include "engine/sampling_params.h"
 #include "model/dtype.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
-namespace {
-
-// --prompt: unset (the flag is required) or any text, the empty text included.
-struct PromptFlag {
-  std::optional<std::string> text;
-};
-bool AbslParseFlag(absl::string_view value, PromptFlag* flag, std::string* /*error*/) {
-  flag->text = std::string(value);
-  return true;
-}
-std::string AbslUnparseFlag(const PromptFlag& flag) { return flag.text.value_or(""); }
-
-}  // namespace
-
-ABSL_FLAG(std::string, model, "",
-          "Model file: GGUF, or a llama2.c checkpoint with --tokenizer. Required.");
-ABSL_FLAG(std::string, tokenizer, "", "llama2.c tokenizer.bin (only for llama2.c checkpoints).");
-ABSL_FLAG(PromptFlag, prompt, {},
-          "The prompt text. Required (may be empty: then generation starts from BOS).");
-ABSL_FLAG(int32_t, max_tokens, kvserve::engine::SamplingParams().max_tokens,
-          "Tokens to generate at most.");
 ABSL_FLAG(float, temperature, kvserve::engine::SamplingParams().temperature,
           "Sampling temperature; 0 = greedy.");
 ABSL_FLAG(int32_t, top_k, kvserve::engine::SamplingParams().top_k,
@@ -68,18 +47,10 @@ ABSL_FLAG(float, frequency_penalty, kvserve::engine::SamplingParams().frequency_
           "Subtract f * count(token in output), in [-2, 2].");
 ABSL_FLAG(float, presence_penalty, kvserve::engine::SamplingParams().presence_penalty,
           "Subtract p if the token occurred in the output, in [-2, 2].");
-ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt, "Sampling seed; unset = seeded randomly.");
 ABSL_FLAG(std::vector<std::string>, stop, {},
           "Stop string (not printed). Repeat the flag for several; each value is taken "
           "whole, commas included.");
-ABSL_FLAG(std::string, backend, "cpu_blas", "Compute backend: cpu_blas or reference.");
-ABSL_FLAG(int32_t, threads, 0, "Backend worker threads; 0 = all cores.");
-ABSL_FLAG(bool, ignore_eos, false, "Keep generating past end-of-sequence.");
-ABSL_FLAG(std::string, kv_dtype, "f32", "Element type of cached K/V: f32 or f16.");
-ABSL_FLAG(bool, blas_reexec, true, kvserve::backends::cpu_blas::kBlasReexecFlagHelp);
 ABSL_FLAG(bool, no_echo, false, "Do not print the prompt before the continuation.");
-ABSL_FLAG(bool, parse_special, false,
-          "Turn control-token strings in the prompt (e.g. <|eot_id|>) into those tokens.");
 
 namespace {
 
@@ -89,7 +60,7 @@ using kvserve::engine::OfflineGenerateOptions;
 constexpr char kUsage[] =
     "Offline text generation from one prompt, streamed to stdout (token counts and "
     "tokens/s on stderr).\n"
-    "Usage: kvserve-generate --model M [--tokenizer T] --prompt P [flags]\n"
+    "Usage: kvserve-bench generate --model M [--tokenizer T] --prompt P [flags]\n"
     "Flags accept - or _ (--max-tokens or --max_tokens).";
 
 const char* FinishName(FinishReason finish) {
@@ -116,7 +87,7 @@ absl::StatusOr<OfflineGenerateOptions> OptionsFromFlags() {
   }
   OfflineGenerateOptions options;
   kvserve::engine::SamplingParams& sampling = options.sampling;
-  sampling.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  sampling.max_tokens = absl::GetFlag(FLAGS_max_tokens).value_or(sampling.max_tokens);
   sampling.temperature = absl::GetFlag(FLAGS_temperature);
   sampling.top_k = absl::GetFlag(FLAGS_top_k);
   sampling.top_p = absl::GetFlag(FLAGS_top_p);
@@ -128,7 +99,7 @@ absl::StatusOr<OfflineGenerateOptions> OptionsFromFlags() {
   sampling.stop_strings = absl::GetFlag(FLAGS_stop);
   sampling.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
   options.backend = absl::GetFlag(FLAGS_backend);
-  options.threads = absl::GetFlag(FLAGS_threads);
+  options.threads = absl::GetFlag(FLAGS_threads).value_or(0);
   if (options.threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--threads must be >= 0 (0 = all cores), got ", options.threads));
@@ -151,47 +122,22 @@ void WriteText(std::string_view text) {
   std::fflush(stdout);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const std::vector<std::string> args =
-      kvserve::common::ParseFlags(argc, argv, kUsage, "generate_main.cc", {&FLAGS_stop});
-  if (args.size() > 1) {
-    std::fprintf(stderr, "kvserve-generate: unexpected argument \"%s\" (see --help)\n",
-                 args[1].c_str());
-    return 2;
-  }
-  kvserve::backends::cpu_blas::EnsureBestBlasCore("kvserve-generate",
+// Generates and prints; the statistics go to stderr.
+absl::Status Generate(char** argv) {
+  kvserve::backends::cpu_blas::EnsureBestBlasCore("kvserve-bench generate",
                                                   absl::GetFlag(FLAGS_blas_reexec), argv);
   absl::StatusOr<OfflineGenerateOptions> options = OptionsFromFlags();
-  if (!options.ok()) {
-    std::fprintf(stderr, "kvserve-generate: %s (see --help)\n",
-                 std::string(options.status().message()).c_str());
-    return 2;
-  }
-
+  if (!options.ok()) return options.status();
   absl::StatusOr<std::unique_ptr<kvserve::model::Model>> model =
       kvserve::model::Model::Load(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_tokenizer));
-  if (!model.ok()) {
-    std::fprintf(stderr, "kvserve-generate: %s\n", model.status().ToString().c_str());
-    return 2;
-  }
+  if (!model.ok()) return model.status();
   absl::StatusOr<std::unique_ptr<kvserve::model::Tokenizer>> tokenizer =
       kvserve::model::Tokenizer::Create((*model)->vocab());
-  if (!tokenizer.ok()) {
-    std::fprintf(stderr, "kvserve-generate: %s\n", tokenizer.status().ToString().c_str());
-    return 2;
-  }
+  if (!tokenizer.ok()) return tokenizer.status();
 
   absl::StatusOr<kvserve::engine::OfflineGenerateResult> result = kvserve::engine::GenerateOffline(
       **model, **tokenizer, *absl::GetFlag(FLAGS_prompt).text, *options, WriteText);
-  if (!result.ok()) {
-    std::fprintf(stderr, "kvserve-generate: %s\n", result.status().ToString().c_str());
-    // Bad parameters or an unknown backend are the caller's input; the rest is ours.
-    const absl::StatusCode code = result.status().code();
-    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ? 2
-                                                                                             : 1;
-  }
+  if (!result.ok()) return result.status();
   WriteText("\n");
 
   const size_t generated = result->generated_tokens.size();
@@ -205,5 +151,36 @@ int main(int argc, char** argv) {
                result->prompt_tokens.size(), generated, FinishName(result->finish), prefill_tps,
                result->prefill_seconds * 1e3, decode_tps, generated > 0 ? generated - 1 : 0,
                result->decode_seconds * 1e3);
-  return 0;
+  return absl::OkStatus();
 }
+
+}  // namespace
+
+namespace kvserve::bench {
+
+Subcommand GenerateCommand() {
+  static const std::string kDefaultMaxTokens = absl::StrCat(engine::SamplingParams().max_tokens);
+  return {
+      .name = "generate",
+      .summary = "offline text generation from one prompt, streamed to stdout",
+      .usage = kUsage,
+      .file = __FILE__,
+      .shared_flags =
+          {{"model", "Model file: GGUF, or a llama2.c checkpoint with --tokenizer. Required."},
+           {"tokenizer"},
+           {"prompt", "The prompt text. Required (may be empty: then generation starts from BOS)."},
+           {"max_tokens", "Tokens to generate at most.", kDefaultMaxTokens},
+           {"seed", "Sampling seed; unset = seeded randomly."},
+           {"backend"},
+           {"threads", "Backend worker threads; 0 = all cores.", "0"},
+           {"ignore_eos"},
+           {"kv_dtype", "Element type of cached K/V: f32 or f16."},
+           {"parse_special",
+            "Turn control-token strings in the prompt (e.g. <|eot_id|>) into those tokens."},
+           {"blas_reexec"}},
+      .repeated = &FLAGS_stop,
+      .run = Generate,
+  };
+}
+
+}  // namespace kvserve::bench
