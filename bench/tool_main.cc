@@ -36,6 +36,17 @@ const absl::CommandLineFlag* NamedFlag(absl::string_view arg) {
   return nullptr;
 }
 
+// Whether `flag` is defined in `file` (a __FILE__). Abseil reports a flag's file without
+// its leading slashes (absl/flags/usage_config.h, normalize_filename), so an absolute
+// __FILE__ ("/src/bench/x.cc") is compared as "src/bench/x.cc".
+absl::string_view WithoutLeadingSlashes(absl::string_view path) {
+  const size_t start = path.find_first_not_of("/\\");
+  return start == absl::string_view::npos ? absl::string_view() : path.substr(start);
+}
+bool DefinedIn(const absl::CommandLineFlag& flag, absl::string_view file) {
+  return WithoutLeadingSlashes(flag.Filename()) == WithoutLeadingSlashes(file);
+}
+
 const SharedFlagUse* FindShared(const Subcommand& sub, absl::string_view name) {
   for (const SharedFlagUse& use : sub.shared_flags) {
     if (use.name == name) return &use;
@@ -52,11 +63,10 @@ absl::Status CheckFlagsBelong(const Subcommand& sub, absl::Span<const Subcommand
     const absl::CommandLineFlag* flag = NamedFlag(args[i]);
     if (flag == nullptr) continue;
     if (args[i].find('=') == absl::string_view::npos && !flag->IsOfType<bool>()) ++i;  // value
-    const std::string file = flag->Filename();
-    const bool ours = file == CommonFlagsFile() ||
+    const bool ours = DefinedIn(*flag, CommonFlagsFile()) ||
                       std::any_of(subcommands.begin(), subcommands.end(),
-                                  [&file](const Subcommand& s) { return s.file == file; });
-    if (!ours || file == sub.file || FindShared(sub, flag->Name()) != nullptr) continue;
+                                  [flag](const Subcommand& s) { return DefinedIn(*flag, s.file); });
+    if (!ours || DefinedIn(*flag, sub.file) || FindShared(sub, flag->Name()) != nullptr) continue;
     return absl::InvalidArgumentError(
         absl::StrCat("--", flag->Name(), " is not a flag of this subcommand (see --help)"));
   }
@@ -67,7 +77,7 @@ absl::Status CheckFlagsBelong(const Subcommand& sub, absl::Span<const Subcommand
 absl::Status CheckSharedFlagsExist(const Subcommand& sub) {
   for (const SharedFlagUse& use : sub.shared_flags) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(use.name);
-    if (flag == nullptr || flag->Filename() != CommonFlagsFile()) {
+    if (flag == nullptr || !DefinedIn(*flag, CommonFlagsFile())) {
       return absl::InternalError(
           absl::StrCat("shared flag --", use.name, " is not defined in ", CommonFlagsFile()));
     }
@@ -82,7 +92,7 @@ void PrintSubcommandHelp(absl::string_view program, const Subcommand& sub) {
   };
   std::vector<Line> lines;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
-    if (flag->Filename() == sub.file) {
+    if (DefinedIn(*flag, sub.file)) {
       lines.push_back({std::string(name), flag->Help(), flag->DefaultValue()});
     }
   }

@@ -46,8 +46,11 @@ int main(int argc, char** argv) {
       argc, argv, "kvserve", kUsage, "server_main.cc",
       [&runtime] { return backends::FormatVersion("kvserve", runtime()); },
       [&runtime]() -> absl::Status {
+        // The BLAS core first: it may re-execute the process, which must happen before
+        // anything opens files or starts threads (the options read TLS and token files).
+        const backends::RuntimeInfo info = runtime();
         absl::StatusOr<service::ProcessOptions> options = service::ProcessOptionsFromFlags();
         if (!options.ok()) return options.status();
-        return service::RunProcess(*std::move(options), runtime());
+        return service::RunProcess(*std::move(options), info);
       });
 }

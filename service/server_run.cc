@@ -97,8 +97,13 @@ absl::Status RunProcess(ProcessOptions options, const backends::RuntimeInfo& run
                    "), metrics on ", options.server.metrics.address, " (port ",
                    (*server)->metrics_port(), "); loading ", model_options.model_path));
 
+  // "loading PATH: ..." so that the message never starts with a flag's name (a model
+  // file's fault is not the flag's; RunFlagsOnlyMain would put "--" before it).
   absl::StatusOr<engine::LoadedModel> loaded = engine::LoadModel(model_options);
-  if (!loaded.ok()) return loaded.status();
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(), absl::StrCat("loading ", model_options.model_path,
+                                                             ": ", loaded.status().message()));
+  }
   const model::KvLayout layout = model_options.engine.KvLayoutFor(loaded->model->config());
   if (absl::Status s =
           (*server)->Attach(std::move(loaded->model), std::move(loaded->engine), loaded->backend);
