@@ -165,7 +165,9 @@ class ManifestTest(unittest.TestCase):
         for cfg in (os.path.join(K8S, "haproxy.cfg"), os.path.join(DEPLOY, "haproxy",
                                                                   "haproxy.cfg")):
             env = dict(os.environ, ROUTER_LISTEN="127.0.0.1:%d" % lib.free_port(),
-                       KVSERVE_1="127.0.0.1:1", KVSERVE_2="127.0.0.1:2")
+                       ROUTER_HTTP_LISTEN="127.0.0.1:%d" % lib.free_port(),
+                       KVSERVE_1="127.0.0.1:1", KVSERVE_2="127.0.0.1:2",
+                       KVSERVE_HTTP_1="127.0.0.1:3", KVSERVE_HTTP_2="127.0.0.1:4")
             run = subprocess.run([HAPROXY, "-c", "-f", cfg], env=env, capture_output=True,
                                  text=True, timeout=30)
             self.assertEqual(run.returncode, 0, cfg + ": " + run.stdout + run.stderr)
