@@ -14,6 +14,7 @@ traffic, and its keys come back to it when it is healthy again.
 
 Usage: /usr/bin/python3 deploy_router_test.py KVSERVE_BIN CACHE_BIN MODEL_PATH PYTHON_STUBS_DIR
 """
+import concurrent.futures
 import http.server
 import json
 import os
@@ -146,6 +147,28 @@ class FakeHttpBackend:
         self.server.server_close()
 
 
+class FakeGrpcBackend:
+    """Stands in for a kvserve replica's gRPC port: any call of fake.Backend/Name answers the
+    backend's name (raw bytes). Use as a context manager."""
+
+    def __init__(self, name):
+        self.server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=4))
+        answer = grpc.unary_unary_rpc_method_handler(lambda request, context: name.encode())
+        self.server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("fake.Backend", {"Name": answer}),))
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+
+    def target(self):
+        return "127.0.0.1:%d" % self.port
+
+    def __enter__(self):
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.stop(0)
+
+
 def chat_turns(first, system=None):
     """The request bodies of a three-turn chat: each turn resends the history."""
     messages = ([{"role": "system", "content": system}] if system else []) + [
@@ -249,6 +272,26 @@ class HttpRouterTest(unittest.TestCase):
             lib.poll(b_back, 30, "b's conversations back on b")
             for (kind, key), backend in owners.items():
                 self.assertEqual(self.owner(router, HTTP_CONVERSATIONS[kind](key)), backend)
+
+    def test_a_session_id_reaches_one_replica_over_grpc_and_http(self):
+        with FakeGrpcBackend("a") as ga, FakeGrpcBackend("b") as gb, \
+                FakeHttpBackend("a") as a, FakeHttpBackend("b") as b, \
+                Router(replicas=[ga, gb], http_backends=[a, b]) as router, \
+                grpc.insecure_channel(router.target()) as channel:
+            name = channel.unary_unary("/fake.Backend/Name")
+
+            def over_grpc(key):
+                return name(b"", timeout=10, metadata=[(SESSION_HEADER, key)]).decode()
+
+            def over_http(key):
+                return self.send(router, "/v1/chat/completions", chat_turns("Hi.")[0], key)
+
+            keys = [uuid.uuid4().hex for _ in range(KEYS_PER_KIND)]
+            # Until HAProxy has both backends of each protocol up, a key may land elsewhere.
+            lib.poll(lambda: {over_grpc(k) for k in keys} == {over_http(k) for k in keys}
+                     == {"a", "b"}, 30, "both backends of each protocol answering")
+            for key in keys:
+                self.assertEqual(over_grpc(key), over_http(key), key)
 
 
 class RouterTest(unittest.TestCase):
