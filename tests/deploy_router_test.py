@@ -9,8 +9,10 @@ HTTP (the OpenAI-compatible API): in front of two fake backends (http.server on 
 answer GET /health and say which backend answered): requests with one kvserve-session-id
 header, one body session_id, one chat conversation (its first message, or its system message
 and first user message) or one completions prompt prefix reach one backend; different keys
-spread over both; keyless requests go round-robin; a backend whose /health answers 503 gets no
-traffic, and its keys come back to it when it is healthy again.
+spread over both; keyless requests go round-robin; a body larger than HAProxy's buffer still
+passes; a backend whose /health answers 503 gets no traffic, and its keys come back to it when
+it is healthy again. With fake gRPC backends too, a session id reaches the same backend over
+both protocols.
 
 Usage: /usr/bin/python3 deploy_router_test.py KVSERVE_BIN CACHE_BIN MODEL_PATH PYTHON_STUBS_DIR
 """
@@ -90,12 +92,14 @@ class Router:
 class FakeHttpBackend:
     """Stands in for a kvserve replica's HTTP listener on a free loopback port: GET /health
     answers `health` (200 ready, 503 loading/draining, as kvserve); any other request is
-    counted in `served` and answered 200 {"backend": NAME}. Use as a context manager."""
+    counted in `served` (its body's size in `last_body_bytes`) and answered 200
+    {"backend": NAME}. Use as a context manager."""
 
     def __init__(self, name):
         self.name = name
         self.health = 200
         self.served = 0
+        self.last_body_bytes = 0
         self.lock = threading.Lock()
         backend = self
 
@@ -109,13 +113,14 @@ class FakeHttpBackend:
                 self.answer()
 
             def answer(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body_bytes = len(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
                 if self.path == "/health":
                     status = backend.health
                     body = {"status": "ok" if status == 200 else "draining"}
                 else:
                     with backend.lock:
                         backend.served += 1
+                        backend.last_body_bytes = body_bytes
                     status, body = 200, {"backend": backend.name}
                 data = json.dumps(body).encode()
                 self.send_response(status)
@@ -246,6 +251,11 @@ class HttpRouterTest(unittest.TestCase):
                     spread.add(owners[(kind, key)])
                 self.assertEqual(spread, {"a", "b"}, "%s: %d keys all on one backend" %
                                  (kind, KEYS_PER_KIND))
+            # A first message larger than HAProxy's buffer (no key: round-robin) is forwarded
+            # whole (kvserve takes bodies up to --max-message-bytes).
+            big = chat_turns("x" * (256 << 10))[0]
+            answered = {"a": a, "b": b}[self.send(router, "/v1/chat/completions", big)]
+            self.assertEqual(answered.last_body_bytes, len(json.dumps(big).encode()))
 
             # b's /health answers 503 (draining): once HAProxy sees it, no request reaches b,
             # and b's conversations continue on a.
