@@ -204,6 +204,10 @@ HTTP_CONVERSATIONS = {
     "system prompt and first message": lambda key: [
         ("/v1/chat/completions", body, None)
         for body in chat_turns("Tell me about %s." % key, system="You tell short stories.")],
+    "system prompt and first message as text parts": lambda key: [
+        ("/v1/chat/completions", body, None)
+        for body in chat_turns([{"type": "text", "text": "Tell me about %s." % key}],
+                               system=[{"type": "text", "text": "You tell short stories."}])],
     # Each turn extends the previous prompt (its first 128 bytes are the key).
     "completions prompt prefix": lambda key: [
         ("/v1/completions", {"model": "m", "prompt": ("Once upon a time %s" % key).ljust(
