@@ -21,7 +21,7 @@ import OpenAI from 'openai';
 const BASE_URL = process.env.OPENAI_BASE_URL;
 const METRICS_URL = process.env.KVSERVE_METRICS_URL;
 const MODEL = process.env.KVSERVE_MODEL;
-const ORIGIN = new URL(BASE_URL).origin;
+const ORIGIN = BASE_URL ? new URL(BASE_URL).origin : '';
 const GROUP = process.argv[2];
 const PROMPT = 'Once upon a time';
 // A greedy request: the same output every time.
