@@ -76,22 +76,23 @@ class KvserveProcess:
 
     Entering waits until the server printed "ready" (wait_ready=False: only until its
     listening line, while the model still loads; then call wait_for_line("ready", ...)).
-    The ports come from the listening line; http_port is None when kvserve printed
-    "http off" (pass "--http-listen", "127.0.0.1:0" in extra_args for an ephemeral one)."""
+    The ports come from the listening line; the HTTP API listens on an ephemeral port
+    (http_port) unless extra_args turn it off ("--http-listen", "": http_port None)."""
 
-    LISTEN_RE = re.compile(r"listening on \S+ \(port (\d+)\), metrics on \S* \(port (\d+)\)")
-    HTTP_RE = re.compile(r"listening on .*, http on \S* \(port (\d+)\)")
+    LISTEN_RE = re.compile(r"listening on \S+ \(port (\d+)\), metrics on \S* \(port (\d+)\)"
+                           r"(?:, http on \S* \(port (\d+)\))?")
 
     def __init__(self, binary, model, extra_args=(), timeout=30.0, env=None, wait_ready=True):
         self.args = [binary, "--model", model, "--listen", "127.0.0.1:0",
-                     "--metrics-listen", "127.0.0.1:0", "--threads", "1"] + list(extra_args)
+                     "--metrics-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+                     "--threads", "1"] + list(extra_args)
         self.timeout = timeout
         self.env = env  # the process environment; None = this process's
         self.wait_ready = wait_ready
         self.proc = None
         self.port = None
         self.metrics_port = None
-        self.http_port = None
+        self.http_port = None  # None when the HTTP API is off (--http-listen "")
         self.lines = []
         self._cv = threading.Condition()
         self._eof = False
@@ -107,8 +108,7 @@ class KvserveProcess:
             m = self.LISTEN_RE.search(line)
             if m:
                 self.port, self.metrics_port = int(m.group(1)), int(m.group(2))
-                http = self.HTTP_RE.search(line)
-                self.http_port = int(http.group(1)) if http else None
+                self.http_port = int(m.group(3)) if m.group(3) else None
         if self.port is None:
             raise RuntimeError("no listening line in: %r" % self.lines)
         return self

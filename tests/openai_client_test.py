@@ -38,10 +38,9 @@ import kvserve_testlib as lib  # noqa: E402
 PACKAGE_DIR = os.path.join(HERE, "openai")
 PACKAGE_FILES = ["package.json", "package-lock.json", "openai_client_test.mjs"]
 SERVED_NAME = os.path.splitext(os.path.basename(MODEL))[0]
-# Every server of this test: HTTP on an ephemeral port, a chat template for stories260K, the
-# slower reference backend (about 1 ms a token: a long generation can be aborted or drained).
-HTTP_ARGS = ["--http-listen", "127.0.0.1:0", "--chat-template", "chatml", "--kv-budget-mib", "64",
-             "--backend", "reference"]
+# Every server of this test (kvserve_testlib puts HTTP on an ephemeral port): a chat template for
+# stories260K, the slower reference backend (about 1 ms a token: a long generation can be aborted or drained).
+HTTP_ARGS = ["--chat-template", "chatml", "--kv-budget-mib", "64", "--backend", "reference"]
 
 
 def install_package():
@@ -142,8 +141,7 @@ class OpenAIClientTest(unittest.TestCase):
     def test_503_while_loading(self):
         # A 2 GiB KV pool made resident at start keeps the model "loading" for a while after
         # the listening line.
-        args = ["--http-listen", "127.0.0.1:0", "--chat-template", "chatml", "--kv-budget-mib",
-                "2048", "--kv-prefault=true"]
+        args = ["--chat-template", "chatml", "--kv-budget-mib", "2048", "--kv-prefault=true"]
         with lib.KvserveProcess(KVSERVE, MODEL, args, wait_ready=False) as server:
             status, _, body = http_request(server.http_port, "GET", "/health")
             chat = http_request(server.http_port, "POST", "/v1/chat/completions",

@@ -101,7 +101,7 @@ class ReadmeTest(unittest.TestCase):
             self.assertIn(needed, joined, "README's HTTP API examples show %s" % needed)
         for command in commands:
             self.assertTrue(any(a in command for a in README_HTTP_ADDRESSES), command)
-        args = ["--kv-budget-mib", "64", "--http-listen", "127.0.0.1:0", "--chat-template", "chatml"]
+        args = ["--kv-budget-mib", "64", "--chat-template", "chatml"]
         with lib.KvserveProcess(KVSERVE, MODEL, args) as server, \
                 tempfile.TemporaryDirectory() as tmp:
             body_file = os.path.join(tmp, "body")
