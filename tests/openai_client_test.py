@@ -101,12 +101,12 @@ class OpenAIClientTest(unittest.TestCase):
                                       [{"status": s} for s in ("200", "400", "404", "405", "413")])
             http = {"protocol": "http"}
             self.assertMetricsAtLeast(server, "kvserve_rpc_requests_total", [
-                dict(http, method="chat.completions", code="OK"),
-                dict(http, method="completions", code="OK"),
-                dict(http, method="models", code="OK"),
-                dict(http, method="chat.completions", code="INVALID_ARGUMENT"),
-                dict(http, method="chat.completions", code="NOT_FOUND"),
-                dict(http, method="chat.completions", code="CANCELLED"),
+                dict(http, method="chat.completions", code="ok"),
+                dict(http, method="completions", code="ok"),
+                dict(http, method="models", code="ok"),
+                dict(http, method="chat.completions", code="invalid_argument"),
+                dict(http, method="chat.completions", code="not_found"),
+                dict(http, method="chat.completions", code="cancelled"),
             ])
             # Every connection of the finished client is closed.
             lib.poll(lambda: lib.metric_value(lib.scrape(server.metrics_port),
@@ -122,7 +122,7 @@ class OpenAIClientTest(unittest.TestCase):
                 run_group(server, "auth", {"KVSERVE_API_KEY": "listed-token-1"})
                 self.assertMetricsAtLeast(server, "kvserve_http_requests_total", [{"status": "401"}])
                 self.assertMetricsAtLeast(server, "kvserve_rpc_requests_total", [
-                    {"protocol": "http", "code": "UNAUTHENTICATED"}])
+                    {"protocol": "http", "code": "unauthenticated"}])
 
     def test_queue_full_group(self):
         with lib.KvserveProcess(KVSERVE, MODEL, HTTP_ARGS + ["--max-running", "1",
@@ -130,7 +130,7 @@ class OpenAIClientTest(unittest.TestCase):
             run_group(server, "queue")
             self.assertMetricsAtLeast(server, "kvserve_http_requests_total", [{"status": "429"}])
             self.assertMetricsAtLeast(server, "kvserve_rpc_requests_total", [
-                {"protocol": "http", "method": "chat.completions", "code": "RESOURCE_EXHAUSTED"}])
+                {"protocol": "http", "method": "chat.completions", "code": "resource_exhausted"}])
 
     def test_drain_group(self):
         with lib.KvserveProcess(KVSERVE, MODEL, HTTP_ARGS + ["--max-running", "1",

@@ -129,20 +129,25 @@ async function readChatStream(stream, { includeUsage }) {
     }
     assert.ok(chunk.usage === null || chunk.usage === undefined, JSON.stringify(chunk));
     for (const choice of chunk.choices) {
+      // The first chunk of a choice carries the role; kvserve sends its first text with it
+      // (OpenAI sends content "" first), and the last chunk, with finish_reason, may carry text.
       let c = choices.get(choice.index);
       if (!c) {
-        assert.deepEqual(choice.delta, { role: 'assistant', content: '' }, 'first chunk of a choice');
+        assert.equal(choice.delta.role, 'assistant', 'first chunk of a choice');
         c = { content: '', finish: null };
         choices.set(choice.index, c);
-        continue;
+      } else {
+        assert.equal(choice.delta.role, undefined, 'the role comes once');
       }
       assert.equal(c.finish, null, 'nothing after a choice finished');
-      if (choice.finish_reason) {
-        assert.deepEqual(choice.delta, {}, 'the last chunk of a choice has an empty delta');
-        c.finish = choice.finish_reason;
-      } else {
+      if (choice.delta.content !== undefined) {
         assert.equal(typeof choice.delta.content, 'string');
         c.content += choice.delta.content;
+      }
+      if (choice.finish_reason) {
+        c.finish = choice.finish_reason;
+      } else {
+        assert.equal(choice.finish_reason, null);
       }
     }
   }
@@ -187,7 +192,7 @@ function mainGroup() {
     assert.equal(r.object, 'chat.completion');
     assert.equal(r.model, MODEL);
     assert.ok(Math.abs(r.created - Date.now() / 1000) < 600, `created ${r.created}`);
-    assert.match(r.system_fingerprint, /^[0-9a-f]+$/);
+    assert.match(r.system_fingerprint, /^fp_[0-9a-f]+$/);
     assert.equal(r.choices.length, 1);
     const [choice] = r.choices;
     assert.equal(choice.index, 0);
@@ -356,7 +361,7 @@ function mainGroup() {
     assert.equal(byIds.usage.prompt_tokens, ids.length);
     assert.equal(byIds.usage.completion_tokens, 4);
     await expectError(oai.completions.create({ model: MODEL, prompt: [1, 1 << 30], max_tokens: 4 }),
-      OpenAI.BadRequestError, { status: 400, param: 'prompt' });
+      OpenAI.BadRequestError, { status: 400, param: 'prompt[1]' });
   });
 
   test('completions: logprobs', async () => {
@@ -467,7 +472,7 @@ function mainGroup() {
 
   test('a client disconnect mid-stream cancels the generation', async () => {
     const before = await scrape();
-    const labels = { protocol: 'http', method: 'chat.completions', code: 'CANCELLED' };
+    const labels = { protocol: 'http', method: 'chat.completions', code: 'cancelled' };
     const cancelled0 = metricValue(before, 'kvserve_request_finished_total', { reason: 'cancelled' });
     const rpc0 = metricValue(before, 'kvserve_rpc_requests_total', labels);
     const abort = new AbortController();
@@ -490,7 +495,7 @@ function mainGroup() {
       const now = await scrape();
       return metricValue(now, 'kvserve_request_finished_total', { reason: 'cancelled' }) > cancelled0 &&
           metricValue(now, 'kvserve_rpc_requests_total', labels) > rpc0;
-    }, 20_000, 'a cancelled request and a CANCELLED chat.completions in /metrics');
+    }, 20_000, 'a cancelled request and a cancelled chat.completions in /metrics');
   });
 }
 
