@@ -29,6 +29,7 @@ import tempfile
 import unittest
 
 KVSERVE, MODEL, WORK_DIR = sys.argv[1:4]
+WORK_DIR = os.path.abspath(WORK_DIR)
 del sys.argv[1:4]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
