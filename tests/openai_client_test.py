@@ -9,6 +9,7 @@ reference backend so that a 480-token generation lasts long enough to abort or d
   auth   --auth-tokens: 401 invalid_api_key without or with a wrong key, 200 with a listed one
   queue  --max-running 1 --max-waiting 1: a flood gets 429 with Retry-After
   drain  SIGTERM with a backlog: 503 with Retry-After for new requests, the backlog finishes
+  grace  SIGTERM with a short --drain-grace: a stream cut by it ends with an error event
 This side checks what the client cannot see: the metrics the groups leave, the exit code after
 the drain, 503 while the model loads, and "http off".
 
@@ -138,6 +139,12 @@ class OpenAIClientTest(unittest.TestCase):
                                                              "--drain-grace", "60s"]) as server:
             run_group(server, "drain", {"KVSERVE_PID": str(server.proc.pid)})
             self.assertEqual(server.proc.wait(timeout=60), 0, server.lines)
+
+    def test_grace_group(self):
+        with lib.KvserveProcess(KVSERVE, MODEL, HTTP_ARGS + ["--drain-grace", "300ms"]) as server:
+            run_group(server, "grace", {"KVSERVE_PID": str(server.proc.pid)})
+            self.assertEqual(server.proc.wait(timeout=60), 0, server.lines)
+            self.assertTrue(any("the rest cancelled" in l for l in server.lines), server.lines)
 
     def test_503_while_loading(self):
         # A 2 GiB KV pool made resident at start keeps the model "loading" for a while after

@@ -9,9 +9,10 @@
 //        queue (--max-running 1 --max-waiting 1: a flood gets 429 with Retry-After)
 //        drain (--max-running 1 --drain-grace 60s: SIGTERM with a backlog; new requests get 503,
 //               the backlog finishes)
+//        grace (--drain-grace 300ms: SIGTERM mid-stream; the stream ends with an error event)
 // Environment: OPENAI_BASE_URL (http://127.0.0.1:PORT/v1), KVSERVE_METRICS_URL
 // (http://127.0.0.1:PORT/metrics), KVSERVE_MODEL (the served model name), KVSERVE_API_KEY (auth:
-// a listed token), KVSERVE_PID (drain: the process to SIGTERM).
+// a listed token), KVSERVE_PID (drain, grace: the process to SIGTERM).
 // Runs on Node.js 18 (Debian 12's) and later; the client never retries (maxRetries: 0), so every
 // status the server sends is the one a test sees.
 import assert from 'node:assert/strict';
@@ -628,7 +629,37 @@ function drainGroup() {
   });
 }
 
-const GROUPS = { main: mainGroup, auth: authGroup, queue: queueGroup, drain: drainGroup };
+// ---------------------------------------------------------------------------------------------
+// grace: --drain-grace 300ms; this test sends the SIGTERM.
+function graceGroup() {
+  const oai = client();
+
+  test('a stream cut by the end of the drain grace ends with an error event', async () => {
+    const stream = await oai.chat.completions.create({
+      model: MODEL, messages: userMessage(PROMPT), max_tokens: 480, ignore_eos: true, stream: true,
+    });
+    let text = '';
+    let err;
+    try {
+      for await (const chunk of stream) {
+        const content = chunk.choices[0]?.delta?.content ?? '';
+        if (content && !text) process.kill(Number(process.env.KVSERVE_PID), 'SIGTERM');
+        text += content;
+        assert.equal(chunk.choices[0]?.finish_reason ?? null, null, 'cancelled before the end');
+      }
+    } catch (e) {
+      err = e;
+    }
+    // "data: {"error": ...}" after the stream started: the SDK throws it (no HTTP status then).
+    assert.ok(err instanceof OpenAI.APIError, String(err && err.stack));
+    assert.equal(err.status, undefined);
+    assert.equal(err.error.type, 'server_error');
+    assert.equal(err.error.code, 'service_unavailable');
+    assert.ok(text.length > 0);
+  });
+}
+
+const GROUPS = { main: mainGroup, auth: authGroup, queue: queueGroup, drain: drainGroup, grace: graceGroup };
 if (!GROUPS[GROUP] || !BASE_URL || !METRICS_URL || !MODEL) {
   console.error('usage: OPENAI_BASE_URL=... KVSERVE_METRICS_URL=... KVSERVE_MODEL=... ' +
       `node openai_client_test.mjs ${Object.keys(GROUPS).join('|')}`);
