@@ -3,8 +3,8 @@
 The Python example ("API at a glance"): the block is extracted, pointed at the test's server and
 stub folder, run with /usr/bin/python3, and its second session turn reports cached tokens.
 
-The curl examples ("OpenAI-compatible HTTP API"): every command starting with `curl` in a ```sh
-block of that section (to the end of the command: continuation lines and open quotes) runs with
+The curl examples (heading "OpenAI-compatible HTTP API"): every command starting with `curl` in
+a ```sh block of that section (to the end of the command: continuation lines and open quotes) runs with
 bash against a kvserve on an ephemeral HTTP port (each 127.0.0.1:8080 / localhost:8080 of the
 README replaced by it; so every command must name one), and must exit 0 with HTTP 200 and a
 JSON body, or, streamed, an event stream ending in "data: [DONE]". Keep the commands plain (no
@@ -29,7 +29,7 @@ sys.path.insert(0, HERE)
 import kvserve_testlib as lib  # noqa: E402
 
 
-HTTP_SECTION = "## OpenAI-compatible HTTP API"
+HTTP_SECTION = "OpenAI-compatible HTTP API"  # a heading's title, at any level
 README_HTTP_ADDRESSES = ("127.0.0.1:8080", "localhost:8080")
 # `curl` as the README's commands call it, with its body kept in $BODY_FILE and the HTTP status
 # printed (bash runs the function instead of the binary).
@@ -42,15 +42,32 @@ def read_readme():
         return f.read()
 
 
+def section_text(readme, title):
+    """The text under the heading `title` up to the next heading of its level or above (lines
+    inside ``` fences, such as shell comments, are not headings)."""
+    lines, level, in_fence = [], None, False
+    for line in readme.splitlines(keepends=True):
+        if line.startswith("```"):
+            in_fence = not in_fence
+        heading = None if in_fence else re.match(r"(#+) (.*)$", line.rstrip("\n"))
+        if level is None:
+            if heading and heading.group(2) == title:
+                level = len(heading.group(1))
+        elif heading and len(heading.group(1)) <= level:
+            break
+        else:
+            lines.append(line)
+    if level is None:
+        raise AssertionError("README.md has no %r heading" % title)
+    return "".join(lines)
+
+
 def curl_commands(readme):
     """The curl commands of the ```sh blocks in README's HTTP API section, each a complete shell
     command (its continuation lines and multi-line quotes included)."""
-    section = re.search("^" + re.escape(HTTP_SECTION) + r"\n(.*?)(?=^## |\Z)", readme,
-                        re.M | re.S)
-    if section is None:
-        raise AssertionError("README.md has no %r section" % HTTP_SECTION)
     commands = []
-    for block in re.findall(r"^```sh\n(.*?)^```", section.group(1), re.M | re.S):
+    for block in re.findall(r"^```sh\n(.*?)^```", section_text(readme, HTTP_SECTION),
+                            re.M | re.S):
         pending = None
         for line in block.splitlines():
             if pending is None and not line.startswith("curl "):
@@ -97,7 +114,7 @@ class ReadmeTest(unittest.TestCase):
     def test_curl_examples_run(self):
         commands = curl_commands(read_readme())
         joined = "\n".join(commands)
-        for needed in ("/v1/models", "/v1/chat/completions", "/v1/completions", "curl -N"):
+        for needed in ("/v1/models", "/v1/chat/completions", "/v1/completions", '"stream": true'):
             self.assertIn(needed, joined, "README's HTTP API examples show %s" % needed)
         for command in commands:
             self.assertTrue(any(a in command for a in README_HTTP_ADDRESSES), command)
