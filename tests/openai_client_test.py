@@ -141,7 +141,8 @@ class OpenAIClientTest(unittest.TestCase):
             self.assertEqual(server.proc.wait(timeout=60), 0, server.lines)
 
     def test_grace_group(self):
-        with lib.KvserveProcess(KVSERVE, MODEL, HTTP_ARGS + ["--drain-grace", "300ms"]) as server:
+        with lib.KvserveProcess(KVSERVE, MODEL, HTTP_ARGS + ["--max-running", "1",
+                                                             "--drain-grace", "100ms"]) as server:
             run_group(server, "grace", {"KVSERVE_PID": str(server.proc.pid)})
             self.assertEqual(server.proc.wait(timeout=60), 0, server.lines)
             self.assertTrue(any("the rest cancelled" in l for l in server.lines), server.lines)

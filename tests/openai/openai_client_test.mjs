@@ -9,7 +9,8 @@
 //        queue (--max-running 1 --max-waiting 1: a flood gets 429 with Retry-After)
 //        drain (--max-running 1 --drain-grace 60s: SIGTERM with a backlog; new requests get 503,
 //               the backlog finishes)
-//        grace (--drain-grace 300ms: SIGTERM mid-stream; the stream ends with an error event)
+//        grace (--max-running 1 --drain-grace 100ms: SIGTERM mid-stream; the stream ends with an
+//               error event)
 // Environment: OPENAI_BASE_URL (http://127.0.0.1:PORT/v1), KVSERVE_METRICS_URL
 // (http://127.0.0.1:PORT/metrics), KVSERVE_MODEL (the served model name), KVSERVE_API_KEY (auth:
 // a listed token), KVSERVE_PID (drain, grace: the process to SIGTERM).
@@ -630,13 +631,14 @@ function drainGroup() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// grace: --drain-grace 300ms; this test sends the SIGTERM.
+// grace: --max-running 1 --drain-grace 100ms; this test sends the SIGTERM.
 function graceGroup() {
   const oai = client();
 
   test('a stream cut by the end of the drain grace ends with an error event', async () => {
+    // Three choices of 480 tokens, one at a time: far more work than the grace allows.
     const stream = await oai.chat.completions.create({
-      model: MODEL, messages: userMessage(PROMPT), max_tokens: 480, ignore_eos: true, stream: true,
+      model: MODEL, messages: userMessage(PROMPT), n: 3, max_tokens: 480, ignore_eos: true, stream: true,
     });
     let text = '';
     let err;
@@ -645,7 +647,6 @@ function graceGroup() {
         const content = chunk.choices[0]?.delta?.content ?? '';
         if (content && !text) process.kill(Number(process.env.KVSERVE_PID), 'SIGTERM');
         text += content;
-        assert.equal(chunk.choices[0]?.finish_reason ?? null, null, 'cancelled before the end');
       }
     } catch (e) {
       err = e;
