@@ -41,7 +41,8 @@ PACKAGE_DIR = os.path.join(HERE, "openai")
 PACKAGE_FILES = ["package.json", "package-lock.json", "openai_client_test.mjs"]
 SERVED_NAME = os.path.splitext(os.path.basename(MODEL))[0]
 # Every server of this test (kvserve_testlib puts HTTP on an ephemeral port): a chat template for
-# stories260K, the slower reference backend (about 1 ms a token: a long generation can be aborted or drained).
+# stories260K, the slower reference backend (about 1 ms a token: a long generation can be aborted
+# or drained).
 HTTP_ARGS = ["--chat-template", "chatml", "--kv-budget-mib", "64", "--backend", "reference"]
 
 
@@ -97,7 +98,8 @@ class OpenAIClientTest(unittest.TestCase):
             self.assertGreaterEqual(lib.metric_value(text, name, labels), 1, (name, labels))
 
     def test_main_group(self):
-        with lib.KvserveProcess(KVSERVE, MODEL, HTTP_ARGS + ["--max-message-bytes", "65536"]) as server:
+        args = HTTP_ARGS + ["--max-message-bytes", "65536"]
+        with lib.KvserveProcess(KVSERVE, MODEL, args) as server:
             run_group(server, "main")
             self.assertMetricsAtLeast(server, "kvserve_http_requests_total",
                                       [{"status": s} for s in ("200", "400", "404", "405", "413")])
@@ -120,9 +122,11 @@ class OpenAIClientTest(unittest.TestCase):
             tokens = os.path.join(tmp, "tokens")
             with open(tokens, "w") as f:
                 f.write("# test tokens\nlisted-token-1 tenant-a\n")
-            with lib.KvserveProcess(KVSERVE, MODEL, HTTP_ARGS + ["--auth-tokens", tokens]) as server:
+            args = HTTP_ARGS + ["--auth-tokens", tokens]
+            with lib.KvserveProcess(KVSERVE, MODEL, args) as server:
                 run_group(server, "auth", {"KVSERVE_API_KEY": "listed-token-1"})
-                self.assertMetricsAtLeast(server, "kvserve_http_requests_total", [{"status": "401"}])
+                self.assertMetricsAtLeast(server, "kvserve_http_requests_total",
+                                          [{"status": "401"}])
                 self.assertMetricsAtLeast(server, "kvserve_rpc_requests_total", [
                     {"protocol": "http", "code": "unauthenticated"}])
 
@@ -157,18 +161,21 @@ class OpenAIClientTest(unittest.TestCase):
                                 json.dumps({"model": SERVED_NAME, "max_tokens": 4,
                                             "messages": [{"role": "user", "content": "Hi"}]}),
                                 {"Content-Type": "application/json"})
-            hint = "; if kvserve was ready before the probes, raise --kv-budget-mib: %r" % server.lines
+            hint = ("; if kvserve was ready before the probes, raise --kv-budget-mib: %r"
+                    % server.lines)
             self.assertEqual(status, 503, body + hint)
             self.assertEqual(chat[0], 503, chat[2] + hint)
             self.assertTrue(chat[1]["Retry-After"].isdigit(), chat[1])
             error = json.loads(chat[2])["error"]
-            self.assertEqual((error["type"], error["code"]), ("server_error", "service_unavailable"))
+            self.assertEqual((error["type"], error["code"]),
+                             ("server_error", "service_unavailable"))
             server.wait_for_line("ready", 120)
             status, _, body = http_request(server.http_port, "GET", "/health")
             self.assertEqual((status, json.loads(body)), (200, {"status": "ok"}))
 
     def test_http_off(self):
-        with lib.KvserveProcess(KVSERVE, MODEL, ["--http-listen", "", "--kv-budget-mib", "64"]) as server:
+        args = ["--http-listen", "", "--kv-budget-mib", "64"]
+        with lib.KvserveProcess(KVSERVE, MODEL, args) as server:
             self.assertIsNone(server.http_port)
             self.assertTrue(any("http off" in l for l in server.lines), server.lines)
 

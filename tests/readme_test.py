@@ -4,11 +4,11 @@ The Python example ("API at a glance"): the block is extracted, pointed at the t
 stub folder, run with /usr/bin/python3, and its second session turn reports cached tokens.
 
 The curl examples (heading "OpenAI-compatible HTTP API"): every command starting with `curl` in
-a ```sh block of that section (to the end of the command: continuation lines and open quotes) runs with
-bash against a kvserve on an ephemeral HTTP port (each 127.0.0.1:8080 / localhost:8080 of the
-README replaced by it; so every command must name one), and must exit 0 with HTTP 200 and a
-JSON body, or, streamed, an event stream ending in "data: [DONE]". Keep the commands plain (no
-pipes): the test wraps `curl` to record the status and body.
+a ```sh block of that section (to the end of the command: continuation lines and open quotes)
+runs with bash against a kvserve on an ephemeral HTTP port (each 127.0.0.1:8080 /
+localhost:8080 of the README replaced by it; so every command must name one), and must exit 0
+with HTTP 200 and a JSON body, or, streamed, an event stream ending in "data: [DONE]". Keep the
+commands plain (no pipes): the test wraps `curl` to record the status and body.
 
 Usage: /usr/bin/python3 readme_test.py KVSERVE_BIN MODEL_PATH PYTHON_STUBS_DIR
 """
