@@ -22,6 +22,13 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+# Node.js and npm (tests/openai_client_test.py runs the official openai npm package): Debian's,
+# only when `node` or `npm` is missing, so that a machine's own Node.js (e.g. NodeSource's, whose
+# nodejs carries npm and conflicts with Debian's npm package) stays as it is.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
   exit 0
