@@ -19,3 +19,7 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
 # The session cache service's Redis backend.
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+# kvserve-cli bench --protocol http: the HTTP client (libcurl4-openssl-dev) and JSON
+# (nlohmann-json3-dev, header only).
+pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl)
+find_package(nlohmann_json CONFIG REQUIRED)
