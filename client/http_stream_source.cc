@@ -284,18 +284,18 @@ void HttpStreamCall::Cancel() {
 }
 
 absl::Status HttpStreamCall::Finish() {
-  if (state_ == State::kNotStarted) {
-    Cancel();
-    final_status_ = absl::CancelledError("call cancelled before it started");
-    state_ = State::kDone;
+  switch (state_) {
+    case State::kNotStarted:
+      final_status_ = absl::CancelledError("call cancelled before it started");
+      state_ = State::kDone;
+      break;
+    case State::kStreaming:
+      End(absl::CancelledError("call cancelled"));
+      break;
+    case State::kDone:
+      break;
   }
-  if (state_ == State::kStreaming) {
-    Cancel();
-    pending_.clear();
-    StreamPiece discard;
-    while (Next(&discard)) {
-    }
-  }
+  pending_.clear();
   return final_status_;
 }
 

@@ -148,38 +148,42 @@ TEST(StreamRequestBodyTest, WhatAnEndpointCannotCarryIsInvalid) {
               HasSubstr("parse_special"));
 }
 
-TEST(ParseStreamDataTest, ChatChunksUsageAndDone) {
-  absl::StatusOr<std::optional<StreamPiece>> role = ParseStreamData(
-      R"({"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,)"
-      R"("delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":null})",
-      HttpEndpoint::kChat);
-  ASSERT_TRUE(role.ok() && role->has_value()) << role.status();
-  EXPECT_EQ((*role)->tokens, 0);  // the role chunk is no token: TTFT waits for content
-  EXPECT_FALSE((*role)->usage.has_value());
+// The piece of a chunk that must parse as one.
+StreamPiece Piece(std::string_view data, HttpEndpoint endpoint) {
+  absl::StatusOr<std::optional<StreamPiece>> piece = ParseStreamData(data, endpoint);
+  EXPECT_TRUE(piece.ok()) << piece.status();
+  EXPECT_TRUE(piece.ok() && piece->has_value()) << data;
+  return piece.ok() && piece->has_value() ? **piece : StreamPiece{.text = "", .tokens = -1};
+}
 
-  absl::StatusOr<std::optional<StreamPiece>> content = ParseStreamData(
+TEST(ParseStreamDataTest, ChatChunksUsageAndDone) {
+  const StreamPiece role =
+      Piece(R"({"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,)"
+            R"("delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":null})",
+            HttpEndpoint::kChat);
+  EXPECT_EQ(role.tokens, 0);  // the role chunk is no token: TTFT waits for content
+  EXPECT_FALSE(role.usage.has_value());
+
+  const StreamPiece content = Piece(
       R"({"choices":[{"index":0,"delta":{"content":" Tim"},"finish_reason":null}],"usage":null})",
       HttpEndpoint::kChat);
-  ASSERT_TRUE(content.ok() && content->has_value());
-  EXPECT_EQ((*content)->text, " Tim");
-  EXPECT_EQ((*content)->tokens, 1);
+  EXPECT_EQ(content.text, " Tim");
+  EXPECT_EQ(content.tokens, 1);
 
-  absl::StatusOr<std::optional<StreamPiece>> last = ParseStreamData(
-      R"({"choices":[{"index":0,"delta":{},"finish_reason":"length"}],"usage":null})",
-      HttpEndpoint::kChat);
-  ASSERT_TRUE(last.ok() && last->has_value());
-  EXPECT_EQ((*last)->tokens, 0);
+  EXPECT_EQ(Piece(R"({"choices":[{"index":0,"delta":{},"finish_reason":"length"}],"usage":null})",
+                  HttpEndpoint::kChat)
+                .tokens,
+            0);
 
-  absl::StatusOr<std::optional<StreamPiece>> usage =
-      ParseStreamData(R"({"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":64,)"
-                      R"("total_tokens":76,"prompt_tokens_details":{"cached_tokens":8}}})",
-                      HttpEndpoint::kChat);
-  ASSERT_TRUE(usage.ok() && usage->has_value());
-  ASSERT_TRUE((*usage)->usage.has_value());
-  EXPECT_EQ((*usage)->usage->prompt_tokens(), 12);
-  EXPECT_EQ((*usage)->usage->completion_tokens(), 64);
-  EXPECT_EQ((*usage)->usage->cached_tokens_local(), 8);
-  EXPECT_EQ((*usage)->tokens, 0);
+  const StreamPiece usage =
+      Piece(R"({"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":64,)"
+            R"("total_tokens":76,"prompt_tokens_details":{"cached_tokens":8}}})",
+            HttpEndpoint::kChat);
+  ASSERT_TRUE(usage.usage.has_value());
+  EXPECT_EQ(usage.usage->prompt_tokens(), 12);
+  EXPECT_EQ(usage.usage->completion_tokens(), 64);
+  EXPECT_EQ(usage.usage->cached_tokens_local(), 8);
+  EXPECT_EQ(usage.tokens, 0);
 
   absl::StatusOr<std::optional<StreamPiece>> done = ParseStreamData("[DONE]", HttpEndpoint::kChat);
   ASSERT_TRUE(done.ok());
@@ -187,12 +191,11 @@ TEST(ParseStreamDataTest, ChatChunksUsageAndDone) {
 }
 
 TEST(ParseStreamDataTest, CompletionsTextChunks) {
-  absl::StatusOr<std::optional<StreamPiece>> piece = ParseStreamData(
+  const StreamPiece piece = Piece(
       R"({"object":"text_completion","choices":[{"index":0,"text":" upon","finish_reason":null}]})",
       HttpEndpoint::kCompletions);
-  ASSERT_TRUE(piece.ok() && piece->has_value());
-  EXPECT_EQ((*piece)->text, " upon");
-  EXPECT_EQ((*piece)->tokens, 1);
+  EXPECT_EQ(piece.text, " upon");
+  EXPECT_EQ(piece.tokens, 1);
 }
 
 TEST(ParseStreamDataTest, ErrorsAndMalformedChunks) {
