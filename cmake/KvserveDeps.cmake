@@ -12,6 +12,8 @@ pkg_check_modules(GRPCPP REQUIRED IMPORTED_TARGET grpc++)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 # The /metrics HTTP endpoint (GNU libmicrohttpd).
 pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
+# JSON of the OpenAI-compatible HTTP API (nlohmann-json3-dev, header-only).
+find_package(nlohmann_json 3 CONFIG REQUIRED)
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 # Block checksums and the session cache's digests (xxHash's XXH3).
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
@@ -19,7 +21,5 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
 # The session cache service's Redis backend.
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
-# kvserve-cli bench --protocol http: the HTTP client (libcurl4-openssl-dev) and JSON
-# (nlohmann-json3-dev, header only).
+# kvserve-cli bench --protocol http: the HTTP client (libcurl4-openssl-dev).
 pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl)
-find_package(nlohmann_json CONFIG REQUIRED)
