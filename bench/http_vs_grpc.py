@@ -8,11 +8,13 @@ its own), then per round and concurrency runs `kvserve-cli bench` twice with the
 workload, the prompt as one user message on both sides (--as-messages: gRPC
 GenerateRequest.messages, HTTP "messages"), once per protocol; odd rounds gRPC first, even
 rounds HTTP first. Prints each run's command once, then a table of medians over rounds:
-tokens/s per protocol and their ratio, TTFT p50 per protocol and the difference.
+tokens/s per protocol and their ratio, TTFT p50 per protocol and the difference (ratio and
+difference as medians of the per-round pairs), and stream messages (gRPC messages, HTTP
+events) per request: how many tokens each protocol's messages carry.
 With --out DIR every run's JSON report is kept there.
 
-Usage: bench/http_vs_grpc.py [--build BUILD_DIR] [--model FILE] [--rounds 3]
-         [--concurrency 1,16] [--requests 64] [--max-tokens 128] [--out DIR]
+Usage: bench/http_vs_grpc.py [--build BUILD_DIR] [--model FILE] [--rounds 5]
+         [--concurrency 1,16] [--requests 128] [--max-tokens 256] [--out DIR]
          [--server-arg=--threads=2 ...]
 Exit code 1 when a run fails or reports a malformed answer.
 """
@@ -84,31 +86,42 @@ def median(values):
 
 
 def table(results, concurrencies):
-    """results[(protocol, concurrency)] = [report, ...] (one per round) -> the table text."""
+    """results[(protocol, concurrency)] = [report, ...] (one per round, both protocols' i-th
+    runs adjacent in time) -> the table text. Figures per protocol are medians over rounds;
+    the ratio and the difference are medians of the per-round ones (paired: a load that
+    drifts between rounds moves both runs of a round)."""
     head = ("streams", "gRPC tok/s", "HTTP tok/s", "HTTP/gRPC", "gRPC TTFT p50 ms",
-            "HTTP TTFT p50 ms", "HTTP-gRPC ms")
+            "HTTP TTFT p50 ms", "HTTP-gRPC ms", "gRPC msgs/req", "HTTP msgs/req")
     rows = [head]
     for c in concurrencies:
         g, h = results[("grpc", c)], results[("http", c)]
-        g_tps = median([r["output_tokens_per_s"] for r in g])
-        h_tps = median([r["output_tokens_per_s"] for r in h])
-        g_ttft = median([r["ttft_ms"]["p50"] for r in g])
-        h_ttft = median([r["ttft_ms"]["p50"] for r in h])
-        rows.append((str(c), "%.0f" % g_tps, "%.0f" % h_tps, "%.3f" % (h_tps / g_tps),
-                     "%.3f" % g_ttft, "%.3f" % h_ttft, "%+.3f" % (h_ttft - g_ttft)))
+        tps = [(x["output_tokens_per_s"], y["output_tokens_per_s"]) for x, y in zip(g, h)]
+        ttft = [(x["ttft_ms"]["p50"], y["ttft_ms"]["p50"]) for x, y in zip(g, h)]
+        rows.append((str(c), "%.0f" % median([a for a, _ in tps]),
+                     "%.0f" % median([b for _, b in tps]),
+                     "%.3f" % median([b / a for a, b in tps]),
+                     "%.3f" % median([a for a, _ in ttft]), "%.3f" % median([b for _, b in ttft]),
+                     "%+.3f" % median([b - a for a, b in ttft]),
+                     "%.1f" % median([x["stream_messages"] / x["requests"]["ok"] for x in g]),
+                     "%.1f" % median([y["stream_messages"] / y["requests"]["ok"] for y in h])))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("| " + " | ".join(cell.rjust(w) for cell, w in zip(r, widths)) + " |"
                      for r in rows[:1] + [tuple("-" * w for w in widths)] + rows[1:])
+
+
+def load_average():
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--model", default=os.path.join(ROOT, "models", "stories260K.gguf"))
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--concurrency", default="1,16")
-    p.add_argument("--requests", type=int, default=64, help="requests per run")
-    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--requests", type=int, default=128, help="requests per run")
+    p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--prompt", default="Once upon a time")
     p.add_argument("--out", default="", help="keep each run's JSON report in this folder")
     p.add_argument("--server-arg", action="append", default=[],
@@ -117,6 +130,7 @@ def main():
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     if args.out:
         os.makedirs(args.out, exist_ok=True)
+    print("load average %s, %d CPUs" % (load_average(), os.cpu_count()))
     server, grpc_port, http_port = start_server(args)
     results = {(proto, c): [] for proto in ("grpc", "http") for c in concurrencies}
     try:
@@ -140,8 +154,9 @@ def main():
     finally:
         server.terminate()
         server.wait(timeout=30)
-    print("\nmedians over %d rounds (%d requests of %d tokens a run, prompt %r as a user message):"
-          % (args.rounds, args.requests, args.max_tokens, args.prompt))
+    print("\nload average %s; medians over %d rounds (%d requests of %d tokens a run, prompt %r "
+          "as a user message; ratio and difference: medians of the per-round ones):"
+          % (load_average(), args.rounds, args.requests, args.max_tokens, args.prompt))
     print(table(results, concurrencies))
 
 
