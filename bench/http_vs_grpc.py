@@ -13,7 +13,7 @@ difference as medians of the per-round pairs), and stream messages (gRPC message
 events) per request: how many tokens each protocol's messages carry.
 With --out DIR every run's JSON report is kept there.
 
-Usage: bench/http_vs_grpc.py [--build BUILD_DIR] [--model FILE] [--rounds 5]
+Usage: bench/http_vs_grpc.py [--build BUILD_DIR | --kvserve BIN --cli BIN] [--model FILE] [--rounds 5]
          [--concurrency 1,16] [--requests 128] [--max-tokens 256] [--out DIR]
          [--server-arg=--threads=2 ...]
 Exit code 1 when a run fails or reports a malformed answer.
@@ -35,7 +35,7 @@ LISTEN_RE = re.compile(r"listening on \S+ \(port (\d+)\).* http on \S+ \(port (\
 
 
 def start_server(args):
-    cmd = [os.path.join(args.build, "service", "kvserve"), "--model", args.model,
+    cmd = [args.kvserve or os.path.join(args.build, "service", "kvserve"), "--model", args.model,
            "--listen", "127.0.0.1:0", "--metrics-listen", "", "--http-listen", "127.0.0.1:0",
            "--chat-template", "chatml"] + args.server_arg
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -62,7 +62,7 @@ def start_server(args):
 
 
 def bench_command(args, protocol, concurrency, grpc_port, http_port):
-    return [os.path.join(args.build, "client", "kvserve-cli"),
+    return [args.cli or os.path.join(args.build, "client", "kvserve-cli"),
             "--target", "127.0.0.1:%d" % grpc_port, "--max-attempts", "1",
             "bench", "--protocol", protocol, "--http-target", "127.0.0.1:%d" % http_port,
             "--http-endpoint", "chat", "--as-messages", "--prompt", args.prompt,
@@ -117,6 +117,9 @@ def load_average():
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--kvserve", default="", help="the kvserve binary (default BUILD/service/kvserve)")
+    p.add_argument("--cli", default="",
+                   help="the kvserve-cli binary (default BUILD/client/kvserve-cli)")
     p.add_argument("--model", default=os.path.join(ROOT, "models", "stories260K.gguf"))
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--concurrency", default="1,16")
