@@ -1,4 +1,4 @@
-// The OpenAI-compatible HTTP API (kvserve's, issue 39) as the load
+// The OpenAI-compatible HTTP API (kvserve's, docs/http-api.md) as the load
 // generator speaks it, without any I/O: a GenerateRequest as the JSON body of a streamed
 // POST /v1/chat/completions or /v1/completions, the `data:` payloads of its answer as
 // StreamPieces, and error answers as statuses. client/http_stream_source.h does the I/O.
