@@ -102,7 +102,8 @@ ABSL_FLAG(std::string, protocol, "grpc",
           "at --http-target, streamed; --target still serves the session calls and must be "
           "reachable).");
 ABSL_FLAG(std::string, http_target, "127.0.0.1:8080",
-          "bench --protocol http: the server's HTTP listener HOST:PORT (plain HTTP).");
+          "bench --protocol http: the server's HTTP listener HOST:PORT (HTTPS with --tls-ca, "
+          "and the client certificate of --tls-cert/--tls-key).");
 ABSL_FLAG(std::string, http_endpoint, "chat",
           "bench --protocol http: chat (POST /v1/chat/completions) or completions (POST "
           "/v1/completions: text prompts).");
@@ -169,6 +170,9 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags(const Client::Options& client
   if (!endpoint.ok()) return endpoint.status();
   o.http.endpoint = *endpoint;
   o.http.model = absl::GetFlag(FLAGS_http_model);
+  o.http.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
+  o.http.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  o.http.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   o.http.bearer_token = client.bearer_token;
   o.http.timeout = client.timeout;
   o.http.connect_timeout = client.connect_timeout;

@@ -32,9 +32,21 @@ struct HttpStreamSource::Connection {
 
 namespace {
 
+// "http://TARGET/PATH", or https with a CA.
+std::string Url(const HttpStreamSource::Options& o, std::string_view path) {
+  return absl::StrCat(o.tls_ca_file.empty() ? "http://" : "https://", o.target, std::string(path));
+}
+
 // The libcurl options every transfer of a source has.
 void SetCommonOptions(const HttpStreamSource::Options& o, CURL* easy) {
   curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+  if (!o.tls_ca_file.empty()) {
+    curl_easy_setopt(easy, CURLOPT_CAINFO, o.tls_ca_file.c_str());
+    if (!o.tls_cert_file.empty()) {
+      curl_easy_setopt(easy, CURLOPT_SSLCERT, o.tls_cert_file.c_str());
+      curl_easy_setopt(easy, CURLOPT_SSLKEY, o.tls_key_file.c_str());
+    }
+  }
   curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS,
                    static_cast<long>(absl::ToInt64Milliseconds(o.timeout)));
   curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
@@ -154,8 +166,7 @@ bool HttpStreamCall::Begin() {
   easy_ = connection->easy;
   curl_easy_reset(easy_);
   SetCommonOptions(o, easy_);
-  const std::string url =
-      absl::StrCat("http://", o.target, std::string(HttpEndpointPath(o.endpoint)));
+  const std::string url = Url(o, HttpEndpointPath(o.endpoint));
   curl_easy_setopt(easy_, CURLOPT_URL, url.c_str());
   curl_easy_setopt(easy_, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body_.size()));
   curl_easy_setopt(easy_, CURLOPT_POSTFIELDS, body_.data());
@@ -313,7 +324,7 @@ absl::StatusOr<std::unique_ptr<HttpStreamSource>> HttpStreamSource::Create(Optio
   if (c.easy == nullptr) return absl::ResourceExhaustedError("libcurl could not allocate a handle");
   BoundedText answer{.text = "", .cap = o.max_error_body_bytes};
   SetCommonOptions(o, c.easy);
-  const std::string url = absl::StrCat("http://", o.target, "/v1/models");
+  const std::string url = Url(o, "/v1/models");
   curl_easy_setopt(c.easy, CURLOPT_URL, url.c_str());
   curl_slist* headers = RequestHeaders(o, "application/json", "");
   curl_easy_setopt(c.easy, CURLOPT_HTTPHEADER, headers);

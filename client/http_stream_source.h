@@ -1,7 +1,7 @@
 // The load generator's requests over kvserve's OpenAI-compatible HTTP API: each call is a
 // streamed POST /v1/chat/completions or /v1/completions (client/openai_stream.h for the
 // body and the chunks) whose server-sent events (client/sse_parser.h) are read as they
-// come, on libcurl.
+// come, on libcurl (HTTPS when Options::tls_ca_file is set).
 //
 // As the gRPC side (GrpcStreamSource over a Client), a call runs on the thread that
 // calls Next(): the call's libcurl multi handle is polled there, so a thread-per-stream
@@ -45,6 +45,12 @@ class HttpStreamSource : public StreamSource {
     // The "model" of every request; empty = the first model GET /v1/models lists (the
     // served name). Default empty.
     std::string model;
+    // HTTPS when not empty: PEM CA file the server's certificate must chain to (its SAN
+    // must name the target host), as kvserve-cli's --tls-ca. Default empty (plain HTTP).
+    std::string tls_ca_file;
+    // Mutual TLS: PEM client certificate and its key (with tls_ca_file). Default empty.
+    std::string tls_cert_file;
+    std::string tls_key_file;
     // Sent as "Authorization: Bearer TOKEN" when not empty. Default empty.
     std::string bearer_token;
     // Deadline of a call, from its first Next() to its end. Default 60 s.
