@@ -134,25 +134,25 @@ async function readChatStream(stream, {includeUsage}) {
     }
     assert.ok(chunk.usage === null || chunk.usage === undefined, JSON.stringify(chunk));
     for (const choice of chunk.choices) {
-      // The first chunk of a choice carries the role; kvserve sends its first text with it
-      // (OpenAI sends content "" first), and the last chunk, with finish_reason, may carry text.
+      // As OpenAI streams a choice: the role alone first (content ""), then content
+      // deltas, then an empty delta with finish_reason.
       let c = choices.get(choice.index);
       if (!c) {
-        assert.equal(choice.delta.role, 'assistant', 'first chunk of a choice');
+        assert.deepEqual(choice.delta, {role: 'assistant', content: ''}, 'first chunk of a choice');
+        assert.equal(choice.finish_reason, null);
         c = {content: '', finish: null};
         choices.set(choice.index, c);
-      } else {
-        assert.equal(choice.delta.role, undefined, 'the role comes once');
+        continue;
       }
+      assert.equal(choice.delta.role, undefined, 'the role comes once');
       assert.equal(c.finish, null, 'nothing after a choice finished');
-      if (choice.delta.content !== undefined) {
-        assert.equal(typeof choice.delta.content, 'string');
-        c.content += choice.delta.content;
-      }
       if (choice.finish_reason) {
+        assert.deepEqual(choice.delta, {}, 'the finishing chunk has an empty delta');
         c.finish = choice.finish_reason;
       } else {
         assert.equal(choice.finish_reason, null);
+        assert.equal(typeof choice.delta.content, 'string');
+        c.content += choice.delta.content;
       }
     }
   }
