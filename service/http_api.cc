@@ -100,8 +100,9 @@ class HttpApi::Exchange : public std::enable_shared_from_this<HttpApi::Exchange>
   ResponseContext& context() { return ctx_; }
   bool streaming() const { return streaming_; }
 
-  // Starts one generation per choice of `request` for `caller`; false when one was
-  // refused at once (the others are cancelled; Continue answers the error).
+  // Starts one generation per choice of `request` for `caller` (choice i > 0 samples
+  // with seed + i). When one is refused at once, the rest are not started and the
+  // started ones cancelled; Continue answers the error.
   void Submit(const InferenceService::Caller& caller, const OpenAiRequest& request,
               const std::string& echo_text, const std::shared_ptr<Exchange>& self);
   // After Submit and after every resume: answers (or starts the stream) when there is
