@@ -75,6 +75,7 @@ class KvserveProcess:
     """A `kvserve` subprocess. Use as a context manager."""
 
     LISTEN_RE = re.compile(r"listening on \S+ \(port (\d+)\), metrics on \S* \(port (\d+)\)")
+    HTTP_RE = re.compile(r"http on \S+ \(port (\d+)\)")  # absent with "http off"
 
     def __init__(self, binary, model, extra_args=(), timeout=30.0, env=None):
         self.args = [binary, "--model", model, "--listen", "127.0.0.1:0",
@@ -84,6 +85,7 @@ class KvserveProcess:
         self.proc = None
         self.port = None
         self.metrics_port = None
+        self.http_port = None  # the OpenAI-compatible API's, when --http-listen is set
         self.lines = []
         self._cv = threading.Condition()
         self._eof = False
@@ -97,6 +99,8 @@ class KvserveProcess:
             m = self.LISTEN_RE.search(line)
             if m:
                 self.port, self.metrics_port = int(m.group(1)), int(m.group(2))
+                http = self.HTTP_RE.search(line)
+                self.http_port = int(http.group(1)) if http else None
         if self.port is None:
             raise RuntimeError("no listening line in: %r" % self.lines)
         return self
