@@ -12,6 +12,8 @@ pkg_check_modules(GRPCPP REQUIRED IMPORTED_TARGET grpc++)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 # The /metrics HTTP endpoint (GNU libmicrohttpd).
 pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
+# JSON of the OpenAI-compatible HTTP API (nlohmann-json3-dev, header-only).
+find_package(nlohmann_json 3 CONFIG REQUIRED)
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 # Block checksums and the session cache's digests (xxHash's XXH3).
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)

@@ -4,8 +4,10 @@
 
 namespace kvserve::model {
 
-ChatPrompter::ChatPrompter(const Tokenizer& tokenizer)
-    : template_(ChatTemplate::FromJinja(tokenizer.vocab().chat_template)), encoder_(tokenizer) {
+ChatPrompter::ChatPrompter(const Tokenizer& tokenizer, std::optional<ChatTemplateFamily> family)
+    : template_(family.has_value() ? absl::StatusOr<ChatTemplate>(ChatTemplate(*family))
+                                   : ChatTemplate::FromJinja(tokenizer.vocab().chat_template)),
+      encoder_(tokenizer) {
   if (!template_.ok()) return;
   turn_separator_ = encoder_.EncodeTemplateText(template_->TurnSeparator());
   const Vocabulary& v = tokenizer.vocab();

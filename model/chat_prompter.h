@@ -5,6 +5,7 @@
 #define KVSERVE_MODEL_CHAT_PROMPTER_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -22,7 +23,10 @@ class ChatPrompter {
   // Detects the family of tokenizer.vocab().chat_template. A model without a template,
   // or with one of no supported family, still gives a prompter: its Encode answers
   // FAILED_PRECONDITION naming the problem.
-  explicit ChatPrompter(const Tokenizer& tokenizer);
+  // `family` set: render in that family whatever the vocabulary says (a model without
+  // a template, or with one misdetected; the server's --chat-template).
+  explicit ChatPrompter(const Tokenizer& tokenizer,
+                        std::optional<ChatTemplateFamily> family = std::nullopt);
 
   // The family's name ("chatml", ...), or "" when Encode cannot render.
   std::string_view family_name() const;

@@ -252,6 +252,22 @@ void RenderGemma(std::span<const ChatMessage> messages, bool add_gen, SegmentWri
 
 std::string_view ChatTemplateFamilyName(ChatTemplateFamily family) { return TextOf(family).name; }
 
+std::optional<ChatTemplateFamily> ChatTemplateFamilyFromName(std::string_view name) {
+  for (const FamilyText& f : kFamilies) {
+    if (f.name == name) return f.family;
+  }
+  return std::nullopt;
+}
+
+std::string ChatTemplateFamilyNames() {
+  std::string names;
+  for (const FamilyText& f : kFamilies) {
+    if (!names.empty()) names += ", ";
+    names += f.name;
+  }
+  return names;
+}
+
 std::optional<ChatTemplateFamily> DetectChatTemplateFamily(std::string_view t) {
   auto has = [t](std::string_view s) { return Contains(t, s); };
   if (has("<|im_start|>")) return has("<|im_sep|>") ? Family::kPhi4 : Family::kChatMl;

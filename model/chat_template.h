@@ -47,6 +47,9 @@ enum class ChatTemplateFamily {
 
 // llama.cpp's name of the family ("chatml", "llama3", ...).
 std::string_view ChatTemplateFamilyName(ChatTemplateFamily family);
+// The family of that name, or nullopt; and every name, comma-separated (for messages).
+std::optional<ChatTemplateFamily> ChatTemplateFamilyFromName(std::string_view name);
+std::string ChatTemplateFamilyNames();
 
 // The family of a Jinja chat template, or nullopt when none is recognised. Decided by
 // substrings, in llama.cpp's order (e.g. "<|im_start|>" means ChatML, or Phi-4 with

@@ -71,14 +71,15 @@ class Tokenizer {
 
   const Vocabulary& vocab() const { return vocab_; }
 
+  // The bytes token `id` contributes after `prev_id` (before UTF-8 repair: may be part
+  // of a character; the OpenAI API's logprobs report them as "bytes").
+  // Precondition: 0 <= id < vocab_.size().
+  std::string_view PieceBytes(int32_t prev_id, int32_t id) const;
+
  private:
   friend class TokenStreamDecoder;
 
   explicit Tokenizer(Vocabulary vocab) : vocab_(std::move(vocab)), special_(vocab_) {}
-
-  // The bytes token `id` contributes after `prev_id` (before UTF-8 repair).
-  // Precondition: 0 <= id < vocab_.size().
-  std::string_view PieceBytes(int32_t prev_id, int32_t id) const;
 
   Vocabulary vocab_;
   SpecialTokenSplitter special_;                // views into vocab_

@@ -8,6 +8,7 @@ PACKAGES=(
   build-essential cmake pkg-config git ca-certificates curl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libopenblas-dev prometheus-cpp-dev libabsl-dev libmicrohttpd-dev libxxhash-dev libhiredis-dev libicu-dev
+  nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang clang-format libclang-rt-14-dev libfuzzer-14-dev
   python3 python3-grpcio python3-protobuf python3-h2

@@ -39,10 +39,15 @@ class BearerAuth {
   template <typename Metadata>
   absl::StatusOr<std::string> AuthenticateCall(const Metadata& metadata) const {
     auto it = metadata.find(kAuthorizationKey);
+    if (it == metadata.end()) return AuthenticateHeader(std::nullopt);
+    return AuthenticateHeader(std::string_view(it->second.data(), it->second.size()));
+  }
+  // The name of the token in an "authorization" header or metadata value (nullopt: none
+  // was sent), or UNAUTHENTICATED as AuthenticateCall.
+  absl::StatusOr<std::string> AuthenticateHeader(
+      std::optional<std::string_view> authorization) const {
     std::optional<std::string> name;
-    if (it != metadata.end()) {
-      name = Authenticate(std::string_view(it->second.data(), it->second.size()));
-    }
+    if (authorization.has_value()) name = Authenticate(*authorization);
     if (!name.has_value()) {
       return absl::UnauthenticatedError(
           "missing or unknown bearer token (authorization: Bearer TOKEN)");

@@ -1,15 +1,12 @@
 #include "server/metrics_http_server.h"
 
 #include <microhttpd.h>
-#include <netdb.h>
-#include <sys/socket.h>
 
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/host_port.h"
+#include "server/http_daemon.h"
 
 namespace kvserve::server {
 namespace {
@@ -50,95 +47,36 @@ MHD_Result HandleRequest(void* cls, MHD_Connection* connection, const char* url,
 
 }  // namespace
 
+namespace {
+
+HttpDaemonOptions DaemonOptions(const MetricsHttpOptions& options) {
+  return {.address = options.address,
+          .option_name = "metrics-listen",
+          .worker_threads = options.worker_threads,
+          .idle_timeout = options.idle_timeout,
+          .max_connections = options.max_connections,
+          .tls_cert_pem = options.tls_cert_pem,
+          .tls_key_pem = options.tls_key_pem,
+          .thread_stack_bytes = options.thread_stack_bytes};
+}
+
+}  // namespace
+
 absl::Status ValidateMetricsHttpOptions(const MetricsHttpOptions& options) {
-  if (absl::StatusOr<HostPort> hp = ParseHostPort(options.address, "metrics-listen"); !hp.ok()) {
-    return hp.status();
-  }
-  if (options.worker_threads < 1 || options.worker_threads > 64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics-threads must be in [1, 64], got ", options.worker_threads));
-  }
-  if (options.idle_timeout < absl::Seconds(1) || options.idle_timeout > absl::Hours(1)) {
-    return absl::InvalidArgumentError("metrics-timeout must be in [1s, 1h]");
-  }
-  if (options.max_connections < options.worker_threads || options.max_connections > 65536) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics-max-connections must be in [metrics-threads, 65536], got ",
-                     options.max_connections));
-  }
-  if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
-    return absl::InvalidArgumentError("metrics-tls-cert and metrics-tls-key go together");
-  }
-  if (options.thread_stack_bytes < (size_t{256} << 10)) {
-    return absl::InvalidArgumentError("the metrics thread stack must be >= 256 KiB");
-  }
-  return absl::OkStatus();
+  return ValidateHttpDaemonOptions(DaemonOptions(options), "metrics", "metrics-timeout");
 }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const MetricsHttpOptions& options, const MetricsSource& metrics) {
   if (absl::Status s = ValidateMetricsHttpOptions(options); !s.ok()) return s;
-  const HostPort hp = *ParseHostPort(options.address, "metrics-listen");
-  const bool tls = !options.tls_cert_pem.empty();
-  if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-    return absl::FailedPreconditionError(
-        "metrics: HTTPS asked for, but libmicrohttpd was built without TLS support");
-  }
-
-  addrinfo hints = {};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* resolved = nullptr;
-  const std::string port = std::to_string(hp.port);
-  if (const int rc = getaddrinfo(hp.host.c_str(), port.c_str(), &hints, &resolved); rc != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics-listen: cannot resolve \"", hp.host, "\": ", gai_strerror(rc)));
-  }
-  const bool ipv6 = resolved->ai_family == AF_INET6;
-
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer(metrics));
-  // No MHD_USE_ERROR_LOG: what remote clients get wrong is not worth a log line each.
-  unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
-  if (ipv6) flags |= MHD_USE_IPv6;
-  // The PEM text stays with the server: libmicrohttpd keeps pointers to it.
-  server->tls_cert_pem_ = options.tls_cert_pem;
-  server->tls_key_pem_ = options.tls_key_pem;
-  std::vector<MHD_OptionItem> tls_options;
-  if (tls) {
-    flags |= MHD_USE_TLS;
-    tls_options.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, server->tls_cert_pem_.data()});
-    tls_options.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, server->tls_key_pem_.data()});
-  }
-  tls_options.push_back({MHD_OPTION_END, 0, nullptr});
-  server->daemon_ = MHD_start_daemon(
-      flags, /*port=*/static_cast<uint16_t>(hp.port), /*apc=*/nullptr, /*apc_cls=*/nullptr,
-      &HandleRequest, const_cast<MetricsSource*>(&server->metrics_),  //
-      MHD_OPTION_SOCK_ADDR, resolved->ai_addr,                        //
-      MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned int>(options.worker_threads),
-      MHD_OPTION_CONNECTION_TIMEOUT,
-      static_cast<unsigned int>(absl::ToInt64Seconds(options.idle_timeout)),
-      MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned int>(options.max_connections),
-      MHD_OPTION_THREAD_STACK_SIZE, options.thread_stack_bytes,  //
-      MHD_OPTION_ARRAY, tls_options.data(),                      //
-      MHD_OPTION_END);
-  freeaddrinfo(resolved);
-  if (server->daemon_ == nullptr) {
-    return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", options.address,
-                                               tls ? " (address in use or not local, or the "
-                                                     "TLS certificate or key was refused?)"
-                                                   : " (address in use or not local?)"));
-  }
-  const MHD_DaemonInfo* info = MHD_get_daemon_info(server->daemon_, MHD_DAEMON_INFO_BIND_PORT);
-  server->port_ = info != nullptr ? info->port : 0;
-  if (server->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("metrics: no listening port for ", options.address));
-  }
+  absl::StatusOr<std::unique_ptr<HttpDaemon>> daemon = HttpDaemon::Start(
+      DaemonOptions(options), &HandleRequest, const_cast<MetricsSource*>(&server->metrics_));
+  if (!daemon.ok()) return daemon.status();
+  server->daemon_ = *std::move(daemon);
   return server;
 }
 
-MetricsHttpServer::~MetricsHttpServer() {
-  if (daemon_ != nullptr) MHD_stop_daemon(daemon_);
-}
+MetricsHttpServer::~MetricsHttpServer() = default;
 
 }  // namespace kvserve::server

@@ -25,7 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-struct MHD_Daemon;
+#include "server/http_daemon.h"
 
 namespace kvserve::server {
 
@@ -74,16 +74,13 @@ class MetricsHttpServer {
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
 
   // The bound port.
-  int port() const { return port_; }
+  int port() const { return daemon_->port(); }
 
  private:
   MetricsHttpServer(const MetricsSource& metrics) : metrics_(metrics) {}
 
   const MetricsSource& metrics_;
-  std::string tls_cert_pem_;
-  std::string tls_key_pem_;
-  MHD_Daemon* daemon_ = nullptr;
-  int port_ = 0;
+  std::unique_ptr<HttpDaemon> daemon_;
 };
 
 }  // namespace kvserve::server

@@ -34,18 +34,36 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFromFl
 
 absl::Duration TlsRefreshIntervalFromFlag() { return absl::GetFlag(FLAGS_tls_refresh_interval); }
 
-absl::Status ApplyMetricsTlsFlags(MetricsHttpOptions& metrics) {
-  const std::string cert = absl::GetFlag(FLAGS_metrics_tls_cert);
-  const std::string key = absl::GetFlag(FLAGS_metrics_tls_key);
+namespace {
+
+// Reads a certificate flag pair into PEM text (both left empty when both flags are).
+absl::Status LoadPemFlags(const std::string& cert, const std::string& key, const char* flags,
+                          std::string* cert_pem, std::string* key_pem) {
   if (cert.empty() && key.empty()) return absl::OkStatus();
   absl::StatusOr<PemKeyCertPair> pair = LoadKeyCertPair(cert, key);
-  if (!pair.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--metrics-tls-cert/--metrics-tls-key: ", pair.status().message()));
-  }
-  metrics.tls_cert_pem = std::move(pair->cert_pem);
-  metrics.tls_key_pem = std::move(pair->key_pem);
+  if (!pair.ok())
+    return absl::InvalidArgumentError(absl::StrCat(flags, ": ", pair.status().message()));
+  *cert_pem = std::move(pair->cert_pem);
+  *key_pem = std::move(pair->key_pem);
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ApplyMetricsTlsFlags(MetricsHttpOptions& metrics) {
+  return LoadPemFlags(absl::GetFlag(FLAGS_metrics_tls_cert), absl::GetFlag(FLAGS_metrics_tls_key),
+                      "--metrics-tls-cert/--metrics-tls-key", &metrics.tls_cert_pem,
+                      &metrics.tls_key_pem);
+}
+
+absl::Status ApplyHttpTlsFlags(HttpDaemonOptions& http) {
+  if (!absl::GetFlag(FLAGS_tls_client_ca).empty() && !absl::GetFlag(FLAGS_tls_cert).empty()) {
+    return absl::FailedPreconditionError(
+        "--tls-client-ca: mutual TLS is available on the gRPC port only; turn the HTTP API "
+        "off (--http-listen=) or drop --tls-client-ca");
+  }
+  return LoadPemFlags(absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                      "--tls-cert/--tls-key", &http.tls_cert_pem, &http.tls_key_pem);
 }
 
 }  // namespace kvserve::server

@@ -2,6 +2,7 @@
 // become options:
 //   --tls-cert, --tls-key, --tls-client-ca, --tls-refresh-interval   the gRPC port's TLS
 //   --metrics-tls-cert, --metrics-tls-key                            HTTPS for /metrics
+// (kvserve's HTTP API port serves --tls-cert/--tls-key too: ApplyHttpTlsFlags).
 // A binary that links kvserve_tls_flags takes these flags; mains call the functions below
 // after absl::ParseCommandLine.
 #ifndef KVSERVE_SERVER_TLS_FLAGS_H_
@@ -13,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/security/server_credentials.h"
+#include "server/http_daemon.h"
 #include "server/metrics_http_server.h"
 
 namespace kvserve::server {
@@ -29,6 +31,12 @@ absl::Duration TlsRefreshIntervalFromFlag();
 // (left empty when both flags are). INVALID_ARGUMENT naming the flags when a file does
 // not load or only one of the two is set.
 absl::Status ApplyMetricsTlsFlags(MetricsHttpOptions& metrics);
+
+// --tls-cert and --tls-key (the gRPC port's) read into the HTTP API port's PEM text, so
+// both ports of kvserve serve the same certificate (read once: a new certificate needs
+// a restart for HTTP). FAILED_PRECONDITION with --tls-client-ca (mutual TLS is the gRPC
+// port's only); INVALID_ARGUMENT as ApplyMetricsTlsFlags.
+absl::Status ApplyHttpTlsFlags(HttpDaemonOptions& http);
 
 }  // namespace kvserve::server
 

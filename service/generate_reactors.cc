@@ -15,51 +15,6 @@ namespace {
 constexpr char kGenerate[] = "Generate";
 constexpr char kGenerateStream[] = "GenerateStream";
 
-// Records the inter-token latency and the generation metrics of one request, and hands
-// its output to the call (Deliver/Finish). Engine step thread only.
-class GenerationSink : public engine::RequestSink {
- public:
-  // `deadline`: the call's (CallDeadline).
-  GenerationSink(GenerationHost* host, bool logprobs, absl::Time deadline)
-      : host_(host), logprobs_(logprobs), deadline_(deadline) {}
-
-  void OnToken(const engine::TokenEvent& event) final {
-    const absl::Time now = host_->clock().Now();
-    if (last_token_time_.has_value()) {
-      host_->metrics().RecordInterTokenLatency(now - *last_token_time_);
-    }
-    last_token_time_ = now;
-    Deliver(event);
-  }
-
-  void OnFinish(const absl::Status& status, engine::FinishReason reason,
-                const engine::Usage& usage) final {
-    // A call cancelled at (or within deadline_slack before) its deadline has expired,
-    // whichever noticed first: the client's deadline timer (which cancels the call), gRPC's
-    // or the engine's deadline check. Its client sees DEADLINE_EXCEEDED, and so do the
-    // metrics. Deadlines are gRPC's, on the wall clock.
-    if (reason == engine::FinishReason::kCancelled &&
-        absl::Now() >= deadline_ - host_->deadline_slack()) {
-      reason = engine::FinishReason::kDeadline;
-    }
-    host_->metrics().RecordGeneration(reason, usage);
-    Finish(host_->GenerationStatus(reason, status), reason, usage);
-  }
-
- protected:
-  virtual void Deliver(const engine::TokenEvent& event) = 0;
-  // `final_status` is the call's (GenerationHost::GenerationStatus).
-  virtual void Finish(const absl::Status& final_status, engine::FinishReason reason,
-                      const engine::Usage& usage) = 0;
-
-  GenerationHost* const host_;
-  const bool logprobs_;
-
- private:
-  const absl::Time deadline_;
-  std::optional<absl::Time> last_token_time_;
-};
-
 // Collects a unary generation into the response and finishes the call.
 class UnarySink final : public GenerationSink {
  public:
@@ -113,6 +68,29 @@ class StreamSink final : public GenerationSink {
 };
 
 }  // namespace
+
+void GenerationSink::OnToken(const engine::TokenEvent& event) {
+  const absl::Time now = host_->clock().Now();
+  if (last_token_time_.has_value()) {
+    host_->metrics().RecordInterTokenLatency(now - *last_token_time_);
+  }
+  last_token_time_ = now;
+  Deliver(event);
+}
+
+void GenerationSink::OnFinish(const absl::Status& status, engine::FinishReason reason,
+                              const engine::Usage& usage) {
+  // A call cancelled at (or within deadline_slack before) its deadline has expired,
+  // whichever noticed first: the client's deadline timer (which cancels the call), gRPC's
+  // or the engine's deadline check. Its client sees DEADLINE_EXCEEDED, and so do the
+  // metrics. Deadlines are gRPC's, on the wall clock.
+  if (reason == engine::FinishReason::kCancelled &&
+      absl::Now() >= deadline_ - host_->deadline_slack()) {
+    reason = engine::FinishReason::kDeadline;
+  }
+  host_->metrics().RecordGeneration(reason, usage);
+  Finish(host_->GenerationStatus(reason, status), reason, usage);
+}
 
 absl::Time CallDeadline(const grpc::CallbackServerContext* context) {
   const auto deadline = context->deadline();

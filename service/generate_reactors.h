@@ -56,6 +56,33 @@ class GenerationHost {
   virtual const common::Clock& clock() const = 0;
 };
 
+// The base of every generation call's engine sink: records the inter-token latency and
+// the generation metrics of one request and hands its output to the call (Deliver, then
+// Finish once with the call's final status). Engine step thread only.
+class GenerationSink : public engine::RequestSink {
+ public:
+  // `deadline`: the call's (CallDeadline; InfiniteFuture for none).
+  GenerationSink(GenerationHost* host, bool logprobs, absl::Time deadline)
+      : host_(host), logprobs_(logprobs), deadline_(deadline) {}
+
+  void OnToken(const engine::TokenEvent& event) final;
+  void OnFinish(const absl::Status& status, engine::FinishReason reason,
+                const engine::Usage& usage) final;
+
+ protected:
+  virtual void Deliver(const engine::TokenEvent& event) = 0;
+  // `final_status` is the call's (GenerationHost::GenerationStatus).
+  virtual void Finish(const absl::Status& final_status, engine::FinishReason reason,
+                      const engine::Usage& usage) = 0;
+
+  GenerationHost* const host_;
+  const bool logprobs_;
+
+ private:
+  const absl::Time deadline_;
+  std::optional<absl::Time> last_token_time_;
+};
+
 // The call's deadline (InfiniteFuture when it has none).
 absl::Time CallDeadline(const grpc::CallbackServerContext* context);
 

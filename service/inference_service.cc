@@ -105,10 +105,10 @@ void InferenceService::GenerationEnded() {
 }
 
 absl::StatusOr<InferenceService::Caller> InferenceService::Admit(
-    const grpc::CallbackServerContext* context) const {
+    std::optional<std::string_view> authorization) const {
   std::string tenant;
   if (options_.auth.has_value()) {
-    absl::StatusOr<std::string> name = options_.auth->AuthenticateCall(context->client_metadata());
+    absl::StatusOr<std::string> name = options_.auth->AuthenticateHeader(authorization);
     if (!name.ok()) return name.status();
     tenant = *std::move(name);
   }
@@ -118,10 +118,16 @@ absl::StatusOr<InferenceService::Caller> InferenceService::Admit(
   return Caller{core, std::move(tenant)};
 }
 
+absl::StatusOr<InferenceService::Caller> InferenceService::Admit(
+    const grpc::CallbackServerContext* context) const {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find(server::BearerAuth::kAuthorizationKey);
+  if (it == metadata.end()) return Admit(std::nullopt);
+  return Admit(std::string_view(it->second.data(), it->second.size()));
+}
+
 absl::StatusOr<engine::Request> InferenceService::PrepareGeneration(
-    const ServingCore& core, grpc::CallbackServerContext* context,
-    const v1::GenerateRequest& request) const {
-  const absl::Time deadline = CallDeadline(context);
+    const ServingCore& core, absl::Time deadline, const v1::GenerateRequest& request) const {
   if (deadline <= absl::Now()) {
     return absl::DeadlineExceededError("deadline expired before the request was queued");
   }
@@ -142,7 +148,7 @@ grpc::Status InferenceService::FinalStatus(grpc::CallbackServerContext* context,
                                            const absl::Status& status) const {
   if (WantsRetryHint(status)) AddRetryHint(context, options_.retry_after);
   grpc::Status grpc_status = ToGrpcStatus(status);
-  metrics_->RecordRpc(method, GrpcCodeName(grpc_status.error_code()));
+  metrics_->RecordRpc(kGrpc, method, GrpcCodeName(grpc_status.error_code()));
   return grpc_status;
 }
 
@@ -182,14 +188,19 @@ void InferenceService::StartGeneration(grpc::CallbackServerContext* context,
       !s.ok()) {
     return call->Reject(s);
   }
+  SubmitGeneration(*caller, CallDeadline(context), request, call);
+}
+
+void InferenceService::SubmitGeneration(const Caller& caller, absl::Time deadline,
+                                        const v1::GenerateRequest& request, GenerationCall* call) {
   absl::StatusOr<engine::Request> engine_request =
-      PrepareGeneration(*caller->core, context, request);
+      PrepareGeneration(*caller.core, deadline, request);
   if (!engine_request.ok()) return call->Reject(engine_request.status());
-  engine_request->tenant = std::move(caller->tenant);
+  engine_request->tenant = caller.tenant;
   GenerationStarted();
   // The sink may finish the call, and the reactor go, before Submit returns.
   std::shared_ptr<CancelLink> link = call->cancel_link();
-  engine::Engine* engine = caller->core->engine;
+  engine::Engine* engine = caller.core->engine;
   absl::StatusOr<engine::RequestId> id =
       engine->Submit(*std::move(engine_request), call->NewSink(request.top_logprobs() > 0));
   if (!id.ok()) {

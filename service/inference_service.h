@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
@@ -103,6 +104,8 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
   // From now on new calls answer UNAVAILABLE; calls in flight go on. Idempotent.
   void StartDraining();
   bool draining() const { return draining_.load(); }
+  // Attached and not draining (what readiness probes ask).
+  bool ready() const { return core_.load() != nullptr && !draining_.load(); }
   // Blocks until no generation is in flight, `deadline` passes or EndWaitIdle() is
   // called; true when idle.
   bool WaitIdle(absl::Time deadline);
@@ -139,6 +142,29 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
                                        const v1::GetSessionRequest* request,
                                        v1::Session* response) override;
 
+  // --- For the service's other front, the OpenAI-compatible HTTP API (service/http_api.h):
+  // the same admission, validation, engine and metrics as the gRPC methods.
+
+  // An admitted call: what serves it and who sent it.
+  struct Caller {
+    const ServingCore* core;  // never null
+    std::string tenant;       // the token's name; empty without Options::auth
+  };
+  // The one admission check of every call: UNAUTHENTICATED (Options::auth, checked
+  // first so that an unauthenticated caller learns nothing else; `authorization` is the
+  // "Bearer TOKEN" the caller sent, nullopt when none), else UNAVAILABLE (not attached
+  // or draining), else the caller.
+  absl::StatusOr<Caller> Admit(std::optional<std::string_view> authorization) const;
+  // Validates and submits a generation of an admitted caller as Generate does (the
+  // request converted by service/request_convert.h, the engine's field errors renamed to
+  // proto paths); at the first failure `call` is rejected. `call`'s sink must derive from
+  // GenerationSink over generation_host() and call GenerationEnded() after its Finish.
+  void SubmitGeneration(const Caller& caller, absl::Time deadline,
+                        const v1::GenerateRequest& request, GenerationCall* call);
+  // What the sinks of SubmitGeneration's calls report to.
+  GenerationHost* generation_host() { return this; }
+  const Options& options() const { return options_; }
+
  private:
   // GenerationHost, for the reactors and sinks of generation calls.
   absl::Status GenerationStatus(engine::FinishReason reason,
@@ -152,14 +178,7 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
   absl::Duration deadline_slack() const override { return options_.deadline_slack; }
   const common::Clock& clock() const override { return *clock_; }
 
-  // An admitted call: what serves it and who sent it.
-  struct Caller {
-    const ServingCore* core;  // never null
-    std::string tenant;       // the token's name; empty without Options::auth
-  };
-  // The one admission check of every call: UNAUTHENTICATED (Options::auth, checked
-  // first so that an unauthenticated caller learns nothing else), else UNAVAILABLE
-  // (not attached or draining), else the caller.
+  // Admit for a gRPC call: its "authorization" metadata.
   absl::StatusOr<Caller> Admit(const grpc::CallbackServerContext* context) const;
   // A unary method that needs the serving core: admission, then `body` (validation and
   // the call; it fills the response), then the call's finish with the status converted
@@ -176,14 +195,13 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
   grpc::ServerUnaryReactor* RunOnSession(
       grpc::CallbackServerContext* context, const char* method, const std::string& session_id,
       const char* field, absl::FunctionRef<void(const Caller& caller, Answer answer)> body) const;
-  // Generate and GenerateStream: admission, validation, then Submit with the call's
-  // sink; rejects the call (GenerationCall::Reject) at the first failure.
+  // Generate and GenerateStream: admission, the session metadata check, then
+  // SubmitGeneration.
   void StartGeneration(grpc::CallbackServerContext* context, const v1::GenerateRequest& request,
                        GenerationCall* call);
-  // Checks the call's deadline and converts `request` (service/request_convert.h) with
-  // the core's tokenizer; the engine validates the fields.
-  absl::StatusOr<engine::Request> PrepareGeneration(const ServingCore& core,
-                                                    grpc::CallbackServerContext* context,
+  // Checks `deadline` and converts `request` (service/request_convert.h) with the
+  // core's tokenizer; the engine validates the fields.
+  absl::StatusOr<engine::Request> PrepareGeneration(const ServingCore& core, absl::Time deadline,
                                                     const v1::GenerateRequest& request) const;
   void GenerationStarted();
 

@@ -209,8 +209,18 @@ Metrics::Metrics()
                          .Register(*registry_)),
       rpc_requests_(prometheus::BuildCounter()
                         .Name("kvserve_rpc_requests_total")
-                        .Help("Finished RPCs by method and gRPC status code.")
+                        .Help("Finished calls by protocol (grpc, http: the OpenAI-compatible "
+                              "API), method and status code (canonical gRPC code names).")
                         .Register(*registry_)),
+      http_responses_(prometheus::BuildCounter()
+                          .Name("kvserve_http_requests_total")
+                          .Help("Responses of the HTTP API port by HTTP status (every path).")
+                          .Register(*registry_)),
+      http_connections_(prometheus::BuildGauge()
+                            .Name("kvserve_http_connections")
+                            .Help("Open connections of the HTTP API port.")
+                            .Register(*registry_)
+                            .Add({})),
       finished_(prometheus::BuildCounter()
                     .Name("kvserve_request_finished_total")
                     .Help("Finished generations by finish reason.")
@@ -252,10 +262,15 @@ Metrics::Metrics()
   // And every (method, code) pair of the RPC counter (as grpc-ecosystem's
   // go-grpc-prometheus does), so that error-ratio alerts and per-code panels have a
   // series to read before the first call of each kind.
-  for (const std::string& method : InferenceMethods()) {
-    for (int code = 0; code <= static_cast<int>(grpc::StatusCode::UNAUTHENTICATED); ++code) {
-      rpc_requests_.Add(
-          {{"method", method}, {"code", GrpcCodeName(static_cast<grpc::StatusCode>(code))}});
+  const std::vector<std::string> http_methods = {kHttpChatCompletions, kHttpCompletions,
+                                                 kHttpModels};
+  for (std::string_view protocol : {kGrpc, kHttp}) {
+    for (const std::string& method : protocol == kGrpc ? InferenceMethods() : http_methods) {
+      for (int code = 0; code <= static_cast<int>(grpc::StatusCode::UNAUTHENTICATED); ++code) {
+        rpc_requests_.Add({{"protocol", std::string(protocol)},
+                           {"method", method},
+                           {"code", GrpcCodeName(static_cast<grpc::StatusCode>(code))}});
+      }
     }
   }
 }
@@ -272,9 +287,17 @@ void Metrics::SetBuildInfo(const backends::RuntimeInfo& info) {
   degraded_path_.Add({{"path", "simd_kernels"}}).Set(info.kernels_degraded ? 1.0 : 0.0);
 }
 
-void Metrics::RecordRpc(const std::string& method, const std::string& code) {
-  rpc_requests_.Add({{"method", method}, {"code", code}}).Increment();
+void Metrics::RecordRpc(std::string_view protocol, const std::string& method,
+                        const std::string& code) {
+  rpc_requests_.Add({{"protocol", std::string(protocol)}, {"method", method}, {"code", code}})
+      .Increment();
 }
+
+void Metrics::RecordHttpResponse(int status) {
+  http_responses_.Add({{"status", std::to_string(status)}}).Increment();
+}
+
+void Metrics::AddHttpConnections(int delta) { http_connections_.Increment(delta); }
 
 void Metrics::RecordGeneration(engine::FinishReason reason, const engine::Usage& usage) {
   finished_.Add({{"reason", FinishReasonLabel(reason)}}).Increment();

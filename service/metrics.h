@@ -20,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -43,14 +44,28 @@ using EngineStatsSource = std::function<std::optional<engine::EngineStats>()>;
 
 // Threading: every method is thread-safe (prometheus-cpp metrics are internally
 // synchronized; the stats source is guarded by a mutex).
+// The `protocol` label values of kvserve_rpc_requests_total.
+inline constexpr std::string_view kGrpc = "grpc";
+inline constexpr std::string_view kHttp = "http";
+// The `method` label values of the HTTP API's calls (service/http_api.h).
+inline constexpr char kHttpChatCompletions[] = "chat.completions";
+inline constexpr char kHttpCompletions[] = "completions";
+inline constexpr char kHttpModels[] = "models";
+
 class Metrics : public server::MetricsSource {
  public:
   Metrics();
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  // One finished RPC: kvserve_rpc_requests_total{method, code}.
-  void RecordRpc(const std::string& method, const std::string& code);
+  // One finished call of either front: kvserve_rpc_requests_total{protocol, method, code};
+  // `protocol` is kGrpc or kHttp, `code` the canonical status name ("OK", "CANCELLED").
+  void RecordRpc(std::string_view protocol, const std::string& method, const std::string& code);
+  // One HTTP response of the OpenAI-compatible API port, any path:
+  // kvserve_http_requests_total{status}.
+  void RecordHttpResponse(int status);
+  // Open connections of the HTTP API port: kvserve_http_connections.
+  void AddHttpConnections(int delta);
   // One finished generation (any outcome): finish reason counter, token counters and
   // the latency histograms from the engine's usage. Time to first token and prefill
   // time are observed only when a token was generated.
@@ -83,6 +98,8 @@ class Metrics : public server::MetricsSource {
   prometheus::Family<prometheus::Gauge>& build_info_;
   prometheus::Family<prometheus::Gauge>& degraded_path_;
   prometheus::Family<prometheus::Counter>& rpc_requests_;
+  prometheus::Family<prometheus::Counter>& http_responses_;
+  prometheus::Gauge& http_connections_;
   prometheus::Family<prometheus::Counter>& finished_;
   prometheus::Counter& prompt_tokens_;
   prometheus::Family<prometheus::Counter>& cached_tokens_;

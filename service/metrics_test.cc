@@ -32,7 +32,7 @@ TEST(MetricsTest, RecordsGenerationsAndRpcs) {
                             .total_time = absl::Milliseconds(90)};
   metrics.RecordGeneration(engine::FinishReason::kLength, usage);
   metrics.RecordInterTokenLatency(absl::Milliseconds(3));
-  metrics.RecordRpc("Generate", "ok");
+  metrics.RecordRpc(kGrpc, "Generate", "ok");
   const std::string text = metrics.SerializeText();
   ExpectAll(text,
             {"kvserve_request_generated_tokens_total 5", "kvserve_request_prompt_tokens_total 12",
@@ -40,7 +40,7 @@ TEST(MetricsTest, RecordsGenerationsAndRpcs) {
              "kvserve_request_cached_tokens_total{source=\"remote\"} 0",
              "kvserve_request_computed_tokens_total 4",
              "kvserve_request_finished_total{reason=\"length\"} 1",
-             "kvserve_rpc_requests_total{code=\"ok\",method=\"Generate\"} 1",
+             "kvserve_rpc_requests_total{code=\"ok\",method=\"Generate\",protocol=\"grpc\"} 1",
              "kvserve_request_time_to_first_token_seconds_count 1",
              "kvserve_request_time_to_first_token_seconds_bucket{le=\"0.05\"} 1",
              "kvserve_request_time_to_first_token_seconds_bucket{le=\"0.025\"} 0",
@@ -185,13 +185,19 @@ TEST(MetricsTest, EveryFamilyHasItsSeriesFromTheStart) {
       EXPECT_FALSE(family.metric.empty()) << family.name;
     }
   }
-  ExpectAll(metrics.SerializeText(),
-            {"kvserve_rpc_requests_total{code=\"ok\",method=\"Generate\"} 0",
-             "kvserve_rpc_requests_total{code=\"resource_exhausted\",method=\"GenerateStream\"} 0",
-             "kvserve_rpc_requests_total{code=\"unauthenticated\",method=\"GetSession\"} 0",
-             "kvserve_rpc_requests_total{code=\"cancelled\",method=\"Tokenize\"} 0",
-             "kvserve_request_finished_total{reason=\"stop\"} 0",
-             "kvserve_request_cached_tokens_total{source=\"remote\"} 0"});
+  ExpectAll(
+      metrics.SerializeText(),
+      {"kvserve_rpc_requests_total{code=\"ok\",method=\"Generate\",protocol=\"grpc\"} 0",
+       "kvserve_rpc_requests_total{code=\"resource_exhausted\",method=\"GenerateStream\","
+       "protocol=\"grpc\"} 0",
+       "kvserve_rpc_requests_total{code=\"unauthenticated\",method=\"GetSession\","
+       "protocol=\"grpc\"} 0",
+       "kvserve_rpc_requests_total{code=\"cancelled\",method=\"Tokenize\",protocol=\"grpc\"} 0",
+       "kvserve_rpc_requests_total{code=\"cancelled\",method=\"chat.completions\","
+       "protocol=\"http\"} 0",
+       "kvserve_rpc_requests_total{code=\"ok\",method=\"models\",protocol=\"http\"} 0",
+       "kvserve_request_finished_total{reason=\"stop\"} 0",
+       "kvserve_request_cached_tokens_total{source=\"remote\"} 0"});
 }
 
 TEST(MetricsTest, ExportsProcessMetrics) {

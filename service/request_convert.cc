@@ -51,8 +51,8 @@ std::string ProtoFieldPath(absl::string_view path) {
 absl::Status WithProtoFieldNames(const absl::Status& engine_status) {
   const std::optional<std::string> field = engine::ErrorField(engine_status);
   if (!field.has_value()) return engine_status;
-  return absl::InvalidArgumentError(
-      absl::StrCat(ProtoFieldPath(*field), " ", engine::ErrorReason(engine_status)));
+  // Still a FieldError: the HTTP front maps the proto path on to the OpenAI API's names.
+  return engine::FieldError(ProtoFieldPath(*field), engine::ErrorReason(engine_status));
 }
 
 namespace {

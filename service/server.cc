@@ -56,6 +56,15 @@ absl::Status ValidateServerOptions(const ServerOptions& options) {
   if (options.service.deadline_slack < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("deadline-slack must be >= 0");
   }
+  if (options.http.has_value()) {
+    if (absl::Status s = ValidateHttpApiOptions(*options.http); !s.ok()) return s;
+  }
+  if (!options.chat_template.empty() &&
+      !model::ChatTemplateFamilyFromName(options.chat_template).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("chat-template: unknown family \"",
+                                                   options.chat_template, "\" (one of ",
+                                                   model::ChatTemplateFamilyNames(), ")"));
+  }
   if (options.service.stream_flush_interval < absl::ZeroDuration() ||
       options.service.stream_flush_interval > absl::Seconds(1)) {
     return absl::InvalidArgumentError("stream-flush-interval must be in [0, 1s]");
@@ -95,6 +104,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
           {server->service_.get()}, server->options_.metrics, *server->metrics_);
   if (!endpoints.ok()) return endpoints.status();
   server->endpoints_ = *std::move(endpoints);
+  if (server->options_.http.has_value()) {
+    absl::StatusOr<std::unique_ptr<HttpApi>> http =
+        HttpApi::Start(*server->options_.http, server->service_.get(), server->metrics_.get());
+    if (!http.ok()) return http.status();
+    server->http_ = *std::move(http);
+  }
   return server;
 }
 
@@ -119,7 +134,10 @@ absl::Status Server::Attach(std::unique_ptr<model::Model> model,
   }
   model_ = std::move(model);
   tokenizer_ = *std::move(tokenizer);
-  chat_ = std::make_unique<model::ChatPrompter>(*tokenizer_);
+  chat_ = std::make_unique<model::ChatPrompter>(
+      *tokenizer_, options_.chat_template.empty()
+                       ? std::nullopt
+                       : model::ChatTemplateFamilyFromName(options_.chat_template));
   engine_ = std::move(engine);
   core_ = std::make_unique<ServingCore>();
   core_->model = model_.get();
@@ -147,6 +165,8 @@ bool Server::Drain(absl::Duration grace) {
   engine::Engine* engine = this->engine();
   // Cancels whatever is left; every sink gets OnFinish, so every call finishes.
   if (engine != nullptr) engine->Shutdown(absl::Now());
+  // The HTTP answers the shutdown completed go out before the daemon stops.
+  if (http_ != nullptr) http_->WaitAnswered(absl::Now() + absl::Seconds(1));
   endpoints_->Stop(absl::Now() + absl::Seconds(1));
   drain_result_ = idle;
   return idle;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -28,6 +29,7 @@
 #include "server/memory_trimmer.h"
 #include "server/metrics_http_server.h"
 #include "server/shutdown_signals.h"
+#include "service/http_api.h"
 #include "service/inference_service.h"
 #include "service/metrics.h"
 
@@ -64,6 +66,14 @@ struct ServerOptions {
   std::shared_ptr<grpc::ServerCredentials> credentials;
   // Limits and hints of the Inference service.
   InferenceService::Options service;
+  // The OpenAI-compatible HTTP API (service/http_api.h) beside gRPC, over the same
+  // service; nullopt (the default here) = none. kvserve's --http-listen turns it on at
+  // 127.0.0.1:8080 by default.
+  std::optional<HttpApiOptions> http;
+  // The chat template family that renders messages (model/chat_template.h names:
+  // "chatml", "llama3", ...), for models whose file has none or a wrong one; empty (the
+  // default) = the model's own template.
+  std::string chat_template;
 };
 
 // Checks the options (addresses are HOST:PORT, limits positive and consistent).
@@ -105,6 +115,8 @@ class Server {
   bool RunUntilSignalled(const server::ShutdownSignals& signals);
 
   int port() const { return endpoints_->port(); }
+  // The HTTP API's port; 0 when it is off.
+  int http_port() const { return http_ != nullptr ? http_->port() : 0; }
   // 0 when there is no metrics endpoint.
   int metrics_port() const { return endpoints_->metrics_port(); }
   Metrics& metrics() { return *metrics_; }
@@ -120,6 +132,8 @@ class Server {
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<server::ServingEndpoints> endpoints_;
   std::unique_ptr<server::MemoryTrimmer> memory_trimmer_;
+  // After everything it serves through: stopped first.
+  std::unique_ptr<HttpApi> http_;
 
   std::mutex mu_;
   std::unique_ptr<model::Model> model_ ABSL_GUARDED_BY(mu_);

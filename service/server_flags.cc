@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/flags/flag.h"
@@ -45,6 +46,26 @@ ABSL_FLAG(std::string, backend, "cpu_blas", "Compute backend: cpu_blas or refere
 ABSL_FLAG(int32_t, threads, 0, "Backend worker threads; 0 = all cores.");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "gRPC listen address HOST:PORT (port 0 = any free port; 0.0.0.0 for all interfaces).");
+ABSL_FLAG(std::string, http_listen, "127.0.0.1:8080",
+          "OpenAI-compatible HTTP API listen address HOST:PORT (docs/http-api.md; port 0 = any "
+          "free port); empty = no HTTP API. HTTPS with --tls-cert/--tls-key.");
+ABSL_FLAG(int32_t, http_threads, 2,
+          "HTTP API worker threads (each multiplexes its connections with epoll; a streamed "
+          "response holds no thread).");
+ABSL_FLAG(absl::Duration, http_idle_timeout, absl::Seconds(30),
+          "HTTP API: a connection that sends nothing for this long (no request, or a request "
+          "that stalls) is closed. [1s, 1h].");
+ABSL_FLAG(int32_t, http_max_connections, 2048,
+          "HTTP API: open connections at once; more are refused at accept (kvserve raises its "
+          "open-file limit to the hard limit at start).");
+ABSL_FLAG(std::string, served_model_name, "",
+          "The model id of the HTTP API (requests' \"model\", GET /v1/models); empty = the model "
+          "file's name without directory and extension.");
+ABSL_FLAG(int32_t, max_n, 8, "HTTP API: the largest n (choices of one request), [1, 128].");
+ABSL_FLAG(std::string, chat_template, "",
+          "Chat template family for chat messages (gRPC messages, HTTP /v1/chat/completions): "
+          "chatml, llama3, llama2, mistral-v3, phi3, gemma, deepseek3, ...; empty = the model "
+          "file's own template (tokenizer.chat_template).");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics listen address HOST:PORT; empty = no metrics endpoint.");
 ABSL_FLAG(int64_t, kv_budget_mib, 512, "KV cache memory (block pool) in MiB.");
@@ -159,6 +180,17 @@ absl::Status RenameEngineField(const absl::Status& status) {
   return status;
 }
 
+// "models/stories260K.gguf" -> "stories260K".
+std::string_view ModelNameOfPath(std::string_view path) {
+  if (const size_t slash = path.rfind('/'); slash != std::string_view::npos) {
+    path.remove_prefix(slash + 1);
+  }
+  if (const size_t dot = path.rfind('.'); dot != std::string_view::npos && dot > 0) {
+    path = path.substr(0, dot);
+  }
+  return path.empty() ? std::string_view("default") : path;
+}
+
 absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   ServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
@@ -192,6 +224,21 @@ absl::StatusOr<ServerOptions> ServerOptionsFromFlags() {
   absl::StatusOr<std::optional<server::BearerAuth>> auth = server::BearerAuthFromFlag();
   if (!auth.ok()) return auth.status();
   options.service.auth = *std::move(auth);
+  options.chat_template = absl::GetFlag(FLAGS_chat_template);
+  if (const std::string listen = absl::GetFlag(FLAGS_http_listen); !listen.empty()) {
+    HttpApiOptions& http = options.http.emplace();
+    http.daemon.address = listen;
+    http.daemon.worker_threads = absl::GetFlag(FLAGS_http_threads);
+    http.daemon.idle_timeout = absl::GetFlag(FLAGS_http_idle_timeout);
+    http.daemon.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+    if (absl::Status s = server::ApplyHttpTlsFlags(http.daemon); !s.ok()) return s;
+    http.max_body_bytes = options.max_receive_message_bytes;
+    http.limits.max_n = absl::GetFlag(FLAGS_max_n);
+    http.served_model_name = absl::GetFlag(FLAGS_served_model_name);
+    if (http.served_model_name.empty()) {
+      http.served_model_name = std::string(ModelNameOfPath(absl::GetFlag(FLAGS_model)));
+    }
+  }
   return options;
 }
 

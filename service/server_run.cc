@@ -1,5 +1,7 @@
 #include "service/server_run.h"
 
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <memory>
 #include <utility>
@@ -64,6 +66,16 @@ std::string DescribeMemory(Server& server, const engine::ModelOptions& options,
   return line;
 }
 
+// Idle HTTP connections each hold a descriptor: the soft open-file limit (often 1024)
+// goes up to the hard one, so --http-max-connections is what bounds them.
+void RaiseOpenFileLimit() {
+  rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
 }  // namespace
 
 absl::Status ValidateProcessOptions(const ProcessOptions& options) {
@@ -87,6 +99,7 @@ absl::Status RunProcess(ProcessOptions options, const backends::RuntimeInfo& run
   model_options.engine.remote_cache = session_cache->get();
   model_options.engine.remote.owner = options.server.listen_address;
 
+  if (options.server.http.has_value()) RaiseOpenFileLimit();
   // From here on SIGTERM/SIGINT drain (also when they arrive while the model loads).
   absl::StatusOr<server::ShutdownSignals> signals = server::ShutdownSignals::Install();
   if (!signals.ok()) return signals.status();
@@ -95,7 +108,12 @@ absl::Status RunProcess(ProcessOptions options, const backends::RuntimeInfo& run
   (*server)->metrics().SetBuildInfo(runtime);
   Say(absl::StrCat("listening on ", options.server.listen_address, " (port ", (*server)->port(),
                    "), metrics on ", options.server.metrics.address, " (port ",
-                   (*server)->metrics_port(), "); loading ", model_options.model_path));
+                   (*server)->metrics_port(), "), ",
+                   options.server.http.has_value()
+                       ? absl::StrCat("http on ", options.server.http->daemon.address, " (port ",
+                                      (*server)->http_port(), ")")
+                       : std::string("http off"),
+                   "; loading ", model_options.model_path));
 
   // "loading PATH: ..." so that the message never starts with a flag's name (a model
   // file's fault is not the flag's; RunFlagsOnlyMain would put "--" before it).

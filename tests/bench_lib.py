@@ -176,7 +176,7 @@ def metric(metrics, name, **labels):
 def served_calls(before, after, method, code_name):
     """Calls of `method` the server finished with `code_name` ("OK", as gRPC names codes)
     between two scrapes."""
-    labels = {"method": method, "code": code_name.lower()}
+    labels = {"method": method, "code": code_name.lower(), "protocol": "grpc"}
     return (metric(after, "kvserve_rpc_requests_total", **labels) -
             metric(before, "kvserve_rpc_requests_total", **labels))
 

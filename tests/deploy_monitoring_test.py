@@ -1,8 +1,10 @@
 """deploy/'s dashboard and alert rules against live binaries: a real kvserve (with a session
-cache) and a real kvserve-cache serve traffic; every metric name the dashboard and the rules
-use is exported by one of them, every family they export has a panel, promtool accepts the
-Prometheus config and rules (and the rules' unit tests pass), and a real Prometheus
-(Debian's) scraping both answers every panel's queries with data and evaluates every rule.
+cache) and a real kvserve-cache serve traffic (gRPC, and HTTP once kvserve has it); every
+metric name the dashboard and the rules use is exported by one of them, every family they
+export has a panel, request panels split by protocol (grpc, http), promtool accepts the
+Prometheus config and rules (and the rules' unit tests pass, with a test for every alert), and
+a real Prometheus (Debian's) scraping both answers every panel's queries with data and
+evaluates every rule.
 
 Metrics another branch adds are listed in PENDING: until it is merged they may be missing
 (the test prints them); once exported, they are checked like the others.
@@ -19,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.error
+import urllib.request
 
 import grpc
 import yaml
@@ -39,9 +43,9 @@ PROM_DIR = os.path.join(DEPLOY, "prometheus")
 RULES = os.path.join(PROM_DIR, "kvserve-alerts.yml")
 PROMTOOL = "/usr/bin/promtool"
 
-# kvserve_build_info: added by the build-info branch (labels version, commit, backend,
-# kernel_level, blas_core); the dashboard's "Build" panel shows it.
-PENDING = set()
+# Added by the OpenAI-compatible HTTP API (issue 39): HTTP responses by status and open HTTP
+# connections (the "HTTP responses" panel, the KvserveHttpServerErrorsHigh rule).
+PENDING = {"kvserve_http_requests_total", "kvserve_http_connections"}
 # Series Prometheus makes itself.
 PROMETHEUS_OWN = {"up"}
 NAME_RE = re.compile(r"\b((?:kvserve|process)_[a-z0-9_]+|up)\b")
@@ -73,8 +77,33 @@ def grafana_to_promql(expr):
             .replace("$instance", ".*"))
 
 
-def drive_traffic(target):
-    """Stateless and streamed generations, one failing request, a three-turn session."""
+def drive_traffic(server):
+    """gRPC: stateless and streamed generations, one failing request, a three-turn session;
+    HTTP (when the server has an HTTP port): the model list, a completion, a malformed body."""
+    drive_grpc_traffic(server.target())
+    if getattr(server, "http_port", None):
+        drive_http_traffic("http://127.0.0.1:%d" % server.http_port)
+
+
+def drive_http_traffic(base):
+    def post(path, data):
+        request = urllib.request.Request(base + path, data=data,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.load(response)
+
+    with urllib.request.urlopen(base + "/v1/models", timeout=30) as response:
+        model = json.load(response)["data"][0]["id"]
+    post("/v1/completions", json.dumps({"model": model, "prompt": "Once upon a time",
+                                        "max_tokens": 8, "temperature": 0}).encode())
+    try:
+        post("/v1/completions", b"{not json")
+        raise AssertionError("a malformed body was accepted")
+    except urllib.error.HTTPError as e:
+        assert e.code == 400, e
+
+
+def drive_grpc_traffic(target):
     with grpc.insecure_channel(target) as channel:
         api = lib.Inference(channel)
         generate, stream, open_session = api.generate, api.generate_stream, api.open_session
@@ -102,7 +131,7 @@ class MonitoringTest(unittest.TestCase):
         cls.server = lib.KvserveProcess(
             KVSERVE, MODEL, ["--kv-budget-mib", "64", "--session-cache",
                              cls.cache.target()]).__enter__()
-        drive_traffic(cls.server.target())
+        drive_traffic(cls.server)
 
     @classmethod
     def tearDownClass(cls):
@@ -131,9 +160,12 @@ class MonitoringTest(unittest.TestCase):
                 continue
             self.assertEqual(panel["datasource"]["uid"], "${datasource}", panel["title"])
             for expr in (t["expr"] for t in panel["targets"]):
-                # Per-instance series: any aggregation keeps the instance label.
+                # Per-instance series: any aggregation keeps the instance label; requests
+                # (gRPC calls and HTTP API requests in one family) per protocol too.
                 for by in re.findall(r"sum by \(([^)]*)\)", expr):
                     self.assertIn("instance", by, "%s: %s" % (panel["title"], expr))
+                    if "kvserve_rpc_requests_total" in expr:
+                        self.assertIn("protocol", by, "%s: %s" % (panel["title"], expr))
 
     def test_every_name_used_exists_and_every_family_has_a_panel(self):
         (kv_families, kv_samples), (cache_families, cache_samples) = self.scrape_both()
@@ -147,8 +179,7 @@ class MonitoringTest(unittest.TestCase):
         missing = used - live
         pending = missing & PENDING
         if pending:
-            print("pending (exported once the build-info branch is merged): %s"
-                  % sorted(pending))
+            print("pending (exported once the HTTP API is merged): %s" % sorted(pending))
         self.assertEqual(missing - PENDING, set(), "used but not exported")
         # Both binaries export the process families.
         for name in ("process_resident_memory_bytes", "process_cpu_seconds_total",
@@ -177,6 +208,14 @@ class MonitoringTest(unittest.TestCase):
         run = subprocess.run([PROMTOOL, "test", "rules", "kvserve-alerts.test.yml"],
                              cwd=PROM_DIR, capture_output=True, text=True, timeout=60)
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        # Every alert has a unit test in which it fires.
+        with open(RULES) as f:
+            alerts = {r["alert"] for g in yaml.safe_load(f)["groups"] for r in g["rules"]}
+        with open(os.path.join(PROM_DIR, "kvserve-alerts.test.yml")) as f:
+            tests = yaml.safe_load(f)["tests"]
+        firing = {t["alertname"] for test in tests for t in test["alert_rule_test"]
+                  if t["exp_alerts"]}
+        self.assertEqual(alerts - firing, set(), "alerts without a unit test that fires them")
 
     def test_prometheus_answers_every_panel_and_evaluates_every_rule(self):
         with open(os.path.join(PROM_DIR, "prometheus.yml")) as f:
@@ -202,7 +241,7 @@ class MonitoringTest(unittest.TestCase):
             return (len(up) == 2 and all(r["value"][1] == "1" for r in up) and
                     len(scrapes) == 2 and all(float(r["value"][1]) >= 2 for r in scrapes))
         lib.poll(both_up, 60, "both targets up and scraped twice")
-        drive_traffic(self.server.target())  # inside the 1m rate window, after two scrapes
+        drive_traffic(self.server)  # inside the 1m rate window, after two scrapes
 
         def answers(exprs):
             # Some target of the panel returns a series with a finite value.

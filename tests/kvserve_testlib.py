@@ -74,18 +74,19 @@ def poll(fn, timeout, what, interval=0.2):
 class KvserveProcess:
     """A `kvserve` subprocess. Use as a context manager."""
 
-    LISTEN_RE = re.compile(r"listening on \S+ \(port (\d+)\), metrics on \S* \(port (\d+)\)")
-    HTTP_RE = re.compile(r"http on \S+ \(port (\d+)\)")  # absent with "http off"
+    LISTEN_RE = re.compile(r"listening on \S+ \(port (\d+)\), metrics on \S* \(port (\d+)\)"
+                           r"(?:, http on \S* \(port (\d+)\))?")
 
     def __init__(self, binary, model, extra_args=(), timeout=30.0, env=None):
         self.args = [binary, "--model", model, "--listen", "127.0.0.1:0",
-                     "--metrics-listen", "127.0.0.1:0", "--threads", "1"] + list(extra_args)
+                     "--metrics-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+                     "--threads", "1"] + list(extra_args)
         self.timeout = timeout
         self.env = env  # the process environment; None = this process's
         self.proc = None
         self.port = None
         self.metrics_port = None
-        self.http_port = None  # the OpenAI-compatible API's, when --http-listen is set
+        self.http_port = None  # None when the HTTP API is off (--http-listen "")
         self.lines = []
         self._cv = threading.Condition()
         self._eof = False
@@ -99,8 +100,7 @@ class KvserveProcess:
             m = self.LISTEN_RE.search(line)
             if m:
                 self.port, self.metrics_port = int(m.group(1)), int(m.group(2))
-                http = self.HTTP_RE.search(line)
-                self.http_port = int(http.group(1)) if http else None
+                self.http_port = int(m.group(3)) if m.group(3) else None
         if self.port is None:
             raise RuntimeError("no listening line in: %r" % self.lines)
         return self

@@ -568,7 +568,9 @@ TEST_F(ServiceIntegrationTest, MetricsCountGenerationsAndReadEngineStats) {
   }
   const std::string text = server_->metrics().SerializeText();
   EXPECT_THAT(text, HasSubstr("kvserve_request_generated_tokens_total 12"));
-  EXPECT_THAT(text, HasSubstr("kvserve_rpc_requests_total{code=\"ok\",method=\"Generate\"} 1"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("kvserve_rpc_requests_total{code=\"ok\",method=\"Generate\",protocol=\"grpc\"} 1"));
   EXPECT_THAT(text, HasSubstr("kvserve_request_time_to_first_token_seconds_count 1"));
   EXPECT_THAT(text, HasSubstr("kvserve_kv_blocks_free "));
   EXPECT_THAT(text, HasSubstr("kvserve_engine_requests_running 0"));
@@ -739,7 +741,7 @@ TEST_F(ServiceAuthTest, EveryInferenceCallNeedsAListedTokenButHealthAndReflectio
               grpc::StatusCode::UNAUTHENTICATED);
   }
   EXPECT_THAT(server_->metrics().SerializeText(),
-              HasSubstr("code=\"unauthenticated\",method=\"Generate\"} 8"));
+              HasSubstr("code=\"unauthenticated\",method=\"Generate\",protocol=\"grpc\"} 8"));
 
   // Probes and tools need no token.
   token_.clear();

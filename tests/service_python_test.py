@@ -191,7 +191,7 @@ class PythonClientTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 2, proc.stderr)
             self.assertIn(needle, proc.stderr)
         proc = subprocess.run([KVSERVE, "--model", "/nonexistent.gguf", "--listen",
-                               "127.0.0.1:0", "--metrics-listen", ""],
+                               "127.0.0.1:0", "--metrics-listen", "", "--http-listen", ""],
                               capture_output=True, text=True, timeout=30)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("nonexistent.gguf", proc.stderr)

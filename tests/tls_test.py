@@ -155,7 +155,9 @@ class TlsTest(unittest.TestCase):
 
     def test_mutual_tls_refuses_clients_without_the_right_certificate(self):
         c = self.certs
-        with lib.KvserveProcess(KVSERVE, MODEL, server_tls_args(c, client_ca="ca")) as server:
+        # Mutual TLS is the gRPC port's only: the HTTP API is turned off.
+        with lib.KvserveProcess(KVSERVE, MODEL, server_tls_args(c, client_ca="ca") +
+                                ["--http-listen", ""]) as server:
             with grpc.secure_channel(server.target(), c.channel_credentials()) as ch:
                 self.assert_refused(ch)  # no client certificate
             with grpc.secure_channel(server.target(),
@@ -182,7 +184,7 @@ class TlsTest(unittest.TestCase):
         shutil.copy(c.path("server-a.pem"), cert)
         shutil.copy(c.path("server-a.key"), key)
         args = ["--tls-cert", cert, "--tls-key", key, "--tls-client-ca", c.path("ca.pem"),
-                "--tls-refresh-interval", "1s"]
+                "--tls-refresh-interval", "1s", "--http-listen", ""]
         with lib.KvserveProcess(KVSERVE, MODEL, args) as server, \
                 grpc.secure_channel(server.target(), c.channel_credentials("client")) as old:
             self.assertTrue(healthy(old))
@@ -236,6 +238,8 @@ class TlsTest(unittest.TestCase):
                 if binary == CACHE and args[0] == "--session-cache":
                     continue
                 full = [binary, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]
+                if binary == KVSERVE:
+                    full += ["--http-listen", "127.0.0.1:0"]
                 if binary == KVSERVE:
                     full += ["--model", MODEL]
                 r = subprocess.run(full + args, capture_output=True, text=True, timeout=30)

@@ -14,6 +14,8 @@ import os
 KV = 'instance=~"$instance"'
 CACHE = 'instance=~"$cache_instance"'
 RATE = "[$__rate_interval]"
+# kvserve_rpc_requests_total counts gRPC calls and HTTP API requests, told apart by `protocol`.
+BY_PROTOCOL = "instance, protocol"
 
 
 def rate(metric, selector=KV, by="instance"):
@@ -51,14 +53,22 @@ ROWS = [
             (rate("kvserve_request_computed_tokens_total"), "prefilled {{instance}}"),
             (rate("kvserve_request_cached_tokens_total", by="instance, source"),
              "cached {{source}} {{instance}}")]),
-        ("RPCs / s by method and code", "reqps", [
-            (rate("kvserve_rpc_requests_total", by="instance, method, code"),
-             "{{method}} {{code}} {{instance}}")]),
-        ("Error ratio (not ok, not cancelled)", "percentunit", [
+        ("Requests / s by protocol (gRPC, HTTP)", "reqps", [
+            (rate("kvserve_rpc_requests_total", by="instance, protocol"),
+             "{{protocol}} {{instance}}")]),
+        ("Error ratio by protocol (not ok, not cancelled)", "percentunit", [
             ("(%s or %s * 0) / %s" % (
-                rate("kvserve_rpc_requests_total", KV + ',code!~"ok|cancelled"'),
-                rate("kvserve_rpc_requests_total"), rate("kvserve_rpc_requests_total")),
-             "{{instance}}")]),
+                rate("kvserve_rpc_requests_total", KV + ',code!~"ok|cancelled"', BY_PROTOCOL),
+                rate("kvserve_rpc_requests_total", by=BY_PROTOCOL),
+                rate("kvserve_rpc_requests_total", by=BY_PROTOCOL)),
+             "{{protocol}} {{instance}}")]),
+        ("Requests / s by protocol, method and code", "reqps", [
+            (rate("kvserve_rpc_requests_total", by="instance, protocol, method, code"),
+             "{{protocol}} {{method}} {{code}} {{instance}}")]),
+        ("HTTP responses / s by status, open HTTP connections", "short", [
+            (rate("kvserve_http_requests_total", by="instance, status"),
+             "{{status}} {{instance}}"),
+            (gauge("kvserve_http_connections"), "connections {{instance}}")]),
         ("Finished generations / s by reason", "reqps", [
             (rate("kvserve_request_finished_total", by="instance, reason"),
              "{{reason}} {{instance}}")]),
