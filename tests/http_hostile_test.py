@@ -10,9 +10,12 @@
   no connection stays open and RSS returns to its warm-up baseline.
 - 1,000 idle connections (half silent, half inside a request line) held open while
   well-formed requests are served.
-- Slowloris: header and body bytes trickled one a second, a silent connection and a body
-  shorter than its Content-Length are closed after --http-idle-timeout (2 s here) while
-  well-formed requests are served.
+- 100 clients that go away from long streams: the generations are cancelled, the
+  connections closed, RSS back to its baseline.
+- Slowloris: a silent connection, one stalled inside its headers and a body shorter than
+  its Content-Length are closed after --http-idle-timeout (2 s here) while well-formed
+  requests are served; requests trickled a byte a second should be too (an expected
+  failure: see SlowlorisTest).
 
 Raw sockets only (Debian's /usr/bin/python3, no third-party packages).
 The expected statuses are those of the HTTP API contract (issue 39; see README.md).
@@ -216,10 +219,18 @@ def check_models(reply):
         return "unparsable model list (%r)" % e
 
 
+def check_statuses(reply, status, count):
+    """None if `reply` holds `count` responses of `status` (pipelined requests)."""
+    statuses = STATUS_RE.findall(reply.raw)
+    return None if statuses == [b"%d" % status] * count else "statuses %r" % statuses
+
+
 def good_request(k):
-    """(name, bytes, check) of well-formed request number k: the API's shapes in turn."""
+    """(name, bytes, check) of well-formed request number k: the API's shapes in turn.
+    Each ends with Connection: close; check takes the Reply of every byte received."""
     rng = random.Random(-1 - k)
     chat = lambda r: check_completion(r, True)  # noqa: E731
+    keep_alive = raw_request("POST", "/v1/chat/completions", encode(chat_body()), close=False)
     kinds = [
         ("chat", lambda: post("/v1/chat/completions", encode(chat_body())), chat),
         ("completion", lambda: post("/v1/completions", encode(completion_body())),
@@ -247,9 +258,18 @@ def good_request(k):
         ("GET /health", lambda: raw_request("GET", "/health"),
          lambda r: None if r.status == 200 and r.json() == {"status": "ok"} else
          "status %r body %r" % (r.status, r.body[:200])),
+        ("three chats pipelined on one connection",
+         lambda: keep_alive * 2 + post("/v1/chat/completions", encode(chat_body())),
+         lambda r: check_statuses(r, 200, 3)),
     ]
     name, build, check = kinds[k % len(kinds)]
     return name, build(), check
+
+
+def send_good(port, k):
+    """Sends well-formed request number k; returns (its name, what is wrong or None)."""
+    name, data, check = good_request(k)
+    return name, check(Reply(exchange(port, data, timeout=30, until_close=True)))
 
 
 # ---------------------------------------------------------------------------------------
@@ -631,8 +651,7 @@ def good_requests(port, count, first=0):
     """Sends `count` well-formed requests one by one; returns the failures."""
     failures = []
     for k in range(first, first + count):
-        name, data, check = good_request(k)
-        problem = check(Reply(exchange(port, data, timeout=30)))
+        name, problem = send_good(port, k)
         if problem:
             failures.append("%s: %s" % (name, problem))
     return failures
@@ -676,13 +695,12 @@ class HostileMixTest(unittest.TestCase):
                 if task is None:
                     return
                 kind, k = task
+                data = b""
                 if kind == "good":
-                    name, data, check = good_request(k)
-                    problem = check(Reply(exchange(port, data, timeout=30)))
+                    name, problem = send_good(port, k)
                 elif k % 100 == 99:
                     name, data = "ten pipelined bad-JSON requests", pipelined_case()
-                    statuses = STATUS_RE.findall(exchange(port, data, until_close=True))
-                    problem = None if statuses == [b"400"] * 10 else "statuses %r" % statuses
+                    problem = check_statuses(Reply(exchange(port, data, until_close=True)), 400, 10)
                 else:
                     name, data, expect = cases[k % len(cases)]
                     reply = Reply(exchange(port, data))
@@ -750,7 +768,7 @@ class IdleConnectionsTest(unittest.TestCase):
                          "%d open HTTP connections" % self.IDLE)
                 start = time.monotonic()
                 self.assertEqual(good_requests(port, 20, first=20), [])
-                print("20 well-formed requests beside %d idle connections in %.1f s" %
+                print("20 well-formed requests beside %d idle connections in %.2f s" %
                       (self.IDLE, time.monotonic() - start))
                 self.assertEqual(open_connections(server), self.IDLE)
             finally:
@@ -761,6 +779,40 @@ class IdleConnectionsTest(unittest.TestCase):
             print("RSS baseline %.1f MiB, after %.1f MiB (%.1f s to settle)" %
                   (baseline / 2**20, after / 2**20, waited))
             self.assertLessEqual(after, baseline + self.RSS_TOLERANCE)
+            self.assertIsNone(server.proc.poll())
+
+
+class AbandonedStreamsTest(unittest.TestCase):
+    STREAMS = 100
+
+    def test_clients_that_go_away_cancel_their_generations(self):
+        # Long streams (4,096 tokens, EOS ignored), each client gone after its first
+        # bytes or, every other one, right after sending: the generations are cancelled
+        # (kvserve_request_finished_total{reason="cancelled"}), the connections closed.
+        body = encode(chat_body(stream=True, max_tokens=4096, ignore_eos=True))
+        cancelled = {"reason": "cancelled"}
+        with lib.KvserveProcess(KVSERVE, MODEL, SERVER_ARGS) as server:
+            port = server.http_port
+            self.assertEqual(good_requests(port, 20), [])
+            baseline, _ = settled_rss(server.proc.pid, 0, 3)
+            before = lib.metric_value(lib.scrape(server.metrics_port),
+                                      "kvserve_request_finished_total", cancelled)
+            for i in range(self.STREAMS):
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                    s.sendall(post("/v1/chat/completions", body))
+                    if i % 2:
+                        self.assertTrue(s.recv(100).startswith(b"HTTP/1.1 200 "))
+            lib.poll(lambda: lib.metric_value(lib.scrape(server.metrics_port),
+                                              "kvserve_request_finished_total",
+                                              cancelled) >= before + self.STREAMS,
+                     30, "%d cancelled generations" % self.STREAMS)
+            lib.poll(lambda: open_connections(server) == 0, 10, "no open HTTP connection")
+            self.assertEqual(good_requests(port, 10), [])
+            limit = baseline + HostileMixTest.RSS_TOLERANCE
+            after, waited = settled_rss(server.proc.pid, limit, 20)
+            print("RSS baseline %.1f MiB, after %.1f MiB (%.1f s to settle)" %
+                  (baseline / 2**20, after / 2**20, waited))
+            self.assertLessEqual(after, limit)
             self.assertIsNone(server.proc.poll())
 
 
