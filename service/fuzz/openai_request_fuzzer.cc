@@ -11,14 +11,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "engine/request_validation.h"
-#include "model/chat_prompter.h"
-#include "model/testing/synthetic_vocabulary.h"
+#include "service/fuzz/request_fuzzing.h"
 #include "service/openai_request.h"
 #include "service/openai_response.h"
 #include "service/request_convert.h"
@@ -37,11 +34,7 @@ void CheckRejection(const absl::Status& status, ApiKind kind) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const kvserve::model::Tokenizer* const tokenizer =
-      kvserve::model::MakeSyntheticChatTokenizer("{{ '<|im_start|>' + message['role'] }}")
-          .release();
-  static const kvserve::model::ChatPrompter* const chat =
-      new kvserve::model::ChatPrompter(*tokenizer);
+  const auto [tokenizer, chat] = kvserve::service::fuzz::GetSyntheticChat();
   if (size == 0) return 0;
   const ApiKind kind = (data[0] & 1) != 0 ? ApiKind::kCompletions : ApiKind::kChatCompletions;
   const absl::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
@@ -63,21 +56,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CheckRejection(kvserve::service::WithProtoFieldNames(converted.status()), kind);
     return 0;
   }
-  const kvserve::engine::RequestRules rules{.vocab_size = tokenizer->vocab().size(),
-                                            .max_tokens_limit = 4096,
-                                            .max_cache_salt_bytes = 256,
-                                            .stop_limits = {},
-                                            .has_tokenizer = true};
-  const absl::Status valid = kvserve::engine::ValidateRequest(*converted, rules);
-  if (!valid.ok()) {
-    CheckRejection(kvserve::service::WithProtoFieldNames(valid), kind);
-    return 0;
-  }
-  for (const std::vector<int32_t>* ids : {&converted->prompt_tokens, &converted->turn_separator}) {
-    for (int32_t t : *ids) {
-      if (t < 0 || t >= rules.vocab_size) std::abort();
-    }
-  }
-  if (converted->sampling.max_tokens < 1 || converted->sampling.max_tokens > 4096) std::abort();
+  const absl::Status valid =
+      kvserve::service::fuzz::ValidateOrAbort(*converted, tokenizer->vocab().size());
+  if (!valid.ok()) CheckRejection(kvserve::service::WithProtoFieldNames(valid), kind);
   return 0;
 }
