@@ -10,6 +10,8 @@ CMAKE_FLAGS ?=
 # `cmake` build does not (see KVSERVE_WERROR in CMakeLists.txt).
 TEST_FLAGS = -DKVSERVE_WERROR=ON
 MODEL ?= models/stories260K.gguf
+# Extra kvserve flags for `make run` (e.g. ARGS="--chat-template chatml").
+ARGS ?=
 PROMPT ?= Once upon a time
 
 .PHONY: run test deps models vocab configure build build-run test-format build-asan build-tsan build-fuzz test-plain test-asan test-tsan test-fuzz bench clean
@@ -36,7 +38,7 @@ build-run: configure
 	cmake --build $(BUILD) -j$(JOBS) --target kvserve kvserve-cli
 
 run: build-run
-	./scripts/run-main.sh $(BUILD) $(MODEL)
+	./scripts/run-main.sh $(BUILD) $(MODEL) $(ARGS)
 
 test-plain: build vocab
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -LE "fuzz|tsan-only"

@@ -58,7 +58,7 @@ absl::Status ApplyMetricsTlsFlags(MetricsHttpOptions& metrics) {
 
 absl::Status ApplyHttpTlsFlags(HttpDaemonOptions& http) {
   if (!absl::GetFlag(FLAGS_tls_client_ca).empty() && !absl::GetFlag(FLAGS_tls_cert).empty()) {
-    return absl::FailedPreconditionError(
+    return absl::InvalidArgumentError(
         "--tls-client-ca: mutual TLS is available on the gRPC port only; turn the HTTP API "
         "off (--http-listen=) or drop --tls-client-ca");
   }

@@ -34,8 +34,8 @@ absl::Status ApplyMetricsTlsFlags(MetricsHttpOptions& metrics);
 
 // --tls-cert and --tls-key (the gRPC port's) read into the HTTP API port's PEM text, so
 // both ports of kvserve serve the same certificate (read once: a new certificate needs
-// a restart for HTTP). FAILED_PRECONDITION with --tls-client-ca (mutual TLS is the gRPC
-// port's only); INVALID_ARGUMENT as ApplyMetricsTlsFlags.
+// a restart for HTTP). INVALID_ARGUMENT with --tls-client-ca (mutual TLS is the gRPC
+// port's only), and as ApplyMetricsTlsFlags.
 absl::Status ApplyHttpTlsFlags(HttpDaemonOptions& http);
 
 }  // namespace kvserve::server

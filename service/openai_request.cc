@@ -194,7 +194,7 @@ absl::Status ReadPrompt(const Json& body, v1::GenerateRequest* out) {
     out->set_text(prompt->get<std::string>());
     return absl::OkStatus();
   }
-  if (prompt->is_array() && !prompt->empty()) {
+  if (prompt->is_array() && !prompt->empty() && !(*prompt)[0].is_string()) {
     for (size_t i = 0; i < prompt->size(); ++i) {
       std::optional<int64_t> id;
       KVSERVE_RETURN_IF_ERROR(Reader::IntValue((*prompt)[i], absl::StrCat("prompt[", i, "]"), 0,

@@ -16,6 +16,7 @@
 
 Usage: /usr/bin/python3 session_cache_e2e_test.py KVSERVE_BIN CACHE_BIN MODEL PYTHON_STUBS_DIR
 """
+import json
 import os
 import shutil
 import subprocess
@@ -134,6 +135,48 @@ class SessionCacheEndToEndTest(unittest.TestCase):
                 context = list(record.tokens)[:got.usage.prompt_tokens]
                 self.assertEqual(context[:len(history)], history)
             self.assert_cold_equal(got, context, 40)
+
+    def test_stateless_http_chat_reuses_the_conversation_on_another_replica(self):
+        """The OpenAI API's way to hold a conversation: every request sends the whole of
+        it. Turn 2 repeats turn 1's messages and reply: on the same replica its prefix comes
+        from the local cache, on another replica from kvserve-cache; both report it as
+        usage.prompt_tokens_details.cached_tokens."""
+        def chat(server, messages):
+            body = json.dumps({"model": "stories260K", "messages": messages, "max_tokens": 24,
+                               "temperature": 0}).encode()
+            request = urllib.request.Request(
+                "http://127.0.0.1:%d/v1/chat/completions" % server.http_port, data=body,
+                headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=60) as r:
+                return json.load(r)
+
+        with lib.CacheProcess(CACHE, ["--memory-bytes", str(256 << 20)]) as cache, \
+                grpc.insecure_channel(cache.target()) as cch:
+            chatml = ["--chat-template", "chatml"]
+            with replica(cache, chatml) as a, replica(cache, chatml) as b:
+                turn1 = [{"role": "system", "content": "You tell stories."},
+                         {"role": "user", "content": FIRST}]
+                first = chat(a, turn1)
+                self.assertEqual(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+                prompt1 = first["usage"]["prompt_tokens"]
+                # Turn 1's prompt blocks reach kvserve-cache (written behind).
+                lib.wait_for(lambda: Cache(cch).stats().blocks >= prompt1 // 16,
+                             what="turn 1's blocks in kvserve-cache")
+                turn2 = turn1 + [{"role": "assistant",
+                                  "content": first["choices"][0]["message"]["content"]},
+                                 {"role": "user", "content": SECOND}]
+                # B has never seen the conversation: its prefix comes from kvserve-cache.
+                remote = chat(b, turn2)
+                self.assertGreaterEqual(remote["usage"]["prompt_tokens_details"]["cached_tokens"],
+                                        prompt1 // 16 * 16)
+                self.assertGreater(lib.metric_value(lib.scrape(b.metrics_port),
+                                                    "kvserve_request_cached_tokens_total",
+                                                    {"source": "remote"}), 0)
+                # A still has it locally.
+                local = chat(a, turn2)
+                self.assertGreaterEqual(local["usage"]["prompt_tokens_details"]["cached_tokens"],
+                                        prompt1 // 16 * 16)
+                self.assertEqual(local["usage"]["prompt_tokens"], remote["usage"]["prompt_tokens"])
 
     def test_opener_continues_the_newer_record(self):
         """Opened on B, three turns on A: B's next turn starts from the whole history in

@@ -15,6 +15,7 @@ Skips when `openssl` is not installed.
 
 Usage: /usr/bin/python3 tls_test.py KVSERVE_BIN CACHE_BIN CLI_BIN MODEL PYTHON_STUBS_DIR
 """
+import json
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.request
 
 import grpc
@@ -152,6 +154,29 @@ class TlsTest(unittest.TestCase):
             plain = subprocess.run([CLI, "info", "--target", server.target(), "--timeout", "3s"],
                                    capture_output=True, text=True, timeout=60)
             self.assertNotEqual(plain.returncode, 0)
+
+    def test_http_api_serves_https_with_the_same_certificate(self):
+        c = self.certs
+        with lib.KvserveProcess(KVSERVE, MODEL, server_tls_args(c)) as server:
+            url = "https://127.0.0.1:%d/v1/models" % server.http_port
+            context = ssl.create_default_context(cafile=c.path("ca.pem"))
+            with urllib.request.urlopen(url, context=context, timeout=10) as r:
+                self.assertEqual(r.status, 200)
+                self.assertEqual(json.load(r)["object"], "list")
+            # Plain HTTP, or a client trusting another CA, gets nothing.
+            with self.assertRaises(Exception):
+                urllib.request.urlopen("http://127.0.0.1:%d/v1/models" % server.http_port,
+                                       timeout=5).read()
+            rogue = ssl.create_default_context(cafile=c.path("rogue-ca.pem"))
+            with self.assertRaisesRegex(urllib.error.URLError, "CERTIFICATE_VERIFY_FAILED"):
+                urllib.request.urlopen(url, context=rogue, timeout=5)
+        # Mutual TLS is the gRPC port's only: kvserve refuses to start it with the HTTP API on.
+        r = subprocess.run([KVSERVE, "--model", MODEL, "--listen", "127.0.0.1:0",
+                            "--metrics-listen", "", "--http-listen", "127.0.0.1:0"] +
+                           server_tls_args(c, client_ca="ca"),
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--tls-client-ca: mutual TLS is available on the gRPC port only", r.stderr)
 
     def test_mutual_tls_refuses_clients_without_the_right_certificate(self):
         c = self.certs
