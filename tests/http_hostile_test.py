@@ -9,7 +9,8 @@
   sees the bytes), every well-formed one gets 200 with a completion, the process lives,
   no connection stays open and RSS returns to its warm-up baseline.
 - 1,000 idle connections (half silent, half inside a request line) held open while
-  well-formed requests are served.
+  well-formed requests are served; past --http-max-connections a connection is closed at
+  accept, and requests are served again once the others close.
 - 100 clients that go away from long streams: the generations are cancelled, the
   connections closed, RSS back to its baseline.
 - Slowloris: a silent connection, one stalled inside its headers and a body shorter than
@@ -18,7 +19,7 @@
   failure: see SlowlorisTest).
 
 Raw sockets only (Debian's /usr/bin/python3, no third-party packages).
-The expected statuses are those of the HTTP API contract (issue 39; see README.md).
+The expected statuses are those of the HTTP API contract (issue 39, docs/http-api.md).
 
 Usage: /usr/bin/python3 http_hostile_test.py KVSERVE_BIN MODEL_PATH
 """
@@ -790,6 +791,28 @@ class IdleConnectionsTest(unittest.TestCase):
                   (baseline / 2**20, after / 2**20, waited))
             self.assertLessEqual(after, baseline + self.RSS_TOLERANCE)
             self.assertIsNone(server.proc.poll())
+
+
+    def test_connections_over_the_limit_are_refused_then_served(self):
+        raise_fd_limit()
+        limit = 200
+        args = SERVER_ARGS + ["--http-max-connections", str(limit)]
+        with lib.KvserveProcess(KVSERVE, MODEL, args) as server:
+            port = server.http_port
+            held = [socket.create_connection(("127.0.0.1", port), timeout=10)
+                    for _ in range(limit)]
+            try:
+                lib.poll(lambda: open_connections(server) >= limit, 10,
+                         "%d open HTTP connections" % limit)
+                # One more is closed at accept: no reply, and the process lives.
+                name, data, _ = good_request(0)
+                self.assertEqual(exchange(port, data, timeout=10), b"", name)
+                self.assertIsNone(server.proc.poll())
+            finally:
+                for s in held:
+                    s.close()
+            lib.poll(lambda: open_connections(server) == 0, 10, "no open HTTP connection")
+            self.assertEqual(good_requests(port, 10), [])
 
 
 class AbandonedStreamsTest(unittest.TestCase):
