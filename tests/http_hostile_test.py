@@ -779,7 +779,7 @@ class HostileMixTest(unittest.TestCase):
         with lib.KvserveProcess(KVSERVE, MODEL, SERVER_ARGS + SHORT_IDLE) as server:
             port = server.http_port
             pid = server.proc.pid
-            # Warm-up: every case and every well-formed shape once, then the baseline.
+            # Warm-up: every case twice and every well-formed shape, then the baseline.
             counts, failures, _ = self.run_mix(port, 2 * len(cases), cases)
             assert_no_failures(failures, "warm-up")
             baseline, _ = settled_rss(pid, 0, 3)
