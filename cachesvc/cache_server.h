@@ -36,7 +36,7 @@ struct CacheServerOptions {
   // 127.0.0.1:50061.
   std::string listen_address = "127.0.0.1:50061";
   // The /metrics endpoint; an empty address (the default) = none.
-  server::MetricsHttpOptions metrics = {.address = ""};
+  server::MetricsHttpOptions metrics{""};
   // Largest message received or sent; larger ones fail with RESOURCE_EXHAUSTED. Must
   // exceed the largest chunk (4 MiB) plus framing. Default 8 MiB.
   int32_t max_message_bytes = 8 << 20;

@@ -37,7 +37,8 @@ struct RequestResult {
   int64_t prompt_tokens = 0;  // from the last message's usage
   int64_t cached_tokens_local = 0;
   int64_t cached_tokens_remote = 0;
-  int64_t output_tokens = 0;  // tokens received
+  int64_t output_tokens = 0;  // the usage's completion tokens; without usage (a stream
+                              // cancelled or failed) the tokens received
   int64_t messages = 0;       // stream messages received
   int turn = 0;               // 0-based turn of its conversation (0 for a single request)
 };

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "client/bench_report.h"
 #include "client/cli_commands.h"
+#include "client/openai_stream.h"
 
 namespace kvserve::client::cli {
 namespace {
@@ -110,15 +111,20 @@ absl::StatusOr<std::vector<std::string>> ReadPrompts(const std::string& path) {
   return prompts;
 }
 
-std::string ConfigJson(const bench::LoadOptions& o, const Client& client) {
+std::string ConfigJson(const bench::LoadOptions& o, const BenchOptions& options,
+                       const Client& client) {
+  const std::string endpoint =
+      options.protocol == "http" ? std::string(bench::HttpEndpointPath(options.http.endpoint)) : "";
   return absl::StrFormat(
       R"({"shape":"%s","concurrency":%d,"requests":%d,"duration_s":%.3f,"request_rate":%.3f,)"
       R"("turns":%d,"max_tokens":%d,"max_tokens_min":%d,"prompts":%d,)"
-      R"("cancel_after_tokens":%d,"replicas":%d,"seed":%d})",
+      R"("cancel_after_tokens":%d,"replicas":%d,"seed":%d,"protocol":%s,"http_endpoint":%s,)"
+      R"("as_messages":%s})",
       o.workload.shape, o.concurrency, o.workload.requests,
       absl::ToDoubleSeconds(o.workload.duration), o.workload.request_rate, o.workload.turns,
       o.request.max_tokens(), o.max_tokens_min, o.workload.prompts.size(), o.cancel_after_tokens,
-      client.targets().size(), o.workload.seed);
+      client.targets().size(), o.workload.seed, bench::JsonString(options.protocol),
+      bench::JsonString(endpoint), o.as_messages ? "true" : "false");
 }
 
 int BadOptions(const absl::Status& status) {
@@ -180,6 +186,17 @@ int RunBench(const Client& client, const BenchOptions& options, StopSignals* sto
     }
     o.on_call = [&log](std::string_view method, const absl::Status& s) { log->Write(method, s); };
   }
+  std::unique_ptr<bench::HttpStreamSource> http;
+  if (options.protocol == "http") {
+    absl::StatusOr<std::unique_ptr<bench::HttpStreamSource>> source =
+        bench::HttpStreamSource::Create(options.http);
+    if (!source.ok()) return Fail(source.status());
+    http = *std::move(source);
+    o.streams = http.get();
+  } else if (options.protocol != "grpc") {
+    return BadOptions(absl::InvalidArgumentError(
+        absl::StrCat("--protocol must be grpc or http, not \"", options.protocol, "\"")));
+  }
   absl::StatusOr<std::unique_ptr<bench::LoadGenerator>> load =
       bench::LoadGenerator::Create(client, std::move(o));
   if (!load.ok()) return BadOptions(load.status());
@@ -193,7 +210,8 @@ int RunBench(const Client& client, const BenchOptions& options, StopSignals* sto
   if (stop != nullptr) stop->StopWatching();  // before `load` goes
   if (!report.ok()) return Fail(report.status());
   if (options.json) {
-    std::printf("%s\n", bench::ToJson(*report, ConfigJson((*load)->options(), client)).c_str());
+    std::printf("%s\n",
+                bench::ToJson(*report, ConfigJson((*load)->options(), options, client)).c_str());
   } else {
     std::printf("%s", bench::ToText(*report).c_str());
   }

@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "client/http_stream_source.h"
 #include "client/load_generator.h"
 #include "kvserve/v1/inference.pb.h"
 
@@ -55,8 +56,14 @@ int RunChat(const Client& client, const v1::GenerateRequest& turn, absl::Duratio
             const std::string& system, std::istream& in);
 
 struct BenchOptions {
-  // The load (client/load_generator.h); its on_call is set by RunBench.
+  // The load (client/load_generator.h); its on_call and streams are set by RunBench.
   bench::LoadOptions load;
+  // Where the requests go: "grpc" (GenerateStream through the Client) or "http" (the
+  // OpenAI-compatible API at http.target, client/http_stream_source.h; sessions are still
+  // opened and closed through the Client). Default "grpc".
+  std::string protocol = "grpc";
+  // The HTTP side (protocol "http").
+  bench::HttpStreamSource::Options http;
   // A file of prompts, one a line (empty lines skipped), drawn from uniformly
   // (load.workload.prompts); empty = none. Default empty.
   std::string prompts_file;
@@ -97,7 +104,8 @@ class StopSignals {
 // (client/bench_report.h) on stdout, a progress bar on stderr when it is a terminal.
 // `stop` (optional, watched during the run): a signal ends the run early, and the
 // report of what ran is printed. Exit code 0 when every call succeeded, 3 when some
-// failed (the report is printed either way), 2 for bad options, 1 when the warm-up failed.
+// failed (the report is printed either way), 2 for bad options, 1 when the warm-up failed
+// (or, over HTTP, the server's GET /v1/models).
 int RunBench(const Client& client, const BenchOptions& options, StopSignals* stop = nullptr);
 
 }  // namespace kvserve::client::cli

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "client/openai_stream.h"
 #include "server/tls_credentials.h"
 
 // Connection.
@@ -91,6 +92,24 @@ ABSL_FLAG(std::string, call_log, "",
           "bench: file to write one JSON line to as each call ends: {\"t\": end on "
           "CLOCK_MONOTONIC in seconds, \"method\", \"code\", \"message\"}; empty = none.");
 ABSL_FLAG(bool, json, false, "bench: print the report as one JSON object.");
+ABSL_FLAG(bool, as_messages, false,
+          "bench: send each prompt as one user message (rendered by the server's chat "
+          "template) instead of text. --protocol http with --http-endpoint chat always sends "
+          "messages (a text prompt becomes one user message): set it for gRPC to run the "
+          "same prompt.");
+ABSL_FLAG(std::string, protocol, "grpc",
+          "bench: grpc (GenerateStream at --target) or http (kvserve's OpenAI-compatible API "
+          "at --http-target, streamed; --target still serves the session calls and must be "
+          "reachable).");
+ABSL_FLAG(std::string, http_target, "127.0.0.1:8080",
+          "bench --protocol http: the server's HTTP listener HOST:PORT (HTTPS with --tls-ca, "
+          "and the client certificate of --tls-cert/--tls-key).");
+ABSL_FLAG(std::string, http_endpoint, "chat",
+          "bench --protocol http: chat (POST /v1/chat/completions) or completions (POST "
+          "/v1/completions: text prompts).");
+ABSL_FLAG(std::string, http_model, "",
+          "bench --protocol http: the model every request names; empty = the first model "
+          "GET /v1/models lists.");
 
 namespace kvserve::client::cli {
 
@@ -142,8 +161,22 @@ v1::GenerateRequest RequestFromFlags() {
   return request;
 }
 
-BenchOptions BenchOptionsFromFlags() {
+absl::StatusOr<BenchOptions> BenchOptionsFromFlags(const Client::Options& client) {
   BenchOptions o;
+  o.protocol = absl::GetFlag(FLAGS_protocol);
+  o.http.target = absl::GetFlag(FLAGS_http_target);
+  absl::StatusOr<bench::HttpEndpoint> endpoint =
+      bench::ParseHttpEndpoint(absl::GetFlag(FLAGS_http_endpoint));
+  if (!endpoint.ok()) return endpoint.status();
+  o.http.endpoint = *endpoint;
+  o.http.model = absl::GetFlag(FLAGS_http_model);
+  o.http.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
+  o.http.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  o.http.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  o.http.bearer_token = client.bearer_token;
+  o.http.timeout = client.timeout;
+  o.http.connect_timeout = client.connect_timeout;
+  o.load.as_messages = absl::GetFlag(FLAGS_as_messages);
   bench::WorkloadOptions& w = o.load.workload;
   w.shape = absl::GetFlag(FLAGS_shape);
   w.prompt = absl::GetFlag(FLAGS_prompt);

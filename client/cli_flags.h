@@ -34,8 +34,10 @@ absl::StatusOr<Client::Options> ClientOptionsFromFlags();
 // --ignore-eos); no prompt.
 v1::GenerateRequest RequestFromFlags();
 
-// bench's flags.
-BenchOptions BenchOptionsFromFlags();
+// bench's flags; the HTTP side's bearer token and deadlines are `client`'s, its TLS files
+// the --tls-* flags.
+// INVALID_ARGUMENT naming the flag for a bad --http-endpoint.
+absl::StatusOr<BenchOptions> BenchOptionsFromFlags(const Client::Options& client);
 
 }  // namespace kvserve::client::cli
 

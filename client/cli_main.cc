@@ -28,6 +28,8 @@ constexpr char kUsage[] =
     "  kvserve-cli info            the model and the server's limits\n"
     "  kvserve-cli bench [--concurrency N] [--requests M | --duration D] [--request-rate R]\n"
     "                    [--shape single|conversation --turns T] [--prompts-file F] [--json]\n"
+    "                    [--as-messages] [--protocol grpc|http --http-target HOST:PORT\n"
+    "                    --http-endpoint chat|completions]\n"
     "                    (SIGINT/SIGTERM end the run early; the report is printed)\n"
     "Common: --target HOST:PORT[,HOST:PORT...] (default 127.0.0.1:50051), --token-file FILE,\n"
     "--tls-ca FILE [--tls-cert FILE --tls-key FILE], --timeout D, --max-attempts N.\n"
@@ -55,6 +57,11 @@ int Run(const std::vector<std::string>& args) {
     std::fprintf(stderr, "kvserve-cli: %s\n", std::string(options.status().message()).c_str());
     return 2;
   }
+  absl::StatusOr<BenchOptions> bench = BenchOptionsFromFlags(*options);
+  if (!bench.ok()) {
+    std::fprintf(stderr, "kvserve-cli: %s\n", std::string(bench.status().message()).c_str());
+    return 2;
+  }
   absl::StatusOr<std::unique_ptr<Client>> client =
       Client::Connect(TargetsFromFlags(), *std::move(options));
   if (!client.ok()) return Fail(client.status());
@@ -73,7 +80,7 @@ int Run(const std::vector<std::string>& args) {
   }
   if (command == "sessions") return RunSessions(c, rest, absl::GetFlag(FLAGS_ttl));
   if (command == "info") return RunInfo(c);
-  return RunBench(c, BenchOptionsFromFlags(), &*stop);
+  return RunBench(c, *bench, &*stop);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "client/load_generator.h"
 
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -58,18 +59,18 @@ void LoadGenerator::Ended(std::string_view method, const absl::Status& status,
 }
 
 absl::StatusCode LoadGenerator::Measure(const v1::GenerateRequest& request, int turn,
-                                        bool record_output) {
+                                        const std::string* record_output_of) {
   RequestResult r;
   r.turn = turn;
   const absl::Time sent = absl::Now();
   absl::Time last_token = sent;
-  bool has_usage = false;
+  std::optional<v1::Usage> usage;
   std::string text;
-  std::unique_ptr<GenerateStream> stream = client_.StartGenerateStream(request);
-  v1::GenerateStreamResponse m;
-  while (stream->Next(&m)) {
+  std::unique_ptr<StreamCall> stream = streams_->Start(request);
+  StreamPiece piece;
+  while (stream->Next(&piece)) {
     ++r.messages;
-    const int k = m.token_ids_size();
+    const int k = piece.tokens;
     if (k > 0) {
       const absl::Time now = absl::Now();
       if (r.ttft_s < 0) {
@@ -82,13 +83,8 @@ absl::StatusCode LoadGenerator::Measure(const v1::GenerateRequest& request, int 
       last_token = now;
       r.output_tokens += k;
     }
-    if (record_output) text += m.text();
-    if (m.has_usage()) {
-      has_usage = true;
-      r.prompt_tokens = m.usage().prompt_tokens();
-      r.cached_tokens_local = m.usage().cached_tokens_local();
-      r.cached_tokens_remote = m.usage().cached_tokens_remote();
-    }
+    if (record_output_of != nullptr) text += piece.text;
+    if (piece.usage.has_value()) usage = std::move(piece.usage);
     if (options_.cancel_after_tokens > 0 && r.output_tokens >= options_.cancel_after_tokens) {
       stream->Cancel();
       break;
@@ -97,11 +93,32 @@ absl::StatusCode LoadGenerator::Measure(const v1::GenerateRequest& request, int 
   const absl::Status status = stream->Finish();
   r.code = status.code();
   r.e2e_s = absl::ToDoubleSeconds(absl::Now() - sent);
-  if (status.ok() && !has_usage) recorder_.AddMalformed("stream ended OK without usage");
-  if (status.ok() && record_output) recorder_.AddOutput(request.text(), std::move(text));
+  if (usage.has_value()) {
+    r.prompt_tokens = usage->prompt_tokens();
+    r.cached_tokens_local = usage->cached_tokens_local();
+    r.cached_tokens_remote = usage->cached_tokens_remote();
+    r.output_tokens = usage->completion_tokens();
+  }
+  if (status.ok() && !usage.has_value()) recorder_.AddMalformed("stream ended OK without usage");
+  if (status.ok() && record_output_of != nullptr) {
+    recorder_.AddOutput(*record_output_of, std::move(text));
+  }
   recorder_.Add(std::move(r));
   Ended("GenerateStream", status, stream->info());
   return status.code();
+}
+
+v1::GenerateRequest LoadGenerator::RequestWithText(const std::string& text) const {
+  v1::GenerateRequest request = options_.request;
+  request.clear_prompt();
+  if (options_.as_messages) {
+    v1::Message* m = request.mutable_messages()->add_messages();
+    m->set_role("user");
+    m->set_content(text);
+  } else {
+    request.set_text(text);
+  }
+  return request;
 }
 
 void LoadGenerator::RunUnit(const Unit& unit) {
@@ -117,18 +134,19 @@ void LoadGenerator::RunUnit(const Unit& unit) {
     session_id = session->session_id();
   }
   const bool greedy = options_.request.sampling().temperature() == 0.0f;
+  const bool preset =
+      single && options_.request.prompt_case() != v1::GenerateRequest::PROMPT_NOT_SET;
   for (int turn = 0; turn < unit.turns; ++turn) {
-    v1::GenerateRequest request = options_.request;
-    if (!single || request.prompt_case() == v1::GenerateRequest::PROMPT_NOT_SET) {
-      request.set_text(TurnText(options_.workload, unit, turn));
-    }
+    const std::string text =
+        preset ? options_.request.text() : TurnText(options_.workload, unit, turn);
+    v1::GenerateRequest request = preset ? options_.request : RequestWithText(text);
     request.set_session_id(session_id);
     if (options_.max_tokens_min > 0) {
       request.set_max_tokens(std::uniform_int_distribution<int>(
           options_.max_tokens_min, options_.request.max_tokens())(rng));
     }
     const bool record = options_.record_outputs && greedy && turn == 0;
-    if (Measure(request, turn, record) != absl::StatusCode::kOk) break;
+    if (Measure(request, turn, record ? &text : nullptr) != absl::StatusCode::kOk) break;
   }
   if (!session_id.empty()) {
     CallInfo info;
@@ -140,13 +158,15 @@ void LoadGenerator::RunUnit(const Unit& unit) {
 
 absl::StatusOr<Report> LoadGenerator::Run() {
   for (int i = 0; i < options_.warmup; ++i) {
-    v1::GenerateRequest warm = options_.request;
-    if (warm.prompt_case() == v1::GenerateRequest::PROMPT_NOT_SET) {
-      const WorkloadOptions& w = options_.workload;
-      warm.set_text(w.prompts.empty() ? w.prompt : w.prompts.front());
+    const WorkloadOptions& w = options_.workload;
+    std::unique_ptr<StreamCall> warm =
+        streams_->Start(options_.request.prompt_case() != v1::GenerateRequest::PROMPT_NOT_SET
+                            ? options_.request
+                            : RequestWithText(w.prompts.empty() ? w.prompt : w.prompts.front()));
+    StreamPiece discard;
+    while (warm->Next(&discard)) {
     }
-    absl::Status status = client_.StreamGenerate(warm, [](const v1::GenerateStreamResponse&) {});
-    if (!status.ok()) {
+    if (absl::Status status = warm->Finish(); !status.ok()) {
       return absl::Status(status.code(), absl::StrCat("warm-up request: ", status.message()));
     }
   }

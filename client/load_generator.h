@@ -1,6 +1,7 @@
 // kvserve's load generator: worker threads take units of work (client/bench_workload.h:
 // single requests or multi-turn conversations in sessions; closed loop or Poisson
-// arrivals; a count or a duration), stream their requests through a Client and record
+// arrivals; a count or a duration), stream their requests (client/stream_source.h:
+// GenerateStream through a Client, or the OpenAI-compatible HTTP API) and record
 // what they saw (client/bench_report.h): latencies on the client's clock (time to first
 // token, gaps between tokens, end to end), tokens and stream messages, every call by
 // method and status code, answers that break the protocol, and optionally the greedy
@@ -21,10 +22,13 @@
 //   absl::StatusOr<Report> report = RunLoad(**client, o);  // report->output_tokens_per_s, ...
 //
 // (LoadGenerator itself when the run must be stoppable or watched: Stop(), Counts().)
+// The same load over HTTP: an HttpStreamSource (client/http_stream_source.h) as
+// o.streams; sessions (shape "conversation") are still opened and closed through the
+// Client, and their turns go over HTTP with session_id.
 //
 // A call's answer is malformed (Report::malformed) when a stream ends OK without usage,
-// or a call fails RESOURCE_EXHAUSTED without both retry hints (trailers
-// "grpc-retry-pushback-ms" and "retry-after", docs/design.md).
+// or a call fails RESOURCE_EXHAUSTED without both retry hints (gRPC: trailers
+// "grpc-retry-pushback-ms" and "retry-after", docs/design.md; HTTP: header Retry-After).
 //
 // Threading: Run() blocks, once per generator; Stop() and Counts() from any thread. The
 // Client must outlive the generator.
@@ -36,6 +40,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -46,6 +51,7 @@
 #include "client/bench_report.h"
 #include "client/bench_workload.h"
 #include "client/client.h"
+#include "client/stream_source.h"
 #include "kvserve/v1/inference.pb.h"
 
 namespace kvserve::client::bench {
@@ -61,6 +67,13 @@ struct LoadOptions {
   // When > 0, each request's max_tokens is drawn uniformly (from Unit::seed) from
   // [max_tokens_min, request.max_tokens()]; 0 = request.max_tokens() for all. Default 0.
   int max_tokens_min = 0;
+  // Where the requests go; null = GenerateStream through the generator's Client. Must
+  // outlive the generator. Default null.
+  const StreamSource* streams = nullptr;
+  // Send the text of each request the workload makes (not a prompt set in `request`) as
+  // one user message (GenerateRequest.messages: the server renders it with its chat
+  // template) instead of text. Default false.
+  bool as_messages = false;
   // Units in flight at once (worker threads), >= 1. Default 4.
   int concurrency = 4;
   // Requests sent one after another before the run, not recorded (lazy initialization);
@@ -78,7 +91,8 @@ struct LoadOptions {
   // (Report::outputs): with a fixed batch-invariant model they are all prefixes of the
   // longest. Memory grows with the distinct outputs. Default false.
   bool record_outputs = false;
-  // Called on a worker's thread as each call ends (requests as "GenerateStream", and
+  // Called on a worker's thread as each call ends (requests as "GenerateStream" whatever
+  // the protocol, and
   // "OpenSession", "CloseSession"), before the worker goes on; e.g. to log calls.
   // Must be thread-safe. Default none.
   std::function<void(std::string_view method, const absl::Status& status)> on_call;
@@ -106,14 +120,20 @@ class LoadGenerator {
 
  private:
   LoadGenerator(const Client& client, LoadOptions options)
-      : client_(client), options_(std::move(options)) {}
+      : client_(client),
+        options_(std::move(options)),
+        grpc_streams_(client),
+        streams_(options_.streams != nullptr ? options_.streams : &grpc_streams_) {}
 
   // Runs one unit: a request, or a conversation in a session of its own (ended by its
   // first failed turn: a later turn would continue another history).
   void RunUnit(const Unit& unit);
-  // Streams `request`, measures and records it (and its output when asked); returns its
-  // status code.
-  absl::StatusCode Measure(const v1::GenerateRequest& request, int turn, bool record_output);
+  // options_.request with prompt `text`: as text, or as one user message (as_messages).
+  v1::GenerateRequest RequestWithText(const std::string& text) const;
+  // Streams `request`, measures and records it (and its output text, under prompt
+  // *record_output_of when that is not null); returns its status code.
+  absl::StatusCode Measure(const v1::GenerateRequest& request, int turn,
+                           const std::string* record_output_of);
   // A call ended: malformed check, on_call, and the pause after a retryable failure.
   void Ended(std::string_view method, const absl::Status& status, const CallInfo& info);
   // Sleeps until `until` or Stop(); false when stopped.
@@ -121,6 +141,8 @@ class LoadGenerator {
 
   const Client& client_;
   const LoadOptions options_;
+  const GrpcStreamSource grpc_streams_;
+  const StreamSource* const streams_;  // options_.streams or grpc_streams_
   Recorder recorder_;
   std::mutex mu_;
   std::condition_variable stop_cv_;

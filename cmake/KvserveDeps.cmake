@@ -21,3 +21,5 @@ pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(ICU REQUIRED IMPORTED_TARGET icu-uc)
 # The session cache service's Redis backend.
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+# kvserve-cli bench --protocol http: the HTTP client (libcurl4-openssl-dev).
+pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl)

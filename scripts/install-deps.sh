@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake pkg-config git ca-certificates curl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libopenblas-dev prometheus-cpp-dev libabsl-dev libmicrohttpd-dev libxxhash-dev libhiredis-dev libicu-dev
-  nlohmann-json3-dev
+  nlohmann-json3-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang clang-format libclang-rt-14-dev libfuzzer-14-dev
   python3 python3-grpcio python3-protobuf python3-h2
@@ -21,6 +21,13 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
+
+# Node.js and npm (tests/openai_client_test.py runs the official openai npm package): Debian's,
+# only when `node` or `npm` is missing, so that a machine's own Node.js (e.g. NodeSource's, whose
+# nodejs carries npm and conflicts with Debian's npm package) stays as it is.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"

@@ -49,15 +49,14 @@ MHD_Result HandleRequest(void* cls, MHD_Connection* connection, const char* url,
 
 namespace {
 
+// Only what /metrics uses (no callbacks, no suspension), whatever the caller set.
 HttpDaemonOptions DaemonOptions(const MetricsHttpOptions& options) {
-  return {.address = options.address,
-          .option_name = "metrics-listen",
-          .worker_threads = options.worker_threads,
-          .idle_timeout = options.idle_timeout,
-          .max_connections = options.max_connections,
-          .tls_cert_pem = options.tls_cert_pem,
-          .tls_key_pem = options.tls_key_pem,
-          .thread_stack_bytes = options.thread_stack_bytes};
+  HttpDaemonOptions daemon = options;
+  daemon.option_name = "metrics-listen";
+  daemon.suspend_resume = false;
+  daemon.on_completed = nullptr;
+  daemon.on_connection = nullptr;
+  return daemon;
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -38,24 +39,17 @@ class MetricsSource {
   virtual std::string SerializeText() const = 0;
 };
 
-struct MetricsHttpOptions {
-  // "HOST:PORT" (port 0 = any free port; "[::1]:9464" for IPv6). Default 127.0.0.1:9464.
-  std::string address = "127.0.0.1:9464";
-  // Worker threads, each polling its share of the connections. Default 2.
-  int32_t worker_threads = 2;
-  // A connection idle this long (no request, or a request that stalls) is closed.
-  // Whole seconds, >= 1 s. Default 10 s (Prometheus' default scrape timeout).
-  absl::Duration idle_timeout = absl::Seconds(10);
-  // Open connections at once; more are refused at accept. Default 256.
-  int32_t max_connections = 256;
-  // HTTPS: the PEM certificate chain and its unencrypted key (see LoadKeyCertPair in
-  // server/tls_credentials.h); both empty (the default) = plain HTTP. Not reloaded:
-  // a new certificate needs a restart. Start() fails with FAILED_PRECONDITION when
-  // libmicrohttpd was built without TLS.
-  std::string tls_cert_pem;
-  std::string tls_key_pem;
-  // Stack of each worker thread. Default 8 MiB (glibc's usual default).
-  size_t thread_stack_bytes = size_t{8} << 20;
+// The endpoint's listener (server/http_daemon.h) with its defaults: address
+// 127.0.0.1:9464, 2 worker threads, idle timeout 10 s (Prometheus' default scrape
+// timeout), 256 connections, plain HTTP (HTTPS PEM text from --metrics-tls-*; not
+// reloaded: a new certificate needs a restart), 8 MiB worker stacks. Callbacks and
+// suspend/resume are not used here.
+struct MetricsHttpOptions : HttpDaemonOptions {
+  // `listen`: the address ("" = no endpoint, for the callers that make it optional).
+  explicit MetricsHttpOptions(std::string listen = "127.0.0.1:9464") {
+    address = std::move(listen);
+    option_name = "metrics-listen";
+  }
 };
 
 // INVALID_ARGUMENT naming the option ("metrics-threads", ...) when out of range.

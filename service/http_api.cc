@@ -83,7 +83,7 @@ std::optional<std::string_view> Header(MHD_Connection* connection, const char* n
 
 // One HTTP request: its body, its generations (one per choice) and its answer. Shared by
 // the connection (until the request completes) and the sinks of its generations.
-class HttpApi::Exchange {
+class HttpApi::Exchange : public std::enable_shared_from_this<HttpApi::Exchange> {
  public:
   Exchange(HttpApi* api, MHD_Connection* connection, RouteMatch route)
       : api_(api), connection_(connection), route_(std::move(route)) {}
@@ -129,8 +129,11 @@ class HttpApi::Exchange {
     bool final_sent = false;
   };
 
-  // Resumes a suspended connection (the sinks' way to hand over output).
-  void WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Resumes a suspended connection (the sinks' way to hand over output): at once, or for
+  // a stream's output no earlier than next_write_ (one write per
+  // InferenceService::Options::stream_flush_interval, as gRPC streams are paced: tokens
+  // produced meanwhile go out together). `now`: also a stream's output at once.
+  void WakeLocked(bool now = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the choices' new output into stream_ as events (worker thread).
   void FormatLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   MHD_Result StartStream();
@@ -154,6 +157,8 @@ class HttpApi::Exchange {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   bool stream_started_ ABSL_GUARDED_BY(mu_) = false;
   bool tail_sent_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time next_write_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool wake_scheduled_ ABSL_GUARDED_BY(mu_) = false;
   std::string stream_ ABSL_GUARDED_BY(mu_);  // events not yet taken by the daemon
 };
 
@@ -266,17 +271,30 @@ void HttpApi::Exchange::OnFinish(int32_t index, const absl::Status& status,
         if (!other.finished && other.link != nullptr) cancel.push_back(other.link);
       }
     }
-    WakeLocked();
+    WakeLocked(/*now=*/finished_ == static_cast<int32_t>(choices_.size()));
   }
   // Outside the lock: a cancelled request's sink finishes on this thread at once.
   for (const std::shared_ptr<CancelLink>& link : cancel) link->Cancel();
 }
 
-void HttpApi::Exchange::WakeLocked() {
-  if (suspended_ && !closed_) {
-    suspended_ = false;
-    MHD_resume_connection(connection_);
+void HttpApi::Exchange::WakeLocked(bool now) {
+  if (!suspended_ || closed_) return;
+  if (!now && stream_started_) {
+    GenerationHost& host = *api_->service_->generation_host();
+    if (host.clock().Now() < next_write_) {
+      if (!wake_scheduled_) {
+        wake_scheduled_ = true;
+        host.writer().PostAt(next_write_, [self = shared_from_this()] {
+          std::lock_guard<std::mutex> lock(self->mu_);
+          self->wake_scheduled_ = false;
+          self->WakeLocked(/*now=*/true);
+        });
+      }
+      return;
+    }
   }
+  suspended_ = false;
+  MHD_resume_connection(connection_);
 }
 
 bool HttpApi::Exchange::Close() {
@@ -294,9 +312,9 @@ bool HttpApi::Exchange::Close() {
 
 namespace {
 
-MHD_Result Queue(HttpApi::Exchange& ex, Metrics& metrics, MHD_Connection* connection, int status,
-                 const std::string& body, const char* content_type, bool retry_after,
-                 absl::Duration retry_hint, const char* allow = nullptr) {
+MHD_Result Queue(Metrics& metrics, MHD_Connection* connection, int status, const std::string& body,
+                 const char* content_type, bool retry_after, absl::Duration retry_hint,
+                 const char* allow = nullptr) {
   MHD_Response* response = MHD_create_response_from_buffer(
       body.size(), const_cast<char*>(body.data()), MHD_RESPMEM_MUST_COPY);
   if (response == nullptr) return MHD_NO;  // out of memory: MHD closes the connection
@@ -310,7 +328,6 @@ MHD_Result Queue(HttpApi::Exchange& ex, Metrics& metrics, MHD_Connection* connec
   const MHD_Result result = MHD_queue_response(connection, status, response);
   MHD_destroy_response(response);
   metrics.RecordHttpResponse(status);
-  (void)ex;
   return result;
 }
 
@@ -336,6 +353,7 @@ class HttpApiCallbacks {
   static MHD_Result Json200(HttpApi& api, HttpApi::Exchange& ex, MHD_Connection* connection,
                             const std::string& body);
   static MHD_Result Models(HttpApi& api, HttpApi::Exchange& ex, MHD_Connection* connection);
+  static MHD_Result TooLarge(HttpApi& api, HttpApi::Exchange& ex, MHD_Connection* connection);
   static MHD_Result Generate(HttpApi& api, const std::shared_ptr<HttpApi::Exchange>& ex,
                              MHD_Connection* connection);
 };
@@ -344,7 +362,7 @@ MHD_Result HttpApiCallbacks::Error(HttpApi& api, HttpApi::Exchange& ex, MHD_Conn
                                    const HttpError& error, std::string rpc_code,
                                    const char* allow) {
   ex.set_rpc_code(std::move(rpc_code));
-  return Queue(ex, *api.metrics_, connection, error.status, error.body, "application/json",
+  return Queue(*api.metrics_, connection, error.status, error.body, "application/json",
                error.retry_after, api.service_->options().retry_after, allow);
 }
 
@@ -358,8 +376,19 @@ MHD_Result HttpApiCallbacks::StatusError(HttpApi& api, HttpApi::Exchange& ex,
 MHD_Result HttpApiCallbacks::Json200(HttpApi& api, HttpApi::Exchange& ex,
                                      MHD_Connection* connection, const std::string& body) {
   ex.set_rpc_code(CodeName(absl::StatusCode::kOk));
-  return Queue(ex, *api.metrics_, connection, MHD_HTTP_OK, body, "application/json", false,
+  return Queue(*api.metrics_, connection, MHD_HTTP_OK, body, "application/json", false,
                absl::ZeroDuration());
+}
+
+MHD_Result HttpApiCallbacks::TooLarge(HttpApi& api, HttpApi::Exchange& ex,
+                                      MHD_Connection* connection) {
+  return Error(
+      api, ex, connection,
+      MakeHttpError(413,
+                    absl::StrCat("the request body is larger than ", api.options_.max_body_bytes,
+                                 " bytes (--max-message-bytes)"),
+                    "request_too_large"),
+      CodeName(absl::StatusCode::kResourceExhausted));
 }
 
 MHD_Result HttpApiCallbacks::Models(HttpApi& api, HttpApi::Exchange& ex,
@@ -445,7 +474,7 @@ MHD_Result HttpApi::Exchange::Continue() {
     lock.unlock();
     const HttpError error = ToHttpError(failure, ctx_.kind);
     rpc_code_ = CodeName(failure.code());
-    return Queue(*this, metrics, connection_, error.status, error.body, "application/json",
+    return Queue(metrics, connection_, error.status, error.body, "application/json",
                  error.retry_after, api_->service_->options().retry_after);
   }
   const int32_t n = static_cast<int32_t>(choices_.size());
@@ -455,7 +484,7 @@ MHD_Result HttpApi::Exchange::Continue() {
     const engine::Usage usage = usage_;
     lock.unlock();
     rpc_code_ = CodeName(absl::StatusCode::kOk);
-    return Queue(*this, metrics, connection_, MHD_HTTP_OK, CompletionBody(ctx_, outputs, usage),
+    return Queue(metrics, connection_, MHD_HTTP_OK, CompletionBody(ctx_, outputs, usage),
                  "application/json", false, absl::ZeroDuration());
   }
   if (streaming_ && !stream_started_) {
@@ -518,6 +547,8 @@ ssize_t HttpApi::Exchange::ReadStream(void* cls, uint64_t /*pos*/, char* buf, si
   std::lock_guard<std::mutex> lock(ex->mu_);
   ex->FormatLocked();
   if (!ex->stream_.empty()) {
+    ex->next_write_ = ex->api_->service_->generation_host()->clock().Now() +
+                      ex->api_->service_->options().stream_flush_interval;
     const size_t n = std::min(max, ex->stream_.size());
     std::memcpy(buf, ex->stream_.data(), n);
     ex->stream_.erase(0, n);
@@ -536,45 +567,29 @@ MHD_Result HttpApiCallbacks::Handle(void* cls, MHD_Connection* connection, const
   HttpApi& api = *static_cast<HttpApi*>(cls);
   auto* holder = static_cast<std::shared_ptr<HttpApi::Exchange>*>(*request_state);
   if (holder == nullptr) {
-    // The first call: headers only.
+    // The first call: headers only. Everything is answered on the last call (after the
+    // body), so that the connection stays open for the next request; only a body
+    // announced too large is refused at once (and its connection closed).
     holder = new std::shared_ptr<HttpApi::Exchange>(
         std::make_shared<HttpApi::Exchange>(&api, connection, MatchRoute(url)));
     *request_state = holder;
     HttpApi::Exchange& ex = **holder;
-    const RouteMatch& route = ex.route();
-    if (route.route == Route::kUnknown) {
-      return Error(
-          api, ex, connection,
-          MakeHttpError(404, absl::StrCat("no such path: ", std::string(url).substr(0, 256)),
-                        "not_found"),
-          "");
-    }
-    if (std::strcmp(method, route.allow) != 0) {
-      return Error(api, ex, connection,
-                   MakeHttpError(405, absl::StrCat(route.allow, " only"), "method_not_allowed"), "",
-                   route.allow);
-    }
-    if (route.route == Route::kHealth) {
-      const bool ready = api.service_->ready();
-      return Queue(ex, *api.metrics_, connection,
-                   ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
-                   ready ? R"({"status":"ok"})" : R"({"status":"unavailable"})", "application/json",
-                   !ready, api.service_->options().retry_after);
-    }
-    if (route.route == Route::kModels || route.route == Route::kModel) {
-      return Models(api, ex, connection);
-    }
     if (std::optional<std::string_view> length =
             Header(connection, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
       uint64_t bytes = 0;
       if (absl::SimpleAtoi(absl::string_view(length->data(), length->size()), &bytes) &&
           bytes > static_cast<uint64_t>(api.options_.max_body_bytes)) {
         ex.too_large() = true;
+        return TooLarge(api, ex, connection);
       }
     }
-    if (!ex.too_large()) return MHD_YES;  // the body follows
+    return MHD_YES;
   }
   const std::shared_ptr<HttpApi::Exchange>& ex = *holder;
+  if (ex->too_large() && !ex->rpc_code().empty()) {
+    *upload_data_size = 0;  // refused at the first call: the rest is dropped
+    return MHD_YES;
+  }
   if (ex->started()) return ex->Continue();  // resumed
   if (*upload_data_size > 0) {
     if (!ex->too_large()) {
@@ -589,16 +604,36 @@ MHD_Result HttpApiCallbacks::Handle(void* cls, MHD_Connection* connection, const
     *upload_data_size = 0;
     return MHD_YES;
   }
-  if (ex->too_large()) {
-    return Error(
-        api, *ex, connection,
-        MakeHttpError(413,
-                      absl::StrCat("the request body is larger than ", api.options_.max_body_bytes,
-                                   " bytes (--max-message-bytes)"),
-                      "request_too_large"),
-        CodeName(absl::StatusCode::kResourceExhausted));
+  const RouteMatch& route = ex->route();
+  if (route.route == Route::kUnknown) {
+    return Error(api, *ex, connection,
+                 MakeHttpError(404, absl::StrCat("no such path: ", std::string(url).substr(0, 256)),
+                               "not_found"),
+                 "");
   }
-  return Generate(api, ex, connection);
+  // HEAD as GET (libmicrohttpd sends no body).
+  const bool head = std::strcmp(method, MHD_HTTP_METHOD_HEAD) == 0 &&
+                    std::strcmp(route.allow, MHD_HTTP_METHOD_GET) == 0;
+  if (std::strcmp(method, route.allow) != 0 && !head) {
+    const char* allow =
+        std::strcmp(route.allow, MHD_HTTP_METHOD_GET) == 0 ? "GET, HEAD" : route.allow;
+    return Error(api, *ex, connection,
+                 MakeHttpError(405, absl::StrCat(allow, " only"), "method_not_allowed"), "", allow);
+  }
+  if (ex->too_large()) return TooLarge(api, *ex, connection);
+  switch (route.route) {
+    case Route::kHealth: {
+      const bool ready = api.service_->ready();
+      return Queue(*api.metrics_, connection, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
+                   ready ? R"({"status":"ok"})" : R"({"status":"unavailable"})", "application/json",
+                   !ready, api.service_->options().retry_after);
+    }
+    case Route::kModels:
+    case Route::kModel:
+      return Models(api, *ex, connection);
+    default:
+      return Generate(api, ex, connection);
+  }
 }
 
 void HttpApiCallbacks::Completed(void* cls, MHD_Connection* /*connection*/, void** request_state,

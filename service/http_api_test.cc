@@ -10,7 +10,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <future>
 #include <memory>
 #include <string>
@@ -18,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/field_error.h"
+#include "engine/testing/stories_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -103,14 +103,6 @@ class Connection {
   std::string received_;
 };
 
-std::unique_ptr<model::Model> LoadStories() {
-  const char* dir = std::getenv("KVSERVE_MODELS_DIR");
-  auto model =
-      model::Model::Load(std::string(dir == nullptr ? "models" : dir) + "/stories260K.gguf");
-  EXPECT_TRUE(model.ok()) << model.status();
-  return model.ok() ? *std::move(model) : nullptr;
-}
-
 constexpr char kChat[] =
     R"({"model": "stories", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5)";
 
@@ -135,7 +127,9 @@ class HttpApiTest : public ::testing::Test {
     auto engine = std::make_unique<testing::FakeEngine>();
     engine->SetSubmitLimits({.max_tokens_limit = 100});
     engine_ = engine.get();
-    ASSERT_TRUE(server_->Attach(LoadStories(), std::move(engine), "fake").ok());
+    auto stories = engine::testing::LoadStories260K();
+    ASSERT_TRUE(stories.ok()) << stories.status();
+    ASSERT_TRUE(server_->Attach(std::move(stories->model), std::move(engine), "fake").ok());
   }
   void TearDown() override { server_.reset(); }
 

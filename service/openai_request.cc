@@ -126,7 +126,6 @@ class Reader {
 
 // messages[i].content: a string, or text parts ({"type": "text", "text": ...}) joined.
 absl::StatusOr<std::string> MessageContent(const Json& content, const std::string& field) {
-  if (content.is_null()) return std::string();
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) {
     return engine::FieldError(field, "must be a string or an array of text parts");
@@ -171,8 +170,10 @@ absl::Status ReadMessages(const Json& body, v1::Conversation* out) {
                                 "must be system, developer, user or assistant");
     }
     auto content = m.find("content");
-    absl::StatusOr<std::string> text =
-        MessageContent(content == m.end() ? Json() : *content, absl::StrCat(field, ".content"));
+    if (content == m.end() || content->is_null()) {
+      return engine::FieldError(absl::StrCat(field, ".content"), "is required");
+    }
+    absl::StatusOr<std::string> text = MessageContent(*content, absl::StrCat(field, ".content"));
     if (!text.ok()) return text.status();
     v1::Message* message = out->add_messages();
     message->set_role(std::move(role_name));

@@ -30,7 +30,7 @@ TEST(OpenAiRequestTest, ChatFieldsMapOntoTheGenerateRequest) {
   auto r = Chat(R"({"model": "m", "messages": [
       {"role": "developer", "content": "Be brief."},
       {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
-      {"role": "assistant", "content": null}],
+      {"role": "assistant", "content": ""}],
     "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "seed": -1, "stop": "END",
     "presence_penalty": 0.25, "frequency_penalty": 0.5, "logprobs": true, "top_logprobs": 3,
     "n": 2, "user": "u", "stream": true, "stream_options": {"include_usage": true},
@@ -124,6 +124,8 @@ TEST(OpenAiRequestTest, EveryBadFieldIsNamed) {
   EXPECT_EQ(Field(Chat(R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})")),
             "messages[0].role");
   EXPECT_EQ(Field(Chat(R"({"model": "m", "messages": [{"role": "user", "content": 5}]})")),
+            "messages[0].content");
+  EXPECT_EQ(Field(Chat(R"({"model": "m", "messages": [{"role": "user"}]})")),
             "messages[0].content");
   EXPECT_EQ(
       Field(Chat(

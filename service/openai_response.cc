@@ -145,22 +145,33 @@ std::string CompletionBody(const ResponseContext& ctx, std::span<const ChoiceOut
 
 std::string StreamChunk(const ResponseContext& ctx, int32_t index, const ChoiceOutput& out,
                         bool first) {
-  Json json = Envelope(ctx, /*chunk=*/true);
-  Json choice = {
-      {"index", index},
-      {"logprobs", ctx.logprobs ? LogprobsJson(ctx, out, 0) : Json()},
-      {"finish_reason", out.finish.has_value() ? Json(FinishReasonName(*out.finish)) : Json()}};
-  if (ctx.kind == ApiKind::kChatCompletions) {
-    Json delta = Json::object();
-    if (first) delta["role"] = "assistant";
-    if (!out.text.empty() || (first && !out.finish.has_value())) delta["content"] = out.text;
-    choice["delta"] = std::move(delta);
-  } else {
-    choice["text"] = out.text;
+  // One event of choice `index` with `fields` (delta or text, logprobs, finish_reason).
+  auto event = [&](Json choice) {
+    Json json = Envelope(ctx, /*chunk=*/true);
+    choice["index"] = index;
+    if (!choice.contains("logprobs")) choice["logprobs"] = nullptr;
+    if (!choice.contains("finish_reason")) choice["finish_reason"] = nullptr;
+    json["choices"] = Json::array({std::move(choice)});
+    if (ctx.include_usage) json["usage"] = nullptr;
+    return Event(json);
+  };
+  const bool has_output = !out.text.empty() || !out.tokens.empty();
+  const Json logprobs = ctx.logprobs && has_output ? LogprobsJson(ctx, out, 0) : Json();
+  if (ctx.kind == ApiKind::kCompletions) {
+    if (!has_output && !out.finish.has_value()) return "";
+    Json choice = {{"text", out.text}, {"logprobs", logprobs}};
+    if (out.finish.has_value()) choice["finish_reason"] = FinishReasonName(*out.finish);
+    return event(std::move(choice));
   }
-  json["choices"] = Json::array({std::move(choice)});
-  if (ctx.include_usage) json["usage"] = nullptr;
-  return Event(json);
+  // Chat, as OpenAI streams it: the role alone first, then content deltas, then an empty
+  // delta with the finish reason.
+  std::string events;
+  if (first) events += event({{"delta", {{"role", "assistant"}, {"content", ""}}}});
+  if (has_output) events += event({{"delta", {{"content", out.text}}}, {"logprobs", logprobs}});
+  if (out.finish.has_value()) {
+    events += event({{"delta", Json::object()}, {"finish_reason", FinishReasonName(*out.finish)}});
+  }
+  return events;
 }
 
 std::string StreamUsageChunk(const ResponseContext& ctx, const engine::Usage& usage) {
@@ -200,7 +211,9 @@ HttpError ToHttpError(const absl::Status& status, ApiKind kind) {
     case absl::StatusCode::kPermissionDenied:
       return MakeHttpError(403, message, "permission_denied");
     case absl::StatusCode::kNotFound:
-      return MakeHttpError(404, message, "not_found");
+      // The one thing a generation can name that is not there: its session.
+      return MakeHttpError(404, message, "not_found",
+                           absl::StrContains(message, "session") ? "session_id" : "");
     case absl::StatusCode::kAborted:
     case absl::StatusCode::kAlreadyExists:
       return MakeHttpError(409, message, "conflict");

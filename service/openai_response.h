@@ -45,9 +45,10 @@ struct ChoiceOutput {
 std::string CompletionBody(const ResponseContext& ctx, std::span<const ChoiceOutput> choices,
                            const engine::Usage& usage);
 
-// One "data: ...\n\n" event of a stream: choice `index`'s new output (`first`: the
-// chat stream's first chunk of that choice, which carries the role). `out.finish` set
-// = the choice's last chunk.
+// The "data: ...\n\n" events of choice `index`'s new output in a stream, "" when there is
+// none. Chat: `first` adds the choice's opening event (delta role "assistant", content
+// ""), new text or tokens a content delta, `out.finish` a last event with an empty delta
+// and the finish reason. Completions: one event with the text (and finish reason).
 std::string StreamChunk(const ResponseContext& ctx, int32_t index, const ChoiceOutput& out,
                         bool first);
 // The usage event (stream_options.include_usage) and the end of the stream.

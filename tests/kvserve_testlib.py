@@ -72,17 +72,23 @@ def poll(fn, timeout, what, interval=0.2):
 
 
 class KvserveProcess:
-    """A `kvserve` subprocess. Use as a context manager."""
+    """A `kvserve` subprocess. Use as a context manager.
+
+    Entering waits until the server printed "ready" (wait_ready=False: only until its
+    listening line, while the model still loads; then call wait_for_line("ready", ...)).
+    The ports come from the listening line; the HTTP API listens on an ephemeral port
+    (http_port) unless extra_args turn it off ("--http-listen", "": http_port None)."""
 
     LISTEN_RE = re.compile(r"listening on \S+ \(port (\d+)\), metrics on \S* \(port (\d+)\)"
                            r"(?:, http on \S* \(port (\d+)\))?")
 
-    def __init__(self, binary, model, extra_args=(), timeout=30.0, env=None):
+    def __init__(self, binary, model, extra_args=(), timeout=30.0, env=None, wait_ready=True):
         self.args = [binary, "--model", model, "--listen", "127.0.0.1:0",
                      "--metrics-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
                      "--threads", "1"] + list(extra_args)
         self.timeout = timeout
         self.env = env  # the process environment; None = this process's
+        self.wait_ready = wait_ready
         self.proc = None
         self.port = None
         self.metrics_port = None
@@ -95,8 +101,10 @@ class KvserveProcess:
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=self.env)
         threading.Thread(target=self._pump, daemon=True).start()
-        self.wait_for_line("ready", self.timeout)
-        for line in self.lines:
+        self.wait_for_line("ready" if self.wait_ready else "listening on", self.timeout)
+        with self._cv:
+            lines = list(self.lines)
+        for line in lines:
             m = self.LISTEN_RE.search(line)
             if m:
                 self.port, self.metrics_port = int(m.group(1)), int(m.group(2))
@@ -125,6 +133,12 @@ class KvserveProcess:
 
     def target(self):
         return "127.0.0.1:%d" % self.port
+
+    def http_base(self):
+        """The OpenAI-compatible API's base URL, e.g. http://127.0.0.1:PORT/v1."""
+        if self.http_port is None:
+            raise RuntimeError("kvserve runs without HTTP (--http-listen): %r" % self.lines)
+        return "http://127.0.0.1:%d/v1" % self.http_port
 
     def terminate_and_wait(self, timeout=30.0):
         """Sends SIGTERM; returns the exit code."""
