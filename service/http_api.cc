@@ -574,6 +574,7 @@ MHD_Result HttpApiCallbacks::Handle(void* cls, MHD_Connection* connection, const
     holder = new std::shared_ptr<HttpApi::Exchange>(
         std::make_shared<HttpApi::Exchange>(&api, connection, MatchRoute(url)));
     *request_state = holder;
+    api.deadlines_->HeadersArrived(connection);
     HttpApi::Exchange& ex = **holder;
     if (std::optional<std::string_view> length =
             Header(connection, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
@@ -593,6 +594,8 @@ MHD_Result HttpApiCallbacks::Handle(void* cls, MHD_Connection* connection, const
   }
   if (ex->started()) return ex->Continue();  // resumed
   if (*upload_data_size > 0) {
+    // A body trickled in past --http-idle-timeout: the connection is closed.
+    if (api.deadlines_->BodyLate(connection)) return MHD_NO;
     if (!ex->too_large()) {
       if (static_cast<int64_t>(ex->body().size() + *upload_data_size) >
           api.options_.max_body_bytes) {
@@ -637,9 +640,10 @@ MHD_Result HttpApiCallbacks::Handle(void* cls, MHD_Connection* connection, const
   }
 }
 
-void HttpApiCallbacks::Completed(void* cls, MHD_Connection* /*connection*/, void** request_state,
+void HttpApiCallbacks::Completed(void* cls, MHD_Connection* connection, void** request_state,
                                  MHD_RequestTerminationCode toe) {
   HttpApi& api = *static_cast<HttpApi*>(cls);
+  api.deadlines_->RequestEnded(connection);
   auto* holder = static_cast<std::shared_ptr<HttpApi::Exchange>*>(*request_state);
   if (holder == nullptr) return;
   *request_state = nullptr;
@@ -657,10 +661,18 @@ void HttpApiCallbacks::Completed(void* cls, MHD_Connection* /*connection*/, void
   if (ex->started()) api.generating_.fetch_sub(1);
 }
 
-void HttpApiCallbacks::Connection(void* cls, MHD_Connection* /*connection*/,
-                                  void** /*socket_context*/, MHD_ConnectionNotificationCode toe) {
+void HttpApiCallbacks::Connection(void* cls, MHD_Connection* connection, void** /*socket_context*/,
+                                  MHD_ConnectionNotificationCode toe) {
   HttpApi& api = *static_cast<HttpApi*>(cls);
-  api.metrics_->AddHttpConnections(toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+  if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+    const MHD_ConnectionInfo* info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info != nullptr) api.deadlines_->Opened(connection, info->connect_fd);
+    api.metrics_->AddHttpConnections(1);
+  } else {
+    api.deadlines_->Closed(connection);
+    api.metrics_->AddHttpConnections(-1);
+  }
 }
 
 absl::Status ValidateHttpApiOptions(const HttpApiOptions& options) {
@@ -693,6 +705,7 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(const HttpApiOptions& op
                                                         Metrics* metrics) {
   if (absl::Status s = ValidateHttpApiOptions(options); !s.ok()) return s;
   std::unique_ptr<HttpApi> api(new HttpApi(options, service, metrics));
+  api->deadlines_ = std::make_unique<server::HttpRequestDeadlines>(options.daemon.idle_timeout);
   server::HttpDaemonOptions daemon = options.daemon;
   daemon.suspend_resume = true;
   daemon.on_completed = &HttpApiCallbacks::Completed;
@@ -710,6 +723,8 @@ void HttpApi::WaitAnswered(absl::Time deadline) {
   }
 }
 
-HttpApi::~HttpApi() = default;
+HttpApi::~HttpApi() {
+  daemon_.reset();  // before the deadlines its callbacks report to
+}
 
 }  // namespace kvserve::service

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/http_daemon.h"
+#include "server/http_request_deadlines.h"
 #include "service/inference_service.h"
 #include "service/metrics.h"
 #include "service/openai_request.h"
@@ -77,6 +78,8 @@ class HttpApi {
   Metrics* const metrics_;
   const int64_t started_unix_;
   std::atomic<int> generating_{0};  // exchanges that submitted and did not complete
+  // Outlives the daemon (whose callbacks report to it).
+  std::unique_ptr<server::HttpRequestDeadlines> deadlines_;
   std::unique_ptr<server::HttpDaemon> daemon_;
 
   friend class HttpApiCallbacks;

@@ -53,8 +53,9 @@ ABSL_FLAG(int32_t, http_threads, 2,
           "HTTP API worker threads (each multiplexes its connections with epoll; a streamed "
           "response holds no thread).");
 ABSL_FLAG(absl::Duration, http_idle_timeout, absl::Seconds(30),
-          "HTTP API: a connection that sends nothing for this long (no request, or a request "
-          "that stalls) is closed. [1s, 1h].");
+          "HTTP API: a connection is closed when it sends nothing for this long, or when a "
+          "request's headers, or then its body, take longer than this to arrive (however "
+          "slowly they trickle in). [1s, 1h].");
 ABSL_FLAG(int32_t, http_max_connections, 2048,
           "HTTP API: open connections at once; more are refused at accept (kvserve raises its "
           "open-file limit to the hard limit at start).");

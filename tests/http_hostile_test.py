@@ -15,8 +15,8 @@
   connections closed, RSS back to its baseline.
 - Slowloris: a silent connection, one stalled inside its headers and a body shorter than
   its Content-Length are closed after --http-idle-timeout (2 s here) while well-formed
-  requests are served; requests trickled a byte a second should be too (an expected
-  failure: see SlowlorisTest).
+  requests are served, and so are requests trickled a byte a second (headers or body:
+  server/http_request_deadlines.h).
 
 Raw sockets only (Debian's /usr/bin/python3, no third-party packages).
 The expected statuses are those of the HTTP API contract (issue 39, docs/http-api.md).
@@ -971,12 +971,8 @@ class SlowlorisTest(unittest.TestCase):
             "a body shorter than its Content-Length": (self.FRAMED + self.BODY[:20], b""),
         }))
 
-    # KNOWN SERVER BUG (issue 39): --http-idle-timeout is libmicrohttpd's inactivity
-    # timeout (MHD_OPTION_CONNECTION_TIMEOUT), which every received byte restarts, so a
-    # request trickled a byte a second is never closed; the contract says a connection
-    # with no complete request after the timeout is. Remove expectedFailure once kvserve
-    # closes them (the test then fails as an unexpected success).
-    @unittest.expectedFailure
+    # A request's headers, and then its body, must arrive within --http-idle-timeout
+    # however slowly they trickle in (server/http_request_deadlines.h).
     def test_trickled_requests_are_closed(self):
         self.assert_closed_after_timeout(self.close_times({
             "headers a byte a second": (b"", self.HEAD + b"X-Slow: " + b"a" * 40),
