@@ -167,7 +167,7 @@ RemoteTier::FetchResult RemoteTier::RunFetch(const FetchJob& job) {
   const double transfer = kRoundTripSeconds + per_block_bytes * wanted / rate;
   const double recompute =
       job.prefill_seconds_per_token * wanted * static_cast<double>(layout_.block_tokens);
-  if (job.prefill_seconds_per_token > 0.0 && recompute <= transfer) {
+  if (!options_.always_fetch && job.prefill_seconds_per_token > 0.0 && recompute <= transfer) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.fetches_skipped_total;
     return result;

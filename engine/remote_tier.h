@@ -61,6 +61,10 @@ class RemoteTier {
     // Store jobs (finished requests' blocks) waiting to be written; more are dropped.
     // Default 64.
     int32_t max_pending_stores = 64;
+    // Fetch whatever the service holds beyond the local pool, even when recomputing it is
+    // estimated faster (a replica whose CPU is better spent elsewhere; tests that must
+    // see a fetch). Default false: fetch only what is estimated faster to transfer.
+    bool always_fetch = false;
     // Transfer rate assumed until fetches have measured one. Default 1 GB/s.
     double initial_bytes_per_second = 1e9;
     // Where incident lines go; default: stderr.

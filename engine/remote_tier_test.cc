@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,7 +34,8 @@ class RemoteTierTest : public ::testing::Test {
   }
 
   // An engine ("replica") using the shared fake service, or none when !remote.
-  std::unique_ptr<Engine> Replica(bool remote = true) {
+  std::unique_ptr<Engine> Replica(bool remote = true,
+                                  const std::function<void(Engine::Options&)>& tweak = nullptr) {
     Engine::Options o;
     o.kv_budget_bytes = size_t{16} << 20;
     if (remote) {
@@ -44,6 +46,7 @@ class RemoteTierTest : public ::testing::Test {
         log_.emplace_back(line);
       };
     }
+    if (tweak) tweak(o);
     auto e = testing::MakeEngine(*stories_.model, o, "cpu_blas");
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? *std::move(e) : nullptr;
@@ -187,6 +190,40 @@ TEST_F(RemoteTierTest, SessionContinuesOnAnotherReplicaAsIfComputedThere) {
   std::vector<int32_t> context = history;
   context.insert(context.end(), next.begin(), next.end());
   ExpectSameOutput(got, Cold(context, 40));
+}
+
+TEST_F(RemoteTierTest, AFetchEstimatedSlowerIsSkippedUnlessAlwaysFetch) {
+  auto a = Replica();
+  const std::vector<int32_t> prompt = Encode(
+      "Once upon a time, there was a little girl named Lily. She loved to play outside "
+      "in the sun with her big red ball. One day, she went to the park with her mom.");
+  ASSERT_TRUE(testing::RunRequest(*a, Greedy(prompt, 4, /*bos=*/true)).status.ok());
+  WaitStored(*a, static_cast<int64_t>(prompt.size()) / 16);
+  for (const bool always : {false, true}) {
+    // A transfer assumed at 1 byte/s: recomputing is estimated faster, once B has an
+    // estimate of its prefill (from a first request).
+    auto b = Replica(/*remote=*/true, [always](Engine::Options& o) {
+      o.remote.initial_bytes_per_second = 1.0;
+      o.remote.always_fetch = always;
+    });
+    // A first prefill of >= 64 tokens (what teaches the engine its prefill speed).
+    std::vector<int32_t> warm;
+    for (int i = 0; i < 4; ++i) {
+      const std::vector<int32_t> part = Encode(" The dog ran to the park and played with a ball.");
+      warm.insert(warm.end(), part.begin(), part.end());
+    }
+    ASSERT_GE(warm.size(), 64u);
+    ASSERT_TRUE(testing::RunRequest(*b, Greedy(warm, 2, /*bos=*/true)).status.ok());
+    const Result got = testing::RunRequest(*b, Greedy(prompt, 4, /*bos=*/true));
+    ASSERT_TRUE(got.status.ok()) << got.status;
+    if (always) {
+      EXPECT_EQ(got.usage.cached_tokens_remote, static_cast<int32_t>(prompt.size() + 1) / 16 * 16);
+      EXPECT_EQ(b->Stats().remote.fetches_skipped_total, 0);
+    } else {
+      EXPECT_EQ(got.usage.cached_tokens_remote, 0);
+      EXPECT_EQ(b->Stats().remote.fetches_skipped_total, 1);
+    }
+  }
 }
 
 TEST_F(RemoteTierTest, ARestartedReplicaContinuesFromTheService) {

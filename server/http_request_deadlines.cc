@@ -30,21 +30,20 @@ void HttpRequestDeadlines::HeadersArrived(MHD_Connection* connection) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = connections_.find(connection);
   if (it == connections_.end()) return;
-  it->second.headers_done = true;
-  it->second.since = absl::Now();
+  it->second.since = absl::Now();  // the body is due within the limit from now
 }
 
-bool HttpRequestDeadlines::BodyLate(MHD_Connection* connection) const {
+void HttpRequestDeadlines::BodyArrived(MHD_Connection* connection) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = connections_.find(connection);
-  return it != connections_.end() && absl::Now() - it->second.since > limit_;
+  if (it != connections_.end()) it->second.answering = true;
 }
 
 void HttpRequestDeadlines::RequestEnded(MHD_Connection* connection) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = connections_.find(connection);
   if (it == connections_.end()) return;
-  it->second.headers_done = false;
+  it->second.answering = false;
   it->second.since = absl::Now();
 }
 
@@ -65,7 +64,7 @@ void HttpRequestDeadlines::Sweep() {
                             [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_; })) {
     const absl::Time now = absl::Now();
     for (auto& [connection, p] : connections_) {
-      if (p.headers_done || p.shut || now - p.since <= limit_) continue;
+      if (p.answering || p.shut || now - p.since <= limit_) continue;
       // Under mu_: Closed (called before the socket is closed) cannot run meanwhile, so
       // `fd` is still this connection's.
       shutdown(p.fd, SHUT_RDWR);

@@ -5,8 +5,9 @@
 // byte a second never is.
 //
 // The daemon's callbacks report each connection's progress; a sweeper thread shuts the
-// socket of one whose headers are late (libmicrohttpd then sees the connection end and
-// closes it), and the handler ends one whose body is late (BodyLate -> MHD_NO).
+// socket of one whose headers or body are late (libmicrohttpd then sees the connection
+// end and closes it). A request being answered (a generation under way, a stream) has
+// no deadline here.
 // Threading: every method is thread-safe. The destructor joins the sweeper; destroy it
 // after the daemon (no callback may arrive later).
 #ifndef KVSERVE_SERVER_HTTP_REQUEST_DEADLINES_H_
@@ -36,20 +37,20 @@ class HttpRequestDeadlines {
   void Opened(MHD_Connection* connection, int fd);
   // The headers of a request arrived: its body is due (the first handler call).
   void HeadersArrived(MHD_Connection* connection);
-  // Whether the body of the request under way is late (handler calls with upload data).
-  bool BodyLate(MHD_Connection* connection) const;
+  // The whole request arrived: it is being answered (the handler's last call).
+  void BodyArrived(MHD_Connection* connection);
   // The request ended: the next one's headers are due.
   void RequestEnded(MHD_Connection* connection);
   // The connection closed (before libmicrohttpd closes its socket).
   void Closed(MHD_Connection* connection);
-  // Connections shut for late headers so far.
+  // Connections shut for a late request so far.
   int64_t shut() const;
 
  private:
   struct Progress {
     int fd = -1;
-    absl::Time since;           // when the current wait began
-    bool headers_done = false;  // waiting for the body (or the answer), not the headers
+    absl::Time since;        // when the current wait began
+    bool answering = false;  // the request is whole: no deadline
     bool shut = false;
   };
   void Sweep();

@@ -1,8 +1,10 @@
 #include "service/http_api.h"
 
 #include <microhttpd.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -18,7 +20,6 @@
 #include "absl/time/clock.h"
 #include "common/secure_random.h"
 #include "engine/field_error.h"
-#include "nlohmann/json.hpp"
 #include "service/generate_reactors.h"
 #include "service/grpc_status.h"
 #include "service/openai_response.h"
@@ -26,13 +27,13 @@
 namespace kvserve::service {
 namespace {
 
-using Json = nlohmann::json;
-
 // The header that names a kvserve session (as gRPC's metadata key); the body's
 // session_id may say the same.
 constexpr char kSessionHeader[] = "kvserve-session-id";
 constexpr char kModelsPath[] = "/v1/models";
 constexpr size_t kStreamBlockBytes = 16 << 10;
+// How often a suspended connection is checked for a client that went away.
+constexpr absl::Duration kDisconnectCheck = absl::Seconds(1);
 
 enum class Route { kUnknown, kHealth, kModels, kModel, kChatCompletions, kCompletions };
 
@@ -93,6 +94,8 @@ class HttpApi::Exchange : public std::enable_shared_from_this<HttpApi::Exchange>
   const RouteMatch& route() const { return route_; }
   std::string& body() { return body_; }
   bool& too_large() { return too_large_; }
+  // An error was queued for this request (maybe before its body arrived).
+  bool& refused() { return refused_; }
   bool started() const { return started_; }
   const char* rpc_method() const { return RpcMethod(route_.route); }
   void set_rpc_code(std::string code) { rpc_code_ = std::move(code); }
@@ -138,12 +141,17 @@ class HttpApi::Exchange : public std::enable_shared_from_this<HttpApi::Exchange>
   // Moves the choices' new output into stream_ as events (worker thread).
   void FormatLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   MHD_Result StartStream();
+  // While the connection is suspended (an answer or a stream's first output awaited),
+  // looks every kDisconnectCheck whether the client closed it (libmicrohttpd does not
+  // watch suspended connections), and if so cancels the generations.
+  void WatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   HttpApi* const api_;
   MHD_Connection* const connection_;
   const RouteMatch route_;
   std::string body_;
   bool too_large_ = false;
+  bool refused_ = false;
   bool started_ = false;
   std::string rpc_code_;
   ResponseContext ctx_;
@@ -160,6 +168,7 @@ class HttpApi::Exchange : public std::enable_shared_from_this<HttpApi::Exchange>
   bool tail_sent_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time next_write_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool wake_scheduled_ ABSL_GUARDED_BY(mu_) = false;
+  bool watch_scheduled_ ABSL_GUARDED_BY(mu_) = false;
   std::string stream_ ABSL_GUARDED_BY(mu_);  // events not yet taken by the daemon
 };
 
@@ -217,27 +226,33 @@ void HttpApi::Exchange::Submit(const InferenceService::Caller& caller, const Ope
   }
   started_ = true;
   api_->generating_.fetch_add(1);
-  GenerationHost* host = api_->service_->generation_host();
+  InferenceService& service = *api_->service_;
+  GenerationHost* host = service.generation_host();
+  // Converted once (tokenizing or rendering a long prompt is the costly part), submitted
+  // once per choice.
+  absl::StatusOr<engine::Request> prepared =
+      service.PrepareGeneration(caller, absl::InfiniteFuture(), request.generate);
   for (int32_t i = 0; i < request.n; ++i) {
-    v1::GenerateRequest generate = request.generate;
-    if (i > 0 && generate.sampling().has_seed()) {
-      generate.mutable_sampling()->set_seed(generate.sampling().seed() + i);
-    }
     ChoiceCall call(host, self, i);
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (failure_.has_value()) {
+        // The rest never start; OnFinish cancelled the ones that did.
+        for (int32_t j = i; j < request.n; ++j) {
+          choices_[j].finished = true;
+          ++finished_;
+        }
+        return;
+      }
       choices_[i].link = call.cancel_link();
     }
-    api_->service_->SubmitGeneration(caller, absl::InfiniteFuture(), generate, &call);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (failure_.has_value()) {
-      // The rest never start; OnFinish cancelled the ones that did.
-      for (int32_t j = i + 1; j < request.n; ++j) {
-        choices_[j].finished = true;
-        ++finished_;
-      }
-      break;
+    if (!prepared.ok()) {
+      call.Reject(prepared.status());
+      continue;
     }
+    engine::Request choice = *prepared;
+    if (i > 0 && choice.sampling.seed.has_value()) *choice.sampling.seed += i;
+    service.SubmitPrepared(caller, std::move(choice), ctx_.logprobs, &call);
   }
 }
 
@@ -280,6 +295,8 @@ void HttpApi::Exchange::OnFinish(int32_t index, const absl::Status& status,
 
 void HttpApi::Exchange::WakeLocked(bool now) {
   if (!suspended_ || closed_) return;
+  // A request that is not streamed has nothing to send before its end (or a failure).
+  if (!streaming_ && !now && !failure_.has_value()) return;
   if (!now && stream_started_) {
     GenerationHost& host = *api_->service_->generation_host();
     if (host.clock().Now() < next_write_) {
@@ -363,6 +380,7 @@ MHD_Result HttpApiCallbacks::Error(HttpApi& api, HttpApi::Exchange& ex, MHD_Conn
                                    const HttpError& error, std::string rpc_code,
                                    const char* allow) {
   ex.set_rpc_code(std::move(rpc_code));
+  ex.refused() = true;
   return Queue(*api.metrics_, connection, error.status, error.body, "application/json",
                error.retry_after, api.service_->options().retry_after, allow);
 }
@@ -398,8 +416,6 @@ MHD_Result HttpApiCallbacks::Models(HttpApi& api, HttpApi::Exchange& ex,
       api.service_->Admit(Header(connection, MHD_HTTP_HEADER_AUTHORIZATION));
   if (!caller.ok()) return StatusError(api, ex, connection, caller.status());
   const std::string& name = api.options_.served_model_name;
-  const Json model = {
-      {"id", name}, {"object", "model"}, {"created", api.started_unix_}, {"owned_by", "kvserve"}};
   if (ex.route().route == Route::kModel) {
     if (ex.route().model_id != name) {
       return Error(api, ex, connection,
@@ -409,10 +425,9 @@ MHD_Result HttpApiCallbacks::Models(HttpApi& api, HttpApi::Exchange& ex,
                                  "model_not_found", "model"),
                    CodeName(absl::StatusCode::kNotFound));
     }
-    return Json200(api, ex, connection, model.dump());
+    return Json200(api, ex, connection, ModelBody(name, api.started_unix_));
   }
-  return Json200(api, ex, connection,
-                 Json({{"object", "list"}, {"data", Json::array({model})}}).dump());
+  return Json200(api, ex, connection, ModelListBody(name, api.started_unix_));
 }
 
 MHD_Result HttpApiCallbacks::Generate(HttpApi& api, const std::shared_ptr<HttpApi::Exchange>& ex,
@@ -442,6 +457,11 @@ MHD_Result HttpApiCallbacks::Generate(HttpApi& api, const std::shared_ptr<HttpAp
                          engine::FieldError("session_id", absl::StrCat("differs from the ",
                                                                        kSessionHeader, " header")));
     }
+  }
+  if (request->n > 1 && !request->generate.session_id().empty()) {
+    // Every choice would be a turn of the one session, which takes one turn at a time.
+    return StatusError(api, *ex, connection,
+                       engine::FieldError("n", "must be 1 for a session turn (session_id)"));
   }
   const ServingCore& core = *caller->core;
   ResponseContext& ctx = ex->context();
@@ -500,7 +520,39 @@ MHD_Result HttpApi::Exchange::Continue() {
   // Nothing to answer yet: the next sink event resumes the connection.
   suspended_ = true;
   MHD_suspend_connection(connection_);
+  WatchLocked();
   return MHD_YES;
+}
+
+void HttpApi::Exchange::WatchLocked() {
+  if (watch_scheduled_) return;
+  watch_scheduled_ = true;
+  GenerationHost& host = *api_->service_->generation_host();
+  host.writer().PostAt(host.clock().Now() + kDisconnectCheck, [self = shared_from_this()] {
+    std::vector<std::shared_ptr<CancelLink>> cancel;
+    {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->watch_scheduled_ = false;
+      // Only while suspended: then libmicrohttpd neither reads the socket nor closes it.
+      if (!self->suspended_ || self->closed_) return;
+      const MHD_ConnectionInfo* info =
+          MHD_get_connection_info(self->connection_, MHD_CONNECTION_INFO_CONNECTION_FD);
+      char byte;
+      const ssize_t n =
+          info == nullptr ? -1 : recv(info->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+      if (!gone) {
+        self->WatchLocked();
+        return;
+      }
+      // The client went away: its generations end now; the answer they give fails to
+      // send and the connection closes.
+      for (Choice& c : self->choices_) {
+        if (!c.finished && c.link != nullptr) cancel.push_back(c.link);
+      }
+    }
+    for (const std::shared_ptr<CancelLink>& link : cancel) link->Cancel();
+  });
 }
 
 MHD_Result HttpApi::Exchange::StartStream() {
@@ -517,9 +569,17 @@ MHD_Result HttpApi::Exchange::StartStream() {
 }
 
 void HttpApi::Exchange::FormatLocked() {
+  if (tail_sent_) return;
+  if (failure_.has_value()) {
+    // The stream ends with the error; what the other choices still had is dropped.
+    stream_ += StreamErrorEvent(ToHttpError(*failure_, ctx_.kind));
+    rpc_code_ = CodeName(failure_->code());
+    tail_sent_ = true;
+    return;
+  }
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];
-    if (c.final_sent || (failure_.has_value() && c.finished)) continue;
+    if (c.final_sent) continue;
     if (c.pending.text.empty() && c.pending.tokens.empty() && !c.finished) continue;
     if (!c.finished) c.pending.finish.reset();
     stream_ += StreamChunk(ctx_, static_cast<int32_t>(i), c.pending, !c.first_sent);
@@ -529,13 +589,6 @@ void HttpApi::Exchange::FormatLocked() {
         c.pending.tokens.empty() ? c.pending.prev_token : c.pending.tokens.back().token;
     c.pending = ChoiceOutput();
     c.pending.prev_token = last;
-  }
-  if (tail_sent_) return;
-  if (failure_.has_value()) {
-    stream_ += StreamErrorEvent(ToHttpError(*failure_, ctx_.kind));
-    rpc_code_ = CodeName(failure_->code());
-    tail_sent_ = true;
-    return;
   }
   if (finished_ < static_cast<int32_t>(choices_.size())) return;
   if (ctx_.include_usage) stream_ += StreamUsageChunk(ctx_, usage_);
@@ -568,35 +621,62 @@ MHD_Result HttpApiCallbacks::Handle(void* cls, MHD_Connection* connection, const
   HttpApi& api = *static_cast<HttpApi*>(cls);
   auto* holder = static_cast<std::shared_ptr<HttpApi::Exchange>*>(*request_state);
   if (holder == nullptr) {
-    // The first call: headers only. Everything is answered on the last call (after the
-    // body), so that the connection stays open for the next request; only a body
-    // announced too large is refused at once (and its connection closed).
+    // The first call: headers only. What can be refused without the body is refused now
+    // (unknown path, method, credentials, a body announced too large: libmicrohttpd then
+    // drops the body and closes the connection), so that no body is buffered for nothing.
+    // The rest is answered on the last call, and its connection stays open.
     holder = new std::shared_ptr<HttpApi::Exchange>(
         std::make_shared<HttpApi::Exchange>(&api, connection, MatchRoute(url)));
     *request_state = holder;
     api.deadlines_->HeadersArrived(connection);
     HttpApi::Exchange& ex = **holder;
+    const RouteMatch& route = ex.route();
+    if (route.route == Route::kUnknown) {
+      return Error(
+          api, ex, connection,
+          MakeHttpError(404, absl::StrCat("no such path: ", std::string(url).substr(0, 256)),
+                        "not_found"),
+          "");
+    }
+    // HEAD as GET (libmicrohttpd sends no body).
+    const bool head = std::strcmp(method, MHD_HTTP_METHOD_HEAD) == 0 &&
+                      std::strcmp(route.allow, MHD_HTTP_METHOD_GET) == 0;
+    if (std::strcmp(method, route.allow) != 0 && !head) {
+      const char* allow =
+          std::strcmp(route.allow, MHD_HTTP_METHOD_GET) == 0 ? "GET, HEAD" : route.allow;
+      return Error(api, ex, connection,
+                   MakeHttpError(405, absl::StrCat(allow, " only"), "method_not_allowed"), "",
+                   allow);
+    }
+    if (route.route != Route::kChatCompletions && route.route != Route::kCompletions) {
+      return MHD_YES;  // GET: answered on the last call; a body is not kept
+    }
+    absl::StatusOr<InferenceService::Caller> caller =
+        api.service_->Admit(Header(connection, MHD_HTTP_HEADER_AUTHORIZATION));
+    if (!caller.ok()) return StatusError(api, ex, connection, caller.status());
     if (std::optional<std::string_view> length =
             Header(connection, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
       uint64_t bytes = 0;
-      if (absl::SimpleAtoi(absl::string_view(length->data(), length->size()), &bytes) &&
-          bytes > static_cast<uint64_t>(api.options_.max_body_bytes)) {
-        ex.too_large() = true;
-        return TooLarge(api, ex, connection);
+      if (absl::SimpleAtoi(absl::string_view(length->data(), length->size()), &bytes)) {
+        if (bytes > static_cast<uint64_t>(api.options_.max_body_bytes)) {
+          ex.too_large() = true;
+          return TooLarge(api, ex, connection);
+        }
+        ex.body().reserve(bytes);
       }
     }
     return MHD_YES;
   }
   const std::shared_ptr<HttpApi::Exchange>& ex = *holder;
-  if (ex->too_large() && !ex->rpc_code().empty()) {
+  if (ex->refused()) {
     *upload_data_size = 0;  // refused at the first call: the rest is dropped
     return MHD_YES;
   }
   if (ex->started()) return ex->Continue();  // resumed
+  const Route route = ex->route().route;
+  const bool generation = route == Route::kChatCompletions || route == Route::kCompletions;
   if (*upload_data_size > 0) {
-    // A body trickled in past --http-idle-timeout: the connection is closed.
-    if (api.deadlines_->BodyLate(connection)) return MHD_NO;
-    if (!ex->too_large()) {
+    if (generation && !ex->too_large()) {
       if (static_cast<int64_t>(ex->body().size() + *upload_data_size) >
           api.options_.max_body_bytes) {
         ex->too_large() = true;
@@ -608,24 +688,10 @@ MHD_Result HttpApiCallbacks::Handle(void* cls, MHD_Connection* connection, const
     *upload_data_size = 0;
     return MHD_YES;
   }
-  const RouteMatch& route = ex->route();
-  if (route.route == Route::kUnknown) {
-    return Error(api, *ex, connection,
-                 MakeHttpError(404, absl::StrCat("no such path: ", std::string(url).substr(0, 256)),
-                               "not_found"),
-                 "");
-  }
-  // HEAD as GET (libmicrohttpd sends no body).
-  const bool head = std::strcmp(method, MHD_HTTP_METHOD_HEAD) == 0 &&
-                    std::strcmp(route.allow, MHD_HTTP_METHOD_GET) == 0;
-  if (std::strcmp(method, route.allow) != 0 && !head) {
-    const char* allow =
-        std::strcmp(route.allow, MHD_HTTP_METHOD_GET) == 0 ? "GET, HEAD" : route.allow;
-    return Error(api, *ex, connection,
-                 MakeHttpError(405, absl::StrCat(allow, " only"), "method_not_allowed"), "", allow);
-  }
+  // The last call: the request is whole.
+  api.deadlines_->BodyArrived(connection);
   if (ex->too_large()) return TooLarge(api, *ex, connection);
-  switch (route.route) {
+  switch (route) {
     case Route::kHealth: {
       const bool ready = api.service_->ready();
       return Queue(*api.metrics_, connection, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
@@ -651,12 +717,13 @@ void HttpApiCallbacks::Completed(void* cls, MHD_Connection* connection, void** r
   delete holder;
   const bool cut_short = ex->Close();
   if (const char* method = ex->rpc_method(); method != nullptr) {
+    // The client went away before its answer was whole: cancelled, as gRPC counts it.
+    const bool aborted = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK;
     std::string code = ex->rpc_code();
-    if (cut_short || (code.empty() && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) ||
-        (ex->streaming() && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)) {
-      code = CodeName(absl::StatusCode::kCancelled);  // the client went away
+    if (code.empty() || (aborted && (cut_short || ex->streaming()))) {
+      code = CodeName(absl::StatusCode::kCancelled);
     }
-    if (!code.empty()) api.metrics_->RecordRpc(kHttp, method, code);
+    api.metrics_->RecordRpc(kHttp, method, code);
   }
   if (ex->started()) api.generating_.fetch_sub(1);
 }

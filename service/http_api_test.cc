@@ -203,6 +203,10 @@ TEST_F(HttpApiTest, ErrorsNameTheParameter) {
       absl::StrCat(R"({"model": "stories", "prompt": ")", std::string(70 << 10, 'a'), R"("})"));
   EXPECT_EQ(large.status, 413);
   EXPECT_EQ(Error(large)["code"], "request_too_large");
+  auto session_n = Call("POST", "/v1/chat/completions",
+                        absl::StrCat(kChat, R"(, "n": 2, "session_id": "s-1"})"));
+  EXPECT_EQ(session_n.status, 400);
+  EXPECT_EQ(Error(session_n)["param"], "n");
   engine_->FailNextSubmit(absl::ResourceExhaustedError("queue full"));
   auto busy = Call("POST", "/v1/chat/completions", absl::StrCat(kChat, "}"));
   EXPECT_EQ(busy.status, 429);
@@ -210,7 +214,7 @@ TEST_F(HttpApiTest, ErrorsNameTheParameter) {
   EXPECT_EQ(Error(busy)["code"], "rate_limit_exceeded");
   const std::string metrics = server_->metrics().SerializeText();
   EXPECT_THAT(metrics, HasSubstr("kvserve_rpc_requests_total{code=\"invalid_argument\","
-                                 "method=\"chat.completions\",protocol=\"http\"} 2"));
+                                 "method=\"chat.completions\",protocol=\"http\"} 3"));
   EXPECT_THAT(metrics, HasSubstr("kvserve_http_requests_total{status=\"429\"} 1"));
 }
 
@@ -225,6 +229,11 @@ TEST_F(HttpApiTest, BearerTokensAsForGrpc) {
   EXPECT_EQ(Call("GET", "/v1/models", "", "Authorization: Bearer wrong\r\n").status, 401);
   EXPECT_EQ(Call("GET", "/v1/models", "", "Authorization: Bearer secret\r\n").status, 200);
   EXPECT_EQ(Call("GET", "/health").status, 200);  // probes need no token
+  // Refused on its headers: the body is never read.
+  auto post = Call("POST", "/v1/chat/completions", absl::StrCat(kChat, "}"),
+                   "Authorization: Bearer wrong\r\n");
+  EXPECT_EQ(post.status, 401);
+  EXPECT_TRUE(engine_->submitted().empty());
   // The tenant reaches the engine as for gRPC.
   Connection c(server_->http_port());
   c.Send("POST", "/v1/chat/completions", absl::StrCat(kChat, "}"),
@@ -306,6 +315,17 @@ TEST_F(HttpApiTest, DisconnectMidStreamCancelsTheGeneration) {
   EXPECT_THAT(server_->metrics().SerializeText(),
               HasSubstr("kvserve_rpc_requests_total{code=\"cancelled\",method=\"chat."
                         "completions\",protocol=\"http\"} 1"));
+}
+
+TEST_F(HttpApiTest, DisconnectWhileWaitingCancelsTheGeneration) {
+  StartServer();
+  auto c = std::make_unique<Connection>(server_->http_port());
+  c->Send("POST", "/v1/chat/completions", absl::StrCat(kChat, "}"));  // not streamed
+  auto id = engine_->WaitSubmitted(1, absl::Seconds(10));
+  ASSERT_TRUE(id.has_value());
+  c.reset();  // gone before any answer: noticed on the suspended connection
+  EXPECT_TRUE(engine_->WaitReleased(*id, absl::Seconds(10)));
+  EXPECT_EQ(engine_->cancelled().size(), 1u);
 }
 
 TEST_F(HttpApiTest, DrainAnswersInFlightRequests) {

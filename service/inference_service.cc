@@ -127,11 +127,15 @@ absl::StatusOr<InferenceService::Caller> InferenceService::Admit(
 }
 
 absl::StatusOr<engine::Request> InferenceService::PrepareGeneration(
-    const ServingCore& core, absl::Time deadline, const v1::GenerateRequest& request) const {
+    const Caller& caller, absl::Time deadline, const v1::GenerateRequest& request) const {
   if (deadline <= absl::Now()) {
     return absl::DeadlineExceededError("deadline expired before the request was queued");
   }
-  return ToEngineRequest(request, options_.limits, *core.tokenizer, deadline, core.chat);
+  const ServingCore& core = *caller.core;
+  absl::StatusOr<engine::Request> out =
+      ToEngineRequest(request, options_.limits, *core.tokenizer, deadline, core.chat);
+  if (out.ok()) out->tenant = caller.tenant;
+  return out;
 }
 
 absl::Status InferenceService::GenerationStatus(engine::FinishReason reason,
@@ -193,16 +197,19 @@ void InferenceService::StartGeneration(grpc::CallbackServerContext* context,
 
 void InferenceService::SubmitGeneration(const Caller& caller, absl::Time deadline,
                                         const v1::GenerateRequest& request, GenerationCall* call) {
-  absl::StatusOr<engine::Request> engine_request =
-      PrepareGeneration(*caller.core, deadline, request);
+  absl::StatusOr<engine::Request> engine_request = PrepareGeneration(caller, deadline, request);
   if (!engine_request.ok()) return call->Reject(engine_request.status());
-  engine_request->tenant = caller.tenant;
+  SubmitPrepared(caller, *std::move(engine_request), request.top_logprobs() > 0, call);
+}
+
+void InferenceService::SubmitPrepared(const Caller& caller, engine::Request request, bool logprobs,
+                                      GenerationCall* call) {
   GenerationStarted();
   // The sink may finish the call, and the reactor go, before Submit returns.
   std::shared_ptr<CancelLink> link = call->cancel_link();
   engine::Engine* engine = caller.core->engine;
   absl::StatusOr<engine::RequestId> id =
-      engine->Submit(*std::move(engine_request), call->NewSink(request.top_logprobs() > 0));
+      engine->Submit(std::move(request), call->NewSink(logprobs));
   if (!id.ok()) {
     call->Reject(WithProtoFieldNames(id.status()));
     GenerationEnded();

@@ -155,13 +155,18 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
   // "Bearer TOKEN" the caller sent, nullopt when none), else UNAVAILABLE (not attached
   // or draining), else the caller.
   absl::StatusOr<Caller> Admit(std::optional<std::string_view> authorization) const;
-  // Validates and submits a generation of an admitted caller as Generate does (the
-  // request converted by service/request_convert.h, the engine's field errors renamed to
-  // proto paths); at the first failure `call` is rejected. `call`'s sink must derive from
-  // GenerationSink over generation_host() and call GenerationEnded() after its Finish.
-  void SubmitGeneration(const Caller& caller, absl::Time deadline,
-                        const v1::GenerateRequest& request, GenerationCall* call);
-  // What the sinks of SubmitGeneration's calls report to.
+  // A generation of an admitted caller, as Generate starts one, in two halves (so that a
+  // front submitting one request several times, the HTTP API's n choices, converts it
+  // once): the conversion (service/request_convert.h, with the caller's tenant; the
+  // wire-limit errors), then the submission (the engine validates the fields; its field
+  // errors come back renamed to proto paths through `call`'s Reject). `call`'s sink must
+  // derive from GenerationSink over generation_host() and call GenerationEnded() after
+  // its Finish; `logprobs`: the call reports them.
+  absl::StatusOr<engine::Request> PrepareGeneration(const Caller& caller, absl::Time deadline,
+                                                    const v1::GenerateRequest& request) const;
+  void SubmitPrepared(const Caller& caller, engine::Request request, bool logprobs,
+                      GenerationCall* call);
+  // What the sinks of SubmitPrepared's calls report to.
   GenerationHost* generation_host() { return this; }
   const Options& options() const { return options_; }
 
@@ -196,13 +201,11 @@ class InferenceService final : public v1::Inference::CallbackService, private Ge
       grpc::CallbackServerContext* context, const char* method, const std::string& session_id,
       const char* field, absl::FunctionRef<void(const Caller& caller, Answer answer)> body) const;
   // Generate and GenerateStream: admission, the session metadata check, then
-  // SubmitGeneration.
+  // SubmitGeneration (PrepareGeneration + SubmitPrepared; a failure rejects `call`).
   void StartGeneration(grpc::CallbackServerContext* context, const v1::GenerateRequest& request,
                        GenerationCall* call);
-  // Checks `deadline` and converts `request` (service/request_convert.h) with the
-  // core's tokenizer; the engine validates the fields.
-  absl::StatusOr<engine::Request> PrepareGeneration(const ServingCore& core, absl::Time deadline,
-                                                    const v1::GenerateRequest& request) const;
+  void SubmitGeneration(const Caller& caller, absl::Time deadline,
+                        const v1::GenerateRequest& request, GenerationCall* call);
   void GenerationStarted();
 
   const Options options_;

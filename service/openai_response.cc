@@ -181,6 +181,22 @@ std::string StreamUsageChunk(const ResponseContext& ctx, const engine::Usage& us
   return Event(json);
 }
 
+namespace {
+
+Json ModelJson(const std::string& id, int64_t created) {
+  return {{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "kvserve"}};
+}
+
+}  // namespace
+
+std::string ModelBody(const std::string& id, int64_t created) {
+  return Dump(ModelJson(id, created));
+}
+
+std::string ModelListBody(const std::string& id, int64_t created) {
+  return Dump({{"object", "list"}, {"data", Json::array({ModelJson(id, created)})}});
+}
+
 HttpError MakeHttpError(int status, const std::string& message, const std::string& code,
                         const std::string& param) {
   const char* type = status == 429   ? "rate_limit_exceeded"

@@ -55,6 +55,10 @@ std::string StreamChunk(const ResponseContext& ctx, int32_t index, const ChoiceO
 std::string StreamUsageChunk(const ResponseContext& ctx, const engine::Usage& usage);
 inline constexpr char kStreamDone[] = "data: [DONE]\n\n";
 
+// GET /v1/models/{id} and GET /v1/models: the model object and a list of it.
+std::string ModelBody(const std::string& id, int64_t created);
+std::string ModelListBody(const std::string& id, int64_t created);
+
 // An error as the OpenAI API answers it.
 struct HttpError {
   int status = 500;

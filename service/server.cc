@@ -182,6 +182,9 @@ bool Server::RunUntilSignalled(const server::ShutdownSignals& signals) {
 
 Server::~Server() {
   if (endpoints_ != nullptr) Drain(absl::ZeroDuration());
+  // The HTTP API's workers stop (and join) before the model, tokenizer and engine they
+  // serve from go.
+  http_.reset();
   endpoints_.reset();  // /metrics first: no scrape may read the engine below
 }
 

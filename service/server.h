@@ -132,7 +132,7 @@ class Server {
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<server::ServingEndpoints> endpoints_;
   std::unique_ptr<server::MemoryTrimmer> memory_trimmer_;
-  // After everything it serves through: stopped first.
+  // Stopped first, by ~Server (its workers read model_, tokenizer_ and engine_).
   std::unique_ptr<HttpApi> http_;
 
   std::mutex mu_;

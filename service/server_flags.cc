@@ -146,6 +146,9 @@ ABSL_FLAG(std::string, session_cache_tls_cert, "",
           "--session-cache-tls-key and --session-cache-tls-ca).");
 ABSL_FLAG(std::string, session_cache_tls_key, "",
           "Session cache: PEM key of --session-cache-tls-cert (unencrypted).");
+ABSL_FLAG(bool, session_cache_always_fetch, false,
+          "Session cache: fetch every block kvserve-cache holds beyond the local pool, even when "
+          "recomputing it is estimated faster (default: only what is estimated faster to fetch).");
 ABSL_FLAG(int32_t, session_cache_max_pending_stores, 64,
           "Session cache: finished requests whose blocks wait to be written behind; more "
           "are dropped and counted.");
@@ -284,6 +287,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   e.seed = absl::GetFlag(FLAGS_seed);
   e.remote.timeout = absl::GetFlag(FLAGS_session_cache_timeout);
   e.remote.max_pending_stores = absl::GetFlag(FLAGS_session_cache_max_pending_stores);
+  e.remote.always_fetch = absl::GetFlag(FLAGS_session_cache_always_fetch);
   e.session_lease = absl::GetFlag(FLAGS_session_lease);
   return options;
 }
