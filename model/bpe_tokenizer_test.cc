@@ -52,6 +52,14 @@ TEST(PreTokenizerTest, DeepseekCoderSplitsCjkAndSingleDigits) {
   EXPECT_THAT(Words("deepseek-coder", "ab 中文12"), ElementsAre("ab", " ", "中文", "1", "2"));
 }
 
+TEST(PreTokenizerTest, DeepseekLlmLettersAreItsListNotAsciiPunctuation) {
+  // Its letter class has "\u212A-ℭ" (from KELVIN SIGN, not 'K'): '|', '_' and '’' are
+  // not letters; the Kelvin and Ohm signs and U+1F7D (ώ with oxia) are.
+  EXPECT_THAT(Words("deepseek-llm", "x|>word a_b"), ElementsAre("x", "|>", "word", " a", "_", "b"));
+  EXPECT_THAT(Words("deepseek-llm", "\u212A\u2126\u1F7D it\u2019s"),
+              ElementsAre("\u212A\u2126\u1F7D", " it", "\u2019", "s"));
+}
+
 TEST(PreTokenizerTest, UnicodeLettersComeFromIcu) {
   // Cyrillic and Greek letters are \p{L}; U+3000 (ideographic space) is \s.
   EXPECT_THAT(Words("gpt-2", "мир κόσμος\xE3\x80\x80x"),

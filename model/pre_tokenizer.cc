@@ -188,22 +188,45 @@ void SplitWord(const Step& s, std::span<const TextChar> w, std::vector<uint32_t>
 // tokenizer.json writes them.
 constexpr std::u32string_view kDeepseekCjk = U"一-龥ࠀ-一가-퟿";
 
+// True when every "a-b" in `ranges` has a <= b. A reversed range matches nothing, so a
+// class that has one was mangled (see kDeepseekLetters).
+constexpr bool RangesAreOrdered(std::u32string_view ranges) {
+  for (size_t i = 0; i + 2 < ranges.size(); ++i) {
+    if (ranges[i + 1] == U'-' && ranges[i] > ranges[i + 2]) return false;
+  }
+  return true;
+}
+
+// DeepSeek LLM's letter class, code point for code point as in its tokenizer.json and in
+// llama.cpp (LLAMA_VOCAB_PRE_TYPE_DEEPSEEK_LLM). Six of its characters are canonical
+// equivalents of others, which Unicode normalization (NFC, as some editors and tools
+// apply to source files) substitutes, changing the class; they are written as escapes
+// so that it cannot:
+//   U+212A KELVIN SIGN starts the range "\u212A-ℭ". As U+004B 'K' the range would be
+//     U+004B..U+212D: ASCII K-Z [\]^_` a-z {|}~, Latin-1, Greek to Thai, and ‘’“” would
+//     all count as letters, so "x|>y" would split as "x|" ">" "y" where llama.cpp has
+//     "x" "|>" "y", and "it’s" would stay one word where llama.cpp has three.
+//   U+1F7D, U+1FD3, U+1FDB end "Ὗ-\u1F7D", "ῐ-\u1FD3", "ῖ-\u1FDB"; normalized (U+03CE,
+//     U+0390, U+038A) they would reverse those ranges (RangesAreOrdered).
+//   U+2126 OHM SIGN and U+1FBE GREEK PROSGEGRAMMENI (normalized: U+03A9, U+03B9).
+// clang-format off (it cannot measure these characters and reflows them)
+constexpr std::u32string_view kDeepseekLetters =
+    U"A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷ"
+    U"ͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽ"
+    U"ᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅ"
+    U"ὐ-ὗὙὛὝὟ-\u1F7Dᾀ-ᾴᾶ-ᾼ\u1FBEῂ-ῄῆ-ῌῐ-\u1FD3ῖ-\u1FDB"
+    U"ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\u2126ℨ\u212A-ℭℯ-ℴℹ"
+    U"ℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯ"
+    U"ꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻"
+    U"𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃";
+// clang-format on
+static_assert(RangesAreOrdered(kDeepseekLetters));
+static_assert(RangesAreOrdered(kDeepseekCjk));
+
 std::vector<Step> DeepseekLlmSteps() {
-  // DeepSeek LLM's letter class, verbatim from its tokenizer.json.
-  // clang-format off (it cannot measure these characters and reflows them)
-  constexpr std::u32string_view kLetters =
-      U"A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷ"
-      U"ͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽ"
-      U"ᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅ"
-      U"ὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ί"
-      U"ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹ"
-      U"ℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯ"
-      U"ꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻"
-      U"𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃";
-  // clang-format on
   return {
       ClassStep(Class(0, false, U"\r\n"), Step::Repeat::kOnce),
-      ClassStep(Class(0, false, kLetters), Step::Repeat::kOneOrMore, true),
+      ClassStep(Class(0, false, kDeepseekLetters), Step::Repeat::kOneOrMore, true),
       ClassStep(Class(0, false, U"!-/:-~！-／：-～‘-‟　-。"), Step::Repeat::kOneOrMore, true),
       Step{Step::Kind::kTrailingWhitespace},
       ClassStep(Class(0, false, kDeepseekCjk), Step::Repeat::kOneOrMore),
