@@ -1,12 +1,15 @@
 // kvserve's tokenizers against llama.cpp on the vocabulary-only files of
-// ../shared/vocab: the ids of every test text equal llama.cpp's (no BOS, special tokens
-// not parsed), decode(encode(x)) == x for valid UTF-8 on every vocabulary, and
-// parse_special decides whether "<|eot_id|>" in a Llama 3 prompt is the control token.
-// Outside CI the test skips when the files are missing; in CI (CI=true) it fails.
+// ../shared/vocab: the ids of every test text there and of model/testdata/llama_cpp_ids
+// equal llama.cpp's (no BOS, special tokens not parsed), decode(encode(x)) == x for valid UTF-8 on
+// every vocabulary, and parse_special decides whether "<|eot_id|>" in a Llama 3 prompt is the
+// control token. Outside CI the test skips when the files are missing; in CI (CI=true) it fails.
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/str_join.h"
@@ -31,6 +34,17 @@ std::unique_ptr<Tokenizer> LoadTokenizer(const std::string& dir, const std::stri
   return tok.ok() ? *std::move(tok) : nullptr;
 }
 
+// Text i encodes (no BOS, special tokens not parsed) to ids[i]; `label` names the case.
+void ExpectLlamaCppIds(const Tokenizer& tok, const std::vector<std::string>& texts,
+                       const std::vector<std::vector<int32_t>>& ids, std::string_view label) {
+  ASSERT_EQ(texts.size(), ids.size()) << label;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_EQ(absl::StrJoin(tok.Encode(texts[i], /*add_bos=*/false), " "),
+              absl::StrJoin(ids[i], " "))
+        << label << " text " << i << ": \"" << texts[i] << "\"";
+  }
+}
+
 class LlamaCppIdsTest : public ::testing::TestWithParam<VocabCase> {};
 
 TEST_P(LlamaCppIdsTest, EveryTextGivesLlamaCppIds) {
@@ -45,13 +59,8 @@ TEST_P(LlamaCppIdsTest, EveryTextGivesLlamaCppIds) {
   const std::string stem = *dir + "/ggml-vocab-" + c.name + ".gguf";
   const std::vector<std::string> texts = testing::ReadVocabTexts(stem + ".inp");
   const std::vector<std::vector<int32_t>> ids = testing::ReadVocabIds(stem + ".out");
-  ASSERT_EQ(texts.size(), ids.size());
   ASSERT_GT(texts.size(), 10u);
-  for (size_t i = 0; i < texts.size(); ++i) {
-    EXPECT_EQ(absl::StrJoin(tok->Encode(texts[i], /*add_bos=*/false), " "),
-              absl::StrJoin(ids[i], " "))
-        << c.name << " text " << i << ": \"" << texts[i] << "\"";
-  }
+  ExpectLlamaCppIds(*tok, texts, ids, c.name);
 }
 
 TEST(LlamaCppIdsTest, EveryPairInTheFolderIsTested) {
@@ -72,6 +81,41 @@ TEST(LlamaCppIdsTest, EveryPairInTheFolderIsTested) {
     EXPECT_TRUE(covered) << file << " has no test case";
   }
   EXPECT_EQ(n_inp, testing::VocabCases().size());
+}
+
+// The project's own texts (model/testdata/llama_cpp_ids: SET.inp, and SET.VOCAB.out
+// with llama.cpp's ids for vocabulary VOCAB; the README there says how they were made),
+// for kinds of text the folder's files do not cover.
+TEST(LlamaCppIdsTest, ProjectTextsGiveLlamaCppIds) {
+  absl::StatusOr<std::string> dir = testing::VocabDir();
+  if (!dir.ok()) {
+    ASSERT_FALSE(testing::InCi()) << dir.status();  // CI must have the files
+    GTEST_SKIP() << dir.status();
+  }
+  const char* source = std::getenv("KVSERVE_SOURCE_DIR");
+  ASSERT_NE(source, nullptr) << "KVSERVE_SOURCE_DIR is unset";
+  const std::filesystem::path cases =
+      std::filesystem::path(source) / "model/testdata/llama_cpp_ids";
+  std::error_code error;
+  const std::filesystem::directory_iterator listing(cases, error);
+  ASSERT_FALSE(error) << cases << ": " << error.message();
+  size_t n_out = 0;
+  for (const auto& entry : listing) {
+    // SET.VOCAB.out
+    const std::string file = entry.path().filename().string();
+    if (!file.ends_with(".out")) continue;
+    const size_t dot = file.find('.');
+    const std::string set = file.substr(0, dot);
+    const std::string vocab = file.substr(dot + 1, file.size() - dot - 1 - 4);
+    std::unique_ptr<Tokenizer> tok = LoadTokenizer(*dir, vocab);
+    ASSERT_NE(tok, nullptr) << file;
+    const std::vector<std::string> texts =
+        testing::ReadVocabTexts((cases / (set + ".inp")).string());
+    ASSERT_FALSE(texts.empty()) << set << ".inp";
+    ExpectLlamaCppIds(*tok, texts, testing::ReadVocabIds(entry.path().string()), file);
+    ++n_out;
+  }
+  EXPECT_GT(n_out, 0u) << "no .out file in " << cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllVocabularies, LlamaCppIdsTest,
