@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "service": ["--rounds", "--latency_calls", "--streams", "--prompt"],
     "tokenizer": ["--vocab", "--runs", "--text"],
     "cache-replay": ["--trace", "--capacity_blocks", "--policy", "--json"],
+    "cache-trace": ["--output", "--seed", "--turns", "--think", "--system_prompts"],
     "cache-reuse": ["--model", "--history", "--repeats", "--kv_dtype"],
     "cache-throughput": ["--chain_blocks", "--target", "--blocks", "--disk_dir"],
     "cache-storage": ["--redis", "--disk_fsync", "--blocks"],

@@ -2,6 +2,7 @@
 // trace (the prefix-hit ratio per policy and capacity). See --help.
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,8 @@ ABSL_FLAG(std::string, trace, "",
 ABSL_FLAG(std::vector<std::string>, capacity_blocks, {},
           "cache capacity in blocks; comma-separated for several runs. Required.");
 ABSL_FLAG(std::vector<std::string>, policy, std::vector<std::string>{"conversation"},
-          "eviction policy, conversation or lru; comma-separated for several.");
+          "eviction policy, conversation, lru or optimum (Belady's offline optimum, the "
+          "reference); comma-separated for several.");
 ABSL_FLAG(int64_t, max_requests, 0, "replay only the first N requests (0 = all).");
 ABSL_FLAG(int64_t, reuse_credit_ticks, -1,
           "BlockIndexOptions::reuse_credit_ticks of the conversation policy "
@@ -38,13 +40,16 @@ ABSL_FLAG(int64_t, conversation_credit_ticks, -1,
 namespace kvserve::bench {
 namespace {
 
+constexpr char kOptimum[] = "optimum";
+
 constexpr char kUsage[] =
     R"(Usage: kvserve-bench cache-replay --trace FILE --capacity-blocks N[,N...]
-           [--policy conversation|lru[,...]] [--json]
+           [--policy conversation|lru|optimum[,...]] [--json]
 
 For each request of the trace in order: the longest prefix of its blocks present in a
 cache of N blocks counts as hits; then every block of the request is inserted (each 1
-unit, evicting by the policy). Prints the prefix-hit ratio (hit blocks / all blocks), the
+unit, evicting by the policy; `optimum` is Belady's offline optimum at the block level,
+which reads the future: the ceiling for any policy). Prints the prefix-hit ratio (hit blocks / all blocks), the
 counts and the replay time, one line per (policy, capacity).
 Flags accept - or _ (--capacity-blocks or --capacity_blocks).)";
 
@@ -61,14 +66,15 @@ absl::Status RunReplay() {
     capacities.push_back(n);
   }
   if (capacities.empty()) return absl::InvalidArgumentError("--capacity-blocks is required");
-  std::vector<cachesvc::Policy> policies;
+  // nullopt: the offline optimum.
+  std::vector<std::optional<cachesvc::Policy>> policies;
   for (const std::string& name : absl::GetFlag(FLAGS_policy)) {
     std::optional<cachesvc::Policy> p = cachesvc::PolicyFromName(name);
-    if (!p) {
+    if (!p && name != kOptimum) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--policy: unknown \"", name, "\" (conversation or lru)"));
+          absl::StrCat("--policy: unknown \"", name, "\" (conversation, lru or optimum)"));
     }
-    policies.push_back(*p);
+    policies.push_back(p);
   }
   const int64_t max_requests = absl::GetFlag(FLAGS_max_requests);
   if (max_requests < 0) return absl::InvalidArgumentError("--max-requests must be >= 0");
@@ -82,17 +88,18 @@ absl::Status RunReplay() {
     std::fprintf(stderr, "read %zu requests from %s in %.2f s\n", trace->size(), path.c_str(),
                  absl::ToDoubleSeconds(absl::Now() - read_start));
   }
-  for (cachesvc::Policy policy : policies) {
+  for (const std::optional<cachesvc::Policy>& policy : policies) {
     for (uint64_t capacity : capacities) {
       cachesvc::ReplayOptions options;
       options.capacity_blocks = capacity;
-      options.policy = policy;
+      if (policy) options.policy = *policy;
       options.reuse_credit_ticks = absl::GetFlag(FLAGS_reuse_credit_ticks);
       options.history_blocks = absl::GetFlag(FLAGS_history_blocks);
       options.conversation_credit_ticks = absl::GetFlag(FLAGS_conversation_credit_ticks);
-      absl::StatusOr<cachesvc::ReplayResult> r = cachesvc::Replay(*trace, options);
+      absl::StatusOr<cachesvc::ReplayResult> r =
+          policy ? cachesvc::Replay(*trace, options) : cachesvc::ReplayOptimum(*trace, options);
       if (!r.ok()) return r.status();
-      const std::string name(cachesvc::PolicyName(policy));
+      const std::string name(policy ? cachesvc::PolicyName(*policy) : kOptimum);
       if (json) {
         std::printf(
             "{\"mode\":\"replay\",\"policy\":\"%s\",\"capacity_blocks\":%llu,"

@@ -12,6 +12,7 @@ Subcommand EngineCommand();           // engine_command.cc: follow-up TTFT, stre
 Subcommand ServiceCommand();          // service_command.cc: the gRPC layer's cost
 Subcommand TokenizerCommand();        // tokenizer_command.cc: vocabulary load, encode speed
 Subcommand CacheReplayCommand();      // cache_replay_command.cc: eviction policy on a trace
+Subcommand CacheTraceCommand();       // cache_trace_command.cc: synthetic conversation traces
 Subcommand CacheReuseCommand();       // cache_reuse_command.cc: remote history vs recompute
 Subcommand CacheThroughputCommand();  // cache_throughput_command.cc: kvserve-cache store/fetch
 Subcommand CacheStorageCommand();     // cache_storage_command.cc: disk and Redis tiers

@@ -58,6 +58,10 @@ struct BlockIndex::Entry {
   uint64_t bytes = 0;
   uint64_t last_tick = 0;
   uint64_t uses = 0;
+  // Distinct children confirmed (used twice or extended) under it, ever: how many
+  // different continuations share this prefix.
+  uint64_t branches = 0;
+  bool confirmed = false;  // counted in its parent's branches
   bool had_child = false;
   int64_t conversation_credit = 0;  // ticks, from the class of the last request it was in
   uint64_t serial = 0;
@@ -139,10 +143,11 @@ void BlockIndex::Reposition(Entry& e) {
     // traffic mostly its partial last block, which the next turn does not share).
     priority -= int64_t{1} << 52;
   } else {
-    if (e.uses > 1) {
+    if (e.branches > 1) {
       priority += static_cast<int64_t>(static_cast<double>(options_.reuse_credit_ticks) *
-                                       std::log2(static_cast<double>(e.uses)));
+                                       std::log2(static_cast<double>(e.branches)));
     }
+    priority += UseCredit(e.uses);
     priority += e.conversation_credit;
   }
   e.candidate = Candidate{TierOf(e), priority, e.serial, &e};
@@ -151,9 +156,46 @@ void BlockIndex::Reposition(Entry& e) {
   e.listed = true;
 }
 
+int BlockIndex::UseClass(uint64_t uses) {
+  int c = 0;
+  while (c + 1 < kUseClasses && uses >= (uint64_t{2} << c)) ++c;
+  return c;  // 1 use, 2-3, 4-7, 8-15, 16+
+}
+
+int64_t BlockIndex::UseCredit(uint64_t uses) const {
+  if (options_.reuse_credit_ticks == 0) return 0;
+  const int c = UseClass(uses);
+  return static_cast<int64_t>(static_cast<double>(options_.reuse_credit_ticks) *
+                              std::log2(SmoothedRate(returned_by_uses_[c], evicted_by_uses_[c],
+                                                     returned_total_, evicted_total_)));
+}
+
+double BlockIndex::SmoothedRate(int64_t hits, int64_t trials, int64_t all_hits,
+                                int64_t all_trials) {
+  if (all_hits == 0) return 1.0;  // no evidence that any class differs
+  // The class's rate is smoothed towards the overall one with the weight of 4 observations,
+  // so a class seen rarely gets little credit either way.
+  constexpr double kPriorWeight = 4.0;
+  const double overall = static_cast<double>(all_hits) / static_cast<double>(all_trials);
+  const double rate = (static_cast<double>(hits) + kPriorWeight * overall) /
+                      (static_cast<double>(trials) + kPriorWeight);
+  return rate / overall;
+}
+
+void BlockIndex::Confirm(Entry& e) {
+  if (e.confirmed) return;
+  e.confirmed = true;
+  if (!e.parent.has_value()) return;
+  auto it = entries_.find(BlockKey{e.id.partition, *e.parent});
+  if (it == entries_.end()) return;
+  ++it->second.branches;
+  if (it->second.listed) Reposition(it->second);
+}
+
 void BlockIndex::Touch(Entry& e) {
   e.last_tick = ++tick_;
   ++e.uses;
+  if (e.uses >= 2 && options_.policy != Policy::kLru) Confirm(e);
   if (options_.policy == Policy::kLru) {
     lru_.splice(lru_.end(), lru_, e.lru_it);
     e.partition->lru.splice(e.partition->lru.end(), e.partition->lru, e.partition_lru_it);
@@ -203,7 +245,8 @@ void BlockIndex::EndRequest(const BlockHash& partition, std::span<const BlockHas
     break;
   }
   const int delta_class = delta < 2 ? 0 : delta < 4 ? 1 : delta < 8 ? 2 : delta < 16 ? 3 : 4;
-  const int cls = (std::min(turn, kTurnClasses) - 1) * kDeltaClasses + delta_class;
+  const int turn_class = turn <= 3 ? turn - 1 : turn <= 5 ? 3 : turn <= 9 ? 4 : 5;
+  const int cls = turn_class * kDeltaClasses + delta_class;
   ++class_requests_[cls];
   // Remember where this request's chain ends (its last block is usually partial: a next turn
   // shares everything before it).
@@ -365,7 +408,10 @@ absl::StatusOr<InsertResult> BlockIndex::Insert(const BlockHash& partition, cons
   e.bytes = bytes;
   e.serial = ++serial_;
   e.partition = &part;
-  e.uses = Recall(id);
+  const Remembered past = Recall(id);
+  e.uses = past.uses;
+  e.branches = past.branches;
+  e.confirmed = past.confirmed;
   if (options_.policy == Policy::kLru) {
     e.lru_it = lru_.insert(lru_.end(), &e);
     e.partition_lru_it = part.lru.insert(part.lru.end(), &e);
@@ -378,6 +424,7 @@ absl::StatusOr<InsertResult> BlockIndex::Insert(const BlockHash& partition, cons
     AddChild(BlockKey{partition, *parent});
     parent_entry->had_child = true;
     Reposition(*parent_entry);
+    if (options_.policy != Policy::kLru) Confirm(*parent_entry);
   }
   Touch(e);
   result.outcome = InsertOutcome::kInserted;
@@ -387,33 +434,37 @@ absl::StatusOr<InsertResult> BlockIndex::Insert(const BlockHash& partition, cons
 void BlockIndex::Remember(const Entry& e) {
   if (options_.policy == Policy::kLru || options_.history_blocks == 0) return;
   const uint64_t serial = ++serial_;
-  history_[e.id] = {e.uses, serial};
+  history_[e.id] = Remembered{e.uses, e.branches, e.confirmed, serial};
+  ++evicted_by_uses_[UseClass(e.uses)];
+  ++evicted_total_;
   history_order_.emplace_back(e.id, serial);
   while (static_cast<int64_t>(history_.size()) > options_.history_blocks) {
     const auto [key, old_serial] = history_order_.front();
     history_order_.pop_front();
     auto it = history_.find(key);
-    if (it != history_.end() && it->second.second == old_serial) history_.erase(it);
+    if (it != history_.end() && it->second.serial == old_serial) history_.erase(it);
   }
   // Recall leaves stale records behind: compact when they are the majority (amortized O(1)).
   if (history_order_.size() > 2 * history_.size() + 16) {
     std::deque<std::pair<BlockKey, uint64_t>> live;
     for (const auto& [key, rec_serial] : history_order_) {
       auto it = history_.find(key);
-      if (it != history_.end() && it->second.second == rec_serial)
+      if (it != history_.end() && it->second.serial == rec_serial)
         live.emplace_back(key, rec_serial);
     }
     history_order_.swap(live);
   }
 }
 
-uint64_t BlockIndex::Recall(const BlockKey& id) {
+BlockIndex::Remembered BlockIndex::Recall(const BlockKey& id) {
   auto it = history_.find(id);
-  if (it == history_.end()) return 0;
-  const uint64_t uses = it->second.first;
+  if (it == history_.end()) return Remembered{};
+  const Remembered past = it->second;
   history_.erase(it);
+  ++returned_by_uses_[UseClass(past.uses)];
+  ++returned_total_;
   ++counters_.history_hits_total;
-  return uses;
+  return past;
 }
 
 bool BlockIndex::Erase(const BlockHash& partition, const BlockHash& key) {

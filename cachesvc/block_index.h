@@ -30,14 +30,18 @@ enum class Policy {
   // Chain- and conversation-aware (the default): only leaves (blocks with no child present)
   // are evicted, so a chain shrinks tail first and a shared prefix outlives every
   // continuation; among leaves, blocks only reachable from expired sessions go first, blocks
-  // of live sessions last; in between, a block's priority is its recency plus a credit for
-  // how often it was used (see BlockIndexOptions::reuse_credit_ticks), and a chain tail that
-  // was used once and never extended (the speculative end of a request, e.g. its partial
-  // last block) goes before any other idle block. When the caller reports whole requests
-  // (EndRequest), a conversation-level credit is added: requests are classed by turn number
-  // and by how many blocks the turn added, the index learns online how often each class
-  // gets another turn, and a request's blocks are kept longer or shorter by how likely its
-  // class is to continue (see BlockIndexOptions::conversation_credit_ticks).
+  // of live sessions last; in between, a chain tail that was used once and never extended
+  // (the speculative end of a request, e.g. its partial last block) goes before any other
+  // idle block, and otherwise a block's priority is its recency plus credits, each earned
+  // only where this traffic shows it predicts reuse (see BlockIndexOptions::
+  // reuse_credit_ticks): for the number of different continuations confirmed under it (a
+  // prefix many conversations share), and for its use class when evicted blocks of that
+  // class were seen to come back more often than the average evicted block. When the caller
+  // reports whole requests (EndRequest), a conversation-level credit is added: requests are
+  // classed by turn number and by how many blocks the turn added, the index learns online
+  // how often each class gets another turn, and a request's blocks are kept longer or
+  // shorter by how likely its class is to continue (see
+  // BlockIndexOptions::conversation_credit_ticks).
   kConversation,
   // Plain LRU over blocks (the baseline): the least recently used block goes first, whatever
   // its children or sessions. A lookup still only reports an unbroken prefix.
@@ -55,21 +59,29 @@ struct BlockIndexOptions {
   // an Insert into it. 0 (the default) = no per-partition quota.
   uint64_t partition_quota_bytes = 0;
   Policy policy = Policy::kConversation;
-  // kConversation only: each doubling of a block's use count is worth this many ticks of
-  // recency (a tick = one block inserted or touched), i.e. a block used 2^k times is evicted
-  // as if it had been used k * reuse_credit_ticks ticks later than it was. Default 12,000
-  // (tuned on Mooncake's conversation trace: about 500 requests of 24 blocks; see
-  // docs/performance.md). 0 = pure recency among leaves.
+  // kConversation only: the unit of two credits, in ticks of recency (a tick = one block
+  // inserted or touched). (1) A block under which n > 1 different continuations were
+  // confirmed (a child used twice or extended) gets log2(n) units. (2) Blocks are classed by
+  // use count (1, 2-3, 4-7, 8-15, 16+); per class the index counts evicted blocks and how
+  // many of them were inserted again while remembered (history_blocks), and a block gets
+  // log2(its class's return rate / the overall return rate) units (smoothed towards the
+  // overall rate; 0 until some evicted block came back). Neither credit assumes that use
+  // predicts reuse: on traffic where it does not (e.g. conversations whose turn count is
+  // memoryless), both stay near 0. Default 12,000 (the magnitude measured best on
+  // Mooncake's conversation trace; the synthetic traces of bench/cache_policy_traces.sh are
+  // insensitive to it, see docs/performance.md). 0 = pure recency among leaves.
   int64_t reuse_credit_ticks = 12'000;
-  // kConversation only: how many evicted blocks' use counts are remembered (oldest
-  // forgotten first), so a block that comes back resumes its count instead of starting
-  // over as a one-time block. About 64 bytes each. Default 262,144; 0 = none.
+  // kConversation only: how many evicted blocks' use and branch counts are remembered
+  // (oldest forgotten first), so a block that comes back resumes its counts instead of
+  // starting over as a one-time block, and its return is counted for its use class. About
+  // 64 bytes each. Default 262,144; 0 = none (and no use-class credit).
   int64_t history_blocks = 262'144;
   // kConversation only, used when the caller reports requests with EndRequest: a request's
   // blocks get log2(P(class continues) / P(any request continues)) times this many ticks of
-  // extra recency, where the class is (turn number 1, 2, 3, 4+) x (blocks the turn added:
-  // <2, <4, <8, <16, more) and the probabilities are counted online (smoothed towards the
-  // overall rate). Default 6,000 (tuned on Mooncake's conversation trace, see
+  // extra recency, where the class is (turn number 1, 2, 3, 4-5, 6-9, 10+; log-spaced so
+  // that heavy-tailed turn counts can show) x (blocks the turn added: <2, <4, <8, <16, more)
+  // and the probabilities are counted online (smoothed towards the overall rate). Default
+  // 6,000 (the magnitude measured best on Mooncake's conversation trace, see
   // docs/performance.md); 0 = off.
   int64_t conversation_credit_ticks = 6'000;
 };
@@ -213,7 +225,7 @@ class BlockIndex {
     bool continued = false;
     uint64_t serial = 0;
   };
-  static constexpr int kTurnClasses = 4;
+  static constexpr int kTurnClasses = 6;  // turn 1, 2, 3, 4-5, 6-9, 10+
   static constexpr int kDeltaClasses = 5;
   static constexpr int kConversationClasses = kTurnClasses * kDeltaClasses;
   static constexpr size_t kMaxChainEnds = 65'536;
@@ -236,6 +248,9 @@ class BlockIndex {
 
   void AdvanceTime(absl::Time now);
   void Touch(Entry& e);
+  // Marks `e` as a real continuation of its parent (used twice or extended), once: the
+  // parent's branch count grows.
+  void Confirm(Entry& e);
   int32_t ChildCount(const BlockKey& k) const;
   void AddChild(const BlockKey& parent);
   void RemoveChild(const BlockKey& parent);
@@ -252,14 +267,33 @@ class BlockIndex {
   void UnmarkSession(Session& s);
 
   BlockIndexOptions options_;
+  // What is remembered of an evicted block.
+  struct Remembered {
+    uint64_t uses = 0;
+    uint64_t branches = 0;
+    bool confirmed = false;
+    uint64_t serial = 0;
+  };
   void Remember(const Entry& e);
-  // Use count remembered for `id` (0 if none); forgets it.
-  uint64_t Recall(const BlockKey& id);
+  static constexpr int kUseClasses = 5;
+  static int UseClass(uint64_t uses);
+  // reuse_credit_ticks x log2(how much likelier than an average evicted block an evicted
+  // block of this use class was to be inserted again).
+  int64_t UseCredit(uint64_t uses) const;
+  // (hits / trials) / (all_hits / all_trials), both smoothed.
+  static double SmoothedRate(int64_t hits, int64_t trials, int64_t all_hits, int64_t all_trials);
+  // What is remembered of `id` (zeros if nothing); forgets it.
+  Remembered Recall(const BlockKey& id);
 
   absl::node_hash_map<BlockKey, Entry> entries_;
-  // Use counts of evicted blocks: key -> (uses, serial); history_order_ holds (key, serial)
+  // Use and branch counts of evicted blocks; history_order_ holds (key, serial)
   // oldest first (a stale serial means the key was recalled or remembered again since).
-  absl::flat_hash_map<BlockKey, std::pair<uint64_t, uint64_t>> history_;
+  absl::flat_hash_map<BlockKey, Remembered> history_;
+  // Per use class: blocks evicted, and of those, inserted again while remembered.
+  int64_t evicted_by_uses_[kUseClasses] = {};
+  int64_t returned_by_uses_[kUseClasses] = {};
+  int64_t evicted_total_ = 0;
+  int64_t returned_total_ = 0;
   std::deque<std::pair<BlockKey, uint64_t>> history_order_;
   // Present children of each key (present or not): (partition, key) -> count > 0.
   absl::flat_hash_map<BlockKey, int32_t> child_counts_;

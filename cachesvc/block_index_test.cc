@@ -240,13 +240,47 @@ TEST(BlockIndexTest, ChainLongerThanCapacityStopsWithNoRoom) {
   EXPECT_EQ(Prefix(*index, {1, 2, 3}), 3);  // its own ancestors were not evicted
 }
 
-TEST(BlockIndexTest, FrequentlyUsedLeafOutlivesNewerOneTimeLeaves) {
+// Blocks 1, 2 used 9 times each, then blocks 5 -> 6 used once; inserting 7 -> 8 into a
+// cache of 4 evicts two blocks. When `teach`, first shows the index that blocks used often
+// come back after eviction and blocks used once do not.
+std::vector<uint64_t> EvictedAfterFrequentAndOneTimeUse(bool teach) {
   auto index = MakeIndex(4);
-  InsertChain(*index, {1, 2});
-  for (int i = 0; i < 8; ++i) InsertChain(*index, {1, 2});  // used 9 times
+  if (teach) {
+    for (int i = 0; i < 9; ++i) InsertChain(*index, {1, 2});
+    for (uint64_t fresh = 1000; fresh < 1008; fresh += 2) InsertChain(*index, {fresh, fresh + 1});
+    EXPECT_FALSE(index->Contains(kTenantA, H(1)));  // evicted: it comes back below
+  }
+  for (int i = 0; i < 9; ++i) InsertChain(*index, {1, 2});
   InsertChain(*index, {5, 6});
-  // Block 6 (newer, used once) goes before 2, then 5 before 2 as well.
-  EXPECT_THAT(InsertChain(*index, {7, 8}), ElementsAre(6, 5));
+  return InsertChain(*index, {7, 8});
+}
+
+TEST(BlockIndexTest, UseCountEarnsCreditWhenFrequentUseProvedToPredictReturns) {
+  // Block 6 (a one-time tail) goes first either way; then, with nothing learned, recency
+  // decides (2, older, before 5); once frequently used blocks were seen to return and blocks
+  // used once were not, 5 (newer, used once) goes before 2.
+  EXPECT_THAT(EvictedAfterFrequentAndOneTimeUse(/*teach=*/false), ElementsAre(6, 2));
+  EXPECT_THAT(EvictedAfterFrequentAndOneTimeUse(/*teach=*/true), ElementsAre(6, 5));
+}
+
+// A prefix (1, 2) continued three ways, each continuation extended; then a newer chain
+// 50 -> 51 and pressure from a long chain: returns whether the branched prefix outlived
+// the newer chain's first block.
+bool BranchedPrefixOutlivesNewerChain(int64_t reuse_credit_ticks) {
+  BlockIndexOptions options;
+  options.capacity_bytes = 10;
+  options.reuse_credit_ticks = reuse_credit_ticks;
+  auto index = *BlockIndex::Create(options);
+  for (uint64_t b : {10, 20, 30}) InsertChain(*index, {1, 2, b, b + 1});
+  InsertChain(*index, {50, 51});
+  InsertChain(*index, {60, 61, 62, 63, 64, 65, 66, 67});
+  EXPECT_FALSE(index->Contains(kTenantA, H(10)));
+  return index->Contains(kTenantA, H(2)) && !index->Contains(kTenantA, H(50));
+}
+
+TEST(BlockIndexTest, PrefixWithSeveralContinuationsEarnsCredit) {
+  EXPECT_TRUE(BranchedPrefixOutlivesNewerChain(12'000));
+  EXPECT_FALSE(BranchedPrefixOutlivesNewerChain(0));  // recency alone: the older prefix goes
 }
 
 TEST(BlockIndexTest, RememberedUseCountSurvivesEviction) {

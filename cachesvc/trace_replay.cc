@@ -5,8 +5,11 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <set>
+#include <tuple>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -223,6 +226,17 @@ absl::StatusOr<TraceRequest> ParseTraceLine(std::string_view line) {
   return LineParser(line).Parse();
 }
 
+std::string FormatTraceLine(const TraceRequest& req) {
+  std::string line =
+      absl::StrCat("{\"timestamp\": ", req.timestamp_ms, ", \"input_length\": ", req.input_length,
+                   ", \"output_length\": ", req.output_length, ", \"hash_ids\": [");
+  for (size_t i = 0; i < req.hash_ids.size(); ++i) {
+    absl::StrAppend(&line, i == 0 ? "" : ", ", req.hash_ids[i]);
+  }
+  line += "]}";
+  return line;
+}
+
 absl::StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path, int64_t max_requests) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open trace ", path));
@@ -285,6 +299,63 @@ absl::StatusOr<ReplayResult> Replay(std::span<const TraceRequest> trace,
       parent = key;
     }
     (*index)->EndRequest(partition, chain, now);
+  }
+  result.elapsed = absl::Now() - start;
+  return result;
+}
+
+absl::StatusOr<ReplayResult> ReplayOptimum(std::span<const TraceRequest> trace,
+                                           const ReplayOptions& options) {
+  if (options.capacity_blocks == 0) {
+    return absl::InvalidArgumentError("ReplayOptimum: capacity_blocks must be > 0");
+  }
+  constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  // next_use[r][j]: the index of the next request after r holding block j of request r.
+  std::vector<std::vector<int64_t>> next_use(trace.size());
+  {
+    absl::flat_hash_map<uint64_t, int64_t> seen_at;  // id -> the later request holding it
+    for (size_t r = trace.size(); r-- > 0;) {
+      next_use[r].resize(trace[r].hash_ids.size());
+      for (size_t j = 0; j < trace[r].hash_ids.size(); ++j) {
+        auto [it, fresh] = seen_at.try_emplace(trace[r].hash_ids[j], static_cast<int64_t>(r));
+        next_use[r][j] = fresh ? kNever : it->second;
+        it->second = static_cast<int64_t>(r);
+      }
+    }
+  }
+  // Stored blocks by eviction order: the last element goes first (farthest next use, then
+  // deepest).
+  using Slot = std::tuple<int64_t, size_t, uint64_t>;  // (next use, depth, id)
+  std::set<Slot> order;
+  absl::flat_hash_map<uint64_t, Slot> stored;
+  ReplayResult result;
+  const absl::Time start = absl::Now();
+  for (size_t r = 0; r < trace.size(); ++r) {
+    const std::vector<uint64_t>& ids = trace[r].hash_ids;
+    ++result.requests;
+    result.blocks += static_cast<int64_t>(ids.size());
+    size_t hits = 0;
+    while (hits < ids.size() && stored.contains(ids[hits])) ++hits;
+    result.hit_blocks += static_cast<int64_t>(hits);
+    for (size_t j = 0; j < ids.size(); ++j) {
+      const Slot slot{next_use[r][j], j, ids[j]};
+      if (auto it = stored.find(ids[j]); it != stored.end()) {
+        order.erase(it->second);
+        order.insert(slot);
+        it->second = slot;
+        continue;
+      }
+      if (stored.size() >= options.capacity_blocks) {
+        if (slot >= *order.rbegin()) continue;  // the new block would go first: not stored
+        const Slot victim = *order.rbegin();
+        order.erase(std::prev(order.end()));
+        stored.erase(std::get<2>(victim));
+        ++result.evicted_blocks;
+      }
+      order.insert(slot);
+      stored.emplace(ids[j], slot);
+      ++result.inserted_blocks;
+    }
   }
   result.elapsed = absl::Now() - start;
   return result;

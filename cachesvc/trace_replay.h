@@ -32,6 +32,10 @@ struct TraceRequest {
 // deeper than 64 levels is refused); a duplicated known key is an error.
 absl::StatusOr<TraceRequest> ParseTraceLine(std::string_view line);
 
+// One line of the trace for `req` (no newline), in the key order above; ParseTraceLine reads
+// it back to `req`.
+std::string FormatTraceLine(const TraceRequest& req);
+
 // Reads a trace file: one request per line, blank lines skipped, at most `max_requests`
 // (0 = all). NOT_FOUND if the file cannot be opened; INVALID_ARGUMENT naming
 // "path:line" for the first malformed line.
@@ -70,6 +74,16 @@ struct ReplayResult {
 // capacity_blocks == 0.
 absl::StatusOr<ReplayResult> Replay(std::span<const TraceRequest> trace,
                                     const ReplayOptions& options);
+
+// The same replay under Belady's offline optimum at the block level (the reference a policy
+// is measured against; it reads the future, so it is not a BlockIndex policy): when a block
+// needs room, the stored block whose next use is farthest goes (never used again first;
+// among equal next uses, the deepest block of its chain, so a chain loses its tail first),
+// and a new block whose own next use is farther than every stored block's is not stored.
+// Same counts and errors as Replay (options other than capacity_blocks are ignored).
+// O(B log B) for B blocks in the trace.
+absl::StatusOr<ReplayResult> ReplayOptimum(std::span<const TraceRequest> trace,
+                                           const ReplayOptions& options);
 
 }  // namespace kvserve::cachesvc
 

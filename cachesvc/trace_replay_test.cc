@@ -58,6 +58,26 @@ std::string WriteFile(const std::string& name, const std::string& text) {
   return path;
 }
 
+TEST(FormatTraceLineTest, ParsesBack) {
+  TraceRequest req;
+  req.timestamp_ms = 1234;
+  req.input_length = 1500;
+  req.output_length = 7;
+  req.hash_ids = {0, 18446744073709551615u, 5};
+  const std::string line = FormatTraceLine(req);
+  EXPECT_EQ(line,
+            "{\"timestamp\": 1234, \"input_length\": 1500, \"output_length\": 7, "
+            "\"hash_ids\": [0, 18446744073709551615, 5]}");
+  absl::StatusOr<TraceRequest> back = ParseTraceLine(line);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->timestamp_ms, 1234);
+  EXPECT_EQ(back->input_length, 1500);
+  EXPECT_EQ(back->output_length, 7);
+  EXPECT_EQ(back->hash_ids, req.hash_ids);
+  req.hash_ids.clear();
+  EXPECT_TRUE(ParseTraceLine(FormatTraceLine(req)).ok());
+}
+
 TEST(ReadTraceTest, ErrorNamesTheLine) {
   const std::string path = WriteFile("bad.jsonl",
                                      "{\"timestamp\": 0, \"hash_ids\": [0, 1]}\n"
@@ -93,6 +113,27 @@ TEST(ReplayTest, CountsPrefixHits) {
   EXPECT_EQ(Replay(trace, options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The optimum keeps what comes back soonest and does not store what never comes back.
+TEST(ReplayOptimumTest, KeepsTheBlocksUsedNext) {
+  std::vector<TraceRequest> trace(4);
+  trace[0].hash_ids = {0, 1};
+  trace[1].hash_ids = {2, 3};  // never used again: not stored
+  trace[2].hash_ids = {0, 1};  // 2 hits (LRU at capacity 2: none)
+  trace[3].hash_ids = {0, 4};  // 1 hit
+  ReplayOptions options;
+  options.capacity_blocks = 2;
+  absl::StatusOr<ReplayResult> r = ReplayOptimum(trace, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->blocks, 8);
+  EXPECT_EQ(r->hit_blocks, 3);
+  options.policy = Policy::kLru;
+  absl::StatusOr<ReplayResult> lru = Replay(trace, options);
+  ASSERT_TRUE(lru.ok()) << lru.status();
+  EXPECT_EQ(lru->hit_blocks, 1);  // only block 0 of the last request
+  options.capacity_blocks = 0;
+  EXPECT_EQ(ReplayOptimum(trace, options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // The shared Mooncake conversation trace (not in the repository): the LRU baseline must
 // reproduce the published figure and the default policy must beat it clearly.
 TEST(ReplayTest, ConversationTraceBeatsLru) {
@@ -114,6 +155,9 @@ TEST(ReplayTest, ConversationTraceBeatsLru) {
   absl::StatusOr<ReplayResult> conv = Replay(*trace, options);
   ASSERT_TRUE(conv.ok()) << conv.status();
   EXPECT_NEAR(lru->hit_ratio(), 0.086, 0.002);
+  absl::StatusOr<ReplayResult> optimum = ReplayOptimum(*trace, options);
+  ASSERT_TRUE(optimum.ok()) << optimum.status();
+  EXPECT_NEAR(optimum->hit_ratio(), 0.322, 0.002);  // the trace's published figure
   EXPECT_GT(conv->hit_ratio(), 1.5 * lru->hit_ratio());
   EXPECT_EQ(conv->no_room_requests, 0);
 }
