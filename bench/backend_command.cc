@@ -90,7 +90,7 @@ struct Flags {
   int reference_repeats = 0;
   int reference_decode_tokens = 0;
   int reference_prompt_tokens = 0;
-  kvserve::model::DType kv_dtype = kvserve::model::DType::kF32;
+  kvserve::model::DType kv_dtype = kvserve::model::DType::kF16;
   int block_tokens = 0;
   int bandwidth_mib = 0;
   int bandwidth_passes = 0;

@@ -20,7 +20,7 @@ namespace {
 
 constexpr char kUsage[] =
     R"(Usage: kvserve-bench cache-reuse --model FILE [--history 1024,4096] [--repeats 5]
-           [--threads N] [--kv-dtype f32] [--json]
+           [--threads N] [--kv-dtype f16|f32] [--json]
 
 A conversation's history is computed on one replica and written to a kvserve-cache server
 (in-process, gRPC on loopback); then its next turn (16 new tokens) runs on fresh replicas,

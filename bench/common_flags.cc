@@ -20,7 +20,7 @@ absl::string_view CommonFlagsFile() { return __FILE__; }
 ABSL_FLAG(std::string, model, "", "Model file (GGUF).");
 ABSL_FLAG(std::string, tokenizer, "", "llama2.c tokenizer.bin (only for llama2.c checkpoints).");
 ABSL_FLAG(std::string, backend, "cpu_blas", "Compute backend: cpu_blas or reference.");
-ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache element type: f32 or f16.");
+ABSL_FLAG(std::string, kv_dtype, "f16", "KV cache element type: f16 or f32.");
 ABSL_FLAG(bool, blas_reexec, true, kvserve::backends::cpu_blas::kBlasReexecFlagHelp);
 ABSL_FLAG(std::optional<int32_t>, threads, std::nullopt, "Backend threads; 0 = all cores.");
 ABSL_FLAG(int32_t, repeats, 5, "Timed runs per measurement; the median is reported.");

@@ -9,7 +9,7 @@
 // Usage:
 //   kvserve-bench engine --model FILE [--mode ttft|throughput|all] [--backend cpu_blas]
 //       [--threads 2] [--history 1024,4096] [--streams 1,16,64] [--system_prompt 512]
-//       [--max_tokens 32] [--kv_budget_mb 2048] [--kv_dtype f32|f16] [--reps 3]
+//       [--max_tokens 32] [--kv_budget_mb 2048] [--kv_dtype f16|f32] [--reps 3]
 //       [--make_ctx N]  (write the model first if FILE is missing: the s110m shape with
 //                        context N, f32, via bench::WriteSyntheticModel)
 // --help lists every flag with its default; names take - or _. Exit status as for every
@@ -74,7 +74,7 @@ struct Flags {
   int system_prompt = 0;
   int max_tokens = 0;
   int kv_budget_mb = 0;
-  model::DType kv_dtype = model::DType::kF32;
+  model::DType kv_dtype = model::DType::kF16;
   int reps = 0;
   int make_ctx = 0;
 };

@@ -3,7 +3,7 @@
 //   kvserve-bench generate --model M [--tokenizer T] --prompt P [--max-tokens N]
 //       [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]
 //       [--frequency-penalty F] [--presence-penalty P] [--seed S] [--stop STR]...
-//       [--backend reference|cpu_blas] [--threads N] [--ignore-eos] [--kv-dtype f32|f16]
+//       [--backend reference|cpu_blas] [--threads N] [--ignore-eos] [--kv-dtype f16|f32]
 //       [--no-echo] [--parse-special]
 //
 // Prints the prompt and then the continuation as tokens arrive (like llama2.c's run);
@@ -174,7 +174,7 @@ Subcommand GenerateCommand() {
            {"backend"},
            {"threads", "Backend worker threads; 0 = all cores.", "0"},
            {"ignore_eos"},
-           {"kv_dtype", "Element type of cached K/V: f32 or f16."},
+           {"kv_dtype", "Element type of cached K/V: f16 or f32."},
            {"parse_special",
             "Turn control-token strings in the prompt (e.g. <|eot_id|>) into those tokens."},
            {"blas_reexec"}},

@@ -20,7 +20,7 @@ struct ReuseBenchOptions {
   int32_t new_tokens = 16;         // the follow-up turn's own tokens
   int32_t repeats = 5;             // remote and cold runs per history (median)
   int32_t threads = 0;             // backend threads; 0 = all cores
-  std::string kv_dtype = "f32";
+  std::string kv_dtype = "f16";
 };
 
 struct ReuseBenchRow {

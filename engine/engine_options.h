@@ -26,8 +26,9 @@ namespace kvserve::engine {
 struct Engine::Options {
   // KV block size in token positions. Default 16.
   int32_t block_tokens = 16;
-  // Element type of cached K/V: kF32 or kF16. Default kF32.
-  model::DType kv_dtype = model::DType::kF32;
+  // Element type of cached K/V: kF32 or kF16. Default kF16 (llama.cpp's default: half the
+  // bytes of kF32 per cached position in the pool, in kvserve-cache and on the wire).
+  model::DType kv_dtype = model::DType::kF16;
   // Bytes of KV memory (the block pool). Default 512 MiB.
   size_t kv_budget_bytes = size_t{512} << 20;
   // Make the whole pool resident when the engine starts, so the process's resident size

@@ -119,9 +119,10 @@ TEST_P(EngineTest, CachedPrefixGivesTheColdResult) {
   EXPECT_EQ(reused.reason, FinishReason::kLength);
 }
 
-TEST_P(EngineTest, F16KvReuseIsExact) {
+// f16 K/V is the default (every other case here); f32 stays an option and reuses as exactly.
+TEST_P(EngineTest, F32KvReuseIsExact) {
   Engine::Options o = SmallOptions();
-  o.kv_dtype = model::DType::kF16;
+  o.kv_dtype = model::DType::kF32;
   auto warm = NewEngine(o);
   const std::vector<int32_t> shared = Prompt(48, 9);
   ASSERT_TRUE(RunRequest(*warm, Greedy(Concat(shared, Prompt(3, 1)), 2)).status.ok());

@@ -21,7 +21,7 @@ namespace kvserve::engine {
 struct OfflineGenerateOptions {
   std::string backend = "cpu_blas";            // backends::CreateBackend name
   int threads = 0;                             // BackendOptions::threads; 0 = all cores
-  model::DType kv_dtype = model::DType::kF32;  // kF32 or kF16
+  model::DType kv_dtype = model::DType::kF16;  // kF16 (default) or kF32
   int kv_block_tokens = 16;                    // positions per KV block
   SamplingParams sampling;                     // max_tokens counts generated tokens
   uint64_t fallback_seed = 0;                  // RNG seed when sampling.seed is empty

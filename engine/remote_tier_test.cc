@@ -18,6 +18,7 @@
 #include "engine/testing/engine_testing.h"
 #include "engine/testing/fake_remote_cache.h"
 #include "engine/testing/stories_model.h"
+#include "model/dtype.h"
 
 namespace kvserve::engine {
 namespace {
@@ -367,6 +368,30 @@ TEST_F(RemoteTierTest, DifferentSaltsNeverShareBlocks) {
   const Result same = testing::RunRequest(*c, r);
   EXPECT_GT(same.usage.cached_tokens_remote, 0);
   EXPECT_EQ(same.tokens, other.tokens);
+}
+
+// Replicas of different K/V element types share one service but nothing of each other's
+// (the dtype is part of the identity every block hash starts from, of every record's layout
+// and of a session record's partition): an f32 replica's session is NOT_FOUND on an f16
+// replica, and a prompt the f32 replica wrote behind is recomputed there, with the f16
+// replica's own cold answer.
+TEST_F(RemoteTierTest, ReplicasOfDifferentKvDtypesShareNothing) {
+  auto a = Replica(/*remote=*/true, [](Engine::Options& o) { o.kv_dtype = model::DType::kF32; });
+  // The default, f16; fetching whatever it finds, so a miss is the dtype's, not an estimate's.
+  auto b = Replica(/*remote=*/true, [](Engine::Options& o) { o.remote.always_fetch = true; });
+  const auto [id, history] = FirstTurn(*a);
+  ASSERT_FALSE(id.empty());
+  EXPECT_GT(service_.blocks(), 0);
+
+  Request turn2 = Greedy(Encode(" Then she saw a cat."), 20, /*bos=*/true);
+  turn2.session_id = id;
+  EXPECT_EQ(testing::RunRequest(*b, turn2).status.code(), absl::StatusCode::kNotFound);
+
+  const Result got = testing::RunRequest(*b, Greedy(history, 20, /*bos=*/false));
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_EQ(got.usage.cached_tokens_remote, 0);
+  EXPECT_EQ(b->Stats().remote.fetched_blocks_total, 0);
+  ExpectSameOutput(got, Cold(history, 20));
 }
 
 // Opened on A (which keeps the empty session), continued for three turns on B: A's next

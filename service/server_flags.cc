@@ -75,7 +75,9 @@ ABSL_FLAG(bool, kv_prefault, true,
           "Make the whole KV pool resident at start, so the process's resident size is known "
           "then (printed at start; set memory limits from it) instead of growing as the pool is "
           "first touched.");
-ABSL_FLAG(std::string, kv_dtype, "f32", "Element type of cached K/V: f32 or f16.");
+ABSL_FLAG(std::string, kv_dtype, "f16",
+          "Element type of cached K/V: f16 (half the bytes per cached position in the pool, in "
+          "kvserve-cache and on the wire) or f32.");
 ABSL_FLAG(int32_t, max_running, 64, "Batching: sequences decoding or prefilling at once.");
 ABSL_FLAG(int32_t, max_step_tokens, 512,
           "Batching: tokens per engine step over all sequences (chunked prefill budget).");
