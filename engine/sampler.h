@@ -77,6 +77,21 @@ class Sampler {
   int32_t Sample(std::span<float> logits, std::span<const int32_t> context, int32_t prompt_len,
                  SampleInfo* info);
 
+  // Speculative verification of one proposed token `draft` (a deterministic proposal:
+  // an n-gram match or a draft model's greedy choice) against the target's `logits`,
+  // as Sample() sees them. Returns the token to emit; *accepted tells whether it is the
+  // draft (then the next position's logits may be used as well).
+  //   temperature == 0: the greedy token (exactly Sample()'s), accepted when it equals
+  //     the draft; the RNG is not advanced.
+  //   otherwise, with p the distribution of steps 1-7: accept the draft with probability
+  //     p(draft) (one uniform draw); on rejection draw from p with the draft removed,
+  //     renormalised (a second draw). The emitted token is distributed exactly as p
+  //     (Leviathan et al. 2023, with a one-hot draft distribution), but the RNG advances
+  //     differently from Sample(), so seeded outputs differ from a run without drafts.
+  // `info` as for Sample().
+  int32_t SampleDraft(std::span<float> logits, std::span<const int32_t> context, int32_t prompt_len,
+                      int32_t draft, SampleInfo* info, bool* accepted);
+
   const SamplingParams& params() const { return params_; }
   int32_t vocab_size() const { return vocab_size_; }
 
@@ -86,6 +101,12 @@ class Sampler {
   void ApplyPenalties(std::span<float> logits, std::span<const int32_t> context,
                       int32_t prompt_len);
   void FillLogprobs(std::span<const float> original, int32_t token, SampleInfo* info);
+  // Steps 1 (NaNs and penalties, done by the caller) to 7: fills candidates_ and probs_
+  // (unnormalised). Returns a token when one takes all the mass (+inf logits, or no
+  // candidate: token 0), else -1.
+  int32_t Distribution(std::span<float> logits);
+  // Step 8 over candidates_/probs_ with the candidate `excluded` (-1: none) left out.
+  int32_t Draw(int32_t excluded);
   int32_t SampleStochastic(std::span<float> logits);
   double NextUniform();  // [0, 1), 53 random bits
 

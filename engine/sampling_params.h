@@ -45,6 +45,9 @@ struct SamplingParams {
   std::vector<std::string> stop_strings;  // finish when the text contains one (not emitted)
   bool ignore_eos = false;                // keep going past EOS (benchmarks on random weights)
   int32_t top_logprobs = 0;               // [0, 20]: report the N most likely tokens per step
+  // Speculative decoding: at most this many draft tokens per step, in [0, 64]; 0 = off
+  // for this request; unset = the server's setting (which also bounds it).
+  std::optional<int32_t> max_draft_tokens;
 
   // OK, or a FieldError (engine/field_error.h) naming the parameter relative to this
   // struct ("temperature", "stop_strings[2]"): message "temperature must be >= 0 and

@@ -29,6 +29,7 @@ void Scheduler::CloseTable(Sequence& seq) {
 }
 
 void Scheduler::Preempt(std::unique_ptr<Sequence> seq, StepPlan& plan) {
+  seq->DropDrafts();
   CloseTable(*seq);
   ++preemptions_total_;
   plan.preempted.push_back(seq.get());
@@ -42,9 +43,15 @@ StepPlan Scheduler::Schedule() {
   // 1. Running sequences, oldest first.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& seq = *running_[i];
-    const int32_t n = std::min(seq.remaining_tokens(), budget);
+    int32_t n = std::min(seq.remaining_tokens(), budget);
     bool scheduled = true;
     while (!kv_->Reserve(seq.id, seq.num_computed + n)) {
+      if (seq.draft_tokens > 0) {
+        // Speculative drafts never cost another sequence its place: drop them first.
+        seq.DropDrafts();
+        n = std::min(seq.remaining_tokens(), budget);
+        continue;
+      }
       if (running_.size() == 1) {
         // Alone, with every session block reclaimed and every other block evictable: the pool
         // cannot hold this sequence.
