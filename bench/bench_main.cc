@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
       bench::BackendCommand(),         bench::EngineCommand(),       bench::ServiceCommand(),
       bench::TokenizerCommand(),       bench::CacheReplayCommand(),  bench::CacheReuseCommand(),
       bench::CacheThroughputCommand(), bench::CacheStorageCommand(), bench::MkmodelCommand(),
-      bench::GenerateCommand(),        bench::TokenizeCommand(),
+      bench::GenerateCommand(),        bench::TokenizeCommand(),     bench::SpeculativeCommand(),
   };
   // --version names the BLAS core that would run (after a re-execution if need be).
   const auto version = [argv] {

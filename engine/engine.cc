@@ -37,6 +37,7 @@
 #include "engine/session_manager.h"
 #include "engine/session_store.h"
 #include "engine/speculation.h"
+#include "engine/speculation_governor.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -141,7 +142,8 @@ class EngineImpl final : public Engine {
         owned_draft_source_(CreateDraftSource(options.speculative)),
         draft_source_(options.speculative.custom_source != nullptr
                           ? options.speculative.custom_source
-                          : owned_draft_source_.get()) {
+                          : owned_draft_source_.get()),
+        governor_(options.speculative.explore_every) {
     if (draft_source_ != nullptr) {
       speculative_.source = std::string(draft_source_->name());
       speculative_.accepted_length_counts.assign(
@@ -318,6 +320,7 @@ class EngineImpl final : public Engine {
   const std::unique_ptr<DraftSource> owned_draft_source_;
   DraftSource* const draft_source_;  // step thread; null: no speculation
   SpeculativeStats speculative_;     // step thread
+  SpeculationGovernor governor_;     // step thread
 
   // Step-thread state. Session KV blocks live in kv_'s session tier.
   std::vector<float> logits_;  // [batch, vocab]
@@ -646,7 +649,8 @@ std::vector<Sequence*> EngineImpl::ProposeDrafts() {
   if (draft_source_ == nullptr) return drafted;
   int32_t decoding = 0;
   for (const auto& seq : scheduler_.running()) decoding += seq->remaining_tokens() == 1 ? 1 : 0;
-  if (decoding > options_.speculative.max_batch) return drafted;
+  if (decoding == 0 || decoding > options_.speculative.max_batch) return drafted;
+  if (options_.speculative.adaptive && !governor_.ShouldSpeculate(decoding)) return drafted;
   std::vector<int32_t> proposal;
   for (const auto& ptr : scheduler_.running()) {
     Sequence& seq = *ptr;
@@ -672,6 +676,7 @@ std::vector<Sequence*> EngineImpl::ProposeDrafts() {
 }
 
 int32_t EngineImpl::Step() {
+  const auto started = std::chrono::steady_clock::now();
   const std::vector<Sequence*> drafted = ProposeDrafts();
   StepPlan plan = scheduler_.Schedule();
   // Drafts of sequences that do not run this step (budget, or out of blocks) are dropped
@@ -687,8 +692,15 @@ int32_t EngineImpl::Step() {
   }
   if (plan.chunks.empty()) return 0;
   int32_t prefill_tokens = 0;
+  bool decode_only = true;  // every chunk is a decode row, with or without drafts
+  bool verified_any = false;
+  int64_t tokens_before = 0;  // to count what the step emits
   for (const StepPlan::Chunk& c : plan.chunks) {
-    if (c.num_tokens > 1) prefill_tokens += c.num_tokens;
+    const bool drafts = c.seq->draft_tokens > 0;
+    if (c.num_tokens > 1 && !drafts) prefill_tokens += c.num_tokens;
+    decode_only &= (drafts || c.num_tokens == 1) && c.seq->num_computed >= c.seq->prompt_len;
+    verified_any |= drafts && c.num_tokens > 1;
+    tokens_before += static_cast<int64_t>(c.seq->tokens.size()) - c.seq->draft_tokens;
   }
 
   const absl::Time now = clock_->Now();
@@ -769,6 +781,16 @@ int32_t EngineImpl::Step() {
     kv_->Commit(seq.id, seq.tokens, seq.num_computed);
     if (!batch.sequences[i].want_logits) continue;
     HandleSample(seq, logits, {}, sampled_at, &finished);
+  }
+  if (decode_only && draft_source_ != nullptr) {
+    // Taught before the finishes below release their sequences.
+    int64_t emitted = -tokens_before;
+    for (const StepPlan::Chunk& c : plan.chunks) {
+      emitted += static_cast<int64_t>(c.seq->tokens.size());
+    }
+    governor_.Record(
+        static_cast<int32_t>(plan.chunks.size()), verified_any, emitted,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
   for (const auto& [id, reason] : finished) Finish(id, absl::OkStatus(), reason);
   return prefill_tokens;

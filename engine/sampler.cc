@@ -64,6 +64,13 @@ int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> contex
   return token;
 }
 
+int32_t Sampler::SampleDraft(std::span<float> logits, std::span<const int32_t> context,
+                             int32_t prompt_len, int32_t draft, SampleInfo* info, bool* accepted) {
+  const int32_t token = Sample(logits, context, prompt_len, info);
+  *accepted = token == draft;
+  return token;
+}
+
 void Sampler::ApplyPenalties(std::span<float> logits, std::span<const int32_t> context,
                              int32_t prompt_len) {
   const int32_t n = static_cast<int32_t>(logits.size());
@@ -101,47 +108,6 @@ void Sampler::ApplyPenalties(std::span<float> logits, std::span<const int32_t> c
 }
 
 int32_t Sampler::SampleStochastic(std::span<float> logits) {
-  const int32_t forced = Distribution(logits);
-  return forced >= 0 ? forced : Draw(-1);
-}
-
-int32_t Sampler::SampleDraft(std::span<float> logits, std::span<const int32_t> context,
-                             int32_t prompt_len, int32_t draft, SampleInfo* info, bool* accepted) {
-  *accepted = false;
-  if (params_.temperature == 0.0f) {
-    const int32_t token = Sample(logits, context, prompt_len, info);
-    *accepted = token == draft;
-    return token;
-  }
-  const size_t n = std::min(logits.size(), static_cast<size_t>(vocab_size_));
-  if (n == 0) return 0;
-  logits = logits.first(n);
-  for (float& l : logits) {
-    if (std::isnan(l)) l = kNegInf;
-  }
-  if (info != nullptr) original_.assign(logits.begin(), logits.end());
-  ApplyPenalties(logits, context, prompt_len);
-  int32_t token = Distribution(logits);
-  if (token >= 0) {
-    *accepted = token == draft;
-  } else {
-    double mass = 0.0, p_draft = 0.0;
-    for (size_t i = 0; i < candidates_.size(); ++i) {
-      mass += probs_[i];
-      if (candidates_[i] == draft) p_draft = probs_[i];
-    }
-    if (p_draft > 0.0 && NextUniform() * mass < p_draft) {
-      token = draft;
-      *accepted = true;
-    } else {
-      token = Draw(p_draft > 0.0 ? draft : -1);
-    }
-  }
-  if (info != nullptr) FillLogprobs(original_, token, info);
-  return token;
-}
-
-int32_t Sampler::Distribution(std::span<float> logits) {
   // Candidates: every token with a finite (or +inf) logit.
   candidates_.clear();
   float max_logit = kNegInf;
@@ -251,21 +217,14 @@ int32_t Sampler::Distribution(std::span<float> logits) {
     probs_.resize(w);
   }
 
-  return -1;
-}
-
-int32_t Sampler::Draw(int32_t excluded) {
   // Renormalise implicitly: draw u in [0, mass) and walk.
   double mass = 0.0;
-  for (size_t i = 0; i < candidates_.size(); ++i) {
-    if (candidates_[i] != excluded) mass += probs_[i];
-  }
+  for (float p : probs_) mass += p;
   const double u = NextUniform() * mass;
   double cumulative = 0.0;
-  // The maximum (weight 1, or at least > 0), unless it is excluded.
-  int32_t last_possible = candidates_.front();
+  int32_t last_possible = candidates_.front();  // the maximum: weight 1 (or at least > 0)
   for (size_t i = 0; i < candidates_.size(); ++i) {
-    if (probs_[i] <= 0.0f || candidates_[i] == excluded) continue;  // 0: underflowed
+    if (probs_[i] <= 0.0f) continue;  // underflowed to 0 at a low temperature
     cumulative += probs_[i];
     last_possible = candidates_[i];
     if (u < cumulative) return candidates_[i];

@@ -78,17 +78,15 @@ class Sampler {
                  SampleInfo* info);
 
   // Speculative verification of one proposed token `draft` (a deterministic proposal:
-  // an n-gram match or a draft model's greedy choice) against the target's `logits`,
-  // as Sample() sees them. Returns the token to emit; *accepted tells whether it is the
-  // draft (then the next position's logits may be used as well).
-  //   temperature == 0: the greedy token (exactly Sample()'s), accepted when it equals
-  //     the draft; the RNG is not advanced.
-  //   otherwise, with p the distribution of steps 1-7: accept the draft with probability
-  //     p(draft) (one uniform draw); on rejection draw from p with the draft removed,
-  //     renormalised (a second draw). The emitted token is distributed exactly as p
-  //     (Leviathan et al. 2023, with a one-hot draft distribution), but the RNG advances
-  //     differently from Sample(), so seeded outputs differ from a run without drafts.
-  // `info` as for Sample().
+  // an n-gram match, a draft model's greedy choice) against the target's `logits`: the
+  // token Sample() picks, with *accepted = (it is the draft); when it is, the caller may
+  // go on to the next position's logits. This is Leviathan et al.'s rejection sampling
+  // for a one-hot proposal distribution (accept with probability min(1, p(d) / q(d)) =
+  // p(d); on rejection draw from p without d, renormalised) with both draws made from
+  // Sample()'s one uniform: the emitted tokens are exactly those of decoding without
+  // drafts, for greedy and seeded sampled requests alike, and the RNG advances once per
+  // emitted token as it does without drafts. (A source proposing a distribution q, not
+  // one token, needs the residual max(0, p - q) draw instead.)
   int32_t SampleDraft(std::span<float> logits, std::span<const int32_t> context, int32_t prompt_len,
                       int32_t draft, SampleInfo* info, bool* accepted);
 
@@ -101,12 +99,6 @@ class Sampler {
   void ApplyPenalties(std::span<float> logits, std::span<const int32_t> context,
                       int32_t prompt_len);
   void FillLogprobs(std::span<const float> original, int32_t token, SampleInfo* info);
-  // Steps 1 (NaNs and penalties, done by the caller) to 7: fills candidates_ and probs_
-  // (unnormalised). Returns a token when one takes all the mass (+inf logits, or no
-  // candidate: token 0), else -1.
-  int32_t Distribution(std::span<float> logits);
-  // Step 8 over candidates_/probs_ with the candidate `excluded` (-1: none) left out.
-  int32_t Draw(int32_t excluded);
   int32_t SampleStochastic(std::span<float> logits);
   double NextUniform();  // [0, 1), 53 random bits
 

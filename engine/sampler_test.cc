@@ -549,6 +549,22 @@ TEST(SamplerDraftTest, GreedyVerificationIsTheGreedyToken) {
   }
 }
 
+// With the same seed, verification emits exactly the tokens of sampling without drafts
+// (seeded requests give the same output with speculation on or off).
+TEST(SamplerDraftTest, SameSeedSameTokensWhateverTheDrafts) {
+  SamplingParams params;
+  params.seed = 5;
+  params.top_p = 0.9f;
+  Sampler plain = MakeSampler(params, 50), drafted = MakeSampler(params, 50);
+  for (uint64_t step = 0; step < 200; ++step) {
+    std::vector<float> a = RandomLogits(50, step), b = a;
+    bool accepted = false;
+    const int32_t draft = static_cast<int32_t>(step % 7);
+    EXPECT_EQ(drafted.SampleDraft(b, {}, 0, draft, nullptr, &accepted),
+              plain.Sample(a, {}, 0, nullptr));
+  }
+}
+
 // The token SampleDraft emits is distributed as Sample's, whatever the draft: likely,
 // unlikely, or outside the kept set; with every truncation and penalty. Two samples of
 // 40000 seeded draws each (deterministic), compared at the 0.001 level; the acceptance

@@ -24,6 +24,10 @@ absl::Status ValidateSpeculativeOptions(const SpeculativeOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("speculative.ngram.max_lookback must be >= 1, got ", o.ngram.max_lookback));
   }
+  if (o.explore_every < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("speculative.explore_every must be >= 2, got ", o.explore_every));
+  }
   if (o.max_batch < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("speculative.max_batch must be >= 0, got ", o.max_batch));

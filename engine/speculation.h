@@ -32,6 +32,12 @@ struct SpeculativeOptions {
   // rows is no longer bound by reading the weights, and draft rows there cost as much as
   // real ones. >= 0 (0: never). Default 4.
   int32_t max_batch = 4;
+  // Keep drafts only where they are measured faster (engine/speculation_governor.h),
+  // re-measuring the other choice every explore_every-th decode step of a batch size
+  // (>= 2). false: draft whenever allowed (tests, benchmarks of the mechanism).
+  // Defaults true and 32.
+  bool adaptive = true;
+  int32_t explore_every = 32;
   // A source of the caller's, used instead of `source` when set (tests; drafters built
   // outside the engine). Not owned; must outlive the engine. Default null.
   DraftSource* custom_source = nullptr;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/ngram_draft.h"
+#include "engine/speculation_governor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -60,6 +61,39 @@ TEST(DraftLengthTest, GrowsWhenAllAcceptedElseFollowsTheAcceptance) {
   EXPECT_EQ(NextDraftLength(1, 0, 0, 5), 1);  // nothing verified: stays small
 }
 
+// Synthetic timings: drafts twice as fast at batch 1, half as fast at batch 16. The
+// governor measures both, keeps the faster per batch size, and re-measures the other
+// every explore_every-th step, so it follows when the timings change sides.
+TEST(SpeculationGovernorTest, KeepsTheFasterChoicePerBatchSizeAndNoticesChanges) {
+  SpeculationGovernor g(8);
+  auto run = [&g](int32_t decoding, double with_rate, double without_rate, int steps) {
+    int speculated = 0;
+    for (int i = 0; i < steps; ++i) {
+      const bool with = g.ShouldSpeculate(decoding);
+      speculated += with ? 1 : 0;
+      g.Record(decoding, with, 100, 100.0 / (with ? with_rate : without_rate));
+    }
+    return speculated;
+  };
+  // The first steps of a class measure both choices.
+  EXPECT_EQ(run(1, 2000, 1000, 2 * SpeculationGovernor::kMinSamples),
+            SpeculationGovernor::kMinSamples);
+  EXPECT_EQ(run(1, 2000, 1000, 80), 80 - 10);  // all but every 8th (exploration)
+  EXPECT_NEAR(g.rate(1, true), 2000, 1);
+  EXPECT_NEAR(g.rate(1, false), 1000, 1);
+  run(16, 500, 1000, 2 * SpeculationGovernor::kMinSamples);
+  EXPECT_EQ(run(16, 500, 1000, 80), 10);  // only the exploring steps
+  EXPECT_EQ(g.rate(12, true), 0.0);       // 8-15 is a class of its own, not measured yet
+  // Batch 1 turns slower with drafts (the drafts stopped matching): the exploring steps
+  // teach it, and drafts stop.
+  run(1, 400, 1000, 200);
+  EXPECT_LE(run(1, 400, 1000, 80), 10);
+  // Non-positive measurements are ignored.
+  g.Record(2, true, 0, 1.0);
+  g.Record(2, true, 10, 0.0);
+  EXPECT_EQ(g.rate(2, true), 0.0);
+}
+
 TEST(SpeculativeOptionsTest, EachBadFieldIsNamed) {
   EXPECT_TRUE(ValidateSpeculativeOptions({}).ok());
   SpeculativeOptions o;
@@ -72,6 +106,9 @@ TEST(SpeculativeOptionsTest, EachBadFieldIsNamed) {
   o.ngram.min_ngram = 3;
   o.ngram.max_ngram = 2;
   EXPECT_THAT(ValidateSpeculativeOptions(o).message(), HasSubstr("speculative.ngram"));
+  o = {};
+  o.explore_every = 1;
+  EXPECT_THAT(ValidateSpeculativeOptions(o).message(), HasSubstr("speculative.explore_every"));
   o = {};
   o.max_batch = -1;
   EXPECT_THAT(ValidateSpeculativeOptions(o).message(), HasSubstr("speculative.max_batch"));
