@@ -88,6 +88,9 @@ ABSL_FLAG(int32_t, draft_ngram_max, 3, "Speculative ngram source: longest suffix
 ABSL_FLAG(int32_t, speculative_max_batch, 4,
           "Speculative decoding only in steps where at most this many sequences decode "
           "(beyond, a step is no longer bound by reading the weights); 0 = never.");
+ABSL_FLAG(bool, speculative_adaptive, true,
+          "Speculative decoding: keep drafts only where decode steps with them are measured "
+          "faster, per decode-batch size; false: draft whenever allowed.");
 ABSL_FLAG(int32_t, max_running, 64, "Batching: sequences decoding or prefilling at once.");
 ABSL_FLAG(int32_t, max_step_tokens, 512,
           "Batching: tokens per engine step over all sequences (chunked prefill budget).");
@@ -287,6 +290,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   e.speculative.ngram.min_ngram = absl::GetFlag(FLAGS_draft_ngram_min);
   e.speculative.ngram.max_ngram = absl::GetFlag(FLAGS_draft_ngram_max);
   e.speculative.max_batch = absl::GetFlag(FLAGS_speculative_max_batch);
+  e.speculative.adaptive = absl::GetFlag(FLAGS_speculative_adaptive);
   e.max_running_sequences = absl::GetFlag(FLAGS_max_running);
   e.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   e.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting);
