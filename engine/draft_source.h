@@ -27,7 +27,8 @@ class DraftSource {
   // proposal: the sequence decodes one token this step).
   virtual void Propose(uint64_t request_id, std::span<const int32_t> context, int32_t max_tokens,
                        std::vector<int32_t>* out) = 0;
-  // The sequence of `request_id` finished or was preempted: drop its state.
+  // The sequence of `request_id` finished: drop its state. (A preempted sequence keeps
+  // it: it resumes from the same tokens.)
   virtual void Forget(uint64_t request_id) { (void)request_id; }
 };
 

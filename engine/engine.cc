@@ -269,8 +269,14 @@ class EngineImpl final : public Engine {
   // row j following drafts[j - 1]), emits it and notes a finish; with drafts, goes on
   // to the next row while the sampled token is the draft (each accepted draft's
   // position then counts as computed).
-  void HandleSample(Sequence& seq, std::span<float> logits, std::span<const int32_t> drafts,
-                    absl::Time now, std::vector<std::pair<RequestId, FinishReason>>* finished);
+  // Returns how many drafts were compared and accepted.
+  struct DraftOutcome {
+    int32_t compared = 0;
+    int32_t accepted = 0;
+  };
+  DraftOutcome HandleSample(Sequence& seq, std::span<float> logits, std::span<const int32_t> drafts,
+                            absl::Time now,
+                            std::vector<std::pair<RequestId, FinishReason>>* finished);
   // Speculative decoding: appends draft tokens to the decoding sequences (when few
   // enough decode) and returns them.
   std::vector<Sequence*> ProposeDrafts();
@@ -321,6 +327,9 @@ class EngineImpl final : public Engine {
   DraftSource* const draft_source_;  // step thread; null: no speculation
   SpeculativeStats speculative_;     // step thread
   SpeculationGovernor governor_;     // step thread
+  // What ProposeDrafts saw and decided for the current step (the governor's measurement).
+  int32_t step_decoding_ = 0;
+  bool step_speculating_ = false;
 
   // Step-thread state. Session KV blocks live in kv_'s session tier.
   std::vector<float> logits_;  // [batch, vocab]
@@ -649,8 +658,14 @@ std::vector<Sequence*> EngineImpl::ProposeDrafts() {
   if (draft_source_ == nullptr) return drafted;
   int32_t decoding = 0;
   for (const auto& seq : scheduler_.running()) decoding += seq->remaining_tokens() == 1 ? 1 : 0;
+  step_decoding_ = decoding;
+  step_speculating_ = false;
   if (decoding == 0 || decoding > options_.speculative.max_batch) return drafted;
   if (options_.speculative.adaptive && !governor_.ShouldSpeculate(decoding)) return drafted;
+  step_speculating_ = true;
+  // Drafts take what the step budget leaves after one token per running sequence, so they
+  // never push a younger sequence out of the step.
+  int32_t spare = options_.max_step_tokens - static_cast<int32_t>(scheduler_.running().size());
   std::vector<int32_t> proposal;
   for (const auto& ptr : scheduler_.running()) {
     Sequence& seq = *ptr;
@@ -660,7 +675,7 @@ std::vector<Sequence*> EngineImpl::ProposeDrafts() {
     if (seq.draft_len == 0) seq.draft_len = server_max;
     const int32_t size = static_cast<int32_t>(seq.tokens.size());
     // Every draft accepted plus the token after them must stay within the limits.
-    const int32_t k = std::min({seq.draft_len, request_max, server_max,
+    const int32_t k = std::min({seq.draft_len, request_max, server_max, spare,
                                 seq.max_new_tokens - seq.completion_tokens() - 1,
                                 seq.max_total_tokens - size - 1});
     if (k < 1) continue;
@@ -670,6 +685,7 @@ std::vector<Sequence*> EngineImpl::ProposeDrafts() {
     if (static_cast<int32_t>(proposal.size()) > k) proposal.resize(static_cast<size_t>(k));
     seq.tokens.insert(seq.tokens.end(), proposal.begin(), proposal.end());
     seq.draft_tokens = static_cast<int32_t>(proposal.size());
+    spare -= seq.draft_tokens;
     drafted.push_back(&seq);
   }
   return drafted;
@@ -692,14 +708,12 @@ int32_t EngineImpl::Step() {
   }
   if (plan.chunks.empty()) return 0;
   int32_t prefill_tokens = 0;
-  bool decode_only = true;  // every chunk is a decode row, with or without drafts
-  bool verified_any = false;
+  bool decode_only = true;    // every chunk is a decode row, with or without drafts
   int64_t tokens_before = 0;  // to count what the step emits
   for (const StepPlan::Chunk& c : plan.chunks) {
     const bool drafts = c.seq->draft_tokens > 0;
     if (c.num_tokens > 1 && !drafts) prefill_tokens += c.num_tokens;
     decode_only &= (drafts || c.num_tokens == 1) && c.seq->num_computed >= c.seq->prompt_len;
-    verified_any |= drafts && c.num_tokens > 1;
     tokens_before += static_cast<int64_t>(c.seq->tokens.size()) - c.seq->draft_tokens;
   }
 
@@ -758,17 +772,16 @@ int32_t EngineImpl::Step() {
                     seq.tokens.end() - seq.draft_tokens + static_cast<ptrdiff_t>(verified));
       seq.DropDrafts();
       seq.num_computed += 1;
-      const int32_t accepted_before = seq.drafts_accepted;
-      HandleSample(seq, logits, drafts, sampled_at, &finished);
-      const int32_t accepted = seq.drafts_accepted - accepted_before;
-      seq.drafts_proposed += static_cast<int32_t>(verified);
-      seq.draft_len = NextDraftLength(seq.draft_len, static_cast<int32_t>(verified), accepted,
-                                      options_.speculative.draft_max);
-      if (verified > 0) {
+      const DraftOutcome d = HandleSample(seq, logits, drafts, sampled_at, &finished);
+      seq.drafts_proposed += d.compared;
+      seq.drafts_accepted += d.accepted;
+      seq.draft_len =
+          NextDraftLength(seq.draft_len, d.compared, d.accepted, options_.speculative.draft_max);
+      if (d.compared > 0) {
         ++speculative_.verifications_total;
-        speculative_.draft_tokens_total += static_cast<int64_t>(verified);
-        speculative_.accepted_tokens_total += accepted;
-        ++speculative_.accepted_length_counts[static_cast<size_t>(accepted)];
+        speculative_.draft_tokens_total += d.compared;
+        speculative_.accepted_tokens_total += d.accepted;
+        ++speculative_.accepted_length_counts[static_cast<size_t>(d.accepted)];
       }
       kv_->Commit(seq.id, seq.tokens, seq.num_computed);
       continue;
@@ -782,32 +795,36 @@ int32_t EngineImpl::Step() {
     if (!batch.sequences[i].want_logits) continue;
     HandleSample(seq, logits, {}, sampled_at, &finished);
   }
-  if (decode_only && draft_source_ != nullptr) {
+  if (decode_only && draft_source_ != nullptr && options_.speculative.adaptive &&
+      step_decoding_ > 0 && step_decoding_ <= options_.speculative.max_batch) {
     // Taught before the finishes below release their sequences.
     int64_t emitted = -tokens_before;
     for (const StepPlan::Chunk& c : plan.chunks) {
       emitted += static_cast<int64_t>(c.seq->tokens.size());
     }
     governor_.Record(
-        static_cast<int32_t>(plan.chunks.size()), verified_any, emitted,
+        step_decoding_, step_speculating_, emitted,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
   for (const auto& [id, reason] : finished) Finish(id, absl::OkStatus(), reason);
   return prefill_tokens;
 }
 
-void EngineImpl::HandleSample(Sequence& seq, std::span<float> logits,
-                              std::span<const int32_t> drafts, absl::Time now,
-                              std::vector<std::pair<RequestId, FinishReason>>* finished) {
+EngineImpl::DraftOutcome EngineImpl::HandleSample(
+    Sequence& seq, std::span<float> logits, std::span<const int32_t> drafts, absl::Time now,
+    std::vector<std::pair<RequestId, FinishReason>>* finished) {
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  DraftOutcome outcome;
   for (size_t j = 0;; ++j) {
     bool accepted = false;
+    const bool against_draft = j < drafts.size();
     const bool done = SampleOne(seq, logits.subspan(j * vocab, vocab),
-                                j < drafts.size() ? drafts[j] : -1, now, &accepted, finished);
-    if (done || !accepted) return;
+                                against_draft ? drafts[j] : -1, now, &accepted, finished);
+    outcome.compared += against_draft ? 1 : 0;
+    outcome.accepted += accepted ? 1 : 0;
+    if (done || !accepted) return outcome;
     // The draft's position was computed with the very token now in `tokens`.
     ++seq.num_computed;
-    ++seq.drafts_accepted;
   }
 }
 

@@ -43,15 +43,12 @@ StepPlan Scheduler::Schedule() {
   // 1. Running sequences, oldest first.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& seq = *running_[i];
-    int32_t n = std::min(seq.remaining_tokens(), budget);
+    // Speculative drafts are reserved last, from free or evictable blocks only: they never
+    // cost a session its KV or another sequence its place.
+    const int32_t with_drafts = std::min(seq.remaining_tokens(), budget);
+    int32_t n = std::min(seq.remaining_tokens() - seq.draft_tokens, budget);
     bool scheduled = true;
     while (!kv_->Reserve(seq.id, seq.num_computed + n)) {
-      if (seq.draft_tokens > 0) {
-        // Speculative drafts never cost another sequence its place: drop them first.
-        seq.DropDrafts();
-        n = std::min(seq.remaining_tokens(), budget);
-        continue;
-      }
       if (running_.size() == 1) {
         // Alone, with every session block reclaimed and every other block evictable: the pool
         // cannot hold this sequence.
@@ -69,6 +66,14 @@ StepPlan Scheduler::Schedule() {
       }
     }
     if (!scheduled) break;
+    if (seq.draft_tokens > 0) {
+      if (with_drafts > n &&
+          kv_->Reserve(seq.id, seq.num_computed + with_drafts, /*reclaim_sessions=*/false)) {
+        n = with_drafts;  // all drafts, or those the budget leaves room for
+      } else {
+        seq.DropDrafts();
+      }
+    }
     plan.chunks.push_back({&seq, n});
     budget -= n;
     ++i;

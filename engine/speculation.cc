@@ -42,7 +42,8 @@ std::unique_ptr<DraftSource> CreateDraftSource(const SpeculativeOptions& options
 
 int32_t NextDraftLength(int32_t current, int32_t verified, int32_t accepted, int32_t max) {
   if (current <= 0) current = max;
-  if (verified > 0 && accepted >= verified) return std::min(max, current + 1);
+  if (verified <= 0) return std::min(current, max);  // nothing learnt (the budget cut them)
+  if (accepted >= verified) return std::min(max, current + 1);
   return std::clamp(accepted + 1, 1, max);
 }
 

@@ -15,10 +15,9 @@
 #include "absl/status/statusor.h"
 #include "engine/draft_source.h"
 #include "engine/ngram_draft.h"
+#include "engine/sampling_params.h"  // kMaxDraftTokens
 
 namespace kvserve::engine {
-
-inline constexpr int32_t kMaxDraftTokens = 64;  // largest draft_max accepted
 
 struct SpeculativeOptions {
   // Where drafts come from: "none" (no speculation) or "ngram" (prompt lookup,
@@ -53,7 +52,8 @@ std::unique_ptr<DraftSource> CreateDraftSource(const SpeculativeOptions& options
 // A sequence's next draft length after a step that verified `verified` drafts of which
 // `accepted` were accepted: one more (up to `max`) when all were, else one more than
 // were accepted (so a source that stops matching costs one row per step, and one that
-// matches again grows back). `current` 0 means unset: `max`.
+// matches again grows back); unchanged when none was verified (the budget cut them).
+// `current` 0 means unset: `max`.
 int32_t NextDraftLength(int32_t current, int32_t verified, int32_t accepted, int32_t max);
 
 }  // namespace kvserve::engine

@@ -58,7 +58,8 @@ TEST(DraftLengthTest, GrowsWhenAllAcceptedElseFollowsTheAcceptance) {
   EXPECT_EQ(NextDraftLength(3, 3, 3, 5), 4);
   EXPECT_EQ(NextDraftLength(5, 5, 2, 5), 3);
   EXPECT_EQ(NextDraftLength(5, 5, 0, 5), 1);
-  EXPECT_EQ(NextDraftLength(1, 0, 0, 5), 1);  // nothing verified: stays small
+  EXPECT_EQ(NextDraftLength(1, 0, 0, 5), 1);  // nothing verified (the budget cut them):
+  EXPECT_EQ(NextDraftLength(4, 0, 0, 5), 4);  // unchanged
 }
 
 // Synthetic timings: drafts twice as fast at batch 1, half as fast at batch 16. The

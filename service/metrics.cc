@@ -153,7 +153,7 @@ class Metrics::EngineCollector : public prometheus::Collectable {
             "Sequence steps that checked at least one draft token.", s.verifications_total);
     // Accepted drafts per verification, as a histogram with one bucket per length.
     prometheus::MetricFamily lengths;
-    lengths.name = "kvserve_speculative_accepted_length";
+    lengths.name = "kvserve_speculative_accepted_length_tokens";
     lengths.help = "Draft tokens accepted per verification.";
     lengths.type = MetricType::Histogram;
     prometheus::ClientMetric metric;
