@@ -27,14 +27,39 @@ struct SequenceInput {
   // attention (ModelConfig::sliding_window) the blocks wholly before the window of the
   // first new token may be null: they are never read.
   std::span<uint8_t* const> blocks;
-  // When false the LM head is skipped for this sequence and its logits row is left
+  // When false the LM head is skipped for this sequence and its logits rows are left
   // untouched (a prefill chunk that does not end the prompt).
   bool want_logits = true;
+  // With want_logits: logits are written for the LAST logits_rows new tokens, in
+  // position order (1 <= logits_rows <= tokens.size()). A step that verifies draft
+  // tokens (speculative decoding) asks for every position it feeds. Default 1.
+  int32_t logits_rows = 1;
 };
 
 struct Batch {
   std::vector<SequenceInput> sequences;
 };
+
+// The logits of a step are rows of vocab_size floats: sequence i owns logits_rows of
+// them (also when it does not want logits), after those of sequences 0..i-1. With the
+// default logits_rows = 1, row i is sequence i's.
+// LogitRowCount: the rows a batch's logits buffer must hold.
+inline size_t LogitRowCount(const Batch& batch) {
+  size_t rows = 0;
+  for (const SequenceInput& s : batch.sequences) rows += static_cast<size_t>(s.logits_rows);
+  return rows;
+}
+// LogitRowStarts: each sequence's first row (size sequences.size()).
+inline std::vector<size_t> LogitRowStarts(const Batch& batch) {
+  std::vector<size_t> starts;
+  starts.reserve(batch.sequences.size());
+  size_t row = 0;
+  for (const SequenceInput& s : batch.sequences) {
+    starts.push_back(row);
+    row += static_cast<size_t>(s.logits_rows);
+  }
+  return starts;
+}
 
 struct BackendOptions {
   // Worker threads for attention and kernels; 0 = all cores. OpenBLAS is limited to
@@ -74,11 +99,13 @@ class Backend {
   // Computes one step. For each sequence i: embeds its new tokens, and in every layer
   // computes Q/K/V of the new tokens only, appends K/V into its blocks, attends
   // causally over all cached plus new K/V (only the last sliding_window positions with
-  // local attention), and runs the FFN; then, if want_logits,
-  // writes logits of its LAST new token to logits[i * vocab_size, (i+1) * vocab_size).
-  // `logits` must hold sequences.size() * vocab_size floats ([B, V]).
+  // local attention), and runs the FFN; then, if want_logits, writes the logits of its
+  // last logits_rows new tokens to its rows (LogitRowStarts). `logits` must hold
+  // LogitRowCount(batch) * vocab_size floats. The logits of a position do not depend on
+  // how many rows are asked for.
   // Errors: INVALID_ARGUMENT when a sequence has no tokens, a token id is out of range,
-  // positions exceed the context length, or blocks do not cover the positions.
+  // positions exceed the context length, blocks do not cover the positions, or
+  // logits_rows is out of [1, tokens.size()].
   virtual absl::Status Forward(const Batch& batch, std::span<float> logits) = 0;
 };
 

@@ -9,16 +9,14 @@ namespace kvserve::backends {
 
 absl::Status ValidateBatch(const model::ModelConfig& config, const model::KvLayout& layout,
                            const Batch& batch, size_t logits_size) {
-  const size_t needed_logits = batch.sequences.size() * static_cast<size_t>(config.vocab_size);
-  if (logits_size < needed_logits) {
-    return absl::InvalidArgumentError(absl::StrCat("logits holds ", logits_size,
-                                                   " floats, batch of ", batch.sequences.size(),
-                                                   " sequences needs ", needed_logits));
-  }
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     const SequenceInput& seq = batch.sequences[i];
     const std::string where = absl::StrCat("sequence ", i, ": ");
     if (seq.tokens.empty()) return absl::InvalidArgumentError(where + "has no new tokens");
+    if (seq.logits_rows < 1 || static_cast<size_t>(seq.logits_rows) > seq.tokens.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "logits_rows ", seq.logits_rows,
+                                                     " is out of [1, ", seq.tokens.size(), "]"));
+    }
     if (seq.cached_tokens < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, "cached_tokens is negative (", seq.cached_tokens, ")"));
@@ -50,6 +48,13 @@ absl::Status ValidateBatch(const model::ModelConfig& config, const model::KvLayo
         return absl::InvalidArgumentError(absl::StrCat(where, "KV block ", b, " is null"));
       }
     }
+  }
+  // Checked last: the row count is only meaningful once every logits_rows is in range.
+  const size_t needed_logits = LogitRowCount(batch) * static_cast<size_t>(config.vocab_size);
+  if (logits_size < needed_logits) {
+    return absl::InvalidArgumentError(absl::StrCat("logits holds ", logits_size,
+                                                   " floats, batch of ", batch.sequences.size(),
+                                                   " sequences needs ", needed_logits));
   }
   return absl::OkStatus();
 }

@@ -17,7 +17,8 @@ namespace kvserve::backends {
 // the blocks cover every position up to cached_tokens + tokens.size() (non-null from the
 // block of config.FirstVisiblePosition(cached_tokens) on: with a sliding window earlier
 // blocks are never read and may be null), and
-// `logits_size` >= sequences.size() * vocab_size. Otherwise INVALID_ARGUMENT whose
+// 1 <= logits_rows <= tokens.size(), and `logits_size` >= LogitRowCount(batch) *
+// vocab_size. Otherwise INVALID_ARGUMENT whose
 // message names the sequence index ("sequence 2: token 7 has id 600, vocab size is 512").
 // An empty batch is OK (nothing to do).
 absl::Status ValidateBatch(const model::ModelConfig& config, const model::KvLayout& layout,

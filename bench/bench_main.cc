@@ -12,10 +12,11 @@
 int main(int argc, char** argv) {
   namespace bench = kvserve::bench;
   const bench::Subcommand subcommands[] = {
-      bench::BackendCommand(),    bench::EngineCommand(),          bench::ServiceCommand(),
-      bench::TokenizerCommand(),  bench::CacheReplayCommand(),     bench::CacheTraceCommand(),
-      bench::CacheReuseCommand(), bench::CacheThroughputCommand(), bench::CacheStorageCommand(),
-      bench::MkmodelCommand(),    bench::GenerateCommand(),        bench::TokenizeCommand(),
+      bench::BackendCommand(),     bench::EngineCommand(),          bench::ServiceCommand(),
+      bench::TokenizerCommand(),   bench::CacheReplayCommand(),     bench::CacheTraceCommand(),
+      bench::CacheReuseCommand(),  bench::CacheThroughputCommand(), bench::CacheStorageCommand(),
+      bench::MkmodelCommand(),     bench::GenerateCommand(),        bench::TokenizeCommand(),
+      bench::SpeculativeCommand(),
   };
   // --version names the BLAS core that would run (after a re-execution if need be).
   const auto version = [argv] {

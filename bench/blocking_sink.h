@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <vector>
 
@@ -24,6 +25,7 @@ class BlockingSink final : public engine::RequestSink {
     if (event.token == engine::kTextOnlyToken) return;
     std::lock_guard<std::mutex> lock(mu_);
     token_times_.push_back(Clock::now());
+    tokens_.push_back(event.token);
   }
   void OnFinish(const absl::Status& status, engine::FinishReason,
                 const engine::Usage& usage) override {
@@ -41,12 +43,14 @@ class BlockingSink final : public engine::RequestSink {
   }
 
   const std::vector<Clock::time_point>& token_times() const { return token_times_; }
+  const std::vector<int32_t>& tokens() const { return tokens_; }  // parallel to token_times
   const engine::Usage& usage() const { return usage_; }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Clock::time_point> token_times_;
+  std::vector<int32_t> tokens_;
   absl::Status status_;
   engine::Usage usage_;
   bool done_ = false;

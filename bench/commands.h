@@ -9,6 +9,7 @@ namespace kvserve::bench {
 
 Subcommand BackendCommand();          // backend_command.cc: prefill/decode per backend
 Subcommand EngineCommand();           // engine_command.cc: follow-up TTFT, stream throughput
+Subcommand SpeculativeCommand();      // speculative_command.cc: drafts on vs off
 Subcommand ServiceCommand();          // service_command.cc: the gRPC layer's cost
 Subcommand TokenizerCommand();        // tokenizer_command.cc: vocabulary load, encode speed
 Subcommand CacheReplayCommand();      // cache_replay_command.cc: eviction policy on a trace

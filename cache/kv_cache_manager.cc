@@ -109,13 +109,13 @@ int32_t KvCacheManager::BlocksToReserve(SequenceId seq, int32_t num_tokens) cons
   return std::max<int32_t>(0, BlocksFor(num_tokens) - static_cast<int32_t>(t.blocks.size()));
 }
 
-bool KvCacheManager::Reserve(SequenceId seq, int32_t num_tokens) {
+bool KvCacheManager::Reserve(SequenceId seq, int32_t num_tokens, bool reclaim_sessions) {
   Table& t = table(seq);
   const int32_t need = BlocksToReserve(seq, num_tokens);
   if (need == 0) return true;
   const size_t old_size = t.blocks.size();
   while (!pool_->Allocate(need, &t.blocks)) {
-    if (!ReclaimOneSession()) return false;
+    if (!reclaim_sessions || !ReclaimOneSession()) return false;
   }
   for (size_t i = old_size; i < t.blocks.size(); ++i)
     t.pointers.push_back(pool_->data(t.blocks[i]));

@@ -133,9 +133,11 @@ class KvCacheManager {
   }
 
   // Grows the table of open `seq` to cover `num_tokens` positions, reclaiming session
-  // blocks (least recently pinned session first) when the pool is short. Returns false,
-  // and allocates nothing, when the pool cannot supply the blocks even then.
-  bool Reserve(SequenceId seq, int32_t num_tokens);
+  // blocks (least recently pinned session first) when the pool is short and
+  // `reclaim_sessions` (false: only free or evictable cached blocks, for speculative
+  // positions that are not worth a session's KV). Returns false, and allocates nothing,
+  // when the pool cannot supply the blocks even then.
+  bool Reserve(SequenceId seq, int32_t num_tokens, bool reclaim_sessions = true);
 
   // Blocks that Reserve(seq, num_tokens) would have to allocate.
   int32_t BlocksToReserve(SequenceId seq, int32_t num_tokens) const;

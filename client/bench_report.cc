@@ -120,6 +120,8 @@ Report Summarize(Recording recording, double duration_s) {
     r.prompt_tokens += x.prompt_tokens;
     r.cached_tokens_local += x.cached_tokens_local;
     r.cached_tokens_remote += x.cached_tokens_remote;
+    r.draft_tokens += x.draft_tokens;
+    r.draft_tokens_accepted += x.draft_tokens_accepted;
     if (x.turn > 0) {
       ++r.later_turns;
       if (x.cached_tokens_local + x.cached_tokens_remote > 0) ++r.later_turns_cached;
@@ -136,6 +138,10 @@ Report Summarize(Recording recording, double duration_s) {
   if (duration_s > 0) {
     r.output_tokens_per_s = static_cast<double>(r.output_tokens) / duration_s;
     r.requests_per_s = static_cast<double>(r.ok) / duration_s;
+  }
+  if (r.draft_tokens > 0) {
+    r.draft_acceptance =
+        static_cast<double>(r.draft_tokens_accepted) / static_cast<double>(r.draft_tokens);
   }
   if (r.prompt_tokens > 0) {
     r.cache_hit_ratio = static_cast<double>(r.cached_tokens_local + r.cached_tokens_remote) /
@@ -167,6 +173,7 @@ std::string ToJson(const Report& r, const std::string& config_json) {
       absl::StrFormat("\"duration_s\":%.4f,", r.duration_s),
       "\"tokens\":{\"prompt\":", r.prompt_tokens, ",\"cached_local\":", r.cached_tokens_local,
       ",\"cached_remote\":", r.cached_tokens_remote, ",\"output\":", r.output_tokens,
+      ",\"draft\":", r.draft_tokens, ",\"draft_accepted\":", r.draft_tokens_accepted,
       "},\"stream_messages\":", r.stream_messages, ",",
       absl::StrFormat("\"output_tokens_per_s\":%.2f,\"requests_per_s\":%.3f,"
                       "\"cache_hit_ratio\":%.4f,",
@@ -209,6 +216,10 @@ std::string ToText(const Report& r) {
       absl::StrFormat("tokens: prompt %d (cached local %d, remote %d; hit ratio %.3f), output %d\n",
                       r.prompt_tokens, r.cached_tokens_local, r.cached_tokens_remote,
                       r.cache_hit_ratio, r.output_tokens),
+      r.draft_tokens > 0
+          ? absl::StrFormat("speculative drafts: %d checked, %d accepted (acceptance %.3f)\n",
+                            r.draft_tokens, r.draft_tokens_accepted, r.draft_acceptance)
+          : "",
       absl::StrFormat("ttft ms: p50 %.2f p90 %.2f p99 %.2f mean %.2f\n", r.ttft.p50, r.ttft.p90,
                       r.ttft.p99, r.ttft.mean),
       absl::StrFormat("itl ms:  p50 %.2f p90 %.2f p99 %.2f mean %.2f\n", r.itl.p50, r.itl.p90,

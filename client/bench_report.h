@@ -37,6 +37,8 @@ struct RequestResult {
   int64_t prompt_tokens = 0;  // from the last message's usage
   int64_t cached_tokens_local = 0;
   int64_t cached_tokens_remote = 0;
+  int64_t draft_tokens = 0;  // speculative drafts checked / accepted (usage)
+  int64_t draft_tokens_accepted = 0;
   int64_t output_tokens = 0;  // the usage's completion tokens; without usage (a stream
                               // cancelled or failed) the tokens received
   int64_t messages = 0;       // stream messages received
@@ -91,6 +93,9 @@ struct Report {
   double duration_s = 0;
   int64_t prompt_tokens = 0, cached_tokens_local = 0, cached_tokens_remote = 0;
   int64_t output_tokens = 0, stream_messages = 0;
+  // Speculative decoding: draft tokens checked and accepted; accepted / checked (0 without).
+  int64_t draft_tokens = 0, draft_tokens_accepted = 0;
+  double draft_acceptance = 0;
   double output_tokens_per_s = 0, requests_per_s = 0;
   // (cached local + remote) / prompt tokens of the successful requests; 0 without any.
   double cache_hit_ratio = 0;

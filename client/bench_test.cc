@@ -44,6 +44,8 @@ TEST(BenchReportTest, CountsAddUpAndPercentilesAreInMilliseconds) {
   results.push_back(Failed(absl::StatusCode::kUnavailable));
   RequestResult later = Ok(0.001, 2, 20, 20);
   later.turn = 1;
+  later.draft_tokens = 8;
+  later.draft_tokens_accepted = 6;
   results.push_back(later);
   later.cached_tokens_local = 0;
   results.push_back(later);
@@ -68,6 +70,11 @@ TEST(BenchReportTest, CountsAddUpAndPercentilesAreInMilliseconds) {
   EXPECT_DOUBLE_EQ(r.output_tokens_per_s, 202.0);
   EXPECT_DOUBLE_EQ(r.requests_per_s, 51.0);
   EXPECT_DOUBLE_EQ(r.cache_hit_ratio, (1000.0 + 20) / 2040);
+  EXPECT_EQ(r.draft_tokens, 16);
+  EXPECT_EQ(r.draft_tokens_accepted, 12);
+  EXPECT_DOUBLE_EQ(r.draft_acceptance, 0.75);
+  EXPECT_THAT(ToText(r),
+              HasSubstr("speculative drafts: 16 checked, 12 accepted (acceptance 0.750)"));
   EXPECT_NEAR(r.ttft.p50, 50.0, 1e-9);  // 102 values: rank round(0.5 * 101) = 51 -> 50 ms
   EXPECT_NEAR(r.ttft.p99, 99.0, 1e-9);
   EXPECT_NEAR(r.itl.p50, 1.0, 1e-9);

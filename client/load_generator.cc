@@ -98,6 +98,8 @@ absl::StatusCode LoadGenerator::Measure(const v1::GenerateRequest& request, int 
     r.cached_tokens_local = usage->cached_tokens_local();
     r.cached_tokens_remote = usage->cached_tokens_remote();
     r.output_tokens = usage->completion_tokens();
+    r.draft_tokens = usage->draft_tokens();
+    r.draft_tokens_accepted = usage->draft_tokens_accepted();
   }
   if (status.ok() && !usage.has_value()) recorder_.AddMalformed("stream ended OK without usage");
   if (status.ok() && record_output_of != nullptr) {

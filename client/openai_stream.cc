@@ -192,6 +192,13 @@ absl::StatusOr<std::optional<StreamPiece>> ParseStreamData(std::string_view data
     if (details != usage->end()) {
       u.set_cached_tokens_local(static_cast<int32_t>(IntField(*details, "cached_tokens")));
     }
+    const auto completion = usage->find("completion_tokens_details");
+    if (completion != usage->end()) {
+      const int64_t accepted = IntField(*completion, "accepted_prediction_tokens");
+      u.set_draft_tokens_accepted(static_cast<int32_t>(accepted));
+      u.set_draft_tokens(
+          static_cast<int32_t>(accepted + IntField(*completion, "rejected_prediction_tokens")));
+    }
   }
   return piece;
 }

@@ -177,12 +177,16 @@ TEST(ParseStreamDataTest, ChatChunksUsageAndDone) {
 
   const StreamPiece usage =
       Piece(R"({"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":64,)"
-            R"("total_tokens":76,"prompt_tokens_details":{"cached_tokens":8}}})",
+            R"("total_tokens":76,"prompt_tokens_details":{"cached_tokens":8},)"
+            R"("completion_tokens_details":{"accepted_prediction_tokens":5,)"
+            R"("rejected_prediction_tokens":3}}})",
             HttpEndpoint::kChat);
   ASSERT_TRUE(usage.usage.has_value());
   EXPECT_EQ(usage.usage->prompt_tokens(), 12);
   EXPECT_EQ(usage.usage->completion_tokens(), 64);
   EXPECT_EQ(usage.usage->cached_tokens_local(), 8);
+  EXPECT_EQ(usage.usage->draft_tokens(), 8);
+  EXPECT_EQ(usage.usage->draft_tokens_accepted(), 5);
   EXPECT_EQ(usage.tokens, 0);
 
   absl::StatusOr<std::optional<StreamPiece>> done = ParseStreamData("[DONE]", HttpEndpoint::kChat);

@@ -36,6 +36,8 @@
 #include "engine/sequence.h"
 #include "engine/session_manager.h"
 #include "engine/session_store.h"
+#include "engine/speculation.h"
+#include "engine/speculation_governor.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -107,7 +109,7 @@ absl::Status ValidateEngineOptions(const Engine::Options& o) {
   if (o.stop_limits.max_stop_token_ids < 0) {
     return bad("max_stop_token_ids", o.stop_limits.max_stop_token_ids);
   }
-  return absl::OkStatus();
+  return ValidateSpeculativeOptions(o.speculative);
 }
 
 namespace {
@@ -136,7 +138,17 @@ class EngineImpl final : public Engine {
                   options.remote_cache, kv_.get(),
                   options.clock != nullptr ? options.clock : common::Clock::Real()),
         scheduler_(Scheduler::Options{options.max_running_sequences, options.max_step_tokens},
-                   kv_.get()) {
+                   kv_.get()),
+        owned_draft_source_(CreateDraftSource(options.speculative)),
+        draft_source_(options.speculative.custom_source != nullptr
+                          ? options.speculative.custom_source
+                          : owned_draft_source_.get()),
+        governor_(options.speculative.explore_every) {
+    if (draft_source_ != nullptr) {
+      speculative_.source = std::string(draft_source_->name());
+      speculative_.accepted_length_counts.assign(
+          static_cast<size_t>(options.speculative.draft_max) + 1, 0);
+    }
     if (options.remote_cache != nullptr) {
       remote_tier_ = std::make_unique<RemoteTier>(
           options.remote_cache, options.remote, kv_->layout(), model.config().n_kv_heads,
@@ -253,8 +265,25 @@ class EngineImpl final : public Engine {
   void Run();
   // Runs one step; returns the prompt tokens it prefilled.
   int32_t Step();
-  void HandleSample(Sequence& seq, std::span<float> logits, absl::Time now,
-                    std::vector<std::pair<RequestId, FinishReason>>* finished);
+  // Samples the next token from `logits` (one row: 1 + drafts.size() rows with drafts,
+  // row j following drafts[j - 1]), emits it and notes a finish; with drafts, goes on
+  // to the next row while the sampled token is the draft (each accepted draft's
+  // position then counts as computed).
+  // Returns how many drafts were compared and accepted.
+  struct DraftOutcome {
+    int32_t compared = 0;
+    int32_t accepted = 0;
+  };
+  DraftOutcome HandleSample(Sequence& seq, std::span<float> logits, std::span<const int32_t> drafts,
+                            absl::Time now,
+                            std::vector<std::pair<RequestId, FinishReason>>* finished);
+  // Speculative decoding: appends draft tokens to the decoding sequences (when few
+  // enough decode) and returns them.
+  std::vector<Sequence*> ProposeDrafts();
+  // One token of HandleSample: sampled (against `draft` when >= 0; *accepted tells
+  // whether it is the draft), appended and emitted. True when the sequence finished.
+  bool SampleOne(Sequence& seq, std::span<float> logits, int32_t draft, absl::Time now,
+                 bool* accepted, std::vector<std::pair<RequestId, FinishReason>>* finished);
   void Finish(RequestId id, const absl::Status& status, FinishReason reason);
   void ExpireDeadlines(absl::Time now);
   void PublishStats(double step_seconds);
@@ -294,6 +323,13 @@ class EngineImpl final : public Engine {
   const ContextLimits context_limits_;
   SessionManager sessions_;  // thread-safe; its KV side on the step thread
   Scheduler scheduler_;      // step thread
+  const std::unique_ptr<DraftSource> owned_draft_source_;
+  DraftSource* const draft_source_;  // step thread; null: no speculation
+  SpeculativeStats speculative_;     // step thread
+  SpeculationGovernor governor_;     // step thread
+  // What ProposeDrafts saw and decided for the current step (the governor's measurement).
+  int32_t step_decoding_ = 0;
+  bool step_speculating_ = false;
 
   // Step-thread state. Session KV blocks live in kv_'s session tier.
   std::vector<float> logits_;  // [batch, vocab]
@@ -617,16 +653,68 @@ void EngineImpl::Run() {
   }
 }
 
+std::vector<Sequence*> EngineImpl::ProposeDrafts() {
+  std::vector<Sequence*> drafted;
+  if (draft_source_ == nullptr) return drafted;
+  int32_t decoding = 0;
+  for (const auto& seq : scheduler_.running()) decoding += seq->remaining_tokens() == 1 ? 1 : 0;
+  step_decoding_ = decoding;
+  step_speculating_ = false;
+  if (decoding == 0 || decoding > options_.speculative.max_batch) return drafted;
+  if (options_.speculative.adaptive && !governor_.ShouldSpeculate(decoding)) return drafted;
+  step_speculating_ = true;
+  // Drafts take what the step budget leaves after one token per running sequence, so they
+  // never push a younger sequence out of the step.
+  int32_t spare = options_.max_step_tokens - static_cast<int32_t>(scheduler_.running().size());
+  std::vector<int32_t> proposal;
+  for (const auto& ptr : scheduler_.running()) {
+    Sequence& seq = *ptr;
+    if (seq.remaining_tokens() != 1 || seq.completion_tokens() < 1) continue;
+    const int32_t server_max = options_.speculative.draft_max;
+    const int32_t request_max = seq.sampler.params().max_draft_tokens.value_or(server_max);
+    if (seq.draft_len == 0) seq.draft_len = server_max;
+    const int32_t size = static_cast<int32_t>(seq.tokens.size());
+    // Every draft accepted plus the token after them must stay within the limits.
+    const int32_t k = std::min({seq.draft_len, request_max, server_max, spare,
+                                seq.max_new_tokens - seq.completion_tokens() - 1,
+                                seq.max_total_tokens - size - 1});
+    if (k < 1) continue;
+    proposal.clear();
+    draft_source_->Propose(seq.id, seq.tokens, k, &proposal);
+    if (proposal.empty()) continue;
+    if (static_cast<int32_t>(proposal.size()) > k) proposal.resize(static_cast<size_t>(k));
+    seq.tokens.insert(seq.tokens.end(), proposal.begin(), proposal.end());
+    seq.draft_tokens = static_cast<int32_t>(proposal.size());
+    spare -= seq.draft_tokens;
+    drafted.push_back(&seq);
+  }
+  return drafted;
+}
+
 int32_t EngineImpl::Step() {
+  const auto started = std::chrono::steady_clock::now();
+  const std::vector<Sequence*> drafted = ProposeDrafts();
   StepPlan plan = scheduler_.Schedule();
+  // Drafts of sequences that do not run this step (budget, or out of blocks) are dropped
+  // (the scheduler already dropped those of preempted ones).
+  for (Sequence* seq : drafted) {
+    const bool runs = std::any_of(plan.chunks.begin(), plan.chunks.end(),
+                                  [seq](const StepPlan::Chunk& c) { return c.seq == seq; });
+    if (!runs) seq->DropDrafts();
+  }
   for (Sequence* seq : plan.out_of_blocks) {
     // The pool cannot hold this sequence's next token even alone: its context is full.
     Finish(seq->id, absl::OkStatus(), FinishReason::kLength);
   }
   if (plan.chunks.empty()) return 0;
   int32_t prefill_tokens = 0;
+  bool decode_only = true;    // every chunk is a decode row, with or without drafts
+  int64_t tokens_before = 0;  // to count what the step emits
   for (const StepPlan::Chunk& c : plan.chunks) {
-    if (c.num_tokens > 1) prefill_tokens += c.num_tokens;
+    const bool drafts = c.seq->draft_tokens > 0;
+    if (c.num_tokens > 1 && !drafts) prefill_tokens += c.num_tokens;
+    decode_only &= (drafts || c.num_tokens == 1) && c.seq->num_computed >= c.seq->prompt_len;
+    tokens_before += static_cast<int64_t>(c.seq->tokens.size()) - c.seq->draft_tokens;
   }
 
   const absl::Time now = clock_->Now();
@@ -651,21 +739,53 @@ int32_t EngineImpl::Step() {
     in.cached_tokens = seq.num_computed;
     in.blocks = kv_->BlockPointers(seq.id);
     in.want_logits = seq.num_computed + c.num_tokens == static_cast<int32_t>(seq.tokens.size());
+    if (seq.draft_tokens > 0) {
+      // The next token and the drafts the budget left in: every position's logits.
+      in.want_logits = true;
+      in.logits_rows = c.num_tokens;
+    }
     batch.sequences.push_back(in);
   }
-  logits_.resize(plan.chunks.size() * static_cast<size_t>(vocab));
+  logits_.resize(backends::LogitRowCount(batch) * static_cast<size_t>(vocab));
   const absl::Status status = backend_->Forward(batch, logits_);
   if (!status.ok()) {
     for (const StepPlan::Chunk& c : plan.chunks) {
+      c.seq->DropDrafts();
       Finish(c.seq->id, status, FinishReason::kError);
     }
     return prefill_tokens;
   }
 
   const absl::Time sampled_at = clock_->Now();
+  const std::vector<size_t> rows = backends::LogitRowStarts(batch);
   std::vector<std::pair<RequestId, FinishReason>> finished;
+  std::vector<int32_t> drafts;
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     Sequence& seq = *plan.chunks[i].seq;
+    const std::span<float> logits = std::span<float>(logits_).subspan(
+        rows[i] * static_cast<size_t>(vocab),
+        static_cast<size_t>(batch.sequences[i].logits_rows) * static_cast<size_t>(vocab));
+    if (seq.draft_tokens > 0) {
+      // Verification: the next token's position is computed; each accepted draft's is too.
+      const size_t verified = static_cast<size_t>(plan.chunks[i].num_tokens - 1);
+      drafts.assign(seq.tokens.end() - seq.draft_tokens,
+                    seq.tokens.end() - seq.draft_tokens + static_cast<ptrdiff_t>(verified));
+      seq.DropDrafts();
+      seq.num_computed += 1;
+      const DraftOutcome d = HandleSample(seq, logits, drafts, sampled_at, &finished);
+      seq.drafts_proposed += d.compared;
+      seq.drafts_accepted += d.accepted;
+      seq.draft_len =
+          NextDraftLength(seq.draft_len, d.compared, d.accepted, options_.speculative.draft_max);
+      if (d.compared > 0) {
+        ++speculative_.verifications_total;
+        speculative_.draft_tokens_total += d.compared;
+        speculative_.accepted_tokens_total += d.accepted;
+        ++speculative_.accepted_length_counts[static_cast<size_t>(d.accepted)];
+      }
+      kv_->Commit(seq.id, seq.tokens, seq.num_computed);
+      continue;
+    }
     const int32_t begin = seq.num_computed;
     seq.num_computed += plan.chunks[i].num_tokens;
     if (begin < seq.prompt_len) {
@@ -673,19 +793,48 @@ int32_t EngineImpl::Step() {
     }
     kv_->Commit(seq.id, seq.tokens, seq.num_computed);
     if (!batch.sequences[i].want_logits) continue;
-    HandleSample(seq,
-                 std::span<float>(logits_).subspan(i * static_cast<size_t>(vocab),
-                                                   static_cast<size_t>(vocab)),
-                 sampled_at, &finished);
+    HandleSample(seq, logits, {}, sampled_at, &finished);
+  }
+  if (decode_only && draft_source_ != nullptr && options_.speculative.adaptive &&
+      step_decoding_ > 0 && step_decoding_ <= options_.speculative.max_batch) {
+    // Taught before the finishes below release their sequences.
+    int64_t emitted = -tokens_before;
+    for (const StepPlan::Chunk& c : plan.chunks) {
+      emitted += static_cast<int64_t>(c.seq->tokens.size());
+    }
+    governor_.Record(
+        step_decoding_, step_speculating_, emitted,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
   for (const auto& [id, reason] : finished) Finish(id, absl::OkStatus(), reason);
   return prefill_tokens;
 }
 
-void EngineImpl::HandleSample(Sequence& seq, std::span<float> logits, absl::Time now,
-                              std::vector<std::pair<RequestId, FinishReason>>* finished) {
+EngineImpl::DraftOutcome EngineImpl::HandleSample(
+    Sequence& seq, std::span<float> logits, std::span<const int32_t> drafts, absl::Time now,
+    std::vector<std::pair<RequestId, FinishReason>>* finished) {
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  DraftOutcome outcome;
+  for (size_t j = 0;; ++j) {
+    bool accepted = false;
+    const bool against_draft = j < drafts.size();
+    const bool done = SampleOne(seq, logits.subspan(j * vocab, vocab),
+                                against_draft ? drafts[j] : -1, now, &accepted, finished);
+    outcome.compared += against_draft ? 1 : 0;
+    outcome.accepted += accepted ? 1 : 0;
+    if (done || !accepted) return outcome;
+    // The draft's position was computed with the very token now in `tokens`.
+    ++seq.num_computed;
+  }
+}
+
+bool EngineImpl::SampleOne(Sequence& seq, std::span<float> logits, int32_t draft, absl::Time now,
+                           bool* accepted,
+                           std::vector<std::pair<RequestId, FinishReason>>* finished) {
   SampleInfo info;
-  const int32_t token = seq.sampler.Sample(logits, seq.tokens, seq.prompt_len, &info);
+  const int32_t token = draft >= 0 ? seq.sampler.SampleDraft(logits, seq.tokens, seq.prompt_len,
+                                                             draft, &info, accepted)
+                                   : seq.sampler.Sample(logits, seq.tokens, seq.prompt_len, &info);
   if (!seq.first_token.has_value()) seq.first_token = now;
   seq.tokens.push_back(token);
   const bool at_length_limit = seq.completion_tokens() >= seq.max_new_tokens ||
@@ -706,7 +855,9 @@ void EngineImpl::HandleSample(Sequence& seq, std::span<float> logits, absl::Time
     }
     seq.sink->OnToken(event);
   }
-  if (out.finish.has_value()) finished->emplace_back(seq.id, *out.finish);
+  if (!out.finish.has_value()) return false;
+  finished->emplace_back(seq.id, *out.finish);
+  return true;
 }
 
 void EngineImpl::Finish(RequestId id, const absl::Status& status, FinishReason reason) {
@@ -719,6 +870,8 @@ void EngineImpl::Finish(RequestId id, const absl::Status& status, FinishReason r
     fetching_.erase(it);
     found = parked.get();
   }
+  found->DropDrafts();  // (none between steps; a session keeps verified tokens only)
+  if (draft_source_ != nullptr) draft_source_->Forget(id);
   const absl::Time now = clock_->Now();
   const bool completed = reason == FinishReason::kStop || reason == FinishReason::kStopString ||
                          reason == FinishReason::kLength;
@@ -743,6 +896,8 @@ void EngineImpl::Finish(RequestId id, const absl::Status& status, FinishReason r
   usage.cached_tokens_remote = seq->cached_tokens_remote;
   usage.computed_tokens = seq->computed_prompt_tokens;
   usage.completion_tokens = std::max(0, seq->completion_tokens());
+  usage.draft_tokens = seq->drafts_proposed;
+  usage.draft_tokens_accepted = seq->drafts_accepted;
   usage.queue_time = seq->first_scheduled.value_or(now) - seq->submit_time;
   usage.time_to_first_token =
       seq->first_token.has_value() ? *seq->first_token - seq->submit_time : absl::ZeroDuration();
@@ -876,6 +1031,7 @@ void EngineImpl::PublishStats(double step_seconds) {
   s.preemptions_total = scheduler_.preemptions_total();
   s.steps_total = steps_total_;
   s.requests_finished_total = requests_finished_total_;
+  s.speculative = speculative_;
   FillSessionStats(s);
   s.last_step_seconds = step_seconds;
   {

@@ -30,6 +30,8 @@ struct Usage {
   int32_t cached_tokens_remote = 0;  // of those, fetched from the session cache service
   int32_t computed_tokens = 0;       // prompt tokens actually prefilled
   int32_t completion_tokens = 0;
+  int32_t draft_tokens = 0;            // speculative draft tokens verified
+  int32_t draft_tokens_accepted = 0;   // of those, accepted (part of completion_tokens)
   absl::Duration queue_time;           // submit -> first scheduled
   absl::Duration time_to_first_token;  // submit -> first token sampled
   absl::Duration total_time;           // submit -> finish
@@ -131,6 +133,16 @@ struct RemoteCacheStats {
   int64_t session_conflicts_total = 0;
 };
 
+// Speculative decoding's counters (engine/speculation.h); zero when it is off.
+struct SpeculativeStats {
+  std::string source;                 // "ngram", or empty when off
+  int64_t verifications_total = 0;    // sequence-steps that verified at least one draft
+  int64_t draft_tokens_total = 0;     // draft tokens verified
+  int64_t accepted_tokens_total = 0;  // of those, accepted
+  // accepted_length_counts[a]: verifications that accepted a drafts (a in [0, draft_max]).
+  std::vector<int64_t> accepted_length_counts;
+};
+
 struct EngineStats {
   int32_t running = 0;
   int32_t waiting = 0;
@@ -153,6 +165,7 @@ struct EngineStats {
   int64_t requests_finished_total = 0;
   double last_step_seconds = 0.0;
   RemoteCacheStats remote;
+  SpeculativeStats speculative;
 };
 
 // The request limits Submit enforces (from Engine::Options), for front ends that

@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "engine/engine.h"
 #include "engine/remote_tier.h"
+#include "engine/speculation.h"
 #include "model/dtype.h"
 #include "model/kv_layout.h"
 #include "model/model.h"
@@ -77,6 +78,8 @@ struct Engine::Options {
   // renewed (engine/session_manager.h); a replica that dies mid-turn locks the session
   // for at most this long. Default 30 s.
   absl::Duration session_lease = absl::Seconds(30);
+  // Speculative decoding (engine/speculation.h). Default: off.
+  SpeculativeOptions speculative;
   // The clock for deadlines, session expiry and usage times; null = the wall clock.
   // Tests inject a common::testing::FakeClock. Must outlive the engine.
   const common::Clock* clock = nullptr;

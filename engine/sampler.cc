@@ -64,6 +64,13 @@ int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> contex
   return token;
 }
 
+int32_t Sampler::SampleDraft(std::span<float> logits, std::span<const int32_t> context,
+                             int32_t prompt_len, int32_t draft, SampleInfo* info, bool* accepted) {
+  const int32_t token = Sample(logits, context, prompt_len, info);
+  *accepted = token == draft;
+  return token;
+}
+
 void Sampler::ApplyPenalties(std::span<float> logits, std::span<const int32_t> context,
                              int32_t prompt_len) {
   const int32_t n = static_cast<int32_t>(logits.size());

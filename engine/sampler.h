@@ -77,6 +77,19 @@ class Sampler {
   int32_t Sample(std::span<float> logits, std::span<const int32_t> context, int32_t prompt_len,
                  SampleInfo* info);
 
+  // Speculative verification of one proposed token `draft` (a deterministic proposal:
+  // an n-gram match, a draft model's greedy choice) against the target's `logits`: the
+  // token Sample() picks, with *accepted = (it is the draft); when it is, the caller may
+  // go on to the next position's logits. This is Leviathan et al.'s rejection sampling
+  // for a one-hot proposal distribution (accept with probability min(1, p(d) / q(d)) =
+  // p(d); on rejection draw from p without d, renormalised) with both draws made from
+  // Sample()'s one uniform: the emitted tokens are exactly those of decoding without
+  // drafts, for greedy and seeded sampled requests alike, and the RNG advances once per
+  // emitted token as it does without drafts. (A source proposing a distribution q, not
+  // one token, needs the residual max(0, p - q) draw instead.)
+  int32_t SampleDraft(std::span<float> logits, std::span<const int32_t> context, int32_t prompt_len,
+                      int32_t draft, SampleInfo* info, bool* accepted);
+
   const SamplingParams& params() const { return params_; }
   int32_t vocab_size() const { return vocab_size_; }
 

@@ -501,3 +501,130 @@ TEST(SamplerTest, NoTopLogprobsByDefault) {
 
 }  // namespace
 }  // namespace kvserve::engine
+
+namespace kvserve::engine {
+namespace {
+
+// ---------------------------------------------------------------------------------
+// Speculative verification (SampleDraft)
+
+// Two-sample chi-square of equal-size samples a and b over the tokens either drew:
+// sum (a_i - b_i)^2 / (a_i + b_i), with (bins - 1) degrees of freedom.
+double TwoSampleChiSquare(const std::map<int32_t, int>& a, const std::map<int32_t, int>& b,
+                          int* dof) {
+  std::set<int32_t> tokens;
+  for (const auto& [t, n] : a) tokens.insert(t);
+  for (const auto& [t, n] : b) tokens.insert(t);
+  double chi2 = 0.0;
+  for (int32_t t : tokens) {
+    const double x = a.contains(t) ? a.at(t) : 0.0;
+    const double y = b.contains(t) ? b.at(t) : 0.0;
+    chi2 += (x - y) * (x - y) / (x + y);
+  }
+  *dof = static_cast<int>(tokens.size()) - 1;
+  return chi2;
+}
+
+// The chi-square value exceeded with probability 0.001 (Wilson-Hilferty).
+double ChiSquareBound(int dof) {
+  const double d = std::max(dof, 1);
+  const double z = 3.09;
+  const double c = 1.0 - 2.0 / (9.0 * d) + z * std::sqrt(2.0 / (9.0 * d));
+  return d * c * c * c;
+}
+
+TEST(SamplerDraftTest, GreedyVerificationIsTheGreedyToken) {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  Sampler a = MakeSampler(params, 50), b = MakeSampler(params, 50);
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    std::vector<float> logits = RandomLogits(50, seed), copy = logits;
+    const int32_t want = a.Sample(logits, {}, 0, nullptr);
+    for (int32_t draft : {want, (want + 1) % 50}) {
+      std::vector<float> again = copy;
+      bool accepted = false;
+      EXPECT_EQ(b.SampleDraft(again, {}, 0, draft, nullptr, &accepted), want);
+      EXPECT_EQ(accepted, draft == want);
+    }
+  }
+}
+
+// With the same seed, verification emits exactly the tokens of sampling without drafts
+// (seeded requests give the same output with speculation on or off).
+TEST(SamplerDraftTest, SameSeedSameTokensWhateverTheDrafts) {
+  SamplingParams params;
+  params.seed = 5;
+  params.top_p = 0.9f;
+  Sampler plain = MakeSampler(params, 50), drafted = MakeSampler(params, 50);
+  for (uint64_t step = 0; step < 200; ++step) {
+    std::vector<float> a = RandomLogits(50, step), b = a;
+    bool accepted = false;
+    const int32_t draft = static_cast<int32_t>(step % 7);
+    EXPECT_EQ(drafted.SampleDraft(b, {}, 0, draft, nullptr, &accepted),
+              plain.Sample(a, {}, 0, nullptr));
+  }
+}
+
+// The token SampleDraft emits is distributed as Sample's, whatever the draft: likely,
+// unlikely, or outside the kept set; with every truncation and penalty. Two samples of
+// 40000 seeded draws each (deterministic), compared at the 0.001 level; the acceptance
+// rate is p(draft). The same comparison against the draft always accepted fails.
+TEST(SamplerDraftTest, VerificationKeepsTheTargetDistribution) {
+  const int32_t vocab = 12;
+  const std::vector<float> logits = {0.5f, -1.0f, 1.5f, 0.0f, 0.2f,  -0.3f,
+                                     1.0f, -2.0f, 0.7f, 0.1f, -0.5f, 0.9f};
+  const std::vector<int32_t> context = {2, 6, 6, 11};  // penalties act on these
+  struct Case {
+    const char* name;
+    SamplingParams params;
+  };
+  std::vector<Case> cases;
+  auto add = [&cases](const char* name, auto mutate) {
+    SamplingParams p;
+    p.seed = 99;
+    mutate(p);
+    cases.push_back({name, p});
+  };
+  add("temperature 1", [](SamplingParams&) {});
+  add("temperature 0.6, top_k 5", [](SamplingParams& p) {
+    p.temperature = 0.6f;
+    p.top_k = 5;
+  });
+  add("top_p 0.7", [](SamplingParams& p) { p.top_p = 0.7f; });
+  add("min_p 0.2", [](SamplingParams& p) { p.min_p = 0.2f; });
+  add("penalties", [](SamplingParams& p) {
+    p.repetition_penalty = 1.3f;
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = 0.4f;
+  });
+  const int n = 40000;
+  for (const Case& c : cases) {
+    for (int32_t draft : {2, 6, 7}) {  // likely, likely after penalties, unlikely/truncated
+      Sampler plain = MakeSampler(c.params, vocab);
+      SamplingParams other = c.params;
+      other.seed = 4242;
+      Sampler verify = MakeSampler(other, vocab);
+      std::map<int32_t, int> want, got;
+      int accepted_count = 0;
+      for (int i = 0; i < n; ++i) {
+        std::vector<float> a = logits, b = logits;
+        ++want[plain.Sample(a, context, 1, nullptr)];
+        bool accepted = false;
+        ++got[verify.SampleDraft(b, context, 1, draft, nullptr, &accepted)];
+        accepted_count += accepted ? 1 : 0;
+      }
+      int dof = 0;
+      const double chi2 = TwoSampleChiSquare(got, want, &dof);
+      EXPECT_LT(chi2, ChiSquareBound(dof)) << c.name << ", draft " << draft;
+      const double p_draft = want.contains(draft) ? static_cast<double>(want[draft]) / n : 0.0;
+      EXPECT_NEAR(static_cast<double>(accepted_count) / n, p_draft, 0.015)
+          << c.name << ", draft " << draft;
+      // A verifier that accepted every draft would be far off (the test can fail).
+      std::map<int32_t, int> always{{draft, n}};
+      EXPECT_GT(TwoSampleChiSquare(always, want, &dof), ChiSquareBound(dof));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvserve::engine

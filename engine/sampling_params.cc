@@ -86,6 +86,11 @@ absl::Status SamplingParams::Validate(int32_t vocab_size, int32_t max_tokens_lim
     return FieldError("top_logprobs",
                       absl::StrCat("must be in [0, ", kMaxTopLogprobs, "], got ", top_logprobs));
   }
+  if (max_draft_tokens.has_value() &&
+      (*max_draft_tokens < 0 || *max_draft_tokens > kMaxDraftTokens)) {
+    return FieldError("max_draft_tokens", absl::StrCat("must be in [0, ", kMaxDraftTokens,
+                                                       "], got ", *max_draft_tokens));
+  }
   return absl::OkStatus();
 }
 

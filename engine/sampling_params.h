@@ -15,6 +15,7 @@ namespace kvserve::engine {
 // are INVALID_ARGUMENT).
 inline constexpr int32_t kMaxTopLogprobs = 20;      // top_logprobs upper bound
 inline constexpr float kMaxAbsTokenPenalty = 2.0f;  // |frequency_penalty|, |presence_penalty|
+inline constexpr int32_t kMaxDraftTokens = 64;      // max_draft_tokens, speculative draft_max
 
 // Server-set limits on a request's stop conditions (Engine::Options::stop_limits; kvserve
 // --max_stop_strings, --max_stop_string_bytes, --max_stop_token_ids). A request beyond one
@@ -45,6 +46,9 @@ struct SamplingParams {
   std::vector<std::string> stop_strings;  // finish when the text contains one (not emitted)
   bool ignore_eos = false;                // keep going past EOS (benchmarks on random weights)
   int32_t top_logprobs = 0;               // [0, 20]: report the N most likely tokens per step
+  // Speculative decoding: at most this many draft tokens per step, in [0, kMaxDraftTokens]; 0 = off
+  // for this request; unset = the server's setting (which also bounds it).
+  std::optional<int32_t> max_draft_tokens;
 
   // OK, or a FieldError (engine/field_error.h) naming the parameter relative to this
   // struct ("temperature", "stop_strings[2]"): message "temperature must be >= 0 and

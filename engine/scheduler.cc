@@ -29,6 +29,7 @@ void Scheduler::CloseTable(Sequence& seq) {
 }
 
 void Scheduler::Preempt(std::unique_ptr<Sequence> seq, StepPlan& plan) {
+  seq->DropDrafts();
   CloseTable(*seq);
   ++preemptions_total_;
   plan.preempted.push_back(seq.get());
@@ -42,7 +43,10 @@ StepPlan Scheduler::Schedule() {
   // 1. Running sequences, oldest first.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& seq = *running_[i];
-    const int32_t n = std::min(seq.remaining_tokens(), budget);
+    // Speculative drafts are reserved last, from free or evictable blocks only: they never
+    // cost a session its KV or another sequence its place.
+    const int32_t with_drafts = std::min(seq.remaining_tokens(), budget);
+    int32_t n = std::min(seq.remaining_tokens() - seq.draft_tokens, budget);
     bool scheduled = true;
     while (!kv_->Reserve(seq.id, seq.num_computed + n)) {
       if (running_.size() == 1) {
@@ -62,6 +66,14 @@ StepPlan Scheduler::Schedule() {
       }
     }
     if (!scheduled) break;
+    if (seq.draft_tokens > 0) {
+      if (with_drafts > n &&
+          kv_->Reserve(seq.id, seq.num_computed + with_drafts, /*reclaim_sessions=*/false)) {
+        n = with_drafts;  // all drafts, or those the budget leaves room for
+      } else {
+        seq.DropDrafts();
+      }
+    }
     plan.chunks.push_back({&seq, n});
     budget -= n;
     ++i;

@@ -37,6 +37,10 @@ struct StepPlan {
 // Then waiting sequences, in FIFO order with preempted ones at the front, are admitted
 // while the budget, the running limit and the pool allow: each starts from its longest
 // cached prefix. The head of the queue is never skipped, so nobody starves.
+// Speculative drafts (Sequence::draft_tokens) are reserved after the sequence's real
+// token, from free or evictable blocks only (no session is reclaimed, nobody preempted for
+// them), may be cut by the budget (the chunk then verifies fewer) and are dropped when
+// neither leaves room; a preempted sequence loses its drafts.
 //
 // Threading: not thread-safe; owned by the engine's step thread.
 class Scheduler {

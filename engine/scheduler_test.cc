@@ -162,3 +162,40 @@ TEST_F(SchedulerTest, ASequenceLargerThanThePoolIsReported) {
 
 }  // namespace
 }  // namespace kvserve::engine
+
+namespace kvserve::engine {
+namespace {
+
+// Drafts are reserved after the real tokens, from what is free: when the pool is short
+// they are dropped and nobody is preempted; the budget cuts them to what is left.
+TEST_F(SchedulerTest, DraftsNeverPreemptAndFitTheBudget) {
+  Init(4, 4, 64);
+  Sequence* a = Add(1, 7);          // 2 blocks
+  Add(2, 3);                        // 1 block
+  Execute(scheduler_->Schedule());  // both prefilled; each now has its first sampled token
+  // a (8 tokens, 7 computed) drafts 6 tokens: positions up to 15 need 2 more blocks, only 1 free.
+  a->tokens.insert(a->tokens.end(), {1, 2, 3, 4, 5, 6});
+  a->draft_tokens = 6;
+  StepPlan p = scheduler_->Schedule();
+  EXPECT_TRUE(p.preempted.empty());
+  ASSERT_EQ(p.chunks.size(), 2u);
+  EXPECT_EQ(p.chunks[0].seq, a);
+  EXPECT_EQ(p.chunks[0].num_tokens, 1);  // drafts dropped
+  EXPECT_EQ(a->draft_tokens, 0);
+  EXPECT_EQ(a->tokens.size(), 8u);
+  EXPECT_EQ(p.chunks[1].num_tokens, 1);
+  Execute(p);
+  // With room, the drafts run, cut to the budget.
+  Init(16, 4, 4);
+  Sequence* c = Add(3, 5);
+  Execute(scheduler_->Schedule());
+  c->tokens.insert(c->tokens.end(), {1, 2, 3, 4, 5});
+  c->draft_tokens = 5;
+  p = scheduler_->Schedule();
+  ASSERT_EQ(p.chunks.size(), 1u);
+  EXPECT_EQ(p.chunks[0].num_tokens, 4);  // the real token and 3 drafts
+  EXPECT_EQ(c->draft_tokens, 5);         // the engine verifies the 3 that run
+}
+
+}  // namespace
+}  // namespace kvserve::engine

@@ -21,6 +21,10 @@ namespace kvserve::engine {
 //     sequence's blocks; the last token always still has to be fed to produce logits.
 //   * has_table == (the KV cache manager holds a block table for `id`).
 //   * prompt_len <= tokens.size(); tokens past prompt_len were sampled by this request.
+//   * draft_tokens == 0. Only inside a step (engine.cc: proposed before scheduling,
+//     verified after the Forward) may the last draft_tokens tokens be unverified
+//     speculative proposals; whatever drops them (preemption, a step that cannot take
+//     them) calls DropDrafts().
 // Threading: owned and touched by the engine's step thread only.
 struct Sequence {
   Sequence(RequestId id, Sampler sampler, OutputProcessor output)
@@ -59,6 +63,16 @@ struct Sequence {
   std::optional<absl::Time> first_scheduled;
   std::optional<absl::Time> first_token;
   absl::Time deadline = absl::InfiniteFuture();
+
+  // Speculative decoding (engine/draft_source.h).
+  int32_t draft_tokens = 0;     // unverified drafts at the end of `tokens` (see above)
+  int32_t draft_len = 0;        // drafts to ask for next, adapted to the acceptance; 0 = unset
+  int32_t drafts_proposed = 0;  // usage: draft tokens verified
+  int32_t drafts_accepted = 0;  // of those, accepted
+  void DropDrafts() {
+    tokens.resize(tokens.size() - static_cast<size_t>(draft_tokens));
+    draft_tokens = 0;
+  }
 
   // Output.
   Sampler sampler;

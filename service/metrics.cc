@@ -1,5 +1,8 @@
 #include "service/metrics.h"
 
+#include <cstdint>
+#include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -127,10 +130,48 @@ class Metrics::EngineCollector : public prometheus::Collectable {
     add("kvserve_engine_last_step_seconds", "Duration of the most recent engine step.",
         MetricType::Gauge, stats->last_step_seconds);
     if (stats->remote.enabled) AddRemote(stats->remote, add, out);
+    if (!stats->speculative.source.empty()) AddSpeculative(stats->speculative, out);
     return out;
   }
 
  private:
+  // Speculative decoding's families (only with a draft source), labelled by source.
+  static void AddSpeculative(const engine::SpeculativeStats& s,
+                             std::vector<prometheus::MetricFamily>& out) {
+    using prometheus::MetricType;
+    auto counter = [&](const char* name, const char* help, int64_t value) {
+      prometheus::MetricFamily f = server::MakeFamily(name, help, MetricType::Counter);
+      server::AddSample(f, static_cast<double>(value), {{"source", s.source}});
+      out.push_back(std::move(f));
+    };
+    counter("kvserve_speculative_draft_tokens_total",
+            "Speculative draft tokens checked against the model.", s.draft_tokens_total);
+    counter("kvserve_speculative_accepted_tokens_total",
+            "Speculative draft tokens the model accepted (emitted without a step of their own).",
+            s.accepted_tokens_total);
+    counter("kvserve_speculative_verifications_total",
+            "Sequence steps that checked at least one draft token.", s.verifications_total);
+    // Accepted drafts per verification, as a histogram with one bucket per length.
+    prometheus::MetricFamily lengths;
+    lengths.name = "kvserve_speculative_accepted_length_tokens";
+    lengths.help = "Draft tokens accepted per verification.";
+    lengths.type = MetricType::Histogram;
+    prometheus::ClientMetric metric;
+    metric.label.push_back({"source", s.source});
+    uint64_t cumulative = 0;
+    double sum = 0.0;
+    for (size_t a = 0; a < s.accepted_length_counts.size(); ++a) {
+      cumulative += static_cast<uint64_t>(s.accepted_length_counts[a]);
+      sum += static_cast<double>(a) * static_cast<double>(s.accepted_length_counts[a]);
+      metric.histogram.bucket.push_back({cumulative, static_cast<double>(a)});
+    }
+    metric.histogram.bucket.push_back({cumulative, std::numeric_limits<double>::infinity()});
+    metric.histogram.sample_count = cumulative;
+    metric.histogram.sample_sum = sum;
+    lengths.metric.push_back(std::move(metric));
+    out.push_back(std::move(lengths));
+  }
+
   // The session cache service's families (only with --session_cache).
   template <typename Add>
   static void AddRemote(const engine::RemoteCacheStats& r, Add& add,

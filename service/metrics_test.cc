@@ -121,6 +121,31 @@ TEST(MetricsTest, EngineStatsAreReadAtScrapeTime) {
   EXPECT_THAT(text, HasSubstr("kvserve_engine_requests_running 0"));
 }
 
+// Speculative decoding's families appear only with a draft source: counters and the
+// accepted-length histogram (cumulative buckets per length), labelled by source.
+TEST(MetricsTest, SpeculativeStatsWhenEnabled) {
+  Metrics metrics;
+  engine::EngineStats stats;
+  metrics.SetEngineStatsSource([&stats]() { return std::optional<engine::EngineStats>(stats); });
+  EXPECT_THAT(metrics.SerializeText(), Not(HasSubstr("kvserve_speculative")));
+  stats.speculative = engine::SpeculativeStats{.source = "ngram",
+                                               .verifications_total = 6,
+                                               .draft_tokens_total = 20,
+                                               .accepted_tokens_total = 7,
+                                               .accepted_length_counts = {3, 1, 0, 2}};
+  const std::string text = metrics.SerializeText();
+  ExpectAll(text,
+            {"\nkvserve_speculative_draft_tokens_total{source=\"ngram\"} 20\n",
+             "\nkvserve_speculative_accepted_tokens_total{source=\"ngram\"} 7\n",
+             "\nkvserve_speculative_verifications_total{source=\"ngram\"} 6\n",
+             "kvserve_speculative_accepted_length_tokens_bucket{source=\"ngram\",le=\"0\"} 3\n",
+             "kvserve_speculative_accepted_length_tokens_bucket{source=\"ngram\",le=\"1\"} 4\n",
+             "kvserve_speculative_accepted_length_tokens_bucket{source=\"ngram\",le=\"3\"} 6\n",
+             "kvserve_speculative_accepted_length_tokens_bucket{source=\"ngram\",le=\"+Inf\"} 6\n",
+             "kvserve_speculative_accepted_length_tokens_sum{source=\"ngram\"} 7\n",
+             "kvserve_speculative_accepted_length_tokens_count{source=\"ngram\"} 6\n"});
+}
+
 // The session cache families appear only with a session cache, with their values.
 TEST(MetricsTest, SessionCacheStatsWhenConfigured) {
   Metrics metrics;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/field_error.h"
+#include "engine/sampling_params.h"
 #include "nlohmann/json.hpp"
 
 namespace kvserve::service {
@@ -290,6 +291,9 @@ absl::Status ReadCommon(const Reader& r, const OpenAiLimits& limits, OpenAiReque
   if (text.has_value()) g.set_cache_salt(*std::exchange(text, std::nullopt));
   KVSERVE_RETURN_IF_ERROR(r.String("session_id", &text));
   if (text.has_value()) g.set_session_id(*std::exchange(text, std::nullopt));
+  std::optional<int64_t> drafts;
+  KVSERVE_RETURN_IF_ERROR(r.Int("max_draft_tokens", 0, engine::kMaxDraftTokens, &drafts));
+  if (drafts.has_value()) g.set_max_draft_tokens(static_cast<int32_t>(*drafts));
   if (const Json* ids = r.Find("stop_token_ids"); ids != nullptr) {
     if (!ids->is_array()) return engine::FieldError("stop_token_ids", "must be a list of integers");
     for (size_t i = 0; i < ids->size(); ++i) {

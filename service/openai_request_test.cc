@@ -35,7 +35,7 @@ TEST(OpenAiRequestTest, ChatFieldsMapOntoTheGenerateRequest) {
     "presence_penalty": 0.25, "frequency_penalty": 0.5, "logprobs": true, "top_logprobs": 3,
     "n": 2, "user": "u", "stream": true, "stream_options": {"include_usage": true},
     "top_k": 40, "min_p": 0.05, "ignore_eos": true, "cache_salt": "s", "session_id": "sid",
-    "stop_token_ids": [2, 3], "some_future_field": {"x": 1}})");
+    "stop_token_ids": [2, 3], "max_draft_tokens": 2, "some_future_field": {"x": 1}})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->model, "m");
   const v1::GenerateRequest& g = r->generate;
@@ -58,6 +58,7 @@ TEST(OpenAiRequestTest, ChatFieldsMapOntoTheGenerateRequest) {
   EXPECT_EQ(g.cache_salt(), "s");
   EXPECT_EQ(g.session_id(), "sid");
   EXPECT_EQ(g.stop_token_ids_size(), 2);
+  EXPECT_EQ(g.max_draft_tokens(), 2);
   EXPECT_EQ(r->n, 2);
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->include_usage);
@@ -119,6 +120,7 @@ TEST(OpenAiRequestTest, EveryBadFieldIsNamed) {
   EXPECT_EQ(Field(chat(R"("tools": [{"type": "function"}])")), "tools");
   EXPECT_EQ(Field(chat(R"("response_format": {"type": "json_object"})")), "response_format");
   EXPECT_EQ(Field(chat(R"("stop_token_ids": [-1])")), "stop_token_ids[0]");
+  EXPECT_EQ(Field(chat(R"("max_draft_tokens": 65)")), "max_draft_tokens");
   EXPECT_EQ(Field(Chat(R"({"messages": [{"role": "user", "content": "x"}]})")), "model");
   EXPECT_EQ(Field(Chat(R"({"model": "m", "messages": []})")), "messages");
   EXPECT_EQ(Field(Chat(R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})")),

@@ -79,7 +79,11 @@ Json UsageJson(const engine::Usage& usage) {
           {"completion_tokens", usage.completion_tokens},
           {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
           {"prompt_tokens_details",
-           {{"cached_tokens", usage.cached_tokens + usage.cached_tokens_remote}}}};
+           {{"cached_tokens", usage.cached_tokens + usage.cached_tokens_remote}}},
+          // OpenAI's names for speculative (predicted-output) tokens.
+          {"completion_tokens_details",
+           {{"accepted_prediction_tokens", usage.draft_tokens_accepted},
+            {"rejected_prediction_tokens", usage.draft_tokens - usage.draft_tokens_accepted}}}};
 }
 
 Json Envelope(const ResponseContext& ctx, bool chunk) {

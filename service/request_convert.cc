@@ -29,6 +29,7 @@ constexpr FieldRename kFieldRenames[] = {
     {"sampling.stop_strings", "stop"},
     {"sampling.stop_token_ids", "stop_token_ids"},
     {"sampling.top_logprobs", "top_logprobs"},
+    {"sampling.max_draft_tokens", "max_draft_tokens"},
 };
 
 std::string ProtoFieldPath(absl::string_view path) {
@@ -74,6 +75,7 @@ engine::SamplingParams ToSamplingParams(const v1::GenerateRequest& request,
   params.stop_strings.assign(request.stop().begin(), request.stop().end());
   params.ignore_eos = request.ignore_eos();
   params.top_logprobs = request.top_logprobs();
+  if (request.has_max_draft_tokens()) params.max_draft_tokens = request.max_draft_tokens();
   return params;
 }
 
@@ -213,6 +215,8 @@ void ToProtoUsage(const engine::Usage& usage, v1::Usage* out) {
   out->set_cached_tokens_remote(usage.cached_tokens_remote);
   out->set_computed_tokens(usage.computed_tokens);
   out->set_completion_tokens(usage.completion_tokens);
+  out->set_draft_tokens(usage.draft_tokens);
+  out->set_draft_tokens_accepted(usage.draft_tokens_accepted);
   SetDuration(usage.queue_time, out->mutable_queue_time());
   SetDuration(usage.time_to_first_token, out->mutable_time_to_first_token());
   SetDuration(usage.total_time, out->mutable_total_time());

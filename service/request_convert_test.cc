@@ -114,8 +114,12 @@ TEST_F(RequestConvertTest, TokenPromptAndSamplingAreCopied) {
   r.add_stop("x");
   r.add_stop_token_ids(2);
   r.set_cache_salt("tenant");
+  r.set_max_draft_tokens(0);
   auto req = Convert(r);
   ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->sampling.max_draft_tokens, 0);
+  r.clear_max_draft_tokens();
+  EXPECT_FALSE(Convert(r)->sampling.max_draft_tokens.has_value());  // the server's setting
   EXPECT_EQ(req->prompt_tokens, (std::vector<int32_t>{1, 259}));
   EXPECT_FALSE(req->add_bos);  // ids are used as they are
   EXPECT_EQ(req->sampling.temperature, 0.0f);
@@ -160,6 +164,7 @@ TEST(WithProtoFieldNamesTest, RenamesEnginePathsAndKeepsTheReason) {
       {"sampling.stop_strings[2]", "stop[2]"},
       {"sampling.stop_token_ids[0]", "stop_token_ids[0]"},
       {"sampling.top_logprobs", "top_logprobs"},
+      {"sampling.max_draft_tokens", "max_draft_tokens"},
       {"prompt_tokens[12]", "prompt.tokens.ids[12]"},
       {"prompt_tokens", "prompt"},
       {"cache_salt", "cache_salt"},
@@ -210,9 +215,13 @@ TEST_F(RequestConvertTest, UsageAndTtl) {
   usage.cached_tokens_remote = 2;
   usage.computed_tokens = 4;
   usage.completion_tokens = 3;
+  usage.draft_tokens = 5;
+  usage.draft_tokens_accepted = 2;
   usage.time_to_first_token = absl::Milliseconds(1500);
   v1::Usage out;
   ToProtoUsage(usage, &out);
+  EXPECT_EQ(out.draft_tokens(), 5);
+  EXPECT_EQ(out.draft_tokens_accepted(), 2);
   EXPECT_EQ(out.cached_tokens_local(), 4);
   EXPECT_EQ(out.cached_tokens_remote(), 2);
   EXPECT_EQ(out.time_to_first_token().seconds(), 1);

@@ -78,6 +78,21 @@ ABSL_FLAG(bool, kv_prefault, true,
 ABSL_FLAG(std::string, kv_dtype, "f16",
           "Element type of cached K/V: f16 (half the bytes per cached position in the pool, in "
           "kvserve-cache and on the wire) or f32.");
+ABSL_FLAG(std::string, speculative, "none",
+          "Speculative decoding's draft source: none or ngram (prompt lookup: proposes what "
+          "followed the context's last tokens where they occurred before). Output is "
+          "unchanged; only speed differs.");
+ABSL_FLAG(int32_t, draft_max, 5,
+          "Speculative decoding: most draft tokens per sequence and step, [1, 64] (a request "
+          "may ask for fewer with max_draft_tokens).");
+ABSL_FLAG(int32_t, draft_ngram_min, 1, "Speculative ngram source: shortest suffix matched.");
+ABSL_FLAG(int32_t, draft_ngram_max, 3, "Speculative ngram source: longest suffix matched.");
+ABSL_FLAG(int32_t, speculative_max_batch, 4,
+          "Speculative decoding only in steps where at most this many sequences decode "
+          "(beyond, a step is no longer bound by reading the weights); 0 = never.");
+ABSL_FLAG(bool, speculative_adaptive, true,
+          "Speculative decoding: keep drafts only where decode steps with them are measured "
+          "faster, per decode-batch size; false: draft whenever allowed.");
 ABSL_FLAG(int32_t, max_running, 64, "Batching: sequences decoding or prefilling at once.");
 ABSL_FLAG(int32_t, max_step_tokens, 512,
           "Batching: tokens per engine step over all sequences (chunked prefill budget).");
@@ -272,6 +287,12 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
       model::KvDTypeFromName(absl::GetFlag(FLAGS_kv_dtype), "kv_dtype");
   if (!dtype.ok()) return dtype.status();
   e.kv_dtype = *dtype;
+  e.speculative.source = absl::GetFlag(FLAGS_speculative);
+  e.speculative.draft_max = absl::GetFlag(FLAGS_draft_max);
+  e.speculative.ngram.min_ngram = absl::GetFlag(FLAGS_draft_ngram_min);
+  e.speculative.ngram.max_ngram = absl::GetFlag(FLAGS_draft_ngram_max);
+  e.speculative.max_batch = absl::GetFlag(FLAGS_speculative_max_batch);
+  e.speculative.adaptive = absl::GetFlag(FLAGS_speculative_adaptive);
   e.max_running_sequences = absl::GetFlag(FLAGS_max_running);
   e.max_step_tokens = absl::GetFlag(FLAGS_max_step_tokens);
   e.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting);

@@ -345,6 +345,63 @@ TEST_P(KvEquivalenceTest, ChunkedPrefillEqualsOneShot) {
   }
 }
 
+// Speculative verification: one Forward over k new tokens with logits_rows = k gives,
+// for every position, exactly the logits of decoding those tokens one per step (the
+// engine's greedy output with and without drafts rests on this), also when another
+// sequence shares the batch and its rows come first.
+TEST_P(KvEquivalenceTest, EveryPositionLogitsEqualOneTokenSteps) {
+  for (const DType kv_dtype : {DType::kF32, DType::kF16}) {
+    auto backend = MakeBackend(4, kv_dtype);
+    ASSERT_NE(backend, nullptr);
+    const KvLayout& layout = backend->kv_layout();
+    const std::vector<int32_t> history = PromptTokens(7, vocab_, 21);
+    const std::vector<int32_t> fresh = PromptTokens(6, vocab_, 22);  // k = 6 rows
+    const std::vector<int32_t> other = PromptTokens(3, vocab_, 23);
+    auto prefill = [&](Sequence& seq) {
+      Batch batch;
+      batch.sequences.push_back(seq.Input(history, false));
+      std::vector<float> unused(vocab_);
+      ASSERT_TRUE(backend->Forward(batch, unused).ok());
+      seq.Commit(history);
+    };
+    // One token per step.
+    Sequence stepwise(layout, 16);
+    prefill(stepwise);
+    std::vector<std::vector<float>> want;
+    for (int32_t t : fresh) {
+      Batch batch;
+      const std::vector<int32_t> one = {t};
+      batch.sequences.push_back(stepwise.Input(one));
+      std::vector<float> row(vocab_);
+      ASSERT_TRUE(backend->Forward(batch, row).ok());
+      stepwise.Commit(one);
+      want.push_back(row);
+    }
+    // All positions in one step, after a 3-token sequence with 2 logits rows.
+    Sequence verified(layout, 16), first(layout, 16);
+    prefill(verified);
+    Batch batch;
+    batch.sequences = {first.Input(other), verified.Input(fresh)};
+    batch.sequences[0].logits_rows = 2;
+    batch.sequences[1].logits_rows = static_cast<int32_t>(fresh.size());
+    ASSERT_EQ(backends::LogitRowCount(batch), 8u);
+    std::vector<float> logits(8 * static_cast<size_t>(vocab_));
+    ASSERT_TRUE(backend->Forward(batch, logits).ok());
+    for (size_t k = 0; k < fresh.size(); ++k) {
+      EXPECT_EQ(
+          MaxAbsDiff(std::span<const float>(logits).subspan((2 + k) * vocab_, vocab_), want[k]),
+          0.0)
+          << "position " << k << ", kv " << model::DTypeName(kv_dtype);
+    }
+    // The first sequence's last row is its last token's, as with logits_rows = 1.
+    const std::vector<float> last = FromScratch(*backend, other);
+    EXPECT_EQ(MaxAbsDiff(std::span<const float>(logits).subspan(vocab_, vocab_), last), 0.0);
+    // logits_rows beyond the new tokens is refused.
+    batch.sequences[0].logits_rows = 4;
+    EXPECT_EQ(backend->Forward(batch, logits).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST_P(KvEquivalenceTest, BlockSizesAgree) {
   const std::vector<int32_t> prompt = PromptTokens(5, vocab_, 5);
   const int steps = 15;  // 20 positions in all

@@ -325,18 +325,18 @@ void CpuBlasBackend::State::LmHead(std::span<float> logits) {
   for (int i = 0; i < n_logits; ++i) {
     Normalize(Row(act.x, dim, logit_rows[i].row), weights.output_norm, Row(act.xf, dim, i));
   }
-  // When logit row i is sequence i's (every sequence wants logits), the products go
+  // When logit row i is the step's logits row i (every sequence wants its rows), the products go
   // straight into `logits`; else through `out` and scattered (a copy of 128 KB per row for
   // a 32000-token vocabulary).
   bool in_place = true;
-  for (int i = 0; i < n_logits; ++i) in_place &= logit_rows[i].seq == i;
+  for (int i = 0; i < n_logits; ++i) in_place &= logit_rows[i].slot == i;
   if (in_place) {
     gemm.Run(weights.output, act.xf.data(), n_logits, logits.data());
     return;
   }
   gemm.Run(weights.output, act.xf.data(), n_logits, act.out.data());
   for (int i = 0; i < n_logits; ++i) {
-    std::memcpy(logits.data() + static_cast<size_t>(logit_rows[i].seq) * vocab,
+    std::memcpy(logits.data() + static_cast<size_t>(logit_rows[i].slot) * vocab,
                 act.out.data() + static_cast<size_t>(i) * vocab, vocab * sizeof(float));
   }
 }

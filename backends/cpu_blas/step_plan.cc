@@ -35,6 +35,7 @@ void PlanStep(const Batch& batch, const StepPlanOptions& options, StepPlan& plan
   const int n_kv_heads = options.n_kv_heads;
   const int paged_heads =
       PagedKvHeadsPerTask(batch, n_kv_heads, options.threads, options.sgemm_attention);
+  int slot = 0;  // the first logits row of sequence i
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     const SequenceInput& seq = batch.sequences[i];
     const int s = static_cast<int>(i);
@@ -52,7 +53,11 @@ void PlanStep(const Batch& batch, const StepPlanOptions& options, StepPlan& plan
         plan.attention_tasks.push_back({s, h, std::min(heads, n_kv_heads - h), r, end, path});
       }
     }
-    if (seq.want_logits && last > first) plan.logit_rows.push_back({last - 1, s});
+    if (seq.want_logits && last > first) {
+      const int rows = std::clamp(seq.logits_rows, 1, last - first);
+      for (int k = 0; k < rows; ++k) plan.logit_rows.push_back({last - rows + k, slot + k});
+    }
+    slot += seq.logits_rows;
   }
 }
 

@@ -49,8 +49,8 @@ struct AttentionTask {
 
 // A row that goes through the final norm and the LM head, and where its logits go.
 struct LogitRow {
-  int row = 0;  // stacked row: the last new token of sequence `seq`
-  int seq = 0;  // index in Batch::sequences: logits row `seq` of [B, vocab]
+  int row = 0;   // stacked row of a new token whose logits are wanted
+  int slot = 0;  // its row in the step's logits (backends::LogitRowStarts)
   bool operator==(const LogitRow&) const = default;
 };
 

@@ -22,7 +22,7 @@ void PrintTo(const AttentionTask& t, std::ostream* os) {
       << (t.path == AttentionPath::kSgemm ? "sgemm" : "paged") << "}";
 }
 void PrintTo(const LogitRow& l, std::ostream* os) {
-  *os << "{row " << l.row << ", seq " << l.seq << "}";
+  *os << "{row " << l.row << ", slot " << l.slot << "}";
 }
 
 namespace {
@@ -116,6 +116,17 @@ TEST(StepPlanTest, PrefillStacksPositionsAndSplitsRowsIntoSgemmTasks) {
                   AttentionTask{0, 0, 1, 64, 70, kSgemm}, AttentionTask{0, 1, 1, 64, 70, kSgemm}));
   EXPECT_THAT(plan.logit_rows, ElementsAre(LogitRow{69, 0}));
   ExpectTasksPartitionRowsAndHeads(plan, 2);
+}
+
+TEST(StepPlanTest, LogitsRowsTakeTheLastPositionsInTheirSlots) {
+  // Sequence 0 does not want logits but keeps its slot; sequence 1 verifies 3 positions
+  // (slots 1-3); sequence 2 wants its last token's (slot 4).
+  TestBatch b({{Tokens(2), 0, false}, {Tokens(4), 9}, {Tokens(1), 5}});
+  b.batch.sequences[1].logits_rows = 3;
+  const StepPlan plan = PlanStep(b.batch, {.n_kv_heads = 1, .threads = 1});
+  EXPECT_THAT(plan.logit_rows,
+              ElementsAre(LogitRow{3, 1}, LogitRow{4, 2}, LogitRow{5, 3}, LogitRow{6, 4}));
+  EXPECT_EQ(LogitRowCount(b.batch), 5u);
 }
 
 TEST(StepPlanTest, WithoutSgemmAttentionEveryRangeIsPaged) {

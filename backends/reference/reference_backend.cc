@@ -149,17 +149,22 @@ absl::Status ReferenceBackend::Forward(const Batch& batch, std::span<float> logi
   if (absl::Status s = ValidateBatch(c, st.layout, batch, logits.size()); !s.ok()) return s;
 
   const size_t vocab = static_cast<size_t>(c.vocab_size);
+  const std::vector<size_t> starts = LogitRowStarts(batch);
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     const SequenceInput& seq = batch.sequences[i];
     const kernels::SequenceKv kv(st.layout, seq.blocks);
-    for (size_t t = 0; t < seq.tokens.size(); ++t) {
+    const size_t n = seq.tokens.size();
+    const size_t first_logit = n - static_cast<size_t>(seq.logits_rows);
+    for (size_t t = 0; t < n; ++t) {
       ForwardToken(c, st.weights, st.rope, kv, seq.tokens[t],
                    seq.cached_tokens + static_cast<int>(t), st.run);
+      if (!seq.want_logits || t < first_logit) continue;
+      // Final RMSNorm (into xb: x goes on to the next token) and LM head, into the
+      // sequence's row for this position.
+      kernels::RmsNorm(st.run.x, kernels::F32Values(st.weights.output_norm), c.rms_eps, st.run.xb);
+      kernels::MatVec(st.weights.output, st.run.xb,
+                      logits.subspan((starts[i] + t - first_logit) * vocab, vocab));
     }
-    if (!seq.want_logits) continue;
-    // Final RMSNorm and LM head, for the last new token only: logits row i of [B, V].
-    kernels::RmsNorm(st.run.x, kernels::F32Values(st.weights.output_norm), c.rms_eps, st.run.x);
-    kernels::MatVec(st.weights.output, st.run.x, logits.subspan(i * vocab, vocab));
   }
   return absl::OkStatus();
 }

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -33,21 +34,25 @@ class ScriptedBackend : public backends::Backend {
 
   absl::Status Forward(const backends::Batch& batch, std::span<float> logits) override {
     const size_t vocab = static_cast<size_t>(vocab_size_);
-    if (logits.size() < batch.sequences.size() * vocab) {
+    if (logits.size() < backends::LogitRowCount(batch) * vocab) {
       return absl::InvalidArgumentError("logits too small");
     }
+    const std::vector<size_t> starts = backends::LogitRowStarts(batch);
     for (size_t i = 0; i < batch.sequences.size(); ++i) {
       const backends::SequenceInput& in = batch.sequences[i];
       if (in.tokens.empty()) return absl::InvalidArgumentError("a sequence has no tokens");
       if (!in.want_logits) continue;
-      const int32_t context = in.cached_tokens + static_cast<int32_t>(in.tokens.size());
-      const int32_t token = next_token_(context);
-      if (token < 0 || token >= vocab_size_) {
-        return absl::InvalidArgumentError(absl::StrCat("script token ", token, " out of range"));
+      const int32_t end = in.cached_tokens + static_cast<int32_t>(in.tokens.size());
+      // Row r: the logits after the context up to the r-th of the last logits_rows tokens.
+      for (int32_t r = 0; r < in.logits_rows; ++r) {
+        const int32_t token = next_token_(end - in.logits_rows + 1 + r);
+        if (token < 0 || token >= vocab_size_) {
+          return absl::InvalidArgumentError(absl::StrCat("script token ", token, " out of range"));
+        }
+        std::span<float> row = logits.subspan((starts[i] + static_cast<size_t>(r)) * vocab, vocab);
+        std::fill(row.begin(), row.end(), -10.0f);
+        row[static_cast<size_t>(token)] = 10.0f;
       }
-      std::span<float> row = logits.subspan(i * vocab, vocab);
-      std::fill(row.begin(), row.end(), -10.0f);
-      row[static_cast<size_t>(token)] = 10.0f;
     }
     return absl::OkStatus();
   }

@@ -1,0 +1,37 @@
+// Speculative decoding's proposers: where draft tokens come from. The engine asks a
+// DraftSource for up to k tokens to follow a sequence's context, feeds them with the
+// sequence's next token in one Forward (every position's logits), and keeps the longest
+// prefix the target model agrees with (Sampler::SampleDraft), so the output is the
+// target's whatever the source proposes; a better source only makes it faster.
+#ifndef KVSERVE_ENGINE_DRAFT_SOURCE_H_
+#define KVSERVE_ENGINE_DRAFT_SOURCE_H_
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace kvserve::engine {
+
+// Threading: called from the engine's step thread only.
+// Proposals are deterministic functions of what the source has seen (Sampler::
+// SampleDraft treats a draft as a one-hot proposal). A source that keeps per-sequence
+// state (a draft model's KV, an MTP head's hidden state) keys it by the request id.
+class DraftSource {
+ public:
+  virtual ~DraftSource() = default;
+  // The source's name in metrics and logs ("ngram", "draft_model").
+  virtual std::string_view name() const = 0;
+  // Appends at most `max_tokens` (>= 1) proposed continuations of `context` (the
+  // sequence's prompt and generated tokens) to `out`; appending none is allowed (no
+  // proposal: the sequence decodes one token this step).
+  virtual void Propose(uint64_t request_id, std::span<const int32_t> context, int32_t max_tokens,
+                       std::vector<int32_t>* out) = 0;
+  // The sequence of `request_id` finished: drop its state. (A preempted sequence keeps
+  // it: it resumes from the same tokens.)
+  virtual void Forget(uint64_t request_id) { (void)request_id; }
+};
+
+}  // namespace kvserve::engine
+
+#endif  // KVSERVE_ENGINE_DRAFT_SOURCE_H_
