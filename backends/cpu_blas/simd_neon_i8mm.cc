@@ -38,17 +38,14 @@ KVSERVE_SIMD_TARGET inline int8x16_t ZipHigh(int8x16_t a, int8x16_t b) {
   return vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
 }
 
-// Activation row pairs per pass over a pair of weight rows (accumulators in registers).
-constexpr int kMmlaPairs = 4;
-
-// KernelSet's QMatMulFn for a 32-element format F (q8_0, q4_0): per pair of weight rows,
-// per group of up to kMmlaPairs activation row pairs, per block: decode both weight
-// blocks once, then 4 smmla per activation row pair. Tile lanes: {w0 x0, w0 x1, w1 x0,
-// w1 x1}.
-template <typename F>
-KVSERVE_SIMD_TARGET void QMatMulMmla(const uint8_t* w, int64_t row_bytes, int64_t cols,
-                                     int64_t row_begin, int64_t row_end, const void* xq,
-                                     int64_t ldxq, int n, float* y, int64_t ldy) {
+// The product of a 32-element format F (q8_0, q4_0): per pair of weight rows, per group
+// of up to kMmlaPairs activation row pairs (accumulators in registers), per block: decode
+// both weight blocks once, then 4 smmla per activation row pair. Tile lanes: {w0 x0,
+// w0 x1, w1 x0, w1 x1}.
+template <typename F, int kMmlaPairs>
+KVSERVE_SIMD_TARGET void QMatMulMmlaPairs(const uint8_t* w, int64_t row_bytes, int64_t cols,
+                                          int64_t row_begin, int64_t row_end, const void* xq,
+                                          int64_t ldxq, int n, float* y, int64_t ldy) {
   static_assert(F::kElems == 32);
   const auto* x = static_cast<const uint8_t*>(xq);
   const int64_t blocks = cols / 32;
@@ -95,6 +92,20 @@ KVSERVE_SIMD_TARGET void QMatMulMmla(const uint8_t* w, int64_t row_bytes, int64_
         }
       }
     }
+  }
+}
+
+// KernelSet's QMatMulFn for F: one activation row pair per pass up to 2 rows (a group of
+// 4 pairs costs batch 1 twice the instructions: its accumulators spill), 4 pairs beyond.
+// Each output is the same chain either way.
+template <typename F>
+KVSERVE_SIMD_TARGET void QMatMulMmla(const uint8_t* w, int64_t row_bytes, int64_t cols,
+                                     int64_t row_begin, int64_t row_end, const void* xq,
+                                     int64_t ldxq, int n, float* y, int64_t ldy) {
+  if (n <= 2) {
+    QMatMulMmlaPairs<F, 1>(w, row_bytes, cols, row_begin, row_end, xq, ldxq, n, y, ldy);
+  } else {
+    QMatMulMmlaPairs<F, 4>(w, row_bytes, cols, row_begin, row_end, xq, ldxq, n, y, ldy);
   }
 }
 
