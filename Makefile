@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make run    install dependencies, build, fetch the default model and run the main job
-#   make test   install dependencies, check formatting, build and run every test (plain, ASan, TSan, fuzz)
+#   make test   install dependencies, check formatting, build and run every test (plain, ASan, TSan,
+#               fuzz, the NEON kernels under qemu)
 # Everything else here is a step of those two.
 
 JOBS ?= 2
@@ -14,7 +15,7 @@ MODEL ?= models/stories260K.gguf
 ARGS ?=
 PROMPT ?= Once upon a time
 
-.PHONY: run test deps models vocab configure build build-run test-format build-asan build-tsan build-fuzz test-plain test-asan test-tsan test-fuzz bench clean
+.PHONY: run test deps models vocab configure build build-run test-format build-asan build-tsan build-fuzz test-plain test-asan test-tsan test-fuzz test-aarch64 bench clean
 
 deps:
 	./scripts/install-deps.sh
@@ -67,15 +68,20 @@ build-fuzz: deps models
 test-fuzz: build-fuzz
 	cd build-fuzz && ctest --output-on-failure -L fuzz
 
+# The NEON kernel levels, cross-compiled for AArch64 and run under qemu-user (one CPU model
+# per level; scripts/test-aarch64.sh installs the cross compiler and arm64 libraries).
+test-aarch64:
+	JOBS=$(JOBS) ./scripts/test-aarch64.sh build-aarch64
+
 # Every C++ file matches .clang-format.
 test-format: deps
 	./scripts/check-format.sh
 
-test: test-format test-plain test-asan test-tsan test-fuzz
+test: test-format test-plain test-asan test-tsan test-fuzz test-aarch64
 	@echo "make test: all suites passed"
 
 bench: build
 	./$(BUILD)/bench/kvserve-bench backend --model $(MODEL)
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz
+	rm -rf build build-asan build-tsan build-fuzz build-aarch64

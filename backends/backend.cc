@@ -1,6 +1,7 @@
 #include "backends/backend.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "backends/cpu_blas/cpu_blas_backend.h"
 #include "backends/reference/reference_backend.h"
 
@@ -10,14 +11,16 @@ namespace {
 absl::StatusOr<CpuBlasOptions> CpuBlasOptionsFrom(const BackendOptions& options) {
   CpuBlasOptions cpu_options;
   if (!options.kernel_level.empty()) {
-    for (cpu_blas::Isa isa : {cpu_blas::Isa::kScalar, cpu_blas::Isa::kAvx2, cpu_blas::Isa::kAvx512,
-                              cpu_blas::Isa::kAvx512Vnni, cpu_blas::Isa::kAvx512Bf16}) {
+    for (cpu_blas::Isa isa : cpu_blas::kAllIsas) {
       if (cpu_blas::IsaName(isa) == options.kernel_level) cpu_options.isa = isa;
     }
     if (!cpu_options.isa.has_value()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown kernel level \"", options.kernel_level,
-                       "\" (known: scalar, avx2, avx512, avx512vnni, avx512bf16)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown kernel level \"", options.kernel_level, "\" (known: ",
+          absl::StrJoin(
+              cpu_blas::kAllIsas, ", ",
+              [](std::string* out, cpu_blas::Isa isa) { out->append(cpu_blas::IsaName(isa)); }),
+          ")"));
     }
   }
   cpu_options.threads = options.threads;

@@ -8,6 +8,15 @@ if(KVSERVE_WERROR)
   list(APPEND KVSERVE_WARNINGS -Werror)
 endif()
 
+# GCC contracts a * b + c into a fused multiply-add wherever the target has one: on
+# AArch64 (every CPU has fmadd) the portable code, the scalar kernels the vector levels
+# are tested against included, would round differently than on baseline x86-64 (which
+# has none). There, rounding stays operation by operation; the vector kernels fuse
+# explicitly (vfmaq_f32).
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|ARM64)$")
+  add_compile_options(-ffp-contract=off)
+endif()
+
 if(KVSERVE_SANITIZE STREQUAL "address")
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)

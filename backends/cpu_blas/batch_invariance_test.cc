@@ -232,13 +232,11 @@ std::unique_ptr<model::Model> MakeModel(DType dtype, bool narrow = false) {
 
 constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
                                   DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
-constexpr Isa kLevels[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni,
-                           Isa::kAvx512Bf16};
 
 // Every kernel level this CPU has, with and without the panel layouts.
 void CheckEveryLevel(const model::Model& model) {
   const model::Model* m = &model;
-  for (Isa isa : kLevels) {
+  for (Isa isa : cpu_blas::kAllIsas) {
     if (!cpu_blas::IsaSupported(isa)) {
       std::printf("[  NOTE    ] %s not on this CPU: not checked\n",
                   std::string(cpu_blas::IsaName(isa)).c_str());

@@ -257,7 +257,7 @@ TEST_P(ArchParityTest, LogitsMatchReference) {
   auto m = MakeModel(DType::kF32, false, named.config);
   ASSERT_NE(m, nullptr);
   const KvLayout layout = KvLayout::ForModel(m->config(), 4, kv_dtype);
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
     if (!cpu_blas::IsaSupported(isa)) continue;  // EveryKernelLevelAndPath... notes it
     for (bool invariant : {true, false}) {
       SCOPED_TRACE(std::string(cpu_blas::IsaName(isa)) + (invariant ? " invariant" : ""));
@@ -311,7 +311,7 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
     auto m = MakeModel(dtype, false, model::IsQuantized(dtype) ? QuantConfig() : WideConfig());
     ASSERT_NE(m, nullptr);
     const KvLayout layout = KvLayout::ForModel(m->config(), 8, DType::kF16);
-    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16}) {
+    for (Isa isa : cpu_blas::kAllIsas) {
       if (!cpu_blas::IsaSupported(isa)) {
         // Said in the output (the per-level kernel tests show as "Skipped" in CTest).
         std::printf("[  NOTE    ] %s not on this CPU: not compared\n",
@@ -454,7 +454,7 @@ TEST(CpuBlasBackendTest, CreateChecksOptionsAndLayout) {
   bad.kv_dim += 1;
   EXPECT_EQ(CpuBlasBackend::Create(*m, bad, CpuBlasOptions{}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16}) {
+  for (Isa isa : cpu_blas::kAllIsas) {
     if (cpu_blas::IsaSupported(isa)) continue;
     CpuBlasOptions forced;
     forced.isa = isa;

@@ -1,5 +1,12 @@
 #include "backends/cpu_blas/simd_kernels.h"
 
+#include <iterator>
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
 namespace kvserve::backends::cpu_blas {
 
 std::string_view IsaName(Isa isa) {
@@ -14,16 +21,21 @@ std::string_view IsaName(Isa isa) {
       return "avx512vnni";
     case Isa::kAvx512Bf16:
       return "avx512bf16";
+    case Isa::kNeon:
+      return "neon";
+    case Isa::kNeonDotprod:
+      return "neon_dotprod";
+    case Isa::kNeonI8mm:
+      return "neon_i8mm";
   }
   return "unknown";
 }
 
 bool IsaSupported(Isa isa) {
-#if defined(__x86_64__) || defined(__i386__)
+  if (isa == Isa::kScalar) return true;
+#if defined(__x86_64__)
   // __builtin_cpu_supports also checks that the OS saves the wider registers (XCR0).
   switch (isa) {
-    case Isa::kScalar:
-      return true;
     case Isa::kAvx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
              __builtin_cpu_supports("f16c");
@@ -34,23 +46,36 @@ bool IsaSupported(Isa isa) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
     case Isa::kAvx512Bf16:
       return IsaSupported(Isa::kAvx512Vnni) && __builtin_cpu_supports("avx512bf16");
+    default:
+      return false;
   }
-  return false;
+#elif defined(__aarch64__) && defined(__linux__)
+  // The kernel reports what the CPU implements and it enables (the auxiliary vector).
+  switch (isa) {
+    case Isa::kNeon:
+      return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
+    case Isa::kNeonDotprod:
+      return IsaSupported(Isa::kNeon) && (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    case Isa::kNeonI8mm:
+      return IsaSupported(Isa::kNeonDotprod) && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
+    default:
+      return false;
+  }
 #else
-  return isa == Isa::kScalar;
+  return false;
 #endif
 }
 
 Isa BestIsa() {
-  if (IsaSupported(Isa::kAvx512Bf16)) return Isa::kAvx512Bf16;
-  if (IsaSupported(Isa::kAvx512Vnni)) return Isa::kAvx512Vnni;
-  if (IsaSupported(Isa::kAvx512)) return Isa::kAvx512;
-  if (IsaSupported(Isa::kAvx2)) return Isa::kAvx2;
+  for (auto it = std::rbegin(kAllIsas); it != std::rend(kAllIsas); ++it) {
+    if (IsaSupported(*it)) return *it;
+  }
   return Isa::kScalar;
 }
 
 const KernelSet& KernelsFor(Isa isa) {
   switch (isa) {
+#if defined(__x86_64__)
     case Isa::kAvx512Bf16:
       return Avx512Bf16Kernels();
     case Isa::kAvx512Vnni:
@@ -59,7 +84,15 @@ const KernelSet& KernelsFor(Isa isa) {
       return Avx512Kernels();
     case Isa::kAvx2:
       return Avx2Kernels();
-    case Isa::kScalar:
+#elif defined(__aarch64__)
+    case Isa::kNeonI8mm:
+      return NeonI8mmKernels();
+    case Isa::kNeonDotprod:
+      return NeonDotprodKernels();
+    case Isa::kNeon:
+      return NeonKernels();
+#endif
+    default:
       break;
   }
   return ScalarKernels();

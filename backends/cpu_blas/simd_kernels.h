@@ -19,7 +19,8 @@
 
 namespace kvserve::backends::cpu_blas {
 
-// Instruction-set levels, in increasing order of capability.
+// Instruction-set levels. The x86-64 levels and the AArch64 levels form two chains, each
+// in increasing order of capability; a CPU supports a prefix of one of them (and scalar).
 enum class Isa : uint8_t {
   kScalar,  // portable C++
   kAvx2,    // AVX2 + FMA + F16C
@@ -30,7 +31,21 @@ enum class Isa : uint8_t {
   // The AVX-512 VNNI level + AVX512_BF16: bf16 weights multiply activations rounded to
   // bf16 with vdpbf16ps (KernelSet::matmul_bf16_dot).
   kAvx512Bf16,
+  // AArch64 Advanced SIMD (every AArch64 CPU): 4 float lanes; the quantized products
+  // multiply bytes with smull / smlal and sum pairs with sadalp.
+  kNeon,
+  // The NEON level + the dot-product extension (FEAT_DotProd, Armv8.2 optional, 8.4
+  // mandatory): quantized products with sdot (4 byte products into each int32 lane).
+  kNeonDotprod,
+  // The dotprod level + the int8 matrix multiply (FEAT_I8MM, Armv8.6): batched quantized
+  // products of 2 weight rows with 2 activation rows by smmla (a 2x8 by 8x2 int8 product).
+  kNeonI8mm,
 };
+
+// Every level, the x86-64 chain then the AArch64 chain (for tests and for naming levels).
+inline constexpr Isa kAllIsas[] = {Isa::kScalar,      Isa::kAvx2,       Isa::kAvx512,
+                                   Isa::kAvx512Vnni,  Isa::kAvx512Bf16, Isa::kNeon,
+                                   Isa::kNeonDotprod, Isa::kNeonI8mm};
 
 std::string_view IsaName(Isa isa);
 
@@ -131,7 +146,7 @@ struct KernelSet {
   // (q8_activations.h, QuantizeActivationsInterleaved): each decoded weight block is
   // transposed the same way once, and then every activation row sums eight 32-element
   // blocks per instruction chain. For batches: the transpose costs about as much as two
-  // rows. nullptr on levels without them (scalar). Precondition: cols % 256 == 0.
+  // rows. nullptr on levels without them (scalar, the NEON levels). Precondition: cols % 256 == 0.
   QMatMulFn matmul_q8_0_il = nullptr;  // activations: Q8x8Block rows
   QMatMulFn matmul_q4_0_il = nullptr;  // activations: Q8x8Block rows
   QMatMulFn matmul_q4_k_il = nullptr;  // activations: Q8KBlock rows, q interleaved
@@ -142,7 +157,7 @@ struct KernelSet {
   // Each element of x moves by at most 2^-8 of itself, so y moves by at most
   // 2^-8 sum |w x| plus float rounding. Any cols. The activations are rounded once per
   // product by the caller (gemm.cc), not once per slice of rows. nullptr below
-  // avx512bf16.
+  // avx512bf16 and on the NEON levels.
   MatMulBf16DotFn matmul_bf16_dot = nullptr;
   // out[c] = bf16(x[c]) (to nearest, ties to even) for c in [0, cols), 0 for c in
   // [cols, Bf16DotStride(cols)): one activation row for matmul_bf16_dot. nullptr
@@ -159,14 +174,14 @@ struct KernelSet {
   // the columns in order (so it does not depend on n). For every row count (8 activation
   // rows per pass over the weights). Precondition in addition: row_begin and row_end
   // multiples of model::kPanelRows. nullptr below avx512 (the AVX2 level's 8 lanes are half
-  // a panel line).
+  // a panel line) and on the NEON levels.
   MatMulFn<float> matmul_f32_panels = nullptr;
   // matmul_q4_0 (matmul_q8_0) with W in the q4_0 (q8_0) panel layout (model/panels.h)
   // instead of row-major, `w` its first byte and row_bytes that of a row-major row: the
   // same integer block products against Q8Block activation rows, summed in another
   // order. For every row count (8 activation rows per pass over the weights).
   // Precondition in addition: row_begin and row_end multiples of model::kPanelRows.
-  // nullptr below avx512vnni.
+  // nullptr below avx512vnni and on the NEON levels.
   QMatMulFn matmul_q4_0_panels = nullptr;
   QMatMulFn matmul_q8_0_panels = nullptr;
   // The same for q4_K and q6_K weights (Q8KBlock activation rows; the integer sub-block
@@ -180,12 +195,16 @@ struct KernelSet {
 const KernelSet& KernelsFor(Isa isa);
 
 // Per-level sets, defined in simd_scalar.cc, simd_avx2.cc, simd_avx512.cc,
-// simd_avx512_vnni.cc, simd_avx512_bf16.cc.
+// simd_avx512_vnni.cc, simd_avx512_bf16.cc (built for x86-64 only), simd_neon.cc,
+// simd_neon_dotprod.cc and simd_neon_i8mm.cc (built for AArch64 only).
 const KernelSet& ScalarKernels();
 const KernelSet& Avx2Kernels();
 const KernelSet& Avx512Kernels();
 const KernelSet& Avx512VnniKernels();
 const KernelSet& Avx512Bf16Kernels();
+const KernelSet& NeonKernels();
+const KernelSet& NeonDotprodKernels();
+const KernelSet& NeonI8mmKernels();
 
 }  // namespace kvserve::backends::cpu_blas
 

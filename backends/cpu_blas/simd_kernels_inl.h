@@ -81,17 +81,15 @@ KVSERVE_SIMD_TARGET inline void Block(const typename W::T* w, int64_t ldw, int64
       if constexpr (kPrefetch == Prefetch::kContiguous) {
 #pragma GCC unroll 8
         for (int b = 0; b < kStepBytes; b += 64) {
-          _mm_prefetch(
-              reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(c * R) * sizeof(T) + b),
-              _MM_HINT_T0);
+          __builtin_prefetch(
+              reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(c * R) * sizeof(T) + b));
         }
       } else if constexpr (kPrefetch == Prefetch::kRows) {
         if ((c * static_cast<int64_t>(sizeof(T))) % 64 == 0) {
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
-            _mm_prefetch(reinterpret_cast<const char*>(ahead + static_cast<uintptr_t>(r * ldw + c) *
-                                                                   sizeof(T)),
-                         _MM_HINT_T0);
+            __builtin_prefetch(reinterpret_cast<const char*>(
+                ahead + static_cast<uintptr_t>(r * ldw + c) * sizeof(T)));
           }
         }
       }
