@@ -130,7 +130,7 @@ class MonitoringTest(unittest.TestCase):
         cls.cache = lib.CacheProcess(CACHE, metrics=True).__enter__()
         cls.server = lib.KvserveProcess(
             KVSERVE, MODEL, ["--kv-budget-mib", "64", "--session-cache",
-                             cls.cache.target()]).__enter__()
+                             cls.cache.target(), "--speculative", "ngram"]).__enter__()
         drive_traffic(cls.server)
 
     @classmethod

@@ -84,6 +84,16 @@ ROWS = [
             (rate("kvserve_engine_preemptions_total"), "preempted {{instance}}"),
             (rate("kvserve_sessions_kv_reclaimed_total"), "sessions reclaimed {{instance}}")]),
         ("Open sessions", "short", [(gauge("kvserve_sessions_open"), "{{instance}}")]),
+        ("Speculative draft tokens / s (with --speculative)", "short", [
+            (rate("kvserve_speculative_draft_tokens_total", by="instance, source"),
+             "checked {{source}} {{instance}}"),
+            (rate("kvserve_speculative_accepted_tokens_total", by="instance, source"),
+             "accepted {{source}} {{instance}}"),
+            (rate("kvserve_speculative_verifications_total", by="instance, source"),
+             "verifications {{source}} {{instance}}")]),
+        ("Speculative drafts accepted per verification", "short",
+         quantiles("kvserve_speculative_accepted_length_tokens", (0.5, 0.9),
+                   by="instance, source")),
     ]),
     ("KV cache", [
         ("KV blocks", "short", [
