@@ -1090,6 +1090,11 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Engine::Options& opti
   absl::Status status = ValidateEngineOptions(options);
   if (!status.ok()) return status;
   if (backend == nullptr) return absl::InvalidArgumentError("backend must not be null");
+  if (options.speculative.source == "draft_model" && options.speculative.custom_source == nullptr) {
+    return absl::InvalidArgumentError(
+        "speculative.source draft_model needs the loaded draft model as "
+        "speculative.custom_source (engine/model_loading.h loads it from draft_model_path)");
+  }
   const model::KvLayout layout = options.KvLayoutFor(model.config());
   if (!SameLayout(layout, backend->kv_layout())) {
     return absl::InvalidArgumentError(
