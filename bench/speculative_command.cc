@@ -208,10 +208,8 @@ absl::Status Main() {
   absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
       model::Tokenizer::Create(model.vocab());
   const model::Tokenizer* tok = tokenizer.ok() ? tokenizer->get() : nullptr;
-  // An engine with drafts of at most draft_max tokens (0: none); a draft model is
-  // loaded into *draft, which must outlive the engine.
-  auto start_engine = [&](int draft_max, std::unique_ptr<engine::DraftSource>* draft)
-      -> absl::StatusOr<std::unique_ptr<engine::Engine>> {
+  // An engine with drafts of at most draft_max tokens (0: none).
+  auto start_engine = [&](int draft_max) -> absl::StatusOr<std::unique_ptr<engine::Engine>> {
     engine::ModelOptions o;
     o.backend = f.backend;
     o.threads = f.threads;
@@ -225,11 +223,10 @@ absl::Status Main() {
       o.engine.speculative.adaptive = f.adaptive;
       if (!f.draft_model.empty()) {
         o.draft_model_path = f.draft_model;
-        absl::StatusOr<std::unique_ptr<engine::DraftSource>> loaded =
+        absl::StatusOr<std::unique_ptr<engine::DraftSource>> draft =
             engine::LoadDraftModel(o, model);
-        if (!loaded.ok()) return loaded.status();
-        *draft = *std::move(loaded);
-        o.engine.speculative.custom_source = draft->get();
+        if (!draft.ok()) return draft.status();
+        return engine::StartEngine(o, model, *std::move(draft));
       }
     }
     return engine::StartEngine(o, model);
@@ -253,10 +250,9 @@ absl::Status Main() {
         continue;
       }
       for (int k : f.draft_lengths) {
-        std::unique_ptr<engine::DraftSource> draft;
-        auto off = start_engine(0, nullptr);
+        auto off = start_engine(0);
         if (!off.ok()) return off.status();
-        auto on = start_engine(k, &draft);
+        auto on = start_engine(k);
         if (!on.ok()) return on.status();
         std::vector<double> off_tps, on_tps, speedups;
         int64_t drafts = 0, accepted = 0, verifications = 0;

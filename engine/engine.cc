@@ -118,7 +118,7 @@ class EngineImpl final : public Engine {
  public:
   EngineImpl(const Options& options, const model::Model& model,
              std::unique_ptr<backends::Backend> backend, std::unique_ptr<cache::KvCacheManager> kv,
-             std::unique_ptr<model::Tokenizer> tokenizer)
+             std::unique_ptr<model::Tokenizer> tokenizer, std::unique_ptr<DraftSource> draft_source)
       : options_(options),
         model_(model),
         clock_(options.clock != nullptr ? options.clock : common::Clock::Real()),
@@ -139,7 +139,8 @@ class EngineImpl final : public Engine {
                   options.clock != nullptr ? options.clock : common::Clock::Real()),
         scheduler_(Scheduler::Options{options.max_running_sequences, options.max_step_tokens},
                    kv_.get()),
-        owned_draft_source_(CreateDraftSource(options.speculative)),
+        owned_draft_source_(draft_source != nullptr ? std::move(draft_source)
+                                                    : CreateDraftSource(options.speculative)),
         draft_source_(options.speculative.custom_source != nullptr
                           ? options.speculative.custom_source
                           : owned_draft_source_.get()),
@@ -1086,14 +1087,19 @@ std::string TenantCacheSalt(const std::string& tenant, const std::string& cache_
 
 absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Engine::Options& options,
                                                      const model::Model& model,
-                                                     std::unique_ptr<backends::Backend> backend) {
+                                                     std::unique_ptr<backends::Backend> backend,
+                                                     std::unique_ptr<DraftSource> draft_source) {
   absl::Status status = ValidateEngineOptions(options);
   if (!status.ok()) return status;
   if (backend == nullptr) return absl::InvalidArgumentError("backend must not be null");
-  if (options.speculative.source == "draft_model" && options.speculative.custom_source == nullptr) {
+  if (draft_source != nullptr && options.speculative.custom_source != nullptr) {
+    return absl::InvalidArgumentError("a draft source and speculative.custom_source are both set");
+  }
+  if (options.speculative.source == "draft_model" && options.speculative.custom_source == nullptr &&
+      draft_source == nullptr) {
     return absl::InvalidArgumentError(
-        "speculative.source draft_model needs the loaded draft model as "
-        "speculative.custom_source (engine/model_loading.h loads it from draft_model_path)");
+        "speculative.source draft_model needs the loaded draft model (engine/model_loading.h "
+        "loads it from draft_model_path)");
   }
   const model::KvLayout layout = options.KvLayoutFor(model.config());
   if (!SameLayout(layout, backend->kv_layout())) {
@@ -1113,8 +1119,8 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Engine::Options& opti
   // ids; only text deltas and stop strings need the tokenizer.
   auto tokenizer = model::Tokenizer::Create(model.vocab());
   std::unique_ptr<model::Tokenizer> tok = tokenizer.ok() ? *std::move(tokenizer) : nullptr;
-  return std::unique_ptr<Engine>(
-      new EngineImpl(options, model, std::move(backend), *std::move(kv), std::move(tok)));
+  return std::unique_ptr<Engine>(new EngineImpl(options, model, std::move(backend), *std::move(kv),
+                                                std::move(tok), std::move(draft_source)));
 }
 
 }  // namespace kvserve::engine

@@ -66,7 +66,8 @@ absl::Status ValidateModelOptions(const ModelOptions& options) {
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,
-                                                    const model::Model& model) {
+                                                    const model::Model& model,
+                                                    std::unique_ptr<DraftSource> draft_source) {
   if (absl::Status s = CheckThreads(options); !s.ok()) return s;
   const backends::BackendOptions backend_options = BackendOptionsFrom(options);
   absl::StatusOr<std::unique_ptr<backends::Backend>> backend = backends::CreateBackend(
@@ -76,7 +77,7 @@ absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,
                         absl::StrCat("backend: ", std::string(backend.status().message())));
   }
   absl::StatusOr<std::unique_ptr<Engine>> engine =
-      CreateEngine(options.engine, model, *std::move(backend));
+      CreateEngine(options.engine, model, *std::move(backend), std::move(draft_source));
   if (!engine.ok()) {
     return absl::Status(engine.status().code(),
                         absl::StrCat("engine: ", std::string(engine.status().message())));
@@ -110,14 +111,14 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options) {
       LoadForBackend(options, options.model_path, options.tokenizer_path);
   if (!model.ok()) return model.status();
   loaded.model = *std::move(model);
-  ModelOptions engine_options = options;
+  std::unique_ptr<DraftSource> draft_source;
   if (!options.draft_model_path.empty()) {
     absl::StatusOr<std::unique_ptr<DraftSource>> draft = LoadDraftModel(options, *loaded.model);
     if (!draft.ok()) return draft.status();
-    loaded.draft_source = *std::move(draft);
-    engine_options.engine.speculative.custom_source = loaded.draft_source.get();
+    draft_source = *std::move(draft);
   }
-  absl::StatusOr<std::unique_ptr<Engine>> engine = StartEngine(engine_options, *loaded.model);
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      StartEngine(options, *loaded.model, std::move(draft_source));
   if (!engine.ok()) return engine.status();
   loaded.engine = *std::move(engine);
   loaded.backend = options.backend;

@@ -51,8 +51,7 @@ struct ModelOptions {
 
 struct LoadedModel {
   std::unique_ptr<model::Model> model;
-  std::unique_ptr<DraftSource> draft_source;  // the draft model, when one is loaded
-  std::unique_ptr<Engine> engine;             // must be destroyed before the two above
+  std::unique_ptr<Engine> engine;  // must be destroyed before `model`; owns a draft model
   std::string backend;
 };
 
@@ -75,14 +74,15 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options);
 // `model` (which must outlive the engine): creates options.backend with
 // options.threads, options.f32_panels, options.bf16_panels, options.quant_panels,
 // options.batch_invariant and
-// options.engine.KvLayoutFor(model.config()), then CreateEngine. model_path and tokenizer_path are
-// not used. Same errors as LoadModel.
-absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,
-                                                    const model::Model& model);
+// options.engine.KvLayoutFor(model.config()), then CreateEngine with `draft_source` (a
+// LoadDraftModel result for speculative.source "draft_model"; the engine owns it).
+// model_path, tokenizer_path and draft_model_path are not used. Same errors as LoadModel.
+absl::StatusOr<std::unique_ptr<Engine>> StartEngine(
+    const ModelOptions& options, const model::Model& model,
+    std::unique_ptr<DraftSource> draft_source = nullptr);
 
 // Loads options.draft_model_path as LoadModel does, as a draft source for `target`
-// (pass it as options.engine.speculative.custom_source to StartEngine; it must outlive
-// that engine and serve no other). Errors start with "draft model: ".
+// (for StartEngine; one per engine). Errors start with "draft model: ".
 absl::StatusOr<std::unique_ptr<DraftSource>> LoadDraftModel(const ModelOptions& options,
                                                             const model::Model& target);
 
