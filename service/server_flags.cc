@@ -85,9 +85,9 @@ ABSL_FLAG(std::string, speculative, "none",
 ABSL_FLAG(std::string, draft_model, "",
           "Speculative decoding: a smaller or quantized GGUF model with the same vocabulary "
           "that proposes the drafts (checked at start); run by the same backend and threads.");
-ABSL_FLAG(int64_t, draft_kv_mib, 64,
+ABSL_FLAG(int64_t, draft_kv_mib, 256,
           "Speculative decoding: MiB of K/V for the draft model (its sequences, and finished "
-          "ones kept for their next turn).");
+          "ones kept for their next turn); a sequence longer than it holds gets no drafts.");
 ABSL_FLAG(int32_t, draft_max, 5,
           "Speculative decoding: most draft tokens per sequence and step, [1, 64] (a request "
           "may ask for fewer with max_draft_tokens).");
