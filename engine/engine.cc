@@ -959,9 +959,16 @@ void EngineImpl::Admit(std::unique_ptr<Sequence> seq) {
         job.tokens.assign(seq->tokens.begin(), seq->tokens.begin() + full * bt);
         job.prefill_seconds_per_token = prefill_seconds_per_token_;
         job.deadline = seq->deadline;
-        fetching_.emplace(seq->id, std::move(seq));
-        remote_tier_->Fetch(std::move(job));
-        return;
+        // The tier writes the fetched payloads straight into these blocks (held under
+        // the request id until OnFetched finishes the import).
+        job.destinations = kv_->ReserveImport(seq->id, seq->root, seq->tokens, job.chain,
+                                              job.local_blocks, full - job.local_blocks);
+        if (static_cast<int32_t>(job.destinations.size()) >= options_.remote.min_fetch_blocks) {
+          fetching_.emplace(seq->id, std::move(seq));
+          remote_tier_->Fetch(std::move(job));
+          return;
+        }
+        kv_->FinishImport(seq->id, {}, 0);  // the pool has no blocks to spare for it
       }
     }
   }
@@ -970,14 +977,15 @@ void EngineImpl::Admit(std::unique_ptr<Sequence> seq) {
 
 void EngineImpl::OnFetched(RemoteTier::FetchResult result) {
   auto it = fetching_.find(result.id);
-  if (it == fetching_.end()) return;  // finished meanwhile (cancel, deadline, shutdown)
+  if (it == fetching_.end()) {  // finished meanwhile (cancel, deadline, shutdown)
+    kv_->FinishImport(result.id, {}, 0);
+    return;
+  }
   std::unique_ptr<Sequence> seq = std::move(it->second);
   fetching_.erase(it);
-  if (!result.payloads.empty()) {
-    const int32_t end = result.first + static_cast<int32_t>(result.payloads.size());
-    const std::vector<cache::BlockHash> chain = kv_->ChainHashes(seq->root, seq->tokens, end);
-    const int32_t cached =
-        kv_->ImportBlocks(seq->root, seq->tokens, chain, result.first, result.payloads);
+  // Links the blocks the tier wrote (no copy here) and frees the rest.
+  const int32_t cached = kv_->FinishImport(seq->id, seq->tokens, result.written);
+  if (result.written > 0) {
     if (cached > result.first) {
       seq->remote_from = result.first * kv_->block_tokens();
       seq->remote_to = cached * kv_->block_tokens();
