@@ -11,16 +11,17 @@
 // llama.cpp are read; in both, llama.cpp's prompt ids are fed to kvserve, so the
 // comparison is of the forward pass, not the tokenizer:
 // - a current one (2026, has llama-completion): its verbose log lists the prompt ids
-//   ("tokens: [ 'piece':id, ... ]") and it prints each generated token's piece followed by
-//   a "n_past = N" log line, so the pieces are compared, token by token, with the pieces of
-//   kvserve's tokens (byte tokens as their byte, control tokens as nothing);
+//   ("tokens: [ 'piece':id, ... ]") and its standard output is the text of the prompt and
+//   of each generated token, which is compared, token by token, with the pieces of
+//   kvserve's tokens (FirstDifferingPiece); flash attention is off (see RunLlamaCompletion);
 // - the February 2025 snapshot c392e50 (llama-cli only, which predates qwen3): its verbose
 //   log's "eval: [ 'piece':id, ... ]" batches are the prompt, then each generated id.
 //
 // "Not near-ties": the weights are drawn with weight_std 0.1 (mkmodel --weight_std), and
 // the test asserts that at every greedy step the reference's best logit leads the second
 // by more than kMinMargin, far above the float summation differences between programs
-// (about 1e-5 here), so equal tokens are a real agreement, not luck.
+// (about 1e-5 here), so equal tokens are a real agreement, not luck. On a mismatch the
+// test names the first differing step and kvserve's top-2 gap there.
 #include <unistd.h>
 
 #include <algorithm>
