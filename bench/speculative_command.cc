@@ -47,6 +47,7 @@
 ABSL_FLAG(std::string, source, "ngram", "Draft source: ngram or draft_model.");
 ABSL_FLAG(std::string, draft_model, "",
           "With --source draft_model: the draft model file (the target's vocabulary).");
+ABSL_FLAG(int32_t, draft_threads, 0, "Threads of the draft model; 0 = as --threads.");
 ABSL_FLAG(kvserve::bench::IntListFlag, draft_lengths, kvserve::bench::IntListFlag({2, 4, 8}),
           "Largest drafts (--draft_max of kvserve) to measure, comma-separated.");
 ABSL_FLAG(bool, adaptive, true,
@@ -223,6 +224,7 @@ absl::Status Main() {
       o.engine.speculative.adaptive = f.adaptive;
       if (!f.draft_model.empty()) {
         o.draft_model_path = f.draft_model;
+        o.draft_threads = absl::GetFlag(FLAGS_draft_threads);
         absl::StatusOr<std::unique_ptr<engine::DraftSource>> draft =
             engine::LoadDraftModel(o, model);
         if (!draft.ok()) return draft.status();

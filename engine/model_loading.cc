@@ -49,6 +49,10 @@ absl::StatusOr<std::unique_ptr<model::Model>> LoadForBackend(const ModelOptions&
 absl::Status ValidateModelOptions(const ModelOptions& options) {
   if (options.model_path.empty()) return absl::InvalidArgumentError("model is required");
   if (absl::Status s = CheckThreads(options); !s.ok()) return s;
+  if (options.draft_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("draft_threads must be >= 0 (0 = as threads), got ", options.draft_threads));
+  }
   if (options.backend != "cpu_blas" && options.backend != "reference") {
     return absl::InvalidArgumentError(
         absl::StrCat("backend must be cpu_blas or reference, got \"", options.backend, "\""));
@@ -93,9 +97,10 @@ absl::StatusOr<std::unique_ptr<DraftSource>> LoadDraftModel(const ModelOptions& 
   absl::StatusOr<std::unique_ptr<model::Model>> draft =
       LoadForBackend(options, options.draft_model_path, "");
   if (!draft.ok()) return prefixed(draft.status());
+  backends::BackendOptions backend_options = BackendOptionsFrom(options);
+  if (options.draft_threads > 0) backend_options.threads = options.draft_threads;
   absl::StatusOr<std::unique_ptr<backends::Backend>> backend = backends::CreateBackend(
-      options.backend, **draft, options.engine.KvLayoutFor((*draft)->config()),
-      BackendOptionsFrom(options));
+      options.backend, **draft, options.engine.KvLayoutFor((*draft)->config()), backend_options);
   if (!backend.ok()) return prefixed(backend.status());
   absl::StatusOr<std::unique_ptr<DraftModelSource>> source =
       DraftModelSource::Create(target, *std::move(draft), *std::move(backend), options.draft);

@@ -41,9 +41,11 @@ struct ModelOptions {
   // Speculative decoding's draft model, with engine.speculative.source "draft_model"
   // (then required; with another source it must be empty): a GGUF file with the
   // target's vocabulary (DraftModelSource checks it), loaded with the same options and
-  // run by the same backend, threads and K/V element type as the target, its K/V in a
-  // pool of its own (draft). Defaults "" and DraftModelOptions's.
+  // run by the same backend and K/V element type as the target with draft_threads
+  // threads (0: threads), its K/V in a pool of its own (draft). Defaults "", 0 and
+  // DraftModelOptions's.
   std::string draft_model_path;
+  int draft_threads = 0;
   DraftModelOptions draft;
   // Engine limits (KV budget, batching, queue, sessions).
   Engine::Options engine;

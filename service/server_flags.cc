@@ -85,6 +85,8 @@ ABSL_FLAG(std::string, speculative, "none",
 ABSL_FLAG(std::string, draft_model, "",
           "Speculative decoding: a smaller or quantized GGUF model with the same vocabulary "
           "that proposes the drafts (checked at start); run by the same backend and threads.");
+ABSL_FLAG(int32_t, draft_threads, 0,
+          "Speculative decoding: threads of the draft model's backend; 0 = as --threads.");
 ABSL_FLAG(int64_t, draft_kv_mib, 256,
           "Speculative decoding: MiB of K/V for the draft model (its sequences, and finished "
           "ones kept for their next turn); a sequence longer than it holds gets no drafts.");
@@ -295,6 +297,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   e.kv_dtype = *dtype;
   e.speculative.source = absl::GetFlag(FLAGS_speculative);
   options.draft_model_path = absl::GetFlag(FLAGS_draft_model);
+  options.draft_threads = absl::GetFlag(FLAGS_draft_threads);
   if (!options.draft_model_path.empty() && e.speculative.source == "none") {
     e.speculative.source = "draft_model";
   }
