@@ -128,8 +128,13 @@ std::vector<NamedConfig> ArchitectureConfigs() {
   qwen3.rope_dim = 12;
   model::ModelConfig local = base;
   local.sliding_window = 5;
-  return {
-      {"llama", base}, {"llama3", llama3}, {"qwen2", qwen2}, {"qwen3", qwen3}, {"local", local}};
+  model::ModelConfig qwen3moe = qwen3;
+  qwen3moe.architecture = "qwen3moe";
+  qwen3moe.n_experts = 8;
+  qwen3moe.n_experts_used = 3;
+  qwen3moe.ffn_dim = 32;
+  return {{"llama", base},  {"llama3", llama3}, {"qwen2", qwen2},
+          {"qwen3", qwen3}, {"local", local},   {"qwen3moe", qwen3moe}};
 }
 
 std::vector<uint8_t> EncodeRow(std::span<const float> values, DType dtype) {

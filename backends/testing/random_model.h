@@ -48,6 +48,7 @@ struct RandomModelOptions {
 //   qwen2   rotate-halves RoPE, Q/K/V biases
 //   qwen3   rotate-halves RoPE, Q/K norms, head_dim 16 (not dim / n_heads), partial RoPE
 //   local   llama with sliding_window 5
+//   qwen3moe  qwen3 with 8 experts of ffn_dim 32, 3 used per token (router in f32)
 struct NamedConfig {
   std::string name;
   model::ModelConfig config;
