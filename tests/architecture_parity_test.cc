@@ -1,7 +1,8 @@
 // Each architecture on a synthetic GGUF file (bench::WriteSyntheticModel, what
 // `kvserve-bench mkmodel` writes): kvserve's greedy tokens equal llama.cpp's for 64 steps on
 // several prompts (llama, Llama 3.x RoPE settings with biases, qwen2, tied and untied),
-// and, for qwen3, which the llama.cpp snapshot (c392e50) predates, equal the textbook
+// and, for qwen3 and qwen3moe (8 experts, 2 per token), which the llama.cpp snapshot
+// (c392e50) predates, equal the textbook
 // double-precision forward pass (backends/testing/textbook_forward.h). The reference and
 // cpu_blas backends both run every case.
 //
@@ -218,7 +219,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ArchCase{"llama", "llama"}, ArchCase{"llama_tied", "llama", true},
                       ArchCase{"llama3", "llama", true, true}, ArchCase{"qwen2", "qwen2"},
                       ArchCase{"qwen2_tied", "qwen2", true},
-                      ArchCase{"qwen3", "qwen3", true, false, /*has_llama_cpp_peer=*/false}),
+                      ArchCase{"qwen3", "qwen3", true, false, /*has_llama_cpp_peer=*/false},
+                      ArchCase{"qwen3moe", "qwen3moe", false, false, /*has_llama_cpp_peer=*/false}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace
