@@ -26,7 +26,8 @@ namespace kvserve::bench {
 //   q3moe-mini  Qwen3-30B-A3B scaled down (for --arch qwen3moe only): its experts (128 of
 //            FFN 768, 8 per token), head_dim 128, 8 query heads per KV head, rope_base 1e6,
 //            rms_eps 1e-6; dim 512 (not 2048), 4 layers (not 48), vocab 32000 (not 151936),
-//            context 4096: about 615 M parameters, 38 M active per token (q8_0: 0.65 GB)
+//            context 4096: about 642 M parameters, 59 M read per token (38 M of them in the
+//            8 experts of each layer; q8_0: 683 MB)
 // NOT_FOUND for another name.
 absl::StatusOr<model::ModelConfig> PresetConfig(std::string_view name);
 std::vector<std::string> PresetNames();
