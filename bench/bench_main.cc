@@ -8,8 +8,11 @@
 #include "bench/commands.h"
 #include "bench/common_flags.h"
 #include "bench/tool_main.h"
+#include "common/heap_tuning.h"
 
 int main(int argc, char** argv) {
+  // As kvserve and kvserve-cache do (cache-reuse, cache-throughput measure their paths).
+  kvserve::common::TuneHeapForLargeBuffers();
   namespace bench = kvserve::bench;
   const bench::Subcommand subcommands[] = {
       bench::BackendCommand(),     bench::EngineCommand(),          bench::ServiceCommand(),

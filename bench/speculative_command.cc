@@ -12,7 +12,11 @@
 //           repetitions the n-gram source catches.
 //
 // Usage:
-//   kvserve-bench speculative --model FILE [--source ngram] [--draft_lengths 2,4,8]
+// With --source draft_model, the drafts come from --draft_model FILE (a smaller or
+// quantized model with the same vocabulary; its time is in "tokens/s on").
+// Usage:
+//   kvserve-bench speculative --model FILE [--source ngram|draft_model]
+//       [--draft_model FILE] [--draft_lengths 2,4,8]
 //       [--workloads repeat,plain,story] [--streams 1,16] [--max_tokens 128]
 //       [--repeats 3] [--backend cpu_blas] [--threads 2] [--kv_dtype f32] [--adaptive]
 #include <algorithm>
@@ -40,7 +44,9 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 
-ABSL_FLAG(std::string, source, "ngram", "Draft source: ngram.");
+ABSL_FLAG(std::string, source, "ngram", "Draft source: ngram or draft_model.");
+ABSL_FLAG(std::string, draft_model, "",
+          "With --source draft_model: the draft model file (the target's vocabulary).");
 ABSL_FLAG(kvserve::bench::IntListFlag, draft_lengths, kvserve::bench::IntListFlag({2, 4, 8}),
           "Largest drafts (--draft_max of kvserve) to measure, comma-separated.");
 ABSL_FLAG(bool, adaptive, true,
@@ -64,6 +70,7 @@ struct Flags {
   std::string model;
   std::string backend;
   std::string source;
+  std::string draft_model;
   int threads = 0;
   int max_tokens = 0;
   int repeats = 0;
@@ -81,9 +88,13 @@ absl::StatusOr<Flags> FlagsFromCommandLine() {
   f.backend = absl::GetFlag(FLAGS_backend);
   f.source = absl::GetFlag(FLAGS_source);
   f.adaptive = absl::GetFlag(FLAGS_adaptive);
-  if (f.source != "ngram") {
+  f.draft_model = absl::GetFlag(FLAGS_draft_model);
+  if (f.source != "ngram" && f.source != "draft_model") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--source must be ngram, got \"", f.source, "\""));
+        absl::StrCat("--source must be ngram or draft_model, got \"", f.source, "\""));
+  }
+  if ((f.source == "draft_model") != !f.draft_model.empty()) {
+    return absl::InvalidArgumentError("--draft_model is required with --source draft_model only");
   }
   absl::StatusOr<model::DType> kv_dtype =
       model::KvDTypeFromName(absl::GetFlag(FLAGS_kv_dtype), "--kv_dtype");
@@ -197,7 +208,8 @@ absl::Status Main() {
   absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
       model::Tokenizer::Create(model.vocab());
   const model::Tokenizer* tok = tokenizer.ok() ? tokenizer->get() : nullptr;
-  auto start_engine = [&](int draft_max) {
+  // An engine with drafts of at most draft_max tokens (0: none).
+  auto start_engine = [&](int draft_max) -> absl::StatusOr<std::unique_ptr<engine::Engine>> {
     engine::ModelOptions o;
     o.backend = f.backend;
     o.threads = f.threads;
@@ -209,6 +221,13 @@ absl::Status Main() {
       o.engine.speculative.draft_max = draft_max;
       o.engine.speculative.max_batch = 4;
       o.engine.speculative.adaptive = f.adaptive;
+      if (!f.draft_model.empty()) {
+        o.draft_model_path = f.draft_model;
+        absl::StatusOr<std::unique_ptr<engine::DraftSource>> draft =
+            engine::LoadDraftModel(o, model);
+        if (!draft.ok()) return draft.status();
+        return engine::StartEngine(o, model, *std::move(draft));
+      }
     }
     return engine::StartEngine(o, model);
   };
@@ -216,7 +235,9 @@ absl::Status Main() {
       "model %s, backend %s, %d threads, kv %s, source %s, %d tokens per stream, "
       "medians of %d alternated rounds\n",
       f.model.c_str(), f.backend.c_str(), f.threads,
-      std::string(model::DTypeName(f.kv_dtype)).c_str(), f.source.c_str(), f.max_tokens, f.repeats);
+      std::string(model::DTypeName(f.kv_dtype)).c_str(),
+      (f.draft_model.empty() ? f.source : absl::StrCat(f.source, " ", f.draft_model)).c_str(),
+      f.max_tokens, f.repeats);
   std::printf(
       "| workload | streams | draft max | tokens/s off | tokens/s on | speedup | acceptance | "
       "accepted per verification | same output |\n|---|---|---|---|---|---|---|---|---|\n");

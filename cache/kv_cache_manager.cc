@@ -261,43 +261,74 @@ int32_t KvCacheManager::CachedPrefixBlocks(const BlockHash& root, std::span<cons
   return n;
 }
 
-int32_t KvCacheManager::ImportBlocks(const BlockHash& root, std::span<const int32_t> tokens,
-                                     std::span<const BlockHash> chain, int32_t first,
-                                     std::span<const std::span<const uint8_t>> payloads) {
+std::vector<uint8_t*> KvCacheManager::ReserveImport(uint64_t key, const BlockHash& root,
+                                                    std::span<const int32_t> tokens,
+                                                    std::span<const BlockHash> chain, int32_t first,
+                                                    int32_t count) {
+  assert(!imports_.contains(key));
+  assert(first >= 0 && count >= 0 && static_cast<size_t>(first) + count <= chain.size());
   const size_t bt = static_cast<size_t>(block_tokens());
-  const size_t block_bytes = pool_->layout().block_bytes();
-  // Hold every block of the chain while importing, so that allocating block i cannot
-  // evict block i - 1 (or the prefix before `first`).
-  std::vector<BlockId> held;
-  auto find = [&](size_t i) {
+  Import import{root, first, {}, {}};
+  import.chain.assign(chain.begin(), chain.begin() + first);
+  // The prefix first: held, it cannot be evicted by the allocation below.
+  for (size_t i = 0; i < static_cast<size_t>(first); ++i) {
     const BlockHash& parent = i == 0 ? root : chain[i - 1];
-    return pool_->Find(chain[i], parent, tokens.subspan(i * bt, bt));
-  };
-  size_t i = 0;
-  for (; i < static_cast<size_t>(first); ++i) {
-    std::optional<BlockId> id = find(i);
-    if (!id.has_value()) break;
+    std::optional<BlockId> id = pool_->Find(chain[i], parent, tokens.subspan(i * bt, bt));
+    if (!id.has_value()) {
+      pool_->Release(import.blocks);
+      return {};
+    }
     pool_->Ref(*id);
-    held.push_back(*id);
+    import.blocks.push_back(*id);
   }
-  if (i == static_cast<size_t>(first)) {
-    for (const std::span<const uint8_t> payload : payloads) {
-      if (std::optional<BlockId> id = find(i); id.has_value()) {
-        pool_->Ref(*id);
-        held.push_back(*id);
-      } else {
-        assert(payload.size() == block_bytes);
-        std::vector<BlockId> fresh;
-        if (!pool_->Allocate(1, &fresh)) break;  // no block to spare: import what fits
-        std::memcpy(pool_->data(fresh[0]), payload.data(), block_bytes);
-        const BlockHash& parent = i == 0 ? root : chain[i - 1];
-        pool_->Register(fresh[0], chain[i], parent, tokens.subspan(i * bt, bt));
-        held.push_back(fresh[0]);
-      }
-      ++i;
+  const int32_t n = std::min(count, pool_->num_available());
+  std::vector<uint8_t*> out;
+  if (n > 0 && pool_->Allocate(n, &import.blocks)) {
+    for (int32_t j = 0; j < n; ++j) {
+      out.push_back(pool_->data(import.blocks[static_cast<size_t>(first + j)]));
+      import.chain.push_back(chain[static_cast<size_t>(first + j)]);
     }
   }
+  import_blocks_ += static_cast<int64_t>(import.blocks.size());
+  imports_.emplace(key, std::move(import));
+  return out;
+}
+
+int32_t KvCacheManager::FinishImport(uint64_t key, std::span<const int32_t> tokens,
+                                     int32_t written) {
+  auto it = imports_.find(key);
+  if (it == imports_.end()) return 0;
+  Import import = std::move(it->second);
+  imports_.erase(it);
+  import_blocks_ -= static_cast<int64_t>(import.blocks.size());
+  const size_t bt = static_cast<size_t>(block_tokens());
+  const size_t first = static_cast<size_t>(import.first);
+  const size_t end =
+      std::min(first + static_cast<size_t>(std::max(written, 0)), import.blocks.size());
+  // held: the chain's blocks cached afterwards, referenced until the end; spare: ours
+  // that are not (unwritten, a duplicate of a block someone else cached meanwhile, or
+  // after a key that cannot be registered).
+  std::vector<BlockId> held(import.blocks.begin(), import.blocks.begin() + first);
+  std::vector<BlockId> spare;
+  size_t i = first;
+  for (; i < end; ++i) {
+    const BlockHash& parent = i == 0 ? import.root : import.chain[i - 1];
+    const std::span<const int32_t> block = tokens.subspan(i * bt, bt);
+    const BlockId ours = import.blocks[i];
+    if (std::optional<BlockId> cached = pool_->Find(import.chain[i], parent, block);
+        cached.has_value()) {
+      pool_->Ref(*cached);
+      held.push_back(*cached);
+      spare.push_back(ours);
+    } else if (pool_->Register(ours, import.chain[i], parent, block)) {
+      held.push_back(ours);
+    } else {
+      break;  // the key is another block's (tokens differ): the chain ends here
+    }
+  }
+  spare.insert(spare.end(), import.blocks.begin() + i, import.blocks.end());
   const int32_t cached = static_cast<int32_t>(held.size());
+  pool_->Release(spare);
   pool_->Release(held);  // tail first: the chain's head stays cached longest
   return cached;
 }

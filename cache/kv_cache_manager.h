@@ -49,8 +49,8 @@ struct KvCacheStats {
 //   * A block with references is owned by its holders, and this class holds every
 //     reference: the table of each open sequence (Open/Reserve until Close), the
 //     session tier (PinSession/ForkSession until ReleaseSession or reclaim), and export
-//     holders (PinExport until ReleaseExport; ImportBlocks holds its blocks only during
-//     the call). The pool's
+//     holders (PinExport until ReleaseExport), and imports (ReserveImport until
+//     FinishImport). The pool's
 //     refcount is the number of those holders; at 0 the block goes back to the pool,
 //     cached (evictable, findable by key) when it is full and registered, else free.
 //   * Nobody outside this class takes or drops references.
@@ -189,17 +189,32 @@ class KvCacheManager {
   // cached here now. Takes no references and changes nothing.
   int32_t CachedPrefixBlocks(const BlockHash& root, std::span<const int32_t> tokens,
                              std::span<const BlockHash> chain) const;
-  // Makes block payloads computed elsewhere findable here: for i = first .. first +
-  // payloads.size() - 1, block i of `tokens` under `root` (chain key chain[i]) gets
-  // payloads[i - first] (layout().block_bytes() bytes each, already checked by the caller)
-  // unless a block with that key is cached already. Blocks [0, first) must be cached;
-  // the imported blocks end up cached and unreferenced (most recently used), as if a
-  // sequence had computed and closed them. Never reclaims session blocks: stops early
-  // when the pool has no block to spare. Returns the blocks [0, k) cached afterwards
-  // (k <= first + payloads.size()).
-  int32_t ImportBlocks(const BlockHash& root, std::span<const int32_t> tokens,
-                       std::span<const BlockHash> chain, int32_t first,
-                       std::span<const std::span<const uint8_t>> payloads);
+  // Imports block payloads computed elsewhere, in two steps, so that another thread
+  // writes them straight into pool memory while the step thread goes on:
+  //
+  // ReserveImport holds, under `key`, blocks [0, first) of `chain` (keys from
+  // ChainHashes(root, tokens, ...); they must be cached: else it holds nothing and
+  // returns nothing) and up to `count` new blocks for chain[first, first + count): from
+  // free or evictable cached blocks only (never sessions'; a sequence that recomputes
+  // those positions would evict the same LRU blocks), fewer when the pool is short.
+  // Returns the new blocks' memory in chain order (layout().block_bytes() bytes each):
+  // any one thread may write it until it hands the result back to the step thread,
+  // which calls FinishImport. The held prefix cannot be evicted meanwhile.
+  // Precondition: `key` holds no import.
+  std::vector<uint8_t*> ReserveImport(uint64_t key, const BlockHash& root,
+                                      std::span<const int32_t> tokens,
+                                      std::span<const BlockHash> chain, int32_t first,
+                                      int32_t count);
+  // Ends the import under `key`: its first `written` new blocks (which now hold blocks
+  // first .. first + written - 1 of `tokens` under the reserved chain, checked by the
+  // caller) are registered, as if a sequence had computed and closed them (cached,
+  // unreferenced, most recently used); a key cached meanwhile by someone else keeps its
+  // block and ours goes back free, as do the blocks not written. Returns the blocks
+  // [0, k) of the chain cached afterwards (k <= first + written); 0 for an unknown key.
+  // `tokens` may be empty when written == 0.
+  int32_t FinishImport(uint64_t key, std::span<const int32_t> tokens, int32_t written);
+  // Blocks held by imports not finished yet (prefixes and new blocks).
+  int64_t import_blocks() const { return import_blocks_; }
   // A block held for export: its memory stays valid and unchanged until ReleaseExport.
   struct ExportBlock {
     BlockHash parent;  // the root for the first block
@@ -260,6 +275,15 @@ class KvCacheManager {
   absl::flat_hash_map<std::string, SessionBlocks> sessions_;
   absl::flat_hash_map<uint64_t, std::vector<BlockId>> exports_;
   int64_t export_blocks_ = 0;
+  // An import between ReserveImport and FinishImport.
+  struct Import {
+    BlockHash root;
+    int32_t first = 0;             // blocks[0, first) are the held cached prefix
+    std::vector<BlockId> blocks;   // the prefix, then the new blocks, chain order
+    std::vector<BlockHash> chain;  // their keys
+  };
+  absl::flat_hash_map<uint64_t, Import> imports_;
+  int64_t import_blocks_ = 0;
   int64_t session_clock_ = 0;  // orders sessions by their last pin
   int64_t session_blocks_ = 0;
   int64_t session_reclaims_total_ = 0;

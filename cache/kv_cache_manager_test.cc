@@ -28,6 +28,17 @@ std::vector<int32_t> Iota(int n, int32_t start = 0) {
   return v;
 }
 
+// Imports `payloads` as blocks first.. of `chain` as the engine does: reserve, write
+// (another thread in the engine), finish. Returns the blocks cached afterwards.
+int32_t Import(KvCacheManager& m, uint64_t key, const BlockHash& root,
+               std::span<const int32_t> tokens, std::span<const BlockHash> chain, int32_t first,
+               std::span<const std::span<const uint8_t>> payloads) {
+  const std::vector<uint8_t*> to =
+      m.ReserveImport(key, root, tokens, chain, first, static_cast<int32_t>(payloads.size()));
+  for (size_t i = 0; i < to.size(); ++i) std::memcpy(to[i], payloads[i].data(), payloads[i].size());
+  return m.FinishImport(key, tokens, static_cast<int32_t>(to.size()));
+}
+
 // Runs a sequence through the manager as the engine would: open, reserve, "compute",
 // commit, close. Returns the cached positions found at open.
 int32_t RunSequence(KvCacheManager& m, SequenceId id, const BlockHash& root,
@@ -217,8 +228,8 @@ TEST(KvCacheManagerTest, ExportedBlocksImportIntoAnotherManager) {
   const size_t bytes = b->layout().block_bytes();
   std::vector<std::span<const uint8_t>> payloads;
   for (const auto& e : out) payloads.emplace_back(e.data, bytes);
-  EXPECT_EQ(b->ImportBlocks(root, tokens, chain, 0, std::span(payloads).first(1)), 1);
-  EXPECT_EQ(b->ImportBlocks(root, tokens, chain, 1, std::span(payloads).subspan(1)), 3);
+  EXPECT_EQ(Import(*b, 5, root, tokens, chain, 0, std::span(payloads).first(1)), 1);
+  EXPECT_EQ(Import(*b, 5, root, tokens, chain, 1, std::span(payloads).subspan(1)), 3);
   EXPECT_EQ(b->CachedPrefixBlocks(root, tokens, chain), 3);
   EXPECT_EQ(b->stats().blocks_used, 0);
   EXPECT_EQ(b->stats().blocks_cached, 3);
@@ -233,7 +244,38 @@ TEST(KvCacheManagerTest, ExportedBlocksImportIntoAnotherManager) {
   // Importing after a gap is refused: block 0 of another salt is not cached.
   const BlockHash other = b->RootHash("u");
   const std::vector<BlockHash> other_chain = b->ChainHashes(other, tokens, 3);
-  EXPECT_EQ(b->ImportBlocks(other, tokens, other_chain, 1, std::span(payloads).subspan(1)), 0);
+  EXPECT_EQ(Import(*b, 6, other, tokens, other_chain, 1, std::span(payloads).subspan(1)), 0);
+  EXPECT_EQ(b->import_blocks(), 0);
+}
+
+// Reserved blocks are held until the import finishes (and its prefix with them); blocks
+// not written go back free; a block someone cached meanwhile is kept, ours freed.
+TEST(KvCacheManagerTest, ImportHoldsItsBlocksUntilFinished) {
+  auto m = MakeManager(8);
+  const BlockHash root = m->RootHash("");
+  const auto tokens = Iota(17);  // 4 full blocks
+  const std::vector<BlockHash> chain = m->ChainHashes(root, tokens, 4);
+  ASSERT_EQ(RunSequence(*m, 1, root, Iota(5)), 0);  // block 0 cached by a sequence
+  ASSERT_EQ(m->CachedPrefixBlocks(root, tokens, chain), 1);
+
+  std::vector<uint8_t*> to = m->ReserveImport(3, root, tokens, chain, 1, 3);
+  ASSERT_EQ(to.size(), 3u);
+  EXPECT_EQ(m->import_blocks(), 4);
+  EXPECT_EQ(m->stats().blocks_used, 4);
+  EXPECT_EQ(m->num_available_blocks(), 4);
+  for (uint8_t* p : to) std::memset(p, 9, m->layout().block_bytes());
+  // Meanwhile a sequence computes block 1 itself and caches it.
+  ASSERT_EQ(RunSequence(*m, 2, root, Iota(9)), 4);
+  // Two of three written: blocks 1 (the sequence's) and 2 (ours) cached, 3 freed.
+  EXPECT_EQ(m->FinishImport(3, tokens, 2), 3);
+  EXPECT_EQ(m->import_blocks(), 0);
+  EXPECT_EQ(m->stats().blocks_used, 0);
+  EXPECT_EQ(m->CachedPrefixBlocks(root, tokens, chain), 3);
+  ASSERT_EQ(m->Open(5, root, tokens, 16), 12);
+  EXPECT_NE(m->BlockPointers(5)[1][0], 9);  // the sequence's block, not ours
+  EXPECT_EQ(m->BlockPointers(5)[2][0], 9);
+  m->Close(5);
+  EXPECT_EQ(m->FinishImport(3, tokens, 2), 0);  // finished already: unknown
 }
 
 // An import never takes blocks that sessions or sequences hold: it stops when the pool
@@ -247,7 +289,7 @@ TEST(KvCacheManagerTest, ImportStopsWhenThePoolIsFull) {
   std::vector<std::span<const uint8_t>> payloads(4, std::span<const uint8_t>(bytes));
   ASSERT_EQ(m->Open(9, root, Iota(3, 500), 2), 0);
   ASSERT_TRUE(m->Reserve(9, 3));  // one block in use
-  EXPECT_EQ(m->ImportBlocks(root, tokens, chain, 0, payloads), 1);
+  EXPECT_EQ(Import(*m, 1, root, tokens, chain, 0, payloads), 1);
   EXPECT_EQ(m->CachedPrefixBlocks(root, tokens, chain), 1);
   m->Close(9);
 }

@@ -11,6 +11,7 @@
 #include "cachesvc/cache_server_run.h"
 #include "common/build_version.h"
 #include "common/flags.h"
+#include "common/heap_tuning.h"
 
 namespace {
 
@@ -31,6 +32,8 @@ std::string Version() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Block records of ~1 MB are received and sent all the time: keep them out of page faults.
+  kvserve::common::TuneHeapForLargeBuffers();
   return kvserve::common::RunFlagsOnlyMain(
       argc, argv, "kvserve-cache", kUsage, "cache_server_main.cc", Version, [] {
         absl::StatusOr<kvserve::cachesvc::CacheProcessOptions> options =

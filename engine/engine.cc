@@ -118,7 +118,7 @@ class EngineImpl final : public Engine {
  public:
   EngineImpl(const Options& options, const model::Model& model,
              std::unique_ptr<backends::Backend> backend, std::unique_ptr<cache::KvCacheManager> kv,
-             std::unique_ptr<model::Tokenizer> tokenizer)
+             std::unique_ptr<model::Tokenizer> tokenizer, std::unique_ptr<DraftSource> draft_source)
       : options_(options),
         model_(model),
         clock_(options.clock != nullptr ? options.clock : common::Clock::Real()),
@@ -139,7 +139,8 @@ class EngineImpl final : public Engine {
                   options.clock != nullptr ? options.clock : common::Clock::Real()),
         scheduler_(Scheduler::Options{options.max_running_sequences, options.max_step_tokens},
                    kv_.get()),
-        owned_draft_source_(CreateDraftSource(options.speculative)),
+        owned_draft_source_(draft_source != nullptr ? std::move(draft_source)
+                                                    : CreateDraftSource(options.speculative)),
         draft_source_(options.speculative.custom_source != nullptr
                           ? options.speculative.custom_source
                           : owned_draft_source_.get()),
@@ -958,9 +959,16 @@ void EngineImpl::Admit(std::unique_ptr<Sequence> seq) {
         job.tokens.assign(seq->tokens.begin(), seq->tokens.begin() + full * bt);
         job.prefill_seconds_per_token = prefill_seconds_per_token_;
         job.deadline = seq->deadline;
-        fetching_.emplace(seq->id, std::move(seq));
-        remote_tier_->Fetch(std::move(job));
-        return;
+        // The tier writes the fetched payloads straight into these blocks (held under
+        // the request id until OnFetched finishes the import).
+        job.destinations = kv_->ReserveImport(seq->id, seq->root, seq->tokens, job.chain,
+                                              job.local_blocks, full - job.local_blocks);
+        if (static_cast<int32_t>(job.destinations.size()) >= options_.remote.min_fetch_blocks) {
+          fetching_.emplace(seq->id, std::move(seq));
+          remote_tier_->Fetch(std::move(job));
+          return;
+        }
+        kv_->FinishImport(seq->id, {}, 0);  // the pool has no blocks to spare for it
       }
     }
   }
@@ -969,14 +977,15 @@ void EngineImpl::Admit(std::unique_ptr<Sequence> seq) {
 
 void EngineImpl::OnFetched(RemoteTier::FetchResult result) {
   auto it = fetching_.find(result.id);
-  if (it == fetching_.end()) return;  // finished meanwhile (cancel, deadline, shutdown)
+  if (it == fetching_.end()) {  // finished meanwhile (cancel, deadline, shutdown)
+    kv_->FinishImport(result.id, {}, 0);
+    return;
+  }
   std::unique_ptr<Sequence> seq = std::move(it->second);
   fetching_.erase(it);
-  if (!result.payloads.empty()) {
-    const int32_t end = result.first + static_cast<int32_t>(result.payloads.size());
-    const std::vector<cache::BlockHash> chain = kv_->ChainHashes(seq->root, seq->tokens, end);
-    const int32_t cached =
-        kv_->ImportBlocks(seq->root, seq->tokens, chain, result.first, result.payloads);
+  // Links the blocks the tier wrote (no copy here) and frees the rest.
+  const int32_t cached = kv_->FinishImport(seq->id, seq->tokens, result.written);
+  if (result.written > 0) {
     if (cached > result.first) {
       seq->remote_from = result.first * kv_->block_tokens();
       seq->remote_to = cached * kv_->block_tokens();
@@ -1086,10 +1095,20 @@ std::string TenantCacheSalt(const std::string& tenant, const std::string& cache_
 
 absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Engine::Options& options,
                                                      const model::Model& model,
-                                                     std::unique_ptr<backends::Backend> backend) {
+                                                     std::unique_ptr<backends::Backend> backend,
+                                                     std::unique_ptr<DraftSource> draft_source) {
   absl::Status status = ValidateEngineOptions(options);
   if (!status.ok()) return status;
   if (backend == nullptr) return absl::InvalidArgumentError("backend must not be null");
+  if (draft_source != nullptr && options.speculative.custom_source != nullptr) {
+    return absl::InvalidArgumentError("a draft source and speculative.custom_source are both set");
+  }
+  if (options.speculative.source == "draft_model" && options.speculative.custom_source == nullptr &&
+      draft_source == nullptr) {
+    return absl::InvalidArgumentError(
+        "speculative.source draft_model needs the loaded draft model (engine/model_loading.h "
+        "loads it from draft_model_path)");
+  }
   const model::KvLayout layout = options.KvLayoutFor(model.config());
   if (!SameLayout(layout, backend->kv_layout())) {
     return absl::InvalidArgumentError(
@@ -1108,8 +1127,8 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Engine::Options& opti
   // ids; only text deltas and stop strings need the tokenizer.
   auto tokenizer = model::Tokenizer::Create(model.vocab());
   std::unique_ptr<model::Tokenizer> tok = tokenizer.ok() ? *std::move(tokenizer) : nullptr;
-  return std::unique_ptr<Engine>(
-      new EngineImpl(options, model, std::move(backend), *std::move(kv), std::move(tok)));
+  return std::unique_ptr<Engine>(new EngineImpl(options, model, std::move(backend), *std::move(kv),
+                                                std::move(tok), std::move(draft_source)));
 }
 
 }  // namespace kvserve::engine

@@ -98,11 +98,15 @@ absl::Status ValidateEngineOptions(const Engine::Options& options);
 
 // Starts an engine (and its step thread) over `model` (which must outlive it) and
 // `backend`, created for the same model with options.KvLayoutFor(model.config()).
-// INVALID_ARGUMENT for an option out of range or a backend whose KV layout differs;
+// `draft_source`, when not null, is the speculative source, owned by the engine (the
+// draft model that engine/model_loading.h loads for speculative.source "draft_model";
+// speculative.custom_source must then be null). INVALID_ARGUMENT for an option out of
+// range, a backend whose KV layout differs or source "draft_model" without a source;
 // RESOURCE_EXHAUSTED when the KV budget cannot be allocated.
-absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Engine::Options& options,
-                                                     const model::Model& model,
-                                                     std::unique_ptr<backends::Backend> backend);
+absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(
+    const Engine::Options& options, const model::Model& model,
+    std::unique_ptr<backends::Backend> backend,
+    std::unique_ptr<DraftSource> draft_source = nullptr);
 
 }  // namespace kvserve::engine
 

@@ -16,6 +16,7 @@
 #include "engine/engine_options.h"
 #include "engine/field_error.h"
 #include "engine/testing/engine_testing.h"
+#include "engine/testing/small_model.h"
 #include "engine/testing/stories_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -32,15 +33,7 @@ using ::kvserve::engine::testing::Result;
 using ::kvserve::engine::testing::RunRequest;
 using ::testing::HasSubstr;
 
-std::unique_ptr<model::Model> RandomModel() {
-  backends::testing::RandomModelOptions o;
-  o.config.context_length = 512;
-  o.config.vocab_size = 96;
-  o.seed = 11;
-  auto m = backends::testing::MakeRandomModel(o);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return *std::move(m);
-}
+std::unique_ptr<model::Model> RandomModel() { return testing::SmallRandomModel(); }
 
 Engine::Options SmallOptions() {
   Engine::Options o;
@@ -49,21 +42,8 @@ Engine::Options SmallOptions() {
   return o;
 }
 
-std::vector<int32_t> Prompt(int n, int32_t salt = 0) {
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) p[static_cast<size_t>(i)] = 3 + (i * 7 + salt * 13) % 90;
-  return p;
-}
-
-Request Greedy(std::vector<int32_t> prompt, int max_tokens, int top_logprobs = 0) {
-  Request r;
-  r.prompt_tokens = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.sampling.max_tokens = max_tokens;
-  r.sampling.ignore_eos = true;
-  r.sampling.top_logprobs = top_logprobs;
-  return r;
-}
+using testing::CyclicPrompt;
+using testing::GreedyRequest;
 
 std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -99,13 +79,13 @@ class EngineTest : public ::testing::TestWithParam<std::string> {
 
 TEST_P(EngineTest, CachedPrefixGivesTheColdResult) {
   auto warm = NewEngine();
-  const std::vector<int32_t> shared = Prompt(70);
-  const Result first = RunRequest(*warm, Greedy(Concat(shared, Prompt(5, 1)), 6, 5));
+  const std::vector<int32_t> shared = CyclicPrompt(70);
+  const Result first = RunRequest(*warm, GreedyRequest(Concat(shared, CyclicPrompt(5, 1)), 6, 5));
   ASSERT_TRUE(first.status.ok()) << first.status;
   EXPECT_EQ(first.usage.cached_tokens, 0);
   EXPECT_EQ(first.usage.computed_tokens, 75);
 
-  const Request second = Greedy(Concat(shared, Prompt(9, 2)), 12, 5);
+  const Request second = GreedyRequest(Concat(shared, CyclicPrompt(9, 2)), 12, 5);
   const Result reused = RunRequest(*warm, second);
   EXPECT_EQ(reused.usage.prompt_tokens, 79);
   EXPECT_EQ(reused.usage.cached_tokens, 64);  // the 4 full blocks of the shared prefix
@@ -124,9 +104,9 @@ TEST_P(EngineTest, F32KvReuseIsExact) {
   Engine::Options o = SmallOptions();
   o.kv_dtype = model::DType::kF32;
   auto warm = NewEngine(o);
-  const std::vector<int32_t> shared = Prompt(48, 9);
-  ASSERT_TRUE(RunRequest(*warm, Greedy(Concat(shared, Prompt(3, 1)), 2)).status.ok());
-  const Request second = Greedy(Concat(shared, Prompt(6, 2)), 10, 4);
+  const std::vector<int32_t> shared = CyclicPrompt(48, 9);
+  ASSERT_TRUE(RunRequest(*warm, GreedyRequest(Concat(shared, CyclicPrompt(3, 1)), 2)).status.ok());
+  const Request second = GreedyRequest(Concat(shared, CyclicPrompt(6, 2)), 10, 4);
   const Result reused = RunRequest(*warm, second);
   EXPECT_EQ(reused.usage.cached_tokens, 48);
   auto cold = NewEngine(o);
@@ -138,8 +118,8 @@ TEST_P(EngineTest, SessionTurnReusesHistoryAndMatchesColdRequest) {
   auto session = engine->OpenSession(absl::ZeroDuration(), "");
   ASSERT_TRUE(session.ok()) << session.status();
 
-  const std::vector<int32_t> turn1 = Prompt(40, 3);
-  Request r1 = Greedy(turn1, 10, 3);
+  const std::vector<int32_t> turn1 = CyclicPrompt(40, 3);
+  Request r1 = GreedyRequest(turn1, 10, 3);
   r1.session_id = session->id;
   const Result out1 = RunRequest(*engine, r1);
   ASSERT_TRUE(out1.status.ok()) << out1.status;
@@ -149,8 +129,8 @@ TEST_P(EngineTest, SessionTurnReusesHistoryAndMatchesColdRequest) {
   EXPECT_EQ(info->history_tokens, 50);
   EXPECT_FALSE(info->busy);
 
-  const std::vector<int32_t> turn2 = Prompt(7, 4);
-  Request r2 = Greedy(turn2, 8, 3);
+  const std::vector<int32_t> turn2 = CyclicPrompt(7, 4);
+  Request r2 = GreedyRequest(turn2, 8, 3);
   r2.session_id = session->id;
   const Result out2 = RunRequest(*engine, r2);
   // History 50 tokens = 3 full blocks (48) + 2; every full block is reused and only
@@ -160,7 +140,8 @@ TEST_P(EngineTest, SessionTurnReusesHistoryAndMatchesColdRequest) {
   EXPECT_EQ(out2.usage.computed_tokens, 9);
 
   auto cold = NewEngine();
-  const Result want = RunRequest(*cold, Greedy(Concat(Concat(turn1, out1.tokens), turn2), 8, 3));
+  const Result want =
+      RunRequest(*cold, GreedyRequest(Concat(Concat(turn1, out1.tokens), turn2), 8, 3));
   ExpectSameOutput(out2, want);
   EXPECT_TRUE(engine->CloseSession(session->id, "").ok());
   EXPECT_EQ(engine->GetSession(session->id, "").status().code(), absl::StatusCode::kNotFound);
@@ -169,19 +150,20 @@ TEST_P(EngineTest, SessionTurnReusesHistoryAndMatchesColdRequest) {
 TEST_P(EngineTest, EmptyTurnContinuesASessionWithHistoryOnly) {
   auto engine = NewEngine();
   // Stateless, and a session without history: nothing to continue.
-  EXPECT_EQ(engine->Submit(Greedy({}, 4), std::make_shared<CollectingSink>()).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      engine->Submit(GreedyRequest({}, 4), std::make_shared<CollectingSink>()).status().code(),
+      absl::StatusCode::kInvalidArgument);
   auto session = engine->OpenSession(absl::ZeroDuration(), "");
   ASSERT_TRUE(session.ok()) << session.status();
-  Request empty = Greedy({}, 6, 2);
+  Request empty = GreedyRequest({}, 6, 2);
   empty.session_id = session->id;
   EXPECT_EQ(engine->Submit(empty, std::make_shared<CollectingSink>()).status().code(),
             absl::StatusCode::kInvalidArgument);
   // The refused turn left the session usable (not busy).
   EXPECT_FALSE(engine->GetSession(session->id, "")->busy);
 
-  const std::vector<int32_t> turn1 = Prompt(20, 5);
-  Request r1 = Greedy(turn1, 5, 2);
+  const std::vector<int32_t> turn1 = CyclicPrompt(20, 5);
+  Request r1 = GreedyRequest(turn1, 5, 2);
   r1.session_id = session->id;
   const Result out1 = RunRequest(*engine, r1);
   ASSERT_TRUE(out1.status.ok()) << out1.status;
@@ -190,7 +172,7 @@ TEST_P(EngineTest, EmptyTurnContinuesASessionWithHistoryOnly) {
   EXPECT_EQ(out2.usage.prompt_tokens, 25);
   ASSERT_EQ(out2.tokens.size(), 6u);
   auto cold = NewEngine();
-  ExpectSameOutput(out2, RunRequest(*cold, Greedy(Concat(turn1, out1.tokens), 6, 2)));
+  ExpectSameOutput(out2, RunRequest(*cold, GreedyRequest(Concat(turn1, out1.tokens), 6, 2)));
 }
 
 TEST_P(EngineTest, InvalidFieldsAreNamedByTheirRequestPath) {
@@ -200,20 +182,20 @@ TEST_P(EngineTest, InvalidFieldsAreNamedByTheirRequestPath) {
     EXPECT_EQ(submitted.status().code(), absl::StatusCode::kInvalidArgument);
     return ErrorField(submitted.status()).value_or("(none)");
   };
-  Request bad_token = Greedy({1, 2, 100000}, 2);
+  Request bad_token = GreedyRequest({1, 2, 100000}, 2);
   EXPECT_EQ(field_of(bad_token), "prompt_tokens[2]");
-  Request bad_top_p = Greedy(Prompt(4), 2);
+  Request bad_top_p = GreedyRequest(CyclicPrompt(4), 2);
   bad_top_p.sampling.top_p = 2.0f;
   EXPECT_EQ(field_of(bad_top_p), "sampling.top_p");
-  Request bad_stop = Greedy(Prompt(4), 2);
+  Request bad_stop = GreedyRequest(CyclicPrompt(4), 2);
   bad_stop.sampling.stop_token_ids = {-1};
   EXPECT_EQ(field_of(bad_stop), "sampling.stop_token_ids[0]");
-  Request long_salt = Greedy(Prompt(4), 2);
+  Request long_salt = GreedyRequest(CyclicPrompt(4), 2);
   long_salt.cache_salt = std::string(10000, 's');
   EXPECT_EQ(field_of(long_salt), "cache_salt");
-  Request too_long = Greedy(Prompt(model_->config().context_length), 2);
+  Request too_long = GreedyRequest(CyclicPrompt(model_->config().context_length), 2);
   EXPECT_EQ(field_of(too_long), "prompt_tokens");
-  EXPECT_EQ(field_of(Greedy({}, 2)), "prompt_tokens");
+  EXPECT_EQ(field_of(GreedyRequest({}, 2)), "prompt_tokens");
 }
 
 TEST_P(EngineTest, StopListsBeyondTheConfiguredLimitsAreNamed) {
@@ -223,7 +205,7 @@ TEST_P(EngineTest, StopListsBeyondTheConfiguredLimitsAreNamed) {
   auto engine = NewEngine(o);
   EXPECT_EQ(engine->submit_limits().stop_limits.max_stop_strings, 2);
   auto status_of = [&engine](std::vector<std::string> strings, std::vector<int32_t> ids) {
-    Request r = Greedy(Prompt(4), 2);
+    Request r = GreedyRequest(CyclicPrompt(4), 2);
     r.sampling.stop_strings = std::move(strings);
     r.sampling.stop_token_ids = std::move(ids);
     return engine->Submit(std::move(r), std::make_shared<CollectingSink>()).status();
@@ -244,19 +226,19 @@ TEST_P(EngineTest, StopListsBeyondTheConfiguredLimitsAreNamed) {
 TEST_P(EngineTest, AddBosOnlyWhereTheContextStarts) {
   auto engine = NewEngine();
   const int32_t bos = model_->vocab().bos_id;
-  Request stateless = Greedy(Prompt(6), 3);
+  Request stateless = GreedyRequest(CyclicPrompt(6), 3);
   stateless.add_bos = true;
   const Result with_bos = RunRequest(*engine, stateless);
   ASSERT_TRUE(with_bos.status.ok()) << with_bos.status;
   EXPECT_EQ(with_bos.usage.prompt_tokens, 7);
   std::vector<int32_t> explicit_bos = {bos};
-  const std::vector<int32_t> p = Prompt(6);
+  const std::vector<int32_t> p = CyclicPrompt(6);
   explicit_bos.insert(explicit_bos.end(), p.begin(), p.end());
-  ExpectSameOutput(with_bos, RunRequest(*engine, Greedy(explicit_bos, 3)));
+  ExpectSameOutput(with_bos, RunRequest(*engine, GreedyRequest(explicit_bos, 3)));
 
   auto session = engine->OpenSession(absl::ZeroDuration(), "");
   ASSERT_TRUE(session.ok());
-  Request turn = Greedy(Prompt(6), 3);
+  Request turn = GreedyRequest(CyclicPrompt(6), 3);
   turn.add_bos = true;
   turn.session_id = session->id;
   ASSERT_TRUE(RunRequest(*engine, turn).status.ok());
@@ -271,8 +253,8 @@ TEST_P(EngineTest, ForkSharesTheParentsBlocksAndDiverges) {
   auto engine = NewEngine();
   auto parent = engine->OpenSession(absl::Minutes(1), "");
   ASSERT_TRUE(parent.ok());
-  const std::vector<int32_t> turn1 = Prompt(35, 5);
-  Request r1 = Greedy(turn1, 6);
+  const std::vector<int32_t> turn1 = CyclicPrompt(35, 5);
+  Request r1 = GreedyRequest(turn1, 6);
   r1.session_id = parent->id;
   const Result out1 = RunRequest(*engine, r1);
   ASSERT_TRUE(out1.status.ok()) << out1.status;
@@ -283,20 +265,20 @@ TEST_P(EngineTest, ForkSharesTheParentsBlocksAndDiverges) {
   // The parent closes: the child's pins keep the shared blocks.
   ASSERT_TRUE(engine->CloseSession(parent->id, "").ok());
 
-  const std::vector<int32_t> turn2 = Prompt(4, 6);
-  Request r2 = Greedy(turn2, 5, 3);
+  const std::vector<int32_t> turn2 = CyclicPrompt(4, 6);
+  Request r2 = GreedyRequest(turn2, 5, 3);
   r2.session_id = child->id;
   const Result out2 = RunRequest(*engine, r2);
   EXPECT_EQ(out2.usage.cached_tokens, 32);
   auto cold = NewEngine();
-  ExpectSameOutput(out2,
-                   RunRequest(*cold, Greedy(Concat(Concat(turn1, out1.tokens), turn2), 5, 3)));
+  ExpectSameOutput(
+      out2, RunRequest(*cold, GreedyRequest(Concat(Concat(turn1, out1.tokens), turn2), 5, 3)));
 }
 
 TEST_P(EngineTest, DifferentSaltsNeverShareBlocks) {
   auto engine = NewEngine();
-  const std::vector<int32_t> p = Prompt(50, 7);
-  Request a = Greedy(p, 2);
+  const std::vector<int32_t> p = CyclicPrompt(50, 7);
+  Request a = GreedyRequest(p, 2);
   a.cache_salt = "tenant-a";
   Request b = a;
   b.cache_salt = "tenant-b";
@@ -313,7 +295,8 @@ TEST_P(EngineTest, TinyBudgetEvictsAndPreemptsButKeepsResults) {
   // Reference outputs, one request at a time on a roomy engine.
   std::vector<Request> requests;
   for (int i = 0; i < 6; ++i) {
-    requests.push_back(Greedy(Concat(Prompt(20), Prompt(10 + 3 * i, 20 + i)), 30, 2));
+    requests.push_back(
+        GreedyRequest(Concat(CyclicPrompt(20), CyclicPrompt(10 + 3 * i, 20 + i)), 30, 2));
   }
   std::vector<Result> want;
   {
@@ -344,11 +327,11 @@ TEST_P(EngineTest, SequenceLongerThanThePoolStopsWithLength) {
   Engine::Options o = SmallOptions();
   o.kv_budget_bytes = 2 * o.KvLayoutFor(model_->config()).block_bytes();
   auto engine = NewEngine(o);
-  const Result r = RunRequest(*engine, Greedy(Prompt(20), 100));
+  const Result r = RunRequest(*engine, GreedyRequest(CyclicPrompt(20), 100));
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(r.reason, FinishReason::kLength);
   EXPECT_EQ(r.tokens.size(), 12u);  // 32 positions in the pool
-  EXPECT_EQ(RunRequest(*engine, Greedy(Prompt(40), 1)).status.code(),
+  EXPECT_EQ(RunRequest(*engine, GreedyRequest(CyclicPrompt(40), 1)).status.code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -365,10 +348,10 @@ TEST_P(EngineTest, CancelReturnsEveryBlock) {
     e->Cancel(victim.load());
   });
   auto other = std::make_shared<CollectingSink>();
-  auto id = engine->Submit(Greedy(Prompt(40), 200), cancelled);
+  auto id = engine->Submit(GreedyRequest(CyclicPrompt(40), 200), cancelled);
   ASSERT_TRUE(id.ok());
   victim = *id;
-  ASSERT_TRUE(engine->Submit(Greedy(Prompt(33, 2), 20), other).ok());
+  ASSERT_TRUE(engine->Submit(GreedyRequest(CyclicPrompt(33, 2), 20), other).ok());
   const Result c = cancelled->Wait();
   EXPECT_EQ(c.reason, FinishReason::kCancelled);
   EXPECT_EQ(c.status.code(), absl::StatusCode::kCancelled);
@@ -388,7 +371,7 @@ TEST_P(EngineTest, DeadlineExpiryReturnsEveryBlock) {
   auto sink = std::make_shared<CollectingSink>([&](int n) {
     if (n == 4) clock.Advance(absl::Seconds(10));
   });
-  Request r = Greedy(Prompt(30), 200);
+  Request r = GreedyRequest(CyclicPrompt(30), 200);
   r.deadline = absl::UnixEpoch() + absl::Seconds(5);
   ASSERT_TRUE(engine->Submit(r, sink).ok());
   const Result got = sink->Wait();
@@ -397,7 +380,7 @@ TEST_P(EngineTest, DeadlineExpiryReturnsEveryBlock) {
   EXPECT_EQ(got.tokens.size(), 4u);
   EXPECT_EQ(engine->Stats().blocks_used, 0);
   // A request whose deadline has already passed never runs.
-  Request late = Greedy(Prompt(10), 5);
+  Request late = GreedyRequest(CyclicPrompt(10), 5);
   late.deadline = absl::UnixEpoch();
   const Result l = RunRequest(*engine, late);
   EXPECT_EQ(l.reason, FinishReason::kDeadline);
@@ -413,14 +396,15 @@ TEST_P(EngineTest, FullQueueIsOverloaded) {
   auto blocker = std::make_shared<CollectingSink>([&](int n) {
     if (n == 1) gate.BlockHere();
   });
-  ASSERT_TRUE(engine->Submit(Greedy(Prompt(5), 3), blocker).ok());
+  ASSERT_TRUE(engine->Submit(GreedyRequest(CyclicPrompt(5), 3), blocker).ok());
   gate.WaitEntered();  // the step thread is parked: nothing gets admitted now
   std::vector<std::shared_ptr<CollectingSink>> sinks;
   for (int i = 0; i < 2; ++i) {
     sinks.push_back(std::make_shared<CollectingSink>());
-    ASSERT_TRUE(engine->Submit(Greedy(Prompt(10, i), 3), sinks.back()).ok());
+    ASSERT_TRUE(engine->Submit(GreedyRequest(CyclicPrompt(10, i), 3), sinks.back()).ok());
   }
-  auto rejected = engine->Submit(Greedy(Prompt(10, 9), 3), std::make_shared<CollectingSink>());
+  auto rejected =
+      engine->Submit(GreedyRequest(CyclicPrompt(10, 9), 3), std::make_shared<CollectingSink>());
   EXPECT_EQ(rejected.status().code(), absl::StatusCode::kResourceExhausted);
   gate.Open();
   for (auto& s : sinks) EXPECT_TRUE(s->Wait().status.ok());
@@ -430,13 +414,14 @@ TEST_P(EngineTest, FullQueueIsOverloaded) {
   auto blocker2 = std::make_shared<CollectingSink>([&](int n) {
     if (n == 1) gate2.BlockHere();
   });
-  ASSERT_TRUE(engine->Submit(Greedy(Prompt(5), 3), blocker2).ok());
+  ASSERT_TRUE(engine->Submit(GreedyRequest(CyclicPrompt(5), 3), blocker2).ok());
   gate2.WaitEntered();
   auto big = std::make_shared<CollectingSink>();
-  ASSERT_TRUE(engine->Submit(Greedy(Prompt(90), 1), big).ok());
-  EXPECT_EQ(
-      engine->Submit(Greedy(Prompt(20), 1), std::make_shared<CollectingSink>()).status().code(),
-      absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(engine->Submit(GreedyRequest(CyclicPrompt(90), 1), big).ok());
+  EXPECT_EQ(engine->Submit(GreedyRequest(CyclicPrompt(20), 1), std::make_shared<CollectingSink>())
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
   gate2.Open();
   EXPECT_TRUE(big->Wait().status.ok());
 }
@@ -448,7 +433,7 @@ TEST_P(EngineTest, SessionRulesAndExpiry) {
   o.clock = &clock;
   auto engine = NewEngine(o);
   EXPECT_EQ(engine->GetSession("nope", "").status().code(), absl::StatusCode::kNotFound);
-  Request orphan = Greedy(Prompt(4), 2);
+  Request orphan = GreedyRequest(CyclicPrompt(4), 2);
   orphan.session_id = "nope";
   EXPECT_EQ(RunRequest(*engine, orphan).status.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(engine->OpenSession(absl::Hours(1000), "").status().code(),
@@ -465,12 +450,12 @@ TEST_P(EngineTest, SessionRulesAndExpiry) {
   auto blocker = std::make_shared<CollectingSink>([&](int n) {
     if (n == 1) gate.BlockHere();
   });
-  Request t1 = Greedy(Prompt(40), 3);
+  Request t1 = GreedyRequest(CyclicPrompt(40), 3);
   t1.session_id = s->id;
   ASSERT_TRUE(engine->Submit(t1, blocker).ok());
   gate.WaitEntered();
   EXPECT_TRUE(engine->GetSession(s->id, "")->busy);
-  Request t2 = Greedy(Prompt(3), 3);
+  Request t2 = GreedyRequest(CyclicPrompt(3), 3);
   t2.session_id = s->id;
   EXPECT_EQ(engine->Submit(t2, std::make_shared<CollectingSink>()).status().code(),
             absl::StatusCode::kAborted);
@@ -485,7 +470,8 @@ TEST_P(EngineTest, SessionRulesAndExpiry) {
   clock.Advance(absl::Seconds(31));
   EXPECT_EQ(engine->GetSession(s->id, "").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(RunRequest(*engine, t2).status.code(), absl::StatusCode::kNotFound);
-  const Result after = RunRequest(*engine, Greedy(Prompt(2), 1));  // a step runs after the expiry
+  const Result after =
+      RunRequest(*engine, GreedyRequest(CyclicPrompt(2), 1));  // a step runs after the expiry
   ASSERT_TRUE(after.status.ok());
   EXPECT_EQ(engine->Stats().blocks_used, 0);
   EXPECT_EQ(engine->Stats().open_sessions, 0);
@@ -497,14 +483,14 @@ TEST_P(EngineTest, IdleSessionPinsAreReclaimedUnderPressure) {
   auto engine = NewEngine(o);
   auto s = engine->OpenSession(absl::ZeroDuration(), "");
   ASSERT_TRUE(s.ok());
-  Request t1 = Greedy(Prompt(70), 2);
+  Request t1 = GreedyRequest(CyclicPrompt(70), 2);
   t1.session_id = s->id;
   ASSERT_TRUE(RunRequest(*engine, t1).status.ok());
   EXPECT_EQ(engine->Stats().blocks_used, 4);
   EXPECT_EQ(engine->Stats().session_blocks, 4);
   EXPECT_EQ(engine->Stats().session_reclaims_total, 0);
   // A stateless request needing 6 blocks: the idle session's pins are released.
-  const Result big = RunRequest(*engine, Greedy(Prompt(90, 3), 2));
+  const Result big = RunRequest(*engine, GreedyRequest(CyclicPrompt(90, 3), 2));
   ASSERT_TRUE(big.status.ok()) << big.status;
   EXPECT_EQ(big.reason, FinishReason::kLength);
   // Both tokens generated: a request that ran out of blocks would also end kLength, but
@@ -515,7 +501,7 @@ TEST_P(EngineTest, IdleSessionPinsAreReclaimedUnderPressure) {
   EXPECT_EQ(engine->Stats().session_blocks, 0);
   EXPECT_GT(engine->Stats().evictions_total, 0);
   // The session still works (recomputing what was evicted).
-  Request t2 = Greedy(Prompt(5, 1), 2);
+  Request t2 = GreedyRequest(CyclicPrompt(5, 1), 2);
   t2.session_id = s->id;
   const Result r2 = RunRequest(*engine, t2);
   ASSERT_TRUE(r2.status.ok()) << r2.status;
@@ -524,7 +510,7 @@ TEST_P(EngineTest, IdleSessionPinsAreReclaimedUnderPressure) {
 
 TEST_P(EngineTest, SeededSamplingDoesNotDependOnOtherRequests) {
   Request r;
-  r.prompt_tokens = Prompt(25, 8);
+  r.prompt_tokens = CyclicPrompt(25, 8);
   r.sampling.temperature = 0.9f;
   r.sampling.top_p = 0.95f;
   r.sampling.seed = 1234;
@@ -539,7 +525,7 @@ TEST_P(EngineTest, SeededSamplingDoesNotDependOnOtherRequests) {
   std::vector<std::shared_ptr<CollectingSink>> noise;
   for (int i = 0; i < 6; ++i) {
     noise.push_back(std::make_shared<CollectingSink>());
-    Request n = Greedy(Prompt(10 + i, 30 + i), 15);
+    Request n = GreedyRequest(CyclicPrompt(10 + i, 30 + i), 15);
     n.sampling.temperature = 1.0f;
     ASSERT_TRUE(engine->Submit(n, noise.back()).ok());
   }
@@ -556,7 +542,7 @@ TEST_P(EngineTest, UsageTimesFollowTheRequest) {
   Engine::Options o = SmallOptions();
   o.clock = &clock;
   auto engine = NewEngine(o);
-  const Result r = RunRequest(*engine, Greedy(Prompt(20), 3));
+  const Result r = RunRequest(*engine, GreedyRequest(CyclicPrompt(20), 3));
   ASSERT_TRUE(r.status.ok());
   EXPECT_GT(r.usage.queue_time, absl::ZeroDuration());
   EXPECT_GT(r.usage.time_to_first_token, r.usage.queue_time);  // sampled after the forward pass
@@ -569,27 +555,27 @@ TEST_P(EngineTest, RejectsBadRequests) {
   auto code = [&](Request r) {
     return engine->Submit(std::move(r), std::make_shared<CollectingSink>()).status().code();
   };
-  EXPECT_EQ(code(Greedy({}, 3)), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(code(Greedy({1, 96}, 3)), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(code(Greedy({1, -1}, 3)), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(code(Greedy(Prompt(512), 3)), absl::StatusCode::kInvalidArgument);
-  Request neg = Greedy(Prompt(3), 3);
+  EXPECT_EQ(code(GreedyRequest({}, 3)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(GreedyRequest({1, 96}, 3)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(GreedyRequest({1, -1}, 3)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(GreedyRequest(CyclicPrompt(512), 3)), absl::StatusCode::kInvalidArgument);
+  Request neg = GreedyRequest(CyclicPrompt(3), 3);
   neg.sampling.temperature = -1;
   EXPECT_EQ(code(neg), absl::StatusCode::kInvalidArgument);
-  Request salty = Greedy(Prompt(3), 3);
+  Request salty = GreedyRequest(CyclicPrompt(3), 3);
   salty.cache_salt = std::string(1000, 'x');
   EXPECT_EQ(code(salty), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(engine->Submit(Greedy(Prompt(3), 3), nullptr).status().code(),
+  EXPECT_EQ(engine->Submit(GreedyRequest(CyclicPrompt(3), 3), nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
   engine->Shutdown(absl::InfiniteFuture());
-  EXPECT_EQ(code(Greedy(Prompt(3), 3)), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(code(GreedyRequest(CyclicPrompt(3), 3)), absl::StatusCode::kUnavailable);
   engine->Shutdown(absl::InfiniteFuture());  // idempotent
 }
 
 TEST_P(EngineTest, ShutdownLetsRunningRequestsFinish) {
   auto engine = NewEngine();
   auto sink = std::make_shared<CollectingSink>();
-  ASSERT_TRUE(engine->Submit(Greedy(Prompt(10), 20), sink).ok());
+  ASSERT_TRUE(engine->Submit(GreedyRequest(CyclicPrompt(10), 20), sink).ok());
   engine->Shutdown(absl::InfiniteFuture());
   const Result r = sink->Wait();
   EXPECT_TRUE(r.status.ok());
@@ -604,7 +590,7 @@ TEST_P(EngineTest, ShutdownFromASinkCallback) {
   auto sink = std::make_shared<CollectingSink>([e](int n) {
     if (n == 2) e->Shutdown(absl::InfinitePast());
   });
-  ASSERT_TRUE(engine->Submit(Greedy(Prompt(10), 50), sink).ok());
+  ASSERT_TRUE(engine->Submit(GreedyRequest(CyclicPrompt(10), 50), sink).ok());
   const Result r = sink->Wait();
   EXPECT_EQ(r.reason, FinishReason::kCancelled);
   EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/draft_model.h"
+#include "engine/draft_source.h"
 #include "engine/engine.h"
 #include "engine/engine_options.h"
 #include "model/model.h"
@@ -36,36 +38,53 @@ struct ModelOptions {
   // backends::BackendOptions::batch_invariant: output independent of batch, chunking and
   // cache state. Default true.
   bool batch_invariant = true;
+  // Speculative decoding's draft model, with engine.speculative.source "draft_model"
+  // (then required; with another source it must be empty): a GGUF file with the
+  // target's vocabulary (DraftModelSource checks it), loaded with the same options and
+  // run by the same backend, threads and K/V element type as the target, its K/V in a
+  // pool of its own (draft). Defaults "" and DraftModelOptions's.
+  std::string draft_model_path;
+  DraftModelOptions draft;
   // Engine limits (KV budget, batching, queue, sessions).
   Engine::Options engine;
 };
 
 struct LoadedModel {
   std::unique_ptr<model::Model> model;
-  std::unique_ptr<Engine> engine;  // must be destroyed before `model`
+  std::unique_ptr<Engine> engine;  // must be destroyed before `model`; owns a draft model
   std::string backend;
 };
 
 // Checks the options before anything is loaded: model_path set ("model is required"),
-// threads >= 0, backend "cpu_blas" or "reference", then ValidateEngineOptions.
+// threads >= 0, backend "cpu_blas" or "reference", draft_model_path set exactly when
+// the speculative source is draft_model, then ValidateEngineOptions.
 // INVALID_ARGUMENT whose message starts with the field's name ("threads must be >= 0 ...";
 // the engine's field names for `engine`).
 absl::Status ValidateModelOptions(const ModelOptions& options);
 
-// Loads the model, creates the backend with the engine's KV layout and starts the
-// engine (StartEngine). Errors name the step that failed (file, "backend: ...",
-// "engine: ..."); INVALID_ARGUMENT for an empty model path or threads < 0. (A binary
-// calls ValidateModelOptions first, to fail before it loads anything.)
+// Loads the model (and the draft model, whose errors start with "draft model: "),
+// creates the backend with the engine's KV layout and starts the engine (StartEngine
+// with the draft model as the speculative source). Errors name the step that failed
+// (file, "backend: ...", "engine: ..."); INVALID_ARGUMENT for an empty model path or
+// threads < 0. (A binary calls ValidateModelOptions first, to fail before it loads
+// anything.)
 absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options);
 
 // The second half of LoadModel, for callers that start several engines over one loaded
 // `model` (which must outlive the engine): creates options.backend with
 // options.threads, options.f32_panels, options.bf16_panels, options.quant_panels,
 // options.batch_invariant and
-// options.engine.KvLayoutFor(model.config()), then CreateEngine. model_path and tokenizer_path are
-// not used. Same errors as LoadModel.
-absl::StatusOr<std::unique_ptr<Engine>> StartEngine(const ModelOptions& options,
-                                                    const model::Model& model);
+// options.engine.KvLayoutFor(model.config()), then CreateEngine with `draft_source` (a
+// LoadDraftModel result for speculative.source "draft_model"; the engine owns it).
+// model_path, tokenizer_path and draft_model_path are not used. Same errors as LoadModel.
+absl::StatusOr<std::unique_ptr<Engine>> StartEngine(
+    const ModelOptions& options, const model::Model& model,
+    std::unique_ptr<DraftSource> draft_source = nullptr);
+
+// Loads options.draft_model_path as LoadModel does, as a draft source for `target`
+// (for StartEngine; one per engine). Errors start with "draft model: ".
+absl::StatusOr<std::unique_ptr<DraftSource>> LoadDraftModel(const ModelOptions& options,
+                                                            const model::Model& target);
 
 }  // namespace kvserve::engine
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -130,7 +131,7 @@ void RemoteTier::FetchLoop() {
       fetches_.pop_front();
       if (stopping_) {
         lock.unlock();
-        on_fetched_(FetchResult{job.id, job.local_blocks, {}, {}});
+        on_fetched_(FetchResult{job.id, job.local_blocks, 0});
         continue;
       }
     }
@@ -139,12 +140,13 @@ void RemoteTier::FetchLoop() {
 }
 
 RemoteTier::FetchResult RemoteTier::RunFetch(const FetchJob& job) {
-  FetchResult result{job.id, job.local_blocks, {}, {}};
-  const int32_t n = static_cast<int32_t>(job.chain.size());
+  FetchResult result{job.id, job.local_blocks, 0};
+  const int32_t n = std::min(static_cast<int32_t>(job.chain.size()),
+                             job.local_blocks + static_cast<int32_t>(job.destinations.size()));
   if (n - job.local_blocks < options_.min_fetch_blocks) return result;
 
-  absl::StatusOr<cache::RemoteKvCache::Presence> presence =
-      remote_->Lookup(job.partition, job.chain, Deadline(job.deadline));
+  absl::StatusOr<cache::RemoteKvCache::Presence> presence = remote_->Lookup(
+      job.partition, std::span(job.chain).first(static_cast<size_t>(n)), Deadline(job.deadline));
   Observe(presence.status(), "Lookup");
   if (!presence.ok()) return result;
   const int32_t present = std::clamp(presence->blocks, 0, n);
@@ -183,7 +185,7 @@ RemoteTier::FetchResult RemoteTier::RunFetch(const FetchJob& job) {
   absl::StatusOr<int32_t> fetched = remote_->Fetch(
       job.partition, chain, Deadline(job.deadline), [&](int32_t index, std::string&& record) {
         const size_t i = static_cast<size_t>(job.local_blocks) + static_cast<size_t>(index);
-        if (index != static_cast<int32_t>(result.records.size()) || i >= job.chain.size()) {
+        if (index != result.written || index >= wanted) {
           rejected = cache::RecordCheck::kWrongHash;  // out of order: not what we asked for
           return false;
         }
@@ -200,21 +202,17 @@ RemoteTier::FetchResult RemoteTier::RunFetch(const FetchJob& job) {
           rejected = check;
           return false;
         }
+        std::memcpy(job.destinations[static_cast<size_t>(index)], view.payload.data(),
+                    view.payload.size());
         bytes += static_cast<int64_t>(record.size());
-        result.records.push_back(std::move(record));
+        ++result.written;
         return true;
       });
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   Observe(fetched.status(), "FetchBlocks");
-  // Payload views into the records, now that the records no longer move.
-  const size_t payload_offset = cache::kBlockRecordHeaderBytes + 4 * bt;
-  for (const std::string& r : result.records) {
-    result.payloads.emplace_back(reinterpret_cast<const uint8_t*>(r.data()) + payload_offset,
-                                 r.size() - payload_offset);
-  }
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.fetched_blocks_total += static_cast<int64_t>(result.records.size());
+  stats_.fetched_blocks_total += result.written;
   stats_.fetched_bytes_total += bytes;
   stats_.fetch_seconds_total += seconds;
   if (bytes > 0 && seconds > 0.0) {

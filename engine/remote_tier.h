@@ -8,9 +8,12 @@
 // the estimated transfer (bytes / measured bandwidth + a round trip) beats recomputing
 // (tokens x measured prefill seconds per token), the missing blocks are fetched and each
 // record is checked whole (format, checksum, hash chain, identity, layout, parent, hash
-// and the sequence's own token ids) before it is handed back. The first bad or missing
-// record ends the fetch: what came before it is used, the rest is recomputed. Every
-// error is a miss; no call outlives Options::timeout.
+// and the sequence's own token ids), then its payload is copied straight into the pool
+// block the engine reserved for it (FetchJob::destinations), on the tier's thread: the
+// step thread only links the written blocks (KvCacheManager::FinishImport), and no
+// record outlives its copy. The first bad or missing record ends the fetch: what came
+// before it is used, the rest is recomputed. Every error is a miss; no call outlives
+// Options::timeout.
 //
 // Store: after a request, the blocks it committed are held for export (the step thread
 // pins them; they cannot change) and written behind: one Lookup finds what the service
@@ -75,18 +78,21 @@ class RemoteTier {
 
   struct FetchJob {
     RequestId id = 0;
-    cache::BlockHash partition;              // the chain root
-    std::vector<int32_t> tokens;             // the context's tokens of its full blocks
-    std::vector<cache::BlockHash> chain;     // keys of those blocks
-    int32_t local_blocks = 0;                // leading blocks the pool held when asked
+    cache::BlockHash partition;           // the chain root
+    std::vector<int32_t> tokens;          // the context's tokens of its full blocks
+    std::vector<cache::BlockHash> chain;  // keys of those blocks
+    int32_t local_blocks = 0;             // leading blocks the pool held when asked
+    // Memory of the pool blocks reserved for chain[local_blocks ..] (at most that many;
+    // layout.block_bytes() each): the tier writes them until it hands back the
+    // FetchResult, and fetches no more blocks than there are.
+    std::vector<uint8_t*> destinations;
     double prefill_seconds_per_token = 0.0;  // the engine's estimate (0: unknown)
     absl::Time deadline = absl::InfiniteFuture();
   };
   struct FetchResult {
     RequestId id = 0;
-    int32_t first = 0;                               // index of records[0] in the chain
-    std::vector<std::string> records;                // checked records, in chain order
-    std::vector<std::span<const uint8_t>> payloads;  // into records
+    int32_t first = 0;    // the chain index of destinations[0]
+    int32_t written = 0;  // destinations[0, written) hold checked payloads, in chain order
   };
   struct StoreJob {
     uint64_t key = 0;  // the export holder to release when done

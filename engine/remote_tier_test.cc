@@ -696,6 +696,9 @@ TEST_F(RemoteTierTest, AChainCutShortIsUsedAsAPrefix) {
   EXPECT_EQ(got.usage.cached_tokens_remote, 2 * 16);
   EXPECT_EQ(got.usage.computed_tokens, static_cast<int32_t>(history.size() + next.size()) - 2 * 16);
   EXPECT_EQ(b->Stats().remote.rejected_blocks_total, 0);
+  // The blocks reserved for the rest of the chain, never written, went back: once the
+  // turn is written behind, only the session holds blocks.
+  WaitStored(*b, 0);
   std::vector<int32_t> context = history;
   context.insert(context.end(), next.begin(), next.end());
   ExpectSameOutput(got, Cold(context, 20));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/testing/chi_square.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -508,30 +509,8 @@ namespace {
 // ---------------------------------------------------------------------------------
 // Speculative verification (SampleDraft)
 
-// Two-sample chi-square of equal-size samples a and b over the tokens either drew:
-// sum (a_i - b_i)^2 / (a_i + b_i), with (bins - 1) degrees of freedom.
-double TwoSampleChiSquare(const std::map<int32_t, int>& a, const std::map<int32_t, int>& b,
-                          int* dof) {
-  std::set<int32_t> tokens;
-  for (const auto& [t, n] : a) tokens.insert(t);
-  for (const auto& [t, n] : b) tokens.insert(t);
-  double chi2 = 0.0;
-  for (int32_t t : tokens) {
-    const double x = a.contains(t) ? a.at(t) : 0.0;
-    const double y = b.contains(t) ? b.at(t) : 0.0;
-    chi2 += (x - y) * (x - y) / (x + y);
-  }
-  *dof = static_cast<int>(tokens.size()) - 1;
-  return chi2;
-}
-
-// The chi-square value exceeded with probability 0.001 (Wilson-Hilferty).
-double ChiSquareBound(int dof) {
-  const double d = std::max(dof, 1);
-  const double z = 3.09;
-  const double c = 1.0 - 2.0 / (9.0 * d) + z * std::sqrt(2.0 / (9.0 * d));
-  return d * c * c * c;
-}
+using testing::ChiSquareBound;
+using testing::TwoSampleChiSquare;
 
 TEST(SamplerDraftTest, GreedyVerificationIsTheGreedyToken) {
   SamplingParams params;

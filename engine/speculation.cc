@@ -7,9 +7,9 @@
 namespace kvserve::engine {
 
 absl::Status ValidateSpeculativeOptions(const SpeculativeOptions& o) {
-  if (o.source != "none" && o.source != "ngram") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("speculative.source must be none or ngram, got \"", o.source, "\""));
+  if (o.source != "none" && o.source != "ngram" && o.source != "draft_model") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "speculative.source must be none, ngram or draft_model, got \"", o.source, "\""));
   }
   if (o.draft_max < 1 || o.draft_max > kMaxDraftTokens) {
     return absl::InvalidArgumentError(absl::StrCat("speculative.draft_max must be in [1, ",

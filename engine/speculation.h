@@ -20,8 +20,10 @@
 namespace kvserve::engine {
 
 struct SpeculativeOptions {
-  // Where drafts come from: "none" (no speculation) or "ngram" (prompt lookup,
-  // engine/ngram_draft.h). Default "none".
+  // Where drafts come from: "none" (no speculation), "ngram" (prompt lookup,
+  // engine/ngram_draft.h) or "draft_model" (a second model, engine/draft_model.h: the
+  // caller loads it and passes it as custom_source; engine/model_loading.h does).
+  // Default "none".
   std::string source = "none";
   // Most draft tokens per sequence and step, in [1, kMaxDraftTokens]; a request may ask
   // for fewer (SamplingParams::max_draft_tokens). Default 5.
@@ -46,7 +48,8 @@ struct SpeculativeOptions {
 // got 0").
 absl::Status ValidateSpeculativeOptions(const SpeculativeOptions& options);
 
-// The source `options` name (not custom_source); null for "none".
+// The source `options` name when it needs nothing but the options (not custom_source);
+// null for "none" and "draft_model".
 std::unique_ptr<DraftSource> CreateDraftSource(const SpeculativeOptions& options);
 
 // A sequence's next draft length after a step that verified `verified` drafts of which

@@ -18,7 +18,9 @@
 #include "engine/draft_source.h"
 #include "engine/engine.h"
 #include "engine/engine_options.h"
+#include "engine/testing/chi_square.h"
 #include "engine/testing/engine_testing.h"
+#include "engine/testing/small_model.h"
 #include "engine/testing/stories_model.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
@@ -32,15 +34,7 @@ using ::kvserve::engine::testing::MakeEngine;
 using ::kvserve::engine::testing::Result;
 using ::kvserve::engine::testing::RunRequest;
 
-std::unique_ptr<model::Model> RandomModel() {
-  backends::testing::RandomModelOptions o;
-  o.config.context_length = 512;
-  o.config.vocab_size = 96;
-  o.seed = 11;
-  auto m = backends::testing::MakeRandomModel(o);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return *std::move(m);
-}
+std::unique_ptr<model::Model> RandomModel() { return testing::SmallRandomModel(); }
 
 Engine::Options BaseOptions() {
   Engine::Options o;
@@ -52,20 +46,10 @@ Engine::Options BaseOptions() {
   return o;
 }
 
-std::vector<int32_t> Prompt(int n, int32_t salt = 0) {
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) p[static_cast<size_t>(i)] = 3 + (i * 7 + salt * 13) % 90;
-  return p;
-}
+std::vector<int32_t> Prompt(int n, int32_t salt = 0) { return testing::CyclicPrompt(n, salt); }
 
 Request Greedy(std::vector<int32_t> prompt, int max_tokens) {
-  Request r;
-  r.prompt_tokens = std::move(prompt);
-  r.sampling.temperature = 0.0f;
-  r.sampling.max_tokens = max_tokens;
-  r.sampling.ignore_eos = true;
-  r.sampling.top_logprobs = 3;
-  return r;
+  return testing::GreedyRequest(std::move(prompt), max_tokens, /*top_logprobs=*/3);
 }
 
 void ExpectSameOutput(const Result& got, const Result& want) {
@@ -333,17 +317,9 @@ TEST_P(SpeculativeEngineTest, SampledOutputKeepsTheDistribution) {
     r.sampling.seed = 900000 + i;
     ++without[RunRequest(*plain, r).tokens];
   }
-  std::set<std::vector<int32_t>> outcomes;
-  for (const auto& [k, v] : with) outcomes.insert(k);
-  for (const auto& [k, v] : without) outcomes.insert(k);
-  double chi2 = 0.0;
-  for (const auto& k : outcomes) {
-    const double x = with.contains(k) ? with[k] : 0, y = without.contains(k) ? without[k] : 0;
-    chi2 += (x - y) * (x - y) / (x + y);
-  }
-  const double dof = static_cast<double>(outcomes.size()) - 1;
-  const double c = 1.0 - 2.0 / (9.0 * dof) + 3.09 * std::sqrt(2.0 / (9.0 * dof));
-  EXPECT_LT(chi2, dof * c * c * c) << outcomes.size() << " outcomes";
+  int dof = 0;
+  const double chi2 = testing::TwoSampleChiSquare(with, without, &dof);
+  EXPECT_LT(chi2, testing::ChiSquareBound(dof)) << dof + 1 << " outcomes";
   EXPECT_GT(drafted->Stats().speculative.accepted_tokens_total, 0);
 }
 

@@ -79,9 +79,15 @@ ABSL_FLAG(std::string, kv_dtype, "f16",
           "Element type of cached K/V: f16 (half the bytes per cached position in the pool, in "
           "kvserve-cache and on the wire) or f32.");
 ABSL_FLAG(std::string, speculative, "none",
-          "Speculative decoding's draft source: none or ngram (prompt lookup: proposes what "
-          "followed the context's last tokens where they occurred before). Output is "
-          "unchanged; only speed differs.");
+          "Speculative decoding's draft source: none, ngram (prompt lookup: proposes what "
+          "followed the context's last tokens where they occurred before) or draft_model "
+          "(--draft_model; implied by it). Output is unchanged; only speed differs.");
+ABSL_FLAG(std::string, draft_model, "",
+          "Speculative decoding: a smaller or quantized GGUF model with the same vocabulary "
+          "that proposes the drafts (checked at start); run by the same backend and threads.");
+ABSL_FLAG(int64_t, draft_kv_mib, 256,
+          "Speculative decoding: MiB of K/V for the draft model (its sequences, and finished "
+          "ones kept for their next turn); a sequence longer than it holds gets no drafts.");
 ABSL_FLAG(int32_t, draft_max, 5,
           "Speculative decoding: most draft tokens per sequence and step, [1, 64] (a request "
           "may ask for fewer with max_draft_tokens).");
@@ -288,6 +294,15 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   if (!dtype.ok()) return dtype.status();
   e.kv_dtype = *dtype;
   e.speculative.source = absl::GetFlag(FLAGS_speculative);
+  options.draft_model_path = absl::GetFlag(FLAGS_draft_model);
+  if (!options.draft_model_path.empty() && e.speculative.source == "none") {
+    e.speculative.source = "draft_model";
+  }
+  const int64_t draft_kv_mib = absl::GetFlag(FLAGS_draft_kv_mib);
+  if (draft_kv_mib < 1 || draft_kv_mib > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError("draft_kv_mib must be in [1, 16777216]");
+  }
+  options.draft.kv_bytes = draft_kv_mib << 20;
   e.speculative.draft_max = absl::GetFlag(FLAGS_draft_max);
   e.speculative.ngram.min_ngram = absl::GetFlag(FLAGS_draft_ngram_min);
   e.speculative.ngram.max_ngram = absl::GetFlag(FLAGS_draft_ngram_max);

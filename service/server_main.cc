@@ -11,6 +11,7 @@
 #include "backends/cpu_blas/blas_startup.h"
 #include "backends/runtime_info.h"
 #include "common/flags.h"
+#include "common/heap_tuning.h"
 #include "service/server_flags.h"
 #include "service/server_run.h"
 
@@ -27,6 +28,8 @@ constexpr char kUsage[] =
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Session cache fetches move ~1 MB buffers: keep them out of page faults.
+  kvserve::common::TuneHeapForLargeBuffers();
   namespace backends = kvserve::backends;
   namespace service = kvserve::service;
   // Once the flags are parsed: choose the OpenBLAS core (may re-execute this process)

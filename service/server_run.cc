@@ -131,6 +131,9 @@ absl::Status RunProcess(ProcessOptions options, const backends::RuntimeInfo& run
   Say(DescribeMemory(**server, model_options, layout));
   Say(absl::StrCat("ready (backend ", model_options.backend, ", kernel level ",
                    runtime.kernel_level, ", BLAS core ", runtime.blas_core,
+                   model_options.draft_model_path.empty()
+                       ? std::string()
+                       : absl::StrCat(", draft model ", model_options.draft_model_path),
                    *session_cache != nullptr ? ", session cache " : "",
                    options.session_cache.target, ")"));
   (*server)->RunUntilSignalled(*signals);

@@ -1,22 +1,27 @@
 // Each architecture on a synthetic GGUF file (bench::WriteSyntheticModel, what
 // `kvserve-bench mkmodel` writes): kvserve's greedy tokens equal llama.cpp's for 64 steps on
-// several prompts (llama, Llama 3.x RoPE settings with biases, qwen2, tied and untied),
-// and, for qwen3 and qwen3moe (8 experts, 2 per token), which the llama.cpp snapshot
-// (c392e50) predates, equal the textbook
-// double-precision forward pass (backends/testing/textbook_forward.h). The reference and
-// cpu_blas backends both run every case.
+// several prompts (llama, Llama 3.x RoPE settings with biases, qwen2, qwen3, qwen3moe, tied
+// and untied), and equal the textbook double-precision forward pass
+// (backends/testing/textbook_forward.h). The reference and cpu_blas backends both run
+// every case.
 //
-// llama.cpp is a peer built outside the tree (../shared/PEERS.md); the test looks for
-// llama-cli in the directory named by the environment variable KVSERVE_LLAMA_CPP_BIN and
-// skips those cases with a message when it is unset or has no llama-cli. It reads the
-// token ids from llama-cli's verbose log ("eval: [ 'piece':id, ... ]"): the first batch
-// is the prompt as llama.cpp tokenized it (kvserve is fed the same ids, so the comparison
-// is of the forward pass, not the tokenizer), each later one a generated token.
+// llama.cpp is a peer built outside the tree (../shared/PEERS.md); the test looks in the
+// directory named by the environment variable KVSERVE_LLAMA_CPP_BIN and skips those cases
+// with a message when it is unset or holds neither program below. Two generations of
+// llama.cpp are read; in both, llama.cpp's prompt ids are fed to kvserve, so the
+// comparison is of the forward pass, not the tokenizer:
+// - a current one (2026, has llama-completion): its verbose log lists the prompt ids
+//   ("tokens: [ 'piece':id, ... ]") and its standard output is the text of the prompt and
+//   of each generated token, which is compared, token by token, with the pieces of
+//   kvserve's tokens (FirstDifferingPiece); flash attention is off (see RunLlamaCompletion);
+// - the February 2025 snapshot c392e50 (llama-cli only, which predates qwen3): its verbose
+//   log's "eval: [ 'piece':id, ... ]" batches are the prompt, then each generated id.
 //
 // "Not near-ties": the weights are drawn with weight_std 0.1 (mkmodel --weight_std), and
 // the test asserts that at every greedy step the reference's best logit leads the second
 // by more than kMinMargin, far above the float summation differences between programs
-// (about 1e-5 here), so equal tokens are a real agreement, not luck.
+// (about 1e-5 here), so equal tokens are a real agreement, not luck. On a mismatch the
+// test names the first differing step and kvserve's top-2 gap there.
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +41,7 @@
 #include "bench/synthetic_model.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
+#include "model/tokenizer.h"
 
 namespace kvserve {
 namespace {
@@ -49,7 +55,7 @@ struct ArchCase {
   std::string arch;
   bool tied = false;
   bool llama3 = false;  // rope_freq_base 500000, Llama 3.x factors, linear scale, biases
-  bool has_llama_cpp_peer = true;
+  bool needs_current_llama_cpp = false;  // not in c392e50
 };
 
 std::string TempPath(const std::string& name) {
@@ -83,9 +89,9 @@ absl::StatusOr<std::string> WriteModel(const ArchCase& c) {
 }
 
 // Greedy decoding of `prompt` for up to kSteps tokens (stopping before EOS), on one backend.
-// min_margin: the smallest lead of the best logit over the second over all steps.
+// margins[i]: the lead of step i's best logit over the second.
 std::vector<int32_t> Greedy(const model::Model& m, const std::string& backend_name,
-                            const std::vector<int32_t>& prompt, float* min_margin) {
+                            const std::vector<int32_t>& prompt, std::vector<float>* margins) {
   const model::KvLayout layout = model::KvLayout::ForModel(m.config(), 16, model::DType::kF32);
   auto backend = backends::CreateBackend(backend_name, m, layout, {.threads = 1});
   EXPECT_TRUE(backend.ok()) << backend.status();
@@ -96,7 +102,7 @@ std::vector<int32_t> Greedy(const model::Model& m, const std::string& backend_na
   std::vector<int32_t> out;
   std::vector<int32_t> next = prompt;
   int32_t cached = 0;
-  *min_margin = INFINITY;
+  margins->clear();
   while (static_cast<int>(out.size()) < kSteps) {
     backends::Batch batch;
     batch.sequences.push_back({next, cached, blocks, true});
@@ -109,7 +115,7 @@ std::vector<int32_t> Greedy(const model::Model& m, const std::string& backend_na
     for (size_t i = 0; i < logits.size(); ++i) {
       if (static_cast<int32_t>(i) != best) second = std::max(second, logits[i]);
     }
-    *min_margin = std::min(*min_margin, logits[best] - second);
+    margins->push_back(logits[best] - second);
     if (best == m.vocab().eos_id) break;
     out.push_back(best);
     next = {best};
@@ -117,83 +123,189 @@ std::vector<int32_t> Greedy(const model::Model& m, const std::string& backend_na
   return out;
 }
 
-// The ids of every "eval: [ ... ]" line of llama-cli's verbose log.
-std::vector<std::vector<int32_t>> EvalBatches(const std::string& log) {
-  std::vector<std::vector<int32_t>> batches;
-  static const std::regex kLine(R"(eval: \[ (.*) \]\n)");
+// The ids of every line of `log` that matches `line` (its group 1 holds
+// "'piece':id, 'piece':id, ...").
+std::vector<std::vector<int32_t>> IdLists(const std::string& log, const std::regex& line) {
+  std::vector<std::vector<int32_t>> lists;
   static const std::regex kId(R"(':(\d+)(?=, '|$))");
-  for (auto it = std::sregex_iterator(log.begin(), log.end(), kLine); it != std::sregex_iterator();
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator();
        ++it) {
     const std::string body = (*it)[1].str();
-    std::vector<int32_t>& ids = batches.emplace_back();
+    std::vector<int32_t>& ids = lists.emplace_back();
     for (auto id = std::sregex_iterator(body.begin(), body.end(), kId);
          id != std::sregex_iterator(); ++id) {
       ids.push_back(std::stoi((*id)[1].str()));
     }
   }
-  return batches;
+  return lists;
 }
 
-// Runs llama-cli greedily on `prompt`; returns the prompt ids and the generated ids.
-bool RunLlamaCli(const std::string& bin, const std::string& model_path, const std::string& prompt,
-                 std::vector<int32_t>* prompt_ids, std::vector<int32_t>* generated) {
-  const std::string log_path = TempPath("llama_cli.log");
-  // -n kSteps + 1: the last sampled token is never evaluated, so never logged.
-  const std::string cmd = "'" + bin + "/llama-cli' -m '" + model_path + "' -p '" + prompt +
-                          "' -n " + std::to_string(kSteps + 1) +
-                          " --temp 0 -no-cnv -t 1 -c 256 -s 1 -ctk f32 -ctv f32 -v </dev/null >'" +
-                          log_path + "' 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::FILE* f = std::fopen(log_path.c_str(), "rb");
-  std::string log;
-  if (f != nullptr) {
+// What one llama.cpp program printed for one prompt.
+struct LlamaCppRun {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> generated_ids;  // llama-cli (c392e50) only
+  std::string output;  // llama-completion only: its stdout, the prompt's pieces then the tokens'
+};
+
+std::string ReadAndRemove(const std::string& path) {
+  std::string text;
+  if (std::FILE* f = std::fopen(path.c_str(), "rb"); f != nullptr) {
     char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) log.append(buf, n);
+    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
     std::fclose(f);
   }
-  std::filesystem::remove(log_path);
-  EXPECT_EQ(rc, 0) << cmd << "\n" << log.substr(0, 4000);
-  const std::vector<std::vector<int32_t>> batches = EvalBatches(log);
-  if (rc != 0 || batches.empty()) return false;
-  *prompt_ids = batches[0];
-  generated->clear();
+  std::filesystem::remove(path);
+  return text;
+}
+
+// Runs `cmd` with its standard output and error captured into *out and *err.
+bool RunCapturing(const std::string& cmd, std::string* out, std::string* err) {
+  const std::string out_path = TempPath("llama_cpp.out");
+  const std::string err_path = TempPath("llama_cpp.err");
+  const std::string full = cmd + " </dev/null >'" + out_path + "' 2>'" + err_path + "'";
+  const int rc = std::system(full.c_str());
+  *out = ReadAndRemove(out_path);
+  *err = ReadAndRemove(err_path);
+  EXPECT_EQ(rc, 0) << full << "\n" << err->substr(0, 4000);
+  return rc == 0;
+}
+
+// The greedy flags both programs take, generating `n` tokens.
+std::string GreedyFlags(const std::string& model_path, const std::string& prompt, int n) {
+  return " -m '" + model_path + "' -p '" + prompt + "' -n " + std::to_string(n) +
+         " --temp 0 -no-cnv -t 1 -c 256 -s 1 -ctk f32 -ctv f32 -v";
+}
+
+// llama-cli of c392e50: the "eval: [ ... ]" batches are the prompt, then one per token.
+// -n kSteps + 1: the last sampled token is never evaluated, so never logged.
+bool RunLlamaCli(const std::string& bin, const std::string& model_path, const std::string& prompt,
+                 LlamaCppRun* run) {
+  static const std::regex kEval(R"(eval: \[ (.*) \]\n)");
+  std::string out, err;
+  if (!RunCapturing("'" + bin + "/llama-cli'" + GreedyFlags(model_path, prompt, kSteps + 1), &out,
+                    &err)) {
+    return false;
+  }
+  const std::vector<std::vector<int32_t>> batches = IdLists(err + out, kEval);
+  if (batches.empty()) return false;
+  run->prompt_ids = batches[0];
   for (size_t i = 1; i < batches.size(); ++i) {
-    generated->insert(generated->end(), batches[i].begin(), batches[i].end());
+    run->generated_ids.insert(run->generated_ids.end(), batches[i].begin(), batches[i].end());
   }
   return true;
+}
+
+// A current llama-completion: the prompt ids from its log's "tokens: [ ... ]", and its
+// standard output (the prompt's pieces, then each generated token's piece, then "\n\n",
+// after an EOS " [end of text]\n\n\n"). Its text goes through an asynchronous logger that
+// is never joined, so at exit it loses what it has not written yet (llama.cpp issue 22142;
+// one run in ten on an idle machine, dozens of tokens on a loaded one). So it is asked for
+// kSlack more tokens than are compared (the longer it runs, the more of the start the
+// logger writes), and a run whose output lacks the closing "\n\n" is repeated, up to
+// kAttempts times, keeping the longest output (each is a prefix of the same text).
+bool RunLlamaCompletion(const std::string& bin, const std::string& model_path,
+                        const std::string& prompt, LlamaCppRun* run) {
+  static const std::regex kTokens(R"( tokens: \[ (.*) \]\n)");
+  constexpr int kAttempts = 5;
+  constexpr int kSlack = 150;  // with the prompt, within the 256 positions of -c 256
+  // -fa off: llama.cpp's CPU flash attention (on by default since 2025) rounds through
+  // f16 and moves logits by up to 1e-3 relative, enough to flip this test's closer steps.
+  const std::string cmd = "'" + bin + "/llama-completion'" +
+                          GreedyFlags(model_path, prompt, kSteps + kSlack) + " -fa off";
+  std::string out, err;
+  for (int attempt = 0; attempt < kAttempts && !run->output.ends_with("\n\n"); ++attempt) {
+    if (!RunCapturing(cmd, &out, &err)) return false;
+    if (out.size() > run->output.size()) run->output = out;
+  }
+  const std::vector<std::vector<int32_t>> prompts = IdLists(err, kTokens);
+  if (prompts.empty()) return false;
+  run->prompt_ids = prompts[0];
+  return true;
+}
+
+// The first of `generated` (kSteps tokens, or fewer before an EOS) whose piece, as
+// llama-completion prints it, differs from its `output` after the prompt's pieces;
+// generated.size() when kvserve stopped at an EOS and llama.cpp did not; SIZE_MAX when they
+// agree. llama.cpp prints a token's bytes (byte tokens as their byte, control tokens as
+// nothing, no space dropped after a BOS) with printf's "%s", so a piece ends at its first
+// NUL: the byte token <0x00> prints nothing.
+size_t FirstDifferingPiece(const model::Tokenizer& tokenizer, const std::vector<int32_t>& prompt,
+                           const std::vector<int32_t>& generated, std::string_view output) {
+  // Consumes the piece of `id` from the front of `output`; false when it is not there.
+  const auto consume = [&](int32_t id) {
+    std::string_view piece = tokenizer.PieceBytes(/*prev_id=*/-1, id);
+    piece = piece.substr(0, piece.find('\0'));
+    if (!output.starts_with(piece)) return false;
+    output.remove_prefix(piece.size());
+    return true;
+  };
+  for (int32_t id : prompt) {
+    if (!consume(id)) return 0;
+  }
+  for (size_t i = 0; i < generated.size(); ++i) {
+    if (!consume(generated[i])) return i;
+  }
+  const bool stopped = static_cast<int>(generated.size()) < kSteps;
+  return !stopped || output.starts_with(" [end of text]") ? SIZE_MAX : generated.size();
+}
+
+// The first index where `a` and `b` differ (the shorter one's length when one is a prefix
+// of the other), or SIZE_MAX when they are equal.
+size_t FirstDifference(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  if (a == b) return SIZE_MAX;
+  return static_cast<size_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first -
+                             a.begin());
 }
 
 class ArchitectureParityTest : public ::testing::TestWithParam<ArchCase> {};
 
 TEST_P(ArchitectureParityTest, GreedyTokensEqualLlamaCpp) {
   const ArchCase& c = GetParam();
-  if (!c.has_llama_cpp_peer) GTEST_SKIP() << c.arch << " is not in llama.cpp c392e50";
   const char* bin = std::getenv("KVSERVE_LLAMA_CPP_BIN");
-  if (bin == nullptr || !std::filesystem::exists(std::string(bin) + "/llama-cli")) {
+  const bool current =
+      bin != nullptr && std::filesystem::exists(std::string(bin) + "/llama-completion");
+  if (!current && (bin == nullptr || !std::filesystem::exists(std::string(bin) + "/llama-cli"))) {
     GTEST_SKIP() << "llama.cpp not found: set KVSERVE_LLAMA_CPP_BIN to the directory holding "
-                    "llama-cli (see ../shared/PEERS.md); comparison skipped";
+                    "llama-completion or llama-cli (see ../shared/PEERS.md); comparison skipped";
+  }
+  if (!current && c.needs_current_llama_cpp) {
+    GTEST_SKIP() << c.arch << " is not in a llama.cpp without llama-completion (c392e50)";
   }
   absl::StatusOr<std::string> path = WriteModel(c);
   ASSERT_TRUE(path.ok()) << path.status();
   absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Load(*path);
   ASSERT_TRUE(m.ok()) << m.status();
+  absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
+      model::Tokenizer::Create((*m)->vocab());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   for (const char* prompt : kPrompts) {
     SCOPED_TRACE(prompt);
-    std::vector<int32_t> prompt_ids, want;
-    ASSERT_TRUE(RunLlamaCli(bin, *path, prompt, &prompt_ids, &want));
-    EXPECT_GE(want.size(), 16u) << "llama.cpp stopped early: too short a comparison";
+    LlamaCppRun run;
+    ASSERT_TRUE(current ? RunLlamaCompletion(bin, *path, prompt, &run)
+                        : RunLlamaCli(bin, *path, prompt, &run));
     for (const char* backend : {"reference", "cpu_blas"}) {
-      float margin = 0;
-      const std::vector<int32_t> got = Greedy(**m, backend, prompt_ids, &margin);
-      EXPECT_EQ(got, want) << backend;
-      EXPECT_GT(margin, kMinMargin) << backend << ": a near-tie makes the comparison luck";
+      std::vector<float> margins;
+      const std::vector<int32_t> got = Greedy(**m, backend, run.prompt_ids, &margins);
+      const size_t differs = current
+                                 ? FirstDifferingPiece(**tokenizer, run.prompt_ids, got, run.output)
+                                 : FirstDifference(got, run.generated_ids);
+      EXPECT_EQ(differs, SIZE_MAX)
+          << backend << ": first difference at step " << differs
+          << ", where kvserve's top-2 gap is "
+          << (differs < margins.size() ? margins[differs] : NAN)
+          << "\nkvserve:   " << ::testing::PrintToString(got) << "\nllama.cpp: "
+          << (current ? ::testing::PrintToString(run.output)
+                      : ::testing::PrintToString(run.generated_ids));
+      EXPECT_GE(got.size(), 16u) << backend << ": EOS so early makes too short a comparison";
+      EXPECT_GT(*std::min_element(margins.begin(), margins.end()), kMinMargin)
+          << backend << ": a near-tie makes the comparison luck";
     }
   }
   std::filesystem::remove(*path);
 }
 
-// For the architectures llama.cpp c392e50 lacks (qwen3), and as a second oracle for the
-// others: greedy tokens equal the textbook forward pass's, logits within 1e-4 relative.
+// A second oracle for every architecture (and the only one for qwen3 when llama.cpp is
+// c392e50): greedy tokens equal the textbook forward pass's, logits within 1e-4 relative.
 TEST_P(ArchitectureParityTest, GreedyTokensEqualTextbookForwardPass) {
   const ArchCase& c = GetParam();
   absl::StatusOr<std::string> path = WriteModel(c);
@@ -206,8 +318,8 @@ TEST_P(ArchitectureParityTest, GreedyTokensEqualTextbookForwardPass) {
       backends::testing::TextbookGreedy(**m, prompt, kTextbookSteps, (*m)->vocab().eos_id);
   ASSERT_TRUE(want.ok()) << want.status();
   for (const char* backend : {"reference", "cpu_blas"}) {
-    float margin = 0;
-    std::vector<int32_t> got = Greedy(**m, backend, prompt, &margin);
+    std::vector<float> margins;
+    std::vector<int32_t> got = Greedy(**m, backend, prompt, &margins);
     got.resize(std::min(got.size(), want->size()));
     EXPECT_EQ(got, *want) << backend;
   }
@@ -219,8 +331,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ArchCase{"llama", "llama"}, ArchCase{"llama_tied", "llama", true},
                       ArchCase{"llama3", "llama", true, true}, ArchCase{"qwen2", "qwen2"},
                       ArchCase{"qwen2_tied", "qwen2", true},
-                      ArchCase{"qwen3", "qwen3", true, false, /*has_llama_cpp_peer=*/false},
-                      ArchCase{"qwen3moe", "qwen3moe", false, false, /*has_llama_cpp_peer=*/false}),
+                      ArchCase{"qwen3", "qwen3", true, false, /*needs_current_llama_cpp=*/true},
+                      ArchCase{"qwen3moe", "qwen3moe", false, false,
+                               /*needs_current_llama_cpp=*/true}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

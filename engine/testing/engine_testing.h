@@ -156,13 +156,15 @@ inline absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(
   return CreateEngine(options, model, *std::move(backend));
 }
 
-// A greedy request (temperature 0, EOS ignored) for `max_tokens` tokens after `prompt`.
-inline Request GreedyRequest(std::vector<int32_t> prompt, int max_tokens) {
+// A greedy request (temperature 0, EOS ignored) for `max_tokens` tokens after `prompt`,
+// with the `top_logprobs` most likely tokens of each step reported.
+inline Request GreedyRequest(std::vector<int32_t> prompt, int max_tokens, int top_logprobs = 0) {
   Request r;
   r.prompt_tokens = std::move(prompt);
   r.sampling.temperature = 0.0f;
   r.sampling.max_tokens = max_tokens;
   r.sampling.ignore_eos = true;
+  r.sampling.top_logprobs = top_logprobs;
   return r;
 }
 

@@ -1,0 +1,317 @@
+// The draft model source: vocabulary checks, greedy proposals kept in step with the
+// sequence across steps, turns and a small K/V pool, and through the engine: output
+// unchanged whatever the draft model, every draft accepted when it is the target itself.
+#include "engine/draft_model.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/backend.h"
+#include "engine/engine.h"
+#include "engine/engine_options.h"
+#include "engine/model_loading.h"
+#include "engine/testing/engine_testing.h"
+#include "engine/testing/small_model.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/model.h"
+
+namespace kvserve::engine {
+namespace {
+
+using ::kvserve::engine::testing::CyclicPrompt;
+using ::kvserve::engine::testing::GreedyRequest;
+using ::kvserve::engine::testing::Result;
+using ::kvserve::engine::testing::RunRequest;
+using ::kvserve::engine::testing::SmallRandomModel;
+using ::testing::HasSubstr;
+
+model::Vocabulary SmallVocabulary() {
+  model::Vocabulary v;
+  v.pieces = {"<unk>", "<s>", "</s>", "\xe2\x96\x81the", "a"};
+  v.scores = {0, 0, 0, -1, -2};
+  v.kinds = {model::TokenKind::kUnknown, model::TokenKind::kControl, model::TokenKind::kControl,
+             model::TokenKind::kNormal, model::TokenKind::kNormal};
+  return v;
+}
+
+TEST(CheckDraftVocabularyTest, AcceptsTheSameVocabulary) {
+  EXPECT_TRUE(CheckDraftVocabulary(SmallVocabulary(), SmallVocabulary()).ok());
+}
+
+TEST(CheckDraftVocabularyTest, NamesTheFirstDifference) {
+  struct Case {
+    std::string name;
+    void (*change)(model::Vocabulary&);
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"text", [](model::Vocabulary& v) { v.pieces[3] = "the"; }, "text of token 3"},
+      {"kind", [](model::Vocabulary& v) { v.kinds[4] = model::TokenKind::kUserDefined; },
+       "kind of token 4"},
+      {"size",
+       [](model::Vocabulary& v) {
+         v.pieces.push_back("b");
+         v.scores.push_back(0);
+         v.kinds.push_back(model::TokenKind::kNormal);
+       },
+       "number of tokens \"5\" vs \"6\""},
+      {"bos", [](model::Vocabulary& v) { v.bos_id = 2; }, "BOS id"},
+      {"eos", [](model::Vocabulary& v) { v.eos_id = 1; }, "EOS id"},
+      {"model",
+       [](model::Vocabulary& v) {
+         v.model = model::TokenizerModel::kBytePairEncoding;
+         v.tokenizer_model = "gpt2";
+       },
+       "tokenizer model \"llama\" vs \"gpt2\""},
+      {"pre", [](model::Vocabulary& v) { v.pre_tokenizer = "qwen2"; }, "pre-tokenizer"},
+  };
+  for (const Case& c : cases) {
+    model::Vocabulary draft = SmallVocabulary();
+    c.change(draft);
+    const absl::Status s = CheckDraftVocabulary(SmallVocabulary(), draft);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << c.name;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.name << ": " << s;
+  }
+}
+
+// A draft model source over a copy of the small random model (seed `seed`).
+std::unique_ptr<DraftModelSource> MakeDraft(const model::Model& target, uint64_t seed,
+                                            const std::string& backend_name,
+                                            DraftModelOptions options = {}, int block_tokens = 4) {
+  std::unique_ptr<model::Model> draft = SmallRandomModel(seed);
+  auto backend = backends::CreateBackend(
+      backend_name, *draft,
+      model::KvLayout::ForModel(draft->config(), block_tokens, model::DType::kF16),
+      backends::BackendOptions{});
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  auto source = DraftModelSource::Create(target, std::move(draft), *std::move(backend), options);
+  EXPECT_TRUE(source.ok()) << source.status();
+  return source.ok() ? *std::move(source) : nullptr;
+}
+
+// Forwards to `draft` and checks each proposal against a draft model that computes the
+// context from scratch: the one kept in step must propose exactly what it would.
+class CheckedDraft final : public DraftSource {
+ public:
+  CheckedDraft(DraftModelSource* draft, std::unique_ptr<DraftModelSource> fresh)
+      : draft_(draft), fresh_(std::move(fresh)) {}
+  std::string_view name() const override { return draft_->name(); }
+  void Propose(uint64_t request_id, std::span<const int32_t> context, int32_t max_tokens,
+               std::vector<int32_t>* out) override {
+    const size_t first = out->size();
+    draft_->Propose(request_id, context, max_tokens, out);
+    std::vector<int32_t> want;
+    fresh_->Propose(++fresh_ids_, context, max_tokens, &want);
+    fresh_->Forget(fresh_ids_);
+    const std::vector<int32_t> got(out->begin() + static_cast<ptrdiff_t>(first), out->end());
+    // A smaller proposal is allowed when the pool ran out; a different one is not.
+    if (got.size() > want.size() || !std::equal(got.begin(), got.end(), want.begin())) {
+      ++mismatches_;
+    }
+    proposed_ += static_cast<int64_t>(got.size());
+  }
+  void Forget(uint64_t request_id) override { draft_->Forget(request_id); }
+  int mismatches() const { return mismatches_; }
+  int64_t proposed() const { return proposed_; }
+
+ private:
+  DraftModelSource* draft_;
+  std::unique_ptr<DraftModelSource> fresh_;
+  uint64_t fresh_ids_ = 0;
+  int mismatches_ = 0;
+  int64_t proposed_ = 0;
+};
+
+Engine::Options SpeculativeOptions(DraftSource* source) {
+  Engine::Options o;
+  o.kv_budget_bytes = size_t{8} << 20;
+  o.max_step_tokens = 64;
+  o.block_tokens = 4;
+  o.speculative.source = "draft_model";
+  o.speculative.custom_source = source;
+  o.speculative.adaptive = false;  // these tests check the mechanism
+  return o;
+}
+
+class DraftModelSourceTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { target_ = SmallRandomModel(); }
+  std::unique_ptr<model::Model> target_;
+};
+
+// The target as its own draft: its greedy continuation, so every draft is accepted,
+// step after step (the draft model follows the sequence: rolled back to what was
+// accepted, fed what was sampled).
+TEST_P(DraftModelSourceTest, TheTargetAsItsDraftHasEveryDraftAccepted) {
+  auto plain = testing::MakeEngine(*target_, SpeculativeOptions(nullptr), GetParam());
+  ASSERT_FALSE(plain.ok());  // draft_model without the loaded source is an error
+  EXPECT_THAT(std::string(plain.status().message()), HasSubstr("needs the loaded draft model"));
+  Engine::Options none = SpeculativeOptions(nullptr);
+  none.speculative.source = "none";
+  auto reference = testing::MakeEngine(*target_, none, GetParam());
+  ASSERT_TRUE(reference.ok()) << reference.status();
+
+  std::unique_ptr<DraftModelSource> draft = MakeDraft(*target_, 11, GetParam());
+  ASSERT_NE(draft, nullptr);
+  auto drafted = testing::MakeEngine(*target_, SpeculativeOptions(draft.get()), GetParam());
+  ASSERT_TRUE(drafted.ok()) << drafted.status();
+  for (int32_t salt : {0, 1, 2}) {
+    const Request r = GreedyRequest(CyclicPrompt(20 + 9 * salt, salt), 40, /*top_logprobs=*/2);
+    const Result want = RunRequest(**reference, r);
+    const Result got = RunRequest(**drafted, r);
+    ASSERT_TRUE(got.status.ok()) << got.status;
+    EXPECT_EQ(got.tokens, want.tokens) << "salt " << salt;
+    EXPECT_EQ(got.logprobs, want.logprobs);
+    EXPECT_GT(got.usage.draft_tokens, 20) << "salt " << salt;
+    EXPECT_EQ(got.usage.draft_tokens_accepted, got.usage.draft_tokens) << "salt " << salt;
+  }
+}
+
+// Another model as the draft: most drafts rejected, the output unchanged, also with
+// several sequences at once and a draft K/V pool too small for all of them; every
+// proposal what the draft model proposes from scratch (kept in step through
+// rejections, chunks and evictions).
+TEST_P(DraftModelSourceTest, AnotherModelLeavesTheOutputUnchanged) {
+  Engine::Options none = SpeculativeOptions(nullptr);
+  none.speculative.source = "none";
+  auto reference = testing::MakeEngine(*target_, none, GetParam());
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  for (int64_t kv_bytes : {int64_t{4} << 20, int64_t{0}}) {
+    DraftModelOptions options;
+    // 0: the pool of the least blocks that hold one sequence of this test (46 positions
+    // + drafts): the sequences take each other's blocks.
+    const size_t block_bytes =
+        model::KvLayout::ForModel(target_->config(), 4, model::DType::kF16).block_bytes();
+    options.kv_bytes = kv_bytes > 0 ? kv_bytes : static_cast<int64_t>(block_bytes) * 14;
+    options.max_chunk_tokens = 7;  // prompts fed in several chunks
+    std::unique_ptr<DraftModelSource> draft = MakeDraft(*target_, 12, GetParam(), options);
+    ASSERT_NE(draft, nullptr);
+    DraftModelOptions forgetful;
+    forgetful.max_kept_sequences = 0;
+    CheckedDraft checked(draft.get(), MakeDraft(*target_, 12, GetParam(), forgetful));
+    Engine::Options o = SpeculativeOptions(&checked);
+    o.speculative.max_batch = 8;
+    auto drafted = testing::MakeEngine(*target_, o, GetParam());
+    ASSERT_TRUE(drafted.ok()) << drafted.status();
+    std::vector<std::shared_ptr<testing::CollectingSink>> sinks;
+    std::vector<Request> requests;
+    for (int32_t salt = 0; salt < 4; ++salt) {
+      requests.push_back(GreedyRequest(CyclicPrompt(10 + 3 * salt, salt), 30));
+      sinks.push_back(std::make_shared<testing::CollectingSink>());
+      ASSERT_TRUE((*drafted)->Submit(requests.back(), sinks.back()).ok());
+    }
+    int64_t drafts = 0;
+    for (size_t i = 0; i < sinks.size(); ++i) {
+      const Result got = sinks[i]->Wait();
+      ASSERT_TRUE(got.status.ok()) << got.status;
+      EXPECT_EQ(got.tokens, RunRequest(**reference, requests[i]).tokens) << "sequence " << i;
+      drafts += got.usage.draft_tokens;
+    }
+    EXPECT_GT(drafts, 0) << "kv_bytes " << options.kv_bytes;
+    EXPECT_GT(checked.proposed(), 0);
+    EXPECT_EQ(checked.mismatches(), 0) << "kv_bytes " << options.kv_bytes;
+  }
+}
+
+// A follow-up turn continues the finished sequence's K/V in the draft model: only the
+// new tokens are fed. A context the draft model cannot hold gets no proposal.
+TEST_P(DraftModelSourceTest, FollowUpTurnsReuseTheDraftKv) {
+  std::unique_ptr<DraftModelSource> draft = MakeDraft(*target_, 11, GetParam());
+  ASSERT_NE(draft, nullptr);
+  std::vector<int32_t> context = CyclicPrompt(30);
+  std::vector<int32_t> out;
+  draft->Propose(1, context, 4, &out);
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(draft->context_tokens_fed(), 30);
+  // The target accepted two drafts and sampled another token.
+  context.insert(context.end(), out.begin(), out.begin() + 2);
+  context.push_back(5);
+  std::vector<int32_t> again;
+  draft->Propose(1, context, 3, &again);
+  EXPECT_EQ(again.size(), 3u);
+  EXPECT_EQ(draft->context_tokens_fed(), 31);  // the drafts were computed already
+  draft->Forget(1);
+  // The next turn, under another request id: its context extends the last one (and
+  // not with the draft model's last proposal).
+  context.insert(context.end(), {again[0] == 7 ? 6 : 7, 8, 9});
+  std::vector<int32_t> next;
+  draft->Propose(2, context, 2, &next);
+  EXPECT_EQ(next.size(), 2u);
+  EXPECT_EQ(draft->context_tokens_fed(), 34);  // the 3 new tokens only
+  // The same proposal as a draft model that never saw the earlier turns.
+  std::unique_ptr<DraftModelSource> fresh = MakeDraft(*target_, 11, GetParam());
+  std::vector<int32_t> fresh_next;
+  fresh->Propose(9, context, 2, &fresh_next);
+  EXPECT_EQ(fresh_next, next);
+  // Beyond the draft model's context length (512): no proposal, no crash. At 512
+  // positions one draft (the last is never fed), at 511 two.
+  for (int n : {513, 512, 511}) {
+    std::vector<int32_t> proposal;
+    fresh->Propose(100 + static_cast<uint64_t>(n), CyclicPrompt(n), 3, &proposal);
+    EXPECT_EQ(proposal.size(), static_cast<size_t>(std::max(0, 513 - n))) << n << " positions";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, DraftModelSourceTest,
+                         ::testing::Values("reference", "cpu_blas"));
+
+TEST(DraftModelSourceCreateTest, RejectsAPoolTooSmallAndBadOptions) {
+  std::unique_ptr<model::Model> target = SmallRandomModel();
+  DraftModelOptions tiny;
+  tiny.kv_bytes = 1;
+  auto layout = model::KvLayout::ForModel(target->config(), 4, model::DType::kF16);
+  auto backend = backends::CreateBackend("reference", *target, layout, backends::BackendOptions{});
+  ASSERT_TRUE(backend.ok());
+  auto small = SmallRandomModel();
+  auto backend2 = backends::CreateBackend("reference", *small, layout, backends::BackendOptions{});
+  auto s = DraftModelSource::Create(*target, std::move(small), *std::move(backend2), tiny);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted) << s.status();
+  DraftModelOptions bad;
+  bad.max_chunk_tokens = 0;
+  auto other = SmallRandomModel();
+  auto backend3 = backends::CreateBackend("reference", *other, layout, backends::BackendOptions{});
+  s = DraftModelSource::Create(*target, std::move(other), *std::move(backend3), bad);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+}
+
+// Through LoadModel, as kvserve does: stories260K drafting for itself.
+TEST(DraftModelLoadingTest, LoadsTheDraftModelAndChecksTheOptions) {
+  const char* dir = std::getenv("KVSERVE_MODELS_DIR");
+  ASSERT_NE(dir, nullptr) << "run with ctest";
+  const std::string file = std::string(dir) + "/stories260K.gguf";
+  ModelOptions options;
+  options.model_path = file;
+  options.threads = 1;
+  options.engine.kv_budget_bytes = size_t{16} << 20;
+  options.engine.speculative.source = "draft_model";
+  options.engine.speculative.adaptive = false;
+  EXPECT_THAT(std::string(ValidateModelOptions(options).message()),
+              HasSubstr("draft_model is required"));
+  options.draft_model_path = file;
+  ASSERT_TRUE(ValidateModelOptions(options).ok());
+  absl::StatusOr<LoadedModel> loaded = LoadModel(options);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->engine->Stats().speculative.source, "draft_model");
+  Request r = GreedyRequest({1, 403, 407, 259, 376}, 48);
+  const Result got = RunRequest(*loaded->engine, r);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_GT(got.usage.draft_tokens, 0);
+  EXPECT_EQ(got.usage.draft_tokens_accepted, got.usage.draft_tokens);
+
+  options.engine.speculative.source = "ngram";
+  EXPECT_THAT(std::string(ValidateModelOptions(options).message()),
+              HasSubstr("draft_model needs speculative draft_model"));
+  options.engine.speculative.source = "draft_model";
+  options.draft_model_path = dir + std::string("/no-such-model.gguf");
+  absl::StatusOr<LoadedModel> missing = LoadModel(options);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("draft model: "));
+}
+
+}  // namespace
+}  // namespace kvserve::engine
