@@ -213,7 +213,8 @@ absl::Status Run(const Flags& flags, const kvserve::backends::cpu_blas::BlasCore
   const model::Model& mdl = **loaded;
   const model::KvLayout layout =
       model::KvLayout::ForModel(mdl.config(), flags.block_tokens, flags.kv_dtype);
-  const uint64_t bytes_per_token = bench::WeightBytesPerToken(mdl.weights());
+  const uint64_t bytes_per_token =
+      bench::WeightBytesPerToken(mdl.weights(), mdl.config().n_experts_used);
   const std::string dtype(model::DTypeName(bench::MatrixDType(mdl.weights())));
 
   for (const std::string& name : flags.backends) {

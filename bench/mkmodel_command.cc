@@ -19,7 +19,8 @@
 
 ABSL_FLAG(std::string, preset, "",
           "Model shape: tiny (tests), s110m, smol135m (tied embeddings), "
-          "tl1b or l3-1b (Llama 3.2 1B shape, tied). Required.");
+          "tl1b, l3-1b (Llama 3.2 1B shape, tied) or q3moe-mini (Qwen3-30B-A3B's experts at a "
+          "smaller width and depth; --arch qwen3moe). Required.");
 ABSL_FLAG(std::string, dtype, "",
           "Matrix element type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, or q4_k_m (llama.cpp's "
           "Q4_K_M mix of q4_k and q6_k). Required.");
@@ -27,8 +28,9 @@ ABSL_FLAG(std::string, out, "", "The GGUF file to write. Required.");
 ABSL_FLAG(int32_t, context_length, 0,
           "Context length written into the file; 0 = the preset's (e.g. 2048 for s110m).");
 ABSL_FLAG(std::string, arch, "llama",
-          "Architecture: llama, qwen2 (Q/K/V biases, rotate-halves RoPE) or qwen3 (Q/K norms, "
-          "rotate-halves RoPE).");
+          "Architecture: llama, qwen2 (Q/K/V biases, rotate-halves RoPE), qwen3 (Q/K norms, "
+          "rotate-halves RoPE) or qwen3moe (qwen3 with experts: the preset's, else 8 of the "
+          "preset's FFN size, 2 per token).");
 ABSL_FLAG(bool, llama_biases, false, "llama only: add Q/K/V and output-projection biases.");
 ABSL_FLAG(bool, tied, false, "Tie the LM head to the token embedding (omit output.weight).");
 ABSL_FLAG(float, rope_freq_base, 0.0f, "RoPE base (rope.freq_base); 0 = the preset's (10000).");
@@ -49,7 +51,7 @@ namespace {
 
 constexpr char kUsage[] =
     R"(Usage: kvserve-bench mkmodel --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m
-                       --out FILE [--seed N] [--context_length N] [--arch llama|qwen2|qwen3]
+                       --out FILE [--seed N] [--context_length N] [--arch llama|qwen2|qwen3|qwen3moe]
                        [--tied] [--llama_biases] [--rope_freq_base F] [--rope_llama3_factor F]
                        [--rope_scale_linear F] [--sliding_window N] [--weight_std F]
 

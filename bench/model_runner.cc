@@ -40,12 +40,17 @@ absl::Status CheckCounts(const model::Model& model, int sequences, int positions
 
 }  // namespace
 
-uint64_t WeightBytesPerToken(const model::ModelWeights& w) {
+uint64_t WeightBytesPerToken(const model::ModelWeights& w, int experts_used) {
   uint64_t bytes = MatrixBytes(w.output) + w.token_embedding.row_bytes();
   for (const model::LayerWeights& l : w.layers) {
-    for (const model::TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+    for (const model::TensorView* t :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router}) {
       bytes += MatrixBytes(*t);
     }
+    if (l.expert_gate.empty()) continue;
+    bytes += static_cast<uint64_t>(experts_used) *
+             (MatrixBytes(l.expert_gate[0]) + MatrixBytes(l.expert_up[0]) +
+              MatrixBytes(l.expert_down[0]));
   }
   return bytes;
 }

@@ -40,6 +40,22 @@ TEST(WeightBytesPerTokenTest, CountsEveryMatrixOnceAndOneEmbeddingRow) {
   }
 }
 
+TEST(WeightBytesPerTokenTest, CountsTheRouterAndTheUsedExpertsOnly) {
+  backends::testing::RandomModelOptions options;
+  for (const backends::testing::NamedConfig& named : backends::testing::ArchitectureConfigs()) {
+    if (named.name == "qwen3moe") options.config = named.config;
+  }
+  ASSERT_TRUE(options.config.moe());
+  auto m = backends::testing::MakeRandomModel(options);  // f32
+  ASSERT_TRUE(m.ok()) << m.status();
+  const model::ModelConfig& c = (*m)->config();
+  const uint64_t per_layer = static_cast<uint64_t>(c.dim) * (2 * c.q_dim() + 2 * c.kv_dim()) +
+                             uint64_t(c.n_experts) * c.dim +
+                             uint64_t(c.n_experts_used) * 3 * c.dim * c.ffn_dim;
+  const uint64_t elements = c.n_layers * per_layer + uint64_t(c.vocab_size) * c.dim + c.dim;
+  EXPECT_EQ(WeightBytesPerToken((*m)->weights(), c.n_experts_used), 4 * elements);
+}
+
 TEST(ModelRunnerTest, MeasuresPrefillAndDecodeOnTheReferenceBackend) {
   std::unique_ptr<model::Model> m = TinyModel(model::DType::kF32, false);
   ASSERT_NE(m, nullptr);

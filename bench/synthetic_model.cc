@@ -82,21 +82,24 @@ void EncodeRow(const std::vector<float>& values, DType dtype, std::vector<uint8_
   model::EncodeRow(dtype, values, out.data());
 }
 
+// A [rows, cols] matrix, or with experts > 0 the 3-D [experts][rows][cols] tensor of a
+// mixture-of-experts layer (GGUF dims {cols, rows, experts}).
 absl::Status AddMatrix(GgufWriter& w, const std::string& name, DType dtype, int64_t rows,
-                       int64_t cols, uint64_t seed, float stddev) {
-  return w.AddTensor(name, dtype, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)},
-                     [=](GgufByteSink& sink) {
-                       NormalStream rng(seed ^ HashName(name), stddev);
-                       std::vector<float> row(static_cast<size_t>(cols));  // [cols]
-                       std::vector<uint8_t> bytes;
-                       for (int64_t r = 0; r < rows; ++r) {
-                         for (float& v : row) v = rng.Next();
-                         EncodeRow(row, dtype, bytes);
-                         if (absl::Status s = sink.Append(bytes.data(), bytes.size()); !s.ok())
-                           return s;
-                       }
-                       return absl::OkStatus();
-                     });
+                       int64_t cols, uint64_t seed, float stddev, int64_t experts = 0) {
+  std::vector<uint64_t> dims = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
+  if (experts > 0) dims.push_back(static_cast<uint64_t>(experts));
+  const int64_t all_rows = rows * std::max<int64_t>(experts, 1);
+  return w.AddTensor(name, dtype, std::move(dims), [=](GgufByteSink& sink) {
+    NormalStream rng(seed ^ HashName(name), stddev);
+    std::vector<float> row(static_cast<size_t>(cols));  // [cols]
+    std::vector<uint8_t> bytes;
+    for (int64_t r = 0; r < all_rows; ++r) {
+      for (float& v : row) v = rng.Next();
+      EncodeRow(row, dtype, bytes);
+      if (absl::Status s = sink.Append(bytes.data(), bytes.size()); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  });
 }
 
 // A [n] f32 vector of mean + N(0, stddev^2) values (biases, Q/K norm gains).
@@ -148,7 +151,9 @@ bool UseMoreBits(int layer, int n_layers) {
 
 }  // namespace
 
-std::vector<std::string> PresetNames() { return {"tiny", "s110m", "smol135m", "tl1b", "l3-1b"}; }
+std::vector<std::string> PresetNames() {
+  return {"tiny", "s110m", "smol135m", "tl1b", "l3-1b", "q3moe-mini"};
+}
 
 absl::StatusOr<model::ModelConfig> PresetConfig(std::string_view name) {
   if (name == "tiny") return Shape(64, 2, 4, 2, 128, 512, 256, false);
@@ -161,16 +166,34 @@ absl::StatusOr<model::ModelConfig> PresetConfig(std::string_view name) {
     c.rope_freq_factors = Llama3RopeFactors(c.rope_base, c.rope_dim, 32.0f);
     return c;
   }
+  if (name == "q3moe-mini") {
+    ModelConfig c = Shape(512, 4, 8, 1, 768, 32000, 4096, false);
+    c.head_dim = c.rope_dim = 128;
+    c.rope_base = 1000000.0f;
+    c.rms_eps = 1e-6f;
+    c.n_experts = 128;
+    c.n_experts_used = 8;
+    return c;
+  }
   return absl::NotFoundError(absl::StrCat("unknown preset '", std::string(name),
-                                          "' (tiny, s110m, smol135m, tl1b, l3-1b)"));
+                                          "' (tiny, s110m, smol135m, tl1b, l3-1b, q3moe-mini)"));
 }
 
 absl::Status ApplyArchitecture(std::string_view arch, model::ModelConfig& config) {
-  if (arch == "llama") return absl::OkStatus();
-  if (arch != "qwen2" && arch != "qwen3") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown architecture '", std::string(arch), "' (llama, qwen2, qwen3)"));
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown architecture '", std::string(arch),
+                                                   "' (llama, qwen2, qwen3, qwen3moe)"));
   }
+  if (arch == "qwen3moe") {
+    if (!config.moe()) {
+      config.n_experts = kDefaultExperts;
+      config.n_experts_used = kDefaultExpertsUsed;
+    }
+  } else if (config.moe()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the shape has experts: --arch qwen3moe, not '", std::string(arch), "'"));
+  }
+  if (arch == "llama") return absl::OkStatus();
   config.architecture = std::string(arch);
   config.rope_style = model::RopeStyle::kRotateHalves;
   if (arch == "qwen2") {
@@ -179,7 +202,7 @@ absl::Status ApplyArchitecture(std::string_view arch, model::ModelConfig& config
     }
     config.attention_qkv_bias = true;
   } else {
-    config.qk_norm = true;
+    config.qk_norm = true;  // qwen3 and qwen3moe
   }
   return absl::OkStatus();
 }
@@ -270,12 +293,17 @@ absl::StatusOr<model::Vocabulary> SyntheticVocabulary(int vocab_size) {
 }
 
 DType MatrixDType(const SyntheticModelOptions& options, std::string_view tensor, int layer) {
+  // The router stays f32, as llama.cpp's converter and quantizer keep it.
+  if (tensor == "ffn_gate_inp") return DType::kF32;
   if (options.mix == QuantMix::kUniform) return options.dtype;
   const int n = options.config.n_layers;
   const bool is_output =
       tensor == "output" || (tensor == "token_embd" && options.config.tied_embeddings);
   if (is_output) return DType::kQ6_K;
-  if ((tensor == "attn_v" || tensor == "ffn_down") && UseMoreBits(layer, n)) return DType::kQ6_K;
+  if ((tensor == "attn_v" || tensor == "ffn_down" || tensor == "ffn_down_exps") &&
+      UseMoreBits(layer, n)) {
+    return DType::kQ6_K;
+  }
   return DType::kQ4_K;
 }
 
@@ -283,15 +311,17 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
   const ModelConfig& c = options.config;
   if (absl::Status s = c.Validate(); !s.ok()) return s;
   const bool llama = c.architecture == "llama";
-  if (!(llama || c.architecture == "qwen2" || c.architecture == "qwen3") ||
+  const bool moe = c.architecture == "qwen3moe";
+  if (!(llama || moe || c.architecture == "qwen2" || c.architecture == "qwen3") ||
       (c.rope_style == model::RopeStyle::kAdjacentPairs) != llama) {
     return absl::InvalidArgumentError(
-        "synthetic models are llama (adjacent-pair RoPE), qwen2 or qwen3 (rotate halves)");
+        "synthetic models are llama (adjacent-pair RoPE), qwen2, qwen3 or qwen3moe (rotate "
+        "halves)");
   }
   // What llama.cpp reads per architecture (see model/gguf_llama.h).
   if ((c.architecture == "qwen2") != (c.attention_qkv_bias && !llama) ||
-      (c.architecture == "qwen3") != c.qk_norm || (!llama && c.attention_output_bias) ||
-      (!llama && !c.rope_freq_factors.empty())) {
+      (c.architecture == "qwen3" || moe) != c.qk_norm || moe != c.moe() ||
+      (!llama && c.attention_output_bias) || (!llama && !c.rope_freq_factors.empty())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the config's features do not match what llama.cpp reads for ", c.architecture));
   }
@@ -334,6 +364,11 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
   }
   w.SetFloat32(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
   w.SetUint32(a + "vocab_size", static_cast<uint32_t>(c.vocab_size));
+  if (moe) {
+    w.SetUint32(a + "expert_count", static_cast<uint32_t>(c.n_experts));
+    w.SetUint32(a + "expert_used_count", static_cast<uint32_t>(c.n_experts_used));
+    w.SetUint32(a + "expert_feed_forward_length", static_cast<uint32_t>(c.ffn_dim));
+  }
 
   w.SetString("tokenizer.ggml.model", "llama");
   w.SetStringArray("tokenizer.ggml.tokens", vocab->pieces);
@@ -351,11 +386,12 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
 
   const float sd = options.weight_std;
   const uint64_t seed = options.seed;
-  auto matrix = [&](std::string_view tensor, int layer, int64_t rows, int64_t cols) {
+  auto matrix = [&](std::string_view tensor, int layer, int64_t rows, int64_t cols,
+                    int64_t experts = 0) {
     const std::string name = layer < 0
                                  ? absl::StrCat(std::string(tensor), ".weight")
                                  : absl::StrCat("blk.", layer, ".", std::string(tensor), ".weight");
-    return AddMatrix(w, name, MatrixDType(options, tensor, layer), rows, cols, seed, sd);
+    return AddMatrix(w, name, MatrixDType(options, tensor, layer), rows, cols, seed, sd, experts);
   };
   absl::Status s = matrix("token_embd", -1, c.vocab_size, c.dim);
   for (int l = 0; s.ok() && l < c.n_layers; ++l) {
@@ -366,9 +402,16 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
     if (s.ok()) s = matrix("attn_v", l, c.kv_dim(), c.dim);
     if (s.ok()) s = matrix("attn_output", l, c.dim, c.q_dim());
     if (s.ok()) s = AddNorm(w, p + "ffn_norm.weight", c.dim);
-    if (s.ok()) s = matrix("ffn_gate", l, c.ffn_dim, c.dim);
-    if (s.ok()) s = matrix("ffn_up", l, c.ffn_dim, c.dim);
-    if (s.ok()) s = matrix("ffn_down", l, c.dim, c.ffn_dim);
+    if (moe) {
+      if (s.ok()) s = matrix("ffn_gate_inp", l, c.n_experts, c.dim);
+      if (s.ok()) s = matrix("ffn_gate_exps", l, c.ffn_dim, c.dim, c.n_experts);
+      if (s.ok()) s = matrix("ffn_up_exps", l, c.ffn_dim, c.dim, c.n_experts);
+      if (s.ok()) s = matrix("ffn_down_exps", l, c.dim, c.ffn_dim, c.n_experts);
+    } else {
+      if (s.ok()) s = matrix("ffn_gate", l, c.ffn_dim, c.dim);
+      if (s.ok()) s = matrix("ffn_up", l, c.ffn_dim, c.dim);
+      if (s.ok()) s = matrix("ffn_down", l, c.dim, c.ffn_dim);
+    }
     if (c.attention_qkv_bias) {
       if (s.ok()) s = AddVector(w, p + "attn_q.bias", c.q_dim(), seed, 0.0f, sd);
       if (s.ok()) s = AddVector(w, p + "attn_k.bias", c.kv_dim(), seed, 0.0f, sd);

@@ -23,13 +23,25 @@ namespace kvserve::bench {
 //   tl1b     dim 2048, 22 layers, 32 heads, 4 KV heads, FFN 5632, vocab 32000
 //   l3-1b    Llama 3.2 1B: dim 2048, 16 layers, 32 heads, 8 KV heads, FFN 8192, vocab 128256,
 //            tied, rope_base 500000 with Llama3RopeFactors(factor 32), context 8192
+//   q3moe-mini  Qwen3-30B-A3B scaled down (for --arch qwen3moe only): its experts (128 of
+//            FFN 768, 8 per token), head_dim 128, 8 query heads per KV head, rope_base 1e6,
+//            rms_eps 1e-6; dim 512 (not 2048), 4 layers (not 48), vocab 32000 (not 151936),
+//            context 4096: about 642 M parameters, 59 M read per token (38 M of them in the
+//            8 experts of each layer; q8_0: 683 MB)
 // NOT_FOUND for another name.
 absl::StatusOr<model::ModelConfig> PresetConfig(std::string_view name);
 std::vector<std::string> PresetNames();
 
-// Turns a llama-architecture config into `arch` ("llama", "qwen2" or "qwen3") with that
-// architecture's features: qwen2 rotate-halves RoPE and Q/K/V biases, qwen3 rotate-halves
-// RoPE and Q/K norms. INVALID_ARGUMENT for another name, or for qwen2 when
+// Experts ApplyArchitecture gives a shape without them for qwen3moe: each of the shape's
+// FFN size.
+inline constexpr int kDefaultExperts = 8;
+inline constexpr int kDefaultExpertsUsed = 2;
+
+// Turns a llama-architecture config into `arch` ("llama", "qwen2", "qwen3" or "qwen3moe")
+// with that architecture's features: qwen2 rotate-halves RoPE and Q/K/V biases, qwen3
+// rotate-halves RoPE and Q/K norms, qwen3moe those of qwen3 and experts (the shape's, else
+// kDefaultExperts of which kDefaultExpertsUsed per token). INVALID_ARGUMENT for another
+// name, for a shape with experts and another architecture, or for qwen2 when
 // n_heads * head_dim != dim (llama.cpp's qwen2 loader requires it).
 absl::Status ApplyArchitecture(std::string_view arch, model::ModelConfig& config);
 
@@ -79,16 +91,20 @@ struct SyntheticModelOptions {
 };
 
 // The element type of matrix `tensor` ("token_embd", "output" or a layer's "attn_q",
-// "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down") of layer `layer`.
+// "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "ffn_gate_inp",
+// "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps") of layer `layer`. The router
+// (ffn_gate_inp) is always f32; ffn_down_exps follows ffn_down in the Q4_K_M mix.
 model::DType MatrixDType(const SyntheticModelOptions& options, std::string_view tensor, int layer);
 
-// Writes a GGUF v3 file of config.architecture (llama, qwen2 or qwen3) with every key
+// Writes a GGUF v3 file of config.architecture (llama, qwen2, qwen3 or qwen3moe) with every key
 // llama.cpp needs (general.*, <arch>.*, tokenizer.ggml.*) and tensors token_embd,
 // blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up,
 // ffn_down}, output_norm and (untied) output; plus blk.N.attn_{q,k,v}.bias,
 // blk.N.attn_output.bias, blk.N.attn_{q,k}_norm.weight and rope_freqs.weight when the
 // config has those features (biases are N(0, weight_std^2) in f32, Q/K norm gains
-// 1 + N(0, 0.2^2) in f32).
+// 1 + N(0, 0.2^2) in f32). qwen3moe: expert_count, expert_used_count and
+// expert_feed_forward_length, and per layer ffn_gate_inp and the 3-D ffn_{gate,up,down}_exps
+// instead of ffn_{gate,up,down}.
 // Tensor bytes are generated row by row while writing: memory use stays small for any
 // size. The same options always give the same bytes. Errors: INVALID_ARGUMENT for an
 // invalid config or dtype, I/O errors from the writer.

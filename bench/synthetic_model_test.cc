@@ -198,7 +198,7 @@ TEST(WriteSyntheticModelTest, TiedEmbeddingsHaveNoOutputTensor) {
 
 TEST(WriteSyntheticModelTest, ArchitecturesLoadBackWithTheirFeatures) {
   TempDir dir;
-  for (const char* arch : {"llama", "qwen2", "qwen3"}) {
+  for (const char* arch : {"llama", "qwen2", "qwen3", "qwen3moe"}) {
     SCOPED_TRACE(arch);
     SyntheticModelOptions o;
     o.config = *PresetConfig("tiny");
@@ -223,11 +223,43 @@ TEST(WriteSyntheticModelTest, ArchitecturesLoadBackWithTheirFeatures) {
     EXPECT_EQ(c.rope_freq_factors, o.config.rope_freq_factors);
     EXPECT_FLOAT_EQ(c.rope_freq_scale, 0.5f);
     EXPECT_EQ(c.sliding_window, 32);
+    EXPECT_EQ(c.n_experts, o.config.n_experts);
+    EXPECT_EQ(c.n_experts_used, o.config.n_experts_used);
+    EXPECT_EQ(c.ffn_dim, 128);
   }
   model::ModelConfig c = *PresetConfig("tiny");
   EXPECT_EQ(ApplyArchitecture("gemma", c).code(), absl::StatusCode::kInvalidArgument);
   c.head_dim = 32;  // q_dim 128 != dim 64: llama.cpp's qwen2 cannot load it
   EXPECT_EQ(ApplyArchitecture("qwen2", c).code(), absl::StatusCode::kInvalidArgument);
+  // A shape with experts is qwen3moe's only.
+  model::ModelConfig moe = *PresetConfig("q3moe-mini");
+  EXPECT_EQ(ApplyArchitecture("qwen3", moe).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ApplyArchitecture("qwen3moe", moe).ok());
+  EXPECT_EQ(moe.n_experts, 128);
+  EXPECT_EQ(moe.n_experts_used, 8);
+}
+
+TEST(WriteSyntheticModelTest, Qwen3MoeTensorsAndQ4_K_MMix) {
+  TempDir dir;
+  SyntheticModelOptions o;
+  o.config = *PresetConfig("tiny");
+  o.config.dim = o.config.ffn_dim = 256;  // whole q4_K blocks, q_dim included
+  o.config.head_dim = o.config.rope_dim = 64;
+  ASSERT_TRUE(ApplyArchitecture("qwen3moe", o.config).ok());
+  o.mix = QuantMix::kQ4_K_M;
+  const std::string path = dir.File("moe.gguf");
+  const absl::Status written = WriteSyntheticModel(o, path);
+  ASSERT_TRUE(written.ok()) << written;
+  absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Load(path);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const model::LayerWeights& L = (*m)->weights().layers[0];
+  EXPECT_EQ(L.router.type, model::DType::kF32);
+  ASSERT_EQ(L.expert_gate.size(), static_cast<size_t>(kDefaultExperts));
+  EXPECT_EQ(L.expert_gate[0].type, model::DType::kQ4_K);
+  EXPECT_EQ(L.expert_down[0].type, model::DType::kQ4_K);
+  // use_more_bits(1, 2) holds: q6_K, as for ffn_down.
+  EXPECT_EQ((*m)->weights().layers[1].expert_down[0].type, model::DType::kQ6_K);
+  EXPECT_EQ(L.w_gate.data, nullptr);
 }
 
 TEST(Llama3RopeFactorsTest, FollowsTheConverterCurve) {

@@ -1,6 +1,6 @@
 // The GGUF reader's architecture features: qwen2 (Q/K/V biases, rotate-halves RoPE),
-// qwen3 (Q/K norms), llama's optional biases and Llama 3.x RoPE settings (rope_freqs,
-// linear scaling), and attention.sliding_window.
+// qwen3 (Q/K norms), qwen3moe (experts), llama's optional biases and Llama 3.x RoPE settings
+// (rope_freqs, linear scaling), and attention.sliding_window.
 #include <string>
 #include <vector>
 
@@ -94,6 +94,96 @@ TEST(GgufArchTest, Qwen3HasQkNorms) {
   EXPECT_TRUE((*m)->config().qk_norm);
   EXPECT_FALSE((*m)->config().attention_qkv_bias);
   EXPECT_EQ((*m)->config().rope_style, RopeStyle::kRotateHalves);
+}
+
+// The tiny file as qwen3moe: Q/K norms, no dense FFN, `experts` experts of kFfn / 2
+// hidden units (expert_feed_forward_length), 2 used per token.
+GgufBuilder TinyMoe(uint64_t experts) {
+  GgufBuilder b = TinyAs("qwen3moe");
+  AddPerLayer(b, "attn_q_norm.weight", S::kHeadDim);
+  AddPerLayer(b, "attn_k_norm.weight", S::kHeadDim);
+  b.SetU32("qwen3moe.expert_count", static_cast<uint32_t>(experts));
+  b.SetU32("qwen3moe.expert_used_count", 2);
+  b.SetU32("qwen3moe.expert_feed_forward_length", S::kFfn / 2);
+  const uint64_t ffn = S::kFfn / 2;
+  for (int l = 0; l < S::kLayers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    for (const char* dense : {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"}) {
+      b.RemoveTensor(p + dense);
+    }
+    b.AddF32Tensor(p + "ffn_gate_inp.weight", {S::kDim, experts},
+                   TestValues(S::kDim * experts, 0.1f));
+    b.AddF32Tensor(p + "ffn_gate_exps.weight", {S::kDim, ffn, experts},
+                   TestValues(S::kDim * ffn * experts, 0.2f));
+    b.AddF32Tensor(p + "ffn_up_exps.weight", {S::kDim, ffn, experts},
+                   TestValues(S::kDim * ffn * experts, 0.3f));
+    b.AddF32Tensor(p + "ffn_down_exps.weight", {ffn, S::kDim, experts},
+                   TestValues(S::kDim * ffn * experts, 0.4f));
+  }
+  return b;
+}
+
+TEST(GgufArchTest, Qwen3MoeHasExperts) {
+  GgufBuilder b = TinyMoe(4);
+  std::vector<uint8_t> bytes;
+  absl::StatusOr<std::unique_ptr<Model>> m = Build(b, bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelConfig& c = (*m)->config();
+  EXPECT_EQ(c.n_experts, 4);
+  EXPECT_EQ(c.n_experts_used, 2);
+  EXPECT_EQ(c.ffn_dim, S::kFfn / 2);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.rope_style, RopeStyle::kRotateHalves);
+  const LayerWeights& L = (*m)->weights().layers[1];
+  EXPECT_EQ(L.w_gate.data, nullptr);
+  EXPECT_EQ(L.router.rows, 4);
+  ASSERT_EQ(L.expert_down.size(), 4u);
+  // Expert e is the e-th [rows, cols] slice of the 3-D tensor.
+  const GgufBuilder::Tensor* down = b.FindTensor("blk.1.ffn_down_exps.weight");
+  ASSERT_NE(down, nullptr);
+  const float* want = reinterpret_cast<const float*>(down->data.data());
+  EXPECT_EQ(L.expert_down[3].rows, S::kDim);
+  EXPECT_EQ(L.expert_down[3].cols, S::kFfn / 2);
+  EXPECT_EQ(static_cast<const float*>(L.expert_down[3].data)[5],
+            want[3 * S::kDim * S::kFfn / 2 + 5]);
+  // Without expert_feed_forward_length: feed_forward_length / expert_used_count.
+  b.Remove("qwen3moe.expert_feed_forward_length");
+  EXPECT_EQ(ErrorOf(b), "OK");
+}
+
+TEST(GgufArchTest, Qwen3MoeMalformedExpertsAreRejected) {
+  GgufBuilder b = TinyMoe(4);
+  b.SetU32("qwen3moe.expert_used_count", 5);
+  EXPECT_THAT(ErrorOf(b),
+              HasSubstr("qwen3moe.expert_used_count 5 must be in [1, qwen3moe.expert_count 4]"));
+  b = TinyMoe(4);
+  b.Remove("qwen3moe.expert_count");
+  EXPECT_THAT(ErrorOf(b), HasSubstr("missing metadata key qwen3moe.expert_count"));
+  b = TinyMoe(4);
+  b.RemoveTensor("blk.1.ffn_up_exps.weight");
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.1.ffn_up_exps.weight is missing"));
+  b = TinyMoe(4);
+  b.RemoveTensor("blk.0.ffn_gate_inp.weight");
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.ffn_gate_inp.weight is missing"));
+  b = TinyMoe(4);
+  b.SetU32("qwen3moe.expert_count", 3);
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.ffn_gate_inp.weight has shape [4, 8], expected "
+                                    "[3, 8]"));
+  b = TinyMoe(4);
+  b.RemoveTensor("blk.0.ffn_down_exps.weight");
+  b.AddF32Tensor("blk.0.ffn_down_exps.weight", {S::kFfn / 2, S::kDim, 3},
+                 TestValues(S::kDim * S::kFfn / 2 * 3, 0.4f));
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.ffn_down_exps.weight has 3 experts, expected 4"));
+  b = TinyMoe(4);
+  b.RemoveTensor("blk.0.ffn_gate_exps.weight");
+  b.AddF32Tensor("blk.0.ffn_gate_exps.weight", {S::kDim, S::kFfn, 4},
+                 TestValues(S::kDim * S::kFfn * 4, 0.2f));
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.ffn_gate_exps.weight (expert 0) has shape [12, "
+                                    "8], expected [6, 8]"));
+  b = TinyMoe(4);
+  b.AddF32Tensor("blk.0.ffn_up.weight", {S::kDim, S::kFfn}, TestValues(S::kDim * S::kFfn, 0.2f));
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.ffn_up.weight is present but the model config "
+                                    "has experts instead"));
 }
 
 TEST(GgufArchTest, LlamaTakesOptionalBiasesLayerByLayer) {

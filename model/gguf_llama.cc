@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -190,15 +191,61 @@ void SetRstripTokens(const GgufFile& file, Vocabulary& v) {
   }
 }
 
+// The expert keys of a mixture-of-experts architecture, as llama.cpp reads them:
+// expert_count and expert_used_count (required, 1 <= used <= count), and the expert FFN
+// size expert_feed_forward_length, else feed_forward_length / expert_used_count.
+absl::Status ReadExperts(const GgufFile& f, const std::function<std::string(std::string_view)>& key,
+                         ModelConfig& c) {
+  absl::StatusOr<int> count = RequiredInt(f, key("expert_count"));
+  if (!count.ok()) return count.status();
+  absl::StatusOr<int> used = RequiredInt(f, key("expert_used_count"));
+  if (!used.ok()) return used.status();
+  if (*count < 1 || *used < 1 || *used > *count) {
+    return absl::InvalidArgumentError(absl::StrCat(key("expert_used_count"), " ", *used,
+                                                   " must be in [1, ", key("expert_count"), " ",
+                                                   *count, "]"));
+  }
+  c.n_experts = *count;
+  c.n_experts_used = *used;
+  absl::StatusOr<std::optional<int>> expert_ffn = OptionalInt(f, key("expert_feed_forward_length"));
+  if (!expert_ffn.ok()) return expert_ffn.status();
+  if (expert_ffn->has_value() && **expert_ffn != 0) {
+    c.ffn_dim = **expert_ffn;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int> ffn = RequiredInt(f, key("feed_forward_length"));
+  if (!ffn.ok()) return ffn.status();
+  c.ffn_dim = *ffn / c.n_experts_used;
+  return absl::OkStatus();
+}
+
+// One view per expert of the 3-D tensor `name` (GGUF ne = {cols, rows, experts}): expert e
+// is the e-th [rows, cols] slice. Empty when the tensor is absent; a 2-D tensor is one
+// expert (Model::FromParts reports the count).
+std::vector<TensorView> ExpertViews(const GgufFile& f, const std::string& name) {
+  const GgufTensorInfo* t = f.FindTensor(name);
+  if (t == nullptr) return {};
+  const int64_t rows = t->ne[1];
+  const int64_t experts = t->ne[2] * t->ne[3];
+  std::vector<TensorView> views;
+  views.reserve(static_cast<size_t>(experts));
+  for (int64_t e = 0; e < experts; ++e) {
+    TensorView v{t->dtype, nullptr, rows, t->cols()};
+    v.data = static_cast<const uint8_t*>(t->data) + static_cast<size_t>(e * rows) * v.row_bytes();
+    views.push_back(v);
+  }
+  return views;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file) {
   absl::StatusOr<std::string_view> arch = RequiredString(file, "general.architecture");
   if (!arch.ok()) return arch.status();
-  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3") {
+  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3" && *arch != "qwen3moe") {
     return absl::InvalidArgumentError(
         absl::StrCat("architecture \"", std::string(*arch),
-                     "\" is not supported (supported: llama, qwen2, qwen3)"));
+                     "\" is not supported (supported: llama, qwen2, qwen3, qwen3moe)"));
   }
   ModelConfig c;
   c.architecture = std::string(*arch);
@@ -211,11 +258,17 @@ absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file) {
   for (auto [name, field] : {std::pair<const char*, int*>{"embedding_length", &c.dim},
                              {"block_count", &c.n_layers},
                              {"attention.head_count", &c.n_heads},
-                             {"feed_forward_length", &c.ffn_dim},
                              {"context_length", &c.context_length}}) {
     absl::StatusOr<int> v = RequiredInt(file, key(name));
     if (!v.ok()) return v.status();
     *field = *v;
+  }
+  if (c.architecture == "qwen3moe") {
+    if (absl::Status s = ReadExperts(file, key, c); !s.ok()) return s;
+  } else {
+    absl::StatusOr<int> ffn = RequiredInt(file, key("feed_forward_length"));
+    if (!ffn.ok()) return ffn.status();
+    c.ffn_dim = *ffn;
   }
   absl::StatusOr<std::optional<float>> eps =
       OptionalFloat(file, key("attention.layer_norm_rms_epsilon"));
@@ -282,7 +335,7 @@ absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file) {
   // Model::FromParts reports a layer that lacks one) and Llama 3.x RoPE factors.
   if (c.architecture == "qwen2") {
     c.attention_qkv_bias = true;
-  } else if (c.architecture == "qwen3") {
+  } else if (c.architecture == "qwen3" || c.architecture == "qwen3moe") {
     c.qk_norm = true;
   } else {
     c.attention_qkv_bias = file.FindTensor("blk.0.attn_q.bias") != nullptr;
@@ -408,6 +461,12 @@ ModelWeights LlamaWeightsFromGguf(const GgufFile& file, const ModelConfig& confi
     L.w_gate = View(file, p + "ffn_gate.weight");
     L.w_up = View(file, p + "ffn_up.weight");
     L.w_down = View(file, p + "ffn_down.weight");
+    if (config.moe()) {
+      L.router = View(file, p + "ffn_gate_inp.weight");
+      L.expert_gate = ExpertViews(file, p + "ffn_gate_exps.weight");
+      L.expert_up = ExpertViews(file, p + "ffn_up_exps.weight");
+      L.expert_down = ExpertViews(file, p + "ffn_down_exps.weight");
+    }
     if (config.attention_qkv_bias) {
       L.bq = View(file, p + "attn_q.bias");
       L.bk = View(file, p + "attn_k.bias");

@@ -1,4 +1,4 @@
-// Maps a parsed GGUF container of architecture "llama", "qwen2" or "qwen3" onto
+// Maps a parsed GGUF container of architecture "llama", "qwen2", "qwen3" or "qwen3moe" onto
 // ModelConfig, ModelWeights and Vocabulary (llama.cpp's key and tensor names).
 #ifndef KVSERVE_MODEL_GGUF_LLAMA_H_
 #define KVSERVE_MODEL_GGUF_LLAMA_H_
@@ -14,8 +14,9 @@
 
 namespace kvserve::model {
 
-// general.architecture (ARCH) must be "llama", "qwen2" or "qwen3". Reads ARCH.embedding_length,
-// block_count, attention.head_count, feed_forward_length, context_length,
+// general.architecture (ARCH) must be "llama", "qwen2", "qwen3" or "qwen3moe". Reads
+// ARCH.embedding_length, block_count, attention.head_count, feed_forward_length (qwen3moe:
+// see below), context_length,
 // attention.layer_norm_rms_epsilon (required); attention.head_count_kv (default
 // head_count), attention.key_length (default embedding_length / head_count),
 // rope.freq_base (default 10000), rope.dimension_count (default head_dim),
@@ -26,7 +27,10 @@ namespace kvserve::model {
 // adjacent-pair RoPE, Q/K/V biases when blk.0.attn_q.bias exists, an output bias when
 // blk.0.attn_output.bias exists, and RoPE factors from the rope_freqs.weight tensor when
 // present (Llama 3.x); qwen2 has rotate-halves RoPE and Q/K/V biases; qwen3 rotate-halves
-// RoPE and Q/K RMSNorms. tied_embeddings is set when output.weight is absent. Integer keys
+// RoPE and Q/K RMSNorms; qwen3moe as qwen3 plus experts: expert_count and
+// expert_used_count (required; INVALID_ARGUMENT unless 1 <= used <= count), ffn_dim from
+// expert_feed_forward_length, else feed_forward_length / expert_used_count (llama.cpp's
+// fallback). tied_embeddings is set when output.weight is absent. Integer keys
 // accept any integer type, float keys float32/float64. INVALID_ARGUMENT naming the key.
 absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file);
 
@@ -44,7 +48,9 @@ absl::StatusOr<Vocabulary> VocabularyFromGguf(const GgufFile& file);
 // Views of token_embd, output_norm, output (token_embd when absent) and
 // blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,ffn_norm,ffn_gate,ffn_up,ffn_down}
 // .weight, plus what `config` asks for: blk.N.attn_{q,k,v}.bias (attention_qkv_bias),
-// blk.N.attn_output.bias (attention_output_bias), blk.N.attn_{q,k}_norm.weight (qk_norm).
+// blk.N.attn_output.bias (attention_output_bias), blk.N.attn_{q,k}_norm.weight (qk_norm),
+// blk.N.ffn_gate_inp.weight and one view per expert of blk.N.ffn_{gate,up,down}_exps.weight
+// (moe(); ne[2] experts of [ne[1], ne[0]] each).
 // GGUF ne[0] is the column count, the other dims multiply into rows. A missing tensor
 // stays an empty view (Model::FromParts reports it); other tensors are ignored.
 ModelWeights LlamaWeightsFromGguf(const GgufFile& file, const ModelConfig& config);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -76,6 +77,61 @@ absl::Status CheckOptional(const std::string& name, const TensorView& t, bool wa
   return absl::OkStatus();
 }
 
+// The experts of one matrix: `c.n_experts` views of shape [rows, cols], or none when the
+// config has no experts.
+absl::Status CheckExperts(const ModelConfig& c, const std::string& name,
+                          const std::vector<TensorView>& experts, int64_t rows, int64_t cols) {
+  if (!c.moe()) {
+    if (experts.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", name, " is present but the model config has no experts"));
+  }
+  if (experts.empty())
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " is missing"));
+  if (experts.size() != static_cast<size_t>(c.n_experts)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", name, " has ", experts.size(), " experts, expected ", c.n_experts));
+  }
+  for (size_t e = 0; e < experts.size(); ++e) {
+    if (absl::Status s =
+            CheckShape(absl::StrCat(name, " (expert ", e, ")"), experts[e], rows, cols);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The dense FFN matrices, or (moe()) the router and the experts with no dense matrix.
+absl::Status CheckFfn(const ModelConfig& c, const LayerWeights& L, const std::string& p) {
+  if (!c.moe()) {
+    absl::Status s = CheckShape(p + "ffn_gate.weight", L.w_gate, c.ffn_dim, c.dim);
+    if (s.ok()) s = CheckShape(p + "ffn_up.weight", L.w_up, c.ffn_dim, c.dim);
+    if (s.ok()) s = CheckShape(p + "ffn_down.weight", L.w_down, c.dim, c.ffn_dim);
+    if (s.ok() && L.router.data != nullptr) {
+      s = absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", p, "ffn_gate_inp.weight is present but the model config has no experts"));
+    }
+    if (s.ok()) s = CheckExperts(c, p + "ffn_gate_exps.weight", L.expert_gate, 0, 0);
+    if (s.ok()) s = CheckExperts(c, p + "ffn_up_exps.weight", L.expert_up, 0, 0);
+    if (s.ok()) s = CheckExperts(c, p + "ffn_down_exps.weight", L.expert_down, 0, 0);
+    return s;
+  }
+  for (auto [name, t] : {std::pair<const char*, const TensorView*>{"ffn_gate.weight", &L.w_gate},
+                         {"ffn_up.weight", &L.w_up},
+                         {"ffn_down.weight", &L.w_down}}) {
+    if (t->data != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", p, name, " is present but the model config has experts instead"));
+    }
+  }
+  absl::Status s = CheckShape(p + "ffn_gate_inp.weight", L.router, c.n_experts, c.dim);
+  if (s.ok()) s = CheckExperts(c, p + "ffn_gate_exps.weight", L.expert_gate, c.ffn_dim, c.dim);
+  if (s.ok()) s = CheckExperts(c, p + "ffn_up_exps.weight", L.expert_up, c.ffn_dim, c.dim);
+  if (s.ok()) s = CheckExperts(c, p + "ffn_down_exps.weight", L.expert_down, c.dim, c.ffn_dim);
+  return s;
+}
+
 absl::Status CheckWeights(const ModelConfig& c, const ModelWeights& w) {
   if (static_cast<int>(w.layers.size()) != c.n_layers) {
     return absl::InvalidArgumentError(absl::StrCat("model has ", w.layers.size(),
@@ -93,9 +149,7 @@ absl::Status CheckWeights(const ModelConfig& c, const ModelWeights& w) {
     if (s.ok()) s = CheckShape(p + "attn_v.weight", L.wv, c.kv_dim(), c.dim);
     if (s.ok()) s = CheckShape(p + "attn_output.weight", L.wo, c.dim, c.q_dim());
     if (s.ok()) s = CheckNorm(p + "ffn_norm.weight", L.ffn_norm, c.dim);
-    if (s.ok()) s = CheckShape(p + "ffn_gate.weight", L.w_gate, c.ffn_dim, c.dim);
-    if (s.ok()) s = CheckShape(p + "ffn_up.weight", L.w_up, c.ffn_dim, c.dim);
-    if (s.ok()) s = CheckShape(p + "ffn_down.weight", L.w_down, c.dim, c.ffn_dim);
+    if (s.ok()) s = CheckFfn(c, L, p);
     if (s.ok()) s = CheckOptional(p + "attn_q.bias", L.bq, c.attention_qkv_bias, c.q_dim());
     if (s.ok()) s = CheckOptional(p + "attn_k.bias", L.bk, c.attention_qkv_bias, c.kv_dim());
     if (s.ok()) s = CheckOptional(p + "attn_v.bias", L.bv, c.attention_qkv_bias, c.kv_dim());
@@ -134,6 +188,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromParts(ModelConfig config, Mode
                 config.ffn_dim, config.vocab_size, config.rope_dim}) {
     h.AddValue(v);
   }
+  if (config.moe()) {
+    h.AddValue(config.n_experts);
+    h.AddValue(config.n_experts_used);
+  }
   h.AddValue(config.rms_eps);
   h.AddValue(config.rope_base);
   h.AddValue(config.rope_style);
@@ -160,6 +218,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromParts(ModelConfig config, Mode
          {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down,
           &L.bq, &L.bk, &L.bv, &L.bo, &L.q_norm, &L.k_norm}) {
       if (t->data != nullptr) HashTensor(h, *t);
+    }
+    if (L.router.data != nullptr) HashTensor(h, L.router);
+    for (const std::vector<TensorView>* experts : {&L.expert_gate, &L.expert_up, &L.expert_down}) {
+      for (const TensorView& t : *experts) HashTensor(h, t);
     }
   }
 

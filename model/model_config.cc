@@ -71,6 +71,17 @@ absl::Status ModelConfig::Validate() const {
       }
     }
   }
+  // llama.cpp's LLAMA_MAX_EXPERTS.
+  constexpr int kMaxExperts = 512;
+  if (n_experts < 0 || n_experts > kMaxExperts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: n_experts must be in [0, ", kMaxExperts, "], got ", n_experts));
+  }
+  if (n_experts > 0 ? (n_experts_used < 1 || n_experts_used > n_experts) : n_experts_used != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: n_experts_used ", n_experts_used,
+                                                   " must be in [1, n_experts ", n_experts,
+                                                   "] (0 without experts)"));
+  }
   if (sliding_window < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("model config: sliding_window must be >= 0 (0 = none), got ", sliding_window));

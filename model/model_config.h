@@ -21,6 +21,7 @@ enum class RopeStyle : uint8_t {
 //   llama  adjacent-pair RoPE; optional Q/K/V and output biases; Llama 3.x RoPE factors
 //   qwen2  rotate-halves RoPE; Q/K/V biases
 //   qwen3  rotate-halves RoPE; per-head RMSNorm of Q and K before RoPE
+//   qwen3moe  as qwen3, with a mixture-of-experts FFN in every layer (n_experts below)
 struct ModelConfig {
   std::string architecture = "llama";
   int dim = 0;  // hidden size (embedding length)
@@ -28,7 +29,7 @@ struct ModelConfig {
   int n_heads = 0;     // query heads
   int n_kv_heads = 0;  // key/value heads; n_heads % n_kv_heads == 0 (GQA/MQA)
   int head_dim = 0;    // usually dim / n_heads
-  int ffn_dim = 0;     // SwiGLU hidden size
+  int ffn_dim = 0;     // SwiGLU hidden size (of each expert when n_experts > 0)
   int vocab_size = 0;
   int context_length = 0;  // maximum positions the model was trained for
   float rms_eps = 1e-5f;
@@ -50,7 +51,17 @@ struct ModelConfig {
   // attends to positions [max(0, p - sliding_window + 1), p] only, so at most the last
   // sliding_window positions (itself included). 0 = full causal attention.
   int sliding_window = 0;
+  // Mixture of experts (qwen3moe): when n_experts > 0 every layer's FFN is a router over
+  // n_experts SwiGLU experts of ffn_dim hidden units. Per token: p = softmax(router · x)
+  // over all experts, the n_experts_used largest p (lowest index first on ties) are
+  // selected, their p divided by their sum (at least 6.103515625e-5, as llama.cpp), and
+  // the FFN output is the sum of the selected experts' outputs times those weights
+  // (llama.cpp's build_moe_ffn with softmax gating and norm_w, no shared expert).
+  // 0 = a dense FFN (n_experts_used must then be 0 too).
+  int n_experts = 0;
+  int n_experts_used = 0;  // experts per token, in [1, n_experts] when n_experts > 0
 
+  bool moe() const { return n_experts > 0; }
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
   // The first position a token at `pos` attends to (0 without a sliding window).

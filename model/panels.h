@@ -144,11 +144,11 @@ struct PanelPackOptions {
 };
 
 // Replaces every projection matrix of `weights` (wq, wk, wv, wo, w_gate, w_up, w_down of
-// each layer, and the output as `options` says) of a type in options.types that fits its
-// panel layout with a packed copy in one huge-page region (each matrix 64-byte aligned),
-// which it returns; the views of `weights` then point into it (PanelLayoutOf(type)). The
-// region is empty (no mapping) when nothing fits.
-// RESOURCE_EXHAUSTED when the region cannot be mapped (`weights` untouched).
+// each layer, or its router and experts' matrices, and the output as `options` says) of a type in
+// options.types that fits its panel layout with a packed copy in one huge-page region (each matrix
+// 64-byte aligned), which it returns; the views of `weights` then point into it
+// (PanelLayoutOf(type)). The region is empty (no mapping) when nothing fits. RESOURCE_EXHAUSTED
+// when the region cannot be mapped (`weights` untouched).
 absl::StatusOr<common::HugePageMemory> PackPanels(ModelWeights& weights,
                                                   const PanelPackOptions& options);
 

@@ -1,7 +1,7 @@
 // Each architecture on a synthetic GGUF file (bench::WriteSyntheticModel, what
 // `kvserve-bench mkmodel` writes): kvserve's greedy tokens equal llama.cpp's for 64 steps on
-// several prompts (llama, Llama 3.x RoPE settings with biases, qwen2, qwen3, tied and
-// untied), and equal the textbook double-precision forward pass
+// several prompts (llama, Llama 3.x RoPE settings with biases, qwen2, qwen3, qwen3moe, tied
+// and untied), and equal the textbook double-precision forward pass
 // (backends/testing/textbook_forward.h). The reference and cpu_blas backends both run
 // every case.
 //
@@ -331,7 +331,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ArchCase{"llama", "llama"}, ArchCase{"llama_tied", "llama", true},
                       ArchCase{"llama3", "llama", true, true}, ArchCase{"qwen2", "qwen2"},
                       ArchCase{"qwen2_tied", "qwen2", true},
-                      ArchCase{"qwen3", "qwen3", true, false, /*needs_current_llama_cpp=*/true}),
+                      ArchCase{"qwen3", "qwen3", true, false, /*needs_current_llama_cpp=*/true},
+                      ArchCase{"qwen3moe", "qwen3moe", false, false,
+                               /*needs_current_llama_cpp=*/true}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -303,7 +303,25 @@ INSTANTIATE_TEST_SUITE_P(WeightTypes, BatchInvarianceTest, ::testing::ValuesIn(k
                            return std::string(model::DTypeName(info.param));
                          });
 
-// The test above can fail: with the option off, prefill chunks take OpenBLAS sgemm
+// The same with a mixture of experts (8 experts of 256 hidden units, 2 per token), where
+// a row's experts are run on the rows of the whole step that chose them.
+TEST_P(BatchInvarianceTest, CpuBlasMixtureOfExperts) {
+  testing::RandomModelOptions options;
+  options.config = Config();
+  options.config.architecture = "qwen3moe";
+  options.config.rope_style = model::RopeStyle::kRotateHalves;
+  options.config.qk_norm = true;
+  options.config.n_experts = 8;
+  options.config.n_experts_used = 2;
+  options.config.ffn_dim = 256;
+  options.dtype = GetParam();
+  options.seed = 5;
+  auto m = testing::MakeRandomModel(options);
+  ASSERT_TRUE(m.ok()) << m.status();
+  CheckEveryLevel(**m);
+}
+
+// The tests above can fail: with the option off, prefill chunks take OpenBLAS sgemm
 // (projections of 32 or more rows at the row-major float levels; attention of 4 or more
 // rows everywhere), which sums in another order than the decode kernels.
 TEST(BatchInvarianceOffTest, SgemmPathsDiffer) {

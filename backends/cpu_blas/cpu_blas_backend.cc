@@ -2,7 +2,8 @@
 // once (Q, K, V), add biases, norm Q/K heads and rotate (per architecture), append K/V of
 // every row to its sequence's blocks, attend (each row over its own sequence's positions
 // up to its own: causal; only the last sliding_window ones: local), project O, add,
-// norm, SwiGLU FFN over all rows, add. Only the last row of each sequence that wants
+// norm, SwiGLU FFN over all rows (or, with experts, over each selected expert's rows),
+// add. Only the last row of each sequence that wants
 // logits goes through the final norm and the LM head, stacked into one product.
 //
 // Forward validates, plans the step (step_plan.h), grows the activation buffers, then
@@ -21,11 +22,13 @@
 #include "absl/strings/str_cat.h"
 #include "backends/batch_check.h"
 #include "backends/cpu_blas/attention.h"
+#include "backends/cpu_blas/moe_groups.h"
 #include "backends/cpu_blas/packed_weights.h"
 #include "backends/cpu_blas/step_plan.h"
 #include "backends/cpu_blas/thread_pool.h"
 #include "backends/kernels/kv_rows.h"
 #include "backends/kernels/matvec.h"
+#include "backends/kernels/moe.h"
 #include "backends/kernels/ops.h"
 #include "backends/kernels/qkv.h"
 #include "backends/kernels/rope.h"
@@ -81,6 +84,15 @@ struct Activations {
   std::vector<float> out;       // [n_logits, vocab] logits before scattering
   std::vector<float> rope_cos;  // [n, rope_dim / 2] RoPE's cos at row r's position
   std::vector<float> rope_sin;  // [n, rope_dim / 2] and sin
+  // Mixture of experts only (empty otherwise); k = n_experts_used. An entry is one (row,
+  // selected expert) pair; entries are grouped by expert (MoeGroups).
+  std::vector<float> router;          // [n, n_experts] router logits, then softmax
+  std::vector<int32_t> expert_ids;    // [n, k] row r's experts, in selection order
+  std::vector<float> expert_weights;  // [n, k] and their weights
+  std::vector<float> expert_in;       // [n * k, dim] entry e's input row (xb of its row)
+  std::vector<float> expert_hb;       // [n * k, ffn_dim] gate, then silu(gate) * up
+  std::vector<float> expert_hb2;      // [n * k, ffn_dim] up
+  std::vector<float> expert_out;      // [n * k, dim] the expert's output for the entry
 
   // Grows every buffer to at least the sizes above for `n` rows and `n_logits` logit rows.
   void Reserve(const model::ModelConfig& c, int n, int n_logits) {
@@ -103,6 +115,15 @@ struct Activations {
     Grow(out, ul * static_cast<size_t>(c.vocab_size));
     Grow(rope_cos, un * static_cast<size_t>(c.rope_dim / 2));
     Grow(rope_sin, un * static_cast<size_t>(c.rope_dim / 2));
+    if (!c.moe()) return;
+    const size_t entries = un * static_cast<size_t>(c.n_experts_used);
+    Grow(router, un * static_cast<size_t>(c.n_experts));
+    Grow(expert_weights, entries);
+    if (expert_ids.size() < entries) expert_ids.resize(entries);
+    Grow(expert_in, entries * dim);
+    Grow(expert_hb, entries * ffn);
+    Grow(expert_hb2, entries * ffn);
+    Grow(expert_out, entries * dim);
   }
 };
 
@@ -137,6 +158,7 @@ struct CpuBlasBackend::State {
 
   cpu_blas::StepPlan plan;  // of the current step, rebuilt by every Forward
   Activations act;          // sized for `plan` by Forward
+  cpu_blas::MoeGroups moe;  // the rows of each expert, per mixture-of-experts layer
 
   // The steps of a forward pass, in order. Each reads and writes `act` for the rows of
   // `plan` (n of them); `batch` is the one `plan` was made from.
@@ -156,6 +178,9 @@ struct CpuBlasBackend::State {
   void OutputProjectionAndFfnNorm(const model::LayerWeights& L);
   // x += W_down · (silu(W_gate · xb) * (W_up · xb)).
   void FeedForward(const model::LayerWeights& L);
+  // The same with the experts each row's router selects (ModelConfig::n_experts), the
+  // rows grouped by expert so that each selected expert's matrices are read once.
+  void MixtureOfExperts(const model::LayerWeights& L);
   // For each logit row: final RMSNorm of x[row], LM head, into logits[seq * vocab, ...).
   void LmHead(std::span<float> logits);
 
@@ -316,6 +341,60 @@ void CpuBlasBackend::State::FeedForward(const model::LayerWeights& L) {
   });
 }
 
+void CpuBlasBackend::State::MixtureOfExperts(const model::LayerWeights& L) {
+  const int n = rows();
+  const int k = config.n_experts_used;
+  const size_t dim = static_cast<size_t>(config.dim);
+  const size_t ffn = static_cast<size_t>(config.ffn_dim);
+  // Router logits of every row, then each row's experts and weights.
+  gemm.Run(L.router, act.xb.data(), n, act.router.data());
+  const size_t n_experts = static_cast<size_t>(config.n_experts);
+  for (int r = 0; r < n; ++r) {
+    const size_t at = static_cast<size_t>(r) * k;
+    kernels::RouteTopK(Row(act.router, n_experts, r),
+                       std::span<int32_t>(act.expert_ids.data() + at, static_cast<size_t>(k)),
+                       std::span<float>(act.expert_weights.data() + at, static_cast<size_t>(k)));
+  }
+  moe.Build(std::span<const int32_t>(act.expert_ids.data(), static_cast<size_t>(n) * k),
+            config.n_experts);
+  // Each entry's input row, in expert order.
+  const int entries = n * k;
+  ForRows(entries, config.dim, [&](int b, int e) {
+    for (int i = b; i < e; ++i) {
+      const std::span<float> row = Row(act.xb, dim, moe.entry_source[i] / k);
+      std::copy(row.begin(), row.end(), Row(act.expert_in, dim, i).begin());
+    }
+  });
+  // Per selected expert, its SwiGLU over its rows (a block of consecutive entries).
+  for (const cpu_blas::MoeGroups::Group& g : moe.groups) {
+    const size_t e = static_cast<size_t>(g.expert);
+    gemm.Run({{&L.expert_gate[e], act.expert_hb.data() + g.begin * ffn},
+              {&L.expert_up[e], act.expert_hb2.data() + g.begin * ffn}},
+             act.expert_in.data() + g.begin * dim, g.end - g.begin);
+  }
+  ForRows(entries, config.ffn_dim, [&](int b, int e) {
+    kernels->swiglu(act.expert_hb.data() + b * ffn, act.expert_hb2.data() + b * ffn,
+                    static_cast<int64_t>(e - b) * config.ffn_dim);
+  });
+  for (const cpu_blas::MoeGroups::Group& g : moe.groups) {
+    gemm.Run(L.expert_down[static_cast<size_t>(g.expert)], act.expert_hb.data() + g.begin * ffn,
+             g.end - g.begin, act.expert_out.data() + g.begin * dim);
+  }
+  // x[r] += the weighted sum of its experts' outputs, in selection order as the reference
+  // backend adds them (so a row's sum does not depend on its batch).
+  ForRows(n, config.dim * k, [&](int b, int e) {
+    for (int r = b; r < e; ++r) {
+      const std::span<float> sum = Row(act.xb2, dim, r);
+      std::fill(sum.begin(), sum.end(), 0.0f);
+      for (int j = 0; j < k; ++j) {
+        const size_t at = static_cast<size_t>(r) * k + j;
+        kernels::AddScaled(sum, act.expert_weights[at], Row(act.expert_out, dim, moe.entry_of[at]));
+      }
+      kernels::AddInPlace(Row(act.x, dim, r), sum);
+    }
+  });
+}
+
 void CpuBlasBackend::State::LmHead(std::span<float> logits) {
   const std::vector<cpu_blas::LogitRow>& logit_rows = plan.logit_rows;
   const int n_logits = static_cast<int>(logit_rows.size());
@@ -364,7 +443,11 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
     st.PrepareAndAppendKv(batch, L, l);
     st.attention.Run(batch, st.plan, l, st.act.q.data(), st.act.att_out.data());
     st.OutputProjectionAndFfnNorm(L);
-    st.FeedForward(L);
+    if (c.moe()) {
+      st.MixtureOfExperts(L);
+    } else {
+      st.FeedForward(L);
+    }
   }
   st.LmHead(logits);
   return absl::OkStatus();

@@ -360,6 +360,48 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
   }
 }
 
+// `c` with a mixture of experts instead of the dense FFN: 8 experts of `ffn` hidden units,
+// 3 per token (qwen3moe's features).
+model::ModelConfig WithExperts(model::ModelConfig c, int ffn) {
+  c.architecture = "qwen3moe";
+  c.rope_style = model::RopeStyle::kRotateHalves;
+  c.qk_norm = true;
+  c.n_experts = 8;
+  c.n_experts_used = 3;
+  c.ffn_dim = ffn;
+  return c;
+}
+
+// Mixture-of-experts layers in every weight type, at each kernel level (forced), with and
+// without the panel layouts, agree with the reference: the experts' products are the
+// dense FFN's kernels on each expert's rows (ffn 96 and 256: whole panels; 100: a tail).
+TEST(CpuBlasBackendTest, MixtureOfExpertsEveryTypeAndLevelMatchesReference) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                      DType::kQ4_K, DType::kQ6_K}) {
+    const bool k_quant = dtype == DType::kQ4_K || dtype == DType::kQ6_K;
+    const model::ModelConfig config = k_quant                     ? WithExperts(QuantConfig(), 256)
+                                      : model::IsQuantized(dtype) ? WithExperts(WideConfig(), 96)
+                                                                  : WithExperts(WideConfig(), 100);
+    auto m = MakeModel(dtype, false, config);
+    ASSERT_NE(m, nullptr);
+    const KvLayout layout = KvLayout::ForModel(m->config(), 8, DType::kF16);
+    for (Isa isa : cpu_blas::kAllIsas) {
+      if (!cpu_blas::IsaSupported(isa)) continue;  // EveryKernelLevelAndPath... notes it
+      for (bool panels : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << model::DTypeName(dtype) << " "
+                                          << cpu_blas::IsaName(isa) << (panels ? " panels" : ""));
+        CpuBlasOptions options;
+        options.isa = isa;
+        options.threads = 2;
+        options.gemm.f32_panels = options.gemm.bf16_panels = options.gemm.quant_panels = panels;
+        Driver fast(MakeCpuBlas(*m, layout, options), *m);
+        Driver ref(MakeReference(*m, layout), *m);
+        EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size), ToleranceFor(dtype, isa));
+      }
+    }
+  }
+}
+
 // A sequence's logits do not depend on what else shares its steps: run sequence A alone,
 // then with two other sequences (one prefilling a long prompt while A decodes); greedy
 // tokens must be identical and logits equal within tolerance.

@@ -41,6 +41,10 @@ void AddInPlace(std::span<float> acc, std::span<const float> x) {
   for (size_t i = 0; i < acc.size(); ++i) acc[i] += x[i];
 }
 
+void AddScaled(std::span<float> acc, float a, std::span<const float> x) {
+  for (size_t i = 0; i < acc.size(); ++i) acc[i] += a * x[i];
+}
+
 int64_t ArgMax(std::span<const float> x) {
   if (x.empty()) return -1;
   int64_t best = 0;

@@ -36,6 +36,10 @@ float Dot(std::span<const float> a, std::span<const float> b);
 // acc[i] += x[i]                                                  (residual connection)
 void AddInPlace(std::span<float> acc, std::span<const float> x);
 
+// acc[i] += a * x[i]                                              (weighted residual add)
+// Precondition: same size.
+void AddScaled(std::span<float> acc, float a, std::span<const float> x);
+
 // Index of the largest element; the lowest index wins ties. -1 for an empty span.
 // NaN elements are never chosen unless every element is NaN (then 0).
 int64_t ArgMax(std::span<const float> x);

@@ -5,6 +5,7 @@
 // textbook mask on top: the token at pos weighs only [FirstVisiblePosition(pos), pos].
 #include "backends/reference/reference_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "backends/kernels/attention.h"
 #include "backends/kernels/kv_rows.h"
 #include "backends/kernels/matvec.h"
+#include "backends/kernels/moe.h"
 #include "backends/kernels/ops.h"
 #include "backends/kernels/qkv.h"
 #include "backends/kernels/rope.h"
@@ -36,7 +38,11 @@ struct RunState {
         v(c.kv_dim()),
         att_out(c.q_dim()),
         hb(c.ffn_dim),
-        hb2(c.ffn_dim) {}
+        hb2(c.ffn_dim),
+        moe_out(c.dim),
+        router(c.n_experts),
+        expert_ids(c.n_experts_used),
+        expert_weights(c.n_experts_used) {}
   std::vector<float> x;        // [dim] residual stream of the current token
   std::vector<float> xb;       // [dim] normalised input of a sub-layer
   std::vector<float> xb2;      // [dim] output of a sub-layer, before the residual add
@@ -46,7 +52,12 @@ struct RunState {
   std::vector<float> att_out;  // [n_heads * head_dim] attention output, heads concatenated
   std::vector<float> hb;       // [ffn_dim] gate, then silu(gate) * up
   std::vector<float> hb2;      // [ffn_dim] up
-  std::vector<float> att;      // [n_heads, n_pos] attention weights (grows with n_pos)
+  // Mixture of experts only (empty otherwise):
+  std::vector<float> moe_out;         // [dim] one expert's output
+  std::vector<float> router;          // [n_experts] router logits, then their softmax
+  std::vector<int32_t> expert_ids;    // [n_experts_used] the experts of this token
+  std::vector<float> expert_weights;  // [n_experts_used] and their weights
+  std::vector<float> att;             // [n_heads, n_pos] attention weights (grows with n_pos)
 };
 
 }  // namespace
@@ -83,6 +94,25 @@ ReferenceBackend::~ReferenceBackend() = default;
 const model::KvLayout& ReferenceBackend::kv_layout() const { return state_->layout; }
 
 namespace {
+
+// The FFN of a mixture-of-experts layer on s.xb (the normalized input), added to s.x:
+// x += sum_j weight_j * down_e(silu(gate_e · xb) * (up_e · xb)), e = expert_ids[j].
+void MixtureOfExperts(const model::LayerWeights& L, RunState& s) {
+  // Router logits, then the experts and weights of this token (kernels::RouteTopK).
+  kernels::MatVec(L.router, s.xb, s.router);
+  kernels::RouteTopK(s.router, s.expert_ids, s.expert_weights);
+  std::fill(s.xb2.begin(), s.xb2.end(), 0.0f);
+  for (size_t j = 0; j < s.expert_ids.size(); ++j) {
+    const size_t e = static_cast<size_t>(s.expert_ids[j]);
+    // The expert's SwiGLU, as the dense FFN's.
+    kernels::MatVec(L.expert_gate[e], s.xb, s.hb);
+    kernels::MatVec(L.expert_up[e], s.xb, s.hb2);
+    kernels::SwiGlu(s.hb, s.hb2);
+    kernels::MatVec(L.expert_down[e], s.hb, s.moe_out);
+    kernels::AddScaled(s.xb2, s.expert_weights[j], s.moe_out);
+  }
+  kernels::AddInPlace(s.x, s.xb2);
+}
 
 // Runs one token at absolute position `pos` through every layer, writing its K/V into
 // `kv`. On return s.x holds the token's final hidden state (before the final norm).
@@ -128,6 +158,11 @@ void ForwardToken(const model::ModelConfig& c, const model::ModelWeights& w,
 
     // FFN RMSNorm.
     kernels::RmsNorm(s.x, kernels::F32Values(L.ffn_norm), c.rms_eps, s.xb);
+
+    if (c.moe()) {
+      MixtureOfExperts(L, s);
+      continue;
+    }
 
     // SwiGLU: hb = silu(gate · xb) * (up · xb).
     kernels::MatVec(L.w_gate, s.xb, s.hb);

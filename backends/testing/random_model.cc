@@ -128,8 +128,13 @@ std::vector<NamedConfig> ArchitectureConfigs() {
   qwen3.rope_dim = 12;
   model::ModelConfig local = base;
   local.sliding_window = 5;
-  return {
-      {"llama", base}, {"llama3", llama3}, {"qwen2", qwen2}, {"qwen3", qwen3}, {"local", local}};
+  model::ModelConfig qwen3moe = qwen3;
+  qwen3moe.architecture = "qwen3moe";
+  qwen3moe.n_experts = 8;
+  qwen3moe.n_experts_used = 3;
+  qwen3moe.ffn_dim = 32;
+  return {{"llama", base},  {"llama3", llama3}, {"qwen2", qwen2},
+          {"qwen3", qwen3}, {"local", local},   {"qwen3moe", qwen3moe}};
 }
 
 std::vector<uint8_t> EncodeRow(std::span<const float> values, DType dtype) {
@@ -158,9 +163,20 @@ absl::StatusOr<std::unique_ptr<model::Model>> MakeRandomModel(const RandomModelO
     L.wv = AddMatrix(*storage, rng, dt, config.kv_dim(), config.dim, scale);
     L.wo = AddMatrix(*storage, rng, dt, config.dim, config.q_dim(), scale);
     L.ffn_norm = AddNorm(*storage, rng, config.dim);
-    L.w_gate = AddMatrix(*storage, rng, dt, config.ffn_dim, config.dim, scale);
-    L.w_up = AddMatrix(*storage, rng, dt, config.ffn_dim, config.dim, scale);
-    L.w_down = AddMatrix(*storage, rng, dt, config.dim, config.ffn_dim, scale);
+    if (config.moe()) {
+      // The router in f32, as llama.cpp's quantizers keep ffn_gate_inp; logits of a few
+      // units so that the top experts stand apart.
+      L.router = AddMatrix(*storage, rng, DType::kF32, config.n_experts, config.dim, 4 * scale);
+      for (int e = 0; e < config.n_experts; ++e) {
+        L.expert_gate.push_back(AddMatrix(*storage, rng, dt, config.ffn_dim, config.dim, scale));
+        L.expert_up.push_back(AddMatrix(*storage, rng, dt, config.ffn_dim, config.dim, scale));
+        L.expert_down.push_back(AddMatrix(*storage, rng, dt, config.dim, config.ffn_dim, scale));
+      }
+    } else {
+      L.w_gate = AddMatrix(*storage, rng, dt, config.ffn_dim, config.dim, scale);
+      L.w_up = AddMatrix(*storage, rng, dt, config.ffn_dim, config.dim, scale);
+      L.w_down = AddMatrix(*storage, rng, dt, config.dim, config.ffn_dim, scale);
+    }
     // Architecture features, drawn after the common tensors so that a plain llama config
     // gives the same weights as before they existed.
     if (config.attention_qkv_bias) {

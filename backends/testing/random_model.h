@@ -21,7 +21,8 @@ struct RandomModelOptions {
   // head_dim 8, ffn 64, vocab 64, context 128, rope_dim = head_dim, adjacent pairs).
   // Architecture features come from the config too: attention_qkv_bias and
   // attention_output_bias add biases in [-0.5, 0.5], qk_norm adds Q/K norm gains in
-  // [0.5, 1.5]; rope_freq_factors and sliding_window are used as given.
+  // [0.5, 1.5]; rope_freq_factors and sliding_window are used as given; n_experts > 0
+  // gives a router (f32, 4x the projections' range) and experts instead of the dense FFN.
   model::ModelConfig config = DefaultConfig();
   // Element type of the matrices (norm gains are always f32): any model::DType (a
   // quantized type needs dim, q_dim and ffn_dim multiples of its block: 32 for q8_0 and
@@ -47,6 +48,7 @@ struct RandomModelOptions {
 //   qwen2   rotate-halves RoPE, Q/K/V biases
 //   qwen3   rotate-halves RoPE, Q/K norms, head_dim 16 (not dim / n_heads), partial RoPE
 //   local   llama with sliding_window 5
+//   qwen3moe  qwen3 with 8 experts of ffn_dim 32, 3 used per token (router in f32)
 struct NamedConfig {
   std::string name;
   model::ModelConfig config;

@@ -58,6 +58,41 @@ Matrix RmsNormSlices(const Matrix& x, const Dense& gain, int width, double eps) 
   return y;
 }
 
+// down · (silu(gate · x) * (up · x)) for the n rows of x.
+Matrix SwiGlu(const Matrix& x, int n, const Dense& w_gate, const Dense& w_up, const Dense& w_down) {
+  Matrix gate = Project(x, n, w_gate);
+  const Matrix up = Project(x, n, w_up);
+  for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+  return Project(gate, n, w_down);
+}
+
+// x[t] += sum over the n_experts_used largest softmax(router · fn[t]) of p / (sum of those
+// p) * expert(fn[t]), for each of the n rows (model::ModelConfig::n_experts).
+void MixtureOfExperts(const model::ModelConfig& c, const model::LayerWeights& L, const Matrix& fn,
+                      int n, Matrix& x) {
+  const Matrix logits = Project(fn, n, ToDense(L.router));  // [n, n_experts]
+  for (int t = 0; t < n; ++t) {
+    const Matrix row(fn.begin() + static_cast<size_t>(t) * c.dim,
+                     fn.begin() + static_cast<size_t>(t + 1) * c.dim);
+    const double* l = &logits[static_cast<size_t>(t) * c.n_experts];
+    const double max_l = *std::max_element(l, l + c.n_experts);
+    std::vector<std::pair<double, int>> p;  // (-probability, expert): sorts largest first
+    double total = 0;
+    for (int e = 0; e < c.n_experts; ++e) total += std::exp(l[e] - max_l);
+    for (int e = 0; e < c.n_experts; ++e) p.push_back({-std::exp(l[e] - max_l) / total, e});
+    std::sort(p.begin(), p.end());
+    double selected = 0;
+    for (int j = 0; j < c.n_experts_used; ++j) selected -= p[j].first;
+    for (int j = 0; j < c.n_experts_used; ++j) {
+      const size_t e = static_cast<size_t>(p[j].second);
+      const Matrix y = SwiGlu(row, 1, ToDense(L.expert_gate[e]), ToDense(L.expert_up[e]),
+                              ToDense(L.expert_down[e]));
+      for (int i = 0; i < c.dim; ++i)
+        x[static_cast<size_t>(t) * c.dim + i] += -p[j].first / selected * y[i];
+    }
+  }
+}
+
 // One layer's tensors, dequantised.
 struct Layer {
   Dense attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, bq, bk, bv, bo, q_norm, k_norm;
@@ -156,10 +191,11 @@ absl::StatusOr<std::vector<double>> TextbookForward(const model::Model& model,
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 
     const Matrix fn = RmsNormSlices(x, L.ffn_norm, dim, eps);
-    Matrix gate = Project(fn, n, L.w_gate);
-    const Matrix up = Project(fn, n, L.w_up);
-    for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
-    const Matrix down = Project(gate, n, L.w_down);
+    if (c.moe()) {
+      MixtureOfExperts(c, weights, fn, n, x);
+      continue;
+    }
+    const Matrix down = SwiGlu(fn, n, L.w_gate, L.w_up, L.w_down);
     for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
   }
   return Project(RmsNormSlices(x, ToDense(w.output_norm), dim, eps), n, ToDense(w.output));
