@@ -188,14 +188,8 @@ void DraftModelSource::Propose(uint64_t request_id, std::span<const int32_t> con
   const int64_t room = int64_t{model_->config().context_length} - std::ssize(context);
   const int32_t k = static_cast<int32_t>(std::min<int64_t>(max_tokens, room + 1));
   if (k < 1 || !Reserve(track, std::ssize(context) + k - 1)) return;
-  absl::Status status;
   int32_t next = -1;
-  for (size_t fed = track.tokens.size(); status.ok() && fed < context.size();) {
-    const size_t n = std::min(context.size() - fed, static_cast<size_t>(options_.max_chunk_tokens));
-    status = Feed(track, context.subspan(fed, n), fed + n == context.size(), &next);
-    context_tokens_fed_ += static_cast<int64_t>(n);
-    fed += n;
-  }
+  absl::Status status = CatchUp(track, context, /*want_next=*/true, &next);
   const size_t first = out->size();
   while (status.ok()) {
     out->push_back(next);
@@ -208,6 +202,34 @@ void DraftModelSource::Propose(uint64_t request_id, std::span<const int32_t> con
     out->resize(first);
     track.tokens.clear();
   }
+}
+
+absl::Status DraftModelSource::CatchUp(Track& track, std::span<const int32_t> context,
+                                       bool want_next, int32_t* next) {
+  for (size_t fed = track.tokens.size(); fed < context.size();) {
+    const size_t n = std::min(context.size() - fed, static_cast<size_t>(options_.max_chunk_tokens));
+    const bool last = fed + n == context.size();
+    if (absl::Status s = Feed(track, context.subspan(fed, n), want_next && last, next); !s.ok()) {
+      return s;
+    }
+    context_tokens_fed_ += static_cast<int64_t>(n);
+    fed += n;
+  }
+  return absl::OkStatus();
+}
+
+void DraftModelSource::Prepare(uint64_t request_id, std::span<const int32_t> context) {
+  if (context.empty()) return;
+  Track& track = TrackFor(request_id, context);
+  track.last_used = ++clock_;
+  // All but the last token: the next Propose feeds that one for its logits.
+  const std::span<const int32_t> head = context.first(context.size() - 1);
+  track.tokens.resize(CommonPrefix(track.tokens, head));
+  if (std::ssize(head) > int64_t{model_->config().context_length} ||
+      !Reserve(track, std::ssize(head))) {
+    return;
+  }
+  if (!CatchUp(track, head, /*want_next=*/false, nullptr).ok()) track.tokens.clear();
 }
 
 void DraftModelSource::Forget(uint64_t request_id) {

@@ -61,6 +61,9 @@ class DraftModelSource final : public DraftSource {
   // or its K/V pool even after dropping every other sequence's) or its Forward fails.
   void Propose(uint64_t request_id, std::span<const int32_t> context, int32_t max_tokens,
                std::vector<int32_t>* out) override;
+  // Feeds the context but its last token to the draft model (when its pool and context
+  // length hold them), so the next Propose feeds one token before drafting.
+  void Prepare(uint64_t request_id, std::span<const int32_t> context) override;
   void Forget(uint64_t request_id) override;
 
   const model::Model& model() const { return *model_; }
@@ -89,6 +92,10 @@ class DraftModelSource final : public DraftSource {
   // Runs `tokens` after track.tokens through the draft model; the greedy next token
   // (lowest id among equal logits) in *next when `want_next`.
   absl::Status Feed(Track& track, std::span<const int32_t> tokens, bool want_next, int32_t* next);
+  // Feeds context[track.tokens.size(), end) in chunks of max_chunk_tokens; the greedy
+  // token after it in *next when `want_next`.
+  absl::Status CatchUp(Track& track, std::span<const int32_t> context, bool want_next,
+                       int32_t* next);
 
   // Declared in destruction order: the backend reads the model's weights.
   std::unique_ptr<model::Model> model_;

@@ -115,7 +115,12 @@ class CheckedDraft final : public DraftSource {
     }
     proposed_ += static_cast<int64_t>(got.size());
   }
+  void Prepare(uint64_t request_id, std::span<const int32_t> context) override {
+    ++prepared_;
+    draft_->Prepare(request_id, context);
+  }
   void Forget(uint64_t request_id) override { draft_->Forget(request_id); }
+  int prepared() const { return prepared_; }
   int mismatches() const { return mismatches_; }
   int64_t proposed() const { return proposed_; }
 
@@ -124,6 +129,7 @@ class CheckedDraft final : public DraftSource {
   std::unique_ptr<DraftModelSource> fresh_;
   uint64_t fresh_ids_ = 0;
   int mismatches_ = 0;
+  int prepared_ = 0;
   int64_t proposed_ = 0;
 };
 
@@ -215,6 +221,7 @@ TEST_P(DraftModelSourceTest, AnotherModelLeavesTheOutputUnchanged) {
     EXPECT_GT(drafts, 0) << "kv_bytes " << options.kv_bytes;
     EXPECT_GT(checked.proposed(), 0);
     EXPECT_EQ(checked.mismatches(), 0) << "kv_bytes " << options.kv_bytes;
+    EXPECT_EQ(checked.prepared(), 4);  // each sequence, at the end of its prompt
   }
 }
 
@@ -248,6 +255,16 @@ TEST_P(DraftModelSourceTest, FollowUpTurnsReuseTheDraftKv) {
   std::vector<int32_t> fresh_next;
   fresh->Propose(9, context, 2, &fresh_next);
   EXPECT_EQ(fresh_next, next);
+  // Prepare computes the context but its last token, so Propose feeds only that one.
+  std::vector<int32_t> prepared;
+  fresh->Prepare(50, CyclicPrompt(40, 3));
+  const int64_t fed = fresh->context_tokens_fed();
+  fresh->Propose(50, CyclicPrompt(40, 3), 3, &prepared);
+  EXPECT_EQ(fresh->context_tokens_fed(), fed + 1);
+  std::unique_ptr<DraftModelSource> unprepared = MakeDraft(*target_, 11, GetParam());
+  std::vector<int32_t> want;
+  unprepared->Propose(50, CyclicPrompt(40, 3), 3, &want);
+  EXPECT_EQ(prepared, want);
   // Beyond the draft model's context length (512): no proposal, no crash. At 512
   // positions one draft (the last is never fed), at 511 two.
   for (int n : {513, 512, 511}) {

@@ -27,6 +27,14 @@ class DraftSource {
   // proposal: the sequence decodes one token this step).
   virtual void Propose(uint64_t request_id, std::span<const int32_t> context, int32_t max_tokens,
                        std::vector<int32_t>* out) = 0;
+  // The prompt of `request_id` is computed and `context` is its prompt and first token:
+  // a source with per-sequence state (a draft model's K/V) may compute it now, in the
+  // step that ended the prefill, so that the decode steps (whose speed the engine
+  // compares with and without drafts) carry only the per-token work. Default: nothing.
+  virtual void Prepare(uint64_t request_id, std::span<const int32_t> context) {
+    (void)request_id;
+    (void)context;
+  }
   // The sequence of `request_id` finished: drop its state. (A preempted sequence keeps
   // it: it resumes from the same tokens.)
   virtual void Forget(uint64_t request_id) { (void)request_id; }

@@ -662,6 +662,11 @@ std::vector<Sequence*> EngineImpl::ProposeDrafts() {
   step_decoding_ = decoding;
   step_speculating_ = false;
   if (decoding == 0 || decoding > options_.speculative.max_batch) return drafted;
+  // Not while a prompt is computed or waits: such a step is bound by arithmetic, where
+  // draft rows cost as much as real ones.
+  if (decoding != std::ssize(scheduler_.running()) || !scheduler_.waiting().empty()) {
+    return drafted;
+  }
   if (options_.speculative.adaptive && !governor_.ShouldSpeculate(decoding)) return drafted;
   step_speculating_ = true;
   // Drafts take what the step budget leaves after one token per running sequence, so they
@@ -794,7 +799,15 @@ int32_t EngineImpl::Step() {
     }
     kv_->Commit(seq.id, seq.tokens, seq.num_computed);
     if (!batch.sequences[i].want_logits) continue;
+    const size_t finished_before = finished.size();
     HandleSample(seq, logits, {}, sampled_at, &finished);
+    // The prompt's end: decoding starts, with drafts if few enough sequences run (else
+    // the source catches up when it is first asked, if ever).
+    if (begin < seq.prompt_len && finished.size() == finished_before && draft_source_ != nullptr &&
+        seq.sampler.params().max_draft_tokens.value_or(1) > 0 &&
+        std::ssize(plan.chunks) <= options_.speculative.max_batch) {
+      draft_source_->Prepare(seq.id, seq.tokens);
+    }
   }
   if (decode_only && draft_source_ != nullptr && options_.speculative.adaptive &&
       step_decoding_ > 0 && step_decoding_ <= options_.speculative.max_batch) {
