@@ -127,6 +127,14 @@ DraftModelSource::Track& DraftModelSource::TrackFor(uint64_t request_id,
   return track;
 }
 
+void DraftModelSource::DropOldestKept() {
+  auto lru = std::min_element(kept_.begin(), kept_.end(), [](const Track& a, const Track& b) {
+    return a.last_used < b.last_used;
+  });
+  Release(*lru);
+  kept_.erase(lru);
+}
+
 void DraftModelSource::Release(Track& track) {
   free_blocks_.insert(free_blocks_.end(), track.blocks.begin(), track.blocks.end());
   track.blocks.clear();
@@ -139,11 +147,7 @@ bool DraftModelSource::Reserve(Track& track, int64_t positions) {
     // Out of blocks: the least recently used kept sequence goes first, then the least
     // recently used other active one (its K/V is recomputed if it drafts again).
     if (!kept_.empty()) {
-      auto lru = std::min_element(kept_.begin(), kept_.end(), [](const Track& a, const Track& b) {
-        return a.last_used < b.last_used;
-      });
-      Release(*lru);
-      kept_.erase(lru);
+      DropOldestKept();
       continue;
     }
     Track* victim = nullptr;
@@ -241,13 +245,7 @@ void DraftModelSource::Forget(uint64_t request_id) {
     Release(track);
     return;
   }
-  if (std::ssize(kept_) >= options_.max_kept_sequences) {
-    auto lru = std::min_element(kept_.begin(), kept_.end(), [](const Track& a, const Track& b) {
-      return a.last_used < b.last_used;
-    });
-    Release(*lru);
-    kept_.erase(lru);
-  }
+  if (std::ssize(kept_) >= options_.max_kept_sequences) DropOldestKept();
   kept_.push_back(std::move(track));
 }
 

@@ -89,6 +89,8 @@ class DraftModelSource final : public DraftSource {
   // from other sequences' (least recently used first). False when the pool is too small.
   bool Reserve(Track& track, int64_t positions);
   void Release(Track& track);
+  // Releases the least recently used kept track. Precondition: kept_ is not empty.
+  void DropOldestKept();
   // Runs `tokens` after track.tokens through the draft model; the greedy next token
   // (lowest id among equal logits) in *next when `want_next`.
   absl::Status Feed(Track& track, std::span<const int32_t> tokens, bool want_next, int32_t* next);
