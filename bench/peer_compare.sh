@@ -1,19 +1,49 @@
 #!/usr/bin/env bash
-# kvserve against llama.cpp on the same GGUF files, rounds alternated (odd rounds run
-# kvserve first, even rounds llama.cpp first), raw results kept for bench/peer_summary.py.
-# llama.cpp is built beside the project by hand (../shared/PEERS.md); this script only
-# runs its binaries.
+# kvserve against llama.cpp and ik_llama.cpp on the same GGUF files, rounds alternated
+# (round r starts with program r mod N of kvserve and the peers given, then the rest in
+# order), raw results kept for bench/peer_summary.py, which prints the table.
+# The peers are built beside the project by hand (../shared/PEERS.md); this script only
+# runs their binaries, found by environment:
+#   LLAMA_CPP_BIN     folder with llama.cpp's llama-bench and llama-batched-bench
+#   IK_LLAMA_CPP_BIN  the same for ik_llama.cpp
+# At least one must be set; an unset one is left out of every round.
 #
-# Usage: bench/peer_compare.sh BUILD_DIR LLAMA_BIN_DIR OUT_DIR ROUNDS MODEL.gguf...
+# Usage: [LLAMA_CPP_BIN=DIR] [IK_LLAMA_CPP_BIN=DIR] bench/peer_compare.sh BUILD_DIR OUT_DIR ROUNDS MODEL.gguf...
 # Per model and round:
 #   kvserve-bench backend --backends cpu_blas --threads 2 --repeats 3 --batches 1,16 --json
 #   llama-bench -p 512 -n N -t 2 -r 3 -o json                     (N = 64, 32 above 1 GB)
 #   llama-batched-bench -c 2048 -npp 4 -ntg 32 -npl 1,16 -t 2 --output-format jsonl
 # Decode steps: 32 per kvserve repeat (16 for files above 1 GB, as llama-bench's -n).
+# Files: OUT_DIR/r<round>-<model>-kvserve.json, -<peer>-bench.json, -<peer>-batched.jsonl.
 set -euo pipefail
-build="$1"; llama="$2"; out="$3"; rounds="$4"; shift 4
+if (($# < 4)); then
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+fi
+build="$1"; out="$2"; rounds="$3"; shift 3
+declare -A bin=()
+[ -n "${LLAMA_CPP_BIN:-}" ] && bin[llama.cpp]="$LLAMA_CPP_BIN"
+[ -n "${IK_LLAMA_CPP_BIN:-}" ] && bin[ik_llama.cpp]="$IK_LLAMA_CPP_BIN"
+programs=(kvserve)
+for peer in llama.cpp ik_llama.cpp; do
+  [ -n "${bin[$peer]:-}" ] || continue
+  for tool in llama-bench llama-batched-bench; do
+    if [ ! -x "${bin[$peer]}/$tool" ]; then
+      echo "peer_compare: $peer: no executable ${bin[$peer]}/$tool" >&2
+      exit 2
+    fi
+  done
+  programs+=("$peer")
+done
+if ((${#programs[@]} < 2)); then
+  echo "peer_compare: set LLAMA_CPP_BIN and/or IK_LLAMA_CPP_BIN (folders with llama-bench)" >&2
+  exit 2
+fi
 mkdir -p "$out"
-lscpu | grep -E "Model name|^CPU\(s\)|Flags" > "$out/cpu.txt" || true
+{
+  lscpu | grep -E "Model name|^CPU\(s\)|Flags" || true
+  for peer in "${!bin[@]}"; do echo "$peer: ${bin[$peer]}"; done
+} > "$out/cpu.txt"
 
 kv() {  # model file, output
   local steps=32
@@ -21,25 +51,26 @@ kv() {  # model file, output
   "$build/bench/kvserve-bench" backend --model "$1" --backends cpu_blas --threads 2 --repeats 3 \
     --batches 1,16 --decode-tokens "$steps" --json > "$2" 2> "$2.log"
 }
-ll() {  # model file, output prefix
-  local n=64
-  [ "$(stat -c %s "$1")" -gt 1000000000 ] && n=32
-  "$llama/llama-bench" -m "$1" -p 512 -n "$n" -t 2 -r 3 -o json > "$2-bench.json" 2> "$2-bench.log"
-  "$llama/llama-batched-bench" -m "$1" -c 2048 -npp 4 -ntg 32 -npl 1,16 -t 2 \
-    --output-format jsonl > "$2-batched.jsonl" 2> "$2-batched.log"
+peer() {  # peer name, model file, output prefix
+  local n=64 dir="${bin[$1]}"
+  [ "$(stat -c %s "$2")" -gt 1000000000 ] && n=32
+  "$dir/llama-bench" -m "$2" -p 512 -n "$n" -t 2 -r 3 -o json > "$3-bench.json" 2> "$3-bench.log"
+  "$dir/llama-batched-bench" -m "$2" -c 2048 -npp 4 -ntg 32 -npl 1,16 -t 2 \
+    --output-format jsonl > "$3-batched.jsonl" 2> "$3-batched.log"
 }
 
 for ((r = 1; r <= rounds; r++)); do
   for m in "$@"; do
     name="$(basename "$m" .gguf)"
     echo "$(date -u +%H:%M:%S) round $r $name (load $(cut -d' ' -f1 /proc/loadavg))"
-    if ((r % 2 == 1)); then
-      kv "$m" "$out/r$r-$name-kvserve.json"
-      ll "$m" "$out/r$r-$name-llama"
-    else
-      ll "$m" "$out/r$r-$name-llama"
-      kv "$m" "$out/r$r-$name-kvserve.json"
-    fi
+    for ((i = 0; i < ${#programs[@]}; i++)); do
+      p="${programs[$(((r - 1 + i) % ${#programs[@]}))]}"
+      if [ "$p" = kvserve ]; then
+        kv "$m" "$out/r$r-$name-kvserve.json"
+      else
+        peer "$p" "$m" "$out/r$r-$name-$p"
+      fi
+    done
   done
 done
 echo "$(date -u +%H:%M:%S) done"

@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
-"""Table of bench/peer_compare.sh results: per model, the median over rounds of each
-figure (min-max over rounds in brackets) and of the per-round ratios. Batch-1 decode is
-held against two bandwidth figures: `kvserve-bench backend`'s paired probe (256 MiB before each
-repeat) and its 1 GiB probe at the start of the run.
+"""Table of bench/peer_compare.sh results: per model, kvserve and each peer found in OUT_DIR
+(llama.cpp, ik_llama.cpp) side by side, the median over rounds of each figure, and kvserve's
+ratio to the better peer of the same round (median over rounds, min-max in brackets).
+Batch-1 decode is also held against two bandwidth figures: `kvserve-bench backend`'s paired
+probe (256 MiB before each repeat) and its 1 GiB probe at the start of the run.
+
+Peer results are read from r<round>-<model>-<peer>-bench.json (llama-bench -o json) and
+-batched.jsonl (llama-batched-bench --output-format jsonl: S_TG at 16 sequences); files of
+the older one-peer layout (-llama-bench.json) count as llama.cpp. A round missing a figure
+leaves that figure out of the round's ratio.
 
 Usage: bench/peer_summary.py OUT_DIR
 """
@@ -12,6 +18,9 @@ import os
 import re
 import statistics
 import sys
+
+PEERS = ["llama.cpp", "ik_llama.cpp"]
+PEER_FILE = {"llama.cpp": ["llama.cpp", "llama"], "ik_llama.cpp": ["ik_llama.cpp"]}
 
 
 def kvserve(path):
@@ -25,9 +34,9 @@ def kvserve(path):
             if m["backend"] != "cpu_blas":
                 continue
             if m["test"] == "prefill":
-                fig["prefill"] = m["median"]
+                fig["pp"] = m["median"]
             elif m["test"] == "decode" and m["batch"] == 1:
-                fig["b1"] = m["median"]
+                fig["tg"] = m["median"]
                 fig["bound"] = m["fraction_of_bound"]
                 fig["weight_gbs"] = m["weight_gbs"]
             elif m["test"] == "decode" and m["batch"] == 16:
@@ -35,66 +44,102 @@ def kvserve(path):
     return fig
 
 
-def llama(prefix):
+def peer(prefix):
+    """llama-bench's pp512 and tg, batched-bench's S_TG at 16; {} when no file is there."""
     fig = {}
+    if not os.path.exists(prefix + "-bench.json"):
+        return fig
     with open(prefix + "-bench.json") as f:
         for e in json.load(f):
             if e["n_prompt"] > 0 and e["n_gen"] == 0:
                 fig["pp"] = e["avg_ts"]
             elif e["n_gen"] > 0 and e["n_prompt"] == 0:
                 fig["tg"] = e["avg_ts"]
-    with open(prefix + "-batched.jsonl") as f:
-        for line in f:
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            e = json.loads(line)
-            fig["tg_pl%d" % e["pl"]] = e["speed_tg"]
+    if os.path.exists(prefix + "-batched.jsonl"):
+        with open(prefix + "-batched.jsonl") as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    e = json.loads(line)
+                    if e.get("pl") == 16:
+                        fig["b16"] = e["speed_tg"]
     return fig
 
 
-def cell(values, fmt="%.1f"):
+def median_cell(values, fmt="%.1f"):
+    return fmt % statistics.median(values) if values else "-"
+
+
+def ratio_cell(values):
     if not values:
         return "-"
     med = statistics.median(values)
     if len(values) == 1:
-        return fmt % med
-    return (fmt + " (" + fmt + "-" + fmt + ")") % (med, min(values), max(values))
+        return "%.2fx" % med
+    return "%.2fx (%.2f-%.2f)" % (med, min(values), max(values))
 
 
-def main():
-    out = sys.argv[1]
-    runs = {}
+def load(out):
+    """{model: [(kvserve figures, {peer: figures}) per round]}, the peers seen."""
+    runs, seen = {}, set()
     for path in sorted(glob.glob(os.path.join(out, "r*-*-kvserve.json"))):
         m = re.match(r"r(\d+)-(.*)-kvserve\.json$", os.path.basename(path))
         rnd, name = int(m.group(1)), m.group(2)
         try:
             k = kvserve(path)
-            l = llama(os.path.join(out, "r%d-%s-llama" % (rnd, name)))
+            peers = {}
+            for p in PEERS:
+                for stem in PEER_FILE[p]:
+                    fig = peer(os.path.join(out, "r%d-%s-%s" % (rnd, name, stem)))
+                    if fig:
+                        peers[p] = fig
+                        seen.add(p)
+                        break
         except (OSError, KeyError, ValueError) as e:
             print("skipping round %d of %s: %s" % (rnd, name, e), file=sys.stderr)
             continue
-        runs.setdefault(name, []).append((k, l))
-    print("| model | rounds | kvserve prefill 512 | llama.cpp pp512 | ratio | kvserve decode b1 "
-          "| % of paired bound | % of 1 GiB probe | llama.cpp tg | ratio | kvserve b16 | b16 / b1 "
-          "| llama.cpp b16 (batched-bench) | its b16 / b1 |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, rs in runs.items():
-        col = lambda f: [f(k, l) for k, l in rs]
-        print("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            name, len(rs),
-            cell(col(lambda k, l: k["prefill"])), cell(col(lambda k, l: l["pp"])),
-            cell(col(lambda k, l: k["prefill"] / l["pp"]), "%.2fx"),
-            cell(col(lambda k, l: k["b1"])),
-            cell(col(lambda k, l: 100 * k["bound"]), "%.0f%%"),
-            cell(col(lambda k, l: 100 * k["weight_gbs"] / k["probe"]), "%.0f%%"),
-            cell(col(lambda k, l: l["tg"])),
-            cell(col(lambda k, l: k["b1"] / l["tg"]), "%.2fx"),
-            cell(col(lambda k, l: k["b16"])),
-            cell(col(lambda k, l: k["b16"] / k["b1"]), "%.1fx"),
-            cell(col(lambda k, l: l.get("tg_pl16", 0))),
-            cell(col(lambda k, l: l.get("tg_pl16", 0) / l["tg_pl1"] if l.get("tg_pl1") else 0),
-                 "%.1fx")))
+        runs.setdefault(name, []).append((k, peers))
+    return runs, [p for p in PEERS if p in seen]
+
+
+def table(runs, peers):
+    """The markdown table, one line per model."""
+    names = " / ".join(["kvserve"] + peers)
+    head = ["model", "rounds"]
+    for what in ["prefill 512", "decode b1", "b16 aggregate"]:
+        head += ["%s: %s" % (what, names), "vs better peer"]
+        if what == "decode b1":
+            head += ["% of paired bound", "% of 1 GiB probe"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for name, rs in sorted(runs.items()):
+        row = [name, str(len(rs))]
+        for key in ["pp", "tg", "b16"]:
+            cells = [median_cell([k[key] for k, _ in rs if key in k])]
+            for p in peers:
+                cells.append(median_cell([ps[p][key] for _, ps in rs if key in ps.get(p, {})]))
+            ratios = []
+            for k, ps in rs:
+                best = max([ps[p][key] for p in ps if key in ps[p]], default=0)
+                if key in k and best > 0:
+                    ratios.append(k[key] / best)
+            row += [" / ".join(cells), ratio_cell(ratios)]
+            if key == "tg":
+                row.append(median_cell([100 * k["bound"] for k, _ in rs if "bound" in k], "%.0f%%"))
+                row.append(median_cell([100 * k["weight_gbs"] / k["probe"] for k, _ in rs
+                                        if "weight_gbs" in k and k.get("probe")], "%.0f%%"))
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    runs, peers = load(sys.argv[1])
+    if not runs:
+        print("no kvserve results in %s" % sys.argv[1], file=sys.stderr)
+        sys.exit(1)
+    print(table(runs, peers))
 
 
 if __name__ == "__main__":
