@@ -290,6 +290,7 @@ std::vector<uint8_t*> KvCacheManager::ReserveImport(uint64_t key, const BlockHas
     }
   }
   import_blocks_ += static_cast<int64_t>(import.blocks.size());
+  import_new_blocks_ += static_cast<int64_t>(import.blocks.size()) - first;
   imports_.emplace(key, std::move(import));
   return out;
 }
@@ -301,6 +302,7 @@ int32_t KvCacheManager::FinishImport(uint64_t key, std::span<const int32_t> toke
   Import import = std::move(it->second);
   imports_.erase(it);
   import_blocks_ -= static_cast<int64_t>(import.blocks.size());
+  import_new_blocks_ -= static_cast<int64_t>(import.blocks.size()) - import.first;
   const size_t bt = static_cast<size_t>(block_tokens());
   const size_t first = static_cast<size_t>(import.first);
   const size_t end =

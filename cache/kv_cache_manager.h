@@ -215,6 +215,8 @@ class KvCacheManager {
   int32_t FinishImport(uint64_t key, std::span<const int32_t> tokens, int32_t written);
   // Blocks held by imports not finished yet (prefixes and new blocks).
   int64_t import_blocks() const { return import_blocks_; }
+  // Of those, the new blocks reserved for payloads (without the held prefixes).
+  int64_t import_new_blocks() const { return import_new_blocks_; }
   // A block held for export: its memory stays valid and unchanged until ReleaseExport.
   struct ExportBlock {
     BlockHash parent;  // the root for the first block
@@ -284,6 +286,7 @@ class KvCacheManager {
   };
   absl::flat_hash_map<uint64_t, Import> imports_;
   int64_t import_blocks_ = 0;
+  int64_t import_new_blocks_ = 0;
   int64_t session_clock_ = 0;  // orders sessions by their last pin
   int64_t session_blocks_ = 0;
   int64_t session_reclaims_total_ = 0;

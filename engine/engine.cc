@@ -96,6 +96,10 @@ absl::Status ValidateEngineOptions(const Engine::Options& o) {
   if (o.remote.timeout <= absl::ZeroDuration() || o.remote.timeout > absl::Minutes(1)) {
     return absl::InvalidArgumentError("remote.timeout must be in (0, 1m]");
   }
+  if (!(o.remote.max_import_fraction > 0.0 && o.remote.max_import_fraction <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "remote.max_import_fraction must be in (0, 1], got ", o.remote.max_import_fraction));
+  }
   if (o.remote.max_pending_stores < 1) {
     return at_least("remote.max_pending_stores", o.remote.max_pending_stores, 1);
   }
@@ -974,8 +978,14 @@ void EngineImpl::Admit(std::unique_ptr<Sequence> seq) {
         job.deadline = seq->deadline;
         // The tier writes the fetched payloads straight into these blocks (held under
         // the request id until OnFetched finishes the import).
-        job.destinations = kv_->ReserveImport(seq->id, seq->root, seq->tokens, job.chain,
-                                              job.local_blocks, full - job.local_blocks);
+        // At most what the cap on blocks reserved by fetches in flight leaves.
+        const int64_t cap = static_cast<int64_t>(options_.remote.max_import_fraction *
+                                                 static_cast<double>(kv_->capacity_tokens() / bt));
+        const int64_t room = cap - kv_->import_new_blocks();
+        const int32_t count =
+            static_cast<int32_t>(std::clamp<int64_t>(room, 0, full - job.local_blocks));
+        job.destinations =
+            kv_->ReserveImport(seq->id, seq->root, seq->tokens, job.chain, job.local_blocks, count);
         if (static_cast<int32_t>(job.destinations.size()) >= options_.remote.min_fetch_blocks) {
           fetching_.emplace(seq->id, std::move(seq));
           remote_tier_->Fetch(std::move(job));

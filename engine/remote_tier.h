@@ -64,6 +64,12 @@ class RemoteTier {
     // Store jobs (finished requests' blocks) waiting to be written; more are dropped.
     // Default 64.
     int32_t max_pending_stores = 64;
+    // Pool blocks that fetches in flight may reserve for their payloads, as a fraction
+    // of the pool: a fetch holds the blocks its payloads go to until the step thread
+    // links them, while the sequences that run need blocks too. A fetch reserves at most
+    // what is left under the cap (the rest of its prompt is computed); when that is fewer
+    // than min_fetch_blocks it does not fetch. In (0, 1]; default 0.5.
+    double max_import_fraction = 0.5;
     // Fetch whatever the service holds beyond the local pool, even when recomputing it is
     // estimated faster (a replica whose CPU is better spent elsewhere; tests that must
     // see a fetch). Default false: fetch only what is estimated faster to transfer.

@@ -704,5 +704,36 @@ TEST_F(RemoteTierTest, AChainCutShortIsUsedAsAPrefix) {
   ExpectSameOutput(got, Cold(context, 20));
 }
 
+TEST_F(RemoteTierTest, FetchesReserveAtMostTheirShareOfThePool) {
+  auto a = Replica();
+  const auto [id, history] = FirstTurn(*a);
+  // A cap of 2.5 blocks: the fetch reserves 2, brings those and computes the rest.
+  const int64_t blocks = Replica(/*remote=*/false)->Stats().blocks_total;
+  ASSERT_GT(blocks, 10);
+  auto b = Replica(/*remote=*/true, [&](Engine::Options& o) {
+    o.remote.max_import_fraction = 2.5 / static_cast<double>(blocks);
+  });
+  const std::vector<int32_t> next = Encode(" The sun was warm.");
+  Request turn = Greedy(next, 20, /*bos=*/false);
+  turn.session_id = id;
+  const Result got = testing::RunRequest(*b, turn);
+  ASSERT_TRUE(got.status.ok()) << got.status;
+  EXPECT_EQ(got.usage.cached_tokens_remote, 2 * 16);
+  EXPECT_EQ(got.usage.computed_tokens, static_cast<int32_t>(history.size() + next.size()) - 2 * 16);
+  std::vector<int32_t> context = history;
+  context.insert(context.end(), next.begin(), next.end());
+  ExpectSameOutput(got, Cold(context, 20));
+
+  for (double bad : {0.0, -0.5, 1.5}) {
+    Engine::Options o;
+    o.remote_cache = &service_;
+    o.remote.max_import_fraction = bad;
+    const auto e = testing::MakeEngine(*stories_.model, o, "cpu_blas");
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.status().message(), ::testing::HasSubstr("remote.max_import_fraction")) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace kvserve::engine

@@ -174,6 +174,9 @@ ABSL_FLAG(std::string, session_cache_tls_key, "",
 ABSL_FLAG(bool, session_cache_always_fetch, false,
           "Session cache: fetch every block kvserve-cache holds beyond the local pool, even when "
           "recomputing it is estimated faster (default: only what is estimated faster to fetch).");
+ABSL_FLAG(double, session_cache_max_import_fraction, 0.5,
+          "Session cache: the fraction of the KV pool that fetches in flight may reserve for "
+          "the blocks they bring (the rest of such a prompt is computed), in (0, 1].");
 ABSL_FLAG(int32_t, session_cache_max_pending_stores, 64,
           "Session cache: finished requests whose blocks wait to be written behind; more "
           "are dropped and counted.");
@@ -196,6 +199,7 @@ constexpr std::pair<const char*, const char*> kEngineFieldFlags[] = {
     {"default_session_ttl", "session_ttl"},
     {"remote.timeout", "session_cache_timeout"},
     {"remote.max_pending_stores", "session_cache_max_pending_stores"},
+    {"remote.max_import_fraction", "session_cache_max_import_fraction"},
 };
 
 // `status` with an engine field's name at the start of its message replaced by its flag's.
@@ -329,6 +333,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   e.remote.timeout = absl::GetFlag(FLAGS_session_cache_timeout);
   e.remote.max_pending_stores = absl::GetFlag(FLAGS_session_cache_max_pending_stores);
   e.remote.always_fetch = absl::GetFlag(FLAGS_session_cache_always_fetch);
+  e.remote.max_import_fraction = absl::GetFlag(FLAGS_session_cache_max_import_fraction);
   e.session_lease = absl::GetFlag(FLAGS_session_lease);
   return options;
 }
