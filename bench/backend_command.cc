@@ -50,6 +50,9 @@ ABSL_FLAG(std::string, kernel_level, "",
 ABSL_FLAG(bool, batch_invariant, true,
           "cpu_blas: the same arithmetic for every row whatever the batch (as kvserve "
           "serves by default); false lets prefill use OpenBLAS sgemm.");
+ABSL_FLAG(bool, quant_panels, true,
+          "cpu_blas: q4_0, q8_0 (and from avx512vnni q4_K, q6_K) projections in 16-row panels, "
+          "as kvserve's --quant_panels; false measures the row-major kernels.");
 ABSL_FLAG(int32_t, bandwidth_mib, 1024, "Bandwidth probe buffer in MiB; 0 skips the probe.");
 ABSL_FLAG(int32_t, bandwidth_passes, 5, "Bandwidth probe passes; the best counts.");
 ABSL_FLAG(int32_t, paired_probe_mib, 256,
@@ -78,6 +81,7 @@ struct Flags {
   std::string tokenizer;
   bool weights_huge_pages = true;
   bool batch_invariant = true;
+  bool quant_panels = true;
   std::string kernel_level;
   std::vector<std::string> backends;
   int threads = 0;
@@ -106,6 +110,7 @@ absl::StatusOr<Flags> FlagsFromCommandLine() {
   f.tokenizer = absl::GetFlag(FLAGS_tokenizer);
   f.weights_huge_pages = absl::GetFlag(FLAGS_weights_huge_pages);
   f.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
+  f.quant_panels = absl::GetFlag(FLAGS_quant_panels);
   f.kernel_level = absl::GetFlag(FLAGS_kernel_level);
   for (const std::string& name : absl::GetFlag(FLAGS_backends)) {
     if (!name.empty()) f.backends.push_back(name);
@@ -203,6 +208,7 @@ absl::Status Run(const Flags& flags, const kvserve::backends::cpu_blas::BlasCore
       flags.backends == std::vector<std::string>{"cpu_blas"}
           ? backends::BackendReadsPanels(
                 "cpu_blas", backends::BackendOptions{.threads = flags.threads,
+                                                     .quant_panels = flags.quant_panels,
                                                      .kernel_level = flags.kernel_level})
           : model::PanelTypes{};
   absl::StatusOr<std::unique_ptr<model::Model>> loaded = model::Model::Load(
@@ -221,6 +227,7 @@ absl::Status Run(const Flags& flags, const kvserve::backends::cpu_blas::BlasCore
     backends::BackendOptions options;
     options.threads = flags.threads;
     options.batch_invariant = flags.batch_invariant;
+    options.quant_panels = flags.quant_panels;
     options.kernel_level = flags.kernel_level;
     absl::StatusOr<std::unique_ptr<backends::Backend>> backend =
         backends::CreateBackend(name, mdl, layout, options);

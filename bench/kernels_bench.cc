@@ -323,8 +323,8 @@ void BM_QuantLayout(benchmark::State& state) {
   options.quant_sgemm_min_rows = path == 2 ? 1 : 1 << 20;
   const int64_t rows = 2048, cols = 768;
   const backends::cpu_blas::KernelSet& kernels = backends::cpu_blas::KernelsFor(QuantLayoutIsa());
-  if (path == 3 && kernels.matmul_q4_0_panels == nullptr) {
-    state.SkipWithError("panels need the avx512vnni kernel level");
+  if (path == 3 && !backends::cpu_blas::PanelsReadable(kernels, options).has(dtype)) {
+    state.SkipWithError("this kernel level has no panels of this type");
     return;
   }
   MatrixSet panels;  // path 3: packed copies of the set (views only)

@@ -77,14 +77,16 @@ class PanelsLoadTest : public ::testing::TestWithParam<Param> {
   }
   // The kernel level that reads this file's panels, and one below it.
   backends::cpu_blas::Isa Level() const {
-    return f32()    ? backends::cpu_blas::Isa::kAvx512
-           : bf16() ? backends::cpu_blas::Isa::kAvx512Bf16
-                    : backends::cpu_blas::Isa::kAvx512Vnni;
+    return f32()        ? backends::cpu_blas::Isa::kAvx512
+           : bf16()     ? backends::cpu_blas::Isa::kAvx512Bf16
+           : k_quants() ? backends::cpu_blas::Isa::kAvx512Vnni
+                        : backends::cpu_blas::Isa::kAvx2;  // q4_0, q8_0
   }
   backends::cpu_blas::Isa Lower() const {
-    return f32()    ? backends::cpu_blas::Isa::kAvx2
-           : bf16() ? backends::cpu_blas::Isa::kAvx512Vnni
-                    : backends::cpu_blas::Isa::kAvx512;
+    return f32()        ? backends::cpu_blas::Isa::kAvx2
+           : bf16()     ? backends::cpu_blas::Isa::kAvx512Vnni
+           : k_quants() ? backends::cpu_blas::Isa::kAvx512
+                        : backends::cpu_blas::Isa::kScalar;
   }
   // Sets the panel switches of `options` (engine::ModelOptions, backends::BackendOptions):
   // this file's type's to `allowed`, the others on (only this file's type's matters).
@@ -235,6 +237,18 @@ TEST_P(PanelsLoadTest, CpuBlasReadsThePanelsOthersRefuseThem) {
   for (float v : want) max_abs = std::max(max_abs, std::fabs(v));
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_NEAR(a[i], want[i], tolerance * (1.0f + max_abs)) << "logit " << i;
+  }
+  // The lowest level that reads the panels (q4_0, q8_0: the 256-bit kernels of avx2) on
+  // the same packed bytes, where it is not the level above.
+  if (Level() != backends::cpu_blas::BestIsa()) {
+    backends::CpuBlasOptions at_level = options;
+    at_level.isa = Level();
+    auto low = backends::CpuBlasBackend::Create(*panels, layout, at_level);
+    ASSERT_TRUE(low.ok()) << low.status();
+    const std::vector<float> c = Logits(*panels, **low);
+    for (size_t i = 0; i < c.size(); ++i) {
+      ASSERT_NEAR(c[i], want[i], tolerance * (1.0f + max_abs)) << "logit " << i;
+    }
   }
 }
 

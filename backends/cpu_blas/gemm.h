@@ -77,12 +77,13 @@ struct GemmOptions {
   // kernels_bench.cc BM_Gemm; docs/performance.md, "Weights in 16-row panels").
   // Default true.
   bool f32_panels = true;
-  // On CPUs with AVX-512 VNNI (kernel level avx512vnni and up): q4_0, q8_0, q4_K and q6_K
+  // q4_0 and q8_0 (kernel level avx2 and up) and q4_K and q6_K (avx512vnni and up)
   // projection matrices in panels of 16 rows (model/panels.h, KernelSet::
   // matmul_q4_0_panels, ...), for every row count: the same bytes as the row-major blocks,
-  // regrouped so that one vpdpbusd multiplies 4 columns of 16 rows by one broadcast
-  // activation word, 8 activation rows per pass, with no per-step decoding into a panel
-  // and no horizontal sums. As for bf16_panels: packed by Model::Load
+  // regrouped so that one vpdpbusd (avx512vnni: 8 activation rows per pass) or vpmaddubsw
+  // (avx2, avx512: 8 of the rows, 3 activation rows per pass) multiplies 4 columns by one
+  // broadcast activation word, with no per-step decoding into a panel and no horizontal
+  // sums. As for bf16_panels: packed by Model::Load
   // (LoadOptions::panels) or as copies. Without the per-step decoding and horizontal sums
   // more of each instruction slot is multiply-adds, at one row and at many; q6_K's
   // panels gain at one row and lose some at 16 and more, and a model runs its mix of

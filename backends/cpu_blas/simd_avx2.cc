@@ -1,7 +1,8 @@
 // AVX2 + FMA + F16C kernels (8 float lanes). Compiled with per-function target
 // attributes so the rest of the program stays baseline x86-64; called only when
 // IsaSupported(Isa::kAvx2). The loops are in simd_kernels_inl.h; this file holds the
-// AVX2 vector and weight traits.
+// AVX2 vector and weight traits. q4_0 and q8_0 weights in 16-row panels:
+// simd_quant_panels_avx2_inl.h.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -9,11 +10,13 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "backends/cpu_blas/q8_activations.h"
 #include "backends/cpu_blas/simd_hsum.h"
 #include "backends/cpu_blas/simd_kernels.h"
 #include "model/dtype.h"
+#include "model/panels.h"
 #include "model/quant.h"
 
 #define KVSERVE_SIMD_TARGET __attribute__((target("avx2,fma,f16c")))
@@ -98,10 +101,12 @@ struct BF16W {
   static float One(uint16_t v) { return model::BF16ToFloat(v); }
 };
 
-#include "backends/cpu_blas/simd_kernels_inl.h"  // NOLINT(build/include): see its header
-#include "backends/cpu_blas/simd_quant_inl.h"    // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_kernels_inl.h"            // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_quant_inl.h"              // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_quant_panels_avx2_inl.h"  // NOLINT(build/include): see its header
 
-constexpr KernelSet kAvx2Set = WithQuantKernels<MaddubsDot>(MakeKernelSet(Isa::kAvx2));
+constexpr KernelSet kAvx2Set =
+    WithYmmQuantPanelKernels(WithQuantKernels<MaddubsDot>(MakeKernelSet(Isa::kAvx2)));
 
 }  // namespace
 

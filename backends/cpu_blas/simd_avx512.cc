@@ -2,7 +2,8 @@
 // the rest of the program stays baseline x86-64; called only when
 // IsaSupported(Isa::kAvx512). The loops are in simd_kernels_inl.h (shared with, and
 // tested through, the AVX2 level); this file holds the AVX-512 vector and weight traits,
-// and the f32 panel kernel (simd_float_panels_inl.h).
+// the f32 panel kernel (simd_float_panels_inl.h) and the 256-bit q4_0 / q8_0 panel kernels
+// (simd_quant_panels_avx2_inl.h; the VNNI level replaces them with 512-bit ones).
 // GCC 12's avx512fintrin.h initialises "undefined" vectors from themselves, which
 // -Wuninitialized reports when the intrinsics are used under a target attribute
 // (GCC bug 105593, fixed in GCC 13). The warning is about the header, not this code.
@@ -119,17 +120,18 @@ struct F32Lines {
   }
 };
 
-#include "backends/cpu_blas/simd_float_panels_inl.h"  // NOLINT(build/include): see its header
-#include "backends/cpu_blas/simd_kernels_inl.h"       // NOLINT(build/include): see its header
-#include "backends/cpu_blas/simd_quant_inl.h"         // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_float_panels_inl.h"       // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_kernels_inl.h"            // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_quant_inl.h"              // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_quant_panels_avx2_inl.h"  // NOLINT(build/include): see its header
 
 constexpr KernelSet WithF32Panels(KernelSet k) {
   k.matmul_f32_panels = &MatMulFloatPanels<F32Lines>;
   return k;
 }
 
-constexpr KernelSet kAvx512Set =
-    WithF32Panels(WithQuantKernels<MaddubsDot>(MakeKernelSet(Isa::kAvx512)));
+constexpr KernelSet kAvx512Set = WithF32Panels(
+    WithYmmQuantPanelKernels(WithQuantKernels<MaddubsDot>(MakeKernelSet(Isa::kAvx512))));
 
 }  // namespace
 

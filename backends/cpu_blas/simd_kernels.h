@@ -181,11 +181,12 @@ struct KernelSet {
   // same integer block products against Q8Block activation rows, summed in another
   // order. For every row count (8 activation rows per pass over the weights).
   // Precondition in addition: row_begin and row_end multiples of model::kPanelRows.
-  // nullptr below avx512vnni and on the NEON levels.
+  // 256-bit (vpmaddubsw, 3 rows per pass) on avx2 and avx512, 512-bit (vpdpbusd) from
+  // avx512vnni, with the same results; nullptr at the scalar and NEON levels.
   QMatMulFn matmul_q4_0_panels = nullptr;
   QMatMulFn matmul_q8_0_panels = nullptr;
   // The same for q4_K and q6_K weights (Q8KBlock activation rows; the integer sub-block
-  // products of matmul_q4_k / matmul_q6_k, summed in another order).
+  // products of matmul_q4_k / matmul_q6_k, summed in another order); from avx512vnni.
   QMatMulFn matmul_q4_k_panels = nullptr;
   QMatMulFn matmul_q6_k_panels = nullptr;
 };

@@ -360,7 +360,8 @@ QMatMulFn InterleavedKernel(const KernelSet& k, DType dtype) {
   }
 }
 
-// The kernel for weights in panels (nullptr below avx512vnni).
+// The kernel for weights in panels (q4_0 and q8_0 from avx2, the k-quants from avx512vnni;
+// nullptr below).
 QMatMulFn PanelKernel(const KernelSet& k, DType dtype) {
   switch (dtype) {
     case DType::kQ4_0:
@@ -398,15 +399,22 @@ void SetExtremeRow(DType dtype, uint8_t* row, size_t row_bytes) {
   }
 }
 
-// matmul_q4_0_panels, ..., matmul_q6_k_panels (avx512vnni and up): weights packed by
-// model::PackQuantPanels, the same products as the scalar row kernels on the row-major
-// blocks up to summation order; only the slice of panels asked for is written.
+// matmul_q4_0_panels, ..., matmul_q6_k_panels (q4_0 and q8_0 from avx2, the k-quants
+// from avx512vnni): weights packed by model::PackQuantPanels, the same products as the
+// scalar row kernels on the row-major blocks up to summation order; only the slice of
+// panels asked for is written. The 256-bit q4_0 and q8_0 kernels (avx2, avx512) give bit
+// for bit the results of the avx512vnni ones where this CPU has both.
 TEST_P(SimdKernelsTest, QuantPanelsAreTheQuantizedProduct) {
-  const DType kTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
-  if (!X86AtLeast(GetParam(), Isa::kAvx512Vnni)) {
-    for (DType dtype : kTypes) EXPECT_EQ(PanelKernel(kernels(), dtype), nullptr);
-    return;
+  std::vector<DType> kTypes;
+  for (DType dtype : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    const bool k_quant = model::DTypeBlockElems(dtype) == 256;
+    if (X86AtLeast(GetParam(), k_quant ? Isa::kAvx512Vnni : Isa::kAvx2)) {
+      kTypes.push_back(dtype);
+    } else {
+      EXPECT_EQ(PanelKernel(kernels(), dtype), nullptr) << model::DTypeName(dtype);
+    }
   }
+  const bool vnni_too = !X86AtLeast(GetParam(), Isa::kAvx512Vnni) && IsaSupported(Isa::kAvx512Vnni);
   std::mt19937 rng(13);
   // Shapes: one and several panels (tiles of 4, 2 and 1 panels; 7 panels: a tile of 4, a
   // pair, a last single one), every activation-row tile (1-8) and more than one 8-row pass
@@ -458,6 +466,13 @@ TEST_P(SimdKernelsTest, QuantPanelsAreTheQuantizedProduct) {
             }
             return 2.0 * abs_sum;
           });
+          if (vnni_too) {
+            std::vector<float> y_vnni(y.size(), kSentinel);
+            PanelKernel(KernelsFor(Isa::kAvx512Vnni), dtype)(
+                packed.data(), static_cast<int64_t>(row_bytes), cols, r0, rows, xq.data(),
+                static_cast<int64_t>(xq_row), n, y_vnni.data(), ldy);
+            ASSERT_EQ(std::memcmp(y.data(), y_vnni.data(), y.size() * sizeof(float)), 0);
+          }
         }
       }
     }

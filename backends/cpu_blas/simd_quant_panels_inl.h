@@ -18,14 +18,18 @@
 // 128 * 32 * 127; the k-quants below); the scales (f16 d_w times f32 d_x) and the final sums round
 // as in the other kernels, in another order.
 
-// The panels processed per pass over the activation rows (about 256 KiB of weights, which
-// stay in L2 for the next group of rows): smaller slabs restart the weight streams more
-// often, larger ones no longer fit L2 beside the activations; 256 KiB measured best of
-// 64 KiB, 256 KiB and 1 MiB.
-constexpr int64_t kPanelSlabBytes = 256 * 1024;
-// Activation rows per pass: 8 float accumulators and 8 integer chains (the tile 2 x 8
-// spilled and ran at two thirds of the rate; 6 rows per pass were slower).
-constexpr int kPanelMaxRows = 8;
+// The 16 rows of a panel in one 512-bit accumulator (the tile driver's lane traits,
+// simd_quant_panel_driver_inl.h).
+struct Zmm16Lanes {
+  using Acc = __m512;
+  // Activation rows per pass: 8 float accumulators and 8 integer chains (the tile 2 x 8
+  // spilled and ran at two thirds of the rate; 6 rows per pass were slower).
+  static constexpr int kMaxRows = 8;
+  // Panels per tile for m activation rows (formats with kMultiPanel).
+  static constexpr int Panels(int m) { return m <= 2 ? 4 : m <= 4 ? 2 : 1; }
+  KVSERVE_SIMD_TARGET static Acc Zero() { return _mm512_setzero_ps(); }
+  KVSERVE_SIMD_TARGET static void Store(float* y, Acc a) { _mm512_storeu_ps(y, a); }
+};
 
 // Broadcast of 4-byte word k of `p` (activation codes or bsums).
 KVSERVE_SIMD_TARGET inline __m512i WordAt(const void* p, int k) {
@@ -47,6 +51,7 @@ KVSERVE_SIMD_TARGET inline __m512i WordAt(const void* p, int k) {
 //   template <int M> static void Accumulate(pb, x, ldxq, b, acc):
 //       acc[m] += the 16 rows of panel block pb . block b of activation row m, m < M
 //       (Q8Block rows for the 32-element formats, Q8KBlock rows for the k-quants)
+//   the lane traits of Zmm16Lanes (the accumulator type, rows per pass, panels per tile)
 //
 // q4_0 and q8_0 (Block32 below): the block's unsigned codes minus the offset (element =
 // d * (code - offset)), its 8 vpdpbusd operands, operand k (columns 4k .. 4k + 3 of the
@@ -80,7 +85,7 @@ struct Q8_0Codes {
 // One f16 scale per row and 32 columns: per (panel, row, block) 8 vpdpbusd and 3 float
 // instructions.
 template <typename C>
-struct Block32 {
+struct Block32 : Zmm16Lanes {
   static constexpr int64_t kElems = 32;
   static constexpr int64_t kBlockBytes = C::kBlockBytes;
   static constexpr int64_t kPrefetchBlocks = 4;
@@ -127,7 +132,7 @@ using Q8_0Panel = Block32<Q8_0Codes>;
 // 16 * 128 * 16 * 63 * 127 + 32 * 16 * 128 * 2032: all in int32.
 
 // What the two k-quant formats share.
-struct KQuantPanel {
+struct KQuantPanel : Zmm16Lanes {
   static constexpr int64_t kElems = 256;
   // One panel per tile: with 4 the unrolled body of 4 panels spilled, and batch 1 ran
   // slower than on row-major weights; with 1 it is faster than row-major in
@@ -292,89 +297,7 @@ struct Q6_KPanel : KQuantPanel {
   }
 };
 
-// y[m * ldy + 16 p + r] = row r of panel p . activation row m, for p < P, m < M; `panel`
-// the first block of panel 0 (panels `pstride` bytes apart), x the first block of
-// activation row 0 (rows ldxq bytes apart).
-template <typename F, int P, int M>
-KVSERVE_SIMD_TARGET void QuantPanelTile(const uint8_t* panel, int64_t pstride, int64_t blocks,
-                                        const uint8_t* x, int64_t ldxq, float* y, int64_t ldy) {
-  __m512 acc[P][M];
-#pragma GCC unroll 4
-  for (int p = 0; p < P; ++p) {
-#pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) acc[p][m] = _mm512_setzero_ps();
-  }
-  for (int64_t b = 0; b < blocks; ++b) {
-#pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) {
-      const uint8_t* pb = panel + p * pstride + b * F::kBlockBytes;
-      const uintptr_t ahead = reinterpret_cast<uintptr_t>(pb) + F::kPrefetchBlocks * F::kBlockBytes;
-#pragma GCC unroll 9
-      for (int64_t line = 0; line < (F::kBlockBytes + 63) / 64; ++line) {
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * line), _MM_HINT_T0);
-      }
-      F::template Accumulate<M>(pb, x, ldxq, b, acc[p]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int p = 0; p < P; ++p) {
-#pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) _mm512_storeu_ps(y + m * ldy + 16 * p, acc[p][m]);
-  }
-}
-
-// Panels [p0, p1) against M activation rows: P panels per tile (for F::kMultiPanel, more
-// panel streams when few rows keep the accumulators busy), the rest in pairs, then
-// single panels.
-template <typename F, int M>
-KVSERVE_SIMD_TARGET void QuantPanelRows(const uint8_t* w, int64_t pstride, int64_t blocks,
-                                        int64_t p0, int64_t p1, const uint8_t* x, int64_t ldxq,
-                                        float* y, int64_t ldy) {
-  constexpr int P = !F::kMultiPanel ? 1 : M <= 2 ? 4 : M <= 4 ? 2 : 1;
-  int64_t p = p0;
-  for (; p + P <= p1; p += P) {
-    QuantPanelTile<F, P, M>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p, ldy);
-  }
-  if constexpr (P > 2) {
-    for (; p + 2 <= p1; p += 2) {
-      QuantPanelTile<F, 2, M>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p, ldy);
-    }
-  }
-  for (; p < p1; ++p)
-    QuantPanelTile<F, 1, M>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p, ldy);
-}
-
-// QMatMulFn over a panel layout of format F: slabs of panels, each against the
-// activation rows in groups of up to kPanelMaxRows.
-template <typename F>
-KVSERVE_SIMD_TARGET void MatMulQuantPanels(const uint8_t* w, int64_t row_bytes, int64_t cols,
-                                           int64_t row_begin, int64_t row_end, const void* xq,
-                                           int64_t ldxq, int n, float* y, int64_t ldy) {
-  using RowsFn = void (*)(const uint8_t*, int64_t, int64_t, int64_t, int64_t, const uint8_t*,
-                          int64_t, float*, int64_t);
-  static constexpr RowsFn kRows[kPanelMaxRows + 1] = {nullptr,
-                                                      &QuantPanelRows<F, 1>,
-                                                      &QuantPanelRows<F, 2>,
-                                                      &QuantPanelRows<F, 3>,
-                                                      &QuantPanelRows<F, 4>,
-                                                      &QuantPanelRows<F, 5>,
-                                                      &QuantPanelRows<F, 6>,
-                                                      &QuantPanelRows<F, 7>,
-                                                      &QuantPanelRows<F, 8>};
-  const int64_t blocks = cols / F::kElems;
-  const int64_t pstride = model::kPanelRows * row_bytes;  // the same bytes, regrouped
-  const uint8_t* x = static_cast<const uint8_t*>(xq);
-  const int64_t end = row_end / model::kPanelRows;
-  // One pass reads every panel once: no slabs (whose ends would split the tiles).
-  const int64_t slab = n <= kPanelMaxRows ? end : std::max<int64_t>(1, kPanelSlabBytes / pstride);
-  for (int64_t s0 = row_begin / model::kPanelRows; s0 < end; s0 += slab) {
-    const int64_t s1 = std::min(end, s0 + slab);
-    for (int i = 0; i < n; i += kPanelMaxRows) {
-      const int m = std::min(kPanelMaxRows, n - i);
-      kRows[m](w, pstride, blocks, s0, s1, x + i * ldxq, ldxq, y + i * ldy, ldy);
-    }
-  }
-}
+#include "backends/cpu_blas/simd_quant_panel_driver_inl.h"  // NOLINT(build/include)
 
 // The panel kernels, added to a KernelSet of the VNNI level or above.
 inline KernelSet WithQuantPanelKernels(KernelSet k) {
