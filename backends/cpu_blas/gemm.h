@@ -163,8 +163,9 @@ class Gemm {
   // computes: with GemmOptions::batch_invariant (the default) a row's arithmetic does not
   // depend on its product's row count, so the products run together; without it the
   // kernel choice does, and each range of consecutive products over the same rows runs
-  // as one Run of its own. Precondition: as Run, for each product with n > 0; all w->cols
-  // are equal; each x_begin + n is at most x's row count n.
+  // as one Run of its own. Products of no rows are skipped. Precondition: as Run, for each
+  // product with rows; all w->cols are equal; each product's x_begin + n is at most the
+  // row count `n` of x.
   void RunGroups(std::span<const RowsProduct> products, const float* x, int n);
 
  private:
