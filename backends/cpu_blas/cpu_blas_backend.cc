@@ -159,6 +159,9 @@ struct CpuBlasBackend::State {
   cpu_blas::StepPlan plan;  // of the current step, rebuilt by every Forward
   Activations act;          // sized for `plan` by Forward
   cpu_blas::MoeGroups moe;  // the rows of each expert, per mixture-of-experts layer
+  // A mixture-of-experts layer's products of one kind (gate and up, or down), one or two
+  // per selected expert over its rows.
+  std::vector<cpu_blas::Gemm::RowsProduct> expert_products;
 
   // The steps of a forward pass, in order. Each reads and writes `act` for the rows of
   // `plan` (n of them); `batch` is the one `plan` was made from.
@@ -365,21 +368,29 @@ void CpuBlasBackend::State::MixtureOfExperts(const model::LayerWeights& L) {
       std::copy(row.begin(), row.end(), Row(act.expert_in, dim, i).begin());
     }
   });
-  // Per selected expert, its SwiGLU over its rows (a block of consecutive entries).
+  // Every selected expert's SwiGLU over its rows (a block of consecutive entries): the
+  // gate and up products of all experts in one parallel loop, then the down products in
+  // another, so a layer costs two pool dispatches however many experts run.
+  expert_products.clear();
   for (const cpu_blas::MoeGroups::Group& g : moe.groups) {
     const size_t e = static_cast<size_t>(g.expert);
-    gemm.Run({{&L.expert_gate[e], act.expert_hb.data() + g.begin * ffn},
-              {&L.expert_up[e], act.expert_hb2.data() + g.begin * ffn}},
-             act.expert_in.data() + g.begin * dim, g.end - g.begin);
+    const int rows = g.end - g.begin;
+    expert_products.push_back(
+        {&L.expert_gate[e], act.expert_hb.data() + g.begin * ffn, g.begin, rows});
+    expert_products.push_back(
+        {&L.expert_up[e], act.expert_hb2.data() + g.begin * ffn, g.begin, rows});
   }
+  gemm.RunGroups(expert_products, act.expert_in.data(), entries);
   ForRows(entries, config.ffn_dim, [&](int b, int e) {
     kernels->swiglu(act.expert_hb.data() + b * ffn, act.expert_hb2.data() + b * ffn,
                     static_cast<int64_t>(e - b) * config.ffn_dim);
   });
+  expert_products.clear();
   for (const cpu_blas::MoeGroups::Group& g : moe.groups) {
-    gemm.Run(L.expert_down[static_cast<size_t>(g.expert)], act.expert_hb.data() + g.begin * ffn,
-             g.end - g.begin, act.expert_out.data() + g.begin * dim);
+    expert_products.push_back({&L.expert_down[static_cast<size_t>(g.expert)],
+                               act.expert_out.data() + g.begin * dim, g.begin, g.end - g.begin});
   }
+  gemm.RunGroups(expert_products, act.expert_hb.data(), entries);
   // x[r] += the weighted sum of its experts' outputs, in selection order as the reference
   // backend adds them (so a row's sum does not depend on its batch).
   ForRows(n, config.dim * k, [&](int b, int e) {

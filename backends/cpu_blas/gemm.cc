@@ -54,23 +54,55 @@ void Gemm::Run(const model::TensorView& w, const float* x, int n, float* y) {
 }
 
 void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
+  products_.clear();
+  for (const Product& p : products) products_.push_back(RowsProduct{p.w, p.y, 0, n});
+  RunProducts(products_, x, n);
+}
+
+void Gemm::RunGroups(std::span<const RowsProduct> products, const float* x, int n) {
+  if (options_.batch_invariant) {
+    products_.clear();
+    for (const RowsProduct& p : products) {
+      if (p.n > 0) products_.push_back(p);
+    }
+    if (!products_.empty()) RunProducts(products_, x, n);
+    return;
+  }
+  const int64_t cols = products.empty() ? 0 : products.front().w->cols;
+  for (size_t i = 0; i < products.size();) {
+    size_t end = i + 1;
+    while (end < products.size() && products[end].x_begin == products[i].x_begin &&
+           products[end].n == products[i].n) {
+      ++end;
+    }
+    if (products[i].n > 0) {
+      range_.assign(products.begin() + static_cast<std::ptrdiff_t>(i),
+                    products.begin() + static_cast<std::ptrdiff_t>(end));
+      for (RowsProduct& p : range_) p.x_begin = 0;
+      RunProducts(range_, x + products[i].x_begin * cols, products[i].n);
+    }
+    i = end;
+  }
+}
+
+void Gemm::RunProducts(std::span<const RowsProduct> products, const float* x, int n) {
   int64_t total_rows = 0;
   int64_t total_bytes = 0;
   int64_t macs = 0;
-  for (const Product& p : products) {
+  for (const RowsProduct& p : products) {
     total_rows += p.w->rows;
     total_bytes += p.w->rows * static_cast<int64_t>(p.w->row_bytes());
-    macs += p.w->rows * p.w->cols * n;
+    macs += p.w->rows * p.w->cols * p.n;
   }
   const int threads = pool_->size();
-  const bool quantized = model::IsQuantized(products.begin()->w->type);
-  const int64_t cols = products.begin()->w->cols;
-  bf16_dot_ = products.begin()->w->type == model::DType::kBF16 && options_.bf16_dot &&
+  const bool quantized = model::IsQuantized(products.front().w->type);
+  const int64_t cols = products.front().w->cols;
+  bf16_dot_ = products.front().w->type == model::DType::kBF16 && options_.bf16_dot &&
               kernels_->matmul_bf16_dot != nullptr;
   bool f32_panels = false;
   bool bf16_panels = false;
   quant_panels_ = false;
-  for (const Product& p : products) {
+  for (const RowsProduct& p : products) {
     const bool panel = p.w->layout != model::Layout::kRows;
     f32_panels |= panel && p.w->type == model::DType::kF32;
     bf16_panels |= panel && p.w->type == model::DType::kBF16;
@@ -92,54 +124,57 @@ void Gemm::Run(std::initializer_list<Product> products, const float* x, int n) {
     QuantizeActivations(products, x, n);
   }
   if (f32_panels) PadActivations(x, n, cols);
-  // Rows per slice. Streaming: enough slices to balance (about 8 per thread; quantized
-  // weights: no smaller than options_.quant_min_task_bytes / n weight bytes), a multiple
-  // of the kernels' register blocking (4 rows; the bf16 dot kernel's 6, so 12; the panel
-  // tiles' 2 or 4 panels of 16 rows, so 32: a slice's last panels go in pairs, then
-  // alone), at least 16. sgemm: tiles of at most about tile_bytes of f32 (each sgemm
-  // call packs all n activation rows again), as many as a multiple of the thread count
-  // and of equal size (a multiple of 16 rows), so the threads finish together.
-  int64_t chunk;
-  if (macs < kMinParallelMacs) {
-    chunk = total_rows;
-  } else if (!sgemm) {
-    const int64_t multiple = panels ? 2 * model::kPanelRows : bf16_dot_ ? 12 : 4;
-    const int64_t row_bytes = std::max<int64_t>(1, total_bytes / total_rows);
-    const int64_t min_rows = quantized ? options_.quant_min_task_bytes / (n * row_bytes) : 0;
-    const int64_t per_thread = (total_rows + threads - 1) / threads;
-    chunk = std::min(std::max(total_rows / (threads * 8), min_rows), per_thread);
-    chunk = std::max<int64_t>(16, RoundUp(chunk, multiple));
-  } else {
-    const int64_t tile_rows = std::max<int64_t>(16, options_.tile_bytes / (cols * 4));
-    const int64_t tiles = RoundUp((total_rows + tile_rows - 1) / tile_rows, threads);
-    chunk = std::max<int64_t>(16, RoundUp((total_rows + tiles - 1) / tiles, 16));
-  }
+  // Rows per slice of a product over rows_n activation rows. Streaming: enough slices to
+  // balance (about 8 per thread over all products; quantized weights: no smaller than
+  // options_.quant_min_task_bytes / rows_n weight bytes), a multiple of the kernels'
+  // register blocking (4 rows; the bf16 dot kernel's 6, so 12; the panel tiles' 2 or 4
+  // panels of 16 rows, so 32: a slice's last panels go in pairs, then alone) of at least
+  // 16 rows. (A multiple, so that a row's place in its tile, which decides its summation
+  // order in the bf16 dot kernel, does not depend on the slicing: 16 rows of bf16 would
+  // end in a 4-row tail.) sgemm: tiles of at most about tile_bytes of f32 (each sgemm call packs
+  // all n activation rows again), as many as a multiple of the thread count and of equal size (a
+  // multiple of 16 rows), so the threads finish together.
+  const int64_t multiple = panels ? 2 * model::kPanelRows : bf16_dot_ ? 12 : 4;
+  const int64_t row_bytes = std::max<int64_t>(1, total_bytes / total_rows);
+  const int64_t per_thread = (total_rows + threads - 1) / threads;
+  const int64_t tile_rows = std::max<int64_t>(16, options_.tile_bytes / (cols * 4));
+  const int64_t tiles = RoundUp((total_rows + tile_rows - 1) / tile_rows, threads);
+  auto chunk_rows = [&](int rows_n) -> int64_t {
+    if (macs < kMinParallelMacs) return total_rows;
+    if (sgemm) return std::max<int64_t>(16, RoundUp((total_rows + tiles - 1) / tiles, 16));
+    const int64_t min_rows = quantized ? options_.quant_min_task_bytes / (rows_n * row_bytes) : 0;
+    const int64_t chunk = std::min(std::max(total_rows / (threads * 8), min_rows), per_thread);
+    return RoundUp(std::max<int64_t>(16, chunk), multiple);
+  };
   tasks_.clear();
-  for (const Product& p : products) {
+  for (const RowsProduct& p : products) {
+    const int64_t chunk = chunk_rows(p.n);
     for (int64_t r0 = 0; r0 < p.w->rows; r0 += chunk) {
-      tasks_.push_back(Task{p.w, p.y, r0, std::min(p.w->rows, r0 + chunk)});
+      tasks_.push_back(Task{p.w, p.y, r0, std::min(p.w->rows, r0 + chunk), p.x_begin, p.n});
     }
   }
   pool_->Run(static_cast<int64_t>(tasks_.size()), [&](int64_t t, int thread) {
     const Task& task = tasks_[static_cast<size_t>(t)];
     if (sgemm) {
-      RunSgemm(task, x, n, thread);
+      RunSgemm(task, x, thread);
     } else {
-      RunStreaming(task, x, n);
+      RunStreaming(task, x);
     }
   });
 }
 
-void Gemm::RunStreaming(const Task& task, const float* x, int n) {
+void Gemm::RunStreaming(const Task& task, const float* x) {
   const model::TensorView& w = *task.w;
   const int64_t rows = w.rows;
   const int64_t cols = w.cols;
+  const int n = task.n;
+  x += task.x_begin * cols;
   const KernelSet& k = *kernels_;
   switch (w.type) {
     case model::DType::kF32:
       if (w.layout == model::Layout::kF32Panels) {
-        k.matmul_f32_panels(static_cast<const float*>(w.data), cols, task.r0, task.r1, xf32_rows_,
-                            xf32_row_, n, task.y, rows);
+        k.matmul_f32_panels(static_cast<const float*>(w.data), cols, task.r0, task.r1,
+                            xf32_rows_ + task.x_begin * xf32_row_, xf32_row_, n, task.y, rows);
       } else {
         k.matmul_f32(static_cast<const float*>(w.data), cols, task.r0, task.r1, x, cols, n, task.y,
                      rows);
@@ -152,39 +187,39 @@ void Gemm::RunStreaming(const Task& task, const float* x, int n) {
     case model::DType::kBF16:
       if (w.layout == model::Layout::kBf16Panels) {
         k.matmul_bf16_panels(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1,
-                             xbf16_.data(), xbf16_row_, n, task.y, rows);
+                             xbf16_.data() + task.x_begin * xbf16_row_, xbf16_row_, n, task.y,
+                             rows);
       } else if (bf16_dot_) {
         k.matmul_bf16_dot(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1,
-                          xbf16_.data(), xbf16_row_, n, task.y, rows);
+                          xbf16_.data() + task.x_begin * xbf16_row_, xbf16_row_, n, task.y, rows);
       } else {
         k.matmul_bf16(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1, x, cols, n,
                       task.y, rows);
       }
       break;
     case model::DType::kQ8_0:
-      RunQuantized(task, n, k.matmul_q8_0, k.matmul_q8_0_il, k.matmul_q8_0_panels, xq8_, xq8_row_);
+      RunQuantized(task, k.matmul_q8_0, k.matmul_q8_0_il, k.matmul_q8_0_panels, xq8_, xq8_row_);
       break;
     case model::DType::kQ4_0:
-      RunQuantized(task, n, k.matmul_q4_0, k.matmul_q4_0_il, k.matmul_q4_0_panels, xq8_, xq8_row_);
+      RunQuantized(task, k.matmul_q4_0, k.matmul_q4_0_il, k.matmul_q4_0_panels, xq8_, xq8_row_);
       break;
     case model::DType::kQ4_K:
-      RunQuantized(task, n, k.matmul_q4_k, k.matmul_q4_k_il, k.matmul_q4_k_panels, xq8k_,
-                   xq8k_row_);
+      RunQuantized(task, k.matmul_q4_k, k.matmul_q4_k_il, k.matmul_q4_k_panels, xq8k_, xq8k_row_);
       break;
     case model::DType::kQ6_K:
-      RunQuantized(task, n, k.matmul_q6_k, k.matmul_q6_k_il, k.matmul_q6_k_panels, xq8k_,
-                   xq8k_row_);
+      RunQuantized(task, k.matmul_q6_k, k.matmul_q6_k_il, k.matmul_q6_k_panels, xq8k_, xq8k_row_);
       break;
   }
 }
 
-void Gemm::RunQuantized(const Task& task, int n, QMatMulFn rows, QMatMulFn interleaved,
-                        QMatMulFn panels, const std::vector<uint8_t>& xq, int64_t xq_row) {
+void Gemm::RunQuantized(const Task& task, QMatMulFn rows, QMatMulFn interleaved, QMatMulFn panels,
+                        const std::vector<uint8_t>& xq, int64_t xq_row) {
   const model::TensorView& w = *task.w;
   const QMatMulFn fn = w.layout != model::Layout::kRows ? panels
                        : interleaved_                   ? interleaved
                                                         : rows;
-  fn(Bytes(w), w.row_bytes(), w.cols, task.r0, task.r1, xq.data(), xq_row, n, task.y, w.rows);
+  fn(Bytes(w), w.row_bytes(), w.cols, task.r0, task.r1, xq.data() + task.x_begin * xq_row, xq_row,
+     task.n, task.y, w.rows);
 }
 
 template <typename RowsFn>
@@ -196,11 +231,11 @@ void Gemm::ForActivationRows(int n, int64_t cols, const RowsFn& rows) {
   }
 }
 
-void Gemm::QuantizeActivations(std::initializer_list<Product> products, const float* x, int n) {
-  const int64_t cols = products.begin()->w->cols;
+void Gemm::QuantizeActivations(std::span<const RowsProduct> products, const float* x, int n) {
+  const int64_t cols = products.front().w->cols;
   bool q8 = false;
   bool q8k = false;
-  for (const Product& p : products) {
+  for (const RowsProduct& p : products) {
     q8 |= p.w->type == model::DType::kQ8_0 || p.w->type == model::DType::kQ4_0;
     q8k |= p.w->type == model::DType::kQ4_K || p.w->type == model::DType::kQ6_K;
   }
@@ -259,10 +294,12 @@ void Gemm::PadActivations(const float* x, int n, int64_t cols) {
   });
 }
 
-void Gemm::RunSgemm(const Task& task, const float* x, int n, int thread) {
+void Gemm::RunSgemm(const Task& task, const float* x, int thread) {
   const model::TensorView& w = *task.w;
   const int64_t rows = w.rows;
   const int64_t cols = w.cols;
+  const int n = task.n;
+  x += task.x_begin * cols;
   const int64_t nr = task.r1 - task.r0;
   const float* tile;  // [nr, cols]
   if (w.type == model::DType::kF32) {

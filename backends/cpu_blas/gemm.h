@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <vector>
 
 #include "backends/cpu_blas/simd_kernels.h"
@@ -147,22 +148,49 @@ class Gemm {
   // all w->cols are equal.
   void Run(std::initializer_list<Product> products, const float* x, int n);
 
+  // One product of a RunGroups: y = x[x_begin, x_begin + n) · w^T.
+  struct RowsProduct {
+    const model::TensorView* w;
+    float* y;     // [n, w->rows]
+    int x_begin;  // first activation row of x
+    int n;        // activation rows; 0 = nothing to compute
+  };
+
+  // Products of row ranges of one x in one parallel loop, e.g. every selected expert's
+  // gate and up projections over the rows routed to it (a mixture of experts): the pool
+  // synchronises once for all of them, x is quantized (or rounded, or padded) once for
+  // its n rows, and the slices of all products (product, output-row range) are shared
+  // among the threads. Every y row is bit for bit what Run(*w, x + x_begin * cols, n, y)
+  // computes: with GemmOptions::batch_invariant (the default) a row's arithmetic does not
+  // depend on its product's row count, so the products run together; without it the
+  // kernel choice does, and each range of consecutive products over the same rows runs
+  // as one Run of its own. Products of no rows are skipped. Precondition: as Run, for each
+  // product with rows; all w->cols are equal; each product's x_begin + n is at most the
+  // row count `n` of x.
+  void RunGroups(std::span<const RowsProduct> products, const float* x, int n);
+
  private:
-  // A slice of output rows [r0, r1) of one product.
+  // A slice of output rows [r0, r1) of one product, over activation rows
+  // [x_begin, x_begin + n).
   struct Task {
     const model::TensorView* w;
-    float* y;
+    float* y;  // [n, w->rows]
     int64_t r0;
     int64_t r1;
+    int x_begin;
+    int n;
   };
-  void RunStreaming(const Task& task, const float* x, int n);
-  void RunSgemm(const Task& task, const float* x, int n, int thread);
+  // The products of a Run or RunGroups (each with n > 0) in one parallel loop, the kernel
+  // choices made for x's n rows. Precondition: batch invariance, or every product's n is n.
+  void RunProducts(std::span<const RowsProduct> products, const float* x, int n);
+  void RunStreaming(const Task& task, const float* x);
+  void RunSgemm(const Task& task, const float* x, int thread);
   // A quantized product: `panels` for a view in a panel layout, else `interleaved` or
   // `rows` as interleaved_ says, against the activations xq (xq_row bytes per row).
-  void RunQuantized(const Task& task, int n, QMatMulFn rows, QMatMulFn interleaved,
-                    QMatMulFn panels, const std::vector<uint8_t>& xq, int64_t xq_row);
+  void RunQuantized(const Task& task, QMatMulFn rows, QMatMulFn interleaved, QMatMulFn panels,
+                    const std::vector<uint8_t>& xq, int64_t xq_row);
   // Fills xq8_ / xq8k_ with x in the activation formats the products' weights need.
-  void QuantizeActivations(std::initializer_list<Product> products, const float* x, int n);
+  void QuantizeActivations(std::span<const RowsProduct> products, const float* x, int n);
   // Fills xbf16_ with x rounded to bf16 for matmul_bf16_dot.
   void RoundActivations(const float* x, int n, int64_t cols);
   // Points xf32_rows_ at x's rows for matmul_f32_panels, xf32_row_ floats apart: x itself
@@ -178,6 +206,8 @@ class Gemm {
   const KernelSet* kernels_;
   GemmOptions options_;
   std::vector<Task> tasks_;                // the current Run's slices
+  std::vector<RowsProduct> products_;      // the current Run's products (n > 0)
+  std::vector<RowsProduct> range_;         // RunGroups without batch invariance: one range
   std::vector<std::vector<float>> tiles_;  // per pool thread: [tile_rows, cols] f32
   std::vector<uint8_t>
       xq8_;  // [n] rows of Q8Block (Q8x8Block if interleaved_), xq8_row_ bytes each

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu_blas/packed_weights.h"
@@ -17,6 +18,19 @@ namespace {
 
 using model::DType;
 
+// kRows x kCols random rows of `dtype`, encoded.
+std::vector<uint8_t> RandomMatrix(DType dtype, int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<uint8_t> bytes;
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = u(rng);
+    const std::vector<uint8_t> enc = testing::EncodeRow(row, dtype);
+    bytes.insert(bytes.end(), enc.begin(), enc.end());
+  }
+  return bytes;
+}
+
 // How a Run is cut into slices (the thread count; GemmOptions::quant_min_task_bytes for
 // the quantized types) decides only who computes which output rows, never their values:
 // every slicing, with or without panels, gives the bytes one thread computing every row
@@ -29,13 +43,7 @@ TEST(GemmTest, SlicingDoesNotChangeResults) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (DType dtype :
        {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
-    std::vector<uint8_t> bytes;
-    std::vector<float> row(kCols);
-    for (int64_t r = 0; r < kRows; ++r) {
-      for (float& v : row) v = u(rng);
-      const std::vector<uint8_t> enc = testing::EncodeRow(row, dtype);
-      bytes.insert(bytes.end(), enc.begin(), enc.end());
-    }
+    const std::vector<uint8_t> bytes = RandomMatrix(dtype, kRows, kCols, rng);
     const model::TensorView rows_view{dtype, bytes.data(), kRows, kCols};
     std::unique_ptr<PanelMatrix> panels;
     GemmOptions options;
@@ -64,6 +72,76 @@ TEST(GemmTest, SlicingDoesNotChangeResults) {
             std::vector<float> got(want.size(), -7.0f);
             gemm.Run(*w, x.data(), n, got.data());
             ASSERT_EQ(got, want) << "threads=" << threads << " min_task_bytes=" << min_task_bytes;
+          }
+        }
+      }
+    }
+  }
+}
+
+// RunGroups (a mixture of experts' products over the rows routed to each expert) gives
+// every row bit for bit what a Run of its product alone gives, with and without batch
+// invariance, panels or not, on one to three threads: one product, products of no rows,
+// row ranges of uneven sizes (1, 2, 7 and 20 rows, so some go to sgemm without batch
+// invariance), matrices whose rows split unevenly into slices.
+TEST(GemmTest, RunGroupsEqualsOneRunPerProduct) {
+  constexpr int64_t kCols = 512;
+  const KernelSet& kernels = KernelsFor(BestIsa());
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  // {rows of each expert's matrix, the row count of each expert's range}.
+  const std::vector<std::pair<int64_t, std::vector<int>>> cases = {
+      {96, {1}}, {96, {0, 3, 0}}, {208, {1, 2, 7, 20, 0, 1}}, {1040, {2, 1}}};
+  for (DType dtype :
+       {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (const auto& [rows, counts] : cases) {
+      const int experts = static_cast<int>(counts.size());
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<model::TensorView> views;
+      std::vector<std::unique_ptr<PanelMatrix>> panels;
+      for (int e = 0; e < experts; ++e) bytes.push_back(RandomMatrix(dtype, rows, kCols, rng));
+      for (int e = 0; e < experts; ++e) {
+        views.push_back(
+            model::TensorView{dtype, bytes[static_cast<size_t>(e)].data(), rows, kCols});
+        if (PanelsReadable(kernels, GemmOptions{}).has(dtype) && model::PanelsFit(views.back())) {
+          panels.push_back(std::make_unique<PanelMatrix>(views.back()));
+        }
+      }
+      int n = 0;
+      for (int c : counts) n += c;
+      std::vector<float> x(static_cast<size_t>(n * kCols));
+      for (float& v : x) v = u(rng);
+      for (bool use_panels : {false, true}) {
+        if (use_panels && panels.size() != views.size()) continue;
+        for (bool invariant : {true, false}) {
+          SCOPED_TRACE(::testing::Message()
+                       << model::DTypeName(dtype) << " rows=" << rows << " experts=" << experts
+                       << (use_panels ? " panels" : "") << (invariant ? " invariant" : ""));
+          GemmOptions options;
+          options.batch_invariant = invariant;
+          options.sgemm_min_rows = options.quant_sgemm_min_rows = 16;
+          for (int threads : {1, 2, 3}) {
+            ThreadPool pool(threads);
+            // Two products per range (gate and up): expert e's matrix, then the next one's.
+            std::vector<Gemm::RowsProduct> products;
+            std::vector<float> want(static_cast<size_t>(2 * n * rows));
+            std::vector<float> got(want.size(), -7.0f);
+            Gemm one_by_one(&pool, &kernels, options);
+            int begin = 0;
+            for (int e = 0; e < experts; ++e) {
+              const int count = counts[static_cast<size_t>(e)];
+              for (int j = 0; j < 2; ++j) {
+                const size_t m = static_cast<size_t>((e + j) % experts);
+                const model::TensorView* w = use_panels ? &panels[m]->view() : &views[m];
+                const int64_t at = (j * n + begin) * rows;
+                products.push_back(Gemm::RowsProduct{w, got.data() + at, begin, count});
+                if (count > 0) one_by_one.Run(*w, x.data() + begin * kCols, count, &want[at]);
+              }
+              begin += count;
+            }
+            Gemm gemm(&pool, &kernels, options);
+            gemm.RunGroups(products, x.data(), n);
+            ASSERT_EQ(got, want) << "threads=" << threads;
           }
         }
       }
