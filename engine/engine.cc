@@ -51,11 +51,6 @@ uint64_t Mix64(uint64_t x) {  // splitmix64 finalizer
   return x ^ (x >> 31);
 }
 
-bool SameLayout(const model::KvLayout& a, const model::KvLayout& b) {
-  return a.n_layers == b.n_layers && a.kv_dim == b.kv_dim && a.block_tokens == b.block_tokens &&
-         a.dtype == b.dtype;
-}
-
 }  // namespace
 
 absl::Status ValidateEngineOptions(const Engine::Options& o) {
@@ -1123,7 +1118,7 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Engine::Options& opti
         "loads it from draft_model_path)");
   }
   const model::KvLayout layout = options.KvLayoutFor(model.config());
-  if (!SameLayout(layout, backend->kv_layout())) {
+  if (layout != backend->kv_layout()) {
     return absl::InvalidArgumentError(
         "the backend's KV layout differs from Options::KvLayoutFor(model.config())");
   }

@@ -225,6 +225,11 @@ model::PanelTypes CpuBlasBackend::ReadsPanels(const CpuBlasOptions& options) {
 absl::StatusOr<std::unique_ptr<CpuBlasBackend>> CpuBlasBackend::Create(
     const model::Model& model, const model::KvLayout& kv_layout, const CpuBlasOptions& options) {
   if (absl::Status s = ValidateKvLayout(model.config(), kv_layout); !s.ok()) return s;
+  if (model.config().mla()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "cpu_blas: multi-head latent attention (architecture ", model.config().architecture,
+        ") is not implemented yet; use --backend reference"));
+  }
   if (options.threads < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cpu_blas: threads must be >= 0, got ", options.threads));
