@@ -120,6 +120,7 @@ class EngineImpl final : public Engine {
         max_session_tokens_(options.max_session_tokens > 0 ? options.max_session_tokens
                                                            : model.config().context_length),
         kv_capacity_tokens_(kv->SequenceCapacityTokens(options.max_step_tokens)),
+        kv_layout_(kv->layout()),
         backend_(std::move(backend)),
         kv_(std::move(kv)),
         tokenizer_(std::move(tokenizer)),
@@ -210,6 +211,8 @@ class EngineImpl final : public Engine {
       done(std::move(info));
     });
   }
+
+  model::KvLayout kv_layout() const override { return kv_layout_; }
 
   SubmitLimits submit_limits() const override {
     return SubmitLimits{options_.max_tokens_limit, options_.max_cache_salt_bytes,
@@ -313,6 +316,7 @@ class EngineImpl final : public Engine {
   const common::Clock* const clock_;
   const int32_t max_session_tokens_;
   const int64_t kv_capacity_tokens_;
+  const model::KvLayout kv_layout_;                    // kv_'s, readable from any thread
   std::unique_ptr<backends::Backend> backend_;         // step thread
   std::unique_ptr<cache::KvCacheManager> kv_;          // step thread
   const std::unique_ptr<model::Tokenizer> tokenizer_;  // immutable; may be null

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "backends/kernels/attention.h"
 #include "backends/kernels/matvec.h"
 #include "backends/kernels/ops.h"
 
@@ -18,6 +19,11 @@ void RowsToFloat(const model::TensorView& w, int64_t first, int64_t n, std::vect
   for (int64_t i = 0; i < n; ++i) {
     RowToFloat(w, first + i, std::span<float>(out).subspan(static_cast<size_t>(i) * cols, cols));
   }
+}
+
+// Rows [first, first + n) of `w` as a view of their own.
+model::TensorView RowSlice(const model::TensorView& w, int64_t first, int64_t n) {
+  return model::TensorView{w.type, w.row(first), n, w.cols};
 }
 
 }  // namespace
@@ -84,6 +90,37 @@ void AttendLatentDecompressed(const model::ModelConfig& c, const model::LayerWei
       }
       AddScaled(out_h, s.att[t], s.v);
     }
+  }
+}
+
+void AttendLatentAbsorbed(const model::ModelConfig& c, const model::LayerWeights& L,
+                          const SequenceKv& kv, int layer, int first_pos, int n_pos,
+                          std::span<const float> q, LatentScratch& s, std::span<float> out) {
+  const auto r = static_cast<size_t>(c.kv_lora_rank), rope_dim = static_cast<size_t>(c.rope_dim);
+  const auto head = static_cast<size_t>(c.head_dim), nope = head - rope_dim;
+  const auto v_dim = static_cast<size_t>(c.v_head_dim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  s.q_lat.resize(r + rope_dim);
+  s.o_lat.resize(r);
+  s.att.resize(static_cast<size_t>(n_pos - first_pos));
+  for (int h = 0; h < c.n_heads; ++h) {
+    const std::span<const float> q_h = q.subspan(static_cast<size_t>(h) * head, head);
+    // The query in the latent space, then its RoPE part unchanged.
+    MatVec(RowSlice(L.wk_b, int64_t{h} * c.kv_lora_rank, c.kv_lora_rank), q_h.first(nope),
+           std::span<float>(s.q_lat).first(r));
+    std::copy(q_h.begin() + static_cast<std::ptrdiff_t>(nope), q_h.end(),
+              s.q_lat.begin() + static_cast<std::ptrdiff_t>(r));
+    // One head of width r + rope_dim over the cached rows.
+    AttentionScores(kv, layer, /*kv_head=*/0, static_cast<int>(r + rope_dim), scale, first_pos,
+                    s.q_lat, s.att);
+    Softmax(s.att);
+    std::fill(s.o_lat.begin(), s.o_lat.end(), 0.0f);
+    for (size_t t = 0; t < s.att.size(); ++t) {
+      kv.AxpySlice(layer, KvKind::kKey, first_pos + static_cast<int64_t>(t), 0, s.att[t], s.o_lat);
+    }
+    // Back from the latent space to the head's values.
+    MatVec(RowSlice(L.wv_b, int64_t{h} * c.v_head_dim, c.v_head_dim), s.o_lat,
+           out.subspan(static_cast<size_t>(h) * v_dim, v_dim));
   }
 }
 

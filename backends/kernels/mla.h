@@ -35,7 +35,7 @@ void LatentQuery(const model::ModelConfig& c, const model::LayerWeights& L, cons
 void LatentRow(const model::ModelConfig& c, const model::LayerWeights& L, const Rope& rope, int pos,
                std::span<const float> x, std::span<float> row);
 
-// Scratch for AttendLatentDecompressed: grows as needed, reused across calls.
+// Scratch for the attention functions below: grows as needed, reused across calls.
 struct LatentScratch {
   std::vector<float> row;     // [r + rope_dim] one cached row
   std::vector<float> w_kb;    // [r, nope] head h's attn_k_b, as float
@@ -43,6 +43,8 @@ struct LatentScratch {
   std::vector<float> k_nope;  // [nope]
   std::vector<float> v;       // [v_head_dim]
   std::vector<float> att;     // [n_visible] one head's scores, then weights
+  std::vector<float> q_lat;   // [r + rope_dim] one head's query in the latent space ‖ q_pe
+  std::vector<float> o_lat;   // [r] one head's attention output in the latent space
 };
 
 // Attention of query `q` (from LatentQuery) over the rows `kv` holds at `layer` for
@@ -55,6 +57,17 @@ void AttendLatentDecompressed(const model::ModelConfig& c, const model::LayerWei
                               const SequenceKv& kv, int layer, int first_pos, int n_pos,
                               std::span<const float> q, LatentScratch& scratch,
                               std::span<float> out);
+
+// The same attention in the absorbed form (DeepSeek-V2 section 2.1.2): no key or value is
+// decompressed. Per head h:
+//   q_lat = [W_kb_h q_nope ‖ q_pe]                         (r + rope_dim)
+//   att   = softmax_t(scale * q_lat · row(t))               one head of width r + rope_dim
+//   out_h = W_vb_h (sum_t att[t] c(t))                       (v_head_dim)
+// Equal to AttendLatentDecompressed up to float rounding (q_nope · W_kb^T c = (W_kb q_nope) ·
+// c); the form a fast backend's decode uses, reading each cached row once per head.
+void AttendLatentAbsorbed(const model::ModelConfig& c, const model::LayerWeights& L,
+                          const SequenceKv& kv, int layer, int first_pos, int n_pos,
+                          std::span<const float> q, LatentScratch& scratch, std::span<float> out);
 
 }  // namespace kvserve::backends::kernels
 
