@@ -26,6 +26,20 @@ model::TensorView RowSlice(const model::TensorView& w, int64_t first, int64_t n)
   return model::TensorView{w.type, w.row(first), n, w.cols};
 }
 
+// The widths of latent attention as sizes, and its score scale (llama.cpp's kq_scale
+// without YaRN).
+struct LatentDims {
+  explicit LatentDims(const model::ModelConfig& c)
+      : r(static_cast<size_t>(c.kv_lora_rank)),
+        rope_dim(static_cast<size_t>(c.rope_dim)),
+        head(static_cast<size_t>(c.head_dim)),
+        nope(head - rope_dim),
+        v_dim(static_cast<size_t>(c.v_head_dim)),
+        scale(1.0f / std::sqrt(static_cast<float>(c.head_dim))) {}
+  size_t r, rope_dim, head, nope, v_dim;
+  float scale;
+};
+
 }  // namespace
 
 void LatentQuery(const model::ModelConfig& c, const model::LayerWeights& L, const Rope& rope,
@@ -55,11 +69,10 @@ void LatentRow(const model::ModelConfig& c, const model::LayerWeights& L, const 
 void AttendLatentDecompressed(const model::ModelConfig& c, const model::LayerWeights& L,
                               const SequenceKv& kv, int layer, int first_pos, int n_pos,
                               std::span<const float> q, LatentScratch& s, std::span<float> out) {
-  const auto r = static_cast<size_t>(c.kv_lora_rank), rope_dim = static_cast<size_t>(c.rope_dim);
-  const auto head = static_cast<size_t>(c.head_dim), nope = head - rope_dim;
-  const auto v_dim = static_cast<size_t>(c.v_head_dim);
+  const LatentDims d(c);
+  const size_t r = d.r, rope_dim = d.rope_dim, head = d.head, nope = d.nope, v_dim = d.v_dim;
   const size_t n_visible = static_cast<size_t>(n_pos - first_pos);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const float scale = d.scale;
   s.row.resize(r + rope_dim);
   s.k_nope.resize(nope);
   s.v.resize(v_dim);
@@ -96,10 +109,9 @@ void AttendLatentDecompressed(const model::ModelConfig& c, const model::LayerWei
 void AttendLatentAbsorbed(const model::ModelConfig& c, const model::LayerWeights& L,
                           const SequenceKv& kv, int layer, int first_pos, int n_pos,
                           std::span<const float> q, LatentScratch& s, std::span<float> out) {
-  const auto r = static_cast<size_t>(c.kv_lora_rank), rope_dim = static_cast<size_t>(c.rope_dim);
-  const auto head = static_cast<size_t>(c.head_dim), nope = head - rope_dim;
-  const auto v_dim = static_cast<size_t>(c.v_head_dim);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const LatentDims d(c);
+  const size_t r = d.r, rope_dim = d.rope_dim, head = d.head, nope = d.nope, v_dim = d.v_dim;
+  const float scale = d.scale;
   s.q_lat.resize(r + rope_dim);
   s.o_lat.resize(r);
   s.att.resize(static_cast<size_t>(n_pos - first_pos));
