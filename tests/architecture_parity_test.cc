@@ -3,7 +3,7 @@
 // several prompts (llama, Llama 3.x RoPE settings with biases, qwen2, qwen3, qwen3moe,
 // deepseek2 with latent attention, tied and untied), and equal the textbook
 // double-precision forward pass (backends/testing/textbook_forward.h). The reference and
-// cpu_blas backends both run every case but deepseek2, which cpu_blas does not run yet.
+// cpu_blas backends both run every case.
 //
 // llama.cpp is a peer built outside the tree (../shared/PEERS.md); the test looks in the
 // directory named by the environment variable KVSERVE_LLAMA_CPP_BIN and skips those cases
@@ -56,14 +56,7 @@ struct ArchCase {
   bool tied = false;
   bool llama3 = false;  // rope_freq_base 500000, Llama 3.x factors, linear scale, biases
   bool needs_current_llama_cpp = false;  // not in c392e50
-  bool cpu_blas = true;                  // false: the reference backend only
 };
-
-// The backends that run case `c`.
-std::vector<std::string> BackendsOf(const ArchCase& c) {
-  if (!c.cpu_blas) return {"reference"};
-  return {"reference", "cpu_blas"};
-}
 
 std::string TempPath(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
@@ -290,7 +283,7 @@ TEST_P(ArchitectureParityTest, GreedyTokensEqualLlamaCpp) {
     LlamaCppRun run;
     ASSERT_TRUE(current ? RunLlamaCompletion(bin, *path, prompt, &run)
                         : RunLlamaCli(bin, *path, prompt, &run));
-    for (const std::string& backend : BackendsOf(c)) {
+    for (const char* backend : {"reference", "cpu_blas"}) {
       std::vector<float> margins;
       const std::vector<int32_t> got = Greedy(**m, backend, run.prompt_ids, &margins);
       const size_t differs = current
@@ -324,7 +317,7 @@ TEST_P(ArchitectureParityTest, GreedyTokensEqualTextbookForwardPass) {
   absl::StatusOr<std::vector<int32_t>> want =
       backends::testing::TextbookGreedy(**m, prompt, kTextbookSteps, (*m)->vocab().eos_id);
   ASSERT_TRUE(want.ok()) << want.status();
-  for (const std::string& backend : BackendsOf(c)) {
+  for (const char* backend : {"reference", "cpu_blas"}) {
     std::vector<float> margins;
     std::vector<int32_t> got = Greedy(**m, backend, prompt, &margins);
     got.resize(std::min(got.size(), want->size()));
@@ -342,7 +335,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ArchCase{"qwen3moe", "qwen3moe", false, false,
                                /*needs_current_llama_cpp=*/true},
                       ArchCase{"deepseek2", "deepseek2", false, false,
-                               /*needs_current_llama_cpp=*/true, /*cpu_blas=*/false}),
+                               /*needs_current_llama_cpp=*/true}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

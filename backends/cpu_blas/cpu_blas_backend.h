@@ -49,7 +49,6 @@ struct CpuBlasOptions {
 class CpuBlasBackend : public Backend {
  public:
   // INVALID_ARGUMENT when `kv_layout` does not fit the model or threads < 0;
-  // UNIMPLEMENTED for a model with multi-head latent attention (ModelConfig::mla());
   // FAILED_PRECONDITION when options.isa is not supported by this CPU, or when the model
   // holds panels (model::LoadOptions::panels) that the kernels `options` selects cannot
   // read (bf16: a level below avx512bf16, or bf16_dot off; q4_0, q8_0: below avx512vnni).

@@ -51,6 +51,10 @@ void LatentQuery(const model::ModelConfig& c, const model::LayerWeights& L, cons
   } else {
     MatVec(L.wq, x, q);
   }
+  RotateQueryHeads(c, rope, pos, q);
+}
+
+void RotateQueryHeads(const model::ModelConfig& c, const Rope& rope, int pos, std::span<float> q) {
   const auto head = static_cast<size_t>(c.head_dim), nope = head - c.rope_dim;
   for (int h = 0; h < c.n_heads; ++h) {
     rope.Apply(q.subspan(static_cast<size_t>(h) * head + nope, static_cast<size_t>(c.rope_dim)),
@@ -60,8 +64,13 @@ void LatentQuery(const model::ModelConfig& c, const model::LayerWeights& L, cons
 
 void LatentRow(const model::ModelConfig& c, const model::LayerWeights& L, const Rope& rope, int pos,
                std::span<const float> x, std::span<float> row) {
-  const auto r = static_cast<size_t>(c.kv_lora_rank);
   MatVec(L.wkv_a, x, row);
+  FinishLatentRow(c, L, rope, pos, row);
+}
+
+void FinishLatentRow(const model::ModelConfig& c, const model::LayerWeights& L, const Rope& rope,
+                     int pos, std::span<float> row) {
+  const auto r = static_cast<size_t>(c.kv_lora_rank);
   RmsNorm(row.first(r), F32Values(L.kv_a_norm), c.rms_eps, row.first(r));
   rope.Apply(row.subspan(r), pos);
 }

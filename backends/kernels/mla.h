@@ -35,6 +35,14 @@ void LatentQuery(const model::ModelConfig& c, const model::LayerWeights& L, cons
 void LatentRow(const model::ModelConfig& c, const model::LayerWeights& L, const Rope& rope, int pos,
                std::span<const float> x, std::span<float> row);
 
+// The steps after the projections, for a backend that projects many rows at once:
+// RotateQueryHeads rotates the last rope_dim dimensions of every head of q [n_heads *
+// head_dim] at `pos` (LatentQuery's last step); FinishLatentRow turns row = kv_a x into the
+// cached row (LatentRow's steps after the projection).
+void RotateQueryHeads(const model::ModelConfig& c, const Rope& rope, int pos, std::span<float> q);
+void FinishLatentRow(const model::ModelConfig& c, const model::LayerWeights& L, const Rope& rope,
+                     int pos, std::span<float> row);
+
 // Scratch for the attention functions below: grows as needed, reused across calls.
 struct LatentScratch {
   std::vector<float> row;     // [r + rope_dim] one cached row

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/kv_arena.h"
+#include "backends/testing/random_model.h"
 #include "gtest/gtest.h"
 
 namespace kvserve::backends::kernels {
@@ -14,22 +15,13 @@ namespace {
 
 using model::DType;
 
-// A small latent attention shape: 3 heads of 5 + 4 dimensions, values of 6, latent 8.
+// The small latent attention shape of the architecture tests (4 heads of 6 + 4
+// dimensions, values of 8, a latent of 16).
 model::ModelConfig Shape() {
-  model::ModelConfig c;
-  c.architecture = "deepseek2";
-  c.dim = 12;
-  c.n_layers = 1;
-  c.n_heads = 3;
-  c.n_kv_heads = 1;
-  c.head_dim = 9;
-  c.rope_dim = 4;
-  c.v_head_dim = 6;
-  c.kv_lora_rank = 8;
-  c.ffn_dim = 16;
-  c.vocab_size = 300;
-  c.context_length = 64;
-  return c;
+  for (const testing::NamedConfig& named : testing::ArchitectureConfigs()) {
+    if (named.name == "deepseek2") return named.config;
+  }
+  return {};
 }
 
 std::vector<float> Random(size_t n, std::mt19937& rng) {
