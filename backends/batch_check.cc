@@ -68,6 +68,10 @@ absl::Status ValidateKvLayout(const model::ModelConfig& config, const model::KvL
     return absl::InvalidArgumentError(
         absl::StrCat("kv layout: kv_dim ", layout.kv_dim, " != model's ", config.kv_dim()));
   }
+  if (layout.planes != config.kv_planes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv layout: ", layout.planes, " planes != model's ", config.kv_planes()));
+  }
   if (layout.block_tokens <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("kv layout: block_tokens must be positive, got ", layout.block_tokens));

@@ -24,7 +24,7 @@ namespace kvserve::backends {
 absl::Status ValidateBatch(const model::ModelConfig& config, const model::KvLayout& layout,
                            const Batch& batch, size_t logits_size);
 
-// OK when `layout` fits `config` (same n_layers and kv_dim, block_tokens > 0, dtype f32
+// OK when `layout` fits `config` (same n_layers, kv_dim and planes, block_tokens > 0, dtype f32
 // or f16); otherwise INVALID_ARGUMENT naming the field. Backends call it on creation.
 absl::Status ValidateKvLayout(const model::ModelConfig& config, const model::KvLayout& layout);
 

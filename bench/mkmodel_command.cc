@@ -19,8 +19,9 @@
 
 ABSL_FLAG(std::string, preset, "",
           "Model shape: tiny (tests), s110m, smol135m (tied embeddings), "
-          "tl1b, l3-1b (Llama 3.2 1B shape, tied) or q3moe-mini (Qwen3-30B-A3B's experts at a "
-          "smaller width and depth; --arch qwen3moe). Required.");
+          "tl1b, l3-1b (Llama 3.2 1B shape, tied), q3moe-mini (Qwen3-30B-A3B's experts at a "
+          "smaller width and depth; --arch qwen3moe) or youtu2b (Youtu-LLM-2B's shape with "
+          "latent attention; --arch deepseek2). Required.");
 ABSL_FLAG(std::string, dtype, "",
           "Matrix element type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, or q4_k_m (llama.cpp's "
           "Q4_K_M mix of q4_k and q6_k). Required.");
@@ -29,8 +30,10 @@ ABSL_FLAG(int32_t, context_length, 0,
           "Context length written into the file; 0 = the preset's (e.g. 2048 for s110m).");
 ABSL_FLAG(std::string, arch, "llama",
           "Architecture: llama, qwen2 (Q/K/V biases, rotate-halves RoPE), qwen3 (Q/K norms, "
-          "rotate-halves RoPE) or qwen3moe (qwen3 with experts: the preset's, else 8 of the "
-          "preset's FFN size, 2 per token).");
+          "rotate-halves RoPE), qwen3moe (qwen3 with experts: the preset's, else 8 of the "
+          "preset's FFN size, 2 per token) or deepseek2 (dense, multi-head latent attention: "
+          "the preset's, else head_dim + head_dim / 2 RoPE dims per query head and a latent "
+          "and compressed query of dim / 2).");
 ABSL_FLAG(bool, llama_biases, false, "llama only: add Q/K/V and output-projection biases.");
 ABSL_FLAG(bool, tied, false, "Tie the LM head to the token embedding (omit output.weight).");
 ABSL_FLAG(float, rope_freq_base, 0.0f, "RoPE base (rope.freq_base); 0 = the preset's (10000).");
@@ -51,7 +54,7 @@ namespace {
 
 constexpr char kUsage[] =
     R"(Usage: kvserve-bench mkmodel --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m
-                       --out FILE [--seed N] [--context_length N] [--arch llama|qwen2|qwen3|qwen3moe]
+                       --out FILE [--seed N] [--context_length N] [--arch llama|qwen2|qwen3|qwen3moe|deepseek2]
                        [--tied] [--llama_biases] [--rope_freq_base F] [--rope_llama3_factor F]
                        [--rope_scale_linear F] [--sliding_window N] [--weight_std F]
 

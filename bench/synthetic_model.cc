@@ -149,10 +149,47 @@ bool UseMoreBits(int layer, int n_layers) {
   return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
 }
 
+// Makes `c` a deepseek2 shape with multi-head latent attention of these widths.
+void SetLatentAttention(ModelConfig& c, int kv_lora_rank, int q_lora_rank, int qk_nope,
+                        int rope_dim, int v_head_dim) {
+  c.architecture = "deepseek2";
+  c.rope_style = model::RopeStyle::kAdjacentPairs;
+  c.n_kv_heads = 1;
+  c.kv_lora_rank = kv_lora_rank;
+  c.q_lora_rank = q_lora_rank;
+  c.head_dim = qk_nope + rope_dim;
+  c.rope_dim = rope_dim;
+  c.v_head_dim = v_head_dim;
+}
+
+// The latent attention tensors of layer `l` (llama.cpp's deepseek2 names and shapes; the
+// 3-D attn_k_b [n_heads][kv_lora_rank][qk_nope] and attn_v_b [n_heads][v_head][kv_lora_rank]
+// written as one matrix of stacked heads, the same bytes). `matrix(tensor, layer, rows,
+// cols, experts)` adds a matrix.
+template <typename AddMatrixFn>
+absl::Status LatentAttentionTensors(const ModelConfig& c, int l, AddMatrixFn& matrix,
+                                    GgufWriter& w) {
+  const std::string p = absl::StrCat("blk.", l, ".");
+  const int r = c.kv_lora_rank, nope = c.head_dim - c.rope_dim;
+  absl::Status s;
+  if (c.q_lora_rank > 0) {
+    s = matrix("attn_q_a", l, c.q_lora_rank, c.dim, 0);
+    if (s.ok()) s = AddNorm(w, p + "attn_q_a_norm.weight", c.q_lora_rank);
+    if (s.ok()) s = matrix("attn_q_b", l, c.q_dim(), c.q_lora_rank, 0);
+  } else {
+    s = matrix("attn_q", l, c.q_dim(), c.dim, 0);
+  }
+  if (s.ok()) s = matrix("attn_kv_a_mqa", l, r + c.rope_dim, c.dim, 0);
+  if (s.ok()) s = AddNorm(w, p + "attn_kv_a_norm.weight", r);
+  if (s.ok()) s = matrix("attn_k_b", l, r, nope, c.n_heads);
+  if (s.ok()) s = matrix("attn_v_b", l, c.v_head_dim, r, c.n_heads);
+  return s;
+}
+
 }  // namespace
 
 std::vector<std::string> PresetNames() {
-  return {"tiny", "s110m", "smol135m", "tl1b", "l3-1b", "q3moe-mini"};
+  return {"tiny", "s110m", "smol135m", "tl1b", "l3-1b", "q3moe-mini", "youtu2b"};
 }
 
 absl::StatusOr<model::ModelConfig> PresetConfig(std::string_view name) {
@@ -175,15 +212,39 @@ absl::StatusOr<model::ModelConfig> PresetConfig(std::string_view name) {
     c.n_experts_used = 8;
     return c;
   }
-  return absl::NotFoundError(absl::StrCat("unknown preset '", std::string(name),
-                                          "' (tiny, s110m, smol135m, tl1b, l3-1b, q3moe-mini)"));
+  if (name == "youtu2b") {
+    ModelConfig c = Shape(2048, 32, 16, 1, 6144, 128256, 8192, true);
+    c.rope_base = 1600000.0f;
+    c.rms_eps = 1e-6f;
+    SetLatentAttention(c, /*kv_lora_rank=*/512, /*q_lora_rank=*/1536, /*qk_nope=*/128,
+                       /*rope_dim=*/64, /*v_head_dim=*/128);
+    return c;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("unknown preset '", std::string(name),
+                   "' (tiny, s110m, smol135m, tl1b, l3-1b, q3moe-mini, youtu2b)"));
 }
 
 absl::Status ApplyArchitecture(std::string_view arch, model::ModelConfig& config) {
-  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe") {
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3" && arch != "qwen3moe" &&
+      arch != "deepseek2") {
     return absl::InvalidArgumentError(absl::StrCat("unknown architecture '", std::string(arch),
-                                                   "' (llama, qwen2, qwen3, qwen3moe)"));
+                                                   "' (llama, qwen2, qwen3, qwen3moe, deepseek2)"));
   }
+  if (config.mla() != (arch == "deepseek2")) {
+    if (config.mla()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the shape has latent attention: --arch deepseek2, not '", std::string(arch), "'"));
+    }
+    if (config.moe()) {
+      return absl::InvalidArgumentError("deepseek2 synthetic models are dense (no experts)");
+    }
+    // A head of head_dim becomes qk_nope = head_dim plus rope_dim = head_dim / 2; the
+    // latent and the compressed query are dim / 2 wide.
+    SetLatentAttention(config, config.dim / 2, config.dim / 2, config.head_dim, config.head_dim / 2,
+                       config.head_dim);
+  }
+  if (arch == "deepseek2") return config.Validate();
   if (arch == "qwen3moe") {
     if (!config.moe()) {
       config.n_experts = kDefaultExperts;
@@ -312,14 +373,16 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
   if (absl::Status s = c.Validate(); !s.ok()) return s;
   const bool llama = c.architecture == "llama";
   const bool moe = c.architecture == "qwen3moe";
-  if (!(llama || moe || c.architecture == "qwen2" || c.architecture == "qwen3") ||
-      (c.rope_style == model::RopeStyle::kAdjacentPairs) != llama) {
+  const bool mla = c.architecture == "deepseek2";
+  if (!(llama || moe || mla || c.architecture == "qwen2" || c.architecture == "qwen3") ||
+      (c.rope_style == model::RopeStyle::kAdjacentPairs) != (llama || mla)) {
     return absl::InvalidArgumentError(
-        "synthetic models are llama (adjacent-pair RoPE), qwen2, qwen3 or qwen3moe (rotate "
-        "halves)");
+        "synthetic models are llama or deepseek2 (adjacent-pair RoPE), qwen2, qwen3 or qwen3moe "
+        "(rotate halves)");
   }
   // What llama.cpp reads per architecture (see model/gguf_llama.h).
-  if ((c.architecture == "qwen2") != (c.attention_qkv_bias && !llama) ||
+  if (mla != c.mla() || (mla && (c.moe() || c.attention_qkv_bias || c.qk_norm)) ||
+      (c.architecture == "qwen2") != (c.attention_qkv_bias && !llama) ||
       (c.architecture == "qwen3" || moe) != c.qk_norm || moe != c.moe() ||
       (!llama && c.attention_output_bias) || (!llama && !c.rope_freq_factors.empty())) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -351,8 +414,25 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
   w.SetUint32(a + "feed_forward_length", static_cast<uint32_t>(c.ffn_dim));
   w.SetUint32(a + "attention.head_count", static_cast<uint32_t>(c.n_heads));
   w.SetUint32(a + "attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
-  w.SetUint32(a + "attention.key_length", static_cast<uint32_t>(c.head_dim));
-  w.SetUint32(a + "attention.value_length", static_cast<uint32_t>(c.head_dim));
+  // With latent attention key/value_length are the latent's widths (the cached row), the
+  // _mla keys those of a query and a value head (llama.cpp's deepseek2 converter).
+  w.SetUint32(a + "attention.key_length",
+              static_cast<uint32_t>(mla ? c.kv_lora_rank + c.rope_dim : c.head_dim));
+  w.SetUint32(a + "attention.value_length",
+              static_cast<uint32_t>(mla ? c.kv_lora_rank : c.head_dim));
+  if (mla) {
+    w.SetUint32(a + "attention.key_length_mla", static_cast<uint32_t>(c.head_dim));
+    w.SetUint32(a + "attention.value_length_mla", static_cast<uint32_t>(c.v_head_dim));
+    w.SetUint32(a + "attention.kv_lora_rank", static_cast<uint32_t>(c.kv_lora_rank));
+    if (c.q_lora_rank > 0) {
+      w.SetUint32(a + "attention.q_lora_rank", static_cast<uint32_t>(c.q_lora_rank));
+    }
+    // Every layer dense; llama.cpp requires the expert keys even so (its converter writes
+    // the dense FFN size and no shared expert for Youtu-LLM).
+    w.SetUint32(a + "leading_dense_block_count", static_cast<uint32_t>(c.n_layers));
+    w.SetUint32(a + "expert_feed_forward_length", static_cast<uint32_t>(c.ffn_dim));
+    w.SetUint32(a + "expert_shared_count", 0);
+  }
   w.SetUint32(a + "rope.dimension_count", static_cast<uint32_t>(c.rope_dim));
   w.SetFloat32(a + "rope.freq_base", c.rope_base);
   if (c.rope_freq_scale != 1.0f) {
@@ -391,16 +471,26 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
     const std::string name = layer < 0
                                  ? absl::StrCat(std::string(tensor), ".weight")
                                  : absl::StrCat("blk.", layer, ".", std::string(tensor), ".weight");
-    return AddMatrix(w, name, MatrixDType(options, tensor, layer), rows, cols, seed, sd, experts);
+    const DType dtype = MatrixDType(options, tensor, layer);
+    if (cols % model::DTypeBlockElems(dtype) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": ", std::string(model::DTypeName(dtype)), " needs rows of a multiple of ",
+          model::DTypeBlockElems(dtype), " elements, got ", cols));
+    }
+    return AddMatrix(w, name, dtype, rows, cols, seed, sd, experts);
   };
   absl::Status s = matrix("token_embd", -1, c.vocab_size, c.dim);
   for (int l = 0; s.ok() && l < c.n_layers; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
     if (s.ok()) s = AddNorm(w, p + "attn_norm.weight", c.dim);
-    if (s.ok()) s = matrix("attn_q", l, c.q_dim(), c.dim);
-    if (s.ok()) s = matrix("attn_k", l, c.kv_dim(), c.dim);
-    if (s.ok()) s = matrix("attn_v", l, c.kv_dim(), c.dim);
-    if (s.ok()) s = matrix("attn_output", l, c.dim, c.q_dim());
+    if (mla) {
+      if (s.ok()) s = LatentAttentionTensors(c, l, matrix, w);
+    } else {
+      if (s.ok()) s = matrix("attn_q", l, c.q_dim(), c.dim);
+      if (s.ok()) s = matrix("attn_k", l, c.kv_dim(), c.dim);
+      if (s.ok()) s = matrix("attn_v", l, c.kv_dim(), c.dim);
+    }
+    if (s.ok()) s = matrix("attn_output", l, c.dim, c.attn_out_dim());
     if (s.ok()) s = AddNorm(w, p + "ffn_norm.weight", c.dim);
     if (moe) {
       if (s.ok()) s = matrix("ffn_gate_inp", l, c.n_experts, c.dim);

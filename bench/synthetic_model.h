@@ -28,6 +28,10 @@ namespace kvserve::bench {
 //            rms_eps 1e-6; dim 512 (not 2048), 4 layers (not 48), vocab 32000 (not 151936),
 //            context 4096: about 642 M parameters, 59 M read per token (38 M of them in the
 //            8 experts of each layer; q8_0: 683 MB)
+//   youtu2b  Youtu-LLM-2B (for --arch deepseek2 only; dense, latent attention): dim 2048,
+//            32 layers, 16 heads, FFN 6144, vocab 128256, tied, kv_lora_rank 512,
+//            q_lora_rank 1536, qk_nope 128 + rope 64 per query head, v_head_dim 128,
+//            rope_base 1.6e6, rms_eps 1e-6, context 8192 (not 128k): about 1.96 B parameters
 // NOT_FOUND for another name.
 absl::StatusOr<model::ModelConfig> PresetConfig(std::string_view name);
 std::vector<std::string> PresetNames();
@@ -37,12 +41,15 @@ std::vector<std::string> PresetNames();
 inline constexpr int kDefaultExperts = 8;
 inline constexpr int kDefaultExpertsUsed = 2;
 
-// Turns a llama-architecture config into `arch` ("llama", "qwen2", "qwen3" or "qwen3moe")
-// with that architecture's features: qwen2 rotate-halves RoPE and Q/K/V biases, qwen3
-// rotate-halves RoPE and Q/K norms, qwen3moe those of qwen3 and experts (the shape's, else
-// kDefaultExperts of which kDefaultExpertsUsed per token). INVALID_ARGUMENT for another
-// name, for a shape with experts and another architecture, or for qwen2 when
-// n_heads * head_dim != dim (llama.cpp's qwen2 loader requires it).
+// Turns a llama-architecture config into `arch` ("llama", "qwen2", "qwen3", "qwen3moe" or
+// "deepseek2") with that architecture's features: qwen2 rotate-halves RoPE and Q/K/V biases,
+// qwen3 rotate-halves RoPE and Q/K norms, qwen3moe those of qwen3 and experts (the shape's,
+// else kDefaultExperts of which kDefaultExpertsUsed per token), deepseek2 multi-head latent
+// attention (the shape's, else qk_nope = v_head_dim = head_dim, rope_dim = head_dim / 2,
+// kv_lora_rank = q_lora_rank = dim / 2). INVALID_ARGUMENT for another name, for a shape
+// with experts and another architecture, for a shape with latent attention and another
+// architecture or with experts and deepseek2, or for qwen2 when n_heads * head_dim != dim
+// (llama.cpp's qwen2 loader requires it).
 absl::Status ApplyArchitecture(std::string_view arch, model::ModelConfig& config);
 
 // Llama 3.x RoPE factors (the rope_freqs tensor convert_hf_to_gguf.py writes for
@@ -92,11 +99,13 @@ struct SyntheticModelOptions {
 
 // The element type of matrix `tensor` ("token_embd", "output" or a layer's "attn_q",
 // "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "ffn_gate_inp",
-// "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps") of layer `layer`. The router
+// "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", and for deepseek2 "attn_q_a", "attn_q_b",
+// "attn_kv_a_mqa", "attn_k_b", "attn_v_b") of layer `layer`. The router
 // (ffn_gate_inp) is always f32; ffn_down_exps follows ffn_down in the Q4_K_M mix.
 model::DType MatrixDType(const SyntheticModelOptions& options, std::string_view tensor, int layer);
 
-// Writes a GGUF v3 file of config.architecture (llama, qwen2, qwen3 or qwen3moe) with every key
+// Writes a GGUF v3 file of config.architecture (llama, qwen2, qwen3, qwen3moe or deepseek2)
+// with every key
 // llama.cpp needs (general.*, <arch>.*, tokenizer.ggml.*) and tensors token_embd,
 // blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up,
 // ffn_down}, output_norm and (untied) output; plus blk.N.attn_{q,k,v}.bias,
@@ -104,7 +113,12 @@ model::DType MatrixDType(const SyntheticModelOptions& options, std::string_view 
 // config has those features (biases are N(0, weight_std^2) in f32, Q/K norm gains
 // 1 + N(0, 0.2^2) in f32). qwen3moe: expert_count, expert_used_count and
 // expert_feed_forward_length, and per layer ffn_gate_inp and the 3-D ffn_{gate,up,down}_exps
-// instead of ffn_{gate,up,down}.
+// instead of ffn_{gate,up,down}. deepseek2 (dense): the latent attention keys
+// (kv_lora_rank, q_lora_rank, key/value_length and their _mla variants,
+// leading_dense_block_count = block_count, expert_feed_forward_length = FFN size,
+// expert_shared_count 0, as llama.cpp's converter writes Youtu-LLM) and per layer
+// attn_q_a, attn_q_a_norm, attn_q_b (or attn_q when q_lora_rank is 0), attn_kv_a_mqa,
+// attn_kv_a_norm, attn_k_b and attn_v_b instead of attn_q, attn_k and attn_v.
 // Tensor bytes are generated row by row while writing: memory use stays small for any
 // size. The same options always give the same bytes. Errors: INVALID_ARGUMENT for an
 // invalid config or dtype, I/O errors from the writer.

@@ -94,8 +94,9 @@ BlockHash Murmur3x64_128(std::span<const uint8_t> bytes, uint64_t seed) {
 }
 
 BlockHash RootBlockHash(const KvIdentity& identity, std::string_view cache_salt) {
-  // [fingerprint][kv_heads][n_layers][kv_dim][block_tokens][dtype][salt length][salt
-  // bytes], each number a u64: the length keeps "" distinct.
+  // [fingerprint][kv_heads][n_layers][kv_dim][block_tokens][dtype]([planes] unless 2)
+  // [salt length][salt bytes], each number a u64: the length keeps "" distinct. Two-plane
+  // layouts leave planes out, so their digests are those from before MLA.
   std::vector<uint8_t> bytes;
   bytes.reserve(56 + cache_salt.size());
   AppendU64(bytes, identity.model_fingerprint);
@@ -104,6 +105,7 @@ BlockHash RootBlockHash(const KvIdentity& identity, std::string_view cache_salt)
                     int64_t{l.block_tokens}, static_cast<int64_t>(l.dtype)}) {
     AppendU64(bytes, static_cast<uint64_t>(v));
   }
+  if (l.planes != 2) AppendU64(bytes, static_cast<uint64_t>(l.planes));
   AppendU64(bytes, cache_salt.size());
   bytes.insert(bytes.end(), cache_salt.begin(), cache_salt.end());
   return Murmur3x64_128(bytes, kRootSeed);

@@ -40,7 +40,7 @@ struct KvIdentity {
   uint64_t model_fingerprint = 0;
   // Heads the kv_dim of the layout splits into (0 when the caller does not know).
   int32_t kv_heads = 0;
-  // Layers, kv_dim, block size and KV element type.
+  // Layers, kv_dim, planes, block size and KV element type.
   model::KvLayout layout;
 };
 

@@ -12,10 +12,10 @@ namespace kvserve::cache {
 
 absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(const Options& options) {
   const model::KvLayout& l = options.layout;
-  if (l.n_layers <= 0 || l.kv_dim <= 0 || l.block_tokens <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kv layout must have positive n_layers, kv_dim and block_tokens, got ",
-                     l.n_layers, ", ", l.kv_dim, ", ", l.block_tokens));
+  if (l.n_layers <= 0 || l.kv_dim <= 0 || l.block_tokens <= 0 || l.planes < 1 || l.planes > 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv layout must have positive n_layers, kv_dim and block_tokens and 1 or 2 planes, got ",
+        l.n_layers, ", ", l.kv_dim, ", ", l.block_tokens, ", ", l.planes));
   }
   const size_t block_bytes = l.block_bytes();
   const size_t n = options.budget_bytes / block_bytes;

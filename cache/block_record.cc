@@ -57,11 +57,6 @@ bool AllZero(const uint8_t* p, size_t n) {
   return true;
 }
 
-bool SameLayout(const model::KvLayout& a, const model::KvLayout& b) {
-  return a.n_layers == b.n_layers && a.kv_dim == b.kv_dim && a.block_tokens == b.block_tokens &&
-         a.dtype == b.dtype;
-}
-
 }  // namespace
 
 size_t BlockRecordBytes(const model::KvLayout& layout) {
@@ -86,6 +81,8 @@ void EncodeBlockRecord(const BlockHash& identity, const BlockHash& parent, const
   Put32(p + 64, static_cast<uint32_t>(layout.kv_dim));
   Put32(p + 68, static_cast<uint32_t>(layout.block_tokens));
   Put32(p + 72, static_cast<uint32_t>(kv_heads));
+  // 0 for two planes keeps every record written before the field existed valid.
+  Put32(p + 76, layout.planes == 2 ? 0u : static_cast<uint32_t>(layout.planes));
   Put64(p + 80, payload.size());
   std::memcpy(p + kBlockRecordHeaderBytes, tokens.data(), 4 * tokens.size());
   std::memcpy(p + kBlockRecordHeaderBytes + 4 * tokens.size(), payload.data(), payload.size());
@@ -122,7 +119,7 @@ RecordCheck ParseBlockRecordHeader(std::span<const uint8_t> header, BlockRecordH
   if (header.size() < kBlockRecordHeaderBytes) return RecordCheck::kTruncated;
   const uint8_t* p = header.data();
   if (std::memcmp(p, kMagic, 4) != 0 || Get16(p + 4) != kBlockRecordVersion ||
-      Get16(p + 6) != kBlockRecordHeaderBytes || Get32(p + 76) != 0 || !AllZero(p + 96, 32)) {
+      Get16(p + 6) != kBlockRecordHeaderBytes || Get32(p + 76) > 1 || !AllZero(p + 96, 32)) {
     return RecordCheck::kBadFormat;
   }
   const uint32_t dtype = Get32(p + 56);
@@ -138,7 +135,8 @@ RecordCheck ParseBlockRecordHeader(std::span<const uint8_t> header, BlockRecordH
     return RecordCheck::kBadFormat;
   }
   model::KvLayout layout{static_cast<int>(layers), static_cast<int>(kv_dim),
-                         static_cast<int>(block_tokens), static_cast<model::DType>(dtype)};
+                         static_cast<int>(block_tokens), static_cast<model::DType>(dtype),
+                         Get32(p + 76) == 1 ? 1 : 2};
   // Each factor is bounded above, so these products cannot overflow 64 bits.
   if (Get64(p + 80) != layout.block_bytes()) return RecordCheck::kBadFormat;
   out->identity = GetHash(p + 8);
@@ -178,7 +176,7 @@ RecordCheck CheckBlockRecord(const BlockRecordView& view, const RecordExpectatio
   if (expected.identity != nullptr && view.identity != *expected.identity) {
     return RecordCheck::kWrongIdentity;
   }
-  if (expected.layout != nullptr && !SameLayout(view.layout, *expected.layout)) {
+  if (expected.layout != nullptr && view.layout != *expected.layout) {
     return RecordCheck::kWrongLayout;
   }
   if (expected.parent != nullptr && view.parent != *expected.parent) {

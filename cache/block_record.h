@@ -15,7 +15,7 @@
 //       64     4  kv_dim
 //       68     4  block_tokens (= number of token ids)
 //       72     4  kv heads (0 = not recorded)
-//       76     4  reserved (0)
+//       76     4  KV planes: 0 = two (K and V), 1 = one (the latent of MLA)
 //       80     8  payload bytes (= KvLayout::block_bytes())
 //       88     8  checksum: XXH3-64 of every other byte of the record
 //       96    32  reserved (0)

@@ -105,6 +105,27 @@ TEST(BlockRecordTest, ExpectationsAreChecked) {
             RecordCheck::kWrongIdentity);
 }
 
+// A one-plane (latent attention) block: half the payload of the same width with K and V,
+// its own identity digest, and a record that says so and never passes for the other.
+TEST(BlockRecordTest, LatentLayoutIsItsOwnFormatAndIdentity) {
+  constexpr model::KvLayout kLatent{2, 8, 4, model::DType::kF32, /*planes=*/1};
+  EXPECT_EQ(kLatent.block_bytes() * 2, kLayout.block_bytes());
+  EXPECT_EQ(kLatent.token_bytes(), 2u * 8 * 4);
+  const BlockHash identity = RootBlockHash(KvIdentity{7, 1, kLatent}, "");
+  EXPECT_NE(identity, RootBlockHash(KvIdentity{7, 1, kLayout}, ""));
+  const std::vector<int32_t> tokens = {1, 400, 13, 99};
+  const BlockHash hash = ChainBlockHash(identity, tokens);
+  std::vector<uint8_t> payload(kLatent.block_bytes(), 5);
+  std::string record;
+  EncodeBlockRecord(identity, identity, hash, tokens, kLatent, 1, payload, &record);
+  EXPECT_EQ(record.size(), BlockRecordBytes(kLatent));
+  BlockRecordView v;
+  ASSERT_EQ(ParseBlockRecord(Bytes(record), &v), RecordCheck::kOk);
+  EXPECT_EQ(v.layout, kLatent);
+  EXPECT_EQ(CheckBlockRecord(v, {.layout = &kLatent}), RecordCheck::kOk);
+  EXPECT_EQ(CheckBlockRecord(v, {.layout = &kLayout}), RecordCheck::kWrongLayout);
+}
+
 // The header alone gives identity, parent, hash and the record's size, and rejects a
 // wrong format without the rest of the record (which only ParseBlockRecord checks).
 TEST(BlockRecordTest, HeaderParsesAlone) {

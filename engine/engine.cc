@@ -51,11 +51,6 @@ uint64_t Mix64(uint64_t x) {  // splitmix64 finalizer
   return x ^ (x >> 31);
 }
 
-bool SameLayout(const model::KvLayout& a, const model::KvLayout& b) {
-  return a.n_layers == b.n_layers && a.kv_dim == b.kv_dim && a.block_tokens == b.block_tokens &&
-         a.dtype == b.dtype;
-}
-
 }  // namespace
 
 absl::Status ValidateEngineOptions(const Engine::Options& o) {
@@ -129,6 +124,7 @@ class EngineImpl final : public Engine {
         max_session_tokens_(options.max_session_tokens > 0 ? options.max_session_tokens
                                                            : model.config().context_length),
         kv_capacity_tokens_(kv->SequenceCapacityTokens(options.max_step_tokens)),
+        kv_layout_(kv->layout()),
         backend_(std::move(backend)),
         kv_(std::move(kv)),
         tokenizer_(std::move(tokenizer)),
@@ -219,6 +215,8 @@ class EngineImpl final : public Engine {
       done(std::move(info));
     });
   }
+
+  model::KvLayout kv_layout() const override { return kv_layout_; }
 
   SubmitLimits submit_limits() const override {
     return SubmitLimits{options_.max_tokens_limit, options_.max_cache_salt_bytes,
@@ -322,6 +320,7 @@ class EngineImpl final : public Engine {
   const common::Clock* const clock_;
   const int32_t max_session_tokens_;
   const int64_t kv_capacity_tokens_;
+  const model::KvLayout kv_layout_;                    // kv_'s, readable from any thread
   std::unique_ptr<backends::Backend> backend_;         // step thread
   std::unique_ptr<cache::KvCacheManager> kv_;          // step thread
   const std::unique_ptr<model::Tokenizer> tokenizer_;  // immutable; may be null
@@ -1133,7 +1132,7 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Engine::Options& opti
         "loads it from draft_model_path)");
   }
   const model::KvLayout layout = options.KvLayoutFor(model.config());
-  if (!SameLayout(layout, backend->kv_layout())) {
+  if (layout != backend->kv_layout()) {
     return absl::InvalidArgumentError(
         "the backend's KV layout differs from Options::KvLayoutFor(model.config())");
   }

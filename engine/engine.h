@@ -18,6 +18,7 @@
 #include "backends/backend.h"
 #include "engine/finish_reason.h"
 #include "engine/sampling_params.h"
+#include "model/kv_layout.h"
 #include "model/model.h"
 
 namespace kvserve::engine {
@@ -228,6 +229,9 @@ class Engine {
 
   virtual EngineStats Stats() const = 0;
   virtual SubmitLimits submit_limits() const = 0;
+  // The layout of the engine's KV blocks (KvLayout::token_bytes() is what a cached token
+  // costs). Immutable; any thread.
+  virtual model::KvLayout kv_layout() const = 0;
   // Stops accepting work (Submit -> UNAVAILABLE), lets running and queued requests
   // finish until `deadline`, then finishes the rest with kCancelled (status UNAVAILABLE),
   // releases session KV blocks and stops the step thread; returns once it has stopped.

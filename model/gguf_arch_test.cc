@@ -7,6 +7,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/gguf_llama.h"
+#include "model/kv_layout.h"
 #include "model/model.h"
 #include "model/testing/gguf_builder.h"
 
@@ -26,11 +27,12 @@ absl::StatusOr<std::unique_ptr<Model>> Build(const GgufBuilder& b, std::vector<u
   return ModelFromGguf(*f, nullptr);
 }
 
-std::string ErrorOf(const GgufBuilder& b) {
+std::string ErrorOf(const GgufBuilder& b,
+                    absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
   std::vector<uint8_t> bytes;
   absl::StatusOr<std::unique_ptr<Model>> m = Build(b, bytes);
   if (m.ok()) return "OK";
-  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(m.status().code(), code) << m.status();
   return std::string(m.status().message());
 }
 
@@ -224,7 +226,8 @@ TEST(GgufArchTest, Llama3RopeSettings) {
   ASSERT_TRUE((m = Build(b, bytes)).ok());
   EXPECT_FLOAT_EQ((*m)->config().rope_freq_scale, 1.0f);
   b.SetString("llama.rope.scaling.type", "yarn");
-  EXPECT_THAT(ErrorOf(b), HasSubstr("llama.rope.scaling.type \"yarn\" is not supported"));
+  EXPECT_THAT(ErrorOf(b, absl::StatusCode::kUnimplemented),
+              HasSubstr("llama.rope.scaling.type \"yarn\" is not supported"));
   b.SetString("llama.rope.scaling.type", "linear");
   b.SetF32("llama.rope.scaling.factor", -1.0f);
   EXPECT_THAT(ErrorOf(b), HasSubstr("llama.rope.scaling.factor must be a positive finite"));
@@ -241,6 +244,111 @@ TEST(GgufArchTest, NegativeWindowIsRejected) {
   GgufBuilder b = MakeTinyLlamaGguf();
   b.SetI32("llama.attention.sliding_window", -2);
   EXPECT_THAT(ErrorOf(b), HasSubstr("sliding_window must be >= 0"));
+}
+
+// The tiny file as a dense deepseek2 with latent attention: per head 4 dimensions without
+// RoPE and 2 with, values of 4, a latent of kLora, a compressed query of kQLora.
+constexpr uint64_t kNope = 4, kRope = 2, kVHead = 4, kLora = 4, kQLora = 6;
+GgufBuilder TinyDeepseek2() {
+  GgufBuilder b = TinyAs("deepseek2");
+  const uint64_t heads = S::kHeads, dim = S::kDim, head = kNope + kRope;
+  b.SetU32("deepseek2.rope.dimension_count", kRope);
+  b.SetU32("deepseek2.attention.kv_lora_rank", kLora);
+  b.SetU32("deepseek2.attention.q_lora_rank", kQLora);
+  b.SetU32("deepseek2.attention.key_length", kLora + kRope);
+  b.SetU32("deepseek2.attention.value_length", kLora);
+  b.SetU32("deepseek2.attention.key_length_mla", head);
+  b.SetU32("deepseek2.attention.value_length_mla", kVHead);
+  b.SetU32("deepseek2.leading_dense_block_count", S::kLayers);
+  for (int l = 0; l < S::kLayers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    for (const char* t : {"attn_q.weight", "attn_k.weight", "attn_v.weight"}) {
+      b.RemoveTensor(p + t);
+    }
+    b.AddF32Tensor(p + "attn_q_a.weight", {dim, kQLora}, TestValues(dim * kQLora, 0.1f));
+    b.AddF32Tensor(p + "attn_q_a_norm.weight", {kQLora}, TestValues(kQLora, 1.0f));
+    b.AddF32Tensor(p + "attn_q_b.weight", {kQLora, heads * head},
+                   TestValues(kQLora * heads * head, 0.2f));
+    b.AddF32Tensor(p + "attn_kv_a_mqa.weight", {dim, kLora + kRope},
+                   TestValues(dim * (kLora + kRope), 0.3f));
+    b.AddF32Tensor(p + "attn_kv_a_norm.weight", {kLora}, TestValues(kLora, 1.0f));
+    b.AddF32Tensor(p + "attn_k_b.weight", {kNope, kLora, heads},
+                   TestValues(kNope * kLora * heads, 0.4f));
+    b.AddF32Tensor(p + "attn_v_b.weight", {kLora, kVHead, heads},
+                   TestValues(kLora * kVHead * heads, 0.5f));
+  }
+  return b;
+}
+
+TEST(GgufArchTest, Deepseek2HasLatentAttention) {
+  GgufBuilder b = TinyDeepseek2();
+  std::vector<uint8_t> bytes;
+  absl::StatusOr<std::unique_ptr<Model>> m = Build(b, bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelConfig& c = (*m)->config();
+  EXPECT_TRUE(c.mla());
+  EXPECT_EQ(c.rope_style, RopeStyle::kAdjacentPairs);
+  EXPECT_EQ(c.kv_lora_rank, static_cast<int>(kLora));
+  EXPECT_EQ(c.q_lora_rank, static_cast<int>(kQLora));
+  EXPECT_EQ(c.head_dim, static_cast<int>(kNope + kRope));
+  EXPECT_EQ(c.v_head_dim, static_cast<int>(kVHead));
+  EXPECT_EQ(c.n_kv_heads, 1);
+  EXPECT_EQ(c.kv_dim(), static_cast<int>(kLora + kRope));  // the cached row: c ‖ k_pe
+  EXPECT_EQ(c.kv_planes(), 1);
+  const LayerWeights& L = (*m)->weights().layers[1];
+  EXPECT_EQ(L.wk_b.rows, static_cast<int64_t>(S::kHeads * kLora));
+  EXPECT_EQ(L.wk_b.cols, static_cast<int64_t>(kNope));
+  EXPECT_EQ(L.wv_b.rows, static_cast<int64_t>(S::kHeads * kVHead));
+  EXPECT_EQ(L.wq.data, nullptr);
+  // One plane of kv_dim per layer: half the bytes of a K and V layout of that width.
+  const KvLayout layout = KvLayout::ForModel(c, 16, DType::kF32);
+  EXPECT_EQ(layout.planes, 1);
+  EXPECT_EQ(layout.token_bytes(), S::kLayers * (kLora + kRope) * sizeof(float));
+  EXPECT_EQ(layout.block_bytes(), 16 * layout.token_bytes());
+}
+
+TEST(GgufArchTest, Deepseek2WithoutQueryCompressionReadsAttnQ) {
+  GgufBuilder b = TinyDeepseek2();
+  b.Remove("deepseek2.attention.q_lora_rank");
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.attn_q.weight is missing"));
+  const uint64_t q_dim = S::kHeads * (kNope + kRope);
+  for (int l = 0; l < S::kLayers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    b.AddF32Tensor(p + "attn_q.weight", {S::kDim, q_dim}, TestValues(S::kDim * q_dim, 0.6f));
+  }
+  std::vector<uint8_t> bytes;
+  absl::StatusOr<std::unique_ptr<Model>> m = Build(b, bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->config().q_lora_rank, 0);
+  EXPECT_NE((*m)->weights().layers[0].wq.data, nullptr);
+}
+
+TEST(GgufArchTest, Deepseek2MalformedFilesAreRejected) {
+  GgufBuilder b = TinyDeepseek2();
+  b.SetU32("deepseek2.leading_dense_block_count", 1);
+  EXPECT_THAT(ErrorOf(b, absl::StatusCode::kUnimplemented),
+              HasSubstr("layers 1 to 1 have mixture-of-experts FFNs"));
+  b = TinyDeepseek2();
+  b.Remove("deepseek2.attention.key_length_mla");
+  EXPECT_THAT(ErrorOf(b, absl::StatusCode::kUnimplemented), HasSubstr("older attn_kv_b form"));
+  b = TinyDeepseek2();
+  b.SetU32("deepseek2.attention.key_length", 7);
+  EXPECT_THAT(ErrorOf(b), HasSubstr("deepseek2.attention.key_length 7 must be 6"));
+  b = TinyDeepseek2();
+  b.Remove("deepseek2.attention.kv_lora_rank");
+  EXPECT_THAT(ErrorOf(b), HasSubstr("missing metadata key deepseek2.attention.kv_lora_rank"));
+  b = TinyDeepseek2();
+  b.SetU32("deepseek2.rope.dimension_count", kNope + kRope);
+  b.SetU32("deepseek2.attention.key_length", kLora + kNope + kRope);
+  EXPECT_THAT(ErrorOf(b), HasSubstr("latent attention needs rope_dim 6 below head_dim 6"));
+  b = TinyDeepseek2();
+  b.RemoveTensor("blk.1.attn_k_b.weight");
+  b.AddF32Tensor("blk.1.attn_k_b.weight", {kNope, kLora, 1}, TestValues(kNope * kLora, 0.4f));
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.1.attn_k_b.weight has shape [4, 4], expected "
+                                    "[8, 4]"));
+  b = TinyDeepseek2();
+  b.SetString("deepseek2.rope.scaling.type", "yarn");
+  EXPECT_THAT(ErrorOf(b, absl::StatusCode::kUnimplemented), HasSubstr("YaRN"));
 }
 
 }  // namespace

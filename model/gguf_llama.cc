@@ -237,24 +237,97 @@ std::vector<TensorView> ExpertViews(const GgufFile& f, const std::string& name) 
   return views;
 }
 
+// deepseek2's multi-head latent attention, as llama.cpp's llama_model_deepseek2 reads it:
+// attention.kv_lora_rank (required), attention.q_lora_rank (0 or absent = a plain attn_q),
+// attention.key_length_mla / value_length_mla (the per-head query and value widths; both
+// required: files without them carry the older attn_kv_b, which kvserve does not read),
+// attention.key_length / value_length when present must be the latent's widths
+// (kv_lora_rank + rope dim, kv_lora_rank), and leading_dense_block_count (default 0): the
+// layers after it are mixture-of-experts, not supported yet. Call after rope_dim is set.
+absl::Status ReadLatentAttention(const GgufFile& f,
+                                 const std::function<std::string(std::string_view)>& key,
+                                 ModelConfig& c) {
+  absl::StatusOr<int> kv_rank = RequiredInt(f, key("attention.kv_lora_rank"));
+  if (!kv_rank.ok()) return kv_rank.status();
+  absl::StatusOr<std::optional<int>> q_rank = OptionalInt(f, key("attention.q_lora_rank"));
+  if (!q_rank.ok()) return q_rank.status();
+  absl::StatusOr<std::optional<int>> k_mla = OptionalInt(f, key("attention.key_length_mla"));
+  if (!k_mla.ok()) return k_mla.status();
+  absl::StatusOr<std::optional<int>> v_mla = OptionalInt(f, key("attention.value_length_mla"));
+  if (!v_mla.ok()) return v_mla.status();
+  if (!k_mla->has_value() || !v_mla->has_value() || **k_mla == 0 || **v_mla == 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "deepseek2 without ", key("attention.key_length_mla"), " and ",
+        key("attention.value_length_mla"),
+        " (the older attn_kv_b form) is not supported; convert the model with a current "
+        "llama.cpp convert_hf_to_gguf.py (attn_k_b and attn_v_b)"));
+  }
+  if (*kv_rank <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key("attention.kv_lora_rank"), " must be positive, got ", *kv_rank));
+  }
+  c.kv_lora_rank = *kv_rank;
+  c.q_lora_rank = q_rank->value_or(0);
+  c.head_dim = **k_mla;
+  c.v_head_dim = **v_mla;
+  c.n_kv_heads = 1;  // the latent is one head shared by every query head
+  for (auto [name, want] :
+       {std::pair<const char*, int>{"attention.key_length", c.kv_lora_rank + c.rope_dim},
+        {"attention.value_length", c.kv_lora_rank}}) {
+    absl::StatusOr<std::optional<int>> v = OptionalInt(f, key(name));
+    if (!v.ok()) return v.status();
+    if (v->has_value() && **v != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          key(name), " ", **v, " must be ", want, " (the latent: kv_lora_rank ", c.kv_lora_rank,
+          " + rope dim ", c.rope_dim, " for keys, kv_lora_rank for values)"));
+    }
+  }
+  absl::StatusOr<std::optional<int>> dense = OptionalInt(f, key("leading_dense_block_count"));
+  if (!dense.ok()) return dense.status();
+  if (dense->value_or(0) < c.n_layers) {
+    return absl::UnimplementedError(absl::StrCat(
+        "deepseek2: layers ", dense->value_or(0), " to ", c.n_layers - 1,
+        " have mixture-of-experts FFNs (", key("leading_dense_block_count"), " ",
+        dense->value_or(0), " < block_count ", c.n_layers,
+        "), which kvserve does not run for deepseek2 yet; only all-dense files are supported"));
+  }
+  return absl::OkStatus();
+}
+
+// The RoPE scaling types a file may declare that kvserve does not implement: a precise
+// UNIMPLEMENTED instead of RopeFreqScale's INVALID_ARGUMENT.
+absl::Status RejectYarn(const GgufFile& f, const std::string& type_key) {
+  const GgufValue* v = f.FindMetadata(type_key);
+  const std::optional<std::string_view> type = v == nullptr ? std::nullopt : v->AsString();
+  if (type.has_value() && *type == "yarn") {
+    return absl::UnimplementedError(
+        absl::StrCat(type_key, " \"yarn\" is not supported yet (YaRN RoPE scaling)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file) {
   absl::StatusOr<std::string_view> arch = RequiredString(file, "general.architecture");
   if (!arch.ok()) return arch.status();
-  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3" && *arch != "qwen3moe") {
+  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3" && *arch != "qwen3moe" &&
+      *arch != "deepseek2") {
     return absl::InvalidArgumentError(
         absl::StrCat("architecture \"", std::string(*arch),
-                     "\" is not supported (supported: llama, qwen2, qwen3, qwen3moe)"));
+                     "\" is not supported (supported: llama, qwen2, qwen3, qwen3moe, deepseek2)"));
   }
+  const bool deepseek2 = *arch == "deepseek2";
   ModelConfig c;
   c.architecture = std::string(*arch);
   // Every hyperparameter key is "<arch>.<name>".
   auto key = [&c](std::string_view name) {
     return absl::StrCat(c.architecture, ".", std::string(name));
   };
-  // llama.cpp: LLAMA_ROPE_TYPE_NORM for llama, LLAMA_ROPE_TYPE_NEOX for qwen2/qwen3.
-  c.rope_style = c.architecture == "llama" ? RopeStyle::kAdjacentPairs : RopeStyle::kRotateHalves;
+  // llama.cpp: LLAMA_ROPE_TYPE_NORM for llama and deepseek2, LLAMA_ROPE_TYPE_NEOX for
+  // qwen2/qwen3.
+  c.rope_style =
+      c.architecture == "llama" || deepseek2 ? RopeStyle::kAdjacentPairs : RopeStyle::kRotateHalves;
   for (auto [name, field] : {std::pair<const char*, int*>{"embedding_length", &c.dim},
                              {"block_count", &c.n_layers},
                              {"attention.head_count", &c.n_heads},
@@ -279,6 +352,7 @@ absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file) {
   absl::StatusOr<std::optional<float>> base = OptionalFloat(file, key("rope.freq_base"));
   if (!base.ok()) return base.status();
   c.rope_base = base->value_or(10000.0f);
+  if (absl::Status s = RejectYarn(file, key("rope.scaling.type")); !s.ok()) return s;
   absl::StatusOr<float> freq_scale = RopeFreqScale(
       file, key("rope.scaling.type"), key("rope.scaling.factor"), key("rope.scale_linear"));
   if (!freq_scale.ok()) return freq_scale.status();
@@ -301,7 +375,7 @@ absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file) {
   }
   absl::StatusOr<std::optional<int>> value_len = OptionalInt(file, key("attention.value_length"));
   if (!value_len.ok()) return value_len.status();
-  if (value_len->has_value() && **value_len != c.head_dim) {
+  if (!deepseek2 && value_len->has_value() && **value_len != c.head_dim) {
     return absl::InvalidArgumentError(absl::StrCat(key("attention.value_length"), " ", **value_len,
                                                    " differs from the key length ", c.head_dim,
                                                    " (not supported)"));
@@ -310,6 +384,9 @@ absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file) {
   absl::StatusOr<std::optional<int>> rope_dim = OptionalInt(file, key("rope.dimension_count"));
   if (!rope_dim.ok()) return rope_dim.status();
   c.rope_dim = rope_dim->value_or(c.head_dim);
+  if (deepseek2) {
+    if (absl::Status s = ReadLatentAttention(file, key, c); !s.ok()) return s;
+  }
 
   absl::StatusOr<std::optional<int>> window = OptionalInt(file, key("attention.sliding_window"));
   if (!window.ok()) return window.status();
@@ -337,7 +414,7 @@ absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file) {
     c.attention_qkv_bias = true;
   } else if (c.architecture == "qwen3" || c.architecture == "qwen3moe") {
     c.qk_norm = true;
-  } else {
+  } else if (c.architecture == "llama") {
     c.attention_qkv_bias = file.FindTensor("blk.0.attn_q.bias") != nullptr;
     c.attention_output_bias = file.FindTensor("blk.0.attn_output.bias") != nullptr;
     absl::StatusOr<std::vector<float>> factors = RopeFreqFactors(file, c.rope_dim);
@@ -454,6 +531,15 @@ ModelWeights LlamaWeightsFromGguf(const GgufFile& file, const ModelConfig& confi
     LayerWeights& L = w.layers[l];
     L.attn_norm = View(file, p + "attn_norm.weight");
     L.wq = View(file, p + "attn_q.weight");
+    if (config.mla()) {
+      L.wq_a = View(file, p + "attn_q_a.weight");
+      L.q_a_norm = View(file, p + "attn_q_a_norm.weight");
+      L.wq_b = View(file, p + "attn_q_b.weight");
+      L.wkv_a = View(file, p + "attn_kv_a_mqa.weight");
+      L.kv_a_norm = View(file, p + "attn_kv_a_norm.weight");
+      L.wk_b = View(file, p + "attn_k_b.weight");
+      L.wv_b = View(file, p + "attn_v_b.weight");
+    }
     L.wk = View(file, p + "attn_k.weight");
     L.wv = View(file, p + "attn_v.weight");
     L.wo = View(file, p + "attn_output.weight");

@@ -1,4 +1,5 @@
-// Maps a parsed GGUF container of architecture "llama", "qwen2", "qwen3" or "qwen3moe" onto
+// Maps a parsed GGUF container of architecture "llama", "qwen2", "qwen3", "qwen3moe" or
+// "deepseek2" onto
 // ModelConfig, ModelWeights and Vocabulary (llama.cpp's key and tensor names).
 #ifndef KVSERVE_MODEL_GGUF_LLAMA_H_
 #define KVSERVE_MODEL_GGUF_LLAMA_H_
@@ -14,7 +15,8 @@
 
 namespace kvserve::model {
 
-// general.architecture (ARCH) must be "llama", "qwen2", "qwen3" or "qwen3moe". Reads
+// general.architecture (ARCH) must be "llama", "qwen2", "qwen3", "qwen3moe" or "deepseek2".
+// Reads
 // ARCH.embedding_length, block_count, attention.head_count, feed_forward_length (qwen3moe:
 // see below), context_length,
 // attention.layer_norm_rms_epsilon (required); attention.head_count_kv (default
@@ -30,7 +32,14 @@ namespace kvserve::model {
 // RoPE and Q/K RMSNorms; qwen3moe as qwen3 plus experts: expert_count and
 // expert_used_count (required; INVALID_ARGUMENT unless 1 <= used <= count), ffn_dim from
 // expert_feed_forward_length, else feed_forward_length / expert_used_count (llama.cpp's
-// fallback). tied_embeddings is set when output.weight is absent. Integer keys
+// fallback); deepseek2 has adjacent-pair RoPE and multi-head latent attention:
+// attention.kv_lora_rank (required), attention.q_lora_rank (absent or 0: attn_q),
+// attention.key_length_mla / value_length_mla (required, else UNIMPLEMENTED: the older
+// attn_kv_b form), key_length / value_length when present equal to kv_lora_rank + rope
+// dim / kv_lora_rank, and leading_dense_block_count, which must cover every layer
+// (UNIMPLEMENTED otherwise: its MoE layers are not supported yet). rope.scaling.type
+// "yarn" is UNIMPLEMENTED for every architecture. tied_embeddings is set when
+// output.weight is absent. Integer keys
 // accept any integer type, float keys float32/float64. INVALID_ARGUMENT naming the key.
 absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file);
 
@@ -50,7 +59,8 @@ absl::StatusOr<Vocabulary> VocabularyFromGguf(const GgufFile& file);
 // .weight, plus what `config` asks for: blk.N.attn_{q,k,v}.bias (attention_qkv_bias),
 // blk.N.attn_output.bias (attention_output_bias), blk.N.attn_{q,k}_norm.weight (qk_norm),
 // blk.N.ffn_gate_inp.weight and one view per expert of blk.N.ffn_{gate,up,down}_exps.weight
-// (moe(); ne[2] experts of [ne[1], ne[0]] each).
+// (moe(); ne[2] experts of [ne[1], ne[0]] each), and with mla() blk.N.{attn_q_a,
+// attn_q_a_norm, attn_q_b, attn_kv_a_mqa, attn_kv_a_norm, attn_k_b, attn_v_b}.weight.
 // GGUF ne[0] is the column count, the other dims multiply into rows. A missing tensor
 // stays an empty view (Model::FromParts reports it); other tensors are ignored.
 ModelWeights LlamaWeightsFromGguf(const GgufFile& file, const ModelConfig& config);

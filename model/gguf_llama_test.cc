@@ -173,9 +173,9 @@ TEST(GgufLlamaTest, InconsistentVocabulary) {
 }
 
 TEST(GgufLlamaTest, UnsupportedArchitecture) {
-  ExpectError(
-      MakeTinyLlamaGguf().SetString("general.architecture", "gemma2"),
-      "architecture \"gemma2\" is not supported (supported: llama, qwen2, qwen3, qwen3moe)");
+  ExpectError(MakeTinyLlamaGguf().SetString("general.architecture", "gemma2"),
+              "architecture \"gemma2\" is not supported (supported: llama, qwen2, qwen3, qwen3moe, "
+              "deepseek2)");
 }
 
 TEST(GgufLlamaTest, ShapeMismatchAndMissingTensor) {

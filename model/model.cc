@@ -132,6 +132,35 @@ absl::Status CheckFfn(const ModelConfig& c, const LayerWeights& L, const std::st
   return s;
 }
 
+// The Q, K and V projections of ordinary attention.
+absl::Status CheckAttention(const ModelConfig& c, const LayerWeights& L, const std::string& p) {
+  absl::Status s = CheckShape(p + "attn_q.weight", L.wq, c.q_dim(), c.dim);
+  if (s.ok()) s = CheckShape(p + "attn_k.weight", L.wk, c.kv_dim(), c.dim);
+  if (s.ok()) s = CheckShape(p + "attn_v.weight", L.wv, c.kv_dim(), c.dim);
+  return s;
+}
+
+// The projections of multi-head latent attention (model/weights.h).
+absl::Status CheckLatentAttention(const ModelConfig& c, const LayerWeights& L,
+                                  const std::string& p) {
+  const int r = c.kv_lora_rank, nope = c.head_dim - c.rope_dim;
+  absl::Status s;
+  if (c.q_lora_rank > 0) {
+    s = CheckShape(p + "attn_q_a.weight", L.wq_a, c.q_lora_rank, c.dim);
+    if (s.ok()) s = CheckNorm(p + "attn_q_a_norm.weight", L.q_a_norm, c.q_lora_rank);
+    if (s.ok()) s = CheckShape(p + "attn_q_b.weight", L.wq_b, c.q_dim(), c.q_lora_rank);
+  } else {
+    s = CheckShape(p + "attn_q.weight", L.wq, c.q_dim(), c.dim);
+  }
+  if (s.ok()) s = CheckShape(p + "attn_kv_a_mqa.weight", L.wkv_a, r + c.rope_dim, c.dim);
+  if (s.ok()) s = CheckNorm(p + "attn_kv_a_norm.weight", L.kv_a_norm, r);
+  if (s.ok()) s = CheckShape(p + "attn_k_b.weight", L.wk_b, int64_t{c.n_heads} * r, nope);
+  if (s.ok()) {
+    s = CheckShape(p + "attn_v_b.weight", L.wv_b, int64_t{c.n_heads} * c.v_head_dim, r);
+  }
+  return s;
+}
+
 absl::Status CheckWeights(const ModelConfig& c, const ModelWeights& w) {
   if (static_cast<int>(w.layers.size()) != c.n_layers) {
     return absl::InvalidArgumentError(absl::StrCat("model has ", w.layers.size(),
@@ -144,10 +173,8 @@ absl::Status CheckWeights(const ModelConfig& c, const ModelWeights& w) {
     const LayerWeights& L = w.layers[l];
     const std::string p = absl::StrCat("blk.", l, ".");
     s = CheckNorm(p + "attn_norm.weight", L.attn_norm, c.dim);
-    if (s.ok()) s = CheckShape(p + "attn_q.weight", L.wq, c.q_dim(), c.dim);
-    if (s.ok()) s = CheckShape(p + "attn_k.weight", L.wk, c.kv_dim(), c.dim);
-    if (s.ok()) s = CheckShape(p + "attn_v.weight", L.wv, c.kv_dim(), c.dim);
-    if (s.ok()) s = CheckShape(p + "attn_output.weight", L.wo, c.dim, c.q_dim());
+    if (s.ok()) s = c.mla() ? CheckLatentAttention(c, L, p) : CheckAttention(c, L, p);
+    if (s.ok()) s = CheckShape(p + "attn_output.weight", L.wo, c.dim, c.attn_out_dim());
     if (s.ok()) s = CheckNorm(p + "ffn_norm.weight", L.ffn_norm, c.dim);
     if (s.ok()) s = CheckFfn(c, L, p);
     if (s.ok()) s = CheckOptional(p + "attn_q.bias", L.bq, c.attention_qkv_bias, c.q_dim());
@@ -192,6 +219,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromParts(ModelConfig config, Mode
     h.AddValue(config.n_experts);
     h.AddValue(config.n_experts_used);
   }
+  if (config.mla()) {
+    h.AddValue(config.kv_lora_rank);
+    h.AddValue(config.q_lora_rank);
+    h.AddValue(config.v_head_dim);
+  }
   h.AddValue(config.rms_eps);
   h.AddValue(config.rope_base);
   h.AddValue(config.rope_style);
@@ -215,8 +247,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromParts(ModelConfig config, Mode
   HashTensor(h, weights.output_norm);
   for (const LayerWeights& L : weights.layers) {
     for (const TensorView* t :
-         {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down,
-          &L.bq, &L.bk, &L.bv, &L.bo, &L.q_norm, &L.k_norm}) {
+         {&L.attn_norm, &L.wq,   &L.wk,    &L.wv,        &L.wo,   &L.ffn_norm, &L.w_gate, &L.w_up,
+          &L.w_down,    &L.bq,   &L.bk,    &L.bv,        &L.bo,   &L.q_norm,   &L.k_norm, &L.wq_a,
+          &L.q_a_norm,  &L.wq_b, &L.wkv_a, &L.kv_a_norm, &L.wk_b, &L.wv_b}) {
       if (t->data != nullptr) HashTensor(h, *t);
     }
     if (L.router.data != nullptr) HashTensor(h, L.router);

@@ -1,6 +1,7 @@
 #include "model/model_config.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 
@@ -11,6 +12,42 @@ absl::Status Positive(const char* name, int v) {
   if (v > 0) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("model config: ", name, " must be positive, got ", v));
+}
+
+// The multi-head latent attention fields of `c` (part of Validate).
+absl::Status ValidateLatentAttention(const ModelConfig& c) {
+  constexpr int kMaxRank = 1 << 16;
+  if (!c.mla()) {
+    if (c.kv_lora_rank < 0 || c.q_lora_rank != 0 ||
+        (c.v_head_dim != 0 && c.v_head_dim != c.head_dim)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model config: without latent attention (kv_lora_rank 0) q_lora_rank must be 0 and "
+          "v_head_dim 0 or head_dim, got kv_lora_rank ",
+          c.kv_lora_rank, ", q_lora_rank ", c.q_lora_rank, ", v_head_dim ", c.v_head_dim));
+    }
+    return absl::OkStatus();
+  }
+  if (c.kv_lora_rank > kMaxRank || c.q_lora_rank < 0 || c.q_lora_rank > kMaxRank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: kv_lora_rank ", c.kv_lora_rank, " and q_lora_rank ",
+                     c.q_lora_rank, " must be in [1, ", kMaxRank, "] and [0, ", kMaxRank, "]"));
+  }
+  if (c.rope_dim >= c.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: latent attention needs rope_dim ",
+                                                   c.rope_dim, " below head_dim ", c.head_dim,
+                                                   " (at least one dimension without RoPE)"));
+  }
+  if (c.n_kv_heads != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: latent attention has one shared KV head, got n_kv_heads ", c.n_kv_heads));
+  }
+  if (c.v_head_dim <= 0 || static_cast<int64_t>(c.n_heads) * c.v_head_dim > kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: v_head_dim ", c.v_head_dim,
+                                                   " must be positive and n_heads * v_head_dim "
+                                                   "at most ",
+                                                   kMaxRank));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -82,6 +119,7 @@ absl::Status ModelConfig::Validate() const {
                                                    " must be in [1, n_experts ", n_experts,
                                                    "] (0 without experts)"));
   }
+  if (absl::Status s = ValidateLatentAttention(*this); !s.ok()) return s;
   if (sliding_window < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("model config: sliding_window must be >= 0 (0 = none), got ", sliding_window));

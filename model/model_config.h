@@ -22,6 +22,8 @@ enum class RopeStyle : uint8_t {
 //   qwen2  rotate-halves RoPE; Q/K/V biases
 //   qwen3  rotate-halves RoPE; per-head RMSNorm of Q and K before RoPE
 //   qwen3moe  as qwen3, with a mixture-of-experts FFN in every layer (n_experts below)
+//   deepseek2  multi-head latent attention (kv_lora_rank below), adjacent-pair RoPE on the
+//              last rope_dim dimensions of each query head and on one shared key part
 struct ModelConfig {
   std::string architecture = "llama";
   int dim = 0;  // hidden size (embedding length)
@@ -60,10 +62,28 @@ struct ModelConfig {
   // 0 = a dense FFN (n_experts_used must then be 0 too).
   int n_experts = 0;
   int n_experts_used = 0;  // experts per token, in [1, n_experts] when n_experts > 0
+  // Multi-head latent attention (deepseek2; DeepSeek-V2 section 2.1), when kv_lora_rank > 0.
+  // Each query head is head_dim = qk_nope + rope_dim wide: its first qk_nope dimensions
+  // meet k_nope = W_kb^T c, its last rope_dim (RoPE'd) the key part k_pe shared by every
+  // head, where per token c = RMSNorm(kv_a(x)[0, kv_lora_rank)) * kv_a_norm (the latent)
+  // and k_pe = RoPE(kv_a(x)[kv_lora_rank, kv_lora_rank + rope_dim)). Values are
+  // v = W_vb c (v_head_dim per head). The KV cache holds c ‖ k_pe, one row per token and
+  // layer (kv_dim() wide, one plane: kv_planes() == 1); n_kv_heads is then 1.
+  // Queries come from q_b(RMSNorm(q_a(x)) * q_a_norm) when q_lora_rank > 0, else attn_q.
+  int kv_lora_rank = 0;  // 0 = ordinary attention
+  int q_lora_rank = 0;   // 0 = a plain query projection (also without MLA)
+  int v_head_dim = 0;    // value width of a head; 0 = head_dim (must be 0 without MLA)
 
   bool moe() const { return n_experts > 0; }
+  bool mla() const { return kv_lora_rank > 0; }
   int q_dim() const { return n_heads * head_dim; }
-  int kv_dim() const { return n_kv_heads * head_dim; }
+  int value_head_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
+  // Width of the attention output that attn_output projects: n_heads * value_head_dim().
+  int attn_out_dim() const { return n_heads * value_head_dim(); }
+  // Width of one cached row: K (and V) of every KV head, or with MLA the latent c ‖ k_pe.
+  int kv_dim() const { return mla() ? kv_lora_rank + rope_dim : n_kv_heads * head_dim; }
+  // Rows a cached token has per layer: 2 (K and V), or 1 with MLA (the latent).
+  int kv_planes() const { return mla() ? 1 : 2; }
   // The first position a token at `pos` attends to (0 without a sliding window).
   int FirstVisiblePosition(int pos) const {
     return sliding_window > 0 && pos >= sliding_window ? pos - sliding_window + 1 : 0;

@@ -10,10 +10,20 @@ namespace kvserve::model {
 
 struct LayerWeights {
   TensorView attn_norm;  // [1, dim]             RMSNorm gain before attention (F32)
-  TensorView wq;         // [n_heads*head_dim, dim]
-  TensorView wk;         // [n_kv_heads*head_dim, dim]
-  TensorView wv;         // [n_kv_heads*head_dim, dim]
-  TensorView wo;         // [dim, n_heads*head_dim]
+  TensorView wq;         // [n_heads*head_dim, dim]  (MLA: empty when q_lora_rank > 0)
+  TensorView wk;         // [n_kv_heads*head_dim, dim]  (empty with MLA)
+  TensorView wv;         // [n_kv_heads*head_dim, dim]  (empty with MLA)
+  TensorView wo;         // [dim, n_heads*value_head_dim]
+  // Multi-head latent attention (ModelConfig::mla(); empty views otherwise), llama.cpp's
+  // deepseek2 tensors. r = kv_lora_rank, nope = head_dim - rope_dim.
+  TensorView wq_a;       // [q_lora_rank, dim]          attn_q_a (when q_lora_rank > 0)
+  TensorView q_a_norm;   // [1, q_lora_rank]            attn_q_a_norm (F32)
+  TensorView wq_b;       // [n_heads*head_dim, q_lora_rank]  attn_q_b
+  TensorView wkv_a;      // [r + rope_dim, dim]         attn_kv_a_mqa: latent, then k_pe
+  TensorView kv_a_norm;  // [1, r]                      attn_kv_a_norm (F32)
+  TensorView wk_b;       // [n_heads*r, nope]  attn_k_b: head h's rows [h*r, (h+1)*r) map
+                         //   its q_nope into the latent (k_nope = W_h^T c)
+  TensorView wv_b;       // [n_heads*v_head_dim, r]     attn_v_b: head h's value = W_h c
   TensorView ffn_norm;   // [1, dim]             RMSNorm gain before the FFN (F32)
   // The dense FFN; empty views when ModelConfig::moe().
   TensorView w_gate;  // [ffn_dim, dim]       SwiGLU gate (w1)

@@ -296,6 +296,7 @@ grpc::ServerUnaryReactor* InferenceService::GetModelInfo(grpc::CallbackServerCon
     response->set_tokenizer_pre(model.vocab().tokenizer_pre);
     if (core.chat != nullptr) response->set_chat_template(std::string(core.chat->family_name()));
     response->set_sliding_window(model.config().sliding_window);
+    response->set_kv_bytes_per_token(static_cast<int64_t>(core.engine->kv_layout().token_bytes()));
     return absl::OkStatus();
   });
 }

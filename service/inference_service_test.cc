@@ -422,6 +422,7 @@ TEST_F(InferenceServiceTest, SessionsAndModelInfo) {
   EXPECT_EQ(info.max_stop_strings(), 3);
   EXPECT_EQ(info.max_stop_string_bytes(), 40);
   EXPECT_EQ(info.max_stop_token_ids(), 5);
+  EXPECT_EQ(info.kv_bytes_per_token(), 2 * 2 * 8 * 4);  // FakeEngine's layout: K and V, f32
   EXPECT_EQ(info.fingerprint().size(), 16u);
 
   grpc::ClientContext c4;

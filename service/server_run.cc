@@ -48,8 +48,8 @@ void Say(const std::string& line) {
   std::fflush(stdout);
 }
 
-// "KV pool 512 MiB (26214 blocks of 20 KiB), resident from start; resident memory now
-// 538 MiB": the figure to size a memory limit from.
+// "KV pool 512 MiB (26214 blocks of 20 KiB, 1280 bytes a token), resident from start;
+// resident memory now 538 MiB": the figure to size a memory limit from.
 std::string DescribeMemory(Server& server, const engine::ModelOptions& options,
                            const model::KvLayout& layout) {
   const engine::EngineStats stats = server.engine()->Stats();
@@ -59,8 +59,10 @@ std::string DescribeMemory(Server& server, const engine::ModelOptions& options,
   const double resident = sample.ok() ? sample->resident_memory_bytes : 0;
   char line[256];
   std::snprintf(line, sizeof line,
-                "KV pool %.0f MiB (%lld blocks of %zu KiB)%s; resident memory now %.0f MiB",
+                "KV pool %.0f MiB (%lld blocks of %zu KiB, %zu bytes a token)%s; resident memory "
+                "now %.0f MiB",
                 pool_mib, static_cast<long long>(stats.blocks_total), layout.block_bytes() >> 10,
+                layout.token_bytes(),
                 options.engine.kv_prefault ? ", resident from start" : ", touched as used",
                 resident / (1 << 20));
   return line;

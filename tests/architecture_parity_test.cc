@@ -1,9 +1,9 @@
 // Each architecture on a synthetic GGUF file (bench::WriteSyntheticModel, what
 // `kvserve-bench mkmodel` writes): kvserve's greedy tokens equal llama.cpp's for 64 steps on
-// several prompts (llama, Llama 3.x RoPE settings with biases, qwen2, qwen3, qwen3moe, tied
-// and untied), and equal the textbook double-precision forward pass
-// (backends/testing/textbook_forward.h). The reference and cpu_blas backends both run
-// every case.
+// several prompts (llama, Llama 3.x RoPE settings with biases, qwen2, qwen3, qwen3moe,
+// deepseek2 with latent attention, tied and untied), and equal the textbook
+// double-precision forward pass (backends/testing/textbook_forward.h). The reference and
+// cpu_blas backends both run every case.
 //
 // llama.cpp is a peer built outside the tree (../shared/PEERS.md); the test looks in the
 // directory named by the environment variable KVSERVE_LLAMA_CPP_BIN and skips those cases
@@ -333,6 +333,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ArchCase{"qwen2_tied", "qwen2", true},
                       ArchCase{"qwen3", "qwen3", true, false, /*needs_current_llama_cpp=*/true},
                       ArchCase{"qwen3moe", "qwen3moe", false, false,
+                               /*needs_current_llama_cpp=*/true},
+                      ArchCase{"deepseek2", "deepseek2", false, false,
                                /*needs_current_llama_cpp=*/true}),
     [](const auto& info) { return info.param.name; });
 

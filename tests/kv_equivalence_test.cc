@@ -124,6 +124,16 @@ std::vector<ModelCase> ModelCases() {
            c.rope_base = 500.0f;
          });
        }},
+      // Multi-head latent attention (deepseek2): one cached latent row per token and layer.
+      {"random_latent_attention",
+       [] {
+         return Random(DType::kF32, false, [](model::ModelConfig& c) {
+           for (const backends::testing::NamedConfig& named :
+                backends::testing::ArchitectureConfigs()) {
+             if (named.name == "deepseek2") c = named.config;
+           }
+         });
+       }},
   };
 }
 

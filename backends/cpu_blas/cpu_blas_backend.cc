@@ -28,6 +28,7 @@
 #include "backends/cpu_blas/thread_pool.h"
 #include "backends/kernels/kv_rows.h"
 #include "backends/kernels/matvec.h"
+#include "backends/kernels/mla.h"
 #include "backends/kernels/moe.h"
 #include "backends/kernels/ops.h"
 #include "backends/kernels/qkv.h"
@@ -77,7 +78,8 @@ struct Activations {
   std::vector<float> q;         // [n, q_dim] queries (after RoPE)
   std::vector<float> k;         // [n, kv_dim] keys (after RoPE)
   std::vector<float> v;         // [n, kv_dim] values
-  std::vector<float> att_out;   // [n, q_dim] attention output, heads concatenated
+  std::vector<float> att_out;   // [n, attn_out_dim] attention output, heads concatenated
+  std::vector<float> q_a;       // [n, q_lora_rank] latent attention's compressed query
   std::vector<float> hb;        // [n, ffn_dim] gate, then silu(gate) * up
   std::vector<float> hb2;       // [n, ffn_dim] up
   std::vector<float> xf;        // [n_logits, dim] final hidden states of logit rows
@@ -108,7 +110,8 @@ struct Activations {
     Grow(q, un * q_dim);
     Grow(k, un * kv_dim);
     Grow(v, un * kv_dim);
-    Grow(att_out, un * q_dim);
+    Grow(att_out, un * static_cast<size_t>(c.attn_out_dim()));
+    Grow(q_a, un * static_cast<size_t>(c.q_lora_rank));
     Grow(hb, un * ffn);
     Grow(hb2, un * ffn);
     Grow(xf, ul * dim);
@@ -177,6 +180,13 @@ struct CpuBlasBackend::State {
   // kernels::PrepareQkv (biases, Q/K norms, RoPE) on q[r], k[r], v[r] at row r's
   // position; k[r], v[r] written into the row's sequence's blocks at that position.
   void PrepareAndAppendKv(const Batch& batch, const model::LayerWeights& L, int layer);
+  // Latent attention (ModelConfig::mla()) instead of the three steps above: q (through
+  // q_a, its norm and q_b, or wq) and k = kv_a · xb for all rows at once; then per row
+  // the RoPE of q's heads and kernels::FinishLatentRow of k, written into the row's
+  // blocks; then each row's attention in the absorbed form (kernels::AttendLatentAbsorbed).
+  void ProjectLatent(const model::LayerWeights& L);
+  void PrepareAndAppendLatent(const Batch& batch, const model::LayerWeights& L, int layer);
+  void AttendLatent(const Batch& batch, const model::LayerWeights& L, int layer);
   // x += att_out · Wo^T (+ bo), then xb = RMSNorm(x) with the layer's FFN norm.
   void OutputProjectionAndFfnNorm(const model::LayerWeights& L);
   // x += W_down · (silu(W_gate · xb) * (W_up · xb)).
@@ -318,6 +328,52 @@ void CpuBlasBackend::State::PrepareAndAppendKv(const Batch& batch, const model::
   });
 }
 
+void CpuBlasBackend::State::ProjectLatent(const model::LayerWeights& L) {
+  if (config.q_lora_rank == 0) {
+    gemm.Run({{&L.wq, act.q.data()}, {&L.wkv_a, act.k.data()}}, act.xb.data(), rows());
+    return;
+  }
+  gemm.Run({{&L.wq_a, act.q_a.data()}, {&L.wkv_a, act.k.data()}}, act.xb.data(), rows());
+  const size_t q_rank = static_cast<size_t>(config.q_lora_rank);
+  ForRows(rows(), config.q_lora_rank, [&](int b, int e) {
+    for (int r = b; r < e; ++r) {
+      Normalize(Row(act.q_a, q_rank, r), L.q_a_norm, Row(act.q_a, q_rank, r));
+    }
+  });
+  gemm.Run(L.wq_b, act.q_a.data(), rows(), act.q.data());
+}
+
+void CpuBlasBackend::State::PrepareAndAppendLatent(const Batch& batch, const model::LayerWeights& L,
+                                                   int layer) {
+  const size_t q_dim = static_cast<size_t>(config.q_dim());
+  const size_t kv_dim = static_cast<size_t>(config.kv_dim());
+  ForRows(rows(), config.q_dim() + config.kv_dim(), [&](int b, int e) {
+    for (int r = b; r < e; ++r) {
+      const int pos = plan.rows[r].pos;
+      kernels::RotateQueryHeads(config, rope, pos, Row(act.q, q_dim, r));
+      kernels::FinishLatentRow(config, L, rope, pos, Row(act.k, kv_dim, r));
+      const kernels::SequenceKv kv(layout, batch.sequences[plan.rows[r].seq].blocks);
+      WriteKvRow(Row(act.k, kv_dim, r), kv.Row(layer, KvKind::kKey, pos));
+    }
+  });
+}
+
+void CpuBlasBackend::State::AttendLatent(const Batch& batch, const model::LayerWeights& L,
+                                         int layer) {
+  const size_t q_dim = static_cast<size_t>(config.q_dim());
+  const size_t out_dim = static_cast<size_t>(config.attn_out_dim());
+  // Every row reads its sequence's latents once per head: parallel over rows.
+  pool.RunRanges(rows(), [&](int b, int e) {
+    kernels::LatentScratch scratch;
+    for (int r = b; r < e; ++r) {
+      const int pos = plan.rows[r].pos;
+      const kernels::SequenceKv kv(layout, batch.sequences[plan.rows[r].seq].blocks);
+      kernels::AttendLatentAbsorbed(config, L, kv, layer, config.FirstVisiblePosition(pos), pos + 1,
+                                    Row(act.q, q_dim, r), scratch, Row(act.att_out, out_dim, r));
+    }
+  });
+}
+
 void CpuBlasBackend::State::OutputProjectionAndFfnNorm(const model::LayerWeights& L) {
   const size_t dim = static_cast<size_t>(config.dim);
   gemm.Run(L.wo, act.att_out.data(), rows(), act.xb2.data());
@@ -450,9 +506,15 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
   for (int l = 0; l < c.n_layers; ++l) {
     const model::LayerWeights& L = st.weights.layers[l];
     st.AttentionNorm(L);
-    st.ProjectQkv(L);
-    st.PrepareAndAppendKv(batch, L, l);
-    st.attention.Run(batch, st.plan, l, st.act.q.data(), st.act.att_out.data());
+    if (c.mla()) {
+      st.ProjectLatent(L);
+      st.PrepareAndAppendLatent(batch, L, l);
+      st.AttendLatent(batch, L, l);
+    } else {
+      st.ProjectQkv(L);
+      st.PrepareAndAppendKv(batch, L, l);
+      st.attention.Run(batch, st.plan, l, st.act.q.data(), st.act.att_out.data());
+    }
     st.OutputProjectionAndFfnNorm(L);
     if (c.moe()) {
       st.MixtureOfExperts(L);

@@ -28,9 +28,12 @@ class Rope {
   // `factors`: empty or [rope_dim / 2] positive numbers.
   Rope(int head_dim, int rope_dim, float base, model::RopeStyle style, float freq_scale = 1.0f,
        std::span<const float> factors = {});
+  // With latent attention (config.mla()) the rotated parts sit at the end of each query
+  // head and of the cached row, so the rope is one head of rope_dim: callers pass exactly
+  // those slices (kernels/mla.h).
   static Rope ForModel(const model::ModelConfig& config) {
-    return Rope(config.head_dim, config.rope_dim, config.rope_base, config.rope_style,
-                config.rope_freq_scale, config.rope_freq_factors);
+    return Rope(config.mla() ? config.rope_dim : config.head_dim, config.rope_dim, config.rope_base,
+                config.rope_style, config.rope_freq_scale, config.rope_freq_factors);
   }
 
   // Rotates x in place: x is [n_heads, head_dim] (n_heads = x.size() / head_dim), every

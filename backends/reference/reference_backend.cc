@@ -15,6 +15,7 @@
 #include "backends/kernels/attention.h"
 #include "backends/kernels/kv_rows.h"
 #include "backends/kernels/matvec.h"
+#include "backends/kernels/mla.h"
 #include "backends/kernels/moe.h"
 #include "backends/kernels/ops.h"
 #include "backends/kernels/qkv.h"
@@ -36,7 +37,8 @@ struct RunState {
         q(c.q_dim()),
         k(c.kv_dim()),
         v(c.kv_dim()),
-        att_out(c.q_dim()),
+        att_out(c.attn_out_dim()),
+        q_a(c.q_lora_rank),
         hb(c.ffn_dim),
         hb2(c.ffn_dim),
         moe_out(c.dim),
@@ -47,11 +49,14 @@ struct RunState {
   std::vector<float> xb;       // [dim] normalised input of a sub-layer
   std::vector<float> xb2;      // [dim] output of a sub-layer, before the residual add
   std::vector<float> q;        // [n_heads * head_dim] query
-  std::vector<float> k;        // [n_kv_heads * head_dim] key (after RoPE)
-  std::vector<float> v;        // [n_kv_heads * head_dim] value
-  std::vector<float> att_out;  // [n_heads * head_dim] attention output, heads concatenated
-  std::vector<float> hb;       // [ffn_dim] gate, then silu(gate) * up
-  std::vector<float> hb2;      // [ffn_dim] up
+  std::vector<float> k;        // [kv_dim] key (after RoPE); with MLA the latent row c ‖ k_pe
+  std::vector<float> v;        // [kv_dim] value (unused with MLA)
+  std::vector<float> att_out;  // [n_heads * value_head_dim] attention output, heads concatenated
+  // Multi-head latent attention only (empty otherwise):
+  std::vector<float> q_a;         // [q_lora_rank] the compressed query
+  kernels::LatentScratch latent;  // AttendLatentDecompressed's buffers
+  std::vector<float> hb;          // [ffn_dim] gate, then silu(gate) * up
+  std::vector<float> hb2;         // [ffn_dim] up
   // Mixture of experts only (empty otherwise):
   std::vector<float> moe_out;         // [dim] one expert's output
   std::vector<float> router;          // [n_experts] router logits, then their softmax
@@ -136,20 +141,29 @@ void ForwardToken(const model::ModelConfig& c, const model::ModelWeights& w,
     // Attention RMSNorm.
     kernels::RmsNorm(s.x, kernels::F32Values(L.attn_norm), c.rms_eps, s.xb);
 
-    // Q, K, V of this token only.
-    kernels::MatVec(L.wq, s.xb, s.q);
-    kernels::MatVec(L.wk, s.xb, s.k);
-    kernels::MatVec(L.wv, s.xb, s.v);
+    if (c.mla()) {
+      // Latent attention: the query, this token's latent row (cached), then every head on
+      // keys and values decompressed from the cached latents of [first_pos, pos].
+      kernels::LatentQuery(c, L, rope, pos, s.xb, s.q_a, s.q);
+      kernels::LatentRow(c, L, rope, pos, s.xb, s.k);
+      kv.Write(l, KvKind::kKey, pos, s.k);
+      kernels::AttendLatentDecompressed(c, L, kv, l, first_pos, n_pos, s.q, s.latent, s.att_out);
+    } else {
+      // Q, K, V of this token only.
+      kernels::MatVec(L.wq, s.xb, s.q);
+      kernels::MatVec(L.wk, s.xb, s.k);
+      kernels::MatVec(L.wv, s.xb, s.v);
 
-    // Biases, Q/K norms (per architecture), then RoPE at the token's absolute position.
-    kernels::PrepareQkv(c, L, rope, pos, s.q, s.k, s.v);
+      // Biases, Q/K norms (per architecture), then RoPE at the token's absolute position.
+      kernels::PrepareQkv(c, L, rope, pos, s.q, s.k, s.v);
 
-    // Append K and V to the sequence's blocks.
-    kv.Write(l, KvKind::kKey, pos, s.k);
-    kv.Write(l, KvKind::kValue, pos, s.v);
+      // Append K and V to the sequence's blocks.
+      kv.Write(l, KvKind::kKey, pos, s.k);
+      kv.Write(l, KvKind::kValue, pos, s.v);
 
-    // Causal attention over positions [first_pos, pos], query head h on KV head h / group.
-    kernels::AttendOneQuery(shape, kv, l, first_pos, n_pos, s.q, att, s.att_out);
+      // Causal attention over positions [first_pos, pos], query head h on KV head h / group.
+      kernels::AttendOneQuery(shape, kv, l, first_pos, n_pos, s.q, att, s.att_out);
+    }
 
     // Output projection (and bias) and residual.
     kernels::MatVec(L.wo, s.att_out, s.xb2);

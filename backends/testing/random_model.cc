@@ -133,8 +133,23 @@ std::vector<NamedConfig> ArchitectureConfigs() {
   qwen3moe.n_experts = 8;
   qwen3moe.n_experts_used = 3;
   qwen3moe.ffn_dim = 32;
-  return {{"llama", base},  {"llama3", llama3}, {"qwen2", qwen2},
-          {"qwen3", qwen3}, {"local", local},   {"qwen3moe", qwen3moe}};
+  // Latent attention: 4 heads of 6 + 4 dimensions, values of 8, a latent of 16, a
+  // compressed query of 24.
+  model::ModelConfig deepseek2 = base;
+  deepseek2.architecture = "deepseek2";
+  deepseek2.n_kv_heads = 1;
+  deepseek2.head_dim = 10;
+  deepseek2.rope_dim = 4;
+  deepseek2.v_head_dim = 8;
+  deepseek2.kv_lora_rank = 16;
+  deepseek2.q_lora_rank = 24;
+  model::ModelConfig deepseek2_q = deepseek2;  // a plain attn_q, and a window
+  deepseek2_q.q_lora_rank = 0;
+  deepseek2_q.sliding_window = 5;
+  return {{"llama", base},          {"llama3", llama3},
+          {"qwen2", qwen2},         {"qwen3", qwen3},
+          {"local", local},         {"qwen3moe", qwen3moe},
+          {"deepseek2", deepseek2}, {"deepseek2_q", deepseek2_q}};
 }
 
 std::vector<uint8_t> EncodeRow(std::span<const float> values, DType dtype) {
@@ -142,6 +157,27 @@ std::vector<uint8_t> EncodeRow(std::span<const float> values, DType dtype) {
   model::EncodeRow(dtype, values, out.data());
   return out;
 }
+
+namespace {
+
+// The latent attention tensors of one layer (model/weights.h), in that order.
+void AddLatentAttention(const model::ModelConfig& c, Storage& storage, Random& rng, DType dt,
+                        float scale, model::LayerWeights& L) {
+  const int r = c.kv_lora_rank;
+  if (c.q_lora_rank > 0) {
+    L.wq_a = AddMatrix(storage, rng, dt, c.q_lora_rank, c.dim, scale);
+    L.q_a_norm = AddNorm(storage, rng, c.q_lora_rank);
+    L.wq_b = AddMatrix(storage, rng, dt, c.q_dim(), c.q_lora_rank, scale);
+  } else {
+    L.wq = AddMatrix(storage, rng, dt, c.q_dim(), c.dim, scale);
+  }
+  L.wkv_a = AddMatrix(storage, rng, dt, r + c.rope_dim, c.dim, scale);
+  L.kv_a_norm = AddNorm(storage, rng, r);
+  L.wk_b = AddMatrix(storage, rng, dt, c.n_heads * r, c.head_dim - c.rope_dim, scale);
+  L.wv_b = AddMatrix(storage, rng, dt, c.n_heads * c.v_head_dim, r, scale);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<model::Model>> MakeRandomModel(const RandomModelOptions& options) {
   model::ModelConfig config = options.config;
@@ -158,10 +194,14 @@ absl::StatusOr<std::unique_ptr<model::Model>> MakeRandomModel(const RandomModelO
   for (int l = 0; l < config.n_layers; ++l) {
     model::LayerWeights L;
     L.attn_norm = AddNorm(*storage, rng, config.dim);
-    L.wq = AddMatrix(*storage, rng, dt, config.q_dim(), config.dim, scale);
-    L.wk = AddMatrix(*storage, rng, dt, config.kv_dim(), config.dim, scale);
-    L.wv = AddMatrix(*storage, rng, dt, config.kv_dim(), config.dim, scale);
-    L.wo = AddMatrix(*storage, rng, dt, config.dim, config.q_dim(), scale);
+    if (config.mla()) {
+      AddLatentAttention(config, *storage, rng, dt, scale, L);
+    } else {
+      L.wq = AddMatrix(*storage, rng, dt, config.q_dim(), config.dim, scale);
+      L.wk = AddMatrix(*storage, rng, dt, config.kv_dim(), config.dim, scale);
+      L.wv = AddMatrix(*storage, rng, dt, config.kv_dim(), config.dim, scale);
+    }
+    L.wo = AddMatrix(*storage, rng, dt, config.dim, config.attn_out_dim(), scale);
     L.ffn_norm = AddNorm(*storage, rng, config.dim);
     if (config.moe()) {
       // The router in f32, as llama.cpp's quantizers keep ffn_gate_inp; logits of a few

@@ -105,12 +105,13 @@ Layer ToDense(const model::LayerWeights& L) {
           ToDense(L.bo),        ToDense(L.q_norm),   ToDense(L.k_norm)};
 }
 
-// RoPE of every head of row t of x [n, heads * head_dim] at position t.
-void Rotate(const model::ModelConfig& c, Matrix& x, int n, int heads) {
+// RoPE of every head of row t of x [n, heads * width] at position t: dimensions
+// [offset, offset + rope_dim) of each head.
+void Rotate(const model::ModelConfig& c, Matrix& x, int n, int heads, int width, int offset) {
   const int half = c.rope_dim / 2;
   for (int t = 0; t < n; ++t) {
     for (int h = 0; h < heads; ++h) {
-      double* head = &x[(static_cast<size_t>(t) * heads + h) * c.head_dim];
+      double* head = &x[(static_cast<size_t>(t) * heads + h) * width + offset];
       for (int i = 0; i < half; ++i) {
         const double factor = c.rope_freq_factors.empty() ? 1.0 : c.rope_freq_factors[i];
         const double theta = t * static_cast<double>(c.rope_freq_scale) *
@@ -127,6 +128,72 @@ void Rotate(const model::ModelConfig& c, Matrix& x, int n, int heads) {
   }
 }
 
+// Queries, keys and values of one layer as ordinary multi-head attention.
+struct Qkv {
+  Matrix q;  // [n, n_heads * head_dim]
+  Matrix k;  // [n, kv_heads * head_dim]
+  Matrix v;  // [n, kv_heads * v_dim]
+  int kv_heads = 0;
+  int v_dim = 0;
+};
+
+Qkv OrdinaryQkv(const model::ModelConfig& c, const Layer& L, const Matrix& xn, int n) {
+  Qkv r{Project(xn, n, L.wq, L.bq), Project(xn, n, L.wk, L.bk), Project(xn, n, L.wv, L.bv),
+        c.n_kv_heads, c.head_dim};
+  if (c.qk_norm) {
+    r.q = RmsNormSlices(r.q, L.q_norm, c.head_dim, c.rms_eps);
+    r.k = RmsNormSlices(r.k, L.k_norm, c.head_dim, c.rms_eps);
+  }
+  Rotate(c, r.q, n, c.n_heads, c.head_dim, 0);
+  Rotate(c, r.k, n, c.n_kv_heads, c.head_dim, 0);
+  return r;
+}
+
+// Multi-head latent attention written out as the DeepSeek-V2 paper's equations (9)-(18),
+// decompressed: every head's key is [W_kb_h^T c ‖ k_pe], its value W_vb_h c, where
+// c = RMSNorm(latent part of kv_a x) and k_pe = RoPE(rest of kv_a x).
+Qkv LatentQkv(const model::ModelConfig& c, const model::LayerWeights& weights, const Matrix& xn,
+              int n) {
+  const int r = c.kv_lora_rank, rope = c.rope_dim, hd = c.head_dim, nope = hd - rope;
+  const int vd = c.v_head_dim, heads = c.n_heads;
+  Qkv out;
+  out.kv_heads = heads;
+  out.v_dim = vd;
+  if (c.q_lora_rank > 0) {
+    const Matrix qa = RmsNormSlices(Project(xn, n, ToDense(weights.wq_a)),
+                                    ToDense(weights.q_a_norm), c.q_lora_rank, c.rms_eps);
+    out.q = Project(qa, n, ToDense(weights.wq_b));
+  } else {
+    out.q = Project(xn, n, ToDense(weights.wq));
+  }
+  Rotate(c, out.q, n, heads, hd, nope);
+  const Matrix kva = Project(xn, n, ToDense(weights.wkv_a));  // [n, r + rope]
+  Matrix latent(static_cast<size_t>(n) * r), k_pe(static_cast<size_t>(n) * rope);
+  for (int t = 0; t < n; ++t) {
+    for (int i = 0; i < r; ++i) latent[t * r + i] = kva[t * (r + rope) + i];
+    for (int i = 0; i < rope; ++i) k_pe[t * rope + i] = kva[t * (r + rope) + r + i];
+  }
+  latent = RmsNormSlices(latent, ToDense(weights.kv_a_norm), r, c.rms_eps);
+  Rotate(c, k_pe, n, 1, rope, 0);
+  const Dense kb = ToDense(weights.wk_b), vb = ToDense(weights.wv_b);
+  out.k.assign(static_cast<size_t>(n) * heads * hd, 0.0);
+  out.v.assign(static_cast<size_t>(n) * heads * vd, 0.0);
+  for (int t = 0; t < n; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      double* k = &out.k[(static_cast<size_t>(t) * heads + h) * hd];
+      for (int j = 0; j < nope; ++j) {
+        for (int i = 0; i < r; ++i) k[j] += kb.At(h * r + i, j) * latent[t * r + i];
+      }
+      for (int j = 0; j < rope; ++j) k[nope + j] = k_pe[t * rope + j];
+      double* v = &out.v[(static_cast<size_t>(t) * heads + h) * vd];
+      for (int j = 0; j < vd; ++j) {
+        for (int i = 0; i < r; ++i) v[j] += vb.At(h * vd + j, i) * latent[t * r + i];
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<double>> TextbookForward(const model::Model& model,
@@ -137,7 +204,7 @@ absl::StatusOr<std::vector<double>> TextbookForward(const model::Model& model,
   if (n == 0 || n > c.context_length) {
     return absl::InvalidArgumentError(absl::StrCat("textbook forward: ", n, " tokens"));
   }
-  const int dim = c.dim, hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
+  const int dim = c.dim, hd = c.head_dim;
   const double eps = c.rms_eps;
 
   const Dense embedding = ToDense(w.token_embedding);
@@ -148,18 +215,12 @@ absl::StatusOr<std::vector<double>> TextbookForward(const model::Model& model,
   for (const model::LayerWeights& weights : w.layers) {
     const Layer L = ToDense(weights);
     const Matrix xn = RmsNormSlices(x, L.attn_norm, dim, eps);
-    Matrix q = Project(xn, n, L.wq, L.bq);  // [n, n_heads * hd]
-    Matrix k = Project(xn, n, L.wk, L.bk);  // [n, n_kv_heads * hd]
-    const Matrix v = Project(xn, n, L.wv, L.bv);
-    if (c.qk_norm) {
-      q = RmsNormSlices(q, L.q_norm, hd, eps);
-      k = RmsNormSlices(k, L.k_norm, hd, eps);
-    }
-    Rotate(c, q, n, c.n_heads);
-    Rotate(c, k, n, c.n_kv_heads);
+    const Qkv qkv = c.mla() ? LatentQkv(c, weights, xn, n) : OrdinaryQkv(c, L, xn, n);
+    const Matrix &q = qkv.q, &k = qkv.k, &v = qkv.v;
+    const int kvh = qkv.kv_heads, vd = qkv.v_dim, group = c.n_heads / kvh;
 
     // Masked softmax attention: S[t][j] = q_t · k_j / sqrt(hd), -inf where masked.
-    Matrix att(static_cast<size_t>(n) * c.q_dim(), 0.0);  // [n, n_heads * hd]
+    Matrix att(static_cast<size_t>(n) * c.n_heads * vd, 0.0);  // [n, n_heads * vd]
     std::vector<double> s(n);
     for (int h = 0; h < c.n_heads; ++h) {
       const int g = h / group;
@@ -173,7 +234,7 @@ absl::StatusOr<std::vector<double>> TextbookForward(const model::Model& model,
           }
           double dot = 0;
           for (int i = 0; i < hd; ++i) {
-            dot += q[(t * c.n_heads + h) * hd + i] * k[(j * c.n_kv_heads + g) * hd + i];
+            dot += q[(t * c.n_heads + h) * hd + i] * k[(j * kvh + g) * hd + i];
           }
           s[j] = dot / std::sqrt(static_cast<double>(hd));
           max_s = std::max(max_s, s[j]);
@@ -181,8 +242,8 @@ absl::StatusOr<std::vector<double>> TextbookForward(const model::Model& model,
         double sum = 0;
         for (int j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - max_s));
         for (int j = 0; j < n; ++j) {
-          for (int i = 0; i < hd; ++i) {
-            att[(t * c.n_heads + h) * hd + i] += s[j] / sum * v[(j * c.n_kv_heads + g) * hd + i];
+          for (int i = 0; i < vd; ++i) {
+            att[(t * c.n_heads + h) * vd + i] += s[j] / sum * v[(j * kvh + g) * vd + i];
           }
         }
       }

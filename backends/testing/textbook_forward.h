@@ -1,6 +1,7 @@
 // An independent textbook forward pass in double precision, for tests: the whole
 // sequence at once with an explicit attention mask, written from the architecture
-// descriptions (llama.cpp's graphs for llama/qwen2, Qwen3's for qwen3), sharing no code
+// descriptions (llama.cpp's graphs for llama/qwen2, Qwen3's for qwen3, the DeepSeek-V2
+// paper's equations for latent attention, decompressed), sharing no code
 // with the backends. It is the oracle the reference backend itself is checked against
 // for the architecture features (biases, Q/K norms, RoPE factors and scaling) and for
 // local attention, and the stand-in for llama.cpp where the peer snapshot lacks an

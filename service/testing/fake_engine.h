@@ -213,6 +213,8 @@ class FakeEngine final : public engine::Engine {
   }
 
   engine::SubmitLimits submit_limits() const override { return submit_limits_; }
+  // A two-layer f32 layout of kv_dim 8 (GetModelInfo reports its 128 bytes a token).
+  model::KvLayout kv_layout() const override { return model::KvLayout{2, 8, 16}; }
   void SetSubmitLimits(engine::SubmitLimits limits) { submit_limits_ = limits; }
 
   engine::EngineStats Stats() const override {
