@@ -3,10 +3,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/cli_commands.h"
+#include "google/protobuf/text_format.h"
 
 namespace kvserve::client::cli {
 namespace {
@@ -75,10 +75,11 @@ int RunInfo(const Client& client) {
   for (int i = 0; i < descriptor->field_count(); ++i) {
     const auto* field = descriptor->field(i);
     std::string value;
+    if (field->is_repeated()) continue;  // (ModelInfo has none; a new one is skipped)
     if (field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_STRING) {
       value = reflection->GetString(*info, field);
-    } else {
-      value = absl::StrCat(reflection->GetInt32(*info, field));
+    } else {  // any scalar: int32, int64 (kv_bytes_per_token), bool, ...
+      google::protobuf::TextFormat::PrintFieldValueToString(*info, field, -1, &value);
     }
     std::printf("%s: %s\n", field->name().c_str(), value.c_str());
   }
