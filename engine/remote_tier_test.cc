@@ -159,6 +159,24 @@ class RemoteTierTest : public ::testing::Test {
     return {session->id, record->tokens};
   }
 
+  // Runs the next turn " The sun was warm." of session `id` (whose history is `history`)
+  // on `replica`, and checks that `remote_blocks` blocks of it came from the service, the
+  // rest was computed, and the answer is the cold run's.
+  void ExpectNextTurnWithRemoteBlocks(Engine& replica, const std::string& id,
+                                      const std::vector<int32_t>& history, int32_t remote_blocks) {
+    const std::vector<int32_t> next = Encode(" The sun was warm.");
+    Request turn = Greedy(next, 20, /*bos=*/false);
+    turn.session_id = id;
+    const Result got = testing::RunRequest(replica, turn);
+    ASSERT_TRUE(got.status.ok()) << got.status;
+    EXPECT_EQ(got.usage.cached_tokens_remote, remote_blocks * 16);
+    EXPECT_EQ(got.usage.computed_tokens,
+              static_cast<int32_t>(history.size() + next.size()) - remote_blocks * 16);
+    std::vector<int32_t> context = history;
+    context.insert(context.end(), next.begin(), next.end());
+    ExpectSameOutput(got, Cold(context, 20));
+  }
+
   testing::StoriesModel stories_;
   FakeRemoteCache service_;
   std::mutex log_mu_;
@@ -688,20 +706,11 @@ TEST_F(RemoteTierTest, AChainCutShortIsUsedAsAPrefix) {
   const auto [id, history] = FirstTurn(*a);
   service_.SetFetchLimit(2);
   auto b = Replica();
-  const std::vector<int32_t> next = Encode(" The sun was warm.");
-  Request turn = Greedy(next, 20, /*bos=*/false);
-  turn.session_id = id;
-  const Result got = testing::RunRequest(*b, turn);
-  ASSERT_TRUE(got.status.ok()) << got.status;
-  EXPECT_EQ(got.usage.cached_tokens_remote, 2 * 16);
-  EXPECT_EQ(got.usage.computed_tokens, static_cast<int32_t>(history.size() + next.size()) - 2 * 16);
+  ExpectNextTurnWithRemoteBlocks(*b, id, history, 2);
   EXPECT_EQ(b->Stats().remote.rejected_blocks_total, 0);
   // The blocks reserved for the rest of the chain, never written, went back: once the
   // turn is written behind, only the session holds blocks.
   WaitStored(*b, 0);
-  std::vector<int32_t> context = history;
-  context.insert(context.end(), next.begin(), next.end());
-  ExpectSameOutput(got, Cold(context, 20));
 }
 
 TEST_F(RemoteTierTest, FetchesReserveAtMostTheirShareOfThePool) {
@@ -713,16 +722,7 @@ TEST_F(RemoteTierTest, FetchesReserveAtMostTheirShareOfThePool) {
   auto b = Replica(/*remote=*/true, [&](Engine::Options& o) {
     o.remote.max_import_fraction = 2.5 / static_cast<double>(blocks);
   });
-  const std::vector<int32_t> next = Encode(" The sun was warm.");
-  Request turn = Greedy(next, 20, /*bos=*/false);
-  turn.session_id = id;
-  const Result got = testing::RunRequest(*b, turn);
-  ASSERT_TRUE(got.status.ok()) << got.status;
-  EXPECT_EQ(got.usage.cached_tokens_remote, 2 * 16);
-  EXPECT_EQ(got.usage.computed_tokens, static_cast<int32_t>(history.size() + next.size()) - 2 * 16);
-  std::vector<int32_t> context = history;
-  context.insert(context.end(), next.begin(), next.end());
-  ExpectSameOutput(got, Cold(context, 20));
+  ExpectNextTurnWithRemoteBlocks(*b, id, history, 2);
 
   for (double bad : {0.0, -0.5, 1.5}) {
     Engine::Options o;
