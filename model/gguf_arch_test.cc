@@ -169,13 +169,25 @@ TEST(GgufArchTest, Qwen3MoeMalformedExpertsAreRejected) {
   EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.ffn_gate_inp.weight is missing"));
   b = TinyMoe(4);
   b.SetU32("qwen3moe.expert_count", 3);
-  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.ffn_gate_inp.weight has shape [4, 8], expected "
-                                    "[3, 8]"));
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.ffn_gate_exps.weight has 4 experts, expected 3"));
+  b = TinyMoe(4);
+  b.RemoveTensor("blk.0.ffn_gate_inp.weight");
+  b.AddF32Tensor("blk.0.ffn_gate_inp.weight", {S::kDim, 3}, TestValues(S::kDim * 3, 0.3f));
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.ffn_gate_inp.weight has shape [3, 8], expected "
+                                    "[4, 8]"));
   b = TinyMoe(4);
   b.RemoveTensor("blk.0.ffn_down_exps.weight");
   b.AddF32Tensor("blk.0.ffn_down_exps.weight", {S::kFfn / 2, S::kDim, 3},
                  TestValues(S::kDim * S::kFfn / 2 * 3, 0.4f));
   EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.ffn_down_exps.weight has 3 experts, expected 4"));
+  // Far more experts than the config's (one view each would be a list many times the
+  // file): refused by the count, before any view is made.
+  b = TinyMoe(4);
+  b.RemoveTensor("blk.1.ffn_up_exps.weight");
+  b.AddF32Tensor("blk.1.ffn_up_exps.weight", {S::kDim, S::kFfn / 2, 4096},
+                 TestValues(S::kDim * S::kFfn / 2 * 4096, 0.1f));
+  EXPECT_THAT(ErrorOf(b),
+              HasSubstr("tensor blk.1.ffn_up_exps.weight has 4096 experts, expected 4"));
   b = TinyMoe(4);
   b.RemoveTensor("blk.0.ffn_gate_exps.weight");
   b.AddF32Tensor("blk.0.ffn_gate_exps.weight", {S::kDim, S::kFfn, 4},

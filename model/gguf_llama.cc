@@ -1,5 +1,6 @@
 #include "model/gguf_llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -219,14 +220,36 @@ absl::Status ReadExperts(const GgufFile& f, const std::function<std::string(std:
   return absl::OkStatus();
 }
 
-// One view per expert of the 3-D tensor `name` (GGUF ne = {cols, rows, experts}): expert e
-// is the e-th [rows, cols] slice. Empty when the tensor is absent; a 2-D tensor is one
-// expert (Model::FromParts reports the count).
-std::vector<TensorView> ExpertViews(const GgufFile& f, const std::string& name) {
+// Experts of the 3-D tensor `name` (GGUF ne = {cols, rows, experts}).
+int64_t ExpertCount(const GgufTensorInfo& t) { return t.ne[2] * t.ne[3]; }
+
+// INVALID_ARGUMENT naming the first expert tensor whose expert count is not the config's.
+absl::Status CheckExpertCounts(const GgufFile& f, const ModelConfig& c) {
+  if (!c.moe()) return absl::OkStatus();
+  for (int l = 0; l < c.n_layers; ++l) {
+    for (const char* kind : {"gate", "up", "down"}) {
+      const std::string name = absl::StrCat("blk.", l, ".ffn_", kind, "_exps.weight");
+      const GgufTensorInfo* t = f.FindTensor(name);
+      if (t != nullptr && ExpertCount(*t) != c.n_experts) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has ", ExpertCount(*t),
+                                                       " experts, expected ", c.n_experts));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One view per expert of the 3-D tensor `name`: expert e is the e-th [rows, cols] slice.
+// Empty when the tensor is absent; a 2-D tensor is one expert (Model::FromParts reports
+// the count). At most max_experts + 1 views, whatever the file says (a file's count is
+// checked by CheckExpertCounts first; the cap keeps a crafted one from making a list many
+// times the file's size when a caller did not).
+std::vector<TensorView> ExpertViews(const GgufFile& f, const std::string& name,
+                                    int64_t max_experts) {
   const GgufTensorInfo* t = f.FindTensor(name);
   if (t == nullptr) return {};
   const int64_t rows = t->ne[1];
-  const int64_t experts = t->ne[2] * t->ne[3];
+  const int64_t experts = std::min(ExpertCount(*t), max_experts + 1);
   std::vector<TensorView> views;
   views.reserve(static_cast<size_t>(experts));
   for (int64_t e = 0; e < experts; ++e) {
@@ -549,9 +572,9 @@ ModelWeights LlamaWeightsFromGguf(const GgufFile& file, const ModelConfig& confi
     L.w_down = View(file, p + "ffn_down.weight");
     if (config.moe()) {
       L.router = View(file, p + "ffn_gate_inp.weight");
-      L.expert_gate = ExpertViews(file, p + "ffn_gate_exps.weight");
-      L.expert_up = ExpertViews(file, p + "ffn_up_exps.weight");
-      L.expert_down = ExpertViews(file, p + "ffn_down_exps.weight");
+      L.expert_gate = ExpertViews(file, p + "ffn_gate_exps.weight", config.n_experts);
+      L.expert_up = ExpertViews(file, p + "ffn_up_exps.weight", config.n_experts);
+      L.expert_down = ExpertViews(file, p + "ffn_down_exps.weight", config.n_experts);
     }
     if (config.attention_qkv_bias) {
       L.bq = View(file, p + "attn_q.bias");
@@ -573,6 +596,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFromGguf(const GgufFile& file,
   if (!config.ok()) return config.status();
   absl::StatusOr<Vocabulary> vocab = VocabularyFromGguf(file);
   if (!vocab.ok()) return vocab.status();
+  if (absl::Status s = CheckExpertCounts(file, *config); !s.ok()) return s;
   ModelWeights weights = LlamaWeightsFromGguf(file, *config);
   return Model::FromParts(*std::move(config), std::move(weights), *std::move(vocab),
                           std::move(storage));
