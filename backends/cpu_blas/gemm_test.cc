@@ -85,6 +85,9 @@ TEST(GemmTest, SlicingDoesNotChangeResults) {
 // row ranges of uneven sizes (1, 2, 7 and 20 rows, so some go to sgemm without batch
 // invariance), matrices whose rows split unevenly into slices.
 TEST(GemmTest, RunGroupsEqualsOneRunPerProduct) {
+  // As CpuBlasBackend does: OpenBLAS (the sgemm path of batch_invariant = false below)
+  // runs each call on the calling pool thread, not on threads of its own.
+  SetOpenBlasSingleThreaded();
   constexpr int64_t kCols = 512;
   const KernelSet& kernels = KernelsFor(BestIsa());
   std::mt19937 rng(5);
