@@ -60,13 +60,17 @@ KVSERVE_SIMD_TARGET inline void AddBlock32(const uint8_t* pb, const uint8_t* x, 
   }
 }
 
-// q4_0: element = d * (code - 8); line j (columns 4j.. in the low nibbles, 16 + 4j.. in
-// the high ones) at pb + 32 + 64 j.
-struct Q4_0PanelAvx2 : Ymm16Lanes {
+// What the two 32-element formats share: one f16 scale per row and block.
+struct Ymm16Block32 : Ymm16Lanes {
   static constexpr int64_t kElems = 32;
-  static constexpr int64_t kBlockBytes = model::kQ4_0PanelBlockBytes;
   static constexpr int64_t kPrefetchBlocks = 4;
   static constexpr bool kMultiPanel = true;
+};
+
+// q4_0: element = d * (code - 8); line j (columns 4j.. in the low nibbles, 16 + 4j.. in
+// the high ones) at pb + 32 + 64 j.
+struct Q4_0PanelAvx2 : Ymm16Block32 {
+  static constexpr int64_t kBlockBytes = model::kQ4_0PanelBlockBytes;
   template <int M>
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
                                              int64_t b, Acc* acc) {
@@ -104,11 +108,8 @@ struct Q4_0PanelAvx2 : Ymm16Lanes {
 };
 
 // q8_0: element = d * code (signed); line j (columns 4j ..) at pb + 32 + 64 j.
-struct Q8_0PanelAvx2 : Ymm16Lanes {
-  static constexpr int64_t kElems = 32;
+struct Q8_0PanelAvx2 : Ymm16Block32 {
   static constexpr int64_t kBlockBytes = model::kQ8_0PanelBlockBytes;
-  static constexpr int64_t kPrefetchBlocks = 4;
-  static constexpr bool kMultiPanel = true;
   template <int M>
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
                                              int64_t b, Acc* acc) {
