@@ -51,7 +51,7 @@ ABSL_FLAG(bool, batch_invariant, true,
           "cpu_blas: the same arithmetic for every row whatever the batch (as kvserve "
           "serves by default); false lets prefill use OpenBLAS sgemm.");
 ABSL_FLAG(bool, quant_panels, true,
-          "cpu_blas: q4_0, q8_0 (and from avx512vnni q4_K, q6_K) projections in 16-row panels, "
+          "cpu_blas: q4_0, q8_0, q4_K and q6_K projections in 16-row panels (from avx2), "
           "as kvserve's --quant_panels; false measures the row-major kernels.");
 ABSL_FLAG(int32_t, bandwidth_mib, 1024, "Bandwidth probe buffer in MiB; 0 skips the probe.");
 ABSL_FLAG(int32_t, bandwidth_passes, 5, "Bandwidth probe passes; the best counts.");

@@ -32,8 +32,8 @@ ABSL_FLAG(bool, bf16_panels, true,
           "projection matrices into 16-row panels at load (batched decode reads each "
           "weight once per step; the weights stay resident once).");
 ABSL_FLAG(bool, quant_panels, true,
-          "Repack q4_0 and q8_0 (cpu_blas kernel level avx2 and up) and q4_K and q6_K "
-          "(avx512vnni and up) projection matrices into 16-row panels at load (the same bytes "
+          "Repack q4_0, q8_0, q4_K and q6_K projection matrices (cpu_blas kernel level avx2 "
+          "and up) into 16-row panels at load (the same bytes "
           "regrouped: one instruction multiplies 4 columns of 8 or 16 rows, no per-step "
           "decoding or horizontal sums; batched decode and prefill read each weight once per "
           "pass of 3 (avx2) or 8 rows).");

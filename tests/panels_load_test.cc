@@ -79,13 +79,11 @@ class PanelsLoadTest : public ::testing::TestWithParam<Param> {
   backends::cpu_blas::Isa Level() const {
     return f32()        ? backends::cpu_blas::Isa::kAvx512
            : bf16()     ? backends::cpu_blas::Isa::kAvx512Bf16
-           : k_quants() ? backends::cpu_blas::Isa::kAvx512Vnni
-                        : backends::cpu_blas::Isa::kAvx2;  // q4_0, q8_0
+                        : backends::cpu_blas::Isa::kAvx2;  // q4_0, q8_0, q4_K, q6_K
   }
   backends::cpu_blas::Isa Lower() const {
     return f32()        ? backends::cpu_blas::Isa::kAvx2
            : bf16()     ? backends::cpu_blas::Isa::kAvx512Vnni
-           : k_quants() ? backends::cpu_blas::Isa::kAvx512
                         : backends::cpu_blas::Isa::kScalar;
   }
   // Sets the panel switches of `options` (engine::ModelOptions, backends::BackendOptions):
@@ -238,7 +236,7 @@ TEST_P(PanelsLoadTest, CpuBlasReadsThePanelsOthersRefuseThem) {
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_NEAR(a[i], want[i], tolerance * (1.0f + max_abs)) << "logit " << i;
   }
-  // The lowest level that reads the panels (q4_0, q8_0: the 256-bit kernels of avx2) on
+  // The lowest level that reads the panels (the quantized types: the 256-bit kernels of avx2) on
   // the same packed bytes, where it is not the level above.
   if (Level() != backends::cpu_blas::BestIsa()) {
     backends::CpuBlasOptions at_level = options;

@@ -360,8 +360,7 @@ QMatMulFn InterleavedKernel(const KernelSet& k, DType dtype) {
   }
 }
 
-// The kernel for weights in panels (q4_0 and q8_0 from avx2, the k-quants from avx512vnni;
-// nullptr below).
+// The kernel for weights in panels (from avx2; nullptr below).
 QMatMulFn PanelKernel(const KernelSet& k, DType dtype) {
   switch (dtype) {
     case DType::kQ4_0:
@@ -399,16 +398,15 @@ void SetExtremeRow(DType dtype, uint8_t* row, size_t row_bytes) {
   }
 }
 
-// matmul_q4_0_panels, ..., matmul_q6_k_panels (q4_0 and q8_0 from avx2, the k-quants
-// from avx512vnni): weights packed by model::PackQuantPanels, the same products as the
-// scalar row kernels on the row-major blocks up to summation order; only the slice of
-// panels asked for is written. The 256-bit q4_0 and q8_0 kernels (avx2, avx512) give bit
-// for bit the results of the avx512vnni ones where this CPU has both.
+// matmul_q4_0_panels, ..., matmul_q6_k_panels (from avx2): weights packed by
+// model::PackQuantPanels, the same products as the scalar row kernels on the row-major
+// blocks up to summation order; only the slice of panels asked for is written. The 256-bit
+// kernels (avx2, avx512) give bit for bit the results of the avx512vnni ones where this CPU
+// has both.
 TEST_P(SimdKernelsTest, QuantPanelsAreTheQuantizedProduct) {
   std::vector<DType> kTypes;
   for (DType dtype : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
-    const bool k_quant = model::DTypeBlockElems(dtype) == 256;
-    if (X86AtLeast(GetParam(), k_quant ? Isa::kAvx512Vnni : Isa::kAvx2)) {
+    if (X86AtLeast(GetParam(), Isa::kAvx2)) {
       kTypes.push_back(dtype);
     } else {
       EXPECT_EQ(PanelKernel(kernels(), dtype), nullptr) << model::DTypeName(dtype);

@@ -135,11 +135,219 @@ struct Q8_0PanelAvx2 : Ymm16Block32 {
   }
 };
 
+// The k-quants (the formats of simd_quant_panels_inl.h's KQuantPanel, the same bytes):
+// each 8-row half of a panel is handled whole, integer sums then float steps, before the
+// other, so that 3 activation rows' sums and chains and both halves' accumulators fit the
+// 16 registers. The sub-block scale multiplies the int16 chain in the vpmaddwd that
+// widens it (no vpmulld: 10 cycles' latency on AVX2 parts). Integer sums are exact, equal
+// to the VNNI kernels' (q4_K: 8 vpmaddubsw of codes <= 15 and |x| <= 128 stay within
+// 30,720 in int16; q6_K: codes <= 63, 2 vpmaddubsw per int16 chain, within 32,256), and
+// the float steps are theirs: the results are bit for bit those of the VNNI kernels.
+struct Ymm16KQuant : Ymm16Lanes {
+  static constexpr int64_t kElems = 256;
+  static constexpr bool kMultiPanel = false;  // as KQuantPanel
+  static constexpr int64_t kPrefetchBlocks = 2;
+
+  // acc[m].half[h] += float(sum[m]) * scale * d of activation row m's block b, m < M
+  // (KQuantPanel::AddScaled, one half).
+  template <int M>
+  KVSERVE_SIMD_TARGET static void AddScaled(const __m256i* sum, __m256 scale, const uint8_t* x,
+                                            int64_t ldxq, int64_t b, int h, Acc* acc) {
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) {
+      const __m256 dx = _mm256_set1_ps(XAt<Q8KBlock>(x, ldxq, m, b).d);
+      acc[m].half[h] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[m]), _mm256_mul_ps(scale, dx), acc[m].half[h]);
+    }
+  }
+  // The vpshufb operand that copies byte `byte` of each int32 lane into the high byte of
+  // both its int16 halves and zeroes their low bytes.
+  KVSERVE_SIMD_TARGET static __m256i ByteToHigh16(int byte) {
+    const char z = -128;
+    const char a = static_cast<char>(byte), b = static_cast<char>(4 + byte),
+               c = static_cast<char>(8 + byte), e = static_cast<char>(12 + byte);
+    return _mm256_setr_epi8(z, a, z, a, z, b, z, b, z, c, z, c, z, e, z, e,  //
+                            z, a, z, a, z, b, z, b, z, c, z, c, z, e, z, e);
+  }
+  // (v, v) in the two int16 halves of each int32 lane, for v in [-32768, 32767].
+  KVSERVE_SIMD_TARGET static __m256i Pair16(__m256i v) {
+    return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);
+  }
+};
+
+// q4_K: element = d * sc * code - dmin * m per sub-block of 32 (codes 0..15).
+struct Q4_KPanelAvx2 : Ymm16KQuant {
+  static constexpr int64_t kBlockBytes = model::kQ4_KPanelBlockBytes;
+  template <int M>
+  KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
+                                             int64_t b, Acc* acc) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) AccumulateHalf<M>(pb, x, ldxq, b, h, acc);
+  }
+
+  // Rows 8h .. 8h + 7 of the panel block.
+  template <int M>
+  KVSERVE_SIMD_TARGET static void AccumulateHalf(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
+                                                 int64_t b, int h, Acc* acc) {
+    // Line 0: (d, dmin) of each row as two f16 in 4 bytes; per 128-bit lane the d's
+    // gathered in the low 8 bytes and the dmin's in the high ones, then the lanes'
+    // d halves joined.
+    const __m256i split = _mm256_shuffle_epi8(
+        Load256(pb + 32 * h), _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                               0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
+    const __m256i joined = _mm256_permute4x64_epi64(split, _MM_SHUFFLE(3, 1, 2, 0));
+    const __m256 d = _mm256_cvtph_ps(_mm256_castsi256_si128(joined));
+    const __m256 dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(joined, 1));
+    const __m256i sc_lo = Load256(pb + 64 + 32 * h);  // scales 0-3 (+ high bits of 4-7)
+    const __m256i m_lo = Load256(pb + 128 + 32 * h);  // mins 0-3 (+ high bits of 4-7)
+    const __m256i both = Load256(pb + 192 + 32 * h);  // low 4 bits of 4-7
+    const __m256i six = _mm256_set1_epi32(63);
+    const __m256i four = _mm256_set1_epi32(15);
+    const __m256i high2 = _mm256_set1_epi32(0x30);
+    // Sub-block s's 6-bit scale (min) per row, as ggml's get_scale_min_k4.
+    auto six_bit = [&](__m256i lo, int nibble, int s) KVSERVE_SIMD_TARGET {
+      if (s < 4) return _mm256_and_si256(_mm256_srli_epi32(lo, 8 * s), six);
+      const int t = s - 4;
+      return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(both, 8 * t + nibble), four),
+                             _mm256_and_si256(_mm256_srli_epi32(lo, 8 * t + 2), high2));
+    };
+    // dmin * sum_s m_s * (bsums[2s] + bsums[2s + 1]).
+    __m256i sum[M];
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) sum[m] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const __m256i pair = Pair16(six_bit(m_lo, 4, s));
+#pragma GCC unroll 4
+      for (int m = 0; m < M; ++m) {
+        sum[m] = _mm256_add_epi32(
+            sum[m], _mm256_madd_epi16(pair, WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).bsums, s)));
+      }
+    }
+    AddScaled<M>(sum, _mm256_sub_ps(_mm256_setzero_ps(), dmin), x, ldxq, b, h, acc);
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) sum[m] = _mm256_setzero_si256();
+    // d * sum_s sc_s * sum_j code_j x_j.
+    const __m256i low4 = _mm256_set1_epi8(15);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const uint8_t* lines = pb + 64 * (4 + 8 * (s / 2)) + 32 * h;
+      __m256i chain[M];  // int16
+#pragma GCC unroll 4
+      for (int m = 0; m < M; ++m) chain[m] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const __m256i packed = Load256(lines + 64 * k);
+        const __m256i w =
+            _mm256_and_si256(s % 2 == 0 ? packed : _mm256_srli_epi16(packed, 4), low4);
+#pragma GCC unroll 4
+        for (int m = 0; m < M; ++m) {
+          chain[m] = _mm256_add_epi16(
+              chain[m],
+              _mm256_maddubs_epi16(w, WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).q, 8 * s + k)));
+        }
+      }
+      const __m256i sc = Pair16(six_bit(sc_lo, 0, s));
+#pragma GCC unroll 4
+      for (int m = 0; m < M; ++m) sum[m] = _mm256_add_epi32(sum[m], _mm256_madd_epi16(chain[m], sc));
+    }
+    AddScaled<M>(sum, d, x, ldxq, b, h, acc);
+  }
+};
+
+// q6_K: element = d * sc * (code - 32) per group of 16 (codes 0..63, int8 scales).
+struct Q6_KPanelAvx2 : Ymm16KQuant {
+  static constexpr int64_t kBlockBytes = model::kQ6_KPanelBlockBytes;
+  template <int M>
+  KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
+                                             int64_t b, Acc* acc) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) AccumulateHalf<M>(pb, x, ldxq, b, h, acc);
+  }
+
+  // Rows 8h .. 8h + 7 of the panel block.
+  template <int M>
+  KVSERVE_SIMD_TARGET static void AccumulateHalf(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
+                                                 int64_t b, int h, Acc* acc) {
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + 16 * h)));
+    auto line = [&](int j) KVSERVE_SIMD_TARGET { return Load256(pb + 32 + 64 * j + 32 * h); };
+    // -32 * sum_g sc_g * bsums[g]: scale line t sign-extended in int16 halves pairs groups
+    // (4t, 4t + 1) and (4t + 2, 4t + 3) (panels.h), as bsums words 2t and 2t + 1 do.
+    __m256i sum[M];
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) sum[m] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) {
+      const __m256i scales = line(48 + t);
+      const __m256i first = _mm256_srai_epi16(_mm256_slli_epi16(scales, 8), 8);
+      const __m256i second = _mm256_srai_epi16(scales, 8);
+#pragma GCC unroll 4
+      for (int m = 0; m < M; ++m) {
+        const int16_t* bsums = XAt<Q8KBlock>(x, ldxq, m, b).bsums;
+        sum[m] = _mm256_add_epi32(sum[m], _mm256_madd_epi16(first, WordAt256(bsums, 2 * t)));
+        sum[m] = _mm256_add_epi32(sum[m], _mm256_madd_epi16(second, WordAt256(bsums, 2 * t + 1)));
+      }
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) {
+      sum[m] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum[m], 5));
+    }
+    // + sum_g sc_g * sum_j code_j x_j, columns and groups as Q6_KPanel's; the int16
+    // chains span 2 lines.
+    const __m256i low4 = _mm256_set1_epi8(15);
+    const __m256i high2 = _mm256_set1_epi8(0x30);
+#pragma GCC unroll 8
+    for (int hk = 0; hk < 8; ++hk) {
+      const int half = hk / 4;  // the 128-column half of the block
+      const int k = hk % 4;
+#pragma GCC unroll 2
+      for (int g2 = 0; g2 < 2; ++g2) {
+        // Group g = 4t + u sits in byte {0, 2, 1, 3}[u] of scale line t: its scale in
+        // the high byte of both int16 halves, shifted down with its sign.
+        const int g = 8 * half + 2 * k + g2;
+        const int byte = (g % 4 == 1) ? 2 : (g % 4 == 2) ? 1 : g % 4;
+        const __m256i sc = _mm256_srai_epi16(_mm256_shuffle_epi8(line(48 + g / 4), ByteToHigh16(byte)), 8);
+        __m256i chain[M];  // int16, 2 lines each
+#pragma GCC unroll 2
+        for (int pair = 0; pair < 2; ++pair) {
+#pragma GCC unroll 4
+          for (int m = 0; m < M; ++m) chain[m] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+          for (int w = 4 * g2 + 2 * pair; w < 4 * g2 + 2 * pair + 2; ++w) {
+            const __m256i ql = line(16 * half + 8 * (k % 2) + w);
+            const __m256i qh = line(32 + 8 * half + w);
+            const __m256i lo = k < 2 ? ql : _mm256_srli_epi16(ql, 4);
+            const __m256i hi = k == 0   ? _mm256_slli_epi16(qh, 4)
+                               : k == 1 ? _mm256_slli_epi16(qh, 2)
+                               : k == 2 ? qh
+                                        : _mm256_srli_epi16(qh, 2);
+            const __m256i code =
+                _mm256_or_si256(_mm256_and_si256(lo, low4), _mm256_and_si256(hi, high2));
+#pragma GCC unroll 4
+            for (int m = 0; m < M; ++m) {
+              chain[m] = _mm256_add_epi16(
+                  chain[m], _mm256_maddubs_epi16(code, WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).q,
+                                                                 32 * half + 8 * k + w)));
+            }
+          }
+#pragma GCC unroll 4
+          for (int m = 0; m < M; ++m) {
+            sum[m] = _mm256_add_epi32(sum[m], _mm256_madd_epi16(chain[m], sc));
+          }
+        }
+      }
+    }
+    AddScaled<M>(sum, d, x, ldxq, b, h, acc);
+  }
+};
+
 #include "backends/cpu_blas/simd_quant_panel_driver_inl.h"  // NOLINT(build/include)
 
-// The 256-bit panel kernels (the k-quants' are VNNI-only).
+// The 256-bit panel kernels.
 constexpr KernelSet WithYmmQuantPanelKernels(KernelSet k) {
   k.matmul_q4_0_panels = &MatMulQuantPanels<Q4_0PanelAvx2>;
   k.matmul_q8_0_panels = &MatMulQuantPanels<Q8_0PanelAvx2>;
+  k.matmul_q4_k_panels = &MatMulQuantPanels<Q4_KPanelAvx2>;
+  k.matmul_q6_k_panels = &MatMulQuantPanels<Q6_KPanelAvx2>;
   return k;
 }
