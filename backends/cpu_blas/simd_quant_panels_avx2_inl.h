@@ -192,9 +192,10 @@ struct Q4_KPanelAvx2 : Ymm16KQuant {
     // Line 0: (d, dmin) of each row as two f16 in 4 bytes; per 128-bit lane the d's
     // gathered in the low 8 bytes and the dmin's in the high ones, then the lanes'
     // d halves joined.
-    const __m256i split = _mm256_shuffle_epi8(
-        Load256(pb + 32 * h), _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
-                                               0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
+    const __m256i split =
+        _mm256_shuffle_epi8(Load256(pb + 32 * h),
+                            _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                             0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
     const __m256i joined = _mm256_permute4x64_epi64(split, _MM_SHUFFLE(3, 1, 2, 0));
     const __m256 d = _mm256_cvtph_ps(_mm256_castsi256_si128(joined));
     const __m256 dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(joined, 1));
@@ -249,7 +250,8 @@ struct Q4_KPanelAvx2 : Ymm16KQuant {
       }
       const __m256i sc = Pair16(six_bit(sc_lo, 0, s));
 #pragma GCC unroll 4
-      for (int m = 0; m < M; ++m) sum[m] = _mm256_add_epi32(sum[m], _mm256_madd_epi16(chain[m], sc));
+      for (int m = 0; m < M; ++m)
+        sum[m] = _mm256_add_epi32(sum[m], _mm256_madd_epi16(chain[m], sc));
     }
     AddScaled<M>(sum, d, x, ldxq, b, h, acc);
   }
@@ -269,7 +271,8 @@ struct Q6_KPanelAvx2 : Ymm16KQuant {
   template <int M>
   KVSERVE_SIMD_TARGET static void AccumulateHalf(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
                                                  int64_t b, int h, Acc* acc) {
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + 16 * h)));
+    const __m256 d =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + 16 * h)));
     auto line = [&](int j) KVSERVE_SIMD_TARGET { return Load256(pb + 32 + 64 * j + 32 * h); };
     // -32 * sum_g sc_g * bsums[g]: scale line t sign-extended in int16 halves pairs groups
     // (4t, 4t + 1) and (4t + 2, 4t + 3) (panels.h), as bsums words 2t and 2t + 1 do.
@@ -306,7 +309,8 @@ struct Q6_KPanelAvx2 : Ymm16KQuant {
         // the high byte of both int16 halves, shifted down with its sign.
         const int g = 8 * half + 2 * k + g2;
         const int byte = (g % 4 == 1) ? 2 : (g % 4 == 2) ? 1 : g % 4;
-        const __m256i sc = _mm256_srai_epi16(_mm256_shuffle_epi8(line(48 + g / 4), ByteToHigh16(byte)), 8);
+        const __m256i sc =
+            _mm256_srai_epi16(_mm256_shuffle_epi8(line(48 + g / 4), ByteToHigh16(byte)), 8);
         __m256i chain[M];  // int16, 2 lines each
 #pragma GCC unroll 2
         for (int pair = 0; pair < 2; ++pair) {
