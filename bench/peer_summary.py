@@ -6,7 +6,8 @@ Batch-1 decode is also held against two bandwidth figures: `kvserve-bench backen
 probe (256 MiB before each repeat) and its 1 GiB probe at the start of the run.
 
 Peer results are read from r<round>-<model>-<peer>-bench.json (llama-bench -o json) and
--batched.jsonl (llama-batched-bench --output-format jsonl: S_TG at 16 sequences); files of
+-batched.jsonl (llama-batched-bench --output-format jsonl: S_TG at 16 sequences; where that has
+none, as from ik_llama.cpp's, which ignores the option, the markdown table in -batched.log); files of
 the older one-peer layout (-llama-bench.json) count as llama.cpp. A round missing a figure
 leaves that figure out of the round's ratio.
 
@@ -63,7 +64,30 @@ def peer(prefix):
                     e = json.loads(line)
                     if e.get("pl") == 16:
                         fig["b16"] = e["speed_tg"]
+    if "b16" not in fig and os.path.exists(prefix + "-batched.log"):
+        b16 = batched_table_tg(prefix + "-batched.log", 16)
+        if b16 is not None:
+            fig["b16"] = b16
     return fig
+
+
+def batched_table_tg(path, sequences):
+    """S_TG of the row with B = `sequences` in llama-batched-bench's markdown table (what
+    ik_llama.cpp prints, on stderr, whatever --output-format says); None when absent."""
+    columns = None
+    with open(path) as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if "S_TG t/s" in cells and "B" in cells:
+                columns = cells
+            elif columns and len(cells) == len(columns):
+                row = dict(zip(columns, cells))
+                try:
+                    if int(row["B"]) == sequences:
+                        return float(row["S_TG t/s"])
+                except ValueError:
+                    continue
+    return None
 
 
 def median_cell(values, fmt="%.1f"):

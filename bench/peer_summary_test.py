@@ -92,6 +92,32 @@ class SummaryTest(unittest.TestCase):
             self.assertEqual(cells[8], "400.0 / -")
             self.assertEqual(cells[9], "-")
 
+    def test_batched_table_in_the_log_when_the_jsonl_has_none(self):
+        # ik_llama.cpp's llama-batched-bench ignores --output-format and prints its
+        # markdown table on stderr.
+        with tempfile.TemporaryDirectory() as out:
+            with open(os.path.join(out, "r1-m-kvserve.json"), "w") as f:
+                f.write(kvserve_lines(pp=300, tg=60, b16=400))
+            prefix = os.path.join(out, "r1-m-ik_llama.cpp")
+            peer_files(prefix, pp=150, tg=50, b16=999)
+            with open(prefix + "-batched.jsonl", "w") as f:
+                f.write("\n")
+            with open(prefix + "-batched.log", "w") as f:
+                f.write("main: n_kv_max = 2048\n\n"
+                        "|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s |"
+                        " S_TG t/s |      T s |    S t/s |\n"
+                        "|-------|--------|------|--------|----------|----------|----------|"
+                        "----------|----------|----------|\n"
+                        "|     4 |     32 |    1 |     36 |    0.018 |   220.28 |    0.117 |"
+                        "   273.06 |    0.135 |   265.98 |\n"
+                        "|     4 |     32 |   16 |    576 |    0.042 |  1529.89 |    0.793 |"
+                        "   645.26 |    0.835 |   689.56 |\n")
+            runs, peers = peer_summary.load(out)
+            cells = [c.strip() for c in peer_summary.table(runs, peers).splitlines()[2]
+                     .strip("|").split("|")]
+            self.assertEqual(cells[8], "400.0 / 645.3")
+            self.assertEqual(cells[9], "0.62x")
+
 
 class CompareScriptTest(unittest.TestCase):
     def setUp(self):
