@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Smoke test: kvserve-bench mkmodel --preset tiny, then kvserve-bench backend --json on it
-with tiny sizes; every stdout line must be a JSON object with the documented fields.
+with tiny sizes; every stdout line must be a JSON object with the documented fields. Then
+kvserve-bench cache-reuse on the same file fetches the whole history.
 
 Usage: bench_smoke_test.py KVSERVE_BENCH"""
 import json
@@ -39,6 +40,14 @@ def main():
                               "--batches", "1,4", "--bandwidth-mib", "16", "--bandwidth-passes", "2",
                               "--paired-probe-mib", "16",
                               "--json"], check=True, capture_output=True, text=True).stdout
+        # cache-reuse: the next turn on a fresh engine fetches every whole block of the
+        # history from a real kvserve-cache (the bench sizes its pool so that the fetch fits
+        # the share of the pool a fetch may reserve; it fails when part is recomputed).
+        reuse = subprocess.run([sys.argv[1], "cache-reuse", "--model", path, "--history", "192",
+                                "--repeats", "1", "--threads", "1", "--json"],
+                               check=True, capture_output=True, text=True).stdout
+        row = json.loads(reuse.splitlines()[0])
+        assert row["cached_tokens_remote"] == 192, row
     lines = [json.loads(line) for line in out.splitlines()]
     for obj in lines:
         for field, kind in REQUIRED.items():

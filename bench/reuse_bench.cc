@@ -68,7 +68,15 @@ absl::StatusOr<std::vector<ReuseBenchRow>> RunReuseBench(const ReuseBenchOptions
   const model::KvLayout layout = engine_options.engine.KvLayoutFor(config);
   const size_t blocks_needed =
       static_cast<size_t>((longest + options.new_tokens + 64) / layout.block_tokens + 4);
-  engine_options.engine.kv_budget_bytes = blocks_needed * layout.block_bytes();
+  // The pool: large enough that the longest history's fetch fits the share of it fetches
+  // may reserve (remote.max_import_fraction, 0.5 by default), as in a server whose pool
+  // holds several conversations; with a pool of just the history, the fetch would be cut
+  // to that share and the rest recomputed.
+  engine_options.engine.kv_budget_bytes =
+      static_cast<size_t>(static_cast<double>(blocks_needed) /
+                          engine_options.engine.remote.max_import_fraction) *
+          layout.block_bytes() +
+      layout.block_bytes();
   engine_options.engine.max_step_tokens = 512;
 
   cachesvc::MemoryBlockStore::Options store_options;
@@ -127,6 +135,15 @@ absl::StatusOr<std::vector<ReuseBenchRow>> RunReuseBench(const ReuseBenchOptions
             return absl::InternalError(absl::StrCat("the remote run fetched nothing (history ",
                                                     history, ", errors ", s.errors_total,
                                                     ", rejected ", s.rejected_blocks_total, ")"));
+          }
+          // Every whole block of the history comes from the service, or the figure would
+          // mix fetching with recomputing.
+          const int32_t whole = history / layout.block_tokens * layout.block_tokens;
+          if (usage->cached_tokens_remote < whole) {
+            return absl::InternalError(
+                absl::StrCat("the remote run fetched ", usage->cached_tokens_remote,
+                             " of the history's ", whole, " tokens in whole blocks (errors ",
+                             s.errors_total, ", rejected ", s.rejected_blocks_total, ")"));
           }
           row.remote_ttft_seconds.push_back(ttft);
           row.cached_tokens_remote = usage->cached_tokens_remote;
