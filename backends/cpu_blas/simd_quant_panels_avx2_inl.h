@@ -139,8 +139,8 @@ struct Q8_0PanelAvx2 : Ymm16Block32 {
 // each 8-row half of a panel is handled whole, integer sums then float steps, before the
 // other, so that 3 activation rows' sums and chains and both halves' accumulators fit the
 // 16 registers. The sub-block scale multiplies the int16 chain in the vpmaddwd that
-// widens it (no vpmulld: 10 cycles' latency on AVX2 parts). Integer sums are exact, equal
-// to the VNNI kernels' (q4_K: 8 vpmaddubsw of codes <= 15 and |x| <= 128 stay within
+// widens it (no vpmulld: 2 uops and 10 cycles' latency on Intel's AVX2 cores). Integer sums are
+// exact, equal to the VNNI kernels' (q4_K: 8 vpmaddubsw of codes <= 15 and |x| <= 128 stay within
 // 30,720 in int16; q6_K: codes <= 63, 2 vpmaddubsw per int16 chain, within 32,256), and
 // the float steps are theirs: the results are bit for bit those of the VNNI kernels.
 struct Ymm16KQuant : Ymm16Lanes {
