@@ -22,7 +22,9 @@ struct RandomModelOptions {
   // Architecture features come from the config too: attention_qkv_bias and
   // attention_output_bias add biases in [-0.5, 0.5], qk_norm adds Q/K norm gains in
   // [0.5, 1.5]; rope_freq_factors and sliding_window are used as given; n_experts > 0
-  // gives a router (f32, 4x the projections' range) and experts instead of the dense FFN.
+  // gives a router (f32, 4x the projections' range) and experts instead of the dense FFN
+  // (after n_dense_layers), shared experts when n_shared_experts > 0 and a selection bias
+  // in [-0.2, 0.2] when expert_probs_bias.
   model::ModelConfig config = DefaultConfig();
   // Element type of the matrices (norm gains are always f32): any model::DType (a
   // quantized type needs dim, q_dim and ffn_dim multiples of its block: 32 for q8_0 and
@@ -49,6 +51,9 @@ struct RandomModelOptions {
 //   qwen3   rotate-halves RoPE, Q/K norms, head_dim 16 (not dim / n_heads), partial RoPE
 //   local   llama with sliding_window 5
 //   qwen3moe  qwen3 with 8 experts of ffn_dim 32, 3 used per token (router in f32)
+//   deepseek2, deepseek2_q  latent attention (with and without a compressed query)
+//   deepseek2_moe  deepseek2 with a dense first layer, then experts and shared experts
+//   deepseek3_moe  the same with sigmoid gating, the selection bias and expert groups
 struct NamedConfig {
   std::string name;
   model::ModelConfig config;
