@@ -290,6 +290,7 @@ TEST(WriteSyntheticModelTest, Deepseek2ExpertsLoadBack) {
   EXPECT_EQ(lite.n_experts_used, 6);
   EXPECT_EQ(lite.shared_ffn_dim(), 2 * 1408);
   EXPECT_EQ(lite.DenseFfnDim(), 10944);
+  EXPECT_TRUE(SyntheticVocabulary(lite.vocab_size).ok());
   model::ModelConfig kept = lite;
   ASSERT_TRUE(ApplyArchitecture("deepseek2", kept).ok());
   EXPECT_EQ(kept.n_experts, 64);
