@@ -330,15 +330,7 @@ TEST_P(BatchInvarianceTest, CpuBlasMixtureOfExperts) {
 // step, sigmoid gating with the selection bias, expert groups, scaled weights.
 TEST_P(BatchInvarianceTest, CpuBlasDeepseekMixtureOfExperts) {
   testing::RandomModelOptions options = MoeOptions(GetParam());
-  model::ModelConfig& c = options.config;
-  c.n_dense_layers = 1;
-  c.dense_ffn_dim = 256;
-  c.n_shared_experts = 2;
-  c.expert_gating = model::ExpertGating::kSigmoid;
-  c.expert_probs_bias = true;
-  c.n_expert_groups = 4;
-  c.n_expert_groups_used = 2;
-  c.expert_weights_scale = 2.5f;
+  options.config = testing::WithDeepseekV3Routing(options.config, /*dense_ffn=*/256);
   auto m = testing::MakeRandomModel(options);
   ASSERT_TRUE(m.ok()) << m.status();
   CheckEveryLevel(**m);

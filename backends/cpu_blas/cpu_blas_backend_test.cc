@@ -377,16 +377,7 @@ model::ModelConfig WithExperts(model::ModelConfig c, int ffn) {
 // kept, 2 shared experts, sigmoid gating with the selection bias, normalized weights
 // scaled by 2.5.
 model::ModelConfig WithDeepseekExperts(model::ModelConfig c, int ffn) {
-  c = WithExperts(c, ffn);
-  c.n_dense_layers = 1;
-  c.dense_ffn_dim = ffn;
-  c.n_shared_experts = 2;
-  c.expert_gating = model::ExpertGating::kSigmoid;
-  c.expert_probs_bias = true;
-  c.n_expert_groups = 4;
-  c.n_expert_groups_used = 2;
-  c.expert_weights_scale = 2.5f;
-  return c;
+  return testing::WithDeepseekV3Routing(WithExperts(c, ffn), ffn);
 }
 
 // Mixture-of-experts layers in every weight type, at each kernel level (forced), with and

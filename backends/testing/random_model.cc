@@ -182,6 +182,18 @@ std::vector<NamedConfig> ArchitectureConfigs() {
           {"deepseek3_moe", deepseek3_moe}};
 }
 
+model::ModelConfig WithDeepseekV3Routing(model::ModelConfig c, int dense_ffn) {
+  c.n_dense_layers = 1;
+  c.dense_ffn_dim = dense_ffn;
+  c.n_shared_experts = 2;
+  c.expert_gating = model::ExpertGating::kSigmoid;
+  c.expert_probs_bias = true;
+  c.n_expert_groups = 4;
+  c.n_expert_groups_used = 2;
+  c.expert_weights_scale = 2.5f;
+  return c;
+}
+
 std::vector<uint8_t> EncodeRow(std::span<const float> values, DType dtype) {
   std::vector<uint8_t> out(model::DTypeBytes(dtype, values.size()));
   model::EncodeRow(dtype, values, out.data());

@@ -60,6 +60,12 @@ struct NamedConfig {
 };
 std::vector<NamedConfig> ArchitectureConfigs();
 
+// `c`, a config with experts, given deepseek2's features with DeepSeek-V3's routing:
+// layer 0 dense of `dense_ffn` hidden units, 2 shared experts, sigmoid gating with the
+// selection bias, 4 expert groups of which 2 are kept, weights scaled by 2.5.
+// Precondition: n_experts a multiple of 4 and at least 8; n_layers >= 2.
+model::ModelConfig WithDeepseekV3Routing(model::ModelConfig c, int dense_ffn);
+
 // Deterministic for given options (same seed, same bytes, same fingerprint). The
 // vocabulary has <unk>=0, <s>=1, </s>=2, then byte tokens <0x00>..<0xFF> while they fit,
 // then pieces "▁t<N>". Errors: whatever model::Model::FromParts reports for a bad shape.
