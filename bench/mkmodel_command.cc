@@ -20,8 +20,9 @@
 ABSL_FLAG(std::string, preset, "",
           "Model shape: tiny (tests), s110m, smol135m (tied embeddings), "
           "tl1b, l3-1b (Llama 3.2 1B shape, tied), q3moe-mini (Qwen3-30B-A3B's experts at a "
-          "smaller width and depth; --arch qwen3moe) or youtu2b (Youtu-LLM-2B's shape with "
-          "latent attention; --arch deepseek2). Required.");
+          "smaller width and depth; --arch qwen3moe), youtu2b (Youtu-LLM-2B's shape with "
+          "latent attention; --arch deepseek2) or deepseek-v2-lite (DeepSeek-V2-Lite's shape: "
+          "latent attention, 64 experts, 6 per token, 2 shared; --arch deepseek2). Required.");
 ABSL_FLAG(std::string, dtype, "",
           "Matrix element type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, or q4_k_m (llama.cpp's "
           "Q4_K_M mix of q4_k and q6_k). Required.");
@@ -31,9 +32,10 @@ ABSL_FLAG(int32_t, context_length, 0,
 ABSL_FLAG(std::string, arch, "llama",
           "Architecture: llama, qwen2 (Q/K/V biases, rotate-halves RoPE), qwen3 (Q/K norms, "
           "rotate-halves RoPE), qwen3moe (qwen3 with experts: the preset's, else 8 of the "
-          "preset's FFN size, 2 per token) or deepseek2 (dense, multi-head latent attention: "
-          "the preset's, else head_dim + head_dim / 2 RoPE dims per query head and a latent "
-          "and compressed query of dim / 2).");
+          "preset's FFN size, 2 per token) or deepseek2 (multi-head latent attention and "
+          "experts: the preset's, else head_dim + head_dim / 2 RoPE dims per query head, a "
+          "latent and compressed query of dim / 2, a dense first layer, then 8 experts of half "
+          "the preset's FFN size, 2 per token, and 2 shared experts).");
 ABSL_FLAG(bool, llama_biases, false, "llama only: add Q/K/V and output-projection biases.");
 ABSL_FLAG(bool, tied, false, "Tie the LM head to the token embedding (omit output.weight).");
 ABSL_FLAG(float, rope_freq_base, 0.0f, "RoPE base (rope.freq_base); 0 = the preset's (10000).");

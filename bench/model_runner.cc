@@ -43,8 +43,8 @@ absl::Status CheckCounts(const model::Model& model, int sequences, int positions
 uint64_t WeightBytesPerToken(const model::ModelWeights& w, int experts_used) {
   uint64_t bytes = MatrixBytes(w.output) + w.token_embedding.row_bytes();
   for (const model::LayerWeights& l : w.layers) {
-    for (const model::TensorView* t :
-         {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router}) {
+    for (const model::TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down,
+                                       &l.router, &l.shared_gate, &l.shared_up, &l.shared_down}) {
       bytes += MatrixBytes(*t);
     }
     if (l.expert_gate.empty()) continue;

@@ -18,7 +18,8 @@ namespace kvserve::bench {
 // up, down of every layer and the LM head, which is the embedding table when tied)
 // plus one embedding row. Norm gains are ignored (a few KB). With experts, the router and
 // `experts_used` experts of each layer (those a token reads; all experts of a layer are
-// the same size): the bound of a mixture of experts is its active bytes.
+// the same size) and the shared experts: the bound of a mixture of experts is its active
+// bytes.
 uint64_t WeightBytesPerToken(const model::ModelWeights& weights, int experts_used = 0);
 
 // The element type of the model's matrices (that of layer 0's Q projection).

@@ -162,6 +162,20 @@ void SetLatentAttention(ModelConfig& c, int kv_lora_rank, int q_lora_rank, int q
   c.v_head_dim = v_head_dim;
 }
 
+// Gives `c` (a dense shape) DeepSeek-V2's mixture of experts: a dense first layer of the
+// shape's FFN size (when there are two layers or more), then kDefaultExperts experts of
+// half that size, kDefaultExpertsUsed per token, and 2 shared experts; softmax gating,
+// unnormalized weights.
+void SetDeepseekExperts(ModelConfig& c) {
+  c.n_dense_layers = c.n_layers > 1 ? 1 : 0;
+  c.dense_ffn_dim = c.n_dense_layers > 0 ? c.ffn_dim : 0;
+  c.ffn_dim /= 2;
+  c.n_experts = kDefaultExperts;
+  c.n_experts_used = kDefaultExpertsUsed;
+  c.n_shared_experts = 2;
+  c.expert_weights_norm = false;
+}
+
 // The latent attention tensors of layer `l` (llama.cpp's deepseek2 names and shapes; the
 // 3-D attn_k_b [n_heads][kv_lora_rank][qk_nope] and attn_v_b [n_heads][v_head][kv_lora_rank]
 // written as one matrix of stacked heads, the same bytes). `matrix(tensor, layer, rows,
@@ -189,7 +203,8 @@ absl::Status LatentAttentionTensors(const ModelConfig& c, int l, AddMatrixFn& ma
 }  // namespace
 
 std::vector<std::string> PresetNames() {
-  return {"tiny", "s110m", "smol135m", "tl1b", "l3-1b", "q3moe-mini", "youtu2b"};
+  return {"tiny",  "s110m",      "smol135m", "tl1b",
+          "l3-1b", "q3moe-mini", "youtu2b",  "deepseek-v2-lite"};
 }
 
 absl::StatusOr<model::ModelConfig> PresetConfig(std::string_view name) {
@@ -220,9 +235,23 @@ absl::StatusOr<model::ModelConfig> PresetConfig(std::string_view name) {
                        /*rope_dim=*/64, /*v_head_dim=*/128);
     return c;
   }
-  return absl::NotFoundError(
-      absl::StrCat("unknown preset '", std::string(name),
-                   "' (tiny, s110m, smol135m, tl1b, l3-1b, q3moe-mini, youtu2b)"));
+  if (name == "deepseek-v2-lite") {
+    ModelConfig c = Shape(2048, 27, 16, 1, 10944, 102400, 4096, false);
+    c.rms_eps = 1e-6f;
+    SetLatentAttention(c, /*kv_lora_rank=*/512, /*q_lora_rank=*/0, /*qk_nope=*/128,
+                       /*rope_dim=*/64, /*v_head_dim=*/128);
+    c.n_dense_layers = 1;
+    c.dense_ffn_dim = 10944;
+    c.ffn_dim = 1408;
+    c.n_experts = 64;
+    c.n_experts_used = 6;
+    c.n_shared_experts = 2;
+    c.expert_weights_norm = false;
+    return c;
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "unknown preset '", std::string(name),
+      "' (tiny, s110m, smol135m, tl1b, l3-1b, q3moe-mini, youtu2b, deepseek-v2-lite)"));
 }
 
 absl::Status ApplyArchitecture(std::string_view arch, model::ModelConfig& config) {
@@ -237,12 +266,15 @@ absl::Status ApplyArchitecture(std::string_view arch, model::ModelConfig& config
           "the shape has latent attention: --arch deepseek2, not '", std::string(arch), "'"));
     }
     if (config.moe()) {
-      return absl::InvalidArgumentError("deepseek2 synthetic models are dense (no experts)");
+      return absl::InvalidArgumentError(
+          "the shape has qwen3moe's experts: --arch qwen3moe, not 'deepseek2' (deepseek2 "
+          "shapes with experts: the tiny preset, deepseek-v2-lite)");
     }
     // A head of head_dim becomes qk_nope = head_dim plus rope_dim = head_dim / 2; the
     // latent and the compressed query are dim / 2 wide.
     SetLatentAttention(config, config.dim / 2, config.dim / 2, config.head_dim, config.head_dim / 2,
                        config.head_dim);
+    SetDeepseekExperts(config);
   }
   if (arch == "deepseek2") return config.Validate();
   if (arch == "qwen3moe") {
@@ -381,9 +413,10 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
         "(rotate halves)");
   }
   // What llama.cpp reads per architecture (see model/gguf_llama.h).
-  if (mla != c.mla() || (mla && (c.moe() || c.attention_qkv_bias || c.qk_norm)) ||
+  if (mla != c.mla() || (mla && (c.attention_qkv_bias || c.qk_norm)) ||
       (c.architecture == "qwen2") != (c.attention_qkv_bias && !llama) ||
-      (c.architecture == "qwen3" || moe) != c.qk_norm || moe != c.moe() ||
+      (c.architecture == "qwen3" || moe) != c.qk_norm || (moe && !c.moe()) ||
+      (!moe && !mla && c.moe()) || (!mla && !c.PlainExpertRouting()) ||
       (!llama && c.attention_output_bias) || (!llama && !c.rope_freq_factors.empty())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the config's features do not match what llama.cpp reads for ", c.architecture));
@@ -411,7 +444,9 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
   w.SetUint32(a + "context_length", static_cast<uint32_t>(c.context_length));
   w.SetUint32(a + "embedding_length", static_cast<uint32_t>(c.dim));
   w.SetUint32(a + "block_count", static_cast<uint32_t>(c.n_layers));
-  w.SetUint32(a + "feed_forward_length", static_cast<uint32_t>(c.ffn_dim));
+  // deepseek2 with experts: the leading dense layers' FFN size (the experts' below).
+  w.SetUint32(a + "feed_forward_length",
+              static_cast<uint32_t>(mla && c.n_dense_layers > 0 ? c.dense_ffn_dim : c.ffn_dim));
   w.SetUint32(a + "attention.head_count", static_cast<uint32_t>(c.n_heads));
   w.SetUint32(a + "attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
   // With latent attention key/value_length are the latent's widths (the cached row), the
@@ -424,14 +459,26 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
     w.SetUint32(a + "attention.key_length_mla", static_cast<uint32_t>(c.head_dim));
     w.SetUint32(a + "attention.value_length_mla", static_cast<uint32_t>(c.v_head_dim));
     w.SetUint32(a + "attention.kv_lora_rank", static_cast<uint32_t>(c.kv_lora_rank));
-    if (c.q_lora_rank > 0) {
-      w.SetUint32(a + "attention.q_lora_rank", static_cast<uint32_t>(c.q_lora_rank));
-    }
-    // Every layer dense; llama.cpp requires the expert keys even so (its converter writes
-    // the dense FFN size and no shared expert for Youtu-LLM).
-    w.SetUint32(a + "leading_dense_block_count", static_cast<uint32_t>(c.n_layers));
+    // Written even when 0 (a plain attn_q): llama.cpp requires it unless the layer count
+    // is a "lite" model's (26 or 27).
+    w.SetUint32(a + "attention.q_lora_rank", static_cast<uint32_t>(c.q_lora_rank));
+    // llama.cpp requires the expert FFN size and shared count even when every layer is
+    // dense (its converter writes the dense FFN size and no shared expert for Youtu-LLM).
+    w.SetUint32(a + "leading_dense_block_count",
+                static_cast<uint32_t>(c.moe() ? c.n_dense_layers : c.n_layers));
     w.SetUint32(a + "expert_feed_forward_length", static_cast<uint32_t>(c.ffn_dim));
-    w.SetUint32(a + "expert_shared_count", 0);
+    w.SetUint32(a + "expert_shared_count", static_cast<uint32_t>(c.n_shared_experts));
+    if (c.moe()) {
+      w.SetUint32(a + "expert_count", static_cast<uint32_t>(c.n_experts));
+      w.SetUint32(a + "expert_used_count", static_cast<uint32_t>(c.n_experts_used));
+      w.SetFloat32(a + "expert_weights_scale", c.expert_weights_scale);
+      w.SetBool(a + "expert_weights_norm", c.expert_weights_norm);
+      w.SetUint32(a + "expert_gating_func", static_cast<uint32_t>(c.expert_gating));
+      if (c.n_expert_groups > 1) {
+        w.SetUint32(a + "expert_group_count", static_cast<uint32_t>(c.n_expert_groups));
+        w.SetUint32(a + "expert_group_used_count", static_cast<uint32_t>(c.n_expert_groups_used));
+      }
+    }
   }
   w.SetUint32(a + "rope.dimension_count", static_cast<uint32_t>(c.rope_dim));
   w.SetFloat32(a + "rope.freq_base", c.rope_base);
@@ -492,15 +539,23 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
     }
     if (s.ok()) s = matrix("attn_output", l, c.dim, c.attn_out_dim());
     if (s.ok()) s = AddNorm(w, p + "ffn_norm.weight", c.dim);
-    if (moe) {
+    if (c.LayerHasExperts(l)) {
       if (s.ok()) s = matrix("ffn_gate_inp", l, c.n_experts, c.dim);
       if (s.ok()) s = matrix("ffn_gate_exps", l, c.ffn_dim, c.dim, c.n_experts);
       if (s.ok()) s = matrix("ffn_up_exps", l, c.ffn_dim, c.dim, c.n_experts);
       if (s.ok()) s = matrix("ffn_down_exps", l, c.dim, c.ffn_dim, c.n_experts);
+      if (c.n_shared_experts > 0) {
+        if (s.ok()) s = matrix("ffn_gate_shexp", l, c.shared_ffn_dim(), c.dim);
+        if (s.ok()) s = matrix("ffn_up_shexp", l, c.shared_ffn_dim(), c.dim);
+        if (s.ok()) s = matrix("ffn_down_shexp", l, c.dim, c.shared_ffn_dim());
+      }
+      if (c.expert_probs_bias && s.ok()) {
+        s = AddVector(w, p + "exp_probs_b.bias", c.n_experts, seed, 0.0f, sd);
+      }
     } else {
-      if (s.ok()) s = matrix("ffn_gate", l, c.ffn_dim, c.dim);
-      if (s.ok()) s = matrix("ffn_up", l, c.ffn_dim, c.dim);
-      if (s.ok()) s = matrix("ffn_down", l, c.dim, c.ffn_dim);
+      if (s.ok()) s = matrix("ffn_gate", l, c.DenseFfnDim(), c.dim);
+      if (s.ok()) s = matrix("ffn_up", l, c.DenseFfnDim(), c.dim);
+      if (s.ok()) s = matrix("ffn_down", l, c.dim, c.DenseFfnDim());
     }
     if (c.attention_qkv_bias) {
       if (s.ok()) s = AddVector(w, p + "attn_q.bias", c.q_dim(), seed, 0.0f, sd);

@@ -32,6 +32,12 @@ namespace kvserve::bench {
 //            32 layers, 16 heads, FFN 6144, vocab 128256, tied, kv_lora_rank 512,
 //            q_lora_rank 1536, qk_nope 128 + rope 64 per query head, v_head_dim 128,
 //            rope_base 1.6e6, rms_eps 1e-6, context 8192 (not 128k): about 1.96 B parameters
+//   deepseek-v2-lite  DeepSeek-V2-Lite (for --arch deepseek2 only): dim 2048, 27 layers,
+//            16 heads, latent attention (kv_lora_rank 512, no query compression, qk_nope
+//            128 + rope 64, v_head_dim 128), layer 0 dense of FFN 10944, then 64 experts
+//            of FFN 1408, 6 per token, 2 shared, softmax gating, unnormalized weights;
+//            vocab 102400, rms_eps 1e-6, context 4096 (the real model's YaRN scaling to
+//            163840 is not written): about 15.7 B parameters
 // NOT_FOUND for another name.
 absl::StatusOr<model::ModelConfig> PresetConfig(std::string_view name);
 std::vector<std::string> PresetNames();
@@ -45,11 +51,14 @@ inline constexpr int kDefaultExpertsUsed = 2;
 // "deepseek2") with that architecture's features: qwen2 rotate-halves RoPE and Q/K/V biases,
 // qwen3 rotate-halves RoPE and Q/K norms, qwen3moe those of qwen3 and experts (the shape's,
 // else kDefaultExperts of which kDefaultExpertsUsed per token), deepseek2 multi-head latent
-// attention (the shape's, else qk_nope = v_head_dim = head_dim, rope_dim = head_dim / 2,
-// kv_lora_rank = q_lora_rank = dim / 2). INVALID_ARGUMENT for another name, for a shape
+// attention and experts (the shape's, else qk_nope = v_head_dim = head_dim, rope_dim =
+// head_dim / 2, kv_lora_rank = q_lora_rank = dim / 2, and DeepSeek-V2's experts: layer 0
+// dense of the shape's FFN size, then kDefaultExperts experts of half that size,
+// kDefaultExpertsUsed per token, 2 shared, softmax gating, unnormalized weights; a
+// one-layer shape has no dense layer). INVALID_ARGUMENT for another name, for a shape
 // with experts and another architecture, for a shape with latent attention and another
-// architecture or with experts and deepseek2, or for qwen2 when n_heads * head_dim != dim
-// (llama.cpp's qwen2 loader requires it).
+// architecture or with qwen3moe's experts and deepseek2, or for qwen2 when
+// n_heads * head_dim != dim (llama.cpp's qwen2 loader requires it).
 absl::Status ApplyArchitecture(std::string_view arch, model::ModelConfig& config);
 
 // Llama 3.x RoPE factors (the rope_freqs tensor convert_hf_to_gguf.py writes for
@@ -113,12 +122,18 @@ model::DType MatrixDType(const SyntheticModelOptions& options, std::string_view 
 // config has those features (biases are N(0, weight_std^2) in f32, Q/K norm gains
 // 1 + N(0, 0.2^2) in f32). qwen3moe: expert_count, expert_used_count and
 // expert_feed_forward_length, and per layer ffn_gate_inp and the 3-D ffn_{gate,up,down}_exps
-// instead of ffn_{gate,up,down}. deepseek2 (dense): the latent attention keys
-// (kv_lora_rank, q_lora_rank, key/value_length and their _mla variants,
-// leading_dense_block_count = block_count, expert_feed_forward_length = FFN size,
-// expert_shared_count 0, as llama.cpp's converter writes Youtu-LLM) and per layer
-// attn_q_a, attn_q_a_norm, attn_q_b (or attn_q when q_lora_rank is 0), attn_kv_a_mqa,
-// attn_kv_a_norm, attn_k_b and attn_v_b instead of attn_q, attn_k and attn_v.
+// instead of ffn_{gate,up,down}. deepseek2: the latent attention keys (kv_lora_rank,
+// q_lora_rank, key/value_length and their _mla variants) and per layer attn_q_a,
+// attn_q_a_norm, attn_q_b (or attn_q when q_lora_rank is 0), attn_kv_a_mqa,
+// attn_kv_a_norm, attn_k_b and attn_v_b instead of attn_q, attn_k and attn_v; dense
+// (no experts): leading_dense_block_count = block_count, expert_feed_forward_length =
+// FFN size, expert_shared_count 0, as llama.cpp's converter writes Youtu-LLM; with
+// experts: leading_dense_block_count, feed_forward_length (the dense layers'),
+// expert_count, expert_used_count, expert_feed_forward_length, expert_shared_count,
+// expert_weights_scale, expert_weights_norm, expert_gating_func and (groups > 1)
+// expert_group_count / expert_group_used_count, and in each layer with experts
+// ffn_gate_inp, ffn_{gate,up,down}_exps, ffn_{gate,up,down}_shexp (with shared experts)
+// and exp_probs_b.bias (with the selection bias, N(0, weight_std^2)).
 // Tensor bytes are generated row by row while writing: memory use stays small for any
 // size. The same options always give the same bytes. Errors: INVALID_ARGUMENT for an
 // invalid config or dtype, I/O errors from the writer.

@@ -239,6 +239,64 @@ TEST(WriteSyntheticModelTest, ArchitecturesLoadBackWithTheirFeatures) {
   EXPECT_EQ(moe.n_experts_used, 8);
 }
 
+// deepseek2 on the tiny preset: latent attention, layer 0 dense, then DeepSeek-V2's
+// experts; with DeepSeek-V3's routing features too; all read back as written.
+TEST(WriteSyntheticModelTest, Deepseek2ExpertsLoadBack) {
+  TempDir dir;
+  SyntheticModelOptions o;
+  o.config = *PresetConfig("tiny");
+  ASSERT_TRUE(ApplyArchitecture("deepseek2", o.config).ok());
+  EXPECT_TRUE(o.config.mla());
+  EXPECT_EQ(o.config.n_dense_layers, 1);
+  EXPECT_EQ(o.config.dense_ffn_dim, 128);
+  EXPECT_EQ(o.config.ffn_dim, 64);
+  EXPECT_EQ(o.config.n_experts, kDefaultExperts);
+  EXPECT_EQ(o.config.n_shared_experts, 2);
+  for (bool v3 : {false, true}) {
+    SCOPED_TRACE(v3 ? "v3 routing" : "v2 routing");
+    if (v3) {
+      o.config.expert_gating = model::ExpertGating::kSigmoid;
+      o.config.expert_probs_bias = true;
+      o.config.n_expert_groups = 4;
+      o.config.n_expert_groups_used = 2;
+      o.config.expert_weights_norm = true;
+      o.config.expert_weights_scale = 2.5f;
+    }
+    const std::string path = dir.File(v3 ? "v3.gguf" : "v2.gguf");
+    const absl::Status written = WriteSyntheticModel(o, path);
+    ASSERT_TRUE(written.ok()) << written;
+    absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Load(path);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const model::ModelConfig& c = (*m)->config();
+    EXPECT_EQ(c.n_experts, o.config.n_experts);
+    EXPECT_EQ(c.n_experts_used, o.config.n_experts_used);
+    EXPECT_EQ(c.ffn_dim, o.config.ffn_dim);
+    EXPECT_EQ(c.n_dense_layers, 1);
+    EXPECT_EQ(c.dense_ffn_dim, 128);
+    EXPECT_EQ(c.n_shared_experts, o.config.n_shared_experts);
+    EXPECT_EQ(c.expert_gating, o.config.expert_gating);
+    EXPECT_EQ(c.expert_probs_bias, o.config.expert_probs_bias);
+    EXPECT_EQ(c.n_expert_groups, o.config.n_expert_groups);
+    EXPECT_EQ(c.n_expert_groups_used, o.config.n_expert_groups_used);
+    EXPECT_EQ(c.expert_weights_norm, o.config.expert_weights_norm);
+    EXPECT_FLOAT_EQ(c.expert_weights_scale, o.config.expert_weights_scale);
+  }
+  // DeepSeek-V2-Lite's shape (not written: 15.7 B parameters).
+  const model::ModelConfig lite = *PresetConfig("deepseek-v2-lite");
+  EXPECT_EQ(lite.n_layers, 27);
+  EXPECT_EQ(lite.q_lora_rank, 0);
+  EXPECT_EQ(lite.kv_dim(), 512 + 64);
+  EXPECT_EQ(lite.n_experts, 64);
+  EXPECT_EQ(lite.n_experts_used, 6);
+  EXPECT_EQ(lite.shared_ffn_dim(), 2 * 1408);
+  EXPECT_EQ(lite.DenseFfnDim(), 10944);
+  EXPECT_TRUE(SyntheticVocabulary(lite.vocab_size).ok());
+  model::ModelConfig kept = lite;
+  ASSERT_TRUE(ApplyArchitecture("deepseek2", kept).ok());
+  EXPECT_EQ(kept.n_experts, 64);
+  EXPECT_EQ(ApplyArchitecture("qwen3moe", kept).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(WriteSyntheticModelTest, Qwen3MoeTensorsAndQ4_K_MMix) {
   TempDir dir;
   SyntheticModelOptions o;

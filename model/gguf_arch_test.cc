@@ -337,10 +337,6 @@ TEST(GgufArchTest, Deepseek2WithoutQueryCompressionReadsAttnQ) {
 
 TEST(GgufArchTest, Deepseek2MalformedFilesAreRejected) {
   GgufBuilder b = TinyDeepseek2();
-  b.SetU32("deepseek2.leading_dense_block_count", 1);
-  EXPECT_THAT(ErrorOf(b, absl::StatusCode::kUnimplemented),
-              HasSubstr("layers 1 to 1 have mixture-of-experts FFNs"));
-  b = TinyDeepseek2();
   b.Remove("deepseek2.attention.key_length_mla");
   EXPECT_THAT(ErrorOf(b, absl::StatusCode::kUnimplemented), HasSubstr("older attn_kv_b form"));
   b = TinyDeepseek2();
@@ -361,6 +357,119 @@ TEST(GgufArchTest, Deepseek2MalformedFilesAreRejected) {
   b = TinyDeepseek2();
   b.SetString("deepseek2.rope.scaling.type", "yarn");
   EXPECT_THAT(ErrorOf(b, absl::StatusCode::kUnimplemented), HasSubstr("YaRN"));
+}
+
+// TinyDeepseek2 with layer 0 dense and layer 1 a mixture of kExperts experts of kFfn / 2
+// hidden units, 2 per token, one shared expert, sigmoid gating with the selection bias.
+constexpr uint64_t kExperts = 4;
+GgufBuilder TinyDeepseek2Moe() {
+  GgufBuilder b = TinyDeepseek2();
+  const uint64_t ffn = S::kFfn / 2, dim = S::kDim, e = kExperts;
+  b.SetU32("deepseek2.leading_dense_block_count", 1);
+  b.SetU32("deepseek2.expert_count", kExperts);
+  b.SetU32("deepseek2.expert_used_count", 2);
+  b.SetU32("deepseek2.expert_feed_forward_length", ffn);
+  b.SetU32("deepseek2.expert_shared_count", 1);
+  b.SetF32("deepseek2.expert_weights_scale", 2.5f);
+  b.SetBool("deepseek2.expert_weights_norm", true);
+  b.SetU32("deepseek2.expert_gating_func", 2);
+  for (const char* dense : {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"}) {
+    b.RemoveTensor(std::string("blk.1.") + dense);
+  }
+  b.AddF32Tensor("blk.1.ffn_gate_inp.weight", {dim, e}, TestValues(dim * e, 0.1f));
+  b.AddF32Tensor("blk.1.exp_probs_b.bias", {e}, TestValues(e, 0.05f));
+  b.AddF32Tensor("blk.1.ffn_gate_exps.weight", {dim, ffn, e}, TestValues(dim * ffn * e, 0.2f));
+  b.AddF32Tensor("blk.1.ffn_up_exps.weight", {dim, ffn, e}, TestValues(dim * ffn * e, 0.3f));
+  b.AddF32Tensor("blk.1.ffn_down_exps.weight", {ffn, dim, e}, TestValues(dim * ffn * e, 0.4f));
+  b.AddF32Tensor("blk.1.ffn_gate_shexp.weight", {dim, ffn}, TestValues(dim * ffn, 0.5f));
+  b.AddF32Tensor("blk.1.ffn_up_shexp.weight", {dim, ffn}, TestValues(dim * ffn, 0.6f));
+  b.AddF32Tensor("blk.1.ffn_down_shexp.weight", {ffn, dim}, TestValues(dim * ffn, 0.7f));
+  return b;
+}
+
+TEST(GgufArchTest, Deepseek2HasExpertsAfterTheLeadingDenseLayers) {
+  GgufBuilder b = TinyDeepseek2Moe();
+  std::vector<uint8_t> bytes;
+  absl::StatusOr<std::unique_ptr<Model>> m = Build(b, bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelConfig& c = (*m)->config();
+  EXPECT_EQ(c.n_experts, static_cast<int>(kExperts));
+  EXPECT_EQ(c.n_experts_used, 2);
+  EXPECT_EQ(c.ffn_dim, S::kFfn / 2);
+  EXPECT_EQ(c.n_dense_layers, 1);
+  EXPECT_EQ(c.dense_ffn_dim, S::kFfn);
+  EXPECT_EQ(c.n_shared_experts, 1);
+  EXPECT_EQ(c.expert_gating, ExpertGating::kSigmoid);
+  EXPECT_TRUE(c.expert_probs_bias);
+  EXPECT_TRUE(c.expert_weights_norm);
+  EXPECT_FLOAT_EQ(c.expert_weights_scale, 2.5f);
+  EXPECT_FALSE(c.LayerHasExperts(0));
+  EXPECT_TRUE(c.LayerHasExperts(1));
+  const LayerWeights& dense = (*m)->weights().layers[0];
+  EXPECT_EQ(dense.w_gate.rows, S::kFfn);
+  EXPECT_TRUE(dense.expert_gate.empty());
+  const LayerWeights& L = (*m)->weights().layers[1];
+  EXPECT_EQ(L.w_gate.data, nullptr);
+  EXPECT_EQ(L.expert_down.size(), kExperts);
+  EXPECT_EQ(L.shared_down.rows, S::kDim);
+  EXPECT_EQ(L.shared_down.cols, S::kFfn / 2);
+  EXPECT_EQ(L.expert_probs_bias.cols, static_cast<int64_t>(kExperts));
+  // llama.cpp's defaults: softmax, unnormalized, unscaled (0 = 1).
+  for (const char* key : {"deepseek2.expert_gating_func", "deepseek2.expert_weights_norm",
+                          "deepseek2.expert_weights_scale"}) {
+    b.Remove(key);
+  }
+  m = Build(b, bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->config().expert_gating, ExpertGating::kSoftmax);
+  EXPECT_FALSE((*m)->config().expert_weights_norm);
+  EXPECT_FLOAT_EQ((*m)->config().expert_weights_scale, 1.0f);
+  // Group limits are read (2 groups of 2: one kept).
+  b.SetU32("deepseek2.expert_group_count", 2);
+  b.SetU32("deepseek2.expert_group_used_count", 1);
+  m = Build(b, bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->config().n_expert_groups, 2);
+  EXPECT_EQ((*m)->config().n_expert_groups_used, 1);
+}
+
+TEST(GgufArchTest, Deepseek2MalformedExpertsAreRejected) {
+  GgufBuilder b = TinyDeepseek2Moe();
+  b.SetU32("deepseek2.expert_gating_func", 3);
+  EXPECT_THAT(ErrorOf(b, absl::StatusCode::kUnimplemented),
+              HasSubstr("deepseek2.expert_gating_func 3 is not supported"));
+  b = TinyDeepseek2Moe();
+  b.Remove("deepseek2.expert_shared_count");
+  EXPECT_THAT(ErrorOf(b), HasSubstr("missing metadata key deepseek2.expert_shared_count"));
+  b = TinyDeepseek2Moe();
+  b.Remove("deepseek2.expert_count");
+  EXPECT_THAT(ErrorOf(b), HasSubstr("missing metadata key deepseek2.expert_count"));
+  b = TinyDeepseek2Moe();
+  b.SetU32("deepseek2.nextn_predict_layers", 1);
+  EXPECT_THAT(ErrorOf(b, absl::StatusCode::kUnimplemented), HasSubstr("multi-token prediction"));
+  b = TinyDeepseek2Moe();
+  b.RemoveTensor("blk.1.ffn_up_shexp.weight");
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.1.ffn_up_shexp.weight is missing"));
+  b = TinyDeepseek2Moe();
+  b.SetU32("deepseek2.expert_shared_count", 2);
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.1.ffn_gate_shexp.weight has shape [6, 8], "
+                                    "expected [12, 8]"));
+  b = TinyDeepseek2Moe();
+  b.AddF32Tensor("blk.0.exp_probs_b.bias", {kExperts}, TestValues(kExperts, 0.05f));
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.exp_probs_b.bias is present"));
+  b = TinyDeepseek2Moe();
+  b.SetU32("deepseek2.expert_group_count", 2);
+  b.SetU32("deepseek2.expert_group_used_count", 2);
+  EXPECT_THAT(ErrorOf(b), HasSubstr("n_expert_groups 2 must divide"));
+  b = TinyDeepseek2Moe();
+  b.SetU32("deepseek2.leading_dense_block_count", 0);
+  EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.0.ffn_gate.weight is present but the model "
+                                    "config has experts instead"));
+  b = TinyDeepseek2Moe();
+  b.AddF32Tensor("blk.1.ffn_gate_up_exps.weight", {S::kDim, S::kFfn, kExperts},
+                 TestValues(S::kDim * S::kFfn * kExperts, 0.2f));
+  EXPECT_THAT(ErrorOf(b, absl::StatusCode::kUnimplemented),
+              HasSubstr("fused gate and up experts are not supported"));
 }
 
 }  // namespace

@@ -192,11 +192,13 @@ void SetRstripTokens(const GgufFile& file, Vocabulary& v) {
   }
 }
 
-// The expert keys of a mixture-of-experts architecture, as llama.cpp reads them:
-// expert_count and expert_used_count (required, 1 <= used <= count), and the expert FFN
-// size expert_feed_forward_length, else feed_forward_length / expert_used_count.
-absl::Status ReadExperts(const GgufFile& f, const std::function<std::string(std::string_view)>& key,
-                         ModelConfig& c) {
+// The expert counts of a mixture-of-experts architecture, as llama.cpp reads them for
+// every architecture: expert_count and expert_used_count (required, 1 <= used <= count),
+// and expert_group_count / expert_group_used_count (group-limited routing when the count
+// is above 1; ModelConfig::Validate checks them).
+absl::Status ReadExpertCounts(const GgufFile& f,
+                              const std::function<std::string(std::string_view)>& key,
+                              ModelConfig& c) {
   absl::StatusOr<int> count = RequiredInt(f, key("expert_count"));
   if (!count.ok()) return count.status();
   absl::StatusOr<int> used = RequiredInt(f, key("expert_used_count"));
@@ -208,6 +210,25 @@ absl::Status ReadExperts(const GgufFile& f, const std::function<std::string(std:
   }
   c.n_experts = *count;
   c.n_experts_used = *used;
+  absl::StatusOr<std::optional<int>> groups = OptionalInt(f, key("expert_group_count"));
+  if (!groups.ok()) return groups.status();
+  absl::StatusOr<std::optional<int>> groups_used = OptionalInt(f, key("expert_group_used_count"));
+  if (!groups_used.ok()) return groups_used.status();
+  if (groups->value_or(0) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(key("expert_group_count"), " must be >= 0"));
+  }
+  if (groups->value_or(0) > 1) {
+    c.n_expert_groups = **groups;
+    c.n_expert_groups_used = groups_used->value_or(0);
+  }
+  return absl::OkStatus();
+}
+
+// qwen3moe's experts: the counts, and the expert FFN size expert_feed_forward_length,
+// else feed_forward_length / expert_used_count.
+absl::Status ReadExperts(const GgufFile& f, const std::function<std::string(std::string_view)>& key,
+                         ModelConfig& c) {
+  if (absl::Status s = ReadExpertCounts(f, key, c); !s.ok()) return s;
   absl::StatusOr<std::optional<int>> expert_ffn = OptionalInt(f, key("expert_feed_forward_length"));
   if (!expert_ffn.ok()) return expert_ffn.status();
   if (expert_ffn->has_value() && **expert_ffn != 0) {
@@ -220,10 +241,80 @@ absl::Status ReadExperts(const GgufFile& f, const std::function<std::string(std:
   return absl::OkStatus();
 }
 
+// deepseek2's FFNs, as llama.cpp's llama_model_deepseek2 reads them: the first
+// leading_dense_block_count layers (default 0) are dense of feed_forward_length (already
+// in c.ffn_dim), the others mixtures of experts (when there are any): the counts
+// (ReadExpertCounts), expert_feed_forward_length and expert_shared_count (required),
+// expert_weights_scale (0 or absent = 1), expert_weights_norm (default false),
+// expert_gating_func (1 softmax, 2 sigmoid; absent or 0 = softmax, except sigmoid for
+// GLM 4.7 Lite's shape, 47 or 48 layers and 154880 tokens, as llama.cpp), and the routing
+// bias exp_probs_b when the first such layer has it. UNIMPLEMENTED for another gating
+// function, for nextn_predict_layers (multi-token prediction layers) and for
+// attention.temperature_scale (Mistral Large 3's attention temperature). Call after
+// n_layers, ffn_dim and vocab_size are set.
+absl::Status ReadDeepseekFfn(const GgufFile& f,
+                             const std::function<std::string(std::string_view)>& key,
+                             ModelConfig& c) {
+  absl::StatusOr<std::optional<int>> nextn = OptionalInt(f, key("nextn_predict_layers"));
+  if (!nextn.ok()) return nextn.status();
+  if (nextn->value_or(0) != 0) {
+    return absl::UnimplementedError(
+        absl::StrCat(key("nextn_predict_layers"), " ", **nextn,
+                     ": multi-token prediction layers are not supported"));
+  }
+  if (f.FindMetadata(key("attention.temperature_scale")) != nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        key("attention.temperature_scale"), ": attention temperature tuning is not supported"));
+  }
+  absl::StatusOr<std::optional<int>> dense = OptionalInt(f, key("leading_dense_block_count"));
+  if (!dense.ok()) return dense.status();
+  if (dense->value_or(0) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key("leading_dense_block_count"), " must be >= 0, got ", **dense));
+  }
+  if (dense->value_or(0) >= c.n_layers) return absl::OkStatus();  // every layer dense
+  if (absl::Status s = ReadExpertCounts(f, key, c); !s.ok()) return s;
+  c.n_dense_layers = dense->value_or(0);
+  c.dense_ffn_dim = c.n_dense_layers > 0 ? c.ffn_dim : 0;
+  for (auto [name, field] : {std::pair<const char*, int*>{"expert_feed_forward_length", &c.ffn_dim},
+                             {"expert_shared_count", &c.n_shared_experts}}) {
+    absl::StatusOr<int> v = RequiredInt(f, key(name));
+    if (!v.ok()) return v.status();
+    if (*v < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(key(name), " must be >= 0, got ", *v));
+    }
+    *field = *v;
+  }
+  absl::StatusOr<std::optional<float>> scale = OptionalFloat(f, key("expert_weights_scale"));
+  if (!scale.ok()) return scale.status();
+  const float w_scale = scale->value_or(0.0f);
+  c.expert_weights_scale = w_scale == 0.0f ? 1.0f : w_scale;  // llama.cpp: 0 = no scaling
+  absl::StatusOr<bool> norm = BoolOr(f, key("expert_weights_norm"), false);
+  if (!norm.ok()) return norm.status();
+  c.expert_weights_norm = *norm;
+  absl::StatusOr<std::optional<int>> gating = OptionalInt(f, key("expert_gating_func"));
+  if (!gating.ok()) return gating.status();
+  const int func = gating->value_or(0);
+  if (func == 0) {
+    const bool glm47_lite = (c.n_layers == 47 || c.n_layers == 48) && c.vocab_size == 154880;
+    c.expert_gating = glm47_lite ? ExpertGating::kSigmoid : ExpertGating::kSoftmax;
+  } else if (func == static_cast<int>(ExpertGating::kSoftmax) ||
+             func == static_cast<int>(ExpertGating::kSigmoid)) {
+    c.expert_gating = static_cast<ExpertGating>(func);
+  } else {
+    return absl::UnimplementedError(absl::StrCat(key("expert_gating_func"), " ", func,
+                                                 " is not supported (1 softmax, 2 sigmoid)"));
+  }
+  c.expert_probs_bias =
+      f.FindTensor(absl::StrCat("blk.", c.n_dense_layers, ".exp_probs_b.bias")) != nullptr;
+  return absl::OkStatus();
+}
+
 // Experts of the 3-D tensor `name` (GGUF ne = {cols, rows, experts}).
 int64_t ExpertCount(const GgufTensorInfo& t) { return t.ne[2] * t.ne[3]; }
 
-// INVALID_ARGUMENT naming the first expert tensor whose expert count is not the config's.
+// INVALID_ARGUMENT naming the first expert tensor whose expert count is not the config's;
+// UNIMPLEMENTED for a fused ffn_gate_up_exps (which kvserve does not read).
 absl::Status CheckExpertCounts(const GgufFile& f, const ModelConfig& c) {
   if (!c.moe()) return absl::OkStatus();
   for (int l = 0; l < c.n_layers; ++l) {
@@ -234,6 +325,13 @@ absl::Status CheckExpertCounts(const GgufFile& f, const ModelConfig& c) {
         return absl::InvalidArgumentError(absl::StrCat("tensor ", name, " has ", ExpertCount(*t),
                                                        " experts, expected ", c.n_experts));
       }
+    }
+    const std::string fused = absl::StrCat("blk.", l, ".ffn_gate_up_exps.weight");
+    if (f.FindTensor(fused) != nullptr) {
+      return absl::UnimplementedError(
+          absl::StrCat("tensor ", fused,
+                       ": fused gate and up experts are not supported (ffn_gate_exps and "
+                       "ffn_up_exps are)"));
     }
   }
   return absl::OkStatus();
@@ -265,8 +363,7 @@ std::vector<TensorView> ExpertViews(const GgufFile& f, const std::string& name,
 // attention.key_length_mla / value_length_mla (the per-head query and value widths; both
 // required: files without them carry the older attn_kv_b, which kvserve does not read),
 // attention.key_length / value_length when present must be the latent's widths
-// (kv_lora_rank + rope dim, kv_lora_rank), and leading_dense_block_count (default 0): the
-// layers after it are mixture-of-experts, not supported yet. Call after rope_dim is set.
+// (kv_lora_rank + rope dim, kv_lora_rank). Call after rope_dim is set.
 absl::Status ReadLatentAttention(const GgufFile& f,
                                  const std::function<std::string(std::string_view)>& key,
                                  ModelConfig& c) {
@@ -304,15 +401,6 @@ absl::Status ReadLatentAttention(const GgufFile& f,
           key(name), " ", **v, " must be ", want, " (the latent: kv_lora_rank ", c.kv_lora_rank,
           " + rope dim ", c.rope_dim, " for keys, kv_lora_rank for values)"));
     }
-  }
-  absl::StatusOr<std::optional<int>> dense = OptionalInt(f, key("leading_dense_block_count"));
-  if (!dense.ok()) return dense.status();
-  if (dense->value_or(0) < c.n_layers) {
-    return absl::UnimplementedError(absl::StrCat(
-        "deepseek2: layers ", dense->value_or(0), " to ", c.n_layers - 1,
-        " have mixture-of-experts FFNs (", key("leading_dense_block_count"), " ",
-        dense->value_or(0), " < block_count ", c.n_layers,
-        "), which kvserve does not run for deepseek2 yet; only all-dense files are supported"));
   }
   return absl::OkStatus();
 }
@@ -443,6 +531,8 @@ absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file) {
     absl::StatusOr<std::vector<float>> factors = RopeFreqFactors(file, c.rope_dim);
     if (!factors.ok()) return factors.status();
     c.rope_freq_factors = *std::move(factors);
+  } else if (deepseek2) {
+    if (absl::Status s = ReadDeepseekFfn(file, key, c); !s.ok()) return s;
   }
   if (absl::Status s = c.Validate(); !s.ok()) return s;
   return c;
@@ -571,6 +661,10 @@ ModelWeights LlamaWeightsFromGguf(const GgufFile& file, const ModelConfig& confi
     L.w_up = View(file, p + "ffn_up.weight");
     L.w_down = View(file, p + "ffn_down.weight");
     if (config.moe()) {
+      L.expert_probs_bias = View(file, p + "exp_probs_b.bias");
+      L.shared_gate = View(file, p + "ffn_gate_shexp.weight");
+      L.shared_up = View(file, p + "ffn_up_shexp.weight");
+      L.shared_down = View(file, p + "ffn_down_shexp.weight");
       L.router = View(file, p + "ffn_gate_inp.weight");
       L.expert_gate = ExpertViews(file, p + "ffn_gate_exps.weight", config.n_experts);
       L.expert_up = ExpertViews(file, p + "ffn_up_exps.weight", config.n_experts);

@@ -77,11 +77,11 @@ absl::Status CheckOptional(const std::string& name, const TensorView& t, bool wa
   return absl::OkStatus();
 }
 
-// The experts of one matrix: `c.n_experts` views of shape [rows, cols], or none when the
-// config has no experts.
-absl::Status CheckExperts(const ModelConfig& c, const std::string& name,
+// The experts of one matrix: `c.n_experts` views of shape [rows, cols], or none when
+// `wanted` is false.
+absl::Status CheckExperts(const ModelConfig& c, bool wanted, const std::string& name,
                           const std::vector<TensorView>& experts, int64_t rows, int64_t cols) {
-  if (!c.moe()) {
+  if (!wanted) {
     if (experts.empty()) return absl::OkStatus();
     return absl::InvalidArgumentError(
         absl::StrCat("tensor ", name, " is present but the model config has no experts"));
@@ -102,33 +102,42 @@ absl::Status CheckExperts(const ModelConfig& c, const std::string& name,
   return absl::OkStatus();
 }
 
-// The dense FFN matrices, or (moe()) the router and the experts with no dense matrix.
-absl::Status CheckFfn(const ModelConfig& c, const LayerWeights& L, const std::string& p) {
-  if (!c.moe()) {
-    absl::Status s = CheckShape(p + "ffn_gate.weight", L.w_gate, c.ffn_dim, c.dim);
-    if (s.ok()) s = CheckShape(p + "ffn_up.weight", L.w_up, c.ffn_dim, c.dim);
-    if (s.ok()) s = CheckShape(p + "ffn_down.weight", L.w_down, c.dim, c.ffn_dim);
-    if (s.ok() && L.router.data != nullptr) {
-      s = absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", p, "ffn_gate_inp.weight is present but the model config has no experts"));
-    }
-    if (s.ok()) s = CheckExperts(c, p + "ffn_gate_exps.weight", L.expert_gate, 0, 0);
-    if (s.ok()) s = CheckExperts(c, p + "ffn_up_exps.weight", L.expert_up, 0, 0);
-    if (s.ok()) s = CheckExperts(c, p + "ffn_down_exps.weight", L.expert_down, 0, 0);
-    return s;
+// A matrix the config asks for with this shape, or (not wanted) an empty view.
+absl::Status CheckWanted(const std::string& name, const TensorView& t, bool wanted, int64_t rows,
+                         int64_t cols, std::string_view unwanted_reason) {
+  if (wanted) return CheckShape(name, t, rows, cols);
+  if (t.data == nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("tensor ", name, " is present but ", std::string(unwanted_reason)));
+}
+
+// Layer l's FFN: the dense matrices, or (ModelConfig::LayerHasExperts) the router, the
+// experts, the shared experts and the selection bias, each exactly when the config says.
+absl::Status CheckFfn(const ModelConfig& c, const LayerWeights& L, int l, const std::string& p) {
+  const bool moe = c.LayerHasExperts(l);
+  const int64_t f = c.DenseFfnDim(), e = c.ffn_dim, sh = c.shared_ffn_dim();
+  const std::string_view no_experts = "the model config has no experts";
+  const std::string_view dense_reason = "the model config has experts instead";
+  absl::Status s = CheckWanted(p + "ffn_gate.weight", L.w_gate, !moe, f, c.dim, dense_reason);
+  if (s.ok()) s = CheckWanted(p + "ffn_up.weight", L.w_up, !moe, f, c.dim, dense_reason);
+  if (s.ok()) s = CheckWanted(p + "ffn_down.weight", L.w_down, !moe, c.dim, f, dense_reason);
+  if (s.ok()) {
+    s = CheckWanted(p + "ffn_gate_inp.weight", L.router, moe, c.n_experts, c.dim, no_experts);
   }
-  for (auto [name, t] : {std::pair<const char*, const TensorView*>{"ffn_gate.weight", &L.w_gate},
-                         {"ffn_up.weight", &L.w_up},
-                         {"ffn_down.weight", &L.w_down}}) {
-    if (t->data != nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", p, name, " is present but the model config has experts instead"));
-    }
+  if (s.ok()) s = CheckExperts(c, moe, p + "ffn_gate_exps.weight", L.expert_gate, e, c.dim);
+  if (s.ok()) s = CheckExperts(c, moe, p + "ffn_up_exps.weight", L.expert_up, e, c.dim);
+  if (s.ok()) s = CheckExperts(c, moe, p + "ffn_down_exps.weight", L.expert_down, c.dim, e);
+  const bool shared = moe && c.n_shared_experts > 0;
+  const std::string_view no_shared = "the model config has no shared experts here";
+  if (s.ok())
+    s = CheckWanted(p + "ffn_gate_shexp.weight", L.shared_gate, shared, sh, c.dim, no_shared);
+  if (s.ok()) s = CheckWanted(p + "ffn_up_shexp.weight", L.shared_up, shared, sh, c.dim, no_shared);
+  if (s.ok())
+    s = CheckWanted(p + "ffn_down_shexp.weight", L.shared_down, shared, c.dim, sh, no_shared);
+  if (s.ok()) {
+    s = CheckOptional(p + "exp_probs_b.bias", L.expert_probs_bias, moe && c.expert_probs_bias,
+                      c.n_experts);
   }
-  absl::Status s = CheckShape(p + "ffn_gate_inp.weight", L.router, c.n_experts, c.dim);
-  if (s.ok()) s = CheckExperts(c, p + "ffn_gate_exps.weight", L.expert_gate, c.ffn_dim, c.dim);
-  if (s.ok()) s = CheckExperts(c, p + "ffn_up_exps.weight", L.expert_up, c.ffn_dim, c.dim);
-  if (s.ok()) s = CheckExperts(c, p + "ffn_down_exps.weight", L.expert_down, c.dim, c.ffn_dim);
   return s;
 }
 
@@ -176,7 +185,7 @@ absl::Status CheckWeights(const ModelConfig& c, const ModelWeights& w) {
     if (s.ok()) s = c.mla() ? CheckLatentAttention(c, L, p) : CheckAttention(c, L, p);
     if (s.ok()) s = CheckShape(p + "attn_output.weight", L.wo, c.dim, c.attn_out_dim());
     if (s.ok()) s = CheckNorm(p + "ffn_norm.weight", L.ffn_norm, c.dim);
-    if (s.ok()) s = CheckFfn(c, L, p);
+    if (s.ok()) s = CheckFfn(c, L, l, p);
     if (s.ok()) s = CheckOptional(p + "attn_q.bias", L.bq, c.attention_qkv_bias, c.q_dim());
     if (s.ok()) s = CheckOptional(p + "attn_k.bias", L.bk, c.attention_qkv_bias, c.kv_dim());
     if (s.ok()) s = CheckOptional(p + "attn_v.bias", L.bv, c.attention_qkv_bias, c.kv_dim());
@@ -218,6 +227,17 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromParts(ModelConfig config, Mode
   if (config.moe()) {
     h.AddValue(config.n_experts);
     h.AddValue(config.n_experts_used);
+    // deepseek2's routing, when it is not qwen3moe's (whose fingerprints stay as they were).
+    if (!config.PlainExpertRouting()) {
+      for (int v : {config.n_dense_layers, config.dense_ffn_dim, config.n_shared_experts,
+                    config.n_expert_groups, config.n_expert_groups_used}) {
+        h.AddValue(v);
+      }
+      h.AddValue(config.expert_gating);
+      h.AddValue(config.expert_probs_bias);
+      h.AddValue(config.expert_weights_norm);
+      h.AddValue(config.expert_weights_scale);
+    }
   }
   if (config.mla()) {
     h.AddValue(config.kv_lora_rank);
@@ -252,7 +272,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromParts(ModelConfig config, Mode
           &L.q_a_norm,  &L.wq_b, &L.wkv_a, &L.kv_a_norm, &L.wk_b, &L.wv_b}) {
       if (t->data != nullptr) HashTensor(h, *t);
     }
-    if (L.router.data != nullptr) HashTensor(h, L.router);
+    for (const TensorView* t :
+         {&L.router, &L.expert_probs_bias, &L.shared_gate, &L.shared_up, &L.shared_down}) {
+      if (t->data != nullptr) HashTensor(h, *t);
+    }
     for (const std::vector<TensorView>* experts : {&L.expert_gate, &L.expert_up, &L.expert_down}) {
       for (const TensorView& t : *experts) HashTensor(h, t);
     }

@@ -50,7 +50,80 @@ absl::Status ValidateLatentAttention(const ModelConfig& c) {
   return absl::OkStatus();
 }
 
+// The mixture-of-experts fields of `c` (part of Validate; dimensions already capped).
+absl::Status ValidateExperts(const ModelConfig& c) {
+  // llama.cpp's LLAMA_MAX_EXPERTS.
+  constexpr int kMaxExperts = 512;
+  constexpr int64_t kMaxFfn = 4 << 16;  // Validate's cap of ffn_dim
+  if (c.n_experts < 0 || c.n_experts > kMaxExperts) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: n_experts must be in [0, ",
+                                                   kMaxExperts, "], got ", c.n_experts));
+  }
+  if (c.n_experts > 0 ? (c.n_experts_used < 1 || c.n_experts_used > c.n_experts)
+                      : c.n_experts_used != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: n_experts_used ",
+                                                   c.n_experts_used, " must be in [1, n_experts ",
+                                                   c.n_experts, "] (0 without experts)"));
+  }
+  if (!c.moe()) {
+    if (c.n_dense_layers != 0 || c.dense_ffn_dim != 0 || c.n_shared_experts != 0 ||
+        c.expert_probs_bias || c.n_expert_groups != 0 || c.n_expert_groups_used != 0) {
+      return absl::InvalidArgumentError(
+          "model config: without experts n_dense_layers, dense_ffn_dim, n_shared_experts, "
+          "expert_probs_bias and the expert groups must be 0");
+    }
+    return absl::OkStatus();
+  }
+  if (c.n_dense_layers < 0 || c.n_dense_layers >= c.n_layers ||
+      (c.n_dense_layers > 0) != (c.dense_ffn_dim > 0) || c.dense_ffn_dim > kMaxFfn) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config: n_dense_layers ", c.n_dense_layers, " must be in [0, n_layers ", c.n_layers,
+        "), and dense_ffn_dim ", c.dense_ffn_dim, " in [1, ", kMaxFfn, "] exactly when it is > 0"));
+  }
+  if (c.n_shared_experts < 0 || c.n_shared_experts > kMaxExperts ||
+      int64_t{c.n_shared_experts} * c.ffn_dim > kMaxFfn) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: n_shared_experts ", c.n_shared_experts, " must be in [0, ",
+                     kMaxExperts, "] with n_shared_experts * ffn_dim at most ", kMaxFfn));
+  }
+  if (c.expert_gating != ExpertGating::kSoftmax && c.expert_gating != ExpertGating::kSigmoid) {
+    return absl::InvalidArgumentError("model config: expert_gating must be softmax or sigmoid");
+  }
+  if (!(c.expert_weights_scale > 0.0f) || !std::isfinite(c.expert_weights_scale)) {
+    return absl::InvalidArgumentError(
+        "model config: expert_weights_scale must be a positive finite number");
+  }
+  if (c.n_expert_groups > 1) {
+    // As llama.cpp asserts, and a group's score needs two experts.
+    const int per_group = c.n_experts / c.n_expert_groups;
+    if (c.n_expert_groups >= c.n_experts || c.n_experts % c.n_expert_groups != 0 || per_group < 2 ||
+        c.n_expert_groups_used < 1 || c.n_expert_groups_used >= c.n_expert_groups ||
+        c.n_experts_used > c.n_expert_groups_used * per_group) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model config: n_expert_groups ", c.n_expert_groups, " must divide n_experts ",
+          c.n_experts, " into groups of at least 2, and n_expert_groups_used ",
+          c.n_expert_groups_used, " be in [1, n_expert_groups) with room for n_experts_used ",
+          c.n_experts_used));
+    }
+  } else if (c.n_expert_groups < 0 || c.n_expert_groups_used != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: n_expert_groups ", c.n_expert_groups, " must be >= 0 and ",
+                     "n_expert_groups_used 0 without groups, got ", c.n_expert_groups_used));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+bool ModelConfig::PlainExpertRouting() const {
+  const ModelConfig plain;
+  return n_dense_layers == plain.n_dense_layers && dense_ffn_dim == plain.dense_ffn_dim &&
+         n_shared_experts == plain.n_shared_experts && expert_gating == plain.expert_gating &&
+         expert_probs_bias == plain.expert_probs_bias && n_expert_groups == plain.n_expert_groups &&
+         n_expert_groups_used == plain.n_expert_groups_used &&
+         expert_weights_norm == plain.expert_weights_norm &&
+         expert_weights_scale == plain.expert_weights_scale;
+}
 
 absl::Status ModelConfig::Validate() const {
   for (auto [name, v] : {std::pair<const char*, int>{"dim", dim},
@@ -108,17 +181,7 @@ absl::Status ModelConfig::Validate() const {
       }
     }
   }
-  // llama.cpp's LLAMA_MAX_EXPERTS.
-  constexpr int kMaxExperts = 512;
-  if (n_experts < 0 || n_experts > kMaxExperts) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model config: n_experts must be in [0, ", kMaxExperts, "], got ", n_experts));
-  }
-  if (n_experts > 0 ? (n_experts_used < 1 || n_experts_used > n_experts) : n_experts_used != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("model config: n_experts_used ", n_experts_used,
-                                                   " must be in [1, n_experts ", n_experts,
-                                                   "] (0 without experts)"));
-  }
+  if (absl::Status s = ValidateExperts(*this); !s.ok()) return s;
   if (absl::Status s = ValidateLatentAttention(*this); !s.ok()) return s;
   if (sliding_window < 0) {
     return absl::InvalidArgumentError(

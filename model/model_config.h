@@ -16,6 +16,13 @@ enum class RopeStyle : uint8_t {
   kRotateHalves,   // (x[i], x[i + rope_dim/2]) rotate together: NeoX / qwen2 style.
 };
 
+// How a mixture-of-experts router turns its logits into probabilities (GGUF
+// expert_gating_func, llama.cpp's llama_expert_gating_func_type values).
+enum class ExpertGating : uint8_t {
+  kSoftmax = 1,  // p = softmax(logits) over all experts
+  kSigmoid = 2,  // p_e = 1 / (1 + exp(-logit_e)), each expert alone
+};
+
 // The architectures kvserve runs (general.architecture of a GGUF file). They share one
 // forward pass and differ only in the features below:
 //   llama  adjacent-pair RoPE; optional Q/K/V and output biases; Llama 3.x RoPE factors
@@ -23,7 +30,9 @@ enum class RopeStyle : uint8_t {
 //   qwen3  rotate-halves RoPE; per-head RMSNorm of Q and K before RoPE
 //   qwen3moe  as qwen3, with a mixture-of-experts FFN in every layer (n_experts below)
 //   deepseek2  multi-head latent attention (kv_lora_rank below), adjacent-pair RoPE on the
-//              last rope_dim dimensions of each query head and on one shared key part
+//              last rope_dim dimensions of each query head and on one shared key part;
+//              mixture-of-experts layers after the first n_dense_layers, with shared
+//              experts, the gating, bias and group limits below
 struct ModelConfig {
   std::string architecture = "llama";
   int dim = 0;  // hidden size (embedding length)
@@ -53,15 +62,38 @@ struct ModelConfig {
   // attends to positions [max(0, p - sliding_window + 1), p] only, so at most the last
   // sliding_window positions (itself included). 0 = full causal attention.
   int sliding_window = 0;
-  // Mixture of experts (qwen3moe): when n_experts > 0 every layer's FFN is a router over
-  // n_experts SwiGLU experts of ffn_dim hidden units. Per token: p = softmax(router · x)
-  // over all experts, the n_experts_used largest p (lowest index first on ties) are
-  // selected, their p divided by their sum (at least 6.103515625e-5, as llama.cpp), and
-  // the FFN output is the sum of the selected experts' outputs times those weights
-  // (llama.cpp's build_moe_ffn with softmax gating and norm_w, no shared expert).
-  // 0 = a dense FFN (n_experts_used must then be 0 too).
+  // Mixture of experts: when n_experts > 0 the FFN of every layer from n_dense_layers on
+  // is a router over n_experts SwiGLU experts of ffn_dim hidden units (llama.cpp's
+  // build_moe_ffn). Per token, from the router's logits:
+  //   p = softmax(logits) over all experts, or sigmoid(logit) per expert (expert_gating)
+  //   s = p + the layer's exp_probs_b (when expert_probs_bias; else s = p), for the
+  //       selection only
+  //   with n_expert_groups > 1: the experts are n_expert_groups groups of consecutive ids,
+  //       a group's score the sum of its two largest s; the experts outside the
+  //       n_expert_groups_used best groups (lowest index first on ties) are not selected
+  //   the n_experts_used largest s are selected (lowest index first on ties), weight p
+  //   weights divided by their sum (at least 6.103515625e-5) when expert_weights_norm,
+  //       then multiplied by expert_weights_scale
+  // and the FFN output is the sum of the selected experts' outputs times those weights,
+  // plus (n_shared_experts > 0) one SwiGLU of shared_ffn_dim() hidden units run on every
+  // token (the shared experts, ffn_{gate,up,down}_shexp). The defaults are qwen3moe's
+  // rule (softmax, normalized, no bias, groups, shared experts or dense layers).
+  // 0 = a dense FFN in every layer (n_experts_used and the fields below must then be at
+  // their defaults).
   int n_experts = 0;
   int n_experts_used = 0;  // experts per token, in [1, n_experts] when n_experts > 0
+  // Layers [0, n_dense_layers) have a dense FFN of dense_ffn_dim hidden units instead
+  // (deepseek2's leading_dense_block_count); dense_ffn_dim > 0 exactly when
+  // n_dense_layers > 0, and n_dense_layers < n_layers.
+  int n_dense_layers = 0;
+  int dense_ffn_dim = 0;
+  int n_shared_experts = 0;  // 0 = none
+  ExpertGating expert_gating = ExpertGating::kSoftmax;
+  bool expert_probs_bias = false;  // every MoE layer has exp_probs_b [n_experts] (f32)
+  int n_expert_groups = 0;         // 0 or 1 = no group limit
+  int n_expert_groups_used = 0;    // in [1, n_expert_groups) when n_expert_groups > 1
+  bool expert_weights_norm = true;
+  float expert_weights_scale = 1.0f;  // positive, finite
   // Multi-head latent attention (deepseek2; DeepSeek-V2 section 2.1), when kv_lora_rank > 0.
   // Each query head is head_dim = qk_nope + rope_dim wide: its first qk_nope dimensions
   // meet k_nope = W_kb^T c, its last rope_dim (RoPE'd) the key part k_pe shared by every
@@ -75,6 +107,19 @@ struct ModelConfig {
   int v_head_dim = 0;    // value width of a head; 0 = head_dim (must be 0 without MLA)
 
   bool moe() const { return n_experts > 0; }
+  // Whether layer l's FFN is the mixture of experts (else a dense SwiGLU of
+  // DenseFfnDim() hidden units).
+  bool LayerHasExperts(int l) const { return moe() && l >= n_dense_layers; }
+  int DenseFfnDim() const { return moe() ? dense_ffn_dim : ffn_dim; }
+  // Whether every expert field after n_experts_used is at its default: qwen3moe's rule
+  // (false: one of deepseek2's features is used).
+  bool PlainExpertRouting() const;
+  int shared_ffn_dim() const { return n_shared_experts * ffn_dim; }
+  // The widest SwiGLU hidden layer of any FFN (dense, expert or shared).
+  int max_ffn_dim() const {
+    const int a = ffn_dim > dense_ffn_dim ? ffn_dim : dense_ffn_dim;
+    return a > shared_ffn_dim() ? a : shared_ffn_dim();
+  }
   bool mla() const { return kv_lora_rank > 0; }
   int q_dim() const { return n_heads * head_dim; }
   int value_head_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }

@@ -48,13 +48,19 @@ void ReleasePages(const void* data, size_t bytes) {
 }
 
 // The projection matrices of a layer (those the panel layouts are for).
-// With experts: the router and every expert's matrices (the dense FFN views are empty).
+// With experts: the router, the shared experts' and every expert's matrices (the dense
+// FFN views are empty).
 template <typename Layer>
 auto Projections(Layer& layer) {
   std::vector<decltype(&layer.wq)> views{&layer.wq,     &layer.wk,   &layer.wv,    &layer.wo,
                                          &layer.w_gate, &layer.w_up, &layer.w_down};
   if (layer.router.data == nullptr) return views;
   views.push_back(&layer.router);
+  if (layer.shared_gate.data != nullptr) {
+    for (auto* shared : {&layer.shared_gate, &layer.shared_up, &layer.shared_down}) {
+      views.push_back(shared);
+    }
+  }
   for (auto* experts : {&layer.expert_gate, &layer.expert_up, &layer.expert_down}) {
     for (auto& w : *experts) views.push_back(&w);
   }

@@ -25,17 +25,26 @@ struct LayerWeights {
                          //   its q_nope into the latent (k_nope = W_h^T c)
   TensorView wv_b;       // [n_heads*v_head_dim, r]     attn_v_b: head h's value = W_h c
   TensorView ffn_norm;   // [1, dim]             RMSNorm gain before the FFN (F32)
-  // The dense FFN; empty views when ModelConfig::moe().
-  TensorView w_gate;  // [ffn_dim, dim]       SwiGLU gate (w1)
-  TensorView w_up;    // [ffn_dim, dim]       SwiGLU up (w3)
-  TensorView w_down;  // [dim, ffn_dim]       SwiGLU down (w2)
-  // The mixture-of-experts FFN (ModelConfig::moe(); empty otherwise): the router and one
-  // view per expert, each expert's matrix a slice of the GGUF 3-D tensor
+  // The dense FFN, f = ModelConfig::DenseFfnDim(); empty views in a layer with experts
+  // (ModelConfig::LayerHasExperts).
+  TensorView w_gate;  // [f, dim]             SwiGLU gate (w1)
+  TensorView w_up;    // [f, dim]             SwiGLU up (w3)
+  TensorView w_down;  // [dim, f]             SwiGLU down (w2)
+  // The mixture-of-experts FFN (ModelConfig::LayerHasExperts; empty otherwise): the router
+  // and one view per expert, each expert's matrix a slice of the GGUF 3-D tensor
   // [n_experts][rows][cols] (ffn_{gate,up,down}_exps), so every matrix kernel takes it.
   TensorView router;                    // [n_experts, dim]  ffn_gate_inp: one logit per expert
   std::vector<TensorView> expert_gate;  // n_experts x [ffn_dim, dim]
   std::vector<TensorView> expert_up;    // n_experts x [ffn_dim, dim]
   std::vector<TensorView> expert_down;  // n_experts x [dim, ffn_dim]
+  // exp_probs_b (F32), when ModelConfig::expert_probs_bias: added to the router's
+  // probabilities to select the experts, not to their weights.
+  TensorView expert_probs_bias;  // [1, n_experts]
+  // The shared experts (ModelConfig::n_shared_experts > 0), one SwiGLU of
+  // s = ModelConfig::shared_ffn_dim() hidden units: ffn_{gate,up,down}_shexp.
+  TensorView shared_gate;  // [s, dim]
+  TensorView shared_up;    // [s, dim]
+  TensorView shared_down;  // [dim, s]
   // Present only when the config says so (ModelConfig::attention_qkv_bias,
   // attention_output_bias, qk_norm); empty views otherwise. All F32.
   TensorView bq;      // [1, n_heads*head_dim]    added to Q

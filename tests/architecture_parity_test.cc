@@ -1,7 +1,9 @@
 // Each architecture on a synthetic GGUF file (bench::WriteSyntheticModel, what
 // `kvserve-bench mkmodel` writes): kvserve's greedy tokens equal llama.cpp's for 64 steps on
 // several prompts (llama, Llama 3.x RoPE settings with biases, qwen2, qwen3, qwen3moe,
-// deepseek2 with latent attention, tied and untied), and equal the textbook
+// deepseek2 with latent attention, dense and with experts (DeepSeek-V2's routing and
+// DeepSeek-V3's: sigmoid gating, selection bias, expert groups), tied and untied), and
+// equal the textbook
 // double-precision forward pass (backends/testing/textbook_forward.h). The reference and
 // cpu_blas backends both run every case.
 //
@@ -56,7 +58,30 @@ struct ArchCase {
   bool tied = false;
   bool llama3 = false;  // rope_freq_base 500000, Llama 3.x factors, linear scale, biases
   bool needs_current_llama_cpp = false;  // not in c392e50
+  // Changes the config after ApplyArchitecture (nullptr: none).
+  void (*adjust)(model::ModelConfig&) = nullptr;
+  // The weights' seed (mkmodel --seed): another where seed 3 gives a near-tie.
+  uint64_t seed = 3;
 };
+
+// deepseek2 with every layer dense (Youtu-LLM's form): the tiny preset's FFN size.
+void Deepseek2Dense(model::ModelConfig& c) {
+  c.ffn_dim = c.dense_ffn_dim;
+  c.n_experts = c.n_experts_used = c.n_dense_layers = c.dense_ffn_dim = c.n_shared_experts = 0;
+  c.expert_weights_norm = true;
+}
+
+// deepseek2 with DeepSeek-V3's routing: sigmoid gating, the selection bias, 4 groups of 2
+// experts of which 2 are kept, normalized weights scaled by 2.5, one shared expert.
+void Deepseek3Routing(model::ModelConfig& c) {
+  c.expert_gating = model::ExpertGating::kSigmoid;
+  c.expert_probs_bias = true;
+  c.n_expert_groups = 4;
+  c.n_expert_groups_used = 2;
+  c.expert_weights_norm = true;
+  c.expert_weights_scale = 2.5f;
+  c.n_shared_experts = 1;
+}
 
 std::string TempPath(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
@@ -69,6 +94,7 @@ absl::StatusOr<std::string> WriteModel(const ArchCase& c) {
   if (!config.ok()) return config.status();
   if (absl::Status s = bench::ApplyArchitecture(c.arch, *config); !s.ok()) return s;
   config->tied_embeddings = c.tied;
+  if (c.adjust != nullptr) c.adjust(*config);
   if (c.llama3) {
     config->rope_base = 500000.0f;
     // A short original context so that the tiny model's 16-dim heads get all three
@@ -81,7 +107,7 @@ absl::StatusOr<std::string> WriteModel(const ArchCase& c) {
   }
   bench::SyntheticModelOptions options;
   options.config = *config;
-  options.seed = 3;
+  options.seed = c.seed;
   options.weight_std = 0.1f;
   const std::string path = TempPath(c.name + ".gguf");
   if (absl::Status s = bench::WriteSyntheticModel(options, path); !s.ok()) return s;
@@ -335,7 +361,11 @@ INSTANTIATE_TEST_SUITE_P(
                       ArchCase{"qwen3moe", "qwen3moe", false, false,
                                /*needs_current_llama_cpp=*/true},
                       ArchCase{"deepseek2", "deepseek2", false, false,
-                               /*needs_current_llama_cpp=*/true}),
+                               /*needs_current_llama_cpp=*/true, nullptr, /*seed=*/4},
+                      ArchCase{"deepseek2_dense", "deepseek2", false, false,
+                               /*needs_current_llama_cpp=*/true, Deepseek2Dense},
+                      ArchCase{"deepseek2_v3_routing", "deepseek2", false, false,
+                               /*needs_current_llama_cpp=*/true, Deepseek3Routing}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

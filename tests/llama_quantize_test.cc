@@ -61,6 +61,19 @@ bench::SyntheticModelOptions SmallModel() {
   return o;
 }
 
+// cpu_blas options whose products run on float activations (weights decoded to f32 for
+// sgemm, as the reference multiplies them), for comparing mixtures of experts: where two
+// experts' router logits nearly tie, 8-bit activations may select the other expert.
+backends::CpuBlasOptions FloatProducts() {
+  backends::CpuBlasOptions o;
+  o.gemm.batch_invariant = false;
+  o.gemm.sgemm_min_rows = o.gemm.quant_sgemm_min_rows = 1;
+  o.gemm.quant_interleave_min_rows = 1 << 20;
+  o.gemm.f32_panels = o.gemm.bf16_panels = false;
+  o.gemm.quant_panels = false;
+  return o;
+}
+
 // Logits of a 12-token prompt then 4 decode steps, one row per step.
 std::vector<float> RunSteps(backends::Backend& backend, const model::Model& m) {
   const model::KvLayout layout = backend.kv_layout();
@@ -238,19 +251,58 @@ TEST(LlamaQuantizeTest, MixtureOfExpertsFilesLoadAndRunOnCpuBlas) {
     // the default kernels, at the same weights, are compared with the reference in
     // cpu_blas_backend_test (MixtureOfExpertsEveryTypeAndLevelMatchesReference) and must
     // here give finite logits.
-    backends::CpuBlasOptions float_products;
-    float_products.gemm.batch_invariant = false;
-    float_products.gemm.sgemm_min_rows = float_products.gemm.quant_sgemm_min_rows = 1;
-    float_products.gemm.quant_interleave_min_rows = 1 << 20;
-    float_products.gemm.f32_panels = float_products.gemm.bf16_panels = false;
-    float_products.gemm.quant_panels = false;
-    EXPECT_LE(CpuBlasVsReference(**m, float_products), 1e-3f);
+    EXPECT_LE(CpuBlasVsReference(**m, FloatProducts()), 1e-3f);
     const float diff = CpuBlasVsReference(**m);
     EXPECT_TRUE(std::isfinite(diff));
     std::printf(
         "[  NOTE    ] cpu_blas (8-bit activations) vs reference on llama-quantize's "
         "qwen3moe %s: %.2e\n",
         c.type.c_str(), diff);
+  }
+}
+
+// llama-quantize's Q8_0, Q4_0 and Q4_K_M files of a deepseek2 mixture of experts (from
+// an f32 file with latent attention, layer 0 dense, then 16 experts of 256, 2 per token,
+// 2 shared; rows of whole 256-element super-blocks) load, and cpu_blas agrees with the
+// reference on them as in MixtureOfExpertsFilesLoadAndRunOnCpuBlas.
+TEST(LlamaQuantizeTest, Deepseek2MixtureOfExpertsFilesLoadAndRun) {
+  const char* tool = QuantizeTool();
+  if (tool == nullptr) GTEST_SKIP() << kNoTool;
+  TempDir dir;
+  bench::SyntheticModelOptions f32 = SmallModel();
+  model::ModelConfig& c = f32.config;
+  c.architecture = "deepseek2";
+  c.n_layers = 3;
+  c.n_kv_heads = 1;
+  c.kv_lora_rank = 256;
+  c.q_lora_rank = 0;
+  c.head_dim = 256 + 32;  // qk_nope 256 (attn_k_b's rows), rope 32
+  c.rope_dim = 32;
+  c.v_head_dim = 64;  // attn_output's rows: 4 heads x 64
+  c.n_dense_layers = 1;
+  c.dense_ffn_dim = 512;
+  c.ffn_dim = 256;
+  c.n_experts = 16;
+  c.n_experts_used = 2;
+  c.n_shared_experts = 2;
+  c.expert_weights_norm = false;
+  ASSERT_TRUE(bench::WriteSyntheticModel(f32, dir.File("f32.gguf")).ok());
+  for (const char* type : {"Q8_0", "Q4_0", "Q4_K_M"}) {
+    SCOPED_TRACE(type);
+    const std::string file = dir.File(std::string(type) + ".gguf");
+    ASSERT_EQ(Quantize(tool, dir.File("f32.gguf"), file, type), 0);
+    absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Load(file);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const model::ModelConfig& config = (*m)->config();
+    ASSERT_EQ(config.n_experts, 16);
+    ASSERT_EQ(config.n_shared_experts, 2);
+    ASSERT_EQ(config.n_dense_layers, 1);
+    const model::LayerWeights& L = (*m)->weights().layers[2];
+    EXPECT_NE(L.expert_gate[0].type, DType::kF32);
+    EXPECT_NE(L.shared_gate.type, DType::kF32);
+    // Float products, as in MixtureOfExpertsFilesLoadAndRunOnCpuBlas (routing near-ties).
+    EXPECT_LE(CpuBlasVsReference(**m, FloatProducts()), 1e-3f);
+    EXPECT_TRUE(std::isfinite(CpuBlasVsReference(**m)));
   }
 }
 

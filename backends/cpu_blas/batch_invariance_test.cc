@@ -303,9 +303,8 @@ INSTANTIATE_TEST_SUITE_P(WeightTypes, BatchInvarianceTest, ::testing::ValuesIn(k
                            return std::string(model::DTypeName(info.param));
                          });
 
-// The same with a mixture of experts (8 experts of 256 hidden units, 2 per token), where
-// a row's experts are run on the rows of the whole step that chose them.
-TEST_P(BatchInvarianceTest, CpuBlasMixtureOfExperts) {
+// A mixture of experts (8 experts of 256 hidden units, 2 per token) in `dtype`.
+testing::RandomModelOptions MoeOptions(DType dtype) {
   testing::RandomModelOptions options;
   options.config = Config();
   options.config.architecture = "qwen3moe";
@@ -314,8 +313,24 @@ TEST_P(BatchInvarianceTest, CpuBlasMixtureOfExperts) {
   options.config.n_experts = 8;
   options.config.n_experts_used = 2;
   options.config.ffn_dim = 256;
-  options.dtype = GetParam();
+  options.dtype = dtype;
   options.seed = 5;
+  return options;
+}
+
+// The same with a mixture of experts, where a row's experts are run on the rows of the
+// whole step that chose them.
+TEST_P(BatchInvarianceTest, CpuBlasMixtureOfExperts) {
+  auto m = testing::MakeRandomModel(MoeOptions(GetParam()));
+  ASSERT_TRUE(m.ok()) << m.status();
+  CheckEveryLevel(**m);
+}
+
+// And with deepseek2's: a dense first layer, shared experts run on every row of the
+// step, sigmoid gating with the selection bias, expert groups, scaled weights.
+TEST_P(BatchInvarianceTest, CpuBlasDeepseekMixtureOfExperts) {
+  testing::RandomModelOptions options = MoeOptions(GetParam());
+  options.config = testing::WithDeepseekV3Routing(options.config, /*dense_ffn=*/256);
   auto m = testing::MakeRandomModel(options);
   ASSERT_TRUE(m.ok()) << m.status();
   CheckEveryLevel(**m);

@@ -80,15 +80,17 @@ struct Activations {
   std::vector<float> v;         // [n, kv_dim] values
   std::vector<float> att_out;   // [n, attn_out_dim] attention output, heads concatenated
   std::vector<float> q_a;       // [n, q_lora_rank] latent attention's compressed query
-  std::vector<float> hb;        // [n, ffn_dim] gate, then silu(gate) * up
-  std::vector<float> hb2;       // [n, ffn_dim] up
+  std::vector<float> hb;        // [n, f] gate, then silu(gate) * up (f: the FFN's width)
+  std::vector<float> hb2;       // [n, f] up
   std::vector<float> xf;        // [n_logits, dim] final hidden states of logit rows
   std::vector<float> out;       // [n_logits, vocab] logits before scattering
   std::vector<float> rope_cos;  // [n, rope_dim / 2] RoPE's cos at row r's position
   std::vector<float> rope_sin;  // [n, rope_dim / 2] and sin
   // Mixture of experts only (empty otherwise); k = n_experts_used. An entry is one (row,
   // selected expert) pair; entries are grouped by expert (MoeGroups).
-  std::vector<float> router;          // [n, n_experts] router logits, then softmax
+  std::vector<float> router;          // [n, n_experts] router logits, then probabilities
+  std::vector<float> selection;       // [n_experts] kernels::RouteTopK's selection scores
+  std::vector<float> shared_out;      // [n, dim] the shared experts' output
   std::vector<int32_t> expert_ids;    // [n, k] row r's experts, in selection order
   std::vector<float> expert_weights;  // [n, k] and their weights
   std::vector<float> expert_in;       // [n * k, dim] entry e's input row (xb of its row)
@@ -112,8 +114,8 @@ struct Activations {
     Grow(v, un * kv_dim);
     Grow(att_out, un * static_cast<size_t>(c.attn_out_dim()));
     Grow(q_a, un * static_cast<size_t>(c.q_lora_rank));
-    Grow(hb, un * ffn);
-    Grow(hb2, un * ffn);
+    Grow(hb, un * static_cast<size_t>(c.max_ffn_dim()));
+    Grow(hb2, un * static_cast<size_t>(c.max_ffn_dim()));
     Grow(xf, ul * dim);
     Grow(out, ul * static_cast<size_t>(c.vocab_size));
     Grow(rope_cos, un * static_cast<size_t>(c.rope_dim / 2));
@@ -121,6 +123,8 @@ struct Activations {
     if (!c.moe()) return;
     const size_t entries = un * static_cast<size_t>(c.n_experts_used);
     Grow(router, un * static_cast<size_t>(c.n_experts));
+    Grow(selection, static_cast<size_t>(c.n_experts));
+    if (c.n_shared_experts > 0) Grow(shared_out, un * dim);
     Grow(expert_weights, entries);
     if (expert_ids.size() < entries) expert_ids.resize(entries);
     Grow(expert_in, entries * dim);
@@ -189,10 +193,15 @@ struct CpuBlasBackend::State {
   void AttendLatent(const Batch& batch, const model::LayerWeights& L, int layer);
   // x += att_out · Wo^T (+ bo), then xb = RMSNorm(x) with the layer's FFN norm.
   void OutputProjectionAndFfnNorm(const model::LayerWeights& L);
+  // out[r] = down · (silu(gate · xb[r]) * (up · xb[r])) for every row, `width` hidden
+  // units ([n, dim] at out).
+  void SwiGluRows(const model::TensorView& gate, const model::TensorView& up,
+                  const model::TensorView& down, int width, float* out);
   // x += W_down · (silu(W_gate · xb) * (W_up · xb)).
   void FeedForward(const model::LayerWeights& L);
   // The same with the experts each row's router selects (ModelConfig::n_experts), the
-  // rows grouped by expert so that each selected expert's matrices are read once.
+  // rows grouped by expert so that each selected expert's matrices are read once, plus
+  // the shared experts (a SwiGLU on every row) when the model has them.
   void MixtureOfExperts(const model::LayerWeights& L);
   // For each logit row: final RMSNorm of x[row], LM head, into logits[seq * vocab, ...).
   void LmHead(std::span<float> logits);
@@ -386,15 +395,20 @@ void CpuBlasBackend::State::OutputProjectionAndFfnNorm(const model::LayerWeights
   });
 }
 
+void CpuBlasBackend::State::SwiGluRows(const model::TensorView& gate, const model::TensorView& up,
+                                       const model::TensorView& down, int width, float* out) {
+  const size_t ffn = static_cast<size_t>(width);
+  gemm.Run({{&gate, act.hb.data()}, {&up, act.hb2.data()}}, act.xb.data(), rows());
+  ForRows(rows(), width, [&](int b, int e) {
+    kernels->swiglu(act.hb.data() + b * ffn, act.hb2.data() + b * ffn,
+                    static_cast<int64_t>(e - b) * width);
+  });
+  gemm.Run(down, act.hb.data(), rows(), out);
+}
+
 void CpuBlasBackend::State::FeedForward(const model::LayerWeights& L) {
   const size_t dim = static_cast<size_t>(config.dim);
-  const size_t ffn = static_cast<size_t>(config.ffn_dim);
-  gemm.Run({{&L.w_gate, act.hb.data()}, {&L.w_up, act.hb2.data()}}, act.xb.data(), rows());
-  ForRows(rows(), config.ffn_dim, [&](int b, int e) {
-    kernels->swiglu(act.hb.data() + b * ffn, act.hb2.data() + b * ffn,
-                    static_cast<int64_t>(e - b) * config.ffn_dim);
-  });
-  gemm.Run(L.w_down, act.hb.data(), rows(), act.xb2.data());
+  SwiGluRows(L.w_gate, L.w_up, L.w_down, config.DenseFfnDim(), act.xb2.data());
   ForRows(rows(), config.dim, [&](int b, int e) {
     for (int r = b; r < e; ++r) kernels::AddInPlace(Row(act.x, dim, r), Row(act.xb2, dim, r));
   });
@@ -408,11 +422,22 @@ void CpuBlasBackend::State::MixtureOfExperts(const model::LayerWeights& L) {
   // Router logits of every row, then each row's experts and weights.
   gemm.Run(L.router, act.xb.data(), n, act.router.data());
   const size_t n_experts = static_cast<size_t>(config.n_experts);
+  const kernels::ExpertRouting routing = kernels::ExpertRouting::ForModel(config);
+  const std::span<const float> bias = L.expert_probs_bias.data != nullptr
+                                          ? kernels::F32Values(L.expert_probs_bias)
+                                          : std::span<const float>();
   for (int r = 0; r < n; ++r) {
     const size_t at = static_cast<size_t>(r) * k;
-    kernels::RouteTopK(Row(act.router, n_experts, r),
+    kernels::RouteTopK(routing, bias, Row(act.router, n_experts, r),
+                       std::span<float>(act.selection.data(), n_experts),
                        std::span<int32_t>(act.expert_ids.data() + at, static_cast<size_t>(k)),
                        std::span<float>(act.expert_weights.data() + at, static_cast<size_t>(k)));
+  }
+  // The shared experts on every row, before the routed products reuse the buffers.
+  const bool shared = config.n_shared_experts > 0;
+  if (shared) {
+    SwiGluRows(L.shared_gate, L.shared_up, L.shared_down, config.shared_ffn_dim(),
+               act.shared_out.data());
   }
   moe.Build(std::span<const int32_t>(act.expert_ids.data(), static_cast<size_t>(n) * k),
             config.n_experts);
@@ -448,7 +473,8 @@ void CpuBlasBackend::State::MixtureOfExperts(const model::LayerWeights& L) {
   }
   gemm.RunGroups(expert_products, act.expert_hb.data(), entries);
   // x[r] += the weighted sum of its experts' outputs, in selection order as the reference
-  // backend adds them (so a row's sum does not depend on its batch).
+  // backend adds them (so a row's sum does not depend on its batch), plus the shared
+  // experts' output.
   ForRows(n, config.dim * k, [&](int b, int e) {
     for (int r = b; r < e; ++r) {
       const std::span<float> sum = Row(act.xb2, dim, r);
@@ -457,6 +483,7 @@ void CpuBlasBackend::State::MixtureOfExperts(const model::LayerWeights& L) {
         const size_t at = static_cast<size_t>(r) * k + j;
         kernels::AddScaled(sum, act.expert_weights[at], Row(act.expert_out, dim, moe.entry_of[at]));
       }
+      if (shared) kernels::AddInPlace(sum, Row(act.shared_out, dim, r));
       kernels::AddInPlace(Row(act.x, dim, r), sum);
     }
   });
@@ -516,7 +543,7 @@ absl::Status CpuBlasBackend::Forward(const Batch& batch, std::span<float> logits
       st.attention.Run(batch, st.plan, l, st.act.q.data(), st.act.att_out.data());
     }
     st.OutputProjectionAndFfnNorm(L);
-    if (c.moe()) {
+    if (c.LayerHasExperts(l)) {
       st.MixtureOfExperts(L);
     } else {
       st.FeedForward(L);

@@ -372,31 +372,45 @@ model::ModelConfig WithExperts(model::ModelConfig c, int ffn) {
   return c;
 }
 
+// `c` with deepseek2's mixture of experts (DeepSeek-V3's routing): layer 0 dense of
+// `ffn` hidden units, then 8 experts of `ffn`, 3 per token, in 4 groups of which 2 are
+// kept, 2 shared experts, sigmoid gating with the selection bias, normalized weights
+// scaled by 2.5.
+model::ModelConfig WithDeepseekExperts(model::ModelConfig c, int ffn) {
+  return testing::WithDeepseekV3Routing(WithExperts(c, ffn), ffn);
+}
+
 // Mixture-of-experts layers in every weight type, at each kernel level (forced), with and
 // without the panel layouts, agree with the reference: the experts' products are the
-// dense FFN's kernels on each expert's rows (ffn 96 and 256: whole panels; 100: a tail).
+// dense FFN's kernels on each expert's rows (ffn 96 and 256: whole panels; 100: a tail);
+// with qwen3moe's routing and with deepseek2's (leading dense layer, shared experts,
+// sigmoid gating, selection bias, groups).
 TEST(CpuBlasBackendTest, MixtureOfExpertsEveryTypeAndLevelMatchesReference) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                       DType::kQ4_K, DType::kQ6_K}) {
-    const bool k_quant = dtype == DType::kQ4_K || dtype == DType::kQ6_K;
-    const model::ModelConfig config = k_quant                     ? WithExperts(QuantConfig(), 256)
-                                      : model::IsQuantized(dtype) ? WithExperts(WideConfig(), 96)
-                                                                  : WithExperts(WideConfig(), 100);
-    auto m = MakeModel(dtype, false, config);
-    ASSERT_NE(m, nullptr);
-    const KvLayout layout = KvLayout::ForModel(m->config(), 8, DType::kF16);
-    for (Isa isa : cpu_blas::kAllIsas) {
-      if (!cpu_blas::IsaSupported(isa)) continue;  // EveryKernelLevelAndPath... notes it
-      for (bool panels : {true, false}) {
-        SCOPED_TRACE(::testing::Message() << model::DTypeName(dtype) << " "
-                                          << cpu_blas::IsaName(isa) << (panels ? " panels" : ""));
-        CpuBlasOptions options;
-        options.isa = isa;
-        options.threads = 2;
-        options.gemm.f32_panels = options.gemm.bf16_panels = options.gemm.quant_panels = panels;
-        Driver fast(MakeCpuBlas(*m, layout, options), *m);
-        Driver ref(MakeReference(*m, layout), *m);
-        EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size), ToleranceFor(dtype, isa));
+    for (auto with : {WithExperts, WithDeepseekExperts}) {
+      SCOPED_TRACE(with == WithExperts ? "qwen3moe routing" : "deepseek2 routing");
+      const bool k_quant = dtype == DType::kQ4_K || dtype == DType::kQ6_K;
+      const model::ModelConfig config = k_quant                     ? with(QuantConfig(), 256)
+                                        : model::IsQuantized(dtype) ? with(WideConfig(), 96)
+                                                                    : with(WideConfig(), 100);
+      auto m = MakeModel(dtype, false, config);
+      ASSERT_NE(m, nullptr);
+      const KvLayout layout = KvLayout::ForModel(m->config(), 8, DType::kF16);
+      for (Isa isa : cpu_blas::kAllIsas) {
+        if (!cpu_blas::IsaSupported(isa)) continue;  // EveryKernelLevelAndPath... notes it
+        for (bool panels : {true, false}) {
+          SCOPED_TRACE(::testing::Message() << model::DTypeName(dtype) << " "
+                                            << cpu_blas::IsaName(isa) << (panels ? " panels" : ""));
+          CpuBlasOptions options;
+          options.isa = isa;
+          options.threads = 2;
+          options.gemm.f32_panels = options.gemm.bf16_panels = options.gemm.quant_panels = panels;
+          Driver fast(MakeCpuBlas(*m, layout, options), *m);
+          Driver ref(MakeReference(*m, layout), *m);
+          EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size),
+                    ToleranceFor(dtype, isa));
+        }
       }
     }
   }

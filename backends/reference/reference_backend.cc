@@ -39,10 +39,11 @@ struct RunState {
         v(c.kv_dim()),
         att_out(c.attn_out_dim()),
         q_a(c.q_lora_rank),
-        hb(c.ffn_dim),
-        hb2(c.ffn_dim),
+        hb(c.max_ffn_dim()),
+        hb2(c.max_ffn_dim()),
         moe_out(c.dim),
         router(c.n_experts),
+        selection(c.n_experts),
         expert_ids(c.n_experts_used),
         expert_weights(c.n_experts_used) {}
   std::vector<float> x;        // [dim] residual stream of the current token
@@ -55,11 +56,12 @@ struct RunState {
   // Multi-head latent attention only (empty otherwise):
   std::vector<float> q_a;         // [q_lora_rank] the compressed query
   kernels::LatentScratch latent;  // AttendLatentDecompressed's buffers
-  std::vector<float> hb;          // [ffn_dim] gate, then silu(gate) * up
-  std::vector<float> hb2;         // [ffn_dim] up
+  std::vector<float> hb;          // [max_ffn_dim] gate, then silu(gate) * up
+  std::vector<float> hb2;         // [max_ffn_dim] up
   // Mixture of experts only (empty otherwise):
-  std::vector<float> moe_out;         // [dim] one expert's output
-  std::vector<float> router;          // [n_experts] router logits, then their softmax
+  std::vector<float> moe_out;         // [dim] one expert's (or the shared experts') output
+  std::vector<float> router;          // [n_experts] router logits, then their probabilities
+  std::vector<float> selection;       // [n_experts] kernels::RouteTopK's selection scores
   std::vector<int32_t> expert_ids;    // [n_experts_used] the experts of this token
   std::vector<float> expert_weights;  // [n_experts_used] and their weights
   std::vector<float> att;             // [n_heads, n_pos] attention weights (grows with n_pos)
@@ -100,21 +102,39 @@ const model::KvLayout& ReferenceBackend::kv_layout() const { return state_->layo
 
 namespace {
 
+// A SwiGLU FFN of `width` hidden units on s.xb: out = down(silu(gate · xb) * (up · xb)).
+void SwiGluFfn(const model::TensorView& gate, const model::TensorView& up,
+               const model::TensorView& down, int width, RunState& s, std::span<float> out) {
+  const std::span<float> hb = std::span<float>(s.hb).first(static_cast<size_t>(width));
+  const std::span<float> hb2 = std::span<float>(s.hb2).first(static_cast<size_t>(width));
+  kernels::MatVec(gate, s.xb, hb);
+  kernels::MatVec(up, s.xb, hb2);
+  kernels::SwiGlu(hb, hb2);
+  kernels::MatVec(down, hb, out);
+}
+
 // The FFN of a mixture-of-experts layer on s.xb (the normalized input), added to s.x:
-// x += sum_j weight_j * down_e(silu(gate_e · xb) * (up_e · xb)), e = expert_ids[j].
-void MixtureOfExperts(const model::LayerWeights& L, RunState& s) {
+// x += sum_j weight_j * down_e(silu(gate_e · xb) * (up_e · xb)), e = expert_ids[j],
+// plus the shared experts' SwiGLU when the model has them.
+void MixtureOfExperts(const model::ModelConfig& c, const kernels::ExpertRouting& routing,
+                      const model::LayerWeights& L, RunState& s) {
   // Router logits, then the experts and weights of this token (kernels::RouteTopK).
   kernels::MatVec(L.router, s.xb, s.router);
-  kernels::RouteTopK(s.router, s.expert_ids, s.expert_weights);
+  const std::span<const float> bias = L.expert_probs_bias.data != nullptr
+                                          ? kernels::F32Values(L.expert_probs_bias)
+                                          : std::span<const float>();
+  kernels::RouteTopK(routing, bias, s.router, s.selection, s.expert_ids, s.expert_weights);
   std::fill(s.xb2.begin(), s.xb2.end(), 0.0f);
   for (size_t j = 0; j < s.expert_ids.size(); ++j) {
     const size_t e = static_cast<size_t>(s.expert_ids[j]);
     // The expert's SwiGLU, as the dense FFN's.
-    kernels::MatVec(L.expert_gate[e], s.xb, s.hb);
-    kernels::MatVec(L.expert_up[e], s.xb, s.hb2);
-    kernels::SwiGlu(s.hb, s.hb2);
-    kernels::MatVec(L.expert_down[e], s.hb, s.moe_out);
+    SwiGluFfn(L.expert_gate[e], L.expert_up[e], L.expert_down[e], c.ffn_dim, s, s.moe_out);
     kernels::AddScaled(s.xb2, s.expert_weights[j], s.moe_out);
+  }
+  if (c.n_shared_experts > 0) {
+    // The shared experts run on every token; their output joins the routed sum.
+    SwiGluFfn(L.shared_gate, L.shared_up, L.shared_down, c.shared_ffn_dim(), s, s.moe_out);
+    kernels::AddInPlace(s.xb2, s.moe_out);
   }
   kernels::AddInPlace(s.x, s.xb2);
 }
@@ -173,18 +193,13 @@ void ForwardToken(const model::ModelConfig& c, const model::ModelWeights& w,
     // FFN RMSNorm.
     kernels::RmsNorm(s.x, kernels::F32Values(L.ffn_norm), c.rms_eps, s.xb);
 
-    if (c.moe()) {
-      MixtureOfExperts(L, s);
+    if (c.LayerHasExperts(l)) {
+      MixtureOfExperts(c, kernels::ExpertRouting::ForModel(c), L, s);
       continue;
     }
 
-    // SwiGLU: hb = silu(gate · xb) * (up · xb).
-    kernels::MatVec(L.w_gate, s.xb, s.hb);
-    kernels::MatVec(L.w_up, s.xb, s.hb2);
-    kernels::SwiGlu(s.hb, s.hb2);
-
-    // Down projection and residual.
-    kernels::MatVec(L.w_down, s.hb, s.xb2);
+    // SwiGLU: xb2 = down(silu(gate · xb) * (up · xb)), then the residual.
+    SwiGluFfn(L.w_gate, L.w_up, L.w_down, c.DenseFfnDim(), s, s.xb2);
     kernels::AddInPlace(s.x, s.xb2);
   }
 }

@@ -146,10 +146,52 @@ std::vector<NamedConfig> ArchitectureConfigs() {
   model::ModelConfig deepseek2_q = deepseek2;  // a plain attn_q, and a window
   deepseek2_q.q_lora_rank = 0;
   deepseek2_q.sliding_window = 5;
-  return {{"llama", base},          {"llama3", llama3},
-          {"qwen2", qwen2},         {"qwen3", qwen3},
-          {"local", local},         {"qwen3moe", qwen3moe},
-          {"deepseek2", deepseek2}, {"deepseek2_q", deepseek2_q}};
+  // DeepSeek-V2's experts: a dense first layer, then 6 experts of 16, 2 per token, and
+  // 2 shared experts; softmax gating, unnormalized weights scaled by 1.5.
+  model::ModelConfig deepseek2_moe = deepseek2;
+  deepseek2_moe.n_layers = 3;
+  deepseek2_moe.n_experts = 6;
+  deepseek2_moe.n_experts_used = 2;
+  deepseek2_moe.ffn_dim = 16;
+  deepseek2_moe.n_dense_layers = 1;
+  deepseek2_moe.dense_ffn_dim = 64;
+  deepseek2_moe.n_shared_experts = 2;
+  deepseek2_moe.expert_weights_norm = false;
+  deepseek2_moe.expert_weights_scale = 1.5f;
+  // DeepSeek-V3's routing: sigmoid gating, the selection bias, 3 groups of 2 experts of
+  // which 2 are kept, 3 experts per token, normalized weights scaled by 2.5, one shared
+  // expert.
+  model::ModelConfig deepseek3_moe = deepseek2_moe;
+  deepseek3_moe.n_shared_experts = 1;
+  deepseek3_moe.expert_gating = model::ExpertGating::kSigmoid;
+  deepseek3_moe.expert_probs_bias = true;
+  deepseek3_moe.n_expert_groups = 3;
+  deepseek3_moe.n_expert_groups_used = 2;
+  deepseek3_moe.n_experts_used = 3;
+  deepseek3_moe.expert_weights_norm = true;
+  deepseek3_moe.expert_weights_scale = 2.5f;
+  return {{"llama", base},
+          {"llama3", llama3},
+          {"qwen2", qwen2},
+          {"qwen3", qwen3},
+          {"local", local},
+          {"qwen3moe", qwen3moe},
+          {"deepseek2", deepseek2},
+          {"deepseek2_q", deepseek2_q},
+          {"deepseek2_moe", deepseek2_moe},
+          {"deepseek3_moe", deepseek3_moe}};
+}
+
+model::ModelConfig WithDeepseekV3Routing(model::ModelConfig c, int dense_ffn) {
+  c.n_dense_layers = 1;
+  c.dense_ffn_dim = dense_ffn;
+  c.n_shared_experts = 2;
+  c.expert_gating = model::ExpertGating::kSigmoid;
+  c.expert_probs_bias = true;
+  c.n_expert_groups = 4;
+  c.n_expert_groups_used = 2;
+  c.expert_weights_scale = 2.5f;
+  return c;
 }
 
 std::vector<uint8_t> EncodeRow(std::span<const float> values, DType dtype) {
@@ -203,7 +245,7 @@ absl::StatusOr<std::unique_ptr<model::Model>> MakeRandomModel(const RandomModelO
     }
     L.wo = AddMatrix(*storage, rng, dt, config.dim, config.attn_out_dim(), scale);
     L.ffn_norm = AddNorm(*storage, rng, config.dim);
-    if (config.moe()) {
+    if (config.LayerHasExperts(l)) {
       // The router in f32, as llama.cpp's quantizers keep ffn_gate_inp; logits of a few
       // units so that the top experts stand apart.
       L.router = AddMatrix(*storage, rng, DType::kF32, config.n_experts, config.dim, 4 * scale);
@@ -212,10 +254,22 @@ absl::StatusOr<std::unique_ptr<model::Model>> MakeRandomModel(const RandomModelO
         L.expert_up.push_back(AddMatrix(*storage, rng, dt, config.ffn_dim, config.dim, scale));
         L.expert_down.push_back(AddMatrix(*storage, rng, dt, config.dim, config.ffn_dim, scale));
       }
+      // deepseek2's features after qwen3moe's, which keep their weights.
+      const int shared = config.shared_ffn_dim();
+      if (shared > 0) {
+        L.shared_gate = AddMatrix(*storage, rng, dt, shared, config.dim, scale);
+        L.shared_up = AddMatrix(*storage, rng, dt, shared, config.dim, scale);
+        L.shared_down = AddMatrix(*storage, rng, dt, config.dim, shared, scale);
+      }
+      if (config.expert_probs_bias) {
+        L.expert_probs_bias =
+            AddTensor(*storage, rng, DType::kF32, 1, config.n_experts, -0.2f, 0.2f);
+      }
     } else {
-      L.w_gate = AddMatrix(*storage, rng, dt, config.ffn_dim, config.dim, scale);
-      L.w_up = AddMatrix(*storage, rng, dt, config.ffn_dim, config.dim, scale);
-      L.w_down = AddMatrix(*storage, rng, dt, config.dim, config.ffn_dim, scale);
+      const int ffn = config.DenseFfnDim();
+      L.w_gate = AddMatrix(*storage, rng, dt, ffn, config.dim, scale);
+      L.w_up = AddMatrix(*storage, rng, dt, ffn, config.dim, scale);
+      L.w_down = AddMatrix(*storage, rng, dt, config.dim, ffn, scale);
     }
     // Architecture features, drawn after the common tensors so that a plain llama config
     // gives the same weights as before they existed.

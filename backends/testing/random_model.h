@@ -22,7 +22,9 @@ struct RandomModelOptions {
   // Architecture features come from the config too: attention_qkv_bias and
   // attention_output_bias add biases in [-0.5, 0.5], qk_norm adds Q/K norm gains in
   // [0.5, 1.5]; rope_freq_factors and sliding_window are used as given; n_experts > 0
-  // gives a router (f32, 4x the projections' range) and experts instead of the dense FFN.
+  // gives a router (f32, 4x the projections' range) and experts instead of the dense FFN
+  // (after n_dense_layers), shared experts when n_shared_experts > 0 and a selection bias
+  // in [-0.2, 0.2] when expert_probs_bias.
   model::ModelConfig config = DefaultConfig();
   // Element type of the matrices (norm gains are always f32): any model::DType (a
   // quantized type needs dim, q_dim and ffn_dim multiples of its block: 32 for q8_0 and
@@ -49,11 +51,20 @@ struct RandomModelOptions {
 //   qwen3   rotate-halves RoPE, Q/K norms, head_dim 16 (not dim / n_heads), partial RoPE
 //   local   llama with sliding_window 5
 //   qwen3moe  qwen3 with 8 experts of ffn_dim 32, 3 used per token (router in f32)
+//   deepseek2, deepseek2_q  latent attention (with and without a compressed query)
+//   deepseek2_moe  deepseek2 with a dense first layer, then experts and shared experts
+//   deepseek3_moe  the same with sigmoid gating, the selection bias and expert groups
 struct NamedConfig {
   std::string name;
   model::ModelConfig config;
 };
 std::vector<NamedConfig> ArchitectureConfigs();
+
+// `c`, a config with experts, given deepseek2's features with DeepSeek-V3's routing:
+// layer 0 dense of `dense_ffn` hidden units, 2 shared experts, sigmoid gating with the
+// selection bias, 4 expert groups of which 2 are kept, weights scaled by 2.5.
+// Precondition: n_experts a multiple of 4 and at least 8; n_layers >= 2.
+model::ModelConfig WithDeepseekV3Routing(model::ModelConfig c, int dense_ffn);
 
 // Deterministic for given options (same seed, same bytes, same fingerprint). The
 // vocabulary has <unk>=0, <s>=1, </s>=2, then byte tokens <0x00>..<0xFF> while they fit,

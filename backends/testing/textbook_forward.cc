@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "backends/kernels/matvec.h"
@@ -66,30 +68,67 @@ Matrix SwiGlu(const Matrix& x, int n, const Dense& w_gate, const Dense& w_up, co
   return Project(gate, n, w_down);
 }
 
-// x[t] += sum over the n_experts_used largest softmax(router · fn[t]) of p / (sum of those
-// p) * expert(fn[t]), for each of the n rows (model::ModelConfig::n_experts).
+// x[t] += the mixture of experts of fn[t] for each of the n rows, written out from
+// model::ModelConfig::n_experts's rule: p = softmax or sigmoid of router · fn[t];
+// selection scores p + bias, the groups outside the best n_expert_groups_used (by the
+// sum of their two best scores) excluded; the n_experts_used best scores' experts, each
+// weighted by its p (over their sum when normalized, times the scale); plus the shared
+// experts' SwiGLU.
 void MixtureOfExperts(const model::ModelConfig& c, const model::LayerWeights& L, const Matrix& fn,
                       int n, Matrix& x) {
   const Matrix logits = Project(fn, n, ToDense(L.router));  // [n, n_experts]
+  const Dense bias = ToDense(L.expert_probs_bias);
+  const int per_group = c.n_expert_groups > 1 ? c.n_experts / c.n_expert_groups : c.n_experts;
   for (int t = 0; t < n; ++t) {
     const Matrix row(fn.begin() + static_cast<size_t>(t) * c.dim,
                      fn.begin() + static_cast<size_t>(t + 1) * c.dim);
     const double* l = &logits[static_cast<size_t>(t) * c.n_experts];
-    const double max_l = *std::max_element(l, l + c.n_experts);
-    std::vector<std::pair<double, int>> p;  // (-probability, expert): sorts largest first
-    double total = 0;
-    for (int e = 0; e < c.n_experts; ++e) total += std::exp(l[e] - max_l);
-    for (int e = 0; e < c.n_experts; ++e) p.push_back({-std::exp(l[e] - max_l) / total, e});
-    std::sort(p.begin(), p.end());
+    std::vector<double> p(c.n_experts);
+    if (c.expert_gating == model::ExpertGating::kSigmoid) {
+      for (int e = 0; e < c.n_experts; ++e) p[e] = 1.0 / (1.0 + std::exp(-l[e]));
+    } else {
+      const double max_l = *std::max_element(l, l + c.n_experts);
+      double total = 0;
+      for (int e = 0; e < c.n_experts; ++e) total += std::exp(l[e] - max_l);
+      for (int e = 0; e < c.n_experts; ++e) p[e] = std::exp(l[e] - max_l) / total;
+    }
+    std::vector<std::pair<double, int>> score;  // (-selection score, expert): best first
+    for (int e = 0; e < c.n_experts; ++e)
+      score.push_back({-(p[e] + (bias.w.empty() ? 0.0 : bias.w[e])), e});
+    std::vector<bool> allowed(c.n_experts, true);
+    if (c.n_expert_groups > 1) {
+      std::vector<std::pair<double, int>> groups;  // (-group score, group)
+      for (int g = 0; g < c.n_expert_groups; ++g) {
+        std::vector<double> s;
+        for (int e = g * per_group; e < (g + 1) * per_group; ++e) s.push_back(-score[e].first);
+        std::sort(s.rbegin(), s.rend());
+        groups.push_back({-(s[0] + s[1]), g});
+      }
+      std::sort(groups.begin(), groups.end());
+      for (int g = c.n_expert_groups_used; g < c.n_expert_groups; ++g) {
+        for (int e = 0; e < per_group; ++e) allowed[groups[g].second * per_group + e] = false;
+      }
+    }
+    std::vector<std::pair<double, int>> candidates;
+    for (const auto& s : score) {
+      if (allowed[s.second]) candidates.push_back(s);
+    }
+    std::sort(candidates.begin(), candidates.end());
     double selected = 0;
-    for (int j = 0; j < c.n_experts_used; ++j) selected -= p[j].first;
+    for (int j = 0; j < c.n_experts_used; ++j) selected += p[candidates[j].second];
+    const double divisor = c.expert_weights_norm ? std::max(selected, 6.103515625e-5) : 1.0;
     for (int j = 0; j < c.n_experts_used; ++j) {
-      const size_t e = static_cast<size_t>(p[j].second);
+      const size_t e = static_cast<size_t>(candidates[j].second);
+      const double weight = p[e] / divisor * c.expert_weights_scale;
       const Matrix y = SwiGlu(row, 1, ToDense(L.expert_gate[e]), ToDense(L.expert_up[e]),
                               ToDense(L.expert_down[e]));
-      for (int i = 0; i < c.dim; ++i)
-        x[static_cast<size_t>(t) * c.dim + i] += -p[j].first / selected * y[i];
+      for (int i = 0; i < c.dim; ++i) x[static_cast<size_t>(t) * c.dim + i] += weight * y[i];
     }
+  }
+  if (c.n_shared_experts > 0) {
+    const Matrix y =
+        SwiGlu(fn, n, ToDense(L.shared_gate), ToDense(L.shared_up), ToDense(L.shared_down));
+    for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
   }
 }
 
@@ -212,7 +251,8 @@ absl::StatusOr<std::vector<double>> TextbookForward(const model::Model& model,
   for (int t = 0; t < n; ++t) {
     for (int i = 0; i < dim; ++i) x[t * dim + i] = embedding.At(tokens[t], i);
   }
-  for (const model::LayerWeights& weights : w.layers) {
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const model::LayerWeights& weights = w.layers[layer];
     const Layer L = ToDense(weights);
     const Matrix xn = RmsNormSlices(x, L.attn_norm, dim, eps);
     const Qkv qkv = c.mla() ? LatentQkv(c, weights, xn, n) : OrdinaryQkv(c, L, xn, n);
@@ -252,7 +292,7 @@ absl::StatusOr<std::vector<double>> TextbookForward(const model::Model& model,
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 
     const Matrix fn = RmsNormSlices(x, L.ffn_norm, dim, eps);
-    if (c.moe()) {
+    if (c.LayerHasExperts(layer)) {
       MixtureOfExperts(c, weights, fn, n, x);
       continue;
     }
