@@ -1,7 +1,7 @@
 // Each architecture on a synthetic GGUF file (bench::WriteSyntheticModel, what
 // `kvserve-bench mkmodel` writes): kvserve's greedy tokens equal llama.cpp's for 64 steps on
 // several prompts (llama, Llama 3.x RoPE settings with biases, qwen2, qwen3, qwen3moe,
-// deepseek2 with latent attention, tied and untied), and equal the textbook
+// deepseek2 with latent attention, tied and untied, YaRN RoPE scaling), and equal the textbook
 // double-precision forward pass (backends/testing/textbook_forward.h). The reference and
 // cpu_blas backends both run every case.
 //
@@ -56,6 +56,12 @@ struct ArchCase {
   bool tied = false;
   bool llama3 = false;  // rope_freq_base 500000, Llama 3.x factors, linear scale, biases
   bool needs_current_llama_cpp = false;  // not in c392e50
+  // YaRN, factor 4, over an original context of 32 (the prompts run to position ~70), so
+  // pair 0 keeps its angle, pair 1 mixes, the rest are scaled; deepseek2 with DeepSeek-V2's
+  // yarn_log_multiplier (mscale_all_dim 1, as DeepSeek-V3), which moves the magnitude into
+  // kq_scale.
+  bool yarn = false;
+  uint64_t seed = 3;  // of the weights (mkmodel --seed)
 };
 
 std::string TempPath(const std::string& name) {
@@ -79,9 +85,15 @@ absl::StatusOr<std::string> WriteModel(const ArchCase& c) {
     config->attention_qkv_bias = true;
     config->attention_output_bias = true;
   }
+  if (c.yarn) {
+    config->rope_freq_scale = 0.25f;
+    config->yarn_ext_factor = 1.0f;
+    config->yarn_orig_context_length = 32;
+    if (config->mla()) config->yarn_log_multiplier = 1.0f;
+  }
   bench::SyntheticModelOptions options;
   options.config = *config;
-  options.seed = 3;
+  options.seed = c.seed;
   options.weight_std = 0.1f;
   const std::string path = TempPath(c.name + ".gguf");
   if (absl::Status s = bench::WriteSyntheticModel(options, path); !s.ok()) return s;
@@ -335,7 +347,11 @@ INSTANTIATE_TEST_SUITE_P(
                       ArchCase{"qwen3moe", "qwen3moe", false, false,
                                /*needs_current_llama_cpp=*/true},
                       ArchCase{"deepseek2", "deepseek2", false, false,
-                               /*needs_current_llama_cpp=*/true}),
+                               /*needs_current_llama_cpp=*/true},
+                      ArchCase{"llama_yarn", "llama", false, false, false, /*yarn=*/true},
+                      ArchCase{"qwen2_yarn", "qwen2", true, false, false, /*yarn=*/true},
+                      ArchCase{"deepseek2_yarn", "deepseek2", false, false,
+                               /*needs_current_llama_cpp=*/true, /*yarn=*/true, /*seed=*/4}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include "backends/kernels/mla.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <vector>
 
@@ -26,8 +25,8 @@ model::TensorView RowSlice(const model::TensorView& w, int64_t first, int64_t n)
   return model::TensorView{w.type, w.row(first), n, w.cols};
 }
 
-// The widths of latent attention as sizes, and its score scale (llama.cpp's kq_scale
-// without YaRN).
+// The widths of latent attention as sizes, and its score scale (llama.cpp's kq_scale,
+// ModelConfig::AttentionScale()).
 struct LatentDims {
   explicit LatentDims(const model::ModelConfig& c)
       : r(static_cast<size_t>(c.kv_lora_rank)),
@@ -35,7 +34,7 @@ struct LatentDims {
         head(static_cast<size_t>(c.head_dim)),
         nope(head - rope_dim),
         v_dim(static_cast<size_t>(c.v_head_dim)),
-        scale(1.0f / std::sqrt(static_cast<float>(c.head_dim))) {}
+        scale(c.AttentionScale()) {}
   size_t r, rope_dim, head, nope, v_dim;
   float scale;
 };

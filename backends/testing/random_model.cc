@@ -146,10 +146,23 @@ std::vector<NamedConfig> ArchitectureConfigs() {
   model::ModelConfig deepseek2_q = deepseek2;  // a plain attn_q, and a window
   deepseek2_q.q_lora_rank = 0;
   deepseek2_q.sliding_window = 5;
+  // YaRN with an original context of 64: its correction range is pairs [0, 2] of 4, so
+  // pair 0 keeps its angle, pair 1 mixes half and half, pairs 2 and 3 are scaled by 1/4.
+  model::ModelConfig yarn = base;
+  yarn.rope_freq_scale = 0.25f;
+  yarn.yarn_ext_factor = 1.0f;
+  yarn.yarn_orig_context_length = 64;
+  yarn.rope_attn_factor = 0.9f;
+  model::ModelConfig deepseek2_yarn = deepseek2;  // kq_scale takes YaRN's mscale^2
+  deepseek2_yarn.rope_freq_scale = 0.25f;
+  deepseek2_yarn.yarn_ext_factor = 1.0f;
+  deepseek2_yarn.yarn_orig_context_length = 64;
+  deepseek2_yarn.yarn_log_multiplier = 0.707f;
   return {{"llama", base},          {"llama3", llama3},
           {"qwen2", qwen2},         {"qwen3", qwen3},
           {"local", local},         {"qwen3moe", qwen3moe},
-          {"deepseek2", deepseek2}, {"deepseek2_q", deepseek2_q}};
+          {"deepseek2", deepseek2}, {"deepseek2_q", deepseek2_q},
+          {"yarn", yarn},           {"deepseek2_yarn", deepseek2_yarn}};
 }
 
 std::vector<uint8_t> EncodeRow(std::span<const float> values, DType dtype) {
