@@ -45,6 +45,15 @@ ABSL_FLAG(float, rope_llama3_factor, 0.0f,
           "l3-1b).");
 ABSL_FLAG(float, rope_scale_linear, 0.0f,
           "Linear RoPE scaling factor (rope.scaling.type linear, rope.scaling.factor); 0 = none.");
+ABSL_FLAG(float, rope_yarn_factor, 0.0f,
+          "YaRN RoPE scaling factor (rope.scaling.type yarn, rope.scaling.factor); 0 = none.");
+ABSL_FLAG(int32_t, rope_yarn_orig_ctx, 0,
+          "With --rope_yarn_factor: rope.scaling.original_context_length, the context before "
+          "scaling; 0 = not written (readers take context_length).");
+ABSL_FLAG(float, rope_yarn_log_multiplier, 0.0f,
+          "deepseek2 with --rope_yarn_factor: the mscale_all_dim of DeepSeek's YaRN "
+          "(written times 0.1 as rope.scaling.yarn_log_multiplier, as llama.cpp's converter "
+          "does); 0 = none.");
 ABSL_FLAG(int32_t, sliding_window, 0,
           "attention.sliding_window (local attention; llama.cpp ignores it for these "
           "architectures); 0 = none.");
@@ -58,11 +67,42 @@ constexpr char kUsage[] =
     R"(Usage: kvserve-bench mkmodel --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|q4_k|q6_k|q4_k_m
                        --out FILE [--seed N] [--context_length N] [--arch llama|qwen2|qwen3|qwen3moe|deepseek2]
                        [--tied] [--llama_biases] [--rope_freq_base F] [--rope_llama3_factor F]
-                       [--rope_scale_linear F] [--sliding_window N] [--weight_std F]
+                       [--rope_scale_linear F] [--rope_yarn_factor F [--rope_yarn_orig_ctx N]
+                        [--rope_yarn_log_multiplier F]] [--sliding_window N] [--weight_std F]
 
 Writes a valid GGUF (loadable by kvserve and llama.cpp) with random weights,
 approximately N(0, weight_std^2), norm gains 1.0, and a byte-fallback SentencePiece
 vocabulary.)";
+
+// The YaRN flags onto `config` (`linear`: --rope_scale_linear was given).
+absl::Status ApplyYarnFlags(const std::string& arch, bool linear,
+                            kvserve::model::ModelConfig& config) {
+  const float factor = absl::GetFlag(FLAGS_rope_yarn_factor);
+  const int32_t orig = absl::GetFlag(FLAGS_rope_yarn_orig_ctx);
+  const float log_multiplier = absl::GetFlag(FLAGS_rope_yarn_log_multiplier);
+  if (factor < 0.0f || orig < 0) {
+    return absl::InvalidArgumentError("--rope_yarn_factor and --rope_yarn_orig_ctx must be >= 0");
+  }
+  if (factor == 0.0f) {
+    if (orig != 0 || log_multiplier != 0.0f) {
+      return absl::InvalidArgumentError(
+          "--rope_yarn_orig_ctx and --rope_yarn_log_multiplier need --rope_yarn_factor");
+    }
+    return absl::OkStatus();
+  }
+  if (linear) {
+    return absl::InvalidArgumentError(
+        "--rope_yarn_factor and --rope_scale_linear exclude each other");
+  }
+  if (log_multiplier != 0.0f && arch != "deepseek2") {
+    return absl::InvalidArgumentError("--rope_yarn_log_multiplier needs --arch deepseek2");
+  }
+  config.rope_freq_scale = 1.0f / factor;
+  config.yarn_ext_factor = 1.0f;
+  config.yarn_orig_context_length = orig;
+  config.yarn_log_multiplier = log_multiplier;
+  return absl::OkStatus();
+}
 
 // The architecture and RoPE flags onto `config`.
 absl::Status ApplyFeatureFlags(kvserve::model::ModelConfig& config) {
@@ -90,6 +130,7 @@ absl::Status ApplyFeatureFlags(kvserve::model::ModelConfig& config) {
   const float linear = absl::GetFlag(FLAGS_rope_scale_linear);
   if (linear < 0.0f) return absl::InvalidArgumentError("--rope_scale_linear must be >= 0");
   if (linear > 0.0f) config.rope_freq_scale = 1.0f / linear;
+  if (absl::Status s = ApplyYarnFlags(arch, linear > 0.0f, config); !s.ok()) return s;
   const int32_t window = absl::GetFlag(FLAGS_sliding_window);
   if (window < 0) return absl::InvalidArgumentError("--sliding_window must be >= 0");
   config.sliding_window = window;

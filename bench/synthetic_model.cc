@@ -421,6 +421,17 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
     return absl::InvalidArgumentError(absl::StrCat(
         "the config's features do not match what llama.cpp reads for ", c.architecture));
   }
+  // YaRN as a file declares it: llama.cpp's ext_factor and betas (no keys for them), a log
+  // multiplier only for deepseek2.
+  const model::ModelConfig defaults;
+  const bool yarn = c.yarn_ext_factor != 0.0f;
+  if ((yarn && c.yarn_ext_factor != 1.0f) || c.yarn_beta_fast != defaults.yarn_beta_fast ||
+      c.yarn_beta_slow != defaults.yarn_beta_slow ||
+      (c.yarn_log_multiplier != 0.0f && !(yarn && mla))) {
+    return absl::InvalidArgumentError(
+        "YaRN in a file is yarn_ext_factor 1 with the default betas, and a yarn_log_multiplier "
+        "only for deepseek2");
+  }
   // Every matrix row (dim, q_dim or ffn_dim long) must be a whole number of blocks.
   for (std::string_view t : {"token_embd", "attn_v", "ffn_down", "attn_q", "output"}) {
     for (int layer = 0; layer < c.n_layers; ++layer) {
@@ -482,10 +493,23 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& options, const std
   }
   w.SetUint32(a + "rope.dimension_count", static_cast<uint32_t>(c.rope_dim));
   w.SetFloat32(a + "rope.freq_base", c.rope_base);
-  if (c.rope_freq_scale != 1.0f) {
+  if (c.yarn_ext_factor != 0.0f) {
+    // YaRN as llama.cpp's converters write it (its beta and ext_factor defaults are not
+    // keys for these architectures; deepseek2's log multiplier is written times 0.1).
+    w.SetString(a + "rope.scaling.type", "yarn");
+    w.SetFloat32(a + "rope.scaling.factor", 1.0f / c.rope_freq_scale);
+    if (c.yarn_orig_context_length > 0) {
+      w.SetUint32(a + "rope.scaling.original_context_length",
+                  static_cast<uint32_t>(c.yarn_orig_context_length));
+    }
+    if (c.yarn_log_multiplier != 0.0f) {
+      w.SetFloat32(a + "rope.scaling.yarn_log_multiplier", 0.1f * c.yarn_log_multiplier);
+    }
+  } else if (c.rope_freq_scale != 1.0f) {
     w.SetString(a + "rope.scaling.type", "linear");
     w.SetFloat32(a + "rope.scaling.factor", 1.0f / c.rope_freq_scale);
   }
+  if (c.rope_attn_factor != 1.0f) w.SetFloat32(a + "rope.scaling.attn_factor", c.rope_attn_factor);
   if (c.sliding_window > 0) {
     w.SetUint32(a + "attention.sliding_window", static_cast<uint32_t>(c.sliding_window));
   }

@@ -1,6 +1,7 @@
 // The GGUF reader's architecture features: qwen2 (Q/K/V biases, rotate-halves RoPE),
 // qwen3 (Q/K norms), qwen3moe (experts), llama's optional biases and Llama 3.x RoPE settings
-// (rope_freqs, linear scaling), and attention.sliding_window.
+// (rope_freqs, linear scaling), YaRN, and attention.sliding_window.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -237,9 +238,12 @@ TEST(GgufArchTest, Llama3RopeSettings) {
   b.SetString("llama.rope.scaling.type", "none");
   ASSERT_TRUE((m = Build(b, bytes)).ok());
   EXPECT_FLOAT_EQ((*m)->config().rope_freq_scale, 1.0f);
-  b.SetString("llama.rope.scaling.type", "yarn");
+  b.SetString("llama.rope.scaling.type", "longrope");
   EXPECT_THAT(ErrorOf(b, absl::StatusCode::kUnimplemented),
-              HasSubstr("llama.rope.scaling.type \"yarn\" is not supported"));
+              HasSubstr("llama.rope.scaling.type \"longrope\" (Phi-3's long and short RoPE "
+                        "factors) is not supported yet"));
+  b.SetString("llama.rope.scaling.type", "ntk");
+  EXPECT_THAT(ErrorOf(b), HasSubstr("llama.rope.scaling.type \"ntk\" is not a RoPE scaling type"));
   b.SetString("llama.rope.scaling.type", "linear");
   b.SetF32("llama.rope.scaling.factor", -1.0f);
   EXPECT_THAT(ErrorOf(b), HasSubstr("llama.rope.scaling.factor must be a positive finite"));
@@ -354,9 +358,75 @@ TEST(GgufArchTest, Deepseek2MalformedFilesAreRejected) {
   b.AddF32Tensor("blk.1.attn_k_b.weight", {kNope, kLora, 1}, TestValues(kNope * kLora, 0.4f));
   EXPECT_THAT(ErrorOf(b), HasSubstr("tensor blk.1.attn_k_b.weight has shape [4, 4], expected "
                                     "[8, 4]"));
-  b = TinyDeepseek2();
+}
+
+// YaRN's keys, and the magnitudes llama.cpp derives from them, computed by hand:
+// factor 4, ln 4 = 1.3862944.
+TEST(GgufArchTest, LlamaYarnKeys) {
+  GgufBuilder b = MakeTinyLlamaGguf();
+  b.SetString("llama.rope.scaling.type", "yarn");
+  b.SetF32("llama.rope.scaling.factor", 4.0f);
+  std::vector<uint8_t> bytes;
+  absl::StatusOr<std::unique_ptr<Model>> m = Build(b, bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelConfig* c = &(*m)->config();
+  EXPECT_EQ(c->yarn_ext_factor, 1.0f);
+  EXPECT_EQ(c->rope_freq_scale, 0.25f);
+  EXPECT_EQ(c->yarn_beta_fast, 32.0f);
+  EXPECT_EQ(c->yarn_beta_slow, 1.0f);
+  EXPECT_EQ(c->YarnOrigContextLength(), static_cast<int>(S::kContext));
+  // 1 + 0.1 ln 4 on cos and sin; q·k keeps 1 / sqrt(head_dim).
+  EXPECT_NEAR(c->RopeMagnitude(), 1.13862944f, 1e-6f);
+  EXPECT_FLOAT_EQ(c->AttentionScale(), 1.0f / std::sqrt(static_cast<float>(S::kHeadDim)));
+  const uint64_t fingerprint = (*m)->fingerprint();
+
+  b.SetU32("llama.rope.scaling.original_context_length", 8);
+  b.SetF32("llama.rope.scaling.attn_factor", 0.5f);
+  ASSERT_TRUE((m = Build(b, bytes)).ok()) << m.status();
+  c = &(*m)->config();
+  EXPECT_EQ(c->YarnOrigContextLength(), 8);
+  EXPECT_NEAR(c->RopeMagnitude(), 0.5f * 1.13862944f, 1e-6f);
+  EXPECT_NE((*m)->fingerprint(), fingerprint);
+
+  // attn_factor applies without YaRN too; "none" ignores the factor.
+  b.SetString("llama.rope.scaling.type", "none");
+  ASSERT_TRUE((m = Build(b, bytes)).ok()) << m.status();
+  EXPECT_EQ((*m)->config().yarn_ext_factor, 0.0f);
+  EXPECT_EQ((*m)->config().rope_freq_scale, 1.0f);
+  EXPECT_EQ((*m)->config().RopeMagnitude(), 0.5f);
+}
+
+TEST(GgufArchTest, Deepseek2YarnMovesTheMagnitudeIntoTheAttentionScale) {
+  GgufBuilder b = TinyDeepseek2();
   b.SetString("deepseek2.rope.scaling.type", "yarn");
-  EXPECT_THAT(ErrorOf(b, absl::StatusCode::kUnimplemented), HasSubstr("YaRN"));
+  b.SetF32("deepseek2.rope.scaling.factor", 4.0f);
+  b.SetU32("deepseek2.rope.scaling.original_context_length", 4);
+  // The converter writes 0.1 * mscale_all_dim (0.707).
+  b.SetF32("deepseek2.rope.scaling.yarn_log_multiplier", 0.0707f);
+  std::vector<uint8_t> bytes;
+  absl::StatusOr<std::unique_ptr<Model>> m = Build(b, bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelConfig& c = (*m)->config();
+  EXPECT_NEAR(c.yarn_log_multiplier, 0.707f, 1e-6f);
+  EXPECT_EQ(c.YarnOrigContextLength(), 4);
+  // The RoPE parts keep magnitude 1; q·k takes mscale^2 = (1 + 0.0707 ln 4)^2 = 1.098011^2.
+  EXPECT_NEAR(c.RopeMagnitude(), 1.0f, 1e-6f);
+  const float head = static_cast<float>(kNope + kRope);
+  EXPECT_NEAR(c.AttentionScale() * std::sqrt(head), 1.205628f, 1e-5f);
+
+  // Without the log multiplier: cos and sin take 1 + 0.1 ln 4, and so does kq_scale, squared.
+  b.Remove("deepseek2.rope.scaling.yarn_log_multiplier");
+  ASSERT_TRUE((m = Build(b, bytes)).ok()) << m.status();
+  EXPECT_NEAR((*m)->config().RopeMagnitude(), 1.13862944f, 1e-6f);
+  EXPECT_NEAR((*m)->config().AttentionScale() * std::sqrt(head), 1.13862944f * 1.13862944f, 1e-5f);
+
+  // Other architectures do not read the multiplier (as llama.cpp).
+  GgufBuilder llama = MakeTinyLlamaGguf();
+  llama.SetString("llama.rope.scaling.type", "yarn");
+  llama.SetF32("llama.rope.scaling.factor", 4.0f);
+  llama.SetF32("llama.rope.scaling.yarn_log_multiplier", 0.0707f);
+  ASSERT_TRUE((m = Build(llama, bytes)).ok()) << m.status();
+  EXPECT_EQ((*m)->config().yarn_log_multiplier, 0.0f);
 }
 
 // TinyDeepseek2 with layer 0 dense and layer 1 a mixture of kExperts experts of kFfn / 2

@@ -127,37 +127,6 @@ TensorView View(const GgufFile& f, const std::string& name) {
   return TensorView{t->dtype, t->data, t->rows(), t->cols()};
 }
 
-// llama.cpp's rope_freq_scale: 1 / factor for scaling type "linear" (the default when the
-// type key is absent; factor from `factor_key`, else the older `linear_key`, 0 or absent
-// meaning 1), and 1 for "none". Other types (yarn, longrope) are not supported.
-absl::StatusOr<float> RopeFreqScale(const GgufFile& f, const std::string& type_key,
-                                    const std::string& factor_key, const std::string& linear_key) {
-  std::string_view type = "linear";
-  if (f.FindMetadata(type_key) != nullptr) {
-    absl::StatusOr<std::string_view> t = RequiredString(f, type_key);
-    if (!t.ok()) return t.status();
-    type = *t;
-  }
-  if (type == "none") return 1.0f;
-  if (type != "linear") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(type_key, " \"", std::string(type), "\" is not supported (none, linear)"));
-  }
-  absl::StatusOr<std::optional<float>> factor = OptionalFloat(f, factor_key);
-  if (!factor.ok()) return factor.status();
-  if (!factor->has_value()) {
-    factor = OptionalFloat(f, linear_key);
-    if (!factor.ok()) return factor.status();
-  }
-  const float v = factor->value_or(0.0f);
-  if (v == 0.0f) return 1.0f;
-  if (!(v > 0.0f) || !std::isfinite(v)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(factor_key, " must be a positive finite number, got ", v));
-  }
-  return 1.0f / v;
-}
-
 // The rope_freqs.weight tensor (Llama 3.x RoPE factors): F32 with rope_dim / 2 elements,
 // or absent (empty result).
 absl::StatusOr<std::vector<float>> RopeFreqFactors(const GgufFile& f, int rope_dim) {
@@ -405,14 +374,66 @@ absl::Status ReadLatentAttention(const GgufFile& f,
   return absl::OkStatus();
 }
 
-// The RoPE scaling types a file may declare that kvserve does not implement: a precise
-// UNIMPLEMENTED instead of RopeFreqScale's INVALID_ARGUMENT.
-absl::Status RejectYarn(const GgufFile& f, const std::string& type_key) {
-  const GgufValue* v = f.FindMetadata(type_key);
-  const std::optional<std::string_view> type = v == nullptr ? std::nullopt : v->AsString();
-  if (type.has_value() && *type == "yarn") {
+// RoPE scaling as llama.cpp reads it for these architectures (llama_model::load_hparams,
+// the deepseek2 loader, llama_context's yarn_* parameters):
+//   rope.scaling.type  "none", "linear" (the default when absent) or "yarn"; "longrope" is
+//                      UNIMPLEMENTED, anything else INVALID_ARGUMENT
+//   rope.scaling.factor, else the older rope.scale_linear: rope_freq_scale = 1 / factor
+//                      (0 or absent: 1; "none": 1 whatever the factor)
+//   rope.scaling.original_context_length  YaRN's original context (0 or absent:
+//                      context_length)
+//   rope.scaling.attn_factor  rope_attn_factor (default 1)
+//   rope.scaling.yarn_log_multiplier  deepseek2 only: yarn_log_multiplier = value / 0.1
+// With "yarn", yarn_ext_factor = 1; llama.cpp reads no yarn_ext_factor, yarn_attn_factor or
+// yarn_beta_* keys for these architectures, so they keep ModelConfig's defaults here too.
+absl::Status ReadRopeScaling(const GgufFile& f,
+                             const std::function<std::string(std::string_view)>& key,
+                             ModelConfig& c) {
+  std::string_view type = "linear";
+  if (f.FindMetadata(key("rope.scaling.type")) != nullptr) {
+    absl::StatusOr<std::string_view> t = RequiredString(f, key("rope.scaling.type"));
+    if (!t.ok()) return t.status();
+    type = *t;
+  }
+  if (type == "longrope") {
     return absl::UnimplementedError(
-        absl::StrCat(type_key, " \"yarn\" is not supported yet (YaRN RoPE scaling)"));
+        absl::StrCat(key("rope.scaling.type"),
+                     " \"longrope\" (Phi-3's long and short RoPE factors) is not supported yet "
+                     "(supported: none, linear, yarn)"));
+  }
+  if (type != "none" && type != "linear" && type != "yarn") {
+    return absl::InvalidArgumentError(absl::StrCat(key("rope.scaling.type"), " \"",
+                                                   std::string(type),
+                                                   "\" is not a RoPE scaling type (none, linear, "
+                                                   "yarn)"));
+  }
+  absl::StatusOr<std::optional<float>> factor = OptionalFloat(f, key("rope.scaling.factor"));
+  if (!factor.ok()) return factor.status();
+  if (!factor->has_value()) {
+    factor = OptionalFloat(f, key("rope.scale_linear"));
+    if (!factor.ok()) return factor.status();
+  }
+  const float v = factor->value_or(0.0f);
+  if (v != 0.0f && (!(v > 0.0f) || !std::isfinite(v))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key("rope.scaling.factor"), " must be a positive finite number, got ", v));
+  }
+  c.rope_freq_scale = type == "none" || v == 0.0f ? 1.0f : 1.0f / v;
+  c.yarn_ext_factor = type == "yarn" ? 1.0f : 0.0f;
+
+  absl::StatusOr<std::optional<int>> orig =
+      OptionalInt(f, key("rope.scaling.original_context_length"));
+  if (!orig.ok()) return orig.status();
+  c.yarn_orig_context_length = orig->value_or(0);
+  absl::StatusOr<std::optional<float>> attn = OptionalFloat(f, key("rope.scaling.attn_factor"));
+  if (!attn.ok()) return attn.status();
+  c.rope_attn_factor = attn->value_or(1.0f);
+  if (c.architecture == "deepseek2") {
+    absl::StatusOr<std::optional<float>> log_mul =
+        OptionalFloat(f, key("rope.scaling.yarn_log_multiplier"));
+    if (!log_mul.ok()) return log_mul.status();
+    // The converter writes 0.1 * mscale_all_dim; llama.cpp cancels the 0.1.
+    if (log_mul->has_value()) c.yarn_log_multiplier = **log_mul / 0.1f;
   }
   return absl::OkStatus();
 }
@@ -463,11 +484,7 @@ absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file) {
   absl::StatusOr<std::optional<float>> base = OptionalFloat(file, key("rope.freq_base"));
   if (!base.ok()) return base.status();
   c.rope_base = base->value_or(10000.0f);
-  if (absl::Status s = RejectYarn(file, key("rope.scaling.type")); !s.ok()) return s;
-  absl::StatusOr<float> freq_scale = RopeFreqScale(
-      file, key("rope.scaling.type"), key("rope.scaling.factor"), key("rope.scale_linear"));
-  if (!freq_scale.ok()) return freq_scale.status();
-  c.rope_freq_scale = *freq_scale;
+  if (absl::Status s = ReadRopeScaling(file, key, c); !s.ok()) return s;
 
   absl::StatusOr<std::optional<int>> kv = OptionalInt(file, key("attention.head_count_kv"));
   if (!kv.ok()) return kv.status();

@@ -22,8 +22,12 @@ namespace kvserve::model {
 // attention.layer_norm_rms_epsilon (required); attention.head_count_kv (default
 // head_count), attention.key_length (default embedding_length / head_count),
 // rope.freq_base (default 10000), rope.dimension_count (default head_dim),
-// rope.scaling.type ("none" or "linear", default linear) with rope.scaling.factor
-// (default none), attention.sliding_window (default 0 = none), vocab_size (if present,
+// rope.scaling.type ("none", "linear" or "yarn", default linear; "longrope" is
+// UNIMPLEMENTED) with rope.scaling.factor (default none), rope.scaling.attn_factor
+// (default 1), and for YaRN rope.scaling.original_context_length (default
+// context_length) and deepseek2's rope.scaling.yarn_log_multiplier, as llama.cpp reads
+// them (ModelConfig's yarn_* fields),
+// attention.sliding_window (default 0 = none), vocab_size (if present,
 // must equal the length of tokenizer.ggml.tokens, which is required).
 // Per architecture, as llama.cpp (c392e50 for llama/qwen2, later for qwen3): llama has
 // adjacent-pair RoPE, Q/K/V biases when blk.0.attn_q.bias exists, an output bias when
@@ -37,9 +41,8 @@ namespace kvserve::model {
 // attention.key_length_mla / value_length_mla (required, else UNIMPLEMENTED: the older
 // attn_kv_b form), key_length / value_length when present equal to kv_lora_rank + rope
 // dim / kv_lora_rank, and leading_dense_block_count, which must cover every layer
-// (UNIMPLEMENTED otherwise: its MoE layers are not supported yet). rope.scaling.type
-// "yarn" is UNIMPLEMENTED for every architecture. tied_embeddings is set when
-// output.weight is absent. Integer keys
+// (UNIMPLEMENTED otherwise: its MoE layers are not supported yet). tied_embeddings is set
+// when output.weight is absent. Integer keys
 // accept any integer type, float keys float32/float64. INVALID_ARGUMENT naming the key.
 absl::StatusOr<ModelConfig> LlamaConfigFromGguf(const GgufFile& file);
 

@@ -249,6 +249,15 @@ absl::StatusOr<std::unique_ptr<Model>> Model::FromParts(ModelConfig config, Mode
   h.AddValue(config.rope_style);
   h.AddValue(config.rope_freq_scale);
   h.Add(config.rope_freq_factors.data(), config.rope_freq_factors.size() * sizeof(float));
+  // YaRN and the RoPE magnitude only when a file declares them, so that other models keep
+  // their identity (the rest follows from rope_freq_scale).
+  if (config.yarn_ext_factor != 0.0f || config.rope_attn_factor != 1.0f) {
+    for (float v : {config.yarn_ext_factor, config.yarn_beta_fast, config.yarn_beta_slow,
+                    config.RopeMagnitude(), config.AttentionScale()}) {
+      h.AddValue(v);
+    }
+    h.AddValue(config.YarnOrigContextLength());
+  }
   for (bool b : {config.tied_embeddings, config.attention_qkv_bias, config.attention_output_bias,
                  config.qk_norm}) {
     h.AddValue(b);

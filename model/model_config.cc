@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -12,6 +13,58 @@ absl::Status Positive(const char* name, int v) {
   if (v > 0) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("model config: ", name, " must be positive, got ", v));
+}
+
+// The YaRN and RoPE magnitude fields of `c` (part of Validate).
+absl::Status ValidateRopeScaling(const ModelConfig& c) {
+  for (auto [name, v] : {std::pair<const char*, float>{"yarn_ext_factor", c.yarn_ext_factor},
+                         {"yarn_beta_fast", c.yarn_beta_fast},
+                         {"yarn_beta_slow", c.yarn_beta_slow}}) {
+    if (!(v >= 0.0f) || !std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model config: ", name, " must be a finite number >= 0, got ", v));
+    }
+  }
+  if (!std::isfinite(c.yarn_log_multiplier)) {
+    return absl::InvalidArgumentError("model config: yarn_log_multiplier must be finite");
+  }
+  if (c.yarn_orig_context_length < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: yarn_orig_context_length must be >= 0 (0 = context_length), "
+                     "got ",
+                     c.yarn_orig_context_length));
+  }
+  if (!(c.rope_attn_factor > 0.0f) || !std::isfinite(c.rope_attn_factor)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config: rope_attn_factor must be a positive finite number, got ",
+                     c.rope_attn_factor));
+  }
+  return absl::OkStatus();
+}
+
+// llama.cpp's cparams.yarn_attn_factor (llama_context's constructor), what it passes to
+// ggml_rope_ext as attn_factor: with YaRN, get_mscale(factor, m) / get_mscale(factor, m_all)
+// (1 exactly) when a yarn_log_multiplier is given, else get_mscale(factor, 1), then divided by
+// 1 + 0.1 ln factor (ggml multiplies that back); times rope_attn_factor. Float, in its order.
+float YarnAttnFactor(const ModelConfig& c) {
+  float attn_factor = 1.0f;  // llama.cpp's hparams.yarn_attn_factor, not read from these files
+  if (c.yarn_ext_factor != 0.0f) {
+    const auto get_mscale = [](float scale, float mscale) {
+      return scale <= 1.0f ? 1.0f : (0.1f * mscale * std::log(scale) + 1.0f);
+    };
+    const float factor = 1.0f / c.rope_freq_scale;
+    if (c.yarn_log_multiplier != 0.0f) {
+      const float mscale_all_dims = c.yarn_log_multiplier;
+      // llama.cpp's special case for deepseek2 (its DeepSeek-V2-Lite config).
+      const float mscale =
+          c.architecture == "deepseek2" && mscale_all_dims != 1.0f ? mscale_all_dims : 1.0f;
+      attn_factor = get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dims);
+    } else {
+      attn_factor = get_mscale(factor, 1.0f);
+    }
+    attn_factor *= 1.0f / (1.0f + 0.1f * std::log(factor));
+  }
+  return attn_factor * c.rope_attn_factor;
 }
 
 // The multi-head latent attention fields of `c` (part of Validate).
@@ -182,12 +235,30 @@ absl::Status ModelConfig::Validate() const {
     }
   }
   if (absl::Status s = ValidateExperts(*this); !s.ok()) return s;
+  if (absl::Status s = ValidateRopeScaling(*this); !s.ok()) return s;
   if (absl::Status s = ValidateLatentAttention(*this); !s.ok()) return s;
   if (sliding_window < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("model config: sliding_window must be >= 0 (0 = none), got ", sliding_window));
   }
   return absl::OkStatus();
+}
+
+float ModelConfig::RopeMagnitude() const {
+  float mscale = YarnAttnFactor(*this);
+  // ggml's rope_yarn: "magnitude scaling corrected for interpolation".
+  if (yarn_ext_factor != 0.0f) mscale *= 1.0f + 0.1f * std::log(1.0f / rope_freq_scale);
+  return mscale;
+}
+
+float ModelConfig::AttentionScale() const {
+  if (architecture != "deepseek2") return 1.0f / std::sqrt(static_cast<float>(head_dim));
+  // llama.cpp's deepseek2 graph: cancel the division YarnAttnFactor made, then pre-scale
+  // kq_scale by the square of YaRN's mscale with the log multiplier.
+  const float log_inv_scale = std::log(1.0f / rope_freq_scale);
+  const float attn_factor_org = YarnAttnFactor(*this) * (1.0f + 0.1f * log_inv_scale);
+  const float mscale = attn_factor_org * (1.0f + 0.1f * yarn_log_multiplier * log_inv_scale);
+  return 1.0f * mscale * mscale / std::sqrt(static_cast<float>(head_dim));
 }
 
 }  // namespace kvserve::model

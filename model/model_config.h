@@ -54,6 +54,28 @@ struct ModelConfig {
   // "llama3" rope scaling): angle i is divided by rope_freq_factors[i]. Empty = all 1;
   // otherwise [rope_dim / 2], every entry positive and finite.
   std::vector<float> rope_freq_factors;
+  // YaRN RoPE scaling (GGUF rope.scaling.type "yarn"), as llama.cpp applies it (its context
+  // parameters yarn_*, ggml's rope_yarn): on when yarn_ext_factor > 0 (llama.cpp sets 1 for
+  // "yarn", 0 otherwise). rope_freq_scale is then 1 / rope.scaling.factor, and pair i's
+  // angle mixes the interpolated angle (times rope_freq_scale) with the unscaled one:
+  //   theta_i = theta_unscaled_i * (rope_freq_scale * (1 - m_i) + m_i),
+  //   m_i = yarn_ext_factor * ramp_i, ramp_i = 1 - clamp((i - low) / max(0.001, high - low), 0, 1)
+  // where [low, high] are the pairs whose wavelength spans yarn_beta_fast to yarn_beta_slow
+  // turns over the original context (backends/kernels/rope.h). Cos and sin are multiplied by
+  // RopeMagnitude(); deepseek2 also scales q·k (AttentionScale()).
+  // llama.cpp reads no yarn_ext_factor / yarn_beta_* / yarn_attn_factor keys for these
+  // architectures, so neither does kvserve: these are its defaults.
+  float yarn_ext_factor = 0.0f;
+  float yarn_beta_fast = 32.0f;
+  float yarn_beta_slow = 1.0f;
+  // rope.scaling.original_context_length: the context the model was trained with before
+  // scaling. 0 = context_length (llama.cpp's fallback).
+  int yarn_orig_context_length = 0;
+  // deepseek2's rope.scaling.yarn_log_multiplier divided by 0.1 (the converter writes 0.1 *
+  // mscale_all_dim; llama.cpp cancels the 0.1). 0 = absent. Other architectures: 0.
+  float yarn_log_multiplier = 0.0f;
+  // rope.scaling.attn_factor (default 1): multiplies cos and sin with or without YaRN.
+  float rope_attn_factor = 1.0f;
   bool tied_embeddings = false;        // LM head is the token embedding table
   bool attention_qkv_bias = false;     // Q, K and V projections add a bias (qwen2)
   bool attention_output_bias = false;  // the attention output projection adds a bias
@@ -133,6 +155,20 @@ struct ModelConfig {
   int FirstVisiblePosition(int pos) const {
     return sliding_window > 0 && pos >= sliding_window ? pos - sliding_window + 1 : 0;
   }
+  // The original context of YaRN's correction range: yarn_orig_context_length, else
+  // context_length.
+  int YarnOrigContextLength() const {
+    return yarn_orig_context_length > 0 ? yarn_orig_context_length : context_length;
+  }
+  // What RoPE multiplies every cos and sin by (ggml's mscale, from llama.cpp's
+  // yarn_attn_factor): rope_attn_factor without YaRN; with it, for factor = 1 /
+  // rope_freq_scale > 1, about rope_attn_factor * (1 + 0.1 ln factor), or rope_attn_factor
+  // for deepseek2 with a yarn_log_multiplier. Computed in float in llama.cpp's order.
+  float RopeMagnitude() const;
+  // What q·k is multiplied by before the softmax: 1 / sqrt(head_dim), and for deepseek2
+  // (llama.cpp's kq_scale) mscale^2 / sqrt(head_dim) with mscale = a * (1 + 0.1 *
+  // yarn_log_multiplier * ln factor), a = llama.cpp's yarn_attn_factor * (1 + 0.1 ln factor).
+  float AttentionScale() const;
 
   // OK when every field is positive and consistent; otherwise INVALID_ARGUMENT
   // naming the offending field. Readers call this before building weights.

@@ -2,8 +2,8 @@
 // `kvserve-bench mkmodel` writes): kvserve's greedy tokens equal llama.cpp's for 64 steps on
 // several prompts (llama, Llama 3.x RoPE settings with biases, qwen2, qwen3, qwen3moe,
 // deepseek2 with latent attention, dense and with experts (DeepSeek-V2's routing and
-// DeepSeek-V3's: sigmoid gating, selection bias, expert groups), tied and untied), and
-// equal the textbook
+// DeepSeek-V3's: sigmoid gating, selection bias, expert groups), tied and untied, YaRN RoPE
+// scaling), and equal the textbook
 // double-precision forward pass (backends/testing/textbook_forward.h). The reference and
 // cpu_blas backends both run every case.
 //
@@ -60,6 +60,11 @@ struct ArchCase {
   bool needs_current_llama_cpp = false;  // not in c392e50
   // Changes the config after ApplyArchitecture (nullptr: none).
   void (*adjust)(model::ModelConfig&) = nullptr;
+  // YaRN, factor 4, over an original context of 32 (the prompts run to position ~70), so
+  // pair 0 keeps its angle, pair 1 mixes, the rest are scaled; deepseek2 with DeepSeek-V2's
+  // yarn_log_multiplier (mscale_all_dim 1, as DeepSeek-V3), which moves the magnitude into
+  // kq_scale.
+  bool yarn = false;
   // The weights' seed (mkmodel --seed): another where seed 3 gives a near-tie.
   uint64_t seed = 3;
 };
@@ -104,6 +109,12 @@ absl::StatusOr<std::string> WriteModel(const ArchCase& c) {
     config->rope_freq_scale = 0.5f;
     config->attention_qkv_bias = true;
     config->attention_output_bias = true;
+  }
+  if (c.yarn) {
+    config->rope_freq_scale = 0.25f;
+    config->yarn_ext_factor = 1.0f;
+    config->yarn_orig_context_length = 32;
+    if (config->mla()) config->yarn_log_multiplier = 1.0f;
   }
   bench::SyntheticModelOptions options;
   options.config = *config;
@@ -361,11 +372,18 @@ INSTANTIATE_TEST_SUITE_P(
                       ArchCase{"qwen3moe", "qwen3moe", false, false,
                                /*needs_current_llama_cpp=*/true},
                       ArchCase{"deepseek2", "deepseek2", false, false,
-                               /*needs_current_llama_cpp=*/true, nullptr, /*seed=*/4},
+                               /*needs_current_llama_cpp=*/true, nullptr, /*yarn=*/false,
+                               /*seed=*/4},
                       ArchCase{"deepseek2_dense", "deepseek2", false, false,
                                /*needs_current_llama_cpp=*/true, Deepseek2Dense},
                       ArchCase{"deepseek2_v3_routing", "deepseek2", false, false,
-                               /*needs_current_llama_cpp=*/true, Deepseek3Routing}),
+                               /*needs_current_llama_cpp=*/true, Deepseek3Routing},
+                      ArchCase{"llama_yarn", "llama", false, false, false, nullptr,
+                               /*yarn=*/true},
+                      ArchCase{"qwen2_yarn", "qwen2", true, false, false, nullptr, /*yarn=*/true},
+                      ArchCase{"deepseek2_yarn", "deepseek2", false, false,
+                               /*needs_current_llama_cpp=*/true, nullptr, /*yarn=*/true,
+                               /*seed=*/4}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -3,7 +3,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -91,7 +90,7 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
   const int hd = c.head_dim;
   const int group = c.n_heads / c.n_kv_heads;
   const int q_dim = c.q_dim();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = c.AttentionScale();
   const bool f16 = layout_.dtype == model::DType::kF16;
   const size_t head_bytes = static_cast<size_t>(hd) * (f16 ? 2 : 4);
   const size_t row_bytes = layout_.row_bytes();
@@ -261,7 +260,7 @@ void PagedAttention::AttendSgemm(const Step& step, const AttentionTask& task, Sc
   GatherHead(kv, step.layer, KvKind::kValue, task.kv_head, first, n_ctx, sc.v.data());
 
   // S[m, n_cols] = scale * Q[m, hd] · K[n_cols, hd]^T
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = c.AttentionScale();
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n_cols, hd, scale, sc.q.data(), hd,
               sc.k.data(), hd, 0.0f, sc.s.data(), n_cols);
   for (int i = 0; i < m; ++i) {

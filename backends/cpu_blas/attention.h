@@ -42,7 +42,8 @@ class PagedAttention {
   // FirstVisiblePosition(p) (0 without a sliding window):
   //   att_out[r, h] = sum_{f <= t <= p} softmax_t(scale * q[r, h] · K[s, t, g]) * V[s, t, g]
   // Positions before f are never read (their blocks may be null).
-  // where scale = 1 / sqrt(head_dim) and K/V are layer `layer` of sequence s's blocks.
+  // where scale = the config's AttentionScale() (1 / sqrt(head_dim)) and K/V are layer
+  // `layer` of sequence s's blocks.
   // q: [rows, q_dim] queries after RoPE; att_out: [rows, q_dim]. Each task writes exactly
   // its rows' slices of its heads, so tasks never overlap.
   //

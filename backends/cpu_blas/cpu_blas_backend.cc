@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/batch_check.h"
 #include "backends/cpu_blas/attention.h"
+#include "backends/cpu_blas/latent_attention.h"
 #include "backends/cpu_blas/moe_groups.h"
 #include "backends/cpu_blas/packed_weights.h"
 #include "backends/cpu_blas/step_plan.h"
@@ -149,7 +150,8 @@ struct CpuBlasBackend::State {
         weights(packed.weights()),
         gemm_options(gemm_options),
         gemm(&pool, kernels, gemm_options),
-        attention(config, layout, kernels, &pool) {}
+        attention(config, layout, kernels, &pool),
+        latent(config, layout, kernels, &pool, &gemm) {}
 
   const model::ModelConfig& config;
   const model::KvLayout layout;
@@ -162,6 +164,7 @@ struct CpuBlasBackend::State {
   const cpu_blas::GemmOptions gemm_options;
   cpu_blas::Gemm gemm;
   cpu_blas::PagedAttention attention;
+  cpu_blas::LatentAttention latent;  // used with ModelConfig::mla()
 
   cpu_blas::StepPlan plan;  // of the current step, rebuilt by every Forward
   Activations act;          // sized for `plan` by Forward
@@ -187,7 +190,7 @@ struct CpuBlasBackend::State {
   // Latent attention (ModelConfig::mla()) instead of the three steps above: q (through
   // q_a, its norm and q_b, or wq) and k = kv_a · xb for all rows at once; then per row
   // the RoPE of q's heads and kernels::FinishLatentRow of k, written into the row's
-  // blocks; then each row's attention in the absorbed form (kernels::AttendLatentAbsorbed).
+  // blocks; then the rows' attention in the absorbed form (cpu_blas::LatentAttention).
   void ProjectLatent(const model::LayerWeights& L);
   void PrepareAndAppendLatent(const Batch& batch, const model::LayerWeights& L, int layer);
   void AttendLatent(const Batch& batch, const model::LayerWeights& L, int layer);
@@ -369,18 +372,7 @@ void CpuBlasBackend::State::PrepareAndAppendLatent(const Batch& batch, const mod
 
 void CpuBlasBackend::State::AttendLatent(const Batch& batch, const model::LayerWeights& L,
                                          int layer) {
-  const size_t q_dim = static_cast<size_t>(config.q_dim());
-  const size_t out_dim = static_cast<size_t>(config.attn_out_dim());
-  // Every row reads its sequence's latents once per head: parallel over rows.
-  pool.RunRanges(rows(), [&](int b, int e) {
-    kernels::LatentScratch scratch;
-    for (int r = b; r < e; ++r) {
-      const int pos = plan.rows[r].pos;
-      const kernels::SequenceKv kv(layout, batch.sequences[plan.rows[r].seq].blocks);
-      kernels::AttendLatentAbsorbed(config, L, kv, layer, config.FirstVisiblePosition(pos), pos + 1,
-                                    Row(act.q, q_dim, r), scratch, Row(act.att_out, out_dim, r));
-    }
-  });
+  latent.Run(batch, plan, L, layer, act.q.data(), act.att_out.data());
 }
 
 void CpuBlasBackend::State::OutputProjectionAndFfnNorm(const model::LayerWeights& L) {

@@ -360,6 +360,42 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
   }
 }
 
+// Latent attention (deepseek2) in every weight type whose rows are whole 32-element blocks,
+// f32 and f16 KV, at each kernel level (forced): the absorptions into the latent space and
+// the value projections run through the Gemm (8-bit activations for the quantized types),
+// the attention over the cached latents through dot_rows and axpy_rows
+// (latent_attention.h).
+TEST(CpuBlasBackendTest, LatentAttentionEveryTypeAndLevelMatchesReference) {
+  model::ModelConfig c = WideConfig();
+  c.architecture = "deepseek2";
+  c.n_kv_heads = 1;
+  c.head_dim = 48;  // qk_nope 32 + rope 16
+  c.rope_dim = 16;
+  c.v_head_dim = 32;
+  c.kv_lora_rank = 32;
+  c.q_lora_rank = 32;
+  c.ffn_dim = 96;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    auto m = MakeModel(dtype, false, c);
+    ASSERT_NE(m, nullptr);
+    for (DType kv_dtype : {DType::kF32, DType::kF16}) {
+      const KvLayout layout = KvLayout::ForModel(m->config(), 4, kv_dtype);
+      for (Isa isa : cpu_blas::kAllIsas) {
+        if (!cpu_blas::IsaSupported(isa)) continue;  // EveryKernelLevelAndPath... notes it
+        SCOPED_TRACE(::testing::Message()
+                     << model::DTypeName(dtype) << " kv " << model::DTypeName(kv_dtype) << " "
+                     << cpu_blas::IsaName(isa));
+        CpuBlasOptions options;
+        options.isa = isa;
+        options.threads = 2;
+        Driver fast(MakeCpuBlas(*m, layout, options), *m);
+        Driver ref(MakeReference(*m, layout), *m);
+        EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size), ToleranceFor(dtype, isa));
+      }
+    }
+  }
+}
+
 // `c` with a mixture of experts instead of the dense FFN: 8 experts of `ffn` hidden units,
 // 3 per token (qwen3moe's features).
 model::ModelConfig WithExperts(model::ModelConfig c, int ffn) {

@@ -1,7 +1,6 @@
 #include "backends/kernels/mla.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <vector>
 
@@ -21,13 +20,8 @@ void RowsToFloat(const model::TensorView& w, int64_t first, int64_t n, std::vect
   }
 }
 
-// Rows [first, first + n) of `w` as a view of their own.
-model::TensorView RowSlice(const model::TensorView& w, int64_t first, int64_t n) {
-  return model::TensorView{w.type, w.row(first), n, w.cols};
-}
-
-// The widths of latent attention as sizes, and its score scale (llama.cpp's kq_scale
-// without YaRN).
+// The widths of latent attention as sizes, and its score scale (llama.cpp's kq_scale,
+// ModelConfig::AttentionScale()).
 struct LatentDims {
   explicit LatentDims(const model::ModelConfig& c)
       : r(static_cast<size_t>(c.kv_lora_rank)),
@@ -35,12 +29,16 @@ struct LatentDims {
         head(static_cast<size_t>(c.head_dim)),
         nope(head - rope_dim),
         v_dim(static_cast<size_t>(c.v_head_dim)),
-        scale(1.0f / std::sqrt(static_cast<float>(c.head_dim))) {}
+        scale(c.AttentionScale()) {}
   size_t r, rope_dim, head, nope, v_dim;
   float scale;
 };
 
 }  // namespace
+
+model::TensorView HeadRows(const model::TensorView& w, int head, int rows_per_head) {
+  return model::TensorView{w.type, w.row(int64_t{head} * rows_per_head), rows_per_head, w.cols};
+}
 
 void LatentQuery(const model::ModelConfig& c, const model::LayerWeights& L, const Rope& rope,
                  int pos, std::span<const float> x, std::span<float> q_a, std::span<float> q) {
@@ -127,7 +125,7 @@ void AttendLatentAbsorbed(const model::ModelConfig& c, const model::LayerWeights
   for (int h = 0; h < c.n_heads; ++h) {
     const std::span<const float> q_h = q.subspan(static_cast<size_t>(h) * head, head);
     // The query in the latent space, then its RoPE part unchanged.
-    MatVec(RowSlice(L.wk_b, int64_t{h} * c.kv_lora_rank, c.kv_lora_rank), q_h.first(nope),
+    MatVec(HeadRows(L.wk_b, h, c.kv_lora_rank), q_h.first(nope),
            std::span<float>(s.q_lat).first(r));
     std::copy(q_h.begin() + static_cast<std::ptrdiff_t>(nope), q_h.end(),
               s.q_lat.begin() + static_cast<std::ptrdiff_t>(r));
@@ -140,7 +138,7 @@ void AttendLatentAbsorbed(const model::ModelConfig& c, const model::LayerWeights
       kv.AxpySlice(layer, KvKind::kKey, first_pos + static_cast<int64_t>(t), 0, s.att[t], s.o_lat);
     }
     // Back from the latent space to the head's values.
-    MatVec(RowSlice(L.wv_b, int64_t{h} * c.v_head_dim, c.v_head_dim), s.o_lat,
+    MatVec(HeadRows(L.wv_b, h, c.v_head_dim), s.o_lat,
            out.subspan(static_cast<size_t>(h) * v_dim, v_dim));
   }
 }

@@ -55,11 +55,15 @@ struct LatentScratch {
   std::vector<float> o_lat;   // [r] one head's attention output in the latent space
 };
 
+// Head `head`'s rows of W_kb or W_vb (a 3-D tensor stored as [heads * rows_per_head,
+// cols], row-major): rows [head * rows_per_head, (head + 1) * rows_per_head).
+model::TensorView HeadRows(const model::TensorView& w, int head, int rows_per_head);
+
 // Attention of query `q` (from LatentQuery) over the rows `kv` holds at `layer` for
 // positions [first_pos, n_pos), each head h on its own decompressed keys and values:
 //   k_h(t) = [W_kb_h^T c(t) ‖ k_pe(t)],  v_h(t) = W_vb_h c(t)
 //   out_h  = sum_t softmax_t(scale * q_h · k_h(t)) v_h(t)
-// scale = 1 / sqrt(head_dim) (llama.cpp's kq_scale without YaRN). out: [n_heads *
+// scale = c.AttentionScale() (llama.cpp's kq_scale). out: [n_heads *
 // v_head_dim]. Precondition: the rows of those positions were written (LatentRow).
 void AttendLatentDecompressed(const model::ModelConfig& c, const model::LayerWeights& L,
                               const SequenceKv& kv, int layer, int first_pos, int n_pos,

@@ -1,18 +1,51 @@
 #include "backends/kernels/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <numbers>
+#include <utility>
 #include <vector>
 
 namespace kvserve::backends::kernels {
 
+namespace {
+
+// ggml's ggml_rope_yarn_corr_dims, in float as there: [low, high], the pairs between which
+// the angles go from extrapolated (below low) to interpolated (above high).
+std::pair<float, float> YarnCorrectionRange(int rope_dim, const RopeYarn& yarn, float base) {
+  const auto corr_dim = [&](float turns) {
+    return static_cast<float>(rope_dim) *
+           std::log(static_cast<float>(yarn.orig_context_length) /
+                    (turns * 2.0f * static_cast<float>(std::numbers::pi))) /
+           (2.0f * std::log(base));
+  };
+  const float low = std::floor(corr_dim(yarn.beta_fast));
+  const float high = std::ceil(corr_dim(yarn.beta_slow));
+  return {std::max(0.0f, low), std::min(static_cast<float>(rope_dim - 1), high)};
+}
+
+}  // namespace
+
 Rope::Rope(int head_dim, int rope_dim, float base, model::RopeStyle style, float freq_scale,
-           std::span<const float> factors)
-    : head_dim_(head_dim), rope_dim_(rope_dim), style_(style), inv_freq_(rope_dim / 2) {
+           std::span<const float> factors, const RopeYarn& yarn)
+    : head_dim_(head_dim),
+      rope_dim_(rope_dim),
+      style_(style),
+      magnitude_(yarn.magnitude),
+      inv_freq_(rope_dim / 2) {
+  const auto [low, high] = yarn.ext_factor != 0.0f ? YarnCorrectionRange(rope_dim, yarn, base)
+                                                   : std::pair<float, float>(0.0f, 0.0f);
   for (int i = 0; i < rope_dim / 2; ++i) {
     const double factor = factors.empty() ? 1.0 : static_cast<double>(factors[i]);
-    inv_freq_[i] = static_cast<double>(freq_scale) *
-                   std::pow(static_cast<double>(base), -2.0 * i / rope_dim) / factor;
+    const double unscaled = std::pow(static_cast<double>(base), -2.0 * i / rope_dim) / factor;
+    // m_i, in float as ggml's rope_yarn_ramp (0 without YaRN).
+    float mix = 0.0f;
+    if (yarn.ext_factor != 0.0f) {
+      const float y = (static_cast<float>(i) - low) / std::max(0.001f, high - low);
+      mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * yarn.ext_factor;
+    }
+    inv_freq_[i] = unscaled * (static_cast<double>(freq_scale) * (1.0 - mix) + mix);
   }
 }
 
@@ -20,10 +53,10 @@ void Rope::Apply(std::span<float> x, int pos) const { Apply(x, {}, pos); }
 
 namespace {
 
-// cos and sin of theta in double, rounded to float.
-void CosSin(double theta, float& c, float& s) {
-  c = static_cast<float>(std::cos(theta));
-  s = static_cast<float>(std::sin(theta));
+// cos and sin of theta in double, rounded to float, times `magnitude`.
+void CosSin(double theta, float magnitude, float& c, float& s) {
+  c = static_cast<float>(std::cos(theta)) * magnitude;
+  s = static_cast<float>(std::sin(theta)) * magnitude;
 }
 
 }  // namespace
@@ -37,7 +70,7 @@ void Rope::Apply(std::span<float> q, std::span<float> k, int pos) const {
 
 void Rope::Angles(int pos, std::span<float> cos, std::span<float> sin) const {
   for (int i = 0; i < rope_dim_ / 2; ++i) {
-    CosSin(static_cast<double>(pos) * inv_freq_[i], cos[i], sin[i]);
+    CosSin(static_cast<double>(pos) * inv_freq_[i], magnitude_, cos[i], sin[i]);
   }
 }
 

@@ -120,6 +120,52 @@ TEST(RopeTest, PositionZeroIsIdentityAndDimsBeyondRopeDimUntouched) {
   for (int i = 4; i < 8; ++i) EXPECT_EQ(x[i], original[i]);
 }
 
+// YaRN's per-pair frequencies, computed by hand for rope_dim 8, base 10000, original
+// context 64, factor 4 (freq_scale 0.25), betas 32 and 1:
+//   C(b) = 8 ln(64 / (2 pi b)) / (2 ln 10000):  C(32) = -0.497 -> low = max(0, -1) = 0,
+//                                                C(1) = 1.008  -> high = min(7, 2) = 2
+//   ramp_i = 1 - clamp(i / 2, 0, 1) = 1, 0.5, 0, 0
+//   w_i = 10000^(-i/4) * (0.25 (1 - ramp_i) + ramp_i) = 1, 0.1 * 0.625, 0.01 / 4, 0.001 / 4
+// and every cos and sin times the magnitude.
+TEST(RopeTest, YarnMixesScaledAndUnscaledAnglesByPair) {
+  const RopeYarn yarn{.ext_factor = 1.0f, .orig_context_length = 64, .magnitude = 1.5f};
+  const Rope rope(8, 8, 10000.0f, RopeStyle::kAdjacentPairs, 0.25f, {}, yarn);
+  const double w[4] = {1.0, 0.0625, 0.0025, 0.00025};
+  std::vector<float> cos(4), sin(4);
+  rope.Angles(10, cos, sin);
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_NEAR(cos[i], 1.5 * std::cos(10 * w[i]), 1e-6);
+    EXPECT_NEAR(sin[i], 1.5 * std::sin(10 * w[i]), 1e-6);
+  }
+  // ext_factor 0: every pair scaled, magnitude still applied.
+  const Rope plain(8, 8, 10000.0f, RopeStyle::kAdjacentPairs, 0.25f, {},
+                   RopeYarn{.magnitude = 2.0f});
+  plain.Angles(10, cos, sin);
+  EXPECT_NEAR(cos[0], 2.0 * std::cos(2.5), 1e-6);
+  EXPECT_NEAR(sin[1], 2.0 * std::sin(0.25), 1e-6);
+  // Apply uses the same angles: (1, 0) at pair 1 becomes magnitude * (cos, sin).
+  std::vector<float> x = {0, 0, 1, 0, 0, 0, 0, 0};
+  rope.Apply(x, 10);
+  EXPECT_NEAR(x[2], 1.5 * std::cos(0.625), 1e-6);
+  EXPECT_NEAR(x[3], 1.5 * std::sin(0.625), 1e-6);
+}
+
+// ForModel takes YaRN and the magnitude from the config (model::ModelConfig).
+TEST(RopeTest, ForModelAppliesTheConfigsYarn) {
+  model::ModelConfig c;
+  c.head_dim = c.rope_dim = 8;
+  c.context_length = 256;
+  c.rope_freq_scale = 0.25f;
+  c.yarn_ext_factor = 1.0f;
+  c.yarn_orig_context_length = 64;
+  std::vector<float> cos(4), sin(4);
+  Rope::ForModel(c).Angles(10, cos, sin);
+  const double magnitude = 1.0 + 0.1 * std::log(4.0);
+  EXPECT_NEAR(cos[1], magnitude * std::cos(0.625), 1e-6);
+  EXPECT_NEAR(sin[2], magnitude * std::sin(0.025), 1e-6);
+}
+
 TEST(RopeTest, ScoresDependOnlyOnRelativePosition) {
   for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalves}) {
     const Rope rope(8, 8, 10000.0f, style);

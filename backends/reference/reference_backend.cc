@@ -6,7 +6,6 @@
 #include "backends/reference/reference_backend.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -144,8 +143,7 @@ void MixtureOfExperts(const model::ModelConfig& c, const kernels::ExpertRouting&
 void ForwardToken(const model::ModelConfig& c, const model::ModelWeights& w,
                   const kernels::Rope& rope, const kernels::SequenceKv& kv, int32_t token, int pos,
                   RunState& s) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, scale};
+  const kernels::AttentionShape shape{c.n_heads, c.n_kv_heads, c.head_dim, c.AttentionScale()};
   const int n_pos = pos + 1;
   const int first_pos = c.FirstVisiblePosition(pos);
   const size_t att_size = static_cast<size_t>(c.n_heads) * (n_pos - first_pos);

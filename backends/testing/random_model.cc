@@ -170,6 +170,18 @@ std::vector<NamedConfig> ArchitectureConfigs() {
   deepseek3_moe.n_experts_used = 3;
   deepseek3_moe.expert_weights_norm = true;
   deepseek3_moe.expert_weights_scale = 2.5f;
+  // YaRN with an original context of 64: its correction range is pairs [0, 2] of 4, so
+  // pair 0 keeps its angle, pair 1 mixes half and half, pairs 2 and 3 are scaled by 1/4.
+  model::ModelConfig yarn = base;
+  yarn.rope_freq_scale = 0.25f;
+  yarn.yarn_ext_factor = 1.0f;
+  yarn.yarn_orig_context_length = 64;
+  yarn.rope_attn_factor = 0.9f;
+  model::ModelConfig deepseek2_yarn = deepseek2;  // kq_scale takes YaRN's mscale^2
+  deepseek2_yarn.rope_freq_scale = 0.25f;
+  deepseek2_yarn.yarn_ext_factor = 1.0f;
+  deepseek2_yarn.yarn_orig_context_length = 64;
+  deepseek2_yarn.yarn_log_multiplier = 0.707f;
   return {{"llama", base},
           {"llama3", llama3},
           {"qwen2", qwen2},
@@ -179,7 +191,9 @@ std::vector<NamedConfig> ArchitectureConfigs() {
           {"deepseek2", deepseek2},
           {"deepseek2_q", deepseek2_q},
           {"deepseek2_moe", deepseek2_moe},
-          {"deepseek3_moe", deepseek3_moe}};
+          {"deepseek3_moe", deepseek3_moe},
+          {"yarn", yarn},
+          {"deepseek2_yarn", deepseek2_yarn}};
 }
 
 model::ModelConfig WithDeepseekV3Routing(model::ModelConfig c, int dense_ffn) {

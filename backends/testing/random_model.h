@@ -51,9 +51,13 @@ struct RandomModelOptions {
 //   qwen3   rotate-halves RoPE, Q/K norms, head_dim 16 (not dim / n_heads), partial RoPE
 //   local   llama with sliding_window 5
 //   qwen3moe  qwen3 with 8 experts of ffn_dim 32, 3 used per token (router in f32)
-//   deepseek2, deepseek2_q  latent attention (with and without a compressed query)
+//   deepseek2, deepseek2_q  latent attention with and without q_lora_rank (the latter
+//           with a window)
 //   deepseek2_moe  deepseek2 with a dense first layer, then experts and shared experts
 //   deepseek3_moe  the same with sigmoid gating, the selection bias and expert groups
+//   yarn    llama with YaRN (factor 4, original context 64) and rope_attn_factor 0.9
+//   deepseek2_yarn  deepseek2 with YaRN (factor 4, original context 64) and a
+//           yarn_log_multiplier
 struct NamedConfig {
   std::string name;
   model::ModelConfig config;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numbers>
 #include <string>
 #include <utility>
 #include <vector>
@@ -144,24 +145,69 @@ Layer ToDense(const model::LayerWeights& L) {
           ToDense(L.bo),        ToDense(L.q_norm),   ToDense(L.k_norm)};
 }
 
+// YaRN as the YaRN paper's "NTK-by-parts" interpolation, llama.cpp's way (in double,
+// simplified): the share of pair i whose angle stays unscaled, 1 for pairs below the
+// correction range [low, high] (the pairs whose wavelength fits yarn_beta_fast, resp.
+// yarn_beta_slow, times into the original context), 0 above it, linear in between.
+double YarnMix(const model::ModelConfig& c, int i) {
+  if (c.yarn_ext_factor == 0.0f) return 0.0;
+  const double d = c.rope_dim, orig = c.YarnOrigContextLength(), base = c.rope_base;
+  const auto pair_of_turns = [&](double turns) {
+    return d * std::log(orig / (2.0 * std::numbers::pi * turns)) / (2.0 * std::log(base));
+  };
+  const double low = std::max(0.0, std::floor(pair_of_turns(c.yarn_beta_fast)));
+  const double high = std::min(d - 1.0, std::ceil(pair_of_turns(c.yarn_beta_slow)));
+  const double y = (i - low) / std::max(0.001, high - low);
+  return c.yarn_ext_factor * (1.0 - std::clamp(y, 0.0, 1.0));
+}
+
+// The scaling factor s = 1 / rope_freq_scale and YaRN's temperature term 1 + 0.1 ln s.
+double YarnTemperature(const model::ModelConfig& c) {
+  return 1.0 + 0.1 * std::log(1.0 / static_cast<double>(c.rope_freq_scale));
+}
+
+// What RoPE multiplies cos and sin by, in llama.cpp: rope_attn_factor, times YaRN's
+// temperature 1 + 0.1 ln s (s > 1) unless deepseek2's log multiplier moves it into the
+// attention scale.
+double RopeMagnitude(const model::ModelConfig& c) {
+  const bool temperature = c.yarn_ext_factor != 0.0f && c.yarn_log_multiplier == 0.0f &&
+                           1.0 / static_cast<double>(c.rope_freq_scale) > 1.0;
+  return c.rope_attn_factor * (temperature ? YarnTemperature(c) : 1.0);
+}
+
+// What q·k is multiplied by: 1 / sqrt(head_dim); for deepseek2, llama.cpp's kq_scale
+// m^2 / sqrt(head_dim), m = a * (1 + 0.1 * yarn_log_multiplier * ln s), where a is the
+// RoPE magnitude with YaRN and rope_attn_factor * (1 + 0.1 ln s) without it.
+double AttentionScale(const model::ModelConfig& c) {
+  const double inv_sqrt = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  if (c.architecture != "deepseek2") return inv_sqrt;
+  const double a =
+      c.yarn_ext_factor != 0.0f ? RopeMagnitude(c) : c.rope_attn_factor * YarnTemperature(c);
+  const double m = a * (1.0 + (YarnTemperature(c) - 1.0) * c.yarn_log_multiplier);
+  return m * m * inv_sqrt;
+}
+
 // RoPE of every head of row t of x [n, heads * width] at position t: dimensions
 // [offset, offset + rope_dim) of each head.
 void Rotate(const model::ModelConfig& c, Matrix& x, int n, int heads, int width, int offset) {
   const int half = c.rope_dim / 2;
+  const double magnitude = RopeMagnitude(c);
   for (int t = 0; t < n; ++t) {
     for (int h = 0; h < heads; ++h) {
       double* head = &x[(static_cast<size_t>(t) * heads + h) * width + offset];
       for (int i = 0; i < half; ++i) {
         const double factor = c.rope_freq_factors.empty() ? 1.0 : c.rope_freq_factors[i];
-        const double theta = t * static_cast<double>(c.rope_freq_scale) *
-                             std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.rope_dim) /
-                             factor;
+        const double unscaled =
+            t * std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.rope_dim) / factor;
+        const double mix = YarnMix(c, i);
+        const double theta =
+            unscaled * static_cast<double>(c.rope_freq_scale) * (1.0 - mix) + unscaled * mix;
         const bool adjacent = c.rope_style == model::RopeStyle::kAdjacentPairs;
         double& a = head[adjacent ? 2 * i : i];
         double& b = head[adjacent ? 2 * i + 1 : i + half];
         const double a0 = a, b0 = b;
-        a = a0 * std::cos(theta) - b0 * std::sin(theta);
-        b = a0 * std::sin(theta) + b0 * std::cos(theta);
+        a = (a0 * std::cos(theta) - b0 * std::sin(theta)) * magnitude;
+        b = (a0 * std::sin(theta) + b0 * std::cos(theta)) * magnitude;
       }
     }
   }
@@ -259,7 +305,9 @@ absl::StatusOr<std::vector<double>> TextbookForward(const model::Model& model,
     const Matrix &q = qkv.q, &k = qkv.k, &v = qkv.v;
     const int kvh = qkv.kv_heads, vd = qkv.v_dim, group = c.n_heads / kvh;
 
-    // Masked softmax attention: S[t][j] = q_t · k_j / sqrt(hd), -inf where masked.
+    // Masked softmax attention: S[t][j] = scale * q_t · k_j (scale = 1 / sqrt(hd) but for
+    // deepseek2's YaRN), -inf where masked.
+    const double scale = AttentionScale(c);
     Matrix att(static_cast<size_t>(n) * c.n_heads * vd, 0.0);  // [n, n_heads * vd]
     std::vector<double> s(n);
     for (int h = 0; h < c.n_heads; ++h) {
@@ -276,7 +324,7 @@ absl::StatusOr<std::vector<double>> TextbookForward(const model::Model& model,
           for (int i = 0; i < hd; ++i) {
             dot += q[(t * c.n_heads + h) * hd + i] * k[(j * kvh + g) * hd + i];
           }
-          s[j] = dot / std::sqrt(static_cast<double>(hd));
+          s[j] = dot * scale;
           max_s = std::max(max_s, s[j]);
         }
         double sum = 0;
