@@ -143,10 +143,19 @@ struct Q8_0PanelAvx2 : Ymm16Block32 {
 // exact, equal to the VNNI kernels' (q4_K: 8 vpmaddubsw of codes <= 15 and |x| <= 128 stay within
 // 30,720 in int16; q6_K: codes <= 63, 2 vpmaddubsw per int16 chain, within 32,256), and
 // the float steps are theirs: the results are bit for bit those of the VNNI kernels.
+// F: the format, with AccumulateHalf<M>(pb, x, ldxq, b, h, acc) for rows 8h .. 8h + 7.
+template <typename F>
 struct Ymm16KQuant : Ymm16Lanes {
   static constexpr int64_t kElems = 256;
   static constexpr bool kMultiPanel = false;  // as KQuantPanel
   static constexpr int64_t kPrefetchBlocks = 2;
+
+  template <int M>
+  KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
+                                             int64_t b, Acc* acc) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) F::template AccumulateHalf<M>(pb, x, ldxq, b, h, acc);
+  }
 
   // acc[m].half[h] += float(sum[m]) * scale * d of activation row m's block b, m < M
   // (KQuantPanel::AddScaled, one half).
@@ -176,15 +185,8 @@ struct Ymm16KQuant : Ymm16Lanes {
 };
 
 // q4_K: element = d * sc * code - dmin * m per sub-block of 32 (codes 0..15).
-struct Q4_KPanelAvx2 : Ymm16KQuant {
+struct Q4_KPanelAvx2 : Ymm16KQuant<Q4_KPanelAvx2> {
   static constexpr int64_t kBlockBytes = model::kQ4_KPanelBlockBytes;
-  template <int M>
-  KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
-                                             int64_t b, Acc* acc) {
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) AccumulateHalf<M>(pb, x, ldxq, b, h, acc);
-  }
-
   // Rows 8h .. 8h + 7 of the panel block.
   template <int M>
   KVSERVE_SIMD_TARGET static void AccumulateHalf(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
@@ -258,15 +260,8 @@ struct Q4_KPanelAvx2 : Ymm16KQuant {
 };
 
 // q6_K: element = d * sc * (code - 32) per group of 16 (codes 0..63, int8 scales).
-struct Q6_KPanelAvx2 : Ymm16KQuant {
+struct Q6_KPanelAvx2 : Ymm16KQuant<Q6_KPanelAvx2> {
   static constexpr int64_t kBlockBytes = model::kQ6_KPanelBlockBytes;
-  template <int M>
-  KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
-                                             int64_t b, Acc* acc) {
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) AccumulateHalf<M>(pb, x, ldxq, b, h, acc);
-  }
-
   // Rows 8h .. 8h + 7 of the panel block.
   template <int M>
   KVSERVE_SIMD_TARGET static void AccumulateHalf(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
