@@ -85,8 +85,4 @@ void RouteTopK(const ExpertRouting& routing, std::span<const float> bias, std::s
   }
 }
 
-void RouteTopK(std::span<float> logits, std::span<int32_t> ids, std::span<float> weights) {
-  RouteTopK(ExpertRouting{}, {}, logits, {}, ids, weights);
-}
-
 }  // namespace kvserve::backends::kernels

@@ -47,9 +47,6 @@ struct ExpertRouting {
 void RouteTopK(const ExpertRouting& routing, std::span<const float> bias, std::span<float> logits,
                std::span<float> selection, std::span<int32_t> ids, std::span<float> weights);
 
-// qwen3moe's routing (ExpertRouting{}, no bias).
-void RouteTopK(std::span<float> logits, std::span<int32_t> ids, std::span<float> weights);
-
 }  // namespace kvserve::backends::kernels
 
 #endif  // KVSERVE_BACKENDS_KERNELS_MOE_H_

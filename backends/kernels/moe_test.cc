@@ -15,7 +15,7 @@ TEST(RouteTopKTest, PicksTheLargestAndNormalizesTheirSoftmax) {
   std::vector<float> logits = {0.0f, 2.0f, -1.0f, 1.0f, 2.0f};
   std::vector<int32_t> ids(3);
   std::vector<float> weights(3);
-  RouteTopK(logits, ids, weights);
+  RouteTopK(ExpertRouting{}, {}, logits, {}, ids, weights);  // qwen3moe's rule
   // Ties (experts 1 and 4) go to the lower index first.
   EXPECT_THAT(ids, ElementsAre(1, 4, 3));
   const double e2 = std::exp(2.0), e1 = std::exp(1.0), sum = 2 * e2 + e1;
@@ -32,7 +32,7 @@ TEST(RouteTopKTest, OneExpertGetsWeightOne) {
   std::vector<float> logits = {-3.0f, 5.0f, 4.0f};
   std::vector<int32_t> ids(1);
   std::vector<float> weights(1);
-  RouteTopK(logits, ids, weights);
+  RouteTopK(ExpertRouting{}, {}, logits, {}, ids, weights);  // qwen3moe's rule
   EXPECT_THAT(ids, ElementsAre(1));
   EXPECT_FLOAT_EQ(weights[0], 1.0f);
 }
