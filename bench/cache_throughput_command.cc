@@ -10,6 +10,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -119,19 +120,20 @@ absl::Status Run() {
     malloc_trim(0);
     const int64_t rss_after = RssBytes();
     start = absl::Now();
-    int64_t fetched = 0;
+    std::atomic<int64_t> fetched = 0;
     for (const testing::BlockChain& c : data) {
-      absl::StatusOr<int32_t> n = (*client)->Fetch(c.partition, c.hashes, deadline,
-                                                   [&fetched](int32_t, std::string_view record) {
-                                                     fetched += static_cast<int64_t>(record.size());
-                                                     return true;
-                                                   });
+      // on_record runs on the fetch's range threads at once.
+      absl::StatusOr<int32_t> n = (*client)->Fetch(
+          c.partition, c.hashes, deadline, [&fetched](int32_t, std::string_view record) {
+            fetched.fetch_add(static_cast<int64_t>(record.size()), std::memory_order_relaxed);
+            return true;
+          });
       if (!n.ok()) return n.status();
       if (*n != chain_blocks) return ShortCount("fetch", *n, chain_blocks);
     }
     const double fetch_s = absl::ToDoubleSeconds(absl::Now() - start);
     store_gbps.push_back(static_cast<double>(bytes) / store_s / 1e9);
-    fetch_gbps.push_back(static_cast<double>(fetched) / fetch_s / 1e9);
+    fetch_gbps.push_back(static_cast<double>(fetched.load()) / fetch_s / 1e9);
     overhead.push_back(static_cast<double>(rss_after - rss_before - bytes) /
                        static_cast<double>(bytes));
     std::printf(

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 
@@ -31,12 +32,25 @@ class RecordAssembler {
   absl::Status Add(int32_t index, int64_t offset, int64_t record_bytes, std::string* data,
                    std::optional<std::string>* completed);
 
+  // The same checks and errors, for a caller that only reads each record: nothing is
+  // moved or kept. *completed views `data` (a whole record in one chunk) or the
+  // assembler's buffer (chunks copied into it; its capacity is kept for the next record),
+  // valid until the next call or until `data`'s storage changes.
+  absl::Status AddView(int32_t index, int64_t offset, int64_t record_bytes, std::string_view data,
+                       std::optional<std::string_view>* completed);
+
   // True while a record has started and not completed (a stream ending now truncates it).
   bool mid_record() const { return received_bytes_ > 0; }
   // Index the next new record must carry (= records completed).
   int32_t next_index() const { return next_index_; }
 
  private:
+  // The chunk protocol's checks of a chunk of `size` bytes (Add's errors).
+  absl::Status Check(int32_t index, int64_t offset, int64_t record_bytes, int64_t size) const;
+  // Appends a checked chunk to buffer_ (reserving record_bytes at a record's first chunk);
+  // true when the record is complete (the assembler then expects the next index).
+  bool Append(int64_t record_bytes, std::string_view data);
+
   const int64_t max_record_bytes_;
   int32_t next_index_ = 0;
   int64_t record_bytes_ = 0;    // of the record in progress

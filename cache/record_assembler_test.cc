@@ -24,6 +24,31 @@ TEST(RecordAssemblerTest, ReassemblesInOrder) {
   EXPECT_EQ(a.next_index(), 2);
 }
 
+// AddView: the same records as views, a whole one of the chunk itself (nothing moved
+// from it), a split one of the assembler's buffer; the same checks.
+TEST(RecordAssemblerTest, ViewsWholeAndReassembledRecords) {
+  RecordAssembler a(100);
+  std::optional<std::string_view> out;
+  const std::string whole = "abc";
+  ASSERT_TRUE(a.AddView(0, 0, 3, whole, &out).ok());
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(out->data(), whole.data());  // a view of the chunk, not a copy
+  EXPECT_EQ(whole, "abc");
+  ASSERT_TRUE(a.AddView(1, 0, 5, "he", &out).ok());
+  EXPECT_FALSE(out.has_value());
+  ASSERT_TRUE(a.AddView(1, 2, 5, "llo", &out).ok());
+  EXPECT_EQ(out, "hello");
+  ASSERT_TRUE(a.AddView(2, 0, 2, "x", &out).ok());
+  ASSERT_TRUE(a.AddView(2, 1, 2, "y", &out).ok());
+  EXPECT_EQ(out, "xy");
+  EXPECT_EQ(a.next_index(), 3);
+  absl::Status s = a.AddView(3, 1, 4, "ab", &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("chunks.offset"), absl::string_view::npos);
+  EXPECT_EQ(RecordAssembler(2).AddView(0, 0, 3, "abc", &out).code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 TEST(RecordAssemblerTest, RejectsProtocolViolationsPrecisely) {
   std::optional<std::string> out;
   {

@@ -1,8 +1,6 @@
 #include "cache/remote_cache_client.h"
 
 #include <algorithm>
-#include <condition_variable>
-#include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -93,24 +91,28 @@ absl::StatusOr<cache::RemoteKvCache::Presence> RemoteCacheClient::Lookup(
   return Presence{response.present_blocks(), response.present_bytes()};
 }
 
-absl::StatusOr<int32_t> RemoteCacheClient::FetchStream(
-    v1::SessionCache::Stub* stub, grpc::ClientContext* context, const cache::BlockHash& partition,
-    std::span<const cache::BlockHash> chain,
-    const std::function<bool(int32_t index, std::string&& record)>& sink) const {
+absl::StatusOr<int32_t> RemoteCacheClient::FetchStream(v1::SessionCache::Stub* stub,
+                                                       grpc::ClientContext* context,
+                                                       const cache::BlockHash& partition,
+                                                       std::span<const cache::BlockHash> chain,
+                                                       const RecordSink& sink) const {
   v1::FetchBlocksRequest request;
   SetChain(partition, chain, &request);
   request.set_max_chunk_bytes(options_.fetch_chunk_bytes);
   std::unique_ptr<grpc::ClientReader<v1::FetchBlocksResponse>> reader =
       stub->FetchBlocks(context, request);
   RecordAssembler assembler(options_.max_record_bytes);
+  // One message reused for every Read: protobuf keeps its cleared chunks and their data
+  // strings' capacity, so the records of a stream are parsed into the same memory
+  // instead of a fresh allocation (and fresh pages) each.
   v1::FetchBlocksResponse message;
   absl::Status protocol_error;
   bool stopped = false;
   while (!stopped && reader->Read(&message)) {
-    for (v1::BlockChunk& chunk : *message.mutable_chunks()) {
-      std::optional<std::string> record;
-      protocol_error = assembler.Add(chunk.index(), chunk.offset(), chunk.record_bytes(),
-                                     chunk.mutable_data(), &record);
+    for (const v1::BlockChunk& chunk : message.chunks()) {
+      std::optional<std::string_view> record;
+      protocol_error = assembler.AddView(chunk.index(), chunk.offset(), chunk.record_bytes(),
+                                         chunk.data(), &record);
       if (protocol_error.ok() && assembler.next_index() > static_cast<int32_t>(chain.size())) {
         protocol_error = absl::InvalidArgumentError("more records than requested");
       }
@@ -118,7 +120,7 @@ absl::StatusOr<int32_t> RemoteCacheClient::FetchStream(
         stopped = true;
         break;
       }
-      if (record.has_value() && !sink(chunk.index(), *std::move(record))) {
+      if (record.has_value() && !sink(chunk.index(), *record)) {
         stopped = true;
         break;
       }
@@ -139,9 +141,9 @@ absl::StatusOr<int32_t> RemoteCacheClient::FetchStream(
   return delivered;
 }
 
-absl::StatusOr<int32_t> RemoteCacheClient::Fetch(
-    const cache::BlockHash& partition, std::span<const cache::BlockHash> chain, absl::Time deadline,
-    const std::function<bool(int32_t index, std::string&& record)>& on_record) {
+absl::StatusOr<int32_t> RemoteCacheClient::Fetch(const cache::BlockHash& partition,
+                                                 std::span<const cache::BlockHash> chain,
+                                                 absl::Time deadline, const RecordSink& on_record) {
   const int64_t n = static_cast<int64_t>(chain.size());
   const int64_t streams =
       std::clamp<int64_t>(n / options_.fetch_min_stream_blocks, 1, options_.fetch_streams);
@@ -155,75 +157,53 @@ absl::StatusOr<int32_t> RemoteCacheClient::Fetch(
   auto stub = [&](int64_t r) { return stubs_[static_cast<size_t>(r) % stubs_.size()].get(); };
   auto range = [&](int64_t r) { return chain.subspan(begin(r), begin(r + 1) - begin(r)); };
 
-  // Ranges 1.. run on helper threads into `pending` (guarded by mu): records not yet
-  // delivered, and each range's outcome once its stream ended.
-  struct Pending {
-    std::deque<std::string> records;
-    std::optional<absl::StatusOr<int32_t>> outcome;
-  };
+  // Every range hands its records to on_record as they arrive, on its own thread (range 0
+  // on the caller's), so the ranges' checks and copies run side by side and no record
+  // waits in memory for an earlier range. The first range (in chain order) that ends
+  // short ends the fetch: `first_short` (guarded by mu) is the lowest such range so far;
+  // the ranges after it are cancelled, and stop handing out records.
+  // Per range: the records on_record accepted, or the stream's error.
+  std::vector<absl::StatusOr<int32_t>> outcomes(static_cast<size_t>(streams), 0);
   std::mutex mu;
-  std::condition_variable cv;
-  std::vector<Pending> pending(static_cast<size_t>(streams));
-  std::vector<std::thread> helpers;
-  for (int64_t r = 1; r < streams; ++r) {
-    helpers.emplace_back([&, r] {
-      Pending& p = pending[static_cast<size_t>(r)];
-      absl::StatusOr<int32_t> outcome =
-          FetchStream(stub(r), contexts[static_cast<size_t>(r)].get(), partition, range(r),
-                      [&](int32_t, std::string&& record) {
-                        std::lock_guard<std::mutex> lock(mu);
-                        p.records.push_back(std::move(record));
-                        cv.notify_all();
+  int64_t first_short = streams;
+  auto run = [&](int64_t r) {
+    absl::StatusOr<int32_t>& out = outcomes[static_cast<size_t>(r)];
+    const int32_t offset = static_cast<int32_t>(begin(r));
+    int32_t accepted = 0;
+    out = FetchStream(stub(r), contexts[static_cast<size_t>(r)].get(), partition, range(r),
+                      [&](int32_t index, std::string_view record) {
+                        {
+                          std::lock_guard<std::mutex> lock(mu);
+                          if (first_short < r) return false;  // no longer wanted
+                        }
+                        if (!on_record(offset + index, record)) return false;
+                        ++accepted;
                         return true;
                       });
-      std::lock_guard<std::mutex> lock(mu);
-      p.outcome = std::move(outcome);
-      cv.notify_all();
-    });
-  }
-
-  // Range 0 straight to on_record; then each later range's records in order. The first
-  // range that ends short (or on_record's false) ends the fetch: later ranges are cancelled.
-  int32_t delivered = 0;
-  bool stopped = false;
-  absl::StatusOr<int32_t> first = FetchStream(stub(0), contexts[0].get(), partition, range(0),
-                                              [&](int32_t index, std::string&& record) {
-                                                if (!on_record(index, std::move(record))) {
-                                                  stopped = true;
-                                                  return false;
-                                                }
-                                                ++delivered;
-                                                return true;
-                                              });
-  absl::Status error = first.status();
-  bool complete = first.ok() && !stopped && *first == static_cast<int32_t>(range(0).size());
-  for (int64_t r = 1; r < streams && complete; ++r) {
-    Pending& p = pending[static_cast<size_t>(r)];
-    while (complete) {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return !p.records.empty() || p.outcome.has_value(); });
-      if (p.records.empty()) {  // the stream ended and everything of it was delivered
-        error = p.outcome->status();
-        complete = p.outcome->ok() && **p.outcome == static_cast<int32_t>(range(r).size());
-        break;
-      }
-      std::string record = std::move(p.records.front());
-      p.records.pop_front();
-      lock.unlock();
-      if (!on_record(delivered, std::move(record))) {
-        stopped = true;
-        complete = false;
-      } else {
-        ++delivered;
-      }
+    if (out.ok()) out = accepted;  // a refused record ended the stream: not counted
+    const bool whole = out.ok() && *out == static_cast<int32_t>(range(r).size());
+    if (whole) return;
+    std::lock_guard<std::mutex> lock(mu);
+    if (r >= first_short) return;
+    first_short = r;
+    for (int64_t later = r + 1; later < streams; ++later) {
+      contexts[static_cast<size_t>(later)]->TryCancel();
     }
-  }
-  if (!complete) {
-    for (const std::unique_ptr<grpc::ClientContext>& context : contexts) context->TryCancel();
-  }
+  };
+  std::vector<std::thread> helpers;
+  for (int64_t r = 1; r < streams; ++r) helpers.emplace_back(run, r);
+  run(0);
   for (std::thread& helper : helpers) helper.join();
-  if (!stopped && !error.ok()) return error;
-  return delivered;
+
+  // The accepted prefix: whole ranges up to the first short one, and what it accepted.
+  int32_t total = 0;
+  for (int64_t r = 0; r < streams; ++r) {
+    const absl::StatusOr<int32_t>& out = outcomes[static_cast<size_t>(r)];
+    if (!out.ok()) return out.status();
+    total += *out;
+    if (*out < static_cast<int32_t>(range(r).size())) break;
+  }
+  return total;
 }
 
 absl::StatusOr<int32_t> RemoteCacheClient::Store(const cache::BlockHash& partition,

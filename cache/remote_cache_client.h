@@ -6,17 +6,17 @@
 // TOKEN". Fetch splits a long chain into up to fetch_streams ranges of at least
 // fetch_min_stream_blocks blocks, one FetchBlocks stream each, spread over the channels,
 // run in parallel (range 0 on the calling thread, the others on threads of their own for
-// the call) and delivered in chain order: a later range's records wait in memory until
-// every earlier one was delivered; a range that ends short (a block missing, an error)
-// ends the fetch there and cancels the later ranges. It asks for chunks of up to
-// fetch_chunk_bytes so that a ~1 MB record arrives as one chunk and reaches on_record
-// without a copy (parsed once from the received message, then moved); records split over
-// several chunks are reassembled (and the chunk protocol checked: the service is not
-// trusted) before on_record sees them. Store sends each record in chunks of at most
-// store_chunk_bytes.
+// the call), each handing its records to on_record as they arrive (so on_record runs on
+// up to fetch_streams threads at once; RemoteKvCache::Fetch); a range that ends short (a
+// block missing, an error, a refusal) ends the fetch there and cancels the later ranges.
+// It asks for chunks of up to fetch_chunk_bytes so that a ~1 MB record arrives as one
+// chunk and reaches on_record without a copy (a view of the parsed message, whose memory
+// the next message of the stream reuses); records split over several chunks are
+// reassembled (and the chunk protocol checked: the service is not trusted) before
+// on_record sees them. Store sends each record in chunks of at most store_chunk_bytes.
 //
 // Threading: thread-safe (gRPC channels and stubs are); calls block until done or the
-// deadline. on_record is called on the thread that called Fetch only.
+// deadline.
 #ifndef KVSERVE_CACHE_REMOTE_CACHE_CLIENT_H_
 #define KVSERVE_CACHE_REMOTE_CACHE_CLIENT_H_
 
@@ -67,10 +67,9 @@ class RemoteCacheClient final : public cache::RemoteKvCache {
   absl::StatusOr<Presence> Lookup(const cache::BlockHash& partition,
                                   std::span<const cache::BlockHash> chain,
                                   absl::Time deadline) override;
-  absl::StatusOr<int32_t> Fetch(
-      const cache::BlockHash& partition, std::span<const cache::BlockHash> chain,
-      absl::Time deadline,
-      const std::function<bool(int32_t index, std::string&& record)>& on_record) override;
+  absl::StatusOr<int32_t> Fetch(const cache::BlockHash& partition,
+                                std::span<const cache::BlockHash> chain, absl::Time deadline,
+                                const RecordSink& on_record) override;
   absl::StatusOr<int32_t> Store(const cache::BlockHash& partition,
                                 std::span<const std::string> records, absl::Time deadline) override;
   // The service's answers are checked: a new version other than expected_version + 1,
@@ -98,13 +97,14 @@ class RemoteCacheClient final : public cache::RemoteKvCache {
   void Prepare(grpc::ClientContext* context, absl::Time deadline) const;
   // One FetchBlocks stream of `chain` on `stub`, its context prepared by the caller (who
   // may cancel it from another thread): checks the chunk protocol and hands each complete
-  // record to `sink(index within chain, record)`, which returns false to stop (the call
-  // is then cancelled). Returns the records handed out; DATA_LOSS when the service broke
-  // the chunk protocol; the call's error when it failed before anything stopped it.
-  absl::StatusOr<int32_t> FetchStream(
-      v1::SessionCache::Stub* stub, grpc::ClientContext* context, const cache::BlockHash& partition,
-      std::span<const cache::BlockHash> chain,
-      const std::function<bool(int32_t index, std::string&& record)>& sink) const;
+  // record to `sink(index within chain, record)` (valid during the call), which returns
+  // false to stop (the call is then cancelled). Returns the records handed out; DATA_LOSS
+  // when the service broke the chunk protocol; the call's error when it failed before
+  // anything stopped it.
+  absl::StatusOr<int32_t> FetchStream(v1::SessionCache::Stub* stub, grpc::ClientContext* context,
+                                      const cache::BlockHash& partition,
+                                      std::span<const cache::BlockHash> chain,
+                                      const RecordSink& sink) const;
 
   const Options options_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;        // at least one

@@ -76,13 +76,21 @@ class RemoteKvCache {
   virtual absl::StatusOr<Presence> Lookup(const BlockHash& partition,
                                           std::span<const BlockHash> chain,
                                           absl::Time deadline) = 0;
-  // Streams the records of `chain` in order: `on_record(index, record)` for each
-  // complete record as it arrives; the record is the callee's to keep (move from) or
-  // drop, so that a record reaches the caller without a copy. Stops at the first missing
-  // block, or when on_record returns false. Returns the records on_record accepted.
-  virtual absl::StatusOr<int32_t> Fetch(
-      const BlockHash& partition, std::span<const BlockHash> chain, absl::Time deadline,
-      const std::function<bool(int32_t index, std::string&& record)>& on_record) = 0;
+  // Streams the records of `chain`: `on_record(index, record)` once for each complete
+  // record as it arrives, `record` valid during the call only (the callee copies what it
+  // keeps, e.g. the payload into its KV block). An implementation may fetch consecutive
+  // ranges of the chain in parallel: on_record may then run concurrently on several
+  // threads, for different indices, each range's records in chain order; so it must be
+  // thread-safe. Fetching stops at the first missing block or the first record on_record
+  // refuses (returns false); records of later ranges may have reached on_record before
+  // that was known, but do not count. Returns k: the records of chain[0, k) all arrived
+  // and on_record accepted them; or the error of a transfer that failed before the first
+  // missing block or refusal (records on_record accepted before it were still handed
+  // over: a caller that tracks its accepted indices may keep its own accepted prefix).
+  using RecordSink = std::function<bool(int32_t index, std::string_view record)>;
+  virtual absl::StatusOr<int32_t> Fetch(const BlockHash& partition,
+                                        std::span<const BlockHash> chain, absl::Time deadline,
+                                        const RecordSink& on_record) = 0;
   // Stores encoded records (cache::EncodeBlockRecord) of `partition`. Returns how many
   // the service accepted.
   virtual absl::StatusOr<int32_t> Store(const BlockHash& partition,

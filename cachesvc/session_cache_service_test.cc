@@ -1,6 +1,11 @@
 // The SessionCache service end to end: a real CacheServer on 127.0.0.1:0 in this
 // process, called through RemoteCacheClient and, for malformed requests, a raw stub.
+#include <chrono>
+#include <condition_variable>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -72,17 +77,23 @@ class SessionCacheServiceTest : public ::testing::Test {
   }
   std::vector<std::string> Fetch(const BlockHash& partition, const std::vector<BlockHash>& chain,
                                  RemoteCacheClient* client = nullptr) {
-    std::vector<std::string> got;
+    // on_record may run on several threads at once (one per range), each index once.
+    std::mutex mu;
+    std::map<int32_t, std::string> by_index;
     absl::StatusOr<int32_t> n =
         (client ? client : client_.get())
             ->Fetch(partition, chain, Deadline(), [&](int32_t index, std::string_view record) {
-              EXPECT_EQ(index, static_cast<int32_t>(got.size()));
-              got.emplace_back(record);
+              std::lock_guard<std::mutex> lock(mu);
+              EXPECT_TRUE(by_index.emplace(index, std::string(record)).second) << index;
               return true;
             });
     EXPECT_TRUE(n.ok()) << n.status();
-    if (n.ok()) {
-      EXPECT_EQ(*n, static_cast<int32_t>(got.size()));
+    // The records of the prefix Fetch counts; a later range's beyond it do not count.
+    std::vector<std::string> got;
+    for (int32_t i = 0; n.ok() && i < *n; ++i) {
+      auto it = by_index.find(i);
+      EXPECT_NE(it, by_index.end()) << "record " << i << " counted but never delivered";
+      if (it != by_index.end()) got.push_back(it->second);
     }
     return got;
   }
@@ -155,7 +166,7 @@ TEST_F(SessionCacheServiceTest, LookupAndFetchReturnTheUnbrokenPrefixOnly) {
   EXPECT_EQ(Lookup(c.partition, {c.hashes[2], c.hashes[3]}), 0);
 }
 
-TEST_F(SessionCacheServiceTest, ParallelStreamsDeliverInOrderAndEndAtTheFirstGap) {
+TEST_F(SessionCacheServiceTest, ParallelStreamsCountThePrefixAndEndAtTheFirstGap) {
   Start();
   auto parallel = RemoteCacheClient::Create({.target = absl::StrCat("127.0.0.1:", server_->port()),
                                              .channels = 2,
@@ -171,17 +182,55 @@ TEST_F(SessionCacheServiceTest, ParallelStreamsDeliverInOrderAndEndAtTheFirstGap
   EXPECT_EQ(Fetch(c.partition, c.hashes, parallel->get()), stored);
   EXPECT_EQ(Store(c.partition, c.records), 23);
   EXPECT_EQ(Fetch(c.partition, c.hashes, parallel->get()), c.records);
-  // on_record's false stops the fetch there; the later ranges are cancelled.
-  int32_t seen = 0;
+  // on_record's false stops the fetch there (record 7, in range 1 of blocks 5-10): the
+  // count ends before it; the ranges before it still complete, the later ones are
+  // cancelled (what they delivered meanwhile does not count).
+  std::mutex mu;
+  std::set<int32_t> seen;
   absl::StatusOr<int32_t> n = (*parallel)->Fetch(
-      c.partition, c.hashes, Deadline(), [&](int32_t index, std::string&& record) {
-        EXPECT_EQ(index, seen);
+      c.partition, c.hashes, Deadline(), [&](int32_t index, std::string_view record) {
         EXPECT_EQ(record, c.records[static_cast<size_t>(index)]);
-        return ++seen < 8;
+        std::lock_guard<std::mutex> lock(mu);
+        EXPECT_TRUE(seen.insert(index).second) << index;
+        return index != 7;
       });
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(*n, 7);
-  EXPECT_EQ(seen, 8);
+  for (int32_t i = 0; i <= 7; ++i) EXPECT_EQ(seen.count(i), 1u) << i;
+  EXPECT_EQ(seen.count(8), 0u);  // range 1 stopped at its refused record
+}
+
+// Each range hands its records over as they arrive: record 0 (range 0) is held back
+// until a record of a later range has reached on_record, which happens only when the
+// ranges deliver side by side (before, later ranges waited in memory for range 0).
+TEST_F(SessionCacheServiceTest, LaterRangesDeliverWithoutWaitingForEarlierOnes) {
+  Start();
+  auto parallel = RemoteCacheClient::Create({.target = absl::StrCat("127.0.0.1:", server_->port()),
+                                             .channels = 2,
+                                             .fetch_streams = 2,
+                                             .fetch_min_stream_blocks = 2});
+  ASSERT_TRUE(parallel.ok());
+  const BlockChain c = MakeChain(4, "");  // ranges [0, 2) and [2, 4)
+  ASSERT_EQ(Store(c.partition, c.records), 4);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool later_seen = false;
+  bool waited = false;
+  absl::StatusOr<int32_t> n = (*parallel)->Fetch(
+      c.partition, c.hashes, Deadline(), [&](int32_t index, std::string_view record) {
+        EXPECT_EQ(record, c.records[static_cast<size_t>(index)]);
+        std::unique_lock<std::mutex> lock(mu);
+        if (index >= 2) {
+          later_seen = true;
+          cv.notify_all();
+        } else if (index == 0) {
+          waited = cv.wait_for(lock, std::chrono::seconds(20), [&] { return later_seen; });
+        }
+        return true;
+      });
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 4);
+  EXPECT_TRUE(waited) << "range 1 delivered nothing while range 0's first record was held";
 }
 
 TEST_F(SessionCacheServiceTest, DifferentPartitionsNeverShareABlock) {

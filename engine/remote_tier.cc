@@ -1,9 +1,12 @@
 #include "engine/remote_tier.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -179,16 +182,23 @@ RemoteTier::FetchResult RemoteTier::RunFetch(const FetchJob& job) {
   const std::span<const cache::BlockHash> chain =
       std::span<const cache::BlockHash>(job.chain).subspan(static_cast<size_t>(job.local_blocks),
                                                            static_cast<size_t>(wanted));
-  std::optional<cache::RecordCheck> rejected;
-  int64_t bytes = 0;
+  // on_record runs on the fetch's range threads at once (RemoteKvCache::Fetch): each
+  // record is checked and copied into its own block; `accepted` marks the indices whose
+  // block holds a checked payload, and the blocks handed back are its leading run (a
+  // later range's blocks beyond a gap were written for nothing and are freed).
+  std::mutex fetch_mu;
+  std::vector<char> accepted(static_cast<size_t>(wanted), 0);
+  std::optional<cache::RecordCheck> rejected;  // the first rejection (guarded by fetch_mu)
+  std::atomic<int64_t> bytes = 0;
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<int32_t> fetched = remote_->Fetch(
-      job.partition, chain, Deadline(job.deadline), [&](int32_t index, std::string&& record) {
-        const size_t i = static_cast<size_t>(job.local_blocks) + static_cast<size_t>(index);
-        if (index != result.written || index >= wanted) {
-          rejected = cache::RecordCheck::kWrongHash;  // out of order: not what we asked for
+      job.partition, chain, Deadline(job.deadline), [&](int32_t index, std::string_view record) {
+        if (index < 0 || index >= wanted) {
+          std::lock_guard<std::mutex> lock(fetch_mu);
+          if (!rejected.has_value()) rejected = cache::RecordCheck::kWrongHash;  // not asked for
           return false;
         }
+        const size_t i = static_cast<size_t>(job.local_blocks) + static_cast<size_t>(index);
         const cache::BlockHash& parent = i == 0 ? job.partition : job.chain[i - 1];
         const std::span<const int32_t> tokens =
             std::span<const int32_t>(job.tokens).subspan(i * bt, bt);
@@ -199,24 +209,30 @@ RemoteTier::FetchResult RemoteTier::RunFetch(const FetchJob& job) {
             cache::RecordExpectation{&job.partition, &layout_, &parent, &job.chain[i], tokens},
             &view);
         if (check != cache::RecordCheck::kOk) {
-          rejected = check;
+          std::lock_guard<std::mutex> lock(fetch_mu);
+          if (!rejected.has_value()) rejected = check;
           return false;
         }
         std::memcpy(job.destinations[static_cast<size_t>(index)], view.payload.data(),
                     view.payload.size());
-        bytes += static_cast<int64_t>(record.size());
-        ++result.written;
+        bytes.fetch_add(static_cast<int64_t>(record.size()), std::memory_order_relaxed);
+        std::lock_guard<std::mutex> lock(fetch_mu);
+        accepted[static_cast<size_t>(index)] = 1;
         return true;
       });
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   Observe(fetched.status(), "FetchBlocks");
+  while (result.written < wanted && accepted[static_cast<size_t>(result.written)] != 0) {
+    ++result.written;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.fetched_blocks_total += result.written;
   stats_.fetched_bytes_total += bytes;
   stats_.fetch_seconds_total += seconds;
   if (bytes > 0 && seconds > 0.0) {
-    bytes_per_second_ = (1.0 - kRateWeight) * bytes_per_second_ + kRateWeight * (bytes / seconds);
+    bytes_per_second_ =
+        (1.0 - kRateWeight) * bytes_per_second_ + kRateWeight * (bytes.load() / seconds);
   }
   if (rejected.has_value()) {
     ++stats_.rejected_blocks_total;

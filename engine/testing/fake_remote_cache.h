@@ -67,9 +67,9 @@ class FakeRemoteCache final : public cache::RemoteKvCache {
     return p;
   }
 
-  absl::StatusOr<int32_t> Fetch(
-      const cache::BlockHash& partition, std::span<const cache::BlockHash> chain,
-      absl::Time deadline, const std::function<bool(int32_t, std::string&&)>& on_record) override {
+  absl::StatusOr<int32_t> Fetch(const cache::BlockHash& partition,
+                                std::span<const cache::BlockHash> chain, absl::Time deadline,
+                                const RecordSink& on_record) override {
     std::vector<std::string> out;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -84,8 +84,8 @@ class FakeRemoteCache final : public cache::RemoteKvCache {
       }
     }
     int32_t n = 0;
-    for (std::string& r : out) {
-      if (!on_record(n, std::move(r))) break;
+    for (const std::string& r : out) {
+      if (!on_record(n, r)) break;
       ++n;
     }
     return n;
