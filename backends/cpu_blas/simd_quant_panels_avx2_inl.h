@@ -10,10 +10,10 @@
 // Why: the row-major AVX2 kernels decode and sum each row's blocks on their own (about 15
 // instructions per 18-byte q4_0 block, then horizontal sums), which keeps batch-1 decode of
 // the 4-bit files at about half the bandwidth bound on AVX2 machines (docs/performance.md,
-// "AVX2: Zen 3"). A panel line holds 4 columns of 16 rows, so one vpmaddubsw multiplies 8
-// rows' 4 codes by one broadcast activation word, the lanes are the rows (no horizontal
-// sums), a q4_0 line's nibbles are unpacked once for every activation row, and per
-// 32 columns one f16 scale vector serves all rows.
+// "AVX2: Zen 3"). A panel line holds 4 columns of 16 rows, so one vpmaddubsw (vpdpbusd)
+// multiplies 8 rows' 4 codes by one broadcast activation word, the lanes are the rows (no
+// horizontal sums), a q4_0 line's nibbles are unpacked once for every activation row, and per 32
+// columns one f16 scale vector serves all rows.
 //
 // Exactness, and equality with the VNNI kernels: every block's integer sum is exact, and
 // the float steps per (row, activation row, block) are those of simd_quant_panels_inl.h's
