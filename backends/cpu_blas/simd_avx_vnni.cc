@@ -30,6 +30,10 @@ struct AvxVnniDot {
   KVSERVE_SIMD_TARGET static __m256i DotU8S8(__m256i acc, __m256i u, __m256i s) {
     return _mm256_dpbusd_avx_epi32(acc, u, s);
   }
+  // acc[k] += a[2k] * b[2k] + a[2k + 1] * b[2k + 1] (int16 pairs; the panels' offset terms).
+  KVSERVE_SIMD_TARGET static __m256i DotS16(__m256i acc, __m256i a, __m256i b) {
+    return _mm256_dpwssd_avx_epi32(acc, a, b);
+  }
 };
 
 #include "backends/cpu_blas/simd_quant_inl.h"              // NOLINT(build/include): see its header

@@ -31,7 +31,8 @@ KVSERVE_SIMD_TARGET inline __m256i Pair16(__m256i v) {
 }
 
 // The integer chains, from the level's D (simd_quant_inl.h: DotU8S8, and kUnsignedOffset,
-// true where DotU8S8 is vpdpbusd and sums into int32 without an int16 step). A chain
+// true where DotU8S8 is vpdpbusd and sums into int32 without an int16 step; such a D also has
+// DotS16, vpdpwssd). A chain
 // collects the u8 x s8 products of a few operands: as int16 pair sums with vpmaddubsw
 // (within the int16 bounds stated per format; vpmaddwd widens them once per chain), in
 // int32 lanes with vpdpbusd (no widening; the k-quants' sub-block scales then multiply the
@@ -58,6 +59,12 @@ struct YmmChain {
   KVSERVE_SIMD_TARGET static __m256i Scale(__m256i v) { return kInt32 ? v : Pair16(v); }
   KVSERVE_SIMD_TARGET static __m256i ScaleOfPair(__m256i pair) {
     return kInt32 ? _mm256_srai_epi32(pair, 16) : pair;
+  }
+  // sum + the products of the int16 pairs of a and b, 2 per int32 lane: vpmaddwd + vpaddd,
+  // or D::DotS16 (vpdpwssd) where D has vpdpbusd (the k-quants' offset terms).
+  KVSERVE_SIMD_TARGET static __m256i DotS16(__m256i sum, __m256i a, __m256i b) {
+    if constexpr (kInt32) return D::DotS16(sum, a, b);
+    return _mm256_add_epi32(sum, _mm256_madd_epi16(a, b));
   }
   // sum + the int32 lane sums of a chain started with Start(0), times the scales.
   KVSERVE_SIMD_TARGET static __m256i AddScaled(__m256i sum, __m256i chain, __m256i scale) {
@@ -277,8 +284,7 @@ struct Q4_KPanelYmm : Ymm16KQuant<Q4_KPanelYmm<D>> {
       const __m256i pair = Pair16(six_bit(m_lo, 4, s));
 #pragma GCC unroll 4
       for (int m = 0; m < M; ++m) {
-        sum[m] = _mm256_add_epi32(
-            sum[m], _mm256_madd_epi16(pair, WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).bsums, s)));
+        sum[m] = C::DotS16(sum[m], pair, WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).bsums, s));
       }
     }
     Base::template AddScaled<M>(sum, _mm256_sub_ps(_mm256_setzero_ps(), dmin), x, ldxq, b, h, acc);
@@ -339,8 +345,8 @@ struct Q6_KPanelYmm : Ymm16KQuant<Q6_KPanelYmm<D>> {
 #pragma GCC unroll 4
       for (int m = 0; m < M; ++m) {
         const int16_t* bsums = XAt<Q8KBlock>(x, ldxq, m, b).bsums;
-        sum[m] = _mm256_add_epi32(sum[m], _mm256_madd_epi16(first, WordAt256(bsums, 2 * t)));
-        sum[m] = _mm256_add_epi32(sum[m], _mm256_madd_epi16(second, WordAt256(bsums, 2 * t + 1)));
+        sum[m] = C::DotS16(sum[m], first, WordAt256(bsums, 2 * t));
+        sum[m] = C::DotS16(sum[m], second, WordAt256(bsums, 2 * t + 1));
       }
     }
 #pragma GCC unroll 4
