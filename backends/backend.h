@@ -79,7 +79,7 @@ struct BackendOptions {
   // batch_invariant); false allows OpenBLAS sgemm for prefill, which rounds differently.
   // The reference backend always is. Default true.
   bool batch_invariant = true;
-  // cpu_blas: the kernel level by name (cpu_blas::IsaName: scalar, avx2, avx512,
+  // cpu_blas: the kernel level by name (cpu_blas::IsaName: scalar, avx2, avx_vnni, avx512,
   // avx512vnni, avx512bf16 on x86-64; neon, neon_dotprod, neon_i8mm on AArch64), for measuring a
   // lower level on a better CPU; an unknown name is INVALID_ARGUMENT, a level the CPU lacks
   // FAILED_PRECONDITION. Empty: the best the CPU supports. Default "".

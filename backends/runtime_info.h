@@ -17,8 +17,8 @@ struct RuntimeInfo {
   std::string version;  // common::kVersion
   std::string commit;   // common::kGitCommit ("unknown" outside git)
   std::string backend;  // "cpu_blas" or "reference"
-  // cpu_blas: IsaName(BestIsa()) ("avx512bf16", "avx512vnni", "avx512", "avx2", "scalar";
-  // on AArch64 "neon_i8mm", "neon_dotprod", "neon");
+  // cpu_blas: IsaName(BestIsa()) ("avx512bf16", "avx512vnni", "avx512", "avx_vnni", "avx2",
+  // "scalar"; on AArch64 "neon_i8mm", "neon_dotprod", "neon");
   // reference: "scalar" (it has only portable code).
   std::string kernel_level;
   std::string blas_core;    // the OpenBLAS core that runs, e.g. "SkylakeX"

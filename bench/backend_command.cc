@@ -44,7 +44,8 @@ ABSL_FLAG(int32_t, reference_prompt_tokens, 64, "--prompt-tokens of the referenc
 ABSL_FLAG(IntListFlag, reference_batches, IntListFlag({1, 16}),
           "--batches of the reference backend.");
 ABSL_FLAG(std::string, kernel_level, "",
-          "cpu_blas kernel level (scalar, avx2, avx512, avx512vnni, avx512bf16); empty = the "
+          "cpu_blas kernel level (scalar, avx2, avx_vnni, avx512, avx512vnni, avx512bf16); empty = "
+          "the "
           "best this CPU has. With a lower level, also set OPENBLAS_CORETYPE (e.g. Haswell) "
           "to measure an older CPU's sgemm.");
 ABSL_FLAG(bool, batch_invariant, true,

@@ -65,7 +65,7 @@ def main():
         if o["test"] == "bandwidth":
             continue
         assert o["tokens_per_s"] > 0 and o["min"] <= o["median"] <= o["max"], o
-        assert o["blas_core"] and o["kernel_level"] in ("avx512bf16", "avx512vnni", "avx512", "avx2", "scalar"), o
+        assert o["blas_core"] and o["kernel_level"] in ("avx512bf16", "avx512vnni", "avx512", "avx_vnni", "avx2", "scalar"), o
         assert o["backend"] != "reference" or o["kernel_level"] == "scalar", o
         assert o["dtype"] == "f32" and o["threads"] == 2 and o["repeats"] == 1, o
         if o["test"] == "decode":

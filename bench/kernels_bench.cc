@@ -300,17 +300,19 @@ const MatrixSet& QuantSetFor(DType dtype) {
 }
 
 // The kernel level BM_QuantLayout runs: the best this CPU has, or the one named by the
-// environment variable KVSERVE_BENCH_ISA (0 scalar, 1 avx2, 2 avx512, 3 avx512vnni; must
-// be supported), to compare levels on one machine.
+// environment variable KVSERVE_BENCH_ISA (cpu_blas::IsaName: scalar, avx2, avx_vnni, avx512,
+// avx512vnni, ...; must be supported), to compare levels on one machine.
 backends::cpu_blas::Isa QuantLayoutIsa() {
   const char* forced = std::getenv("KVSERVE_BENCH_ISA");
   if (forced == nullptr) return backends::cpu_blas::BestIsa();
-  const auto isa = static_cast<backends::cpu_blas::Isa>(std::atoi(forced));
-  if (!backends::cpu_blas::IsaSupported(isa)) {
+  for (const backends::cpu_blas::Isa isa : backends::cpu_blas::kAllIsas) {
+    if (backends::cpu_blas::IsaName(isa) != forced) continue;
+    if (backends::cpu_blas::IsaSupported(isa)) return isa;
     std::fprintf(stderr, "KVSERVE_BENCH_ISA=%s: not supported by this CPU\n", forced);
     std::exit(2);
   }
-  return isa;
+  std::fprintf(stderr, "KVSERVE_BENCH_ISA=%s: no such kernel level\n", forced);
+  std::exit(2);
 }
 
 void BM_QuantLayout(benchmark::State& state) {

@@ -31,8 +31,9 @@ struct Measurement {
   // pairing keeps each ratio to one moment. 0 when not measured.
   double paired_fraction = 0.0;
   std::string detail;  // free text, e.g. the bandwidth probe's load width
-  // The SIMD kernel level the backend dispatched to ("avx512bf16", "avx512vnni", "avx512", "avx2",
-  // "scalar") and the OpenBLAS core the process runs ("SkylakeX"); empty for the bandwidth probe.
+  // The SIMD kernel level the backend dispatched to ("avx512bf16", "avx512vnni", "avx512",
+  // "avx_vnni", "avx2", "scalar") and the OpenBLAS core the process runs ("SkylakeX"); empty for
+  // the bandwidth probe.
   std::string kernel_level;
   std::string blas_core;
 

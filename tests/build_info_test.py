@@ -79,7 +79,7 @@ class BuildInfoTest(unittest.TestCase):
         fields, out = version(KVSERVE, env_with(None))
         self.assertTrue(out.stdout.startswith("kvserve "), out.stdout)
         self.assertEqual(fields["backend"], "cpu_blas")
-        self.assertIn(fields["kernel level"], ("avx512bf16", "avx512vnni", "avx512", "avx2", "scalar"))
+        self.assertIn(fields["kernel level"], ("avx512bf16", "avx512vnni", "avx512", "avx_vnni", "avx2", "scalar"))
         self.assertEqual(fields["BLAS core"], best_core_from_cpuinfo())
         self.assertIn("OpenBLAS", fields["OpenBLAS config"])
         self.assertRegex(fields["commit"], r"^([0-9a-f]{12}|unknown)$")
@@ -100,7 +100,7 @@ class BuildInfoTest(unittest.TestCase):
         info = build_info(text)
         self.assertEqual(info["blas_core"], best)
         self.assertEqual(info["backend"], "cpu_blas")
-        self.assertIn(info["kernel_level"], ("avx512bf16", "avx512vnni", "avx512", "avx2", "scalar"))
+        self.assertIn(info["kernel_level"], ("avx512bf16", "avx512vnni", "avx512", "avx_vnni", "avx2", "scalar"))
         self.assertEqual(degraded(text, "blas_core"), 0)
         self.assertEqual(degraded(text, "simd_kernels"), 1 if info["kernel_level"] == "scalar" else 0)
 

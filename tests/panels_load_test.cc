@@ -236,11 +236,20 @@ TEST_P(PanelsLoadTest, CpuBlasReadsThePanelsOthersRefuseThem) {
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_NEAR(a[i], want[i], tolerance * (1.0f + max_abs)) << "logit " << i;
   }
-  // The lowest level that reads the panels (the quantized types: the 256-bit kernels of avx2) on
-  // the same packed bytes, where it is not the level above.
-  if (Level() != backends::cpu_blas::BestIsa()) {
+  // The lowest level that reads the panels (the quantized types: the 256-bit kernels of avx2,
+  // and of avx_vnni where the CPU has it) on the same packed bytes, where it is not the
+  // level above.
+  std::vector<backends::cpu_blas::Isa> lower_levels = {Level()};
+  if (Level() == backends::cpu_blas::Isa::kAvx2) {
+    lower_levels.push_back(backends::cpu_blas::Isa::kAvxVnni);
+  }
+  for (const backends::cpu_blas::Isa level : lower_levels) {
+    if (level == backends::cpu_blas::BestIsa() || !backends::cpu_blas::IsaSupported(level)) {
+      continue;
+    }
+    SCOPED_TRACE(backends::cpu_blas::IsaName(level));
     backends::CpuBlasOptions at_level = options;
-    at_level.isa = Level();
+    at_level.isa = level;
     auto low = backends::CpuBlasBackend::Create(*panels, layout, at_level);
     ASSERT_TRUE(low.ok()) << low.status();
     const std::vector<float> c = Logits(*panels, **low);

@@ -279,9 +279,9 @@ absl::StatusOr<std::unique_ptr<CpuBlasBackend>> CpuBlasBackend::Create(
     if (packed.has(type) && !readable.has(type)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "cpu_blas: the model's ", std::string(model::DTypeName(type)),
-          " weights are packed in panels (LoadOptions::panels), which only the kernels of level ",
-          model::DTypeBlockElems(type) == 256 ? "avx512vnni" : "avx2",
-          " and up read; kernel level ", std::string(cpu_blas::IsaName(level))));
+          " weights are packed in panels (LoadOptions::panels), which only the x86-64 vector "
+          "levels (avx2 and up) read; kernel level ",
+          std::string(cpu_blas::IsaName(level))));
     }
   }
   int n_threads = options.threads;

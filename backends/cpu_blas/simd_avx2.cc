@@ -106,7 +106,7 @@ struct BF16W {
 #include "backends/cpu_blas/simd_quant_panels_avx2_inl.h"  // NOLINT(build/include): see its header
 
 constexpr KernelSet kAvx2Set =
-    WithYmmQuantPanelKernels(WithQuantKernels<MaddubsDot>(MakeKernelSet(Isa::kAvx2)));
+    WithYmmQuantPanelKernels<MaddubsDot>(WithQuantKernels<MaddubsDot>(MakeKernelSet(Isa::kAvx2)));
 
 }  // namespace
 

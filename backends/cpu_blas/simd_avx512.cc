@@ -130,8 +130,8 @@ constexpr KernelSet WithF32Panels(KernelSet k) {
   return k;
 }
 
-constexpr KernelSet kAvx512Set = WithF32Panels(
-    WithYmmQuantPanelKernels(WithQuantKernels<MaddubsDot>(MakeKernelSet(Isa::kAvx512))));
+constexpr KernelSet kAvx512Set = WithF32Panels(WithYmmQuantPanelKernels<MaddubsDot>(
+    WithQuantKernels<MaddubsDot>(MakeKernelSet(Isa::kAvx512))));
 
 }  // namespace
 

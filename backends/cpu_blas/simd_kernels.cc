@@ -15,6 +15,8 @@ std::string_view IsaName(Isa isa) {
       return "scalar";
     case Isa::kAvx2:
       return "avx2";
+    case Isa::kAvxVnni:
+      return "avx_vnni";
     case Isa::kAvx512:
       return "avx512";
     case Isa::kAvx512Vnni:
@@ -39,6 +41,8 @@ bool IsaSupported(Isa isa) {
     case Isa::kAvx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
              __builtin_cpu_supports("f16c");
+    case Isa::kAvxVnni:
+      return IsaSupported(Isa::kAvx2) && __builtin_cpu_supports("avxvnni");
     case Isa::kAvx512:
       return IsaSupported(Isa::kAvx2) && __builtin_cpu_supports("avx512f");
     case Isa::kAvx512Vnni:
@@ -82,6 +86,8 @@ const KernelSet& KernelsFor(Isa isa) {
       return Avx512VnniKernels();
     case Isa::kAvx512:
       return Avx512Kernels();
+    case Isa::kAvxVnni:
+      return AvxVnniKernels();
     case Isa::kAvx2:
       return Avx2Kernels();
 #elif defined(__aarch64__)

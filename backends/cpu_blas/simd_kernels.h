@@ -19,12 +19,20 @@
 
 namespace kvserve::backends::cpu_blas {
 
-// Instruction-set levels. The x86-64 levels and the AArch64 levels form two chains, each
-// in increasing order of capability; a CPU supports a prefix of one of them (and scalar).
+// Instruction-set levels, the x86-64 ones then the AArch64 ones, each group in the order
+// BestIsa prefers them (the later, the better). Every x86-64 level needs kAvx2's features
+// and every AArch64 level kNeon's, and each AVX-512 level those of the one before it; but
+// kAvxVnni is a side branch: Alder Lake has AVX-VNNI and no AVX-512, Zen 4 AVX-512 VNNI
+// and no AVX-VNNI. So a CPU supports scalar and some subset of one group, not always a
+// prefix of it: ask IsaSupported of each level; the order only ranks them.
 enum class Isa : uint8_t {
   kScalar,  // portable C++
   kAvx2,    // AVX2 + FMA + F16C
-  kAvx512,  // AVX-512 F (+ the AVX2 level)
+  // The AVX2 level + AVX-VNNI: the quantized-weight products use the 256-bit VEX vpdpbusd
+  // (one instruction for vpmaddubsw + vpmaddwd + vpaddd); the float kernels are kAvx2's.
+  // Below the AVX-512 levels: a CPU with both (Sapphire Rapids, Zen 5) takes those.
+  kAvxVnni,
+  kAvx512,  // AVX-512 F (+ the AVX2 level; not AVX-VNNI)
   // AVX-512 F + BW + VL + VNNI: the AVX-512 level whose quantized-weight products use
   // vpdpbusd (one instruction for vpmaddubsw + vpmaddwd + vpaddd).
   kAvx512Vnni,
@@ -42,17 +50,17 @@ enum class Isa : uint8_t {
   kNeonI8mm,
 };
 
-// Every level, the x86-64 chain then the AArch64 chain (for tests and for naming levels).
-inline constexpr Isa kAllIsas[] = {Isa::kScalar,      Isa::kAvx2,       Isa::kAvx512,
-                                   Isa::kAvx512Vnni,  Isa::kAvx512Bf16, Isa::kNeon,
-                                   Isa::kNeonDotprod, Isa::kNeonI8mm};
+// Every level, in the enum's order (for tests, for naming levels and for BestIsa).
+inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2,        Isa::kAvxVnni,
+                                   Isa::kAvx512, Isa::kAvx512Vnni,  Isa::kAvx512Bf16,
+                                   Isa::kNeon,   Isa::kNeonDotprod, Isa::kNeonI8mm};
 
 std::string_view IsaName(Isa isa);
 
 // True when this CPU (and OS) can run kernels of level `isa`. kScalar is always true.
 bool IsaSupported(Isa isa);
 
-// The best level this CPU supports.
+// The best level this CPU supports: the last of kAllIsas that IsaSupported.
 Isa BestIsa();
 
 // y[i * ldy + r] = sum_c W[r, c] * x[i * ldx + c]
@@ -181,12 +189,13 @@ struct KernelSet {
   // same integer block products against Q8Block activation rows, summed in another
   // order. For every row count (8 activation rows per pass over the weights).
   // Precondition in addition: row_begin and row_end multiples of model::kPanelRows.
-  // 256-bit (vpmaddubsw, 3 rows per pass) on avx2 and avx512, 512-bit (vpdpbusd) from
-  // avx512vnni, with the same results; nullptr at the scalar and NEON levels.
+  // 256-bit (3 rows per pass; vpmaddubsw on avx2 and avx512, vpdpbusd on avx_vnni),
+  // 512-bit (vpdpbusd) from avx512vnni, with the same results; nullptr at the scalar and
+  // NEON levels.
   QMatMulFn matmul_q4_0_panels = nullptr;
   QMatMulFn matmul_q8_0_panels = nullptr;
   // The same for q4_K and q6_K weights (Q8KBlock activation rows; the integer sub-block
-  // products of matmul_q4_k / matmul_q6_k, summed in another order); from avx512vnni.
+  // products of matmul_q4_k / matmul_q6_k, summed in another order); the same levels.
   QMatMulFn matmul_q4_k_panels = nullptr;
   QMatMulFn matmul_q6_k_panels = nullptr;
 };
@@ -195,11 +204,12 @@ struct KernelSet {
 // unsupported level faults with an illegal instruction).
 const KernelSet& KernelsFor(Isa isa);
 
-// Per-level sets, defined in simd_scalar.cc, simd_avx2.cc, simd_avx512.cc,
+// Per-level sets, defined in simd_scalar.cc, simd_avx2.cc, simd_avx_vnni.cc, simd_avx512.cc,
 // simd_avx512_vnni.cc, simd_avx512_bf16.cc (built for x86-64 only), simd_neon.cc,
 // simd_neon_dotprod.cc and simd_neon_i8mm.cc (built for AArch64 only).
 const KernelSet& ScalarKernels();
 const KernelSet& Avx2Kernels();
+const KernelSet& AvxVnniKernels();
 const KernelSet& Avx512Kernels();
 const KernelSet& Avx512VnniKernels();
 const KernelSet& Avx512Bf16Kernels();

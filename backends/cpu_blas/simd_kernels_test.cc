@@ -106,8 +106,8 @@ void ExpectSliceNear(const std::vector<float>& y, const std::vector<float>& y_re
 #if defined(__aarch64__)
 constexpr Isa kLevels[] = {Isa::kScalar, Isa::kNeon, Isa::kNeonDotprod, Isa::kNeonI8mm};
 #else
-constexpr Isa kLevels[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni,
-                           Isa::kAvx512Bf16};
+constexpr Isa kLevels[] = {Isa::kScalar, Isa::kAvx2,       Isa::kAvxVnni,
+                           Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16};
 #endif
 
 // Whether `level` is an x86-64 level at or above `min` (the kernels some tables have only
@@ -400,9 +400,9 @@ void SetExtremeRow(DType dtype, uint8_t* row, size_t row_bytes) {
 
 // matmul_q4_0_panels, ..., matmul_q6_k_panels (from avx2): weights packed by
 // model::PackQuantPanels, the same products as the scalar row kernels on the row-major
-// blocks up to summation order; only the slice of panels asked for is written. The 256-bit
-// kernels (avx2, avx512) give bit for bit the results of the avx512vnni ones where this CPU
-// has both.
+// blocks up to summation order; only the slice of panels asked for is written. Every level
+// gives bit for bit the results of the avx2 kernels (vpmaddubsw), and the 256-bit ones
+// (avx2, avx_vnni, avx512) those of the avx512vnni ones, where this CPU has both.
 TEST_P(SimdKernelsTest, QuantPanelsAreTheQuantizedProduct) {
   std::vector<DType> kTypes;
   for (DType dtype : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
@@ -413,6 +413,7 @@ TEST_P(SimdKernelsTest, QuantPanelsAreTheQuantizedProduct) {
     }
   }
   const bool vnni_too = !X86AtLeast(GetParam(), Isa::kAvx512Vnni) && IsaSupported(Isa::kAvx512Vnni);
+  const bool avx2_too = GetParam() != Isa::kAvx2 && X86AtLeast(GetParam(), Isa::kAvx2);
   std::mt19937 rng(13);
   // Shapes: one and several panels (tiles of 4, 2 and 1 panels; 7 panels: a tile of 4, a
   // pair, a last single one), every activation-row tile (1-8) and more than one 8-row pass
@@ -464,12 +465,14 @@ TEST_P(SimdKernelsTest, QuantPanelsAreTheQuantizedProduct) {
             }
             return 2.0 * abs_sum;
           });
-          if (vnni_too) {
-            std::vector<float> y_vnni(y.size(), kSentinel);
-            PanelKernel(KernelsFor(Isa::kAvx512Vnni), dtype)(
+          for (Isa other : {Isa::kAvx512Vnni, Isa::kAvx2}) {
+            if (!(other == Isa::kAvx2 ? avx2_too : vnni_too)) continue;
+            std::vector<float> y_other(y.size(), kSentinel);
+            PanelKernel(KernelsFor(other), dtype)(
                 packed.data(), static_cast<int64_t>(row_bytes), cols, r0, rows, xq.data(),
-                static_cast<int64_t>(xq_row), n, y_vnni.data(), ldy);
-            ASSERT_EQ(std::memcmp(y.data(), y_vnni.data(), y.size() * sizeof(float)), 0);
+                static_cast<int64_t>(xq_row), n, y_other.data(), ldy);
+            ASSERT_EQ(std::memcmp(y.data(), y_other.data(), y.size() * sizeof(float)), 0)
+                << IsaName(other);
           }
         }
       }
@@ -751,8 +754,14 @@ TEST_P(SimdKernelsTest, SoftmaxMatchesScalarForEveryLength) {
 //      float scaling and summation order differ: SumTolerance;
 //  (b) the oracle: weights decoded by model::DecodeRow times the float activations.
 //      Quantizing x moves each element by at most d_b / 2 (d_b = max|x| / 127 of its
-//      block), so |y - oracle| <= sum_b d_b / 2 * sum_{j in b} |w_j| plus rounding.
+//      block), so |y - oracle| <= sum_b d_b / 2 * sum_{j in b} |w_j| plus rounding;
+//  (c) avx_vnni only: bit for bit the kernels built from the same code with another
+//      integer step (the same exact integers in the same lanes, the same float steps):
+//      avx2's (vpmaddubsw + vpmaddwd), except row-major q8_0, whose codes run as w + 128
+//      with the offset in lane 0 (avx2: |w| against x with w's sign, the same block sum
+//      spread over the lanes otherwise): that one is avx512vnni's, where this CPU has it.
 TEST_P(SimdKernelsTest, QuantizedMatMulMatchesScalarAndDequantizedOracle) {
+  const bool avx2_too = GetParam() == Isa::kAvxVnni;
   std::mt19937 rng(5);
   for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
     const int64_t act_block = (dtype == DType::kQ8_0 || dtype == DType::kQ4_0) ? 32 : 256;
@@ -797,6 +806,15 @@ TEST_P(SimdKernelsTest, QuantizedMatMulMatchesScalarAndDequantizedOracle) {
         QuantKernel(ScalarKernels(), dtype)(w.data(), static_cast<int64_t>(row_bytes), cols, 0,
                                             kRows, xq.data(), static_cast<int64_t>(xq_row), n,
                                             y_scalar.data(), ldy);
+        const Isa same = dtype == DType::kQ8_0 ? Isa::kAvx512Vnni : Isa::kAvx2;
+        if (avx2_too && IsaSupported(same)) {
+          std::vector<float> y_same(y.size(), 7.0f);
+          QuantKernel(KernelsFor(same), dtype)(w.data(), static_cast<int64_t>(row_bytes), cols, 0,
+                                               kRows, xq.data(), static_cast<int64_t>(xq_row), n,
+                                               y_same.data(), ldy);
+          EXPECT_EQ(std::memcmp(y.data(), y_same.data(), y.size() * sizeof(float)), 0)
+              << "against " << IsaName(same);
+        }
         // The same product with interleaved activations (every cols here is a multiple
         // of 256), rows 1..kRows only: the kernel must honour row_begin.
         const QMatMulFn il = cols % 256 == 0 ? InterleavedKernel(kernels(), dtype) : nullptr;
@@ -810,6 +828,14 @@ TEST_P(SimdKernelsTest, QuantizedMatMulMatchesScalarAndDequantizedOracle) {
           }
           il(w.data(), static_cast<int64_t>(row_bytes), cols, 1, kRows, xil.data(),
              static_cast<int64_t>(il_row), n, y_il.data(), ldy);
+          if (avx2_too) {
+            std::vector<float> y_avx2(y.size(), 7.0f);
+            InterleavedKernel(KernelsFor(Isa::kAvx2), dtype)(
+                w.data(), static_cast<int64_t>(row_bytes), cols, 1, kRows, xil.data(),
+                static_cast<int64_t>(il_row), n, y_avx2.data(), ldy);
+            EXPECT_EQ(std::memcmp(y_il.data(), y_avx2.data(), y.size() * sizeof(float)), 0)
+                << "interleaved, against avx2";
+          }
         } else if (cols % 256 == 0) {
           EXPECT_FALSE(X86AtLeast(GetParam(), Isa::kAvx2))
               << "every x86 vector level has interleaved kernels";
@@ -860,8 +886,14 @@ INSTANTIATE_TEST_SUITE_P(AllLevels, SimdKernelsTest, ::testing::ValuesIn(kLevels
 TEST(IsaTest, BestIsSupportedAndLevelsAreNested) {
   EXPECT_TRUE(IsaSupported(Isa::kScalar));
   EXPECT_TRUE(IsaSupported(BestIsa()));
-  if (IsaSupported(Isa::kAvx512)) {
-    EXPECT_TRUE(IsaSupported(Isa::kAvx2));
+  // Every x86-64 level needs avx2; avx_vnni and the AVX-512 levels are independent.
+  for (Isa isa : {Isa::kAvxVnni, Isa::kAvx512}) {
+    if (IsaSupported(isa)) {
+      EXPECT_TRUE(IsaSupported(Isa::kAvx2)) << IsaName(isa);
+    }
+  }
+  if (IsaSupported(Isa::kAvx512Vnni)) {
+    EXPECT_TRUE(IsaSupported(Isa::kAvx512));
   }
   if (IsaSupported(Isa::kNeonI8mm)) {
     EXPECT_TRUE(IsaSupported(Isa::kNeonDotprod));

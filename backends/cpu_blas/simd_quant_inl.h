@@ -1,13 +1,13 @@
 // Products of quantized weights with quantized activation rows (q8_activations.h), shared
-// by every vector level. Not a normal header: simd_avx2.cc, simd_avx512.cc and
-// simd_avx512_vnni.cc include it inside their anonymous namespace after defining
+// by every vector level. Not a normal header: simd_avx2.cc, simd_avx_vnni.cc, simd_avx512.cc
+// and simd_avx512_vnni.cc include it inside their anonymous namespace after defining
 //   KVSERVE_SIMD_TARGET  their function attribute (at least AVX2 + FMA + F16C)
 // and pass WithQuantKernels<D> a struct D with
 //   static __m256i DotU8S8(__m256i acc, __m256i u, __m256i s):
 //       acc[k] += sum_{j<4} u8(u[4k + j]) * s8(s[4k + j]) for the 8 int32 lanes
 //   static constexpr bool kUnsignedOffset: whether u may reach 255 (no intermediate
 //       16-bit saturation), which lets q8_0 codes run as w + 128
-// (MaddubsDot below for AVX2 and AVX-512 F; vpdpbusd on AVX-512 VNNI).
+// (MaddubsDot below for AVX2 and AVX-512 F; vpdpbusd on AVX-VNNI and AVX-512 VNNI).
 // All levels use 256-bit integer vectors: a q8_0 / q4_0 block is 32 elements, a k-quant
 // sub-block 32, so 32 bytes are the natural step, and some AVX-512 cores issue a 512-bit
 // integer op as two 256-bit halves anyway (same throughput). Batch-1 decode of q8_0 and

@@ -1,24 +1,77 @@
-// KernelSet::matmul_q4_0_panels and matmul_q8_0_panels of the AVX2 and AVX-512 F levels:
-// the 16-row panel layouts of model/panels.h (the same packed bytes the AVX-512 VNNI kernels
-// read) in two 256-bit halves, with vpmaddubsw + vpmaddwd for the integer products. Not a
-// normal header: simd_avx2.cc and simd_avx512.cc include it inside their anonymous
-// namespace, after simd_quant_inl.h, with KVSERVE_SIMD_TARGET defined.
+// KernelSet::matmul_q4_0_panels, ..., matmul_q6_k_panels of the AVX2, AVX-VNNI and AVX-512 F
+// levels: the 16-row panel layouts of model/panels.h (the same packed bytes the AVX-512 VNNI
+// kernels read) in two 256-bit halves. The integer products are the level's u8 x s8 dot
+// product D (simd_quant_inl.h) through YmmChain<D> below: vpmaddubsw + vpmaddwd (MaddubsDot,
+// avx2 and avx512) or one vpdpbusd (avx_vnni); everything else is shared. Not a normal
+// header: simd_avx2.cc, simd_avx_vnni.cc and simd_avx512.cc include it inside their anonymous
+// namespace, after simd_quant_inl.h, with KVSERVE_SIMD_TARGET defined, and call
+// WithYmmQuantPanelKernels<D>.
 //
 // Why: the row-major AVX2 kernels decode and sum each row's blocks on their own (about 15
 // instructions per 18-byte q4_0 block, then horizontal sums), which keeps batch-1 decode of
 // the 4-bit files at about half the bandwidth bound on AVX2 machines (docs/performance.md,
-// "AVX2: Zen 3"). A panel line holds 4 columns of 16 rows, so one vpmaddubsw multiplies 8
-// rows' 4 codes by one broadcast activation word, the lanes are the rows (no horizontal
-// sums), a q4_0 line's nibbles are unpacked once for every activation row, and per
-// 32 columns one f16 scale vector serves all rows.
+// "AVX2: Zen 3"). A panel line holds 4 columns of 16 rows, so one vpmaddubsw (vpdpbusd)
+// multiplies 8 rows' 4 codes by one broadcast activation word, the lanes are the rows (no
+// horizontal sums), a q4_0 line's nibbles are unpacked once for every activation row, and per 32
+// columns one f16 scale vector serves all rows.
 //
 // Exactness, and equality with the VNNI kernels: every block's integer sum is exact, and
 // the float steps per (row, activation row, block) are those of simd_quant_panels_inl.h's
 // Block32 (the scale product, one multiply-add into the accumulator), so the results are
-// bit for bit those of the AVX-512 VNNI panel kernels. q4_0: codes 0..15 against |x| <=
-// 127 give pair sums <= 3,810, and the 8 operands of a block add up to <= 30,480 in int16
-// before one vpmaddwd widens them; q8_0: vpmaddubsw of |w| (<= 128) and x with w's sign
-// (vpsignb) stays <= 32,512 per pair, widened per operand.
+// bit for bit those of the AVX-512 VNNI panel kernels, at every level that includes this
+// file. q4_0 with vpmaddubsw: codes 0..15 against |x| <= 127 give pair sums <= 3,810, and
+// the 8 operands of a block add up to <= 30,480 in int16 before one vpmaddwd widens them;
+// q8_0 with vpmaddubsw: |w| (<= 128) and x with w's sign (vpsignb) stays <= 32,512 per pair,
+// widened per operand. With vpdpbusd every product goes straight into int32 (q8_0 as
+// w + 128, less 128 sum x, as simd_quant_inl.h's offset form).
+
+// (v, v) in the two int16 halves of each int32 lane, for v in [-32768, 32767].
+KVSERVE_SIMD_TARGET inline __m256i Pair16(__m256i v) {
+  return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);
+}
+
+// The integer chains, from the level's D (simd_quant_inl.h: DotU8S8, and kUnsignedOffset,
+// true where DotU8S8 is vpdpbusd and sums into int32 without an int16 step; such a D also has
+// DotS16, vpdpwssd). A chain
+// collects the u8 x s8 products of a few operands: as int16 pair sums with vpmaddubsw
+// (within the int16 bounds stated per format; vpmaddwd widens them once per chain), in
+// int32 lanes with vpdpbusd (no widening; the k-quants' sub-block scales then multiply the
+// chain with vpmulld instead of inside vpmaddwd).
+template <typename D>
+struct YmmChain {
+  static constexpr bool kInt32 = D::kUnsignedOffset;
+  // A chain that Sum(chain, base) finishes with the int32 lanes `base` added.
+  KVSERVE_SIMD_TARGET static __m256i Start(__m256i base) {
+    return kInt32 ? base : _mm256_setzero_si256();
+  }
+  // chain + u8(u) x s8(s), 4 adjacent bytes per int32 lane.
+  KVSERVE_SIMD_TARGET static __m256i Dot(__m256i chain, __m256i u, __m256i s) {
+    if constexpr (kInt32) return D::DotU8S8(chain, u, s);
+    return _mm256_add_epi16(chain, _mm256_maddubs_epi16(u, s));
+  }
+  // The int32 lane sums of a chain started with Start(base), base included.
+  KVSERVE_SIMD_TARGET static __m256i Sum(__m256i chain, __m256i base) {
+    if constexpr (kInt32) return chain;
+    return _mm256_add_epi32(base, _mm256_madd_epi16(chain, _mm256_set1_epi16(1)));
+  }
+  // The AddScaled operand of per-lane scales v: given as int32 lanes (|v| < 2^15), or as
+  // (v, v) in the two int16 halves of each lane.
+  KVSERVE_SIMD_TARGET static __m256i Scale(__m256i v) { return kInt32 ? v : Pair16(v); }
+  KVSERVE_SIMD_TARGET static __m256i ScaleOfPair(__m256i pair) {
+    return kInt32 ? _mm256_srai_epi32(pair, 16) : pair;
+  }
+  // sum + the products of the int16 pairs of a and b, 2 per int32 lane: vpmaddwd + vpaddd,
+  // or D::DotS16 (vpdpwssd) where D has vpdpbusd (the k-quants' offset terms).
+  KVSERVE_SIMD_TARGET static __m256i DotS16(__m256i sum, __m256i a, __m256i b) {
+    if constexpr (kInt32) return D::DotS16(sum, a, b);
+    return _mm256_add_epi32(sum, _mm256_madd_epi16(a, b));
+  }
+  // sum + the int32 lane sums of a chain started with Start(0), times the scales.
+  KVSERVE_SIMD_TARGET static __m256i AddScaled(__m256i sum, __m256i chain, __m256i scale) {
+    if constexpr (kInt32) return _mm256_add_epi32(sum, _mm256_mullo_epi32(chain, scale));
+    return _mm256_add_epi32(sum, _mm256_madd_epi16(chain, scale));
+  }
+};
 
 // The 16 rows of a panel in two 256-bit accumulators (rows 0-7, 8-15).
 struct Ymm16Lanes {
@@ -69,15 +122,21 @@ struct Ymm16Block32 : Ymm16Lanes {
 
 // q4_0: element = d * (code - 8); line j (columns 4j.. in the low nibbles, 16 + 4j.. in
 // the high ones) at pb + 32 + 64 j.
-struct Q4_0PanelAvx2 : Ymm16Block32 {
+template <typename D>
+struct Q4_0PanelYmm : Ymm16Block32 {
+  using C = YmmChain<D>;
   static constexpr int64_t kBlockBytes = model::kQ4_0PanelBlockBytes;
   template <int M>
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
                                              int64_t b, Acc* acc) {
     const __m256i low4 = _mm256_set1_epi8(15);
-    __m256i pairs[M][2];  // int16 pair sums of the 8 operands
+    __m256i offset[M];
+    __m256i chain[M][2];  // the 8 operands' products
 #pragma GCC unroll 4
-    for (int m = 0; m < M; ++m) pairs[m][0] = pairs[m][1] = _mm256_setzero_si256();
+    for (int m = 0; m < M; ++m) {
+      offset[m] = _mm256_set1_epi32(-8 * XAt<Q8Block>(x, ldxq, m, b).sum);
+      chain[m][0] = chain[m][1] = C::Start(offset[m]);
+    }
 #pragma GCC unroll 4
     for (int j = 0; j < 4; ++j) {
 #pragma GCC unroll 2
@@ -88,46 +147,47 @@ struct Q4_0PanelAvx2 : Ymm16Block32 {
 #pragma GCC unroll 4
         for (int m = 0; m < M; ++m) {
           const Q8Block& xb = XAt<Q8Block>(x, ldxq, m, b);
-          pairs[m][h] = _mm256_add_epi16(pairs[m][h], _mm256_maddubs_epi16(lo, WordAt256(xb.q, j)));
-          pairs[m][h] =
-              _mm256_add_epi16(pairs[m][h], _mm256_maddubs_epi16(hi, WordAt256(xb.q, 4 + j)));
+          chain[m][h] = C::Dot(chain[m][h], lo, WordAt256(xb.q, j));
+          chain[m][h] = C::Dot(chain[m][h], hi, WordAt256(xb.q, 4 + j));
         }
       }
     }
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256i sum[M][2];
 #pragma GCC unroll 4
     for (int m = 0; m < M; ++m) {
-      const __m256i offset = _mm256_set1_epi32(-8 * XAt<Q8Block>(x, ldxq, m, b).sum);
-      for (int h = 0; h < 2; ++h) {
-        sum[m][h] = _mm256_add_epi32(_mm256_madd_epi16(pairs[m][h], ones), offset);
-      }
+      for (int h = 0; h < 2; ++h) sum[m][h] = C::Sum(chain[m][h], offset[m]);
     }
     AddBlock32<M>(pb, x, ldxq, b, sum, acc);
   }
 };
 
-// q8_0: element = d * code (signed); line j (columns 4j ..) at pb + 32 + 64 j.
-struct Q8_0PanelAvx2 : Ymm16Block32 {
+// q8_0: element = d * code (signed); line j (columns 4j ..) at pb + 32 + 64 j. The codes
+// as simd_quant_inl.h's Q8_0Format takes them: w + 128 with vpdpbusd (the sums start at
+// -128 sum x), else |w| against x with w's sign.
+template <typename D>
+struct Q8_0PanelYmm : Ymm16Block32 {
   static constexpr int64_t kBlockBytes = model::kQ8_0PanelBlockBytes;
   template <int M>
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
                                              int64_t b, Acc* acc) {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256i sum[M][2];
 #pragma GCC unroll 4
-    for (int m = 0; m < M; ++m) sum[m][0] = sum[m][1] = _mm256_setzero_si256();
+    for (int m = 0; m < M; ++m) {
+      sum[m][0] = sum[m][1] = D::kUnsignedOffset
+                                  ? _mm256_set1_epi32(-128 * XAt<Q8Block>(x, ldxq, m, b).sum)
+                                  : _mm256_setzero_si256();
+    }
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const __m256i w = Load256(pb + 32 + 64 * j + 32 * h);
-        const __m256i magnitude = _mm256_abs_epi8(w);
+        const __m256i u =
+            D::kUnsignedOffset ? _mm256_xor_si256(w, _mm256_set1_epi8(-128)) : _mm256_abs_epi8(w);
 #pragma GCC unroll 4
         for (int m = 0; m < M; ++m) {
-          const __m256i xs = _mm256_sign_epi8(WordAt256(XAt<Q8Block>(x, ldxq, m, b).q, j), w);
-          sum[m][h] = _mm256_add_epi32(
-              sum[m][h], _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, xs), ones));
+          const __m256i xw = WordAt256(XAt<Q8Block>(x, ldxq, m, b).q, j);
+          sum[m][h] = D::DotU8S8(sum[m][h], u, D::kUnsignedOffset ? xw : _mm256_sign_epi8(xw, w));
         }
       }
     }
@@ -142,7 +202,8 @@ struct Q8_0PanelAvx2 : Ymm16Block32 {
 // widens it (no vpmulld: 2 uops and 10 cycles' latency on Intel's AVX2 cores). Integer sums are
 // exact, equal to the VNNI kernels' (q4_K: 8 vpmaddubsw of codes <= 15 and |x| <= 128 stay within
 // 30,720 in int16; q6_K: codes <= 63, 2 vpmaddubsw per int16 chain, within 32,256), and
-// the float steps are theirs: the results are bit for bit those of the VNNI kernels.
+// the float steps are theirs: the results are bit for bit those of the VNNI kernels. With
+// vpdpbusd (YmmChain) the chains are int32 and take vpmulld, as the VNNI kernels'.
 // F: the format, with AccumulateHalf<M>(pb, x, ldxq, b, h, acc) for rows 8h .. 8h + 7.
 template <typename F>
 struct Ymm16KQuant : Ymm16Lanes {
@@ -178,14 +239,14 @@ struct Ymm16KQuant : Ymm16Lanes {
     return _mm256_setr_epi8(z, a, z, a, z, b, z, b, z, c, z, c, z, e, z, e,  //
                             z, a, z, a, z, b, z, b, z, c, z, c, z, e, z, e);
   }
-  // (v, v) in the two int16 halves of each int32 lane, for v in [-32768, 32767].
-  KVSERVE_SIMD_TARGET static __m256i Pair16(__m256i v) {
-    return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);
-  }
 };
 
 // q4_K: element = d * sc * code - dmin * m per sub-block of 32 (codes 0..15).
-struct Q4_KPanelAvx2 : Ymm16KQuant<Q4_KPanelAvx2> {
+template <typename D>
+struct Q4_KPanelYmm : Ymm16KQuant<Q4_KPanelYmm<D>> {
+  using Base = Ymm16KQuant<Q4_KPanelYmm<D>>;
+  using Acc = typename Base::Acc;
+  using C = YmmChain<D>;
   static constexpr int64_t kBlockBytes = model::kQ4_KPanelBlockBytes;
   // Rows 8h .. 8h + 7 of the panel block.
   template <int M>
@@ -223,11 +284,10 @@ struct Q4_KPanelAvx2 : Ymm16KQuant<Q4_KPanelAvx2> {
       const __m256i pair = Pair16(six_bit(m_lo, 4, s));
 #pragma GCC unroll 4
       for (int m = 0; m < M; ++m) {
-        sum[m] = _mm256_add_epi32(
-            sum[m], _mm256_madd_epi16(pair, WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).bsums, s)));
+        sum[m] = C::DotS16(sum[m], pair, WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).bsums, s));
       }
     }
-    AddScaled<M>(sum, _mm256_sub_ps(_mm256_setzero_ps(), dmin), x, ldxq, b, h, acc);
+    Base::template AddScaled<M>(sum, _mm256_sub_ps(_mm256_setzero_ps(), dmin), x, ldxq, b, h, acc);
 #pragma GCC unroll 4
     for (int m = 0; m < M; ++m) sum[m] = _mm256_setzero_si256();
     // d * sum_s sc_s * sum_j code_j x_j.
@@ -235,9 +295,9 @@ struct Q4_KPanelAvx2 : Ymm16KQuant<Q4_KPanelAvx2> {
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
       const uint8_t* lines = pb + 64 * (4 + 8 * (s / 2)) + 32 * h;
-      __m256i chain[M];  // int16
+      __m256i chain[M];
 #pragma GCC unroll 4
-      for (int m = 0; m < M; ++m) chain[m] = _mm256_setzero_si256();
+      for (int m = 0; m < M; ++m) chain[m] = C::Start(_mm256_setzero_si256());
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
         const __m256i packed = Load256(lines + 64 * k);
@@ -245,22 +305,25 @@ struct Q4_KPanelAvx2 : Ymm16KQuant<Q4_KPanelAvx2> {
             _mm256_and_si256(s % 2 == 0 ? packed : _mm256_srli_epi16(packed, 4), low4);
 #pragma GCC unroll 4
         for (int m = 0; m < M; ++m) {
-          chain[m] = _mm256_add_epi16(
-              chain[m],
-              _mm256_maddubs_epi16(w, WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).q, 8 * s + k)));
+          chain[m] = C::Dot(chain[m], w, WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).q, 8 * s + k));
         }
       }
-      const __m256i sc = Pair16(six_bit(sc_lo, 0, s));
+      const __m256i sc = C::Scale(six_bit(sc_lo, 0, s));
 #pragma GCC unroll 4
-      for (int m = 0; m < M; ++m)
-        sum[m] = _mm256_add_epi32(sum[m], _mm256_madd_epi16(chain[m], sc));
+      for (int m = 0; m < M; ++m) sum[m] = C::AddScaled(sum[m], chain[m], sc);
     }
-    AddScaled<M>(sum, d, x, ldxq, b, h, acc);
+    Base::template AddScaled<M>(sum, d, x, ldxq, b, h, acc);
   }
 };
 
 // q6_K: element = d * sc * (code - 32) per group of 16 (codes 0..63, int8 scales).
-struct Q6_KPanelAvx2 : Ymm16KQuant<Q6_KPanelAvx2> {
+template <typename D>
+struct Q6_KPanelYmm : Ymm16KQuant<Q6_KPanelYmm<D>> {
+  using Base = Ymm16KQuant<Q6_KPanelYmm<D>>;
+  using Acc = typename Base::Acc;
+  using C = YmmChain<D>;
+  // Lines per chain: int16 chains hold 2 (codes <= 63), int32 ones the group's 4.
+  static constexpr int kChainLines = C::kInt32 ? 4 : 2;
   static constexpr int64_t kBlockBytes = model::kQ6_KPanelBlockBytes;
   // Rows 8h .. 8h + 7 of the panel block.
   template <int M>
@@ -282,16 +345,16 @@ struct Q6_KPanelAvx2 : Ymm16KQuant<Q6_KPanelAvx2> {
 #pragma GCC unroll 4
       for (int m = 0; m < M; ++m) {
         const int16_t* bsums = XAt<Q8KBlock>(x, ldxq, m, b).bsums;
-        sum[m] = _mm256_add_epi32(sum[m], _mm256_madd_epi16(first, WordAt256(bsums, 2 * t)));
-        sum[m] = _mm256_add_epi32(sum[m], _mm256_madd_epi16(second, WordAt256(bsums, 2 * t + 1)));
+        sum[m] = C::DotS16(sum[m], first, WordAt256(bsums, 2 * t));
+        sum[m] = C::DotS16(sum[m], second, WordAt256(bsums, 2 * t + 1));
       }
     }
 #pragma GCC unroll 4
     for (int m = 0; m < M; ++m) {
       sum[m] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum[m], 5));
     }
-    // + sum_g sc_g * sum_j code_j x_j, columns and groups as Q6_KPanel's; the int16
-    // chains span 2 lines.
+    // + sum_g sc_g * sum_j code_j x_j, columns and groups as Q6_KPanel's; the chains span
+    // kChainLines lines.
     const __m256i low4 = _mm256_set1_epi8(15);
     const __m256i high2 = _mm256_set1_epi8(0x30);
 #pragma GCC unroll 8
@@ -304,15 +367,15 @@ struct Q6_KPanelAvx2 : Ymm16KQuant<Q6_KPanelAvx2> {
         // the high byte of both int16 halves, shifted down with its sign.
         const int g = 8 * half + 2 * k + g2;
         const int byte = (g % 4 == 1) ? 2 : (g % 4 == 2) ? 1 : g % 4;
-        const __m256i sc =
-            _mm256_srai_epi16(_mm256_shuffle_epi8(line(48 + g / 4), ByteToHigh16(byte)), 8);
-        __m256i chain[M];  // int16, 2 lines each
+        const __m256i sc = C::ScaleOfPair(
+            _mm256_srai_epi16(_mm256_shuffle_epi8(line(48 + g / 4), Base::ByteToHigh16(byte)), 8));
+        __m256i chain[M];
 #pragma GCC unroll 2
-        for (int pair = 0; pair < 2; ++pair) {
+        for (int part = 0; part < 4 / kChainLines; ++part) {
 #pragma GCC unroll 4
-          for (int m = 0; m < M; ++m) chain[m] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-          for (int w = 4 * g2 + 2 * pair; w < 4 * g2 + 2 * pair + 2; ++w) {
+          for (int m = 0; m < M; ++m) chain[m] = C::Start(_mm256_setzero_si256());
+#pragma GCC unroll 4
+          for (int w = 4 * g2 + kChainLines * part; w < 4 * g2 + kChainLines * (part + 1); ++w) {
             const __m256i ql = line(16 * half + 8 * (k % 2) + w);
             const __m256i qh = line(32 + 8 * half + w);
             const __m256i lo = k < 2 ? ql : _mm256_srli_epi16(ql, 4);
@@ -324,29 +387,27 @@ struct Q6_KPanelAvx2 : Ymm16KQuant<Q6_KPanelAvx2> {
                 _mm256_or_si256(_mm256_and_si256(lo, low4), _mm256_and_si256(hi, high2));
 #pragma GCC unroll 4
             for (int m = 0; m < M; ++m) {
-              chain[m] = _mm256_add_epi16(
-                  chain[m], _mm256_maddubs_epi16(code, WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).q,
-                                                                 32 * half + 8 * k + w)));
+              chain[m] = C::Dot(chain[m], code,
+                                WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).q, 32 * half + 8 * k + w));
             }
           }
 #pragma GCC unroll 4
-          for (int m = 0; m < M; ++m) {
-            sum[m] = _mm256_add_epi32(sum[m], _mm256_madd_epi16(chain[m], sc));
-          }
+          for (int m = 0; m < M; ++m) sum[m] = C::AddScaled(sum[m], chain[m], sc);
         }
       }
     }
-    AddScaled<M>(sum, d, x, ldxq, b, h, acc);
+    Base::template AddScaled<M>(sum, d, x, ldxq, b, h, acc);
   }
 };
 
 #include "backends/cpu_blas/simd_quant_panel_driver_inl.h"  // NOLINT(build/include)
 
-// The 256-bit panel kernels.
+// The 256-bit panel kernels with the integer products of D.
+template <typename D>
 constexpr KernelSet WithYmmQuantPanelKernels(KernelSet k) {
-  k.matmul_q4_0_panels = &MatMulQuantPanels<Q4_0PanelAvx2>;
-  k.matmul_q8_0_panels = &MatMulQuantPanels<Q8_0PanelAvx2>;
-  k.matmul_q4_k_panels = &MatMulQuantPanels<Q4_KPanelAvx2>;
-  k.matmul_q6_k_panels = &MatMulQuantPanels<Q6_KPanelAvx2>;
+  k.matmul_q4_0_panels = &MatMulQuantPanels<Q4_0PanelYmm<D>>;
+  k.matmul_q8_0_panels = &MatMulQuantPanels<Q8_0PanelYmm<D>>;
+  k.matmul_q4_k_panels = &MatMulQuantPanels<Q4_KPanelYmm<D>>;
+  k.matmul_q6_k_panels = &MatMulQuantPanels<Q6_KPanelYmm<D>>;
   return k;
 }
