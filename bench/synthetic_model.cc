@@ -135,6 +135,8 @@ uint32_t FileType(const SyntheticModelOptions& options) {
       return 2;
     case DType::kQ4_K:
       return 14;  // MOSTLY_Q4_K_S: all q4_K
+    case DType::kQ5_K:
+      return 16;  // MOSTLY_Q5_K_S: all q5_K
     case DType::kQ6_K:
       return 18;
     case DType::kBF16:

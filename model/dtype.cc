@@ -22,6 +22,8 @@ std::string_view DTypeName(DType t) {
       return "q4_0";
     case DType::kQ4_K:
       return "q4_k";
+    case DType::kQ5_K:
+      return "q5_k";
     case DType::kQ6_K:
       return "q6_k";
   }

@@ -28,6 +28,10 @@ enum class DType : uint8_t {
   kQ6_K,  // ggml type 14, 210 bytes per 256 elements: uint8 ql[128] (low 4 bits),
           // uint8 qh[64] (high 2 bits), int8 scales[16] (one per 16 elements), f16 d;
           // x = d * scale * (q - 32).
+  // (Appended, so the numbering of the types above stays: benchmarks name types by it.)
+  kQ5_K,  // ggml type 13, 176 bytes per 256 elements: f16 d, f16 dmin, 12 bytes of 6-bit
+          // scales and mins (as q4_K), uint8 qh[32] (the fifth bits), uint8 qs[128] (the
+          // low 4 bits, as q4_K's); x = d * scale * q - dmin * min, q in [0, 31].
 };
 
 inline constexpr int kQ8_0BlockElems = 32;
@@ -36,6 +40,7 @@ inline constexpr int kQ4_0BlockElems = 32;
 inline constexpr int kQ4_0BlockBytes = 18;
 inline constexpr int kQKBlockElems = 256;  // QK_K: the super-block of the k-quants
 inline constexpr int kQ4_KBlockBytes = 144;
+inline constexpr int kQ5_KBlockBytes = 176;
 inline constexpr int kQ6_KBlockBytes = 210;
 
 // Elements per block: 1 for f32, f16 and bf16; 32 or 256 for the quantized types. A row
@@ -51,6 +56,7 @@ inline constexpr int DTypeBlockElems(DType t) {
     case DType::kQ4_0:
       return kQ4_0BlockElems;
     case DType::kQ4_K:
+    case DType::kQ5_K:
     case DType::kQ6_K:
       return kQKBlockElems;
   }
@@ -71,6 +77,8 @@ inline constexpr int DTypeBlockBytes(DType t) {
       return kQ4_0BlockBytes;
     case DType::kQ4_K:
       return kQ4_KBlockBytes;
+    case DType::kQ5_K:
+      return kQ5_KBlockBytes;
     case DType::kQ6_K:
       return kQ6_KBlockBytes;
   }
@@ -81,11 +89,12 @@ inline constexpr bool IsQuantized(DType t) { return DTypeBlockElems(t) > 1; }
 
 // Every DType, for loops over all of them (tests, name lookup).
 inline constexpr DType kAllDTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                                       DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+                                       DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 std::string_view DTypeName(DType t);
 
-// The inverse of DTypeName: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k" or "q6_k";
+// The inverse of DTypeName: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k" or
+// "q6_k";
 // nullopt for any other name.
 std::optional<DType> DTypeFromName(std::string_view name);
 

@@ -70,12 +70,14 @@ TEST(DTypeNameTest, FromNameInvertsName) {
 }
 
 TEST(DTypeBytesTest, BlockGeometryMatchesGgml) {
-  // sizeof(block_q8_0) = 34, block_q4_0 = 18, block_q4_K = 144, block_q6_K = 210.
+  // sizeof(block_q8_0) = 34, block_q4_0 = 18, block_q4_K = 144, block_q5_K = 176,
+  // block_q6_K = 210.
   EXPECT_EQ(DTypeBytes(DType::kF32, 3), 12u);
   EXPECT_EQ(DTypeBytes(DType::kBF16, 3), 6u);
   EXPECT_EQ(DTypeBytes(DType::kQ8_0, 64), 68u);
   EXPECT_EQ(DTypeBytes(DType::kQ4_0, 64), 36u);
   EXPECT_EQ(DTypeBytes(DType::kQ4_K, 512), 288u);
+  EXPECT_EQ(DTypeBytes(DType::kQ5_K, 512), 352u);
   EXPECT_EQ(DTypeBytes(DType::kQ6_K, 768), 630u);
   EXPECT_FALSE(IsQuantized(DType::kF16));
   EXPECT_TRUE(IsQuantized(DType::kQ4_K));

@@ -109,6 +109,8 @@ std::optional<DType> DTypeFromGgml(uint32_t id) {
       return DType::kQ4_0;
     case kGgmlTypeQ4_K:
       return DType::kQ4_K;
+    case kGgmlTypeQ5_K:
+      return DType::kQ5_K;
     case kGgmlTypeQ6_K:
       return DType::kQ6_K;
     case kGgmlTypeBF16:
@@ -384,7 +386,7 @@ class GgufParser {
     if (!dtype.has_value()) {
       return Invalid(absl::StrCat("tensor ", name, " has unsupported type id ", t.ggml_type, " (",
                                   std::string(GgmlTypeName(t.ggml_type)),
-                                  "); supported: f32, f16, bf16, q8_0, q4_0, q4_K, q6_K"));
+                                  "); supported: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K"));
     }
     t.dtype = *dtype;
     const int block = DTypeBlockElems(t.dtype);

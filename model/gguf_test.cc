@@ -244,8 +244,8 @@ TEST(GgufTest, HonoursGeneralAlignment) {
 
 TEST(GgufTest, RejectsUnsupportedTensorType) {
   GgufBuilder b = MakeTinyLlamaGguf();
-  b.FindTensor("blk.0.attn_q.weight")->ggml_type = 13;
-  ExpectError(b.Build(), "tensor blk.0.attn_q.weight has unsupported type id 13 (q5_K)");
+  b.FindTensor("blk.0.attn_q.weight")->ggml_type = 11;
+  ExpectError(b.Build(), "tensor blk.0.attn_q.weight has unsupported type id 11 (q3_K)");
   b.FindTensor("blk.0.attn_q.weight")->ggml_type = 1000;
   ExpectError(b.Build(), "tensor blk.0.attn_q.weight has unsupported type id 1000 (unknown)");
 }
@@ -293,6 +293,7 @@ TEST(GgufTest, SizesQ4AndKQuantTensors) {
   b.SetString("general.architecture", "llama");
   b.AddTensor({"q4", kGgmlTypeQ4_0, {64, 3}, std::vector<uint8_t>(2 * 18 * 3), std::nullopt});
   b.AddTensor({"q4k", kGgmlTypeQ4_K, {512, 2}, std::vector<uint8_t>(2 * 144 * 2), std::nullopt});
+  b.AddTensor({"q5k", kGgmlTypeQ5_K, {768, 2}, std::vector<uint8_t>(3 * 176 * 2), std::nullopt});
   b.AddTensor({"q6k", kGgmlTypeQ6_K, {256, 3}, std::vector<uint8_t>(210 * 3), std::nullopt});
   const std::vector<uint8_t> bytes = b.Build();  // outlives f
   absl::StatusOr<GgufFile> f = Parse(bytes);
@@ -301,6 +302,9 @@ TEST(GgufTest, SizesQ4AndKQuantTensors) {
   EXPECT_EQ(f->FindTensor("q4")->size_bytes, 108u);
   EXPECT_EQ(f->FindTensor("q4k")->dtype, DType::kQ4_K);
   EXPECT_EQ(f->FindTensor("q4k")->size_bytes, 576u);
+  EXPECT_EQ(f->FindTensor("q5k")->dtype, DType::kQ5_K);
+  EXPECT_EQ(f->FindTensor("q5k")->size_bytes, 1056u);
+  EXPECT_EQ(f->FindTensor("q5k")->rows(), 2);
   EXPECT_EQ(f->FindTensor("q6k")->dtype, DType::kQ6_K);
   EXPECT_EQ(f->FindTensor("q6k")->size_bytes, 630u);
   EXPECT_EQ(f->FindTensor("q6k")->rows(), 3);
@@ -308,9 +312,15 @@ TEST(GgufTest, SizesQ4AndKQuantTensors) {
   GgufBuilder odd;
   odd.AddTensor({"k", kGgmlTypeQ4_K, {288, 1}, std::vector<uint8_t>(288), std::nullopt});
   ExpectError(odd.Build(), "tensor k: q4_K row length 288 is not a multiple of 256");
+  GgufBuilder odd5;
+  odd5.AddTensor({"k", kGgmlTypeQ5_K, {320, 1}, std::vector<uint8_t>(352), std::nullopt});
+  ExpectError(odd5.Build(), "tensor k: q5_K row length 320 is not a multiple of 256");
   GgufBuilder short_data;
   short_data.AddTensor({"k", kGgmlTypeQ6_K, {256, 2}, std::vector<uint8_t>(210), std::nullopt});
   EXPECT_FALSE(Parse(short_data.Build()).ok());
+  GgufBuilder short_q5;  // 175 of the 176 bytes of one q5_K block
+  short_q5.AddTensor({"k", kGgmlTypeQ5_K, {256, 1}, std::vector<uint8_t>(175), std::nullopt});
+  EXPECT_FALSE(Parse(short_q5.Build()).ok());
 }
 
 TEST(GgufTest, EscapesNamesInMessages) {

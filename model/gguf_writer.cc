@@ -47,6 +47,8 @@ uint32_t GgmlTypeId(DType t) {
       return 2;
     case DType::kQ4_K:
       return 12;
+    case DType::kQ5_K:
+      return 13;
     case DType::kQ6_K:
       return 14;
     case DType::kBF16:

@@ -40,6 +40,11 @@ inline void Q4KScaleMin(const uint8_t* scales, int s, uint8_t* sc, uint8_t* m) {
 // Quant code of element e in [0, 256) of a q4_K block: 0..15.
 int Q4KQuant(const uint8_t* block, int e);
 
+// Quant code of element e in [0, 256) of a q5_K block: 0..31. Its low 4 bits are those of
+// a q4_K code (Q4KQuant's nibble, with qs at byte 48 instead of 16); its fifth bit is bit
+// e / 32 of qh[e % 32] (qh at byte 16). Scales and mins as q4_K's (Q4KScaleMin at byte 4).
+int Q5KQuant(const uint8_t* block, int e);
+
 // Quant code of element e in [0, 256) of a q6_K block, minus 32: -32..31. Element
 // e = 128 h + 32 k + l (h < 2, k < 4, l < 32) has its low 4 bits in
 // ql[64 h + 32 (k % 2) + l] (low nibble for k < 2, high for k >= 2) and its high 2 bits
@@ -52,6 +57,7 @@ int Q6KQuant(const uint8_t* block, int e);
 //   q4_0  per 32: d = -m / 8 with m the element of largest magnitude, q = min(15, x / d + 8.5);
 //   q4_k  per 256: eight sub-blocks of 32 with a scale and a min fitted by weighted least
 //         squares (llama.cpp's make_qkx2_quants), both quantized to 6 bits;
+//   q5_k  as q4_k with 5-bit quants (codes 0..31) and llama.cpp's search for them;
 //   q6_k  per 256: sixteen sub-blocks of 16 with an 8-bit scale chosen by
 //         make_qx_quants (rmse_type 1), quants in [-32, 31].
 // Precondition: values.size() is a multiple of DTypeBlockElems(t); values are finite.

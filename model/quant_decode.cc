@@ -31,12 +31,13 @@ void DecodeQ4_0(const uint8_t* b, float* x) {
   }
 }
 
-// q4_K block: f16 d, f16 dmin, scales[12], qs[128]. Sub-block s (32 elements) has a
-// 6-bit scale sc and min m (Q4KScaleMin); x = d * sc * q - dmin * m. Within each 64
-// elements, 32 bytes of qs hold the first 32 in their low nibbles and the next 32 in
-// their high nibbles (Q4KQuant), written out here so the compiler vectorises it (tile
-// decoding for prefill).
-void DecodeQ4_K(const uint8_t* b, float* x) {
+// The k-quants with 6-bit scales and mins (q4_K, q5_K): f16 d, f16 dmin, scales[12], then
+// the codes. Sub-block s (32 elements) has a scale sc and min m (Q4KScaleMin);
+// x = d * sc * q - dmin * m. Within each 64 elements, 32 bytes of qs hold the first 32
+// low nibbles and the next 32 in their high nibbles (Q4KQuant); q5_K adds bit s of
+// qh[l] as the fifth bit of element 32 s + l (Q5KQuant). Written out here so the compiler
+// vectorises it (tile decoding for prefill). qh == nullptr: q4_K.
+void DecodeKMin(const uint8_t* b, const uint8_t* qh, const uint8_t* qs, float* x) {
   const float d = LoadHalf(b);
   const float dmin = LoadHalf(b + 2);
   for (int j = 0; j < 4; ++j) {
@@ -44,12 +45,26 @@ void DecodeQ4_K(const uint8_t* b, float* x) {
     Q4KScaleMin(b + 4, 2 * j, &sc0, &m0);
     Q4KScaleMin(b + 4, 2 * j + 1, &sc1, &m1);
     const float d0 = d * sc0, o0 = dmin * m0, d1 = d * sc1, o1 = dmin * m1;
-    const uint8_t* q = b + 16 + 32 * j;
+    const uint8_t* q = qs + 32 * j;
     float* y = x + 64 * j;
-    for (int l = 0; l < 32; ++l) y[l] = d0 * static_cast<float>(q[l] & 15) - o0;
-    for (int l = 0; l < 32; ++l) y[32 + l] = d1 * static_cast<float>(q[l] >> 4) - o1;
+    uint8_t h0[32] = {};
+    uint8_t h1[32] = {};
+    if (qh != nullptr) {
+      for (int l = 0; l < 32; ++l) {
+        h0[l] = static_cast<uint8_t>(((qh[l] >> (2 * j)) & 1) << 4);
+        h1[l] = static_cast<uint8_t>(((qh[l] >> (2 * j + 1)) & 1) << 4);
+      }
+    }
+    for (int l = 0; l < 32; ++l) y[l] = d0 * static_cast<float>((q[l] & 15) | h0[l]) - o0;
+    for (int l = 0; l < 32; ++l) y[32 + l] = d1 * static_cast<float>((q[l] >> 4) | h1[l]) - o1;
   }
 }
+
+// q4_K block: f16 d, f16 dmin, scales[12], qs[128].
+void DecodeQ4_K(const uint8_t* b, float* x) { DecodeKMin(b, nullptr, b + 16, x); }
+
+// q5_K block: f16 d, f16 dmin, scales[12], qh[32], qs[128].
+void DecodeQ5_K(const uint8_t* b, float* x) { DecodeKMin(b, b + 16, b + 48, x); }
 
 // q6_K block: ql[128], qh[64], int8 scales[16], f16 d; x = d * scale * (q - 32), the
 // layout of Q6KQuant written out per 32 elements so the compiler vectorises it.
@@ -75,11 +90,21 @@ void DecodeQ6_K(const uint8_t* b, float* x) {
 
 }  // namespace
 
+namespace {
+
 // Within each 64 elements, 32 bytes of qs hold the first 32 in their low nibbles and the
-// next 32 in their high nibbles.
-int Q4KQuant(const uint8_t* block, int e) {
-  const uint8_t* qs = block + 16;
+// next 32 in their high nibbles (q4_K's codes, q5_K's low 4 bits).
+int KNibble(const uint8_t* qs, int e) {
   return (qs[32 * (e / 64) + e % 32] >> (4 * ((e / 32) % 2))) & 15;
+}
+
+}  // namespace
+
+int Q4KQuant(const uint8_t* block, int e) { return KNibble(block + 16, e); }
+
+int Q5KQuant(const uint8_t* block, int e) {
+  const uint8_t* qh = block + 16;
+  return KNibble(block + 48, e) | (((qh[e % 32] >> (e / 32)) & 1) << 4);
 }
 
 int Q6KQuant(const uint8_t* block, int e) {
@@ -112,6 +137,7 @@ void DecodeRow(DType t, const uint8_t* row, std::span<float> out) {
   void (*decode)(const uint8_t*, float*) = t == DType::kQ8_0   ? DecodeQ8_0
                                            : t == DType::kQ4_0 ? DecodeQ4_0
                                            : t == DType::kQ4_K ? DecodeQ4_K
+                                           : t == DType::kQ5_K ? DecodeQ5_K
                                                                : DecodeQ6_K;
   const size_t block = static_cast<size_t>(DTypeBlockElems(t));
   for (size_t b = 0; b < n / block; ++b) decode(row + b * DTypeBytes(t, block), x + b * block);

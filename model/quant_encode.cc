@@ -114,7 +114,18 @@ float FitScaleMin(int n, int nmax, const float* x, const float* w, uint8_t* L, f
   return scale;
 }
 
-void EncodeQ4_K(const float* x, uint8_t* b) {
+// The k-quants with 6-bit scales and mins (q4_K: nmax 15, q5_K: nmax 31, each with
+// llama.cpp's search range for make_qkx2_quants): fits every sub-block of 32, quantizes
+// the scales and mins to 6 bits against d and dmin, requantizes with the stored values
+// and packs the codes' low nibbles into qs (Q4KQuant's layout) and, for q5_K (qh not
+// null), their fifth bits into qh (Q5KQuant's).
+struct KMinFit {
+  int nmax;
+  float rmin;
+  int nstep;
+};
+
+void EncodeKMin(const float* x, const KMinFit& fit, uint8_t* b, uint8_t* qh, uint8_t* qs) {
   uint8_t L[256];
   float scales[8];
   float mins[8];
@@ -127,7 +138,7 @@ void EncodeQ4_K(const float* x, uint8_t* b) {
     const float av_x = std::sqrt(sum_x2 / 32);
     float w[32];
     for (int l = 0; l < 32; ++l) w[l] = av_x + std::fabs(xs[l]);
-    scales[s] = FitScaleMin(32, 15, xs, w, L + 32 * s, &mins[s], -1.0f, 0.1f, 20);
+    scales[s] = FitScaleMin(32, fit.nmax, xs, w, L + 32 * s, &mins[s], fit.rmin, 0.1f, fit.nstep);
     max_scale = std::max(max_scale, scales[s]);
     max_min = std::max(max_min, mins[s]);
   }
@@ -160,15 +171,31 @@ void EncodeQ4_K(const float* x, uint8_t* b) {
     if (d == 0.0f) continue;
     const float dm = dmin_all * m;
     for (int l = 0; l < 32; ++l) {
-      L[32 * s + l] = static_cast<uint8_t>(std::clamp(NearestInt((x[32 * s + l] + dm) / d), 0, 15));
+      L[32 * s + l] =
+          static_cast<uint8_t>(std::clamp(NearestInt((x[32 * s + l] + dm) / d), 0, fit.nmax));
     }
   }
-  uint8_t* qs = b + 16;
+  if (qh != nullptr) std::memset(qh, 0, 32);
   for (int j = 0; j < 4; ++j) {
     for (int l = 0; l < 32; ++l) {
-      qs[32 * j + l] = static_cast<uint8_t>(L[64 * j + l] | (L[64 * j + 32 + l] << 4));
+      const uint8_t lo = L[64 * j + l];
+      const uint8_t hi = L[64 * j + 32 + l];
+      qs[32 * j + l] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
+      if (qh != nullptr) {
+        qh[l] |= static_cast<uint8_t>(((lo >> 4) << (2 * j)) | ((hi >> 4) << (2 * j + 1)));
+      }
     }
   }
+}
+
+// llama.cpp's quantize_row_q4_K_ref: make_qkx2_quants(32, 15, ..., -1, 0.1, 20).
+void EncodeQ4_K(const float* x, uint8_t* b) {
+  EncodeKMin(x, KMinFit{.nmax = 15, .rmin = -1.0f, .nstep = 20}, b, nullptr, b + 16);
+}
+
+// llama.cpp's quantize_row_q5_K_ref: make_qkx2_quants(32, 31, ..., -0.5, 0.1, 15).
+void EncodeQ5_K(const float* x, uint8_t* b) {
+  EncodeKMin(x, KMinFit{.nmax = 31, .rmin = -0.5f, .nstep = 15}, b, b + 16, b + 48);
 }
 
 // Codes L in [0, 2 nmax) (value L - nmax) for 16 elements and the scale that fits them
@@ -280,6 +307,7 @@ void EncodeRow(DType t, std::span<const float> values, uint8_t* out) {
   void (*encode)(const float*, uint8_t*) = t == DType::kQ8_0   ? EncodeQ8_0
                                            : t == DType::kQ4_0 ? EncodeQ4_0
                                            : t == DType::kQ4_K ? EncodeQ4_K
+                                           : t == DType::kQ5_K ? EncodeQ5_K
                                                                : EncodeQ6_K;
   const size_t block = static_cast<size_t>(DTypeBlockElems(t));
   for (size_t b = 0; b < n / block; ++b) encode(x + b * block, out + b * DTypeBytes(t, block));

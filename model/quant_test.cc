@@ -70,6 +70,42 @@ TEST(DecodeRowTest, Q4_KSixBitScalesAndMins) {
   }
 }
 
+TEST(DecodeRowTest, Q5_KFifthBitsInQhAndQ4KScales) {
+  // Block: f16 d, f16 dmin, scales[12] packed as q4_K's, qh[32], qs[128] (block_q5_K).
+  const int sc[8] = {63, 1, 30, 2, 16, 47, 9, 33};
+  const int m[8] = {5, 0, 62, 19, 31, 1, 63, 20};
+  std::vector<uint8_t> b(176, 0);
+  PutHalf(b.data(), 0.25f);
+  PutHalf(b.data() + 2, 0.375f);
+  uint8_t* scales = b.data() + 4;
+  for (int s = 0; s < 4; ++s) {
+    scales[s] = static_cast<uint8_t>(sc[s] | ((sc[s + 4] >> 4) << 6));
+    scales[s + 4] = static_cast<uint8_t>(m[s] | ((m[s + 4] >> 4) << 6));
+    scales[s + 8] = static_cast<uint8_t>((sc[s + 4] & 15) | ((m[s + 4] & 15) << 4));
+  }
+  // Element e = 64 j + 32 h + l (sub-block s = 2 j + h): its low 4 bits in qs[32 j + l]
+  // (low nibble for h = 0, high for h = 1), its fifth bit in qh[l], bit s
+  // (dequantize_row_q5_K's masks u1 = 1 << 2j, u2 = 2 << 2j). Codes cover 0..31.
+  auto q_of = [](int e) { return (e * 13 + 3) % 32; };
+  uint8_t* qh = b.data() + 16;
+  uint8_t* qs = b.data() + 48;
+  for (int e = 0; e < 256; ++e) {
+    const int s = e / 32;
+    const int l = e % 32;
+    qs[32 * (s / 2) + l] |= static_cast<uint8_t>((q_of(e) & 15) << (4 * (s % 2)));
+    if (q_of(e) >= 16) qh[l] |= static_cast<uint8_t>(1 << s);
+  }
+  const std::vector<float> x = Decode(DType::kQ5_K, b, 256);
+  for (int e = 0; e < 256; ++e) {
+    const int s = e / 32;
+    EXPECT_EQ(Q5KQuant(b.data(), e), q_of(e)) << e;
+    EXPECT_FLOAT_EQ(x[e], 0.25f * sc[s] * q_of(e) - 0.375f * m[s]) << e;
+  }
+  // One hand-checked element: e = 100 (s = 3, code 1303 % 32 = 23: fifth bit set):
+  // 0.25 * 2 * 23 - 0.375 * 19 = 4.375.
+  EXPECT_FLOAT_EQ(x[100], 4.375f);
+}
+
 TEST(DecodeRowTest, Q6_KSixBitQuantsAndSignedScales) {
   std::vector<uint8_t> b(210, 0);
   uint8_t* ql = b.data();
@@ -111,10 +147,11 @@ TEST(EncodeRowTest, RoundTripsWithinQuantizationError) {
     float max_rel_rms;  // RMS error / RMS value over the row
   };
   // The bounds sit about 1.5x above what each format gives on these values (q8_0 ~ 0.4 %,
-  // q6_K ~ 1.5 %, q4_K ~ 5 %, q4_0 ~ 8 %).
+  // q6_K ~ 1.5 %, q5_K ~ 3.4 %, q4_K ~ 5 %, q4_0 ~ 8 %).
   for (const Case& c :
        {Case{DType::kF16, 1e-3f}, Case{DType::kBF16, 5e-3f}, Case{DType::kQ8_0, 0.008f},
-        Case{DType::kQ6_K, 0.025f}, Case{DType::kQ4_K, 0.08f}, Case{DType::kQ4_0, 0.12f}}) {
+        Case{DType::kQ6_K, 0.025f}, Case{DType::kQ5_K, 0.05f}, Case{DType::kQ4_K, 0.08f},
+        Case{DType::kQ4_0, 0.12f}}) {
     const std::vector<float> v = TestValues(1024);
     std::vector<uint8_t> bytes(DTypeBytes(c.type, v.size()));
     EncodeRow(c.type, v, bytes.data());

@@ -206,6 +206,10 @@ void Gemm::RunStreaming(const Task& task, const float* x) {
     case model::DType::kQ4_K:
       RunQuantized(task, k.matmul_q4_k, k.matmul_q4_k_il, k.matmul_q4_k_panels, xq8k_, xq8k_row_);
       break;
+    case model::DType::kQ5_K:
+      // (No panel layout for q5_K: its weights stay row-major.)
+      RunQuantized(task, k.matmul_q5_k, k.matmul_q5_k_il, nullptr, xq8k_, xq8k_row_);
+      break;
     case model::DType::kQ6_K:
       RunQuantized(task, k.matmul_q6_k, k.matmul_q6_k_il, k.matmul_q6_k_panels, xq8k_, xq8k_row_);
       break;
@@ -237,7 +241,8 @@ void Gemm::QuantizeActivations(std::span<const RowsProduct> products, const floa
   bool q8k = false;
   for (const RowsProduct& p : products) {
     q8 |= p.w->type == model::DType::kQ8_0 || p.w->type == model::DType::kQ4_0;
-    q8k |= p.w->type == model::DType::kQ4_K || p.w->type == model::DType::kQ6_K;
+    q8k |= p.w->type == model::DType::kQ4_K || p.w->type == model::DType::kQ5_K ||
+           p.w->type == model::DType::kQ6_K;
   }
   // One pass over n * cols floats (against rows * cols * n multiply-adds in the
   // products).

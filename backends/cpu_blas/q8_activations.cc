@@ -51,6 +51,7 @@ size_t Q8RowBytes(DType weights, int64_t cols) {
     case DType::kQ4_0:
       return c / 32 * sizeof(Q8Block);
     case DType::kQ4_K:
+    case DType::kQ5_K:
     case DType::kQ6_K:
       return c / 256 * sizeof(Q8KBlock);
     default:
@@ -152,10 +153,15 @@ float DotQ4_0(const uint8_t* w, const Q8Block* x, int64_t cols) {
   return sum;
 }
 
-float DotQ4_K(const uint8_t* w, const Q8KBlock* x, int64_t cols) {
+namespace {
+
+// q4_K and q5_K: 6-bit scales and mins per sub-block of 32 (model::Q4KScaleMin), codes
+// by kQuant; W · x = d_x (d sum_s sc_s sum_j q_j x_j - dmin sum_s m_s sum_j x_j).
+template <int kBlockBytes, int (*kQuant)(const uint8_t*, int)>
+float DotKMin(const uint8_t* w, const Q8KBlock* x, int64_t cols) {
   float sum = 0.0f;
   for (int64_t b = 0; b < cols / 256; ++b) {
-    const uint8_t* wb = w + b * model::kQ4_KBlockBytes;
+    const uint8_t* wb = w + b * kBlockBytes;
     int32_t scaled = 0;  // sum_s sc_s * sum_j q_j x_j
     int32_t mins = 0;    // sum_s m_s * sum_j x_j
     for (int s = 0; s < 8; ++s) {
@@ -163,7 +169,7 @@ float DotQ4_K(const uint8_t* w, const Q8KBlock* x, int64_t cols) {
       uint8_t m;
       model::Q4KScaleMin(wb + 4, s, &sc, &m);
       int32_t dot = 0;
-      for (int e = 32 * s; e < 32 * s + 32; ++e) dot += model::Q4KQuant(wb, e) * x[b].q[e];
+      for (int e = 32 * s; e < 32 * s + 32; ++e) dot += kQuant(wb, e) * x[b].q[e];
       scaled += sc * dot;
       mins += m * (x[b].bsums[2 * s] + x[b].bsums[2 * s + 1]);
     }
@@ -171,6 +177,16 @@ float DotQ4_K(const uint8_t* w, const Q8KBlock* x, int64_t cols) {
                      LoadHalf(wb + 2) * static_cast<float>(mins));
   }
   return sum;
+}
+
+}  // namespace
+
+float DotQ4_K(const uint8_t* w, const Q8KBlock* x, int64_t cols) {
+  return DotKMin<model::kQ4_KBlockBytes, &model::Q4KQuant>(w, x, cols);
+}
+
+float DotQ5_K(const uint8_t* w, const Q8KBlock* x, int64_t cols) {
+  return DotKMin<model::kQ5_KBlockBytes, &model::Q5KQuant>(w, x, cols);
 }
 
 float DotQ6_K(const uint8_t* w, const Q8KBlock* x, int64_t cols) {

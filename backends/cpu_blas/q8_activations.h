@@ -1,6 +1,6 @@
 // Activation rows quantized to int8 for products with quantized weights, as llama.cpp
 // does (its vec_dot_type): q8_0 and q4_0 weights meet Q8Block rows (32 elements per
-// block), q4_K and q6_K weights meet Q8KBlock rows (256 per block). The weight-times-
+// block), q4_K, q5_K and q6_K weights meet Q8KBlock rows (256 per block). The weight-times-
 // activation products then run in integer arithmetic, one float multiply per block.
 //
 // Error: each activation element is off by at most d / 2 (d = its block's max|x| / 127),
@@ -67,7 +67,7 @@ void InterleaveActivations(model::DType weights, int64_t cols, void* row);
 
 // The activation format products with `weights` use, as bytes per row of `cols`
 // activations: cols / 32 * sizeof(Q8Block) for q8_0 and q4_0, cols / 256 *
-// sizeof(Q8KBlock) for q4_K and q6_K, 0 for the float types (no quantization).
+// sizeof(Q8KBlock) for q4_K, q5_K and q6_K, 0 for the float types (no quantization).
 // Precondition: cols is a multiple of DTypeBlockElems(weights).
 size_t Q8RowBytes(model::DType weights, int64_t cols);
 
@@ -83,6 +83,7 @@ void QuantizeActivations(model::DType weights, const float* x, int64_t cols, voi
 float DotQ8_0(const uint8_t* w, const Q8Block* x, int64_t cols);
 float DotQ4_0(const uint8_t* w, const Q8Block* x, int64_t cols);
 float DotQ4_K(const uint8_t* w, const Q8KBlock* x, int64_t cols);
+float DotQ5_K(const uint8_t* w, const Q8KBlock* x, int64_t cols);
 float DotQ6_K(const uint8_t* w, const Q8KBlock* x, int64_t cols);
 
 }  // namespace kvserve::backends::cpu_blas

@@ -104,6 +104,7 @@ struct KernelSet {
   QMatMulFn matmul_q8_0;  // activations: Q8Block rows
   QMatMulFn matmul_q4_0;  // activations: Q8Block rows
   QMatMulFn matmul_q4_k;  // activations: Q8KBlock rows
+  QMatMulFn matmul_q5_k;  // activations: Q8KBlock rows
   QMatMulFn matmul_q6_k;  // activations: Q8KBlock rows
   // Attention over `count` cached rows of one head (K or V rows of a KV block), row t at
   // rows + t * stride bytes, `hd` elements each, as f32 or f16 bits (an f32 row starts
@@ -158,6 +159,7 @@ struct KernelSet {
   QMatMulFn matmul_q8_0_il = nullptr;  // activations: Q8x8Block rows
   QMatMulFn matmul_q4_0_il = nullptr;  // activations: Q8x8Block rows
   QMatMulFn matmul_q4_k_il = nullptr;  // activations: Q8KBlock rows, q interleaved
+  QMatMulFn matmul_q5_k_il = nullptr;  // activations: Q8KBlock rows, q interleaved
   QMatMulFn matmul_q6_k_il = nullptr;  // activations: Q8KBlock rows, q interleaved
   // bf16 weights against the activations rounded to bf16 (to nearest, ties to even, by
   // round_bf16): not the exact product of matmul_bf16 but the bf16 product the CPU's

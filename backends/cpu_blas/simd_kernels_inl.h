@@ -636,6 +636,7 @@ constexpr KernelSet MakeKernelSet(Isa isa) {
                    nullptr,
                    nullptr,
                    nullptr,
+                   nullptr,
                    &DotRows<F32W>,
                    &DotRows<F16W>,
                    &AxpyRows<F32W>,

@@ -147,7 +147,7 @@ struct Q4_0Format {
   }
 };
 
-// The two k-quants share one decoded form against Q8KBlock: eight vectors of 32 unsigned
+// The k-quants share one decoded form against Q8KBlock: eight vectors of 32 unsigned
 // codes (vector v covers elements 32v..32v+31), an int32 scale per lane of each, and an
 // int16 vector c16 whose vpmaddwd with the activation's 16 bsums gives the offset term:
 //   W · x = d d_x sum_v sum_lanes(sc_v * dot_v) - dc d_x sum_lanes(madd(bsums, c16)).
@@ -207,14 +207,30 @@ KVSERVE_SIMD_TARGET inline void Q4KScales(const uint8_t* wb, __m256i* sc, __m256
 }
 
 // The 256 q4_K codes as 8 vectors, q[v] = elements 32v..32v+31 (chunk j of 32 packed
-// bytes holds sub-block 2j in its low nibbles, 2j + 1 in its high ones).
-KVSERVE_SIMD_TARGET inline void Q4KCodes(const uint8_t* wb, __m256i (&q)[8]) {
+// bytes at qs holds sub-block 2j in its low nibbles, 2j + 1 in its high ones; qs is the
+// block's byte 16). Also q5_K's low 4 bits (qs at byte 48).
+KVSERVE_SIMD_TARGET inline void Q4KCodes(const uint8_t* qs, __m256i (&q)[8]) {
   const __m256i low4 = _mm256_set1_epi8(15);
 #pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) {
-    const __m256i packed = Load256(wb + 16 + 32 * j);
+    const __m256i packed = Load256(qs + 32 * j);
     q[2 * j] = _mm256_and_si256(packed, low4);
     q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+  }
+}
+
+// The 256 q5_K codes (0..31) as 8 vectors, as Q4KCodes: the low 4 bits from the nibbles
+// at byte 48, the fifth bit of q[v] lane l from bit v of qh[l] (qh: bytes 16-47;
+// model::Q5KQuant). A 16-bit shift right by v < 8 brings bit v of each byte to its bit 0
+// (the bits it shifts in from the high byte land above bit 0 and are masked off).
+KVSERVE_SIMD_TARGET inline void Q5KCodes(const uint8_t* wb, __m256i (&q)[8]) {
+  Q4KCodes(wb + 48, q);
+  const __m256i qh = Load256(wb + 16);
+  const __m256i bit0 = _mm256_set1_epi8(1);
+#pragma GCC unroll 8
+  for (int v = 0; v < 8; ++v) {
+    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, v), bit0);
+    q[v] = _mm256_or_si256(q[v], _mm256_slli_epi16(high, 4));
   }
 }
 
@@ -239,13 +255,24 @@ KVSERVE_SIMD_TARGET inline void Q6KCodes(const uint8_t* wb, __m256i (&q)[8]) {
   }
 }
 
+// The codes of a q4_K block (kFive false) or a q5_K block (true) at wb.
+template <bool kFive>
+KVSERVE_SIMD_TARGET inline void KMinCodes(const uint8_t* wb, __m256i (&q)[8]) {
+  if constexpr (kFive) {
+    Q5KCodes(wb, q);
+  } else {
+    Q4KCodes(wb + 16, q);
+  }
+}
+
 // q4_K (144 bytes per 256: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128
 // bytes of nibbles; sub-block s = elements 32s..32s+31, w = d sc_s q - dmin m_s; chunk j
-// of 32 packed bytes holds sub-block 2j in its low nibbles, 2j + 1 in its high ones).
-template <typename D>
-struct Q4_KFormat : KFormatDot<D> {
+// of 32 packed bytes holds sub-block 2j in its low nibbles, 2j + 1 in its high ones) and
+// q5_K (176 bytes per 256: the same head and math, codes 0..31 by Q5KCodes): kFive.
+template <typename D, bool kFive>
+struct KMinFormat : KFormatDot<D> {
   static constexpr int64_t kElems = 256;
-  static constexpr int64_t kBytes = model::kQ4_KBlockBytes;
+  static constexpr int64_t kBytes = kFive ? model::kQ5_KBlockBytes : model::kQ4_KBlockBytes;
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, KBlock* out) {
     __m256i sc;
     Q4KScales(wb, &sc, &out->c16);
@@ -253,11 +280,16 @@ struct Q4_KFormat : KFormatDot<D> {
     for (int v = 0; v < 8; ++v) {
       out->sc[v] = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(v));
     }
-    Q4KCodes(wb, out->q);
+    KMinCodes<kFive>(wb, out->q);
     out->d = LoadHalf(wb);
     out->dc = LoadHalf(wb + 2);
   }
 };
+
+template <typename D>
+using Q4_KFormat = KMinFormat<D, false>;
+template <typename D>
+using Q5_KFormat = KMinFormat<D, true>;
 
 // q6_K (210 bytes per 256: 128 bytes of low nibbles ql, 64 of high bit pairs qh, 16 int8
 // scales, f16 d; w = d scale_g (q - 32) over 16 groups g of 16; layout in model/quant.h,
@@ -372,20 +404,26 @@ struct KFormatIlDot {
   }
 };
 
-template <typename D>
-struct Q4_KFormatIl : KFormatIlDot<D> {
+// q4_K (kFive false) and q5_K (true), as KMinFormat.
+template <typename D, bool kFive>
+struct KMinFormatIl : KFormatIlDot<D> {
   static constexpr int64_t kElems = 256;
-  static constexpr int64_t kBytes = model::kQ4_KBlockBytes;
+  static constexpr int64_t kBytes = KMinFormat<D, kFive>::kBytes;
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, KBlockIl* out) {
     Q4KScales(wb, &out->sc_lo, &out->c16);
     out->sc_hi = out->sc_lo;
     __m256i q[8];
-    Q4KCodes(wb, q);
+    KMinCodes<kFive>(wb, q);
     Transpose8x8(q, out->q);
     out->d = LoadHalf(wb);
     out->dc = LoadHalf(wb + 2);
   }
 };
+
+template <typename D>
+using Q4_KFormatIl = KMinFormatIl<D, false>;
+template <typename D>
+using Q5_KFormatIl = KMinFormatIl<D, true>;
 
 template <typename D>
 struct Q6_KFormatIl : KFormatIlDot<D> {
@@ -650,10 +688,12 @@ constexpr KernelSet WithQuantKernels(KernelSet k) {
   k.matmul_q8_0 = &QMatMulT<Q8_0Format<D>>;
   k.matmul_q4_0 = &QMatMulT<Q4_0Format<D>>;
   k.matmul_q4_k = &QMatMulT<Q4_KFormat<D>>;
+  k.matmul_q5_k = &QMatMulT<Q5_KFormat<D>>;
   k.matmul_q6_k = &QMatMulT<Q6_KFormat<D>>;
   k.matmul_q8_0_il = &QMatMulT<Q8_0FormatIl<D>>;
   k.matmul_q4_0_il = &QMatMulT<Q4_0FormatIl<D>>;
   k.matmul_q4_k_il = &QMatMulT<Q4_KFormatIl<D>>;
+  k.matmul_q5_k_il = &QMatMulT<Q5_KFormatIl<D>>;
   k.matmul_q6_k_il = &QMatMulT<Q6_KFormatIl<D>>;
   return k;
 }

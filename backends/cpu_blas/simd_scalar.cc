@@ -104,6 +104,7 @@ constexpr KernelSet kScalarSet = {
     &QMatMul<Q8Block, &DotQ8_0>,
     &QMatMul<Q8Block, &DotQ4_0>,
     &QMatMul<Q8KBlock, &DotQ4_K>,
+    &QMatMul<Q8KBlock, &DotQ5_K>,
     &QMatMul<Q8KBlock, &DotQ6_K>,
     &DotRows<F32, float>,
     &DotRows<F16, uint16_t>,

@@ -46,6 +46,7 @@ void RowToFloat(const model::TensorView& w, int64_t row, std::span<float> out) {
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ4_K:
+    case DType::kQ5_K:
     case DType::kQ6_K:
       model::DecodeRow(w.type, p, out);
       return;
@@ -80,6 +81,7 @@ float DotRow(const model::TensorView& w, int64_t row, std::span<const float> x) 
       break;
     case DType::kQ4_0:
     case DType::kQ4_K:
+    case DType::kQ5_K:
     case DType::kQ6_K: {
       // Decode a block, then accumulate its products in index order.
       const size_t block = static_cast<size_t>(model::DTypeBlockElems(w.type));
