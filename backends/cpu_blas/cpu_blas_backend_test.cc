@@ -231,7 +231,7 @@ class ParityTest : public ::testing::TestWithParam<ParityCase> {};
 
 TEST_P(ParityTest, LogitsMatchReference) {
   const ParityCase& p = GetParam();
-  const bool k_quant = p.dtype == DType::kQ4_K || p.dtype == DType::kQ6_K;
+  const bool k_quant = model::DTypeBlockElems(p.dtype) == model::kQKBlockElems;
   auto m = MakeModel(p.dtype, p.tied,
                      k_quant  ? QuantConfig()
                      : p.wide ? WideConfig()
@@ -292,6 +292,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, ParityTest,
                                            ParityCase{DType::kQ4_0, false, DType::kF32, false},
                                            ParityCase{DType::kQ4_0, true, DType::kF16, false},
                                            ParityCase{DType::kQ4_K, false, DType::kF16, true},
+                                           ParityCase{DType::kQ5_K, true, DType::kF16, true},
                                            ParityCase{DType::kQ6_K, true, DType::kF32, true}),
                          [](const ::testing::TestParamInfo<ParityCase>& info) {
                            const ParityCase& p = info.param;
@@ -307,7 +308,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, ParityTest,
 TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
   enum Path { kPanels, kRows, kSgemm };
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                      DType::kQ4_K, DType::kQ6_K}) {
+                      DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     auto m = MakeModel(dtype, false, model::IsQuantized(dtype) ? QuantConfig() : WideConfig());
     ASSERT_NE(m, nullptr);
     const KvLayout layout = KvLayout::ForModel(m->config(), 8, DType::kF16);
@@ -423,10 +424,10 @@ model::ModelConfig WithDeepseekExperts(model::ModelConfig c, int ffn) {
 // sigmoid gating, selection bias, groups).
 TEST(CpuBlasBackendTest, MixtureOfExpertsEveryTypeAndLevelMatchesReference) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                      DType::kQ4_K, DType::kQ6_K}) {
+                      DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (auto with : {WithExperts, WithDeepseekExperts}) {
       SCOPED_TRACE(with == WithExperts ? "qwen3moe routing" : "deepseek2 routing");
-      const bool k_quant = dtype == DType::kQ4_K || dtype == DType::kQ6_K;
+      const bool k_quant = model::DTypeBlockElems(dtype) == model::kQKBlockElems;
       const model::ModelConfig config = k_quant                     ? with(QuantConfig(), 256)
                                         : model::IsQuantized(dtype) ? with(WideConfig(), 96)
                                                                     : with(WideConfig(), 100);

@@ -89,10 +89,13 @@ KVSERVE_SIMD_TARGET inline float32x4_t Dot32(const Block32& w, const Q8Block& x,
 
 // q4_K (144 bytes per 256: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes
 // of nibbles) x Q8KBlock: sum_s d sc_s (q_s · x_s) - dmin m_s (sum x_s) over the eight
-// 32-element sub-blocks s; sum x_s from the activations' bsums.
-struct Q4_KNeon {
+// 32-element sub-blocks s; sum x_s from the activations' bsums. With kFive, q5_K (176
+// bytes per 256: the same head, then qh[32] and the nibbles): the same math with codes
+// 0..31, whose fifth bit for element 32s + l is bit s of qh[l] (model::Q5KQuant).
+template <bool kFive>
+struct KMinNeon {
   static constexpr int64_t kElems = 256;
-  static constexpr int64_t kBytes = model::kQ4_KBlockBytes;
+  static constexpr int64_t kBytes = kFive ? model::kQ5_KBlockBytes : model::kQ4_KBlockBytes;
   using XBlock = Q8KBlock;
   struct Block {
     int8x16_t q[16];  // sub-block s: q[2s], q[2s + 1]
@@ -103,7 +106,7 @@ struct Q4_KNeon {
   };
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block* out) {
     // Bytes 32j..32j+31 of the nibbles: sub-block 2j in the low nibbles, 2j + 1 in the high.
-    const uint8_t* qs = wb + 16;
+    const uint8_t* qs = wb + (kFive ? 48 : 16);
     const uint8x16_t low = vdupq_n_u8(15);
     for (int j = 0; j < 4; ++j) {
       const uint8x16_t a = vld1q_u8(qs + 32 * j);
@@ -112,6 +115,18 @@ struct Q4_KNeon {
       out->q[4 * j + 1] = vreinterpretq_s8_u8(vandq_u8(b, low));
       out->q[4 * j + 2] = vreinterpretq_s8_u8(vshrq_n_u8(a, 4));
       out->q[4 * j + 3] = vreinterpretq_s8_u8(vshrq_n_u8(b, 4));
+    }
+    if constexpr (kFive) {
+      // q[2s + c] lane l: bit s of qh[16c + l] to bit 4 (ushl: left by 4 - s, or right).
+      const uint8x16_t qh[2] = {vld1q_u8(wb + 16), vld1q_u8(wb + 32)};
+      const uint8x16_t bit4 = vdupq_n_u8(16);
+      for (int s = 0; s < 8; ++s) {
+        for (int c = 0; c < 2; ++c) {
+          const uint8x16_t fifth =
+              vandq_u8(vshlq_u8(qh[c], vdupq_n_s8(static_cast<int8_t>(4 - s))), bit4);
+          out->q[2 * s + c] = vorrq_s8(out->q[2 * s + c], vreinterpretq_s8_u8(fifth));
+        }
+      }
     }
     for (int s = 0; s < 8; ++s) {
       uint8_t sc;
@@ -140,6 +155,9 @@ struct Q4_KNeon {
     return vfmaq_n_f32(acc, vcvtq_f32_s32(mins), -w.dmin * x.d);
   }
 };
+
+using Q4_KNeon = KMinNeon<false>;
+using Q5_KNeon = KMinNeon<true>;
 
 // q6_K (210 bytes per 256: 128 bytes of low nibbles ql, 64 of high bit pairs qh, 16 int8
 // scales, f16 d; codes - 32) x Q8KBlock: d sum_g scale_g (q_g · x_g) over the sixteen
@@ -238,6 +256,7 @@ constexpr KernelSet WithNeonQuantKernels(KernelSet k) {
   k.matmul_q8_0 = &QMatMulNeon<D, Q8_0Neon>;
   k.matmul_q4_0 = &QMatMulNeon<D, Q4_0Neon>;
   k.matmul_q4_k = &QMatMulNeon<D, Q4_KNeon>;
+  k.matmul_q5_k = &QMatMulNeon<D, Q5_KNeon>;
   k.matmul_q6_k = &QMatMulNeon<D, Q6_KNeon>;
   return k;
 }

@@ -121,6 +121,31 @@ TEST(MatVecTest, LowPrecisionMatchesF32WithinRoundingBound) {
   }
 }
 
+// The 256-element k-quants: MatVec and DotRow equal the f32 product over the weights
+// RowToFloat decodes (model::DecodeRow, element by element), up to float summation.
+TEST(MatVecTest, KQuantsAreTheProductOfTheirDecodedWeights) {
+  const int64_t rows = 3, cols = 512;
+  const std::vector<float> w32 = Pseudorandom(rows * cols, 5);
+  const std::vector<float> x = Pseudorandom(cols, 6);
+  for (DType dtype : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    SCOPED_TRACE(std::string(model::DTypeName(dtype)));
+    const Matrix w(w32, rows, cols, dtype);
+    std::vector<float> y(rows);
+    MatVec(w.view, x, y);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<float> row(cols);
+      RowToFloat(w.view, r, row);
+      double want = 0, abs_sum = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        want += static_cast<double>(row[c]) * x[c];
+        abs_sum += std::fabs(static_cast<double>(row[c]) * x[c]);
+      }
+      EXPECT_NEAR(y[r], want, 1e-6 * abs_sum) << "row " << r;
+      EXPECT_EQ(DotRow(w.view, r, x), y[r]) << "row " << r;
+    }
+  }
+}
+
 TEST(MatVecTest, RowToFloatRoundTripsRepresentableValues) {
   const std::vector<float> values = {0.5f, -1.25f, 3.0f, 0.0f, -0.0078125f, 1024.0f};
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
