@@ -1,7 +1,8 @@
 // Files written by llama.cpp's llama-quantize (Q4_K_M: q4_K with q6_K for the output and
-// some attn_v / ffn_down) load in kvserve, hold the bytes `kvserve-bench mkmodel`'s quantizer
-// writes for the same floats, and run on cpu_blas as on the reference backend; its Q8_0,
-// Q4_0 and Q4_K_M files of a mixture of experts (qwen3moe) load and run too.
+// some attn_v / ffn_down; Q5_K_M: the same with q5_K for q4_K) load in kvserve, hold the
+// bytes `kvserve-bench mkmodel`'s quantizer writes for the same floats, and run on cpu_blas
+// as on the reference backend; its Q8_0, Q4_0 and Q4_K_M files of a mixture of experts
+// (qwen3moe, with Q4_K_M's q5_K attn_output) load and run too.
 //
 // Needs the llama-quantize binary: its path comes from the environment variable
 // KVSERVE_LLAMA_QUANTIZE (CMake sets it from the cache variable of the same name,
@@ -139,6 +140,20 @@ float CpuBlasVsReference(const model::Model& m, backends::CpuBlasOptions options
   return max_diff / max_abs;
 }
 
+// The fraction of equal bytes in two tensors of the same type and shape.
+double SameFraction(const model::TensorView& a, const model::TensorView& b) {
+  const size_t n = static_cast<size_t>(a.rows) * a.row_bytes();
+  if (a.type != b.type || n != static_cast<size_t>(b.rows) * b.row_bytes()) {
+    ADD_FAILURE() << "different types or sizes";
+    return 0.0;
+  }
+  const auto* pa = static_cast<const uint8_t*>(a.data);
+  const auto* pb = static_cast<const uint8_t*>(b.data);
+  size_t same = 0;
+  for (size_t i = 0; i < n; ++i) same += pa[i] == pb[i];
+  return static_cast<double>(same) / static_cast<double>(n);
+}
+
 TEST(LlamaQuantizeTest, Q4_K_MFileLoadsMatchesOurQuantizerAndRunsOnCpuBlas) {
   const char* tool = QuantizeTool();
   if (tool == nullptr) GTEST_SKIP() << kNoTool;
@@ -169,21 +184,12 @@ TEST(LlamaQuantizeTest, Q4_K_MFileLoadsMatchesOurQuantizerAndRunsOnCpuBlas) {
   // Same floats, same reference quantizer: the bytes agree except where float rounding
   // in the least-squares fits picks a neighbouring code (measured: under 0.01 %).
   const model::ModelWeights& o = (*mine)->weights();
-  auto same_fraction = [](const model::TensorView& a, const model::TensorView& b) {
-    const size_t n = static_cast<size_t>(a.rows) * a.row_bytes();
-    EXPECT_EQ(n, static_cast<size_t>(b.rows) * b.row_bytes());
-    const auto* pa = static_cast<const uint8_t*>(a.data);
-    const auto* pb = static_cast<const uint8_t*>(b.data);
-    size_t same = 0;
-    for (size_t i = 0; i < n; ++i) same += pa[i] == pb[i];
-    return static_cast<double>(same) / static_cast<double>(n);
-  };
-  EXPECT_GT(same_fraction(w.output, o.output), 0.999);
-  EXPECT_GT(same_fraction(w.token_embedding, o.token_embedding), 0.999);
+  EXPECT_GT(SameFraction(w.output, o.output), 0.999);
+  EXPECT_GT(SameFraction(w.token_embedding, o.token_embedding), 0.999);
   for (int l = 0; l < 8; ++l) {
-    EXPECT_GT(same_fraction(w.layers[l].wv, o.layers[l].wv), 0.999) << l;
-    EXPECT_GT(same_fraction(w.layers[l].w_down, o.layers[l].w_down), 0.999) << l;
-    EXPECT_GT(same_fraction(w.layers[l].w_up, o.layers[l].w_up), 0.999) << l;
+    EXPECT_GT(SameFraction(w.layers[l].wv, o.layers[l].wv), 0.999) << l;
+    EXPECT_GT(SameFraction(w.layers[l].w_down, o.layers[l].w_down), 0.999) << l;
+    EXPECT_GT(SameFraction(w.layers[l].w_up, o.layers[l].w_up), 0.999) << l;
   }
 
   // cpu_blas against the reference oracle on llama.cpp's file (see kQuantLogitTolerance in
@@ -194,15 +200,57 @@ TEST(LlamaQuantizeTest, Q4_K_MFileLoadsMatchesOurQuantizerAndRunsOnCpuBlas) {
   std::printf("[  NOTE    ] cpu_blas vs reference on llama-quantize's Q4_K_M: %.2e\n", diff);
 }
 
+// llama-quantize's Q5_K_M: q5_K where Q4_K_M has q4_K (q6_K for the output and the same
+// attn_v / ffn_down). Its q5_K tensors hold the bytes of kvserve's q5_K quantizer for the
+// same floats (model::EncodeRow, llama.cpp's quantize_row_q5_K_ref re-derived), and
+// cpu_blas agrees with the reference on the file.
+TEST(LlamaQuantizeTest, Q5_K_MFileLoadsMatchesOurQuantizerAndRunsOnCpuBlas) {
+  const char* tool = QuantizeTool();
+  if (tool == nullptr) GTEST_SKIP() << kNoTool;
+  TempDir dir;
+  bench::SyntheticModelOptions f32 = SmallModel();
+  ASSERT_TRUE(bench::WriteSyntheticModel(f32, dir.File("f32.gguf")).ok());
+  bench::SyntheticModelOptions ours = f32;
+  ours.dtype = DType::kQ5_K;
+  ASSERT_TRUE(bench::WriteSyntheticModel(ours, dir.File("ours.gguf")).ok());
+  ASSERT_EQ(Quantize(tool, dir.File("f32.gguf"), dir.File("llama.gguf"), "Q5_K_M"), 0);
+
+  absl::StatusOr<std::unique_ptr<model::Model>> theirs = model::Model::Load(dir.File("llama.gguf"));
+  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  absl::StatusOr<std::unique_ptr<model::Model>> mine = model::Model::Load(dir.File("ours.gguf"));
+  ASSERT_TRUE(mine.ok()) << mine.status();
+
+  const model::ModelWeights& w = (*theirs)->weights();
+  const model::ModelWeights& o = (*mine)->weights();
+  EXPECT_EQ(w.output.type, DType::kQ6_K);
+  EXPECT_EQ(w.token_embedding.type, DType::kQ5_K);
+  EXPECT_GT(SameFraction(w.token_embedding, o.token_embedding), 0.999);
+  for (int l = 0; l < 8; ++l) {
+    const bool more = l == 0 || l == 3 || l == 6 || l == 7;
+    EXPECT_EQ(w.layers[l].wv.type, more ? DType::kQ6_K : DType::kQ5_K) << l;
+    EXPECT_EQ(w.layers[l].w_down.type, more ? DType::kQ6_K : DType::kQ5_K) << l;
+    for (auto m : {&model::LayerWeights::wq, &model::LayerWeights::wo, &model::LayerWeights::w_up,
+                   &model::LayerWeights::w_gate}) {
+      EXPECT_EQ((w.layers[l].*m).type, DType::kQ5_K) << l;
+      EXPECT_GT(SameFraction(w.layers[l].*m, o.layers[l].*m), 0.999) << l;
+    }
+  }
+
+  // As for Q4_K_M above.
+  const float diff = CpuBlasVsReference(**theirs);
+  EXPECT_LE(diff, 5e-2f);
+  std::printf("[  NOTE    ] cpu_blas vs reference on llama-quantize's Q5_K_M: %.2e\n", diff);
+}
+
 // llama-quantize's Q8_0, Q4_0 and Q4_K_M files of a mixture of experts (a kvserve-bench
-// mkmodel qwen3moe f32 file: 16 experts of FFN 512, 2 per token, rows of whole 256-element
+// mkmodel qwen3moe f32 file: 8 experts of FFN 512, 2 per token, rows of whole 256-element
 // super-blocks) load with every expert in the type llama-quantize chose for its 3-D tensor
-// (Q4_K_M: q4_K gate and up; down q4_K or q6_K by layer), and cpu_blas agrees with the
-// reference on them.
+// (Q4_K_M: q4_K gate and up; down q4_K or q6_K by layer; attn_output q5_K, as for every
+// 8-expert model), and cpu_blas agrees with the reference on them.
 TEST(LlamaQuantizeTest, MixtureOfExpertsFilesLoadAndRunOnCpuBlas) {
-  // Not 8: for a model of exactly 8 experts (Mixtral's count) llama-quantize's Q4_K_M writes
-  // attn_output in q5_K, which kvserve does not read (docs/architectures.md).
-  constexpr int kExperts = 16;
+  // 8: for a model of exactly 8 experts (Mixtral's count) llama-quantize's Q4_K_M writes
+  // attn_output in q5_K.
+  constexpr int kExperts = 8;
   const char* tool = QuantizeTool();
   if (tool == nullptr) GTEST_SKIP() << kNoTool;
   TempDir dir;
@@ -216,10 +264,11 @@ TEST(LlamaQuantizeTest, MixtureOfExpertsFilesLoadAndRunOnCpuBlas) {
     std::string type;
     std::vector<DType> gate_up;  // the types allowed for ffn_gate_exps and ffn_up_exps
     std::vector<DType> down;     // and for ffn_down_exps
+    DType attn_output;
   };
-  const Case cases[] = {{"Q8_0", {DType::kQ8_0}, {DType::kQ8_0}},
-                        {"Q4_0", {DType::kQ4_0}, {DType::kQ4_0}},
-                        {"Q4_K_M", {DType::kQ4_K}, {DType::kQ4_K, DType::kQ6_K}}};
+  const Case cases[] = {{"Q8_0", {DType::kQ8_0}, {DType::kQ8_0}, DType::kQ8_0},
+                        {"Q4_0", {DType::kQ4_0}, {DType::kQ4_0}, DType::kQ4_0},
+                        {"Q4_K_M", {DType::kQ4_K}, {DType::kQ4_K, DType::kQ6_K}, DType::kQ5_K}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.type);
     const std::string file = dir.File(c.type + ".gguf");
@@ -234,6 +283,7 @@ TEST(LlamaQuantizeTest, MixtureOfExpertsFilesLoadAndRunOnCpuBlas) {
     };
     for (int l = 0; l < config.n_layers; ++l) {
       const model::LayerWeights& L = (*m)->weights().layers[static_cast<size_t>(l)];
+      EXPECT_EQ(L.wo.type, c.attn_output) << l;
       ASSERT_EQ(L.expert_down.size(), static_cast<size_t>(config.n_experts)) << l;
       for (int e = 0; e < config.n_experts; ++e) {
         const size_t i = static_cast<size_t>(e);
