@@ -42,19 +42,29 @@ TEST(DecodeRowTest, Q4_0LowNibblesFirstHalfHighNibblesSecond) {
   }
 }
 
-TEST(DecodeRowTest, Q4_KSixBitScalesAndMins) {
-  // Sub-block s: scale sc[s], min m[s]; 4 to 7 use the packed high bits (values >= 16).
-  const int sc[8] = {1, 2, 3, 63, 17, 40, 5, 63};
-  const int m[8] = {0, 7, 63, 1, 16, 33, 2, 48};
-  std::vector<uint8_t> b(144, 0);
-  PutHalf(b.data(), 0.125f);
-  PutHalf(b.data() + 2, 0.5f);
+// A q4_K or q5_K block of `bytes` bytes, zero but for its head: f16 d, f16 dmin and the
+// 12 scale bytes (get_scale_min_k4's layout): sub-blocks 0-3 in the low 6 bits of bytes 0-3
+// (scales) and 4-7 (mins); sub-blocks 4-7 in the nibbles of bytes 8-11, their top 2 bits in
+// the top bits of bytes 0-3 (scales) and 4-7 (mins).
+std::vector<uint8_t> KMinBlock(size_t bytes, float d, float dmin, const int (&sc)[8],
+                               const int (&m)[8]) {
+  std::vector<uint8_t> b(bytes, 0);
+  PutHalf(b.data(), d);
+  PutHalf(b.data() + 2, dmin);
   uint8_t* scales = b.data() + 4;
   for (int s = 0; s < 4; ++s) {
     scales[s] = static_cast<uint8_t>(sc[s] | ((sc[s + 4] >> 4) << 6));
     scales[s + 4] = static_cast<uint8_t>(m[s] | ((m[s + 4] >> 4) << 6));
     scales[s + 8] = static_cast<uint8_t>((sc[s + 4] & 15) | ((m[s + 4] & 15) << 4));
   }
+  return b;
+}
+
+TEST(DecodeRowTest, Q4_KSixBitScalesAndMins) {
+  // Sub-block s: scale sc[s], min m[s]; 4 to 7 use the packed high bits (values >= 16).
+  const int sc[8] = {1, 2, 3, 63, 17, 40, 5, 63};
+  const int m[8] = {0, 7, 63, 1, 16, 33, 2, 48};
+  std::vector<uint8_t> b = KMinBlock(144, 0.125f, 0.5f, sc, m);
   // Element e: q = (e * 7) % 16; sub-block s = e / 32 lives in bytes 32 * (s / 2), low
   // nibble for even s, high nibble for odd s.
   uint8_t* qs = b.data() + 16;
@@ -74,15 +84,7 @@ TEST(DecodeRowTest, Q5_KFifthBitsInQhAndQ4KScales) {
   // Block: f16 d, f16 dmin, scales[12] packed as q4_K's, qh[32], qs[128] (block_q5_K).
   const int sc[8] = {63, 1, 30, 2, 16, 47, 9, 33};
   const int m[8] = {5, 0, 62, 19, 31, 1, 63, 20};
-  std::vector<uint8_t> b(176, 0);
-  PutHalf(b.data(), 0.25f);
-  PutHalf(b.data() + 2, 0.375f);
-  uint8_t* scales = b.data() + 4;
-  for (int s = 0; s < 4; ++s) {
-    scales[s] = static_cast<uint8_t>(sc[s] | ((sc[s + 4] >> 4) << 6));
-    scales[s + 4] = static_cast<uint8_t>(m[s] | ((m[s + 4] >> 4) << 6));
-    scales[s + 8] = static_cast<uint8_t>((sc[s + 4] & 15) | ((m[s + 4] & 15) << 4));
-  }
+  std::vector<uint8_t> b = KMinBlock(176, 0.25f, 0.375f, sc, m);
   // Element e = 64 j + 32 h + l (sub-block s = 2 j + h): its low 4 bits in qs[32 j + l]
   // (low nibble for h = 0, high for h = 1), its fifth bit in qh[l], bit s
   // (dequantize_row_q5_K's masks u1 = 1 << 2j, u2 = 2 << 2j). Codes cover 0..31.
