@@ -1,4 +1,4 @@
-// Batch-1 products of q4_K, q6_K and q4_0 weights with one activation row (Q8KBlock,
+// Batch-1 products of q4_K, q5_K, q6_K and q4_0 weights with one activation row (Q8KBlock,
 // Q8Block) in 512-bit vectors, for the AVX-512 VNNI level. Not a normal header:
 // simd_avx512_vnni.cc includes it inside its anonymous namespace after simd_quant_inl.h
 // (QMatMulT, the batched fallback), with KVSERVE_SIMD_TARGET defined.
@@ -22,17 +22,30 @@ constexpr int32_t PickWord(int word) {
   return b | (b + 1) << 8 | b << 16 | (b + 1) << 24;
 }
 
-// y[r] = W_r · x for q4_K rows [row_begin, row_end) of `blocks` blocks each (layout:
-// Q4_KFormat in simd_quant_inl.h); the constants are set up once per call (a row of s110m
-// is three blocks).
+// y[r] = W_r · x for q4_K rows (kFive false) or q5_K rows (true) [row_begin, row_end) of
+// `blocks` blocks each (layout: KMinFormat in simd_quant_inl.h); the constants are set up
+// once per call (a row of s110m is three blocks).
 // Vector m holds the codes of packed chunk m: its low nibbles (sub-block 2m) in the low
 // 256 bits, its high nibbles (sub-block 2m + 1) in the high 256, i.e. elements 64m ..
-// 64m + 63 in order, against 64 consecutive activation codes.
-KVSERVE_SIMD_TARGET void Q4KRows512(const uint8_t* w, int64_t row_bytes, int64_t blocks,
-                                    int64_t row_begin, int64_t row_end, const Q8KBlock* x,
-                                    float* y) {
+// 64m + 63 in order, against 64 consecutive activation codes. q5_K's fifth bits: qh,
+// broadcast to both halves, rotated per 64-bit lane so that bit 2m (low half) or 2m + 1
+// (high half) of each byte lands on its bit 4 (the other bits are masked off).
+template <bool kFive>
+KVSERVE_SIMD_TARGET void KMinRows512(const uint8_t* w, int64_t row_bytes, int64_t blocks,
+                                     int64_t row_begin, int64_t row_end, const Q8KBlock* x,
+                                     float* y) {
+  constexpr int64_t kBlockBytes = kFive ? model::kQ5_KBlockBytes : model::kQ4_KBlockBytes;
+  constexpr int kCodes = kFive ? 48 : 16;  // where the nibbles start
   const __m512i low4 = _mm512_set1_epi8(15);
+  const __m512i bit4 = _mm512_set1_epi8(0x10);
   const __m512i nibble_shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+  // Rotate counts 4 - 2m (low half) and 3 - 2m (high half), mod 64.
+  __m512i rotate[4];
+  for (int m = 0; m < 4; ++m) {
+    const int64_t lo = (4 - 2 * m) & 63;
+    const int64_t hi = (3 - 2 * m) & 63;
+    rotate[m] = _mm512_setr_epi64(lo, lo, lo, lo, hi, hi, hi, hi);
+  }
   // Scale words sc0..sc7 are in every 128-bit lane; vector m takes sc_2m in lanes 0-1 and
   // sc_2m+1 in lanes 2-3.
   __m512i pick[4];
@@ -44,7 +57,7 @@ KVSERVE_SIMD_TARGET void Q4KRows512(const uint8_t* w, int64_t row_bytes, int64_t
     __m512 acc = _mm512_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();
     for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* wb = w + r * row_bytes + b * model::kQ4_KBlockBytes;
+      const uint8_t* wb = w + r * row_bytes + b * kBlockBytes;
       const Q8KBlock& xb = x[b];
       const __m128i scm = Q4KScaleMinBytes(wb);  // sc0..sc7, m0..m7
       const __m512i scales = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scm));
@@ -52,10 +65,15 @@ KVSERVE_SIMD_TARGET void Q4KRows512(const uint8_t* w, int64_t row_bytes, int64_t
       // sub-block s's activation codes in lane s.
       const __m256i c16 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scm, scm));
       __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+      const __m512i qh = kFive ? _mm512_broadcast_i64x4(Load256(wb + 16)) : _mm512_setzero_si512();
 #pragma GCC unroll 4
       for (int m = 0; m < 4; ++m) {
-        const __m512i packed = _mm512_broadcast_i64x4(Load256(wb + 16 + 32 * m));
-        const __m512i q = _mm512_and_si512(_mm512_srlv_epi64(packed, nibble_shift), low4);
+        const __m512i packed = _mm512_broadcast_i64x4(Load256(wb + kCodes + 32 * m));
+        __m512i q = _mm512_and_si512(_mm512_srlv_epi64(packed, nibble_shift), low4);
+        if constexpr (kFive) {
+          // q | (rotated & 0x10)
+          q = _mm512_ternarylogic_epi64(q, _mm512_rolv_epi64(qh, rotate[m]), bit4, 0xF8);
+        }
         const __m512i pairs = _mm512_maddubs_epi16(q, _mm512_loadu_si512(xb.q + 64 * m));
         sum[m & 1] = _mm512_dpwssd_epi32(sum[m & 1], pairs, _mm512_shuffle_epi8(scales, pick[m]));
       }
@@ -73,7 +91,7 @@ KVSERVE_SIMD_TARGET void Q4KRows512(const uint8_t* w, int64_t row_bytes, int64_t
   }
 }
 
-// As Q4KRows512 for q6_K rows (layout: Q6_KFormat / Q6KCodes in simd_quant_inl.h). Vector j =
+// As KMinRows512 for q6_K rows (layout: Q6_KFormat / Q6KCodes in simd_quant_inl.h). Vector j =
 // 2h + p holds elements 64j .. 64j + 63: the 64 ql bytes of half h give the low nibbles
 // (p = 0: k = 0, 1) or high nibbles (p = 1: k = 2, 3) in their two 256-bit halves, and qh
 // of half h, broadcast to both halves, gives bit pair k by a per-half rotate. Each 128-bit
@@ -242,7 +260,8 @@ KVSERVE_SIMD_TARGET void KMatMul512(const uint8_t* w, int64_t row_bytes, int64_t
 template <typename D>
 KernelSet WithVec512QuantKernels(KernelSet k) {
   k.matmul_q4_0 = &PairsMatMul512<Q4_0Format<D>, Q4_0Pairs>;
-  k.matmul_q4_k = &KMatMul512<Q4_KFormat<D>, Q4KRows512>;
+  k.matmul_q4_k = &KMatMul512<Q4_KFormat<D>, KMinRows512<false>>;
+  k.matmul_q5_k = &KMatMul512<Q5_KFormat<D>, KMinRows512<true>>;
   k.matmul_q6_k = &KMatMul512<Q6_KFormat<D>, Q6KRows512>;
   return k;
 }
