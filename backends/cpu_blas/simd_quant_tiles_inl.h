@@ -163,18 +163,26 @@ struct TileK {
 // vector v (word 2v of sub-blocks 0-7 in lanes 0-7, word 2v + 1 in lanes 8-15) is one
 // 2-source permute of the 128 packed bytes (each chunk's word twice), a shift of the odd
 // lanes by 4 and a mask: under half the instructions of unpacking and transposing
-// (Q4KCodes and Transpose8x8, as the 256-bit interleaved kernels do).
-struct TileQ4K : TileK {
+// (Q4KCodes and Transpose8x8, as the 256-bit interleaved kernels do). With kFive, q5_K
+// (the nibbles from byte 48): lane l's fifth bits are bit l % 8 of the bytes of qh dword
+// 2v + l / 8 (the same four elements), one permute of qh and a rotate by 4 - l % 8 (mod 32)
+// bring them to bit 4 of each byte, merged in by one ternary-logic op.
+template <bool kFive>
+struct TileKMin : TileK {
   static constexpr bool kTwoChains = false;
-  static constexpr int64_t kBytes = model::kQ4_KBlockBytes;
+  static constexpr int64_t kBytes = kFive ? model::kQ5_KBlockBytes : model::kQ4_KBlockBytes;
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, PanelBlock* out) {
     __m256i sc;
     __m256i m;
     Q4KScaleMin(wb, &sc, &m);
-    const __m512i chunks01 = _mm512_loadu_si512(wb + 16);  // dword 8j + k = word k of chunk j
-    const __m512i chunks23 = _mm512_loadu_si512(wb + 80);
+    constexpr int kCodes = kFive ? 48 : 16;                    // where the nibbles start
+    const __m512i chunks01 = _mm512_loadu_si512(wb + kCodes);  // dword 8j + k = word k of chunk j
+    const __m512i chunks23 = _mm512_loadu_si512(wb + kCodes + 64);
     const __m512i odd_high = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
     const __m512i low4 = _mm512_set1_epi8(15);
+    const __m512i qh = kFive ? _mm512_castsi256_si512(Load256(wb + 16)) : _mm512_setzero_si512();
+    const __m512i rotate = _mm512_setr_epi32(4, 3, 2, 1, 0, 31, 30, 29, 4, 3, 2, 1, 0, 31, 30, 29);
+    const __m512i bit4 = _mm512_set1_epi8(0x10);
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) {
       // Lane l: word 2v + l / 8 of chunk (l % 8) / 2.
@@ -182,8 +190,15 @@ struct TileQ4K : TileK {
           _mm512_setr_epi32(0, 0, 8, 8, 16, 16, 24, 24, 1, 1, 9, 9, 17, 17, 25, 25),
           _mm512_set1_epi32(2 * v));
       const __m512i words = _mm512_permutex2var_epi32(chunks01, idx, chunks23);
-      _mm512_store_si512(out->q + 64 * v,
-                         _mm512_and_si512(_mm512_srlv_epi32(words, odd_high), low4));
+      __m512i q = _mm512_and_si512(_mm512_srlv_epi32(words, odd_high), low4);
+      if constexpr (kFive) {
+        const __m512i qh_idx =
+            _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                             _mm512_set1_epi32(2 * v));
+        const __m512i high = _mm512_rolv_epi32(_mm512_permutexvar_epi32(qh_idx, qh), rotate);
+        q = _mm512_ternarylogic_epi32(q, high, bit4, 0xF8);  // q | (high & 0x10)
+      }
+      _mm512_store_si512(out->q + 64 * v, q);
     }
     _mm512_store_ps(out->scale,
                     Twice(_mm256_mul_ps(_mm256_set1_ps(LoadHalf(wb)), _mm256_cvtepi32_ps(sc))));
@@ -193,7 +208,7 @@ struct TileQ4K : TileK {
   }
 };
 
-// q6_K straight into the interleaved panel as TileQ4K: sub-block v = 4h + k (Q6KCodes) takes
+// q6_K straight into the interleaved panel as TileKMin: sub-block v = 4h + k (Q6KCodes) takes
 // word w of its low nibbles from ql half h, 32-byte part k % 2, nibble k / 2, and its
 // high bit pair k from word w of qh half h; per panel vector one 2-source permute of ql,
 // one permute of qh, a shift, a rotate (bit pair k to bits 4-5) and a merge.
@@ -373,7 +388,8 @@ KernelSet WithTiledQuantKernels(KernelSet k) {
   static_assert(D::kUnsignedOffset, "the tiles run q8_0 as w + 128 (vpdpbusd)");
   k.matmul_q8_0_il = &TiledQMatMul<TileQ8_0<D>>;
   k.matmul_q4_0_il = &TiledQMatMul<TileQ4_0<D>>;
-  k.matmul_q4_k_il = &TiledQMatMul<TileQ4K>;
+  k.matmul_q4_k_il = &TiledQMatMul<TileKMin<false>>;
+  k.matmul_q5_k_il = &TiledQMatMul<TileKMin<true>>;
   k.matmul_q6_k_il = &TiledQMatMul<TileQ6K>;
   return k;
 }
