@@ -225,7 +225,12 @@ absl::Status SessionCacheService::DoFetch(
                                   ? options_.default_chunk_bytes
                                   : std::clamp(request.max_chunk_bytes(), options_.min_chunk_bytes,
                                                options_.max_chunk_bytes);
-  // Chunks of consecutive records share a message until it holds chunk_bytes of data.
+  // Chunks of consecutive records share a message until it holds chunk_bytes of data. A
+  // record that fits in one message is never split: when the message has no room left for
+  // it, the message goes first. So each such record reaches the client as one chunk, which
+  // it reads in place (RemoteCacheClient: no reassembly copy, and the parsed chunks of
+  // equal-sized records reuse their memory message after message); only records above
+  // chunk_bytes travel in pieces.
   FetchResponseEncoder message;
   auto flush = [&]() -> absl::Status {
     if (message.empty()) return absl::OkStatus();
@@ -241,6 +246,9 @@ absl::Status SessionCacheService::DoFetch(
       break;
     }
     const int64_t size = static_cast<int64_t>((*record)->size());
+    if (size <= chunk_bytes && message.data_bytes() + size > chunk_bytes) {
+      if (absl::Status s = flush(); !s.ok()) return s;
+    }
     for (int64_t offset = 0; offset < size;) {
       const int64_t n = std::min(size - offset, chunk_bytes - message.data_bytes());
       message.AddChunk(static_cast<int32_t>(i), *record, offset, n);

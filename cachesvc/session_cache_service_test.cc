@@ -156,6 +156,39 @@ TEST_F(SessionCacheServiceTest, LargeRecordsTravelInSeveralChunks) {
   EXPECT_EQ(Fetch(c.partition, c.hashes), c.records);
 }
 
+// Records that fit in a message arrive whole, one chunk each (the client reads them in
+// place); a message is sent early rather than split one. ~1.2 MB records with 4 MiB
+// messages: 3 records a message (3.5 MB), never 3 and a piece of the fourth.
+TEST_F(SessionCacheServiceTest, RecordsThatFitAMessageAreNeverSplit) {
+  Start();
+  const model::KvLayout layout{12, 768, 16, model::DType::kF32};
+  const BlockChain c = MakeChain(7, "whole", 1, layout);
+  ASSERT_EQ(Store(c.partition, c.records), 7);
+  v1::FetchBlocksRequest request;
+  request.set_partition(cache::HashToBytes(c.partition));
+  for (const BlockHash& h : c.hashes) request.add_block_hashes(cache::HashToBytes(h));
+  request.set_max_chunk_bytes(4 << 20);
+  grpc::ClientContext context;
+  auto reader = stub_->FetchBlocks(&context, request);
+  v1::FetchBlocksResponse message;
+  std::vector<int> per_message;
+  int32_t next = 0;
+  while (reader->Read(&message)) {
+    int64_t bytes = 0;
+    for (const v1::BlockChunk& chunk : message.chunks()) {
+      EXPECT_EQ(chunk.index(), next++);
+      EXPECT_EQ(chunk.offset(), 0);
+      EXPECT_EQ(chunk.data(), c.records[static_cast<size_t>(chunk.index())]);
+      bytes += static_cast<int64_t>(chunk.data().size());
+    }
+    EXPECT_LE(bytes, int64_t{4} << 20);
+    per_message.push_back(message.chunks_size());
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(next, 7);
+  EXPECT_EQ(per_message, (std::vector<int>{3, 3, 1}));
+}
+
 TEST_F(SessionCacheServiceTest, LookupAndFetchReturnTheUnbrokenPrefixOnly) {
   Start();
   const BlockChain c = MakeChain(4, "");
