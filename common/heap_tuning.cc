@@ -1,6 +1,8 @@
 #include "common/heap_tuning.h"
 
 #include <climits>
+#include <cstdlib>
+#include <string_view>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -14,9 +16,17 @@ bool TuneHeapForLargeBuffers(const HeapTuningOptions& options) {
       options.trim_threshold_bytes > static_cast<size_t>(INT_MAX)) {
     return false;
   }
+  if (options.arena_max < 0) return false;
   // mallopt returns 1 on success.
-  return mallopt(M_MMAP_THRESHOLD, static_cast<int>(options.mmap_threshold_bytes)) == 1 &&
-         mallopt(M_TRIM_THRESHOLD, static_cast<int>(options.trim_threshold_bytes)) == 1;
+  if (mallopt(M_MMAP_THRESHOLD, static_cast<int>(options.mmap_threshold_bytes)) != 1 ||
+      mallopt(M_TRIM_THRESHOLD, static_cast<int>(options.trim_threshold_bytes)) != 1) {
+    return false;
+  }
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  const bool user_arenas =
+      tunables != nullptr && std::string_view(tunables).find("arena_max") != std::string_view::npos;
+  if (options.arena_max == 0 || user_arenas) return true;
+  return mallopt(M_ARENA_MAX, options.arena_max) == 1;
 #else
   (void)options;
   return false;
