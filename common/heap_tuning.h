@@ -13,7 +13,7 @@
 // Threads: glibc gives threads arenas of their own, up to 8 per core; a buffer freed in
 // one arena is reused only by threads of that arena. A session-cache fetch receives on
 // gRPC's threads and on threads of its own, so with many arenas each fetch landed in
-// cold ones: 4,000-8,000 page faults per 38 MB fetch, run after run, where with 2 arenas
+// cold ones: 4,000-7,000 page faults per 38 MB fetch, run after run, where with 2 arenas
 // they fall to about 140 after the first few fetches (docs/performance.md, "Session
 // cache"). Small allocations are served from per-thread caches without the arena lock,
 // so few arenas cost little contention.
