@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "backends/backend.h"
 #include "backends/kernels/ops.h"
@@ -131,11 +132,15 @@ absl::StatusOr<std::string> WriteModel(const ArchCase& c) {
 
 // Greedy decoding of `prompt` for up to kSteps tokens (stopping before EOS), on one backend.
 // margins[i]: the lead of step i's best logit over the second.
+// `backend_name` may name a kernel level after a colon ("cpu_blas:avx2").
 std::vector<int32_t> Greedy(const model::Model& m, const std::string& backend_name,
                             const std::vector<int32_t>& prompt, std::vector<float>* margins,
                             int threads = 1) {
   const model::KvLayout layout = model::KvLayout::ForModel(m.config(), 16, model::DType::kF32);
-  auto backend = backends::CreateBackend(backend_name, m, layout, {.threads = threads});
+  const std::vector<std::string> name_level = absl::StrSplit(backend_name, absl::MaxSplits(':', 1));
+  auto backend = backends::CreateBackend(
+      name_level[0], m, layout,
+      {.threads = threads, .kernel_level = name_level.size() > 1 ? name_level[1] : ""});
   EXPECT_TRUE(backend.ok()) << backend.status();
   if (!backend.ok()) return {};
   backends::KvArena arena(layout);
@@ -307,7 +312,10 @@ size_t FirstDifference(const std::vector<int32_t>& a, const std::vector<int32_t>
 // `current`: bin holds llama-completion (else the c392e50 llama-cli).
 void ExpectGreedyEqualsLlamaCpp(const std::string& bin, bool current, const std::string& path,
                                 const std::vector<std::string>& backends, int threads = 1) {
-  absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Load(path);
+  // Mapped, so kvserve and llama.cpp share the file's pages (two private copies of a 17 GB
+  // file do not fit this machine's memory).
+  absl::StatusOr<std::unique_ptr<model::Model>> m =
+      model::Model::Load(path, "", {.huge_pages = false});
   ASSERT_TRUE(m.ok()) << m.status();
   absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
       model::Tokenizer::Create((*m)->vocab());
@@ -317,9 +325,17 @@ void ExpectGreedyEqualsLlamaCpp(const std::string& bin, bool current, const std:
     LlamaCppRun run;
     ASSERT_TRUE(current ? RunLlamaCompletion(bin, path, prompt, &run, threads)
                         : RunLlamaCli(bin, path, prompt, &run));
+    std::vector<int32_t> first;  // backends[0]'s tokens
     for (const std::string& backend : backends) {
       std::vector<float> margins;
       const std::vector<int32_t> got = Greedy(**m, backend, run.prompt_ids, &margins, threads);
+      if (&backend == &backends[0]) {
+        first = got;
+      } else {
+        const size_t apart = FirstDifference(got, first);
+        std::printf("[parity] %s | %s | %s: equals %s for %zu tokens\n", path.c_str(), prompt,
+                    backend.c_str(), backends[0].c_str(), apart == SIZE_MAX ? got.size() : apart);
+      }
       const size_t differs = current
                                  ? FirstDifferingPiece(**tokenizer, run.prompt_ids, got, run.output)
                                  : FirstDifference(got, run.generated_ids);
@@ -374,9 +390,13 @@ TEST_P(ArchitectureParityTest, GreedyTokensEqualLlamaCpp) {
 // Files too large for a test to write (the full preset shapes: `kvserve-bench mkmodel
 // --preset youtu2b|deepseek-v2-lite --arch deepseek2 --weight_std 0.1`, and llama-quantize's
 // copies of them), named by hand: KVSERVE_PARITY_FILES is a comma-separated list of GGUF
-// paths, KVSERVE_PARITY_BACKENDS the backends to run (default "reference,cpu_blas"; the
-// reference is scalar, minutes per prompt at billions of parameters), both programs on 2
-// threads. docs/architectures.md records what was run.
+// paths, KVSERVE_PARITY_BACKENDS the backends to run (default "reference,cpu_blas"; a
+// kernel level may follow a colon, "cpu_blas:avx2"; the reference is scalar, minutes per
+// prompt at billions of parameters; each backend after the first is also compared with the
+// first, printed), KVSERVE_PARITY_THREADS
+// the threads of both programs (default 1: llama.cpp's OpenMP threads spin at every
+// barrier, and on a 2-core machine shared with anything else 2 of them ran 20x slower
+// than one). docs/architectures.md records what was run.
 TEST(ArchitectureParityFiles, GreedyTokensEqualLlamaCpp) {
   const char* files = std::getenv("KVSERVE_PARITY_FILES");
   if (files == nullptr || *files == '\0') {
@@ -388,10 +408,16 @@ TEST(ArchitectureParityFiles, GreedyTokensEqualLlamaCpp) {
   const char* names = std::getenv("KVSERVE_PARITY_BACKENDS");
   const std::vector<std::string> backends = absl::StrSplit(
       names != nullptr && *names != '\0' ? names : "reference,cpu_blas", ',', absl::SkipEmpty());
+  const char* threads_text = std::getenv("KVSERVE_PARITY_THREADS");
+  int threads = 1;
+  if (threads_text != nullptr && *threads_text != '\0') {
+    ASSERT_TRUE(absl::SimpleAtoi(threads_text, &threads) && threads >= 1 && threads <= 256)
+        << "KVSERVE_PARITY_THREADS=" << threads_text << ": want a thread count in [1, 256]";
+  }
   for (const std::string& path :
        std::vector<std::string>(absl::StrSplit(files, ',', absl::SkipEmpty()))) {
     SCOPED_TRACE(path);
-    ExpectGreedyEqualsLlamaCpp(bin, current, path, backends, /*threads=*/2);
+    ExpectGreedyEqualsLlamaCpp(bin, current, path, backends, threads);
   }
 }
 
