@@ -2,7 +2,9 @@
 // some attn_v / ffn_down; Q5_K_M: the same with q5_K for q4_K) load in kvserve, hold the
 // bytes `kvserve-bench mkmodel`'s quantizer writes for the same floats, and run on cpu_blas
 // as on the reference backend; its Q8_0, Q4_0 and Q4_K_M files of a mixture of experts
-// (qwen3moe, with Q4_K_M's q5_K attn_output) load and run too.
+// (qwen3moe, with Q4_K_M's q5_K attn_output) load and run too, and so do its Q4_K_M and
+// Q5_K_M files of a deepseek2 model whose rows of 128 and 160 elements take the q5_0 /
+// q5_1 (and q8_0) fallbacks.
 //
 // Needs the llama-quantize binary: its path comes from the environment variable
 // KVSERVE_LLAMA_QUANTIZE (CMake sets it from the cache variable of the same name,
@@ -25,6 +27,7 @@
 #include "bench/synthetic_model.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
+#include "model/quant.h"
 
 namespace kvserve {
 namespace {
@@ -370,6 +373,78 @@ TEST(LlamaQuantizeTest, Deepseek2MixtureOfExpertsFilesLoadAndRun) {
     // Float products, as in MixtureOfExpertsFilesLoadAndRunOnCpuBlas (routing near-ties).
     EXPECT_LE(CpuBlasVsReference(**m, FloatProducts()), 1e-3f);
     EXPECT_TRUE(std::isfinite(CpuBlasVsReference(**m)));
+  }
+}
+
+// llama-quantize's Q4_K_M and Q5_K_M files of a deepseek2 model whose attn_k_b rows
+// (qk_nope 128) and expert / shared-expert down rows (FFN 160, 320) are not whole
+// 256-element super-blocks: llama.cpp writes those tensors in its fallbacks (q4_K -> q5_0,
+// q5_K -> q5_1, q6_K -> q8_0), as for every Q4_K_M / Q5_K_M file of DeepSeek-V2-Lite or
+// Youtu-LLM (qk_nope 128, expert FFN 1408). The files hold q5_0 (Q4_K_M) and q5_1
+// (Q5_K_M) tensors, their attn_k_b bytes are kvserve's quantizer's for the same floats
+// (model::EncodeRow, llama.cpp's quantize_row_q5_0_ref / q5_1_ref re-derived), and
+// cpu_blas with its default integer kernels (8-bit activations) agrees with the
+// reference. Every expert is used for every token (4 of 4), so routing has no discrete
+// choice that rounding could flip.
+TEST(LlamaQuantizeTest, Deepseek2FallbackQ5_0AndQ5_1FilesLoadAndRunOnCpuBlas) {
+  const char* tool = QuantizeTool();
+  if (tool == nullptr) GTEST_SKIP() << kNoTool;
+  TempDir dir;
+  bench::SyntheticModelOptions f32 = SmallModel();
+  model::ModelConfig& c = f32.config;
+  c.architecture = "deepseek2";
+  c.n_layers = 3;
+  c.n_kv_heads = 1;
+  c.kv_lora_rank = 256;
+  c.q_lora_rank = 0;
+  c.head_dim = 128 + 32;  // qk_nope 128: attn_k_b's rows
+  c.rope_dim = 32;
+  c.v_head_dim = 64;
+  c.n_dense_layers = 1;
+  c.dense_ffn_dim = 512;
+  c.ffn_dim = 160;  // ffn_down_exps' rows (and 2 x 160 of ffn_down_shexp)
+  c.n_experts = 4;
+  c.n_experts_used = 4;
+  c.n_shared_experts = 2;
+  c.expert_weights_norm = false;
+  ASSERT_TRUE(bench::WriteSyntheticModel(f32, dir.File("f32.gguf")).ok());
+  absl::StatusOr<std::unique_ptr<model::Model>> floats = model::Model::Load(dir.File("f32.gguf"));
+  ASSERT_TRUE(floats.ok()) << floats.status();
+  struct Case {
+    const char* type;
+    DType fallback;  // of the q4_K / q5_K tensors whose rows are not super-blocks
+  };
+  for (const Case& k : {Case{"Q4_K_M", DType::kQ5_0}, Case{"Q5_K_M", DType::kQ5_1}}) {
+    SCOPED_TRACE(k.type);
+    const std::string file = dir.File(std::string(k.type) + ".gguf");
+    ASSERT_EQ(Quantize(tool, dir.File("f32.gguf"), file, k.type), 0);
+    absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Load(file);
+    ASSERT_TRUE(m.ok()) << m.status();
+    int fallbacks = 0;  // tensors in k.fallback
+    for (int l = 0; l < 3; ++l) {
+      const model::LayerWeights& L = (*m)->weights().layers[static_cast<size_t>(l)];
+      // attn_k_b: the fallback of q4_K / q5_K, or q8_0 where the mix picks q6_K.
+      EXPECT_TRUE(L.wk_b.type == k.fallback || L.wk_b.type == DType::kQ8_0)
+          << l << ": " << model::DTypeName(L.wk_b.type);
+      fallbacks += L.wk_b.type == k.fallback;
+      if (L.wk_b.type == k.fallback) {
+        // The same floats through our quantizer: the same bytes.
+        const model::TensorView& w = (*floats)->weights().layers[static_cast<size_t>(l)].wk_b;
+        ASSERT_EQ(w.type, DType::kF32);
+        const size_t n = static_cast<size_t>(w.rows * w.cols);
+        std::vector<uint8_t> ours(model::DTypeBytes(k.fallback, n));
+        model::EncodeRow(k.fallback, std::span<const float>(static_cast<const float*>(w.data), n),
+                         ours.data());
+        const model::TensorView mine{k.fallback, ours.data(), w.rows, w.cols};
+        EXPECT_GT(SameFraction(L.wk_b, mine), 0.999) << l;
+      }
+      for (const model::TensorView& d : L.expert_down) fallbacks += d.type == k.fallback;
+      fallbacks += L.shared_down.type == k.fallback;
+    }
+    EXPECT_GT(fallbacks, 0) << "no " << model::DTypeName(k.fallback) << " tensor in the file";
+    std::printf("[  NOTE    ] llama-quantize's deepseek2 %s: %d %s tensors\n", k.type, fallbacks,
+                std::string(model::DTypeName(k.fallback)).c_str());
+    ExpectCpuBlasNearReference(**m, k.type);
   }
 }
 
