@@ -421,6 +421,7 @@ TEST(LlamaQuantizeTest, Deepseek2FallbackQ5_0AndQ5_1FilesLoadAndRunOnCpuBlas) {
     absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Load(file);
     ASSERT_TRUE(m.ok()) << m.status();
     int fallbacks = 0;  // tensors in k.fallback
+    int compared = 0;   // attn_k_b tensors compared with our quantizer's bytes
     for (int l = 0; l < 3; ++l) {
       const model::LayerWeights& L = (*m)->weights().layers[static_cast<size_t>(l)];
       // attn_k_b: the fallback of q4_K / q5_K, or q8_0 where the mix picks q6_K.
@@ -437,13 +438,16 @@ TEST(LlamaQuantizeTest, Deepseek2FallbackQ5_0AndQ5_1FilesLoadAndRunOnCpuBlas) {
                          ours.data());
         const model::TensorView mine{k.fallback, ours.data(), w.rows, w.cols};
         EXPECT_GT(SameFraction(L.wk_b, mine), 0.999) << l;
+        ++compared;
       }
       for (const model::TensorView& d : L.expert_down) fallbacks += d.type == k.fallback;
       fallbacks += L.shared_down.type == k.fallback;
     }
-    EXPECT_GT(fallbacks, 0) << "no " << model::DTypeName(k.fallback) << " tensor in the file";
+    EXPECT_GT(compared, 0) << "no attn_k_b in " << model::DTypeName(k.fallback);
+    EXPECT_GT(fallbacks, compared) << "no expert down matrix in " << model::DTypeName(k.fallback);
     std::printf("[  NOTE    ] llama-quantize's deepseek2 %s: %d %s tensors\n", k.type, fallbacks,
                 std::string(model::DTypeName(k.fallback)).c_str());
+    // Measured 1.6e-2 (Q4_K_M), 1.4e-2 (Q5_K_M).
     ExpectCpuBlasNearReference(**m, k.type);
   }
 }
