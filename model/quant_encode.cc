@@ -29,8 +29,9 @@ void EncodeQ8_0(const float* x, uint8_t* b) {
   }
 }
 
-void EncodeQ4_0(const float* x, uint8_t* b) {
-  // The element of largest magnitude maps to code 0 (value -8 * d).
+// The first of the 32 elements of largest magnitude, with its sign (q4_0 and q5_0 map it
+// to code 0).
+float LargestMagnitude(const float* x) {
   float amax = 0.0f;
   float max = 0.0f;
   for (int j = 0; j < 32; ++j) {
@@ -39,7 +40,12 @@ void EncodeQ4_0(const float* x, uint8_t* b) {
       max = x[j];
     }
   }
-  const float d = max / -8.0f;
+  return max;
+}
+
+void EncodeQ4_0(const float* x, uint8_t* b) {
+  // The element of largest magnitude maps to code 0 (value -8 * d).
+  const float d = LargestMagnitude(x) / -8.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   StoreHalf(b, d);
   auto code = [&](float v) {
@@ -62,15 +68,7 @@ void PackQ5(const uint8_t* codes, uint8_t* qh) {
 // llama.cpp's quantize_row_q5_0_ref: as q4_0 with 32 levels (the element of largest
 // magnitude maps to code 0, value -16 d).
 void EncodeQ5_0(const float* x, uint8_t* b) {
-  float amax = 0.0f;
-  float max = 0.0f;
-  for (int j = 0; j < 32; ++j) {
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  const float d = max / -16.0f;
+  const float d = LargestMagnitude(x) / -16.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   StoreHalf(b, d);
   uint8_t codes[32];

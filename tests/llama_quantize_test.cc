@@ -65,6 +65,31 @@ bench::SyntheticModelOptions SmallModel() {
   return o;
 }
 
+// SmallModel() as a deepseek2 model of 3 layers: latent attention (r 256, no query
+// compression, one KV head, rope 32, v_head 64: attn_output's rows 4 heads x 64) with
+// attn_k_b's rows of `qk_nope`, layer 0 dense of FFN 512, then `experts` experts of
+// `expert_ffn`, `used` per token, 2 shared, softmax gating, unnormalized weights.
+bench::SyntheticModelOptions SmallDeepseek2(int qk_nope, int expert_ffn, int experts, int used) {
+  bench::SyntheticModelOptions o = SmallModel();
+  model::ModelConfig& c = o.config;
+  c.architecture = "deepseek2";
+  c.n_layers = 3;
+  c.n_kv_heads = 1;
+  c.kv_lora_rank = 256;
+  c.q_lora_rank = 0;
+  c.head_dim = qk_nope + 32;
+  c.rope_dim = 32;
+  c.v_head_dim = 64;
+  c.n_dense_layers = 1;
+  c.dense_ffn_dim = 512;
+  c.ffn_dim = expert_ffn;
+  c.n_experts = experts;
+  c.n_experts_used = used;
+  c.n_shared_experts = 2;
+  c.expert_weights_norm = false;
+  return o;
+}
+
 // cpu_blas options whose products run on float activations (weights decoded to f32 for
 // sgemm, as the reference multiplies them), for comparing mixtures of experts: where two
 // experts' router logits nearly tie, 8-bit activations may select the other expert.
@@ -339,23 +364,8 @@ TEST(LlamaQuantizeTest, Deepseek2MixtureOfExpertsFilesLoadAndRun) {
   const char* tool = QuantizeTool();
   if (tool == nullptr) GTEST_SKIP() << kNoTool;
   TempDir dir;
-  bench::SyntheticModelOptions f32 = SmallModel();
-  model::ModelConfig& c = f32.config;
-  c.architecture = "deepseek2";
-  c.n_layers = 3;
-  c.n_kv_heads = 1;
-  c.kv_lora_rank = 256;
-  c.q_lora_rank = 0;
-  c.head_dim = 256 + 32;  // qk_nope 256 (attn_k_b's rows), rope 32
-  c.rope_dim = 32;
-  c.v_head_dim = 64;  // attn_output's rows: 4 heads x 64
-  c.n_dense_layers = 1;
-  c.dense_ffn_dim = 512;
-  c.ffn_dim = 256;
-  c.n_experts = 16;
-  c.n_experts_used = 2;
-  c.n_shared_experts = 2;
-  c.expert_weights_norm = false;
+  const bench::SyntheticModelOptions f32 = SmallDeepseek2(/*qk_nope=*/256, /*expert_ffn=*/256,
+                                                          /*experts=*/16, /*used=*/2);
   ASSERT_TRUE(bench::WriteSyntheticModel(f32, dir.File("f32.gguf")).ok());
   for (const char* type : {"Q8_0", "Q4_0", "Q4_K_M"}) {
     SCOPED_TRACE(type);
@@ -390,23 +400,9 @@ TEST(LlamaQuantizeTest, Deepseek2FallbackQ5_0AndQ5_1FilesLoadAndRunOnCpuBlas) {
   const char* tool = QuantizeTool();
   if (tool == nullptr) GTEST_SKIP() << kNoTool;
   TempDir dir;
-  bench::SyntheticModelOptions f32 = SmallModel();
-  model::ModelConfig& c = f32.config;
-  c.architecture = "deepseek2";
-  c.n_layers = 3;
-  c.n_kv_heads = 1;
-  c.kv_lora_rank = 256;
-  c.q_lora_rank = 0;
-  c.head_dim = 128 + 32;  // qk_nope 128: attn_k_b's rows
-  c.rope_dim = 32;
-  c.v_head_dim = 64;
-  c.n_dense_layers = 1;
-  c.dense_ffn_dim = 512;
-  c.ffn_dim = 160;  // ffn_down_exps' rows (and 2 x 160 of ffn_down_shexp)
-  c.n_experts = 4;
-  c.n_experts_used = 4;
-  c.n_shared_experts = 2;
-  c.expert_weights_norm = false;
+  // attn_k_b's rows of qk_nope 128, ffn_down_exps' of 160 (and ffn_down_shexp's of 320).
+  const bench::SyntheticModelOptions f32 = SmallDeepseek2(/*qk_nope=*/128, /*expert_ffn=*/160,
+                                                          /*experts=*/4, /*used=*/4);
   ASSERT_TRUE(bench::WriteSyntheticModel(f32, dir.File("f32.gguf")).ok());
   absl::StatusOr<std::unique_ptr<model::Model>> floats = model::Model::Load(dir.File("f32.gguf"));
   ASSERT_TRUE(floats.ok()) << floats.status();
