@@ -267,8 +267,9 @@ void BM_Gemm(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 void GemmArgs(benchmark::internal::Benchmark* b) {
-  // DType numbering: 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0, 5 q4_K, 6 q6_K, 7 q5_K.
-  for (int64_t dtype : {0, 1, 2, 3, 4, 5, 6, 7}) {
+  // DType numbering: 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0, 5 q4_K, 6 q6_K, 7 q5_K, 8 q5_0,
+  // 9 q5_1.
+  for (int64_t dtype : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
     for (int64_t n : {1, 2, 4, 8, 16, 32, 64, 128, 512}) {
       for (int64_t threads : {1, 2}) {
         b->Args({dtype, n, threads, 1 << 20, 0});  // streaming kernels

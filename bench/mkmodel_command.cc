@@ -1,7 +1,7 @@
 // kvserve-bench mkmodel: writes a llama, qwen2 or qwen3 GGUF with seeded random weights at a
 // preset shape.
-//   kvserve-bench mkmodel --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m --out
-//   FILE
+//   kvserve-bench mkmodel --preset NAME --dtype
+//   f32|f16|bf16|q8_0|q4_0|q5_0|q5_1|q4_k|q5_k|q6_k|q4_k_m --out FILE
 //   [--seed N] [--arch A]
 // Exit status as for every kvserve-bench subcommand (bench/tool_main.h).
 #include <chrono>
@@ -24,10 +24,10 @@ ABSL_FLAG(std::string, preset, "",
           "smaller width and depth; --arch qwen3moe), youtu2b (Youtu-LLM-2B's shape with "
           "latent attention; --arch deepseek2) or deepseek-v2-lite (DeepSeek-V2-Lite's shape: "
           "latent attention, 64 experts, 6 per token, 2 shared; --arch deepseek2). Required.");
-ABSL_FLAG(
-    std::string, dtype, "",
-    "Matrix element type: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or q4_k_m (llama.cpp's "
-    "Q4_K_M mix of q4_k and q6_k). Required.");
+ABSL_FLAG(std::string, dtype, "",
+          "Matrix element type: f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k, or "
+          "q4_k_m (llama.cpp's "
+          "Q4_K_M mix of q4_k and q6_k). Required.");
 ABSL_FLAG(std::string, out, "", "The GGUF file to write. Required.");
 ABSL_FLAG(int32_t, context_length, 0,
           "Context length written into the file; 0 = the preset's (e.g. 2048 for s110m).");
@@ -66,7 +66,7 @@ ABSL_FLAG(float, weight_std, 0.02f,
 namespace {
 
 constexpr char kUsage[] =
-    R"(Usage: kvserve-bench mkmodel --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k|q4_k_m
+    R"(Usage: kvserve-bench mkmodel --preset NAME --dtype f32|f16|bf16|q8_0|q4_0|q5_0|q5_1|q4_k|q5_k|q6_k|q4_k_m
                        --out FILE [--seed N] [--context_length N] [--arch llama|qwen2|qwen3|qwen3moe|deepseek2]
                        [--tied] [--llama_biases] [--rope_freq_base F] [--rope_llama3_factor F]
                        [--rope_scale_linear F] [--rope_yarn_factor F [--rope_yarn_orig_ctx N]
@@ -171,7 +171,8 @@ absl::Status Run() {
     options.dtype = *matrix_dtype;
   } else {
     return absl::InvalidArgumentError(
-        "--dtype must be f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k or q4_k_m, not " + dtype);
+        "--dtype must be f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k or q4_k_m, not " +
+        dtype);
   }
   const auto start = std::chrono::steady_clock::now();
   if (absl::Status s = bench::WriteSyntheticModel(options, out); !s.ok()) return s;

@@ -133,6 +133,10 @@ uint32_t FileType(const SyntheticModelOptions& options) {
       return 7;
     case DType::kQ4_0:
       return 2;
+    case DType::kQ5_0:
+      return 8;  // MOSTLY_Q5_0
+    case DType::kQ5_1:
+      return 9;  // MOSTLY_Q5_1
     case DType::kQ4_K:
       return 14;  // MOSTLY_Q4_K_S: all q4_K
     case DType::kQ5_K:

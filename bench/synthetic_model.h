@@ -95,7 +95,7 @@ struct SyntheticModelOptions {
   model::ModelConfig config;
   // Element type of the matrices under QuantMix::kUniform (norm gains are always f32):
   // any model::DType; a quantized type needs dim, q_dim and ffn_dim multiples of its
-  // block (32 for q8_0 and q4_0, 256 for q4_k, q5_k and q6_k).
+  // block (32 for q8_0, q4_0, q5_0 and q5_1, 256 for q4_k, q5_k and q6_k).
   model::DType dtype = model::DType::kF32;
   QuantMix mix = QuantMix::kUniform;
   uint64_t seed = 1;

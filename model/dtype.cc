@@ -20,6 +20,10 @@ std::string_view DTypeName(DType t) {
       return "q8_0";
     case DType::kQ4_0:
       return "q4_0";
+    case DType::kQ5_0:
+      return "q5_0";
+    case DType::kQ5_1:
+      return "q5_1";
     case DType::kQ4_K:
       return "q4_k";
     case DType::kQ5_K:

@@ -32,12 +32,19 @@ enum class DType : uint8_t {
   kQ5_K,  // ggml type 13, 176 bytes per 256 elements: f16 d, f16 dmin, 12 bytes of 6-bit
           // scales and mins (as q4_K), uint8 qh[32] (the fifth bits), uint8 qs[128] (the
           // low 4 bits, as q4_K's); x = d * scale * q - dmin * min, q in [0, 31].
+  kQ5_0,  // ggml type 6, 22 bytes per 32 elements: f16 d, uint8 qh[4] (the fifth bits: bit j
+          // of the little-endian 32-bit qh for element j), uint8 qs[16] (the low 4 bits, as
+          // q4_0's); x = d * (q - 16), q in [0, 31].
+  kQ5_1,  // ggml type 7, 24 bytes per 32 elements: f16 d, f16 m, then qh[4] and qs[16] as
+          // q5_0; x = d * q + m, q in [0, 31].
 };
 
 inline constexpr int kQ8_0BlockElems = 32;
 inline constexpr int kQ8_0BlockBytes = 34;
 inline constexpr int kQ4_0BlockElems = 32;
 inline constexpr int kQ4_0BlockBytes = 18;
+inline constexpr int kQ5_0BlockBytes = 22;
+inline constexpr int kQ5_1BlockBytes = 24;
 inline constexpr int kQKBlockElems = 256;  // QK_K: the super-block of the k-quants
 inline constexpr int kQ4_KBlockBytes = 144;
 inline constexpr int kQ5_KBlockBytes = 176;
@@ -54,6 +61,8 @@ inline constexpr int DTypeBlockElems(DType t) {
     case DType::kQ8_0:
       return kQ8_0BlockElems;
     case DType::kQ4_0:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
       return kQ4_0BlockElems;
     case DType::kQ4_K:
     case DType::kQ5_K:
@@ -75,6 +84,10 @@ inline constexpr int DTypeBlockBytes(DType t) {
       return kQ8_0BlockBytes;
     case DType::kQ4_0:
       return kQ4_0BlockBytes;
+    case DType::kQ5_0:
+      return kQ5_0BlockBytes;
+    case DType::kQ5_1:
+      return kQ5_1BlockBytes;
     case DType::kQ4_K:
       return kQ4_KBlockBytes;
     case DType::kQ5_K:
@@ -89,13 +102,13 @@ inline constexpr bool IsQuantized(DType t) { return DTypeBlockElems(t) > 1; }
 
 // Every DType, for loops over all of them (tests, name lookup).
 inline constexpr DType kAllDTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                                       DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+                                       DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K,
+                                       DType::kQ5_K, DType::kQ6_K};
 
 std::string_view DTypeName(DType t);
 
-// The inverse of DTypeName: "f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k" or
-// "q6_k";
-// nullopt for any other name.
+// The inverse of DTypeName: "f32", "f16", "bf16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_k",
+// "q5_k" or "q6_k"; nullopt for any other name.
 std::optional<DType> DTypeFromName(std::string_view name);
 
 // A KV cache element type (KvLayout::dtype) by name: "f32" or "f16". Otherwise

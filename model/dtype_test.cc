@@ -71,12 +71,15 @@ TEST(DTypeNameTest, FromNameInvertsName) {
 
 TEST(DTypeBytesTest, BlockGeometryMatchesGgml) {
   // sizeof(block_q8_0) = 34, block_q4_0 = 18, block_q4_K = 144, block_q5_K = 176,
-  // block_q6_K = 210.
+  // block_q6_K = 210, block_q5_0 = 22, block_q5_1 = 24.
   EXPECT_EQ(DTypeBytes(DType::kF32, 3), 12u);
   EXPECT_EQ(DTypeBytes(DType::kBF16, 3), 6u);
   EXPECT_EQ(DTypeBytes(DType::kQ8_0, 64), 68u);
   EXPECT_EQ(DTypeBytes(DType::kQ4_0, 64), 36u);
   EXPECT_EQ(DTypeBytes(DType::kQ4_K, 512), 288u);
+  EXPECT_EQ(DTypeBytes(DType::kQ5_0, 96), 66u);
+  EXPECT_EQ(DTypeBytes(DType::kQ5_1, 96), 72u);
+  EXPECT_EQ(DTypeBlockElems(DType::kQ5_1), 32);
   EXPECT_EQ(DTypeBytes(DType::kQ5_K, 512), 352u);
   EXPECT_EQ(DTypeBytes(DType::kQ6_K, 768), 630u);
   EXPECT_FALSE(IsQuantized(DType::kF16));

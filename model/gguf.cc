@@ -107,6 +107,10 @@ std::optional<DType> DTypeFromGgml(uint32_t id) {
       return DType::kQ8_0;
     case kGgmlTypeQ4_0:
       return DType::kQ4_0;
+    case kGgmlTypeQ5_0:
+      return DType::kQ5_0;
+    case kGgmlTypeQ5_1:
+      return DType::kQ5_1;
     case kGgmlTypeQ4_K:
       return DType::kQ4_K;
     case kGgmlTypeQ5_K:
@@ -384,9 +388,10 @@ class GgufParser {
     if (!r_.Read(&t.ggml_type)) return EndOfFile(absl::StrCat("tensor ", name, " type"));
     const std::optional<DType> dtype = DTypeFromGgml(t.ggml_type);
     if (!dtype.has_value()) {
-      return Invalid(absl::StrCat("tensor ", name, " has unsupported type id ", t.ggml_type, " (",
-                                  std::string(GgmlTypeName(t.ggml_type)),
-                                  "); supported: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K"));
+      return Invalid(
+          absl::StrCat("tensor ", name, " has unsupported type id ", t.ggml_type, " (",
+                       std::string(GgmlTypeName(t.ggml_type)),
+                       "); supported: f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K"));
     }
     t.dtype = *dtype;
     const int block = DTypeBlockElems(t.dtype);

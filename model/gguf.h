@@ -48,6 +48,8 @@ std::string_view GgufTypeName(GgufType t);
 inline constexpr uint32_t kGgmlTypeF32 = 0;
 inline constexpr uint32_t kGgmlTypeF16 = 1;
 inline constexpr uint32_t kGgmlTypeQ4_0 = 2;
+inline constexpr uint32_t kGgmlTypeQ5_0 = 6;
+inline constexpr uint32_t kGgmlTypeQ5_1 = 7;
 inline constexpr uint32_t kGgmlTypeQ8_0 = 8;
 inline constexpr uint32_t kGgmlTypeQ4_K = 12;
 inline constexpr uint32_t kGgmlTypeQ5_K = 13;
@@ -133,10 +135,9 @@ inline constexpr int kGgufMaxDims = 4;
 // (absurd counts fail before anything is allocated), metadata types, array nesting
 // depth, duplicate keys and tensor names, general.alignment (a power of two), tensor
 // dims (1..4, positive, product without overflow), tensor type (F32, F16, BF16, Q8_0,
-// Q4_0, Q4_K, Q5_K, Q6_K; others fail naming the tensor and type id; a row a whole number of
-// blocks), offsets aligned and every
-// tensor's bytes inside the file. Errors are INVALID_ARGUMENT naming the problem;
-// anything truncated says "end of file".
+// Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K; others fail naming the tensor and type id; a row a whole
+// number of blocks), offsets aligned and every tensor's bytes inside the file. Errors are
+// INVALID_ARGUMENT naming the problem; anything truncated says "end of file".
 absl::StatusOr<GgufFile> ParseGguf(std::span<const uint8_t> bytes);
 
 // A GGUF file mapped from disk with its parsed container.

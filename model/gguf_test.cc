@@ -293,6 +293,8 @@ TEST(GgufTest, SizesQ4AndKQuantTensors) {
   b.SetString("general.architecture", "llama");
   b.AddTensor({"q4", kGgmlTypeQ4_0, {64, 3}, std::vector<uint8_t>(2 * 18 * 3), std::nullopt});
   b.AddTensor({"q4k", kGgmlTypeQ4_K, {512, 2}, std::vector<uint8_t>(2 * 144 * 2), std::nullopt});
+  b.AddTensor({"q50", kGgmlTypeQ5_0, {128, 3}, std::vector<uint8_t>(4 * 22 * 3), std::nullopt});
+  b.AddTensor({"q51", kGgmlTypeQ5_1, {96, 2}, std::vector<uint8_t>(3 * 24 * 2), std::nullopt});
   b.AddTensor({"q5k", kGgmlTypeQ5_K, {768, 2}, std::vector<uint8_t>(3 * 176 * 2), std::nullopt});
   b.AddTensor({"q6k", kGgmlTypeQ6_K, {256, 3}, std::vector<uint8_t>(210 * 3), std::nullopt});
   const std::vector<uint8_t> bytes = b.Build();  // outlives f
@@ -302,6 +304,10 @@ TEST(GgufTest, SizesQ4AndKQuantTensors) {
   EXPECT_EQ(f->FindTensor("q4")->size_bytes, 108u);
   EXPECT_EQ(f->FindTensor("q4k")->dtype, DType::kQ4_K);
   EXPECT_EQ(f->FindTensor("q4k")->size_bytes, 576u);
+  EXPECT_EQ(f->FindTensor("q50")->dtype, DType::kQ5_0);
+  EXPECT_EQ(f->FindTensor("q50")->size_bytes, 264u);
+  EXPECT_EQ(f->FindTensor("q51")->dtype, DType::kQ5_1);
+  EXPECT_EQ(f->FindTensor("q51")->size_bytes, 144u);
   EXPECT_EQ(f->FindTensor("q5k")->dtype, DType::kQ5_K);
   EXPECT_EQ(f->FindTensor("q5k")->size_bytes, 1056u);
   EXPECT_EQ(f->FindTensor("q5k")->rows(), 2);
@@ -315,6 +321,12 @@ TEST(GgufTest, SizesQ4AndKQuantTensors) {
   GgufBuilder odd5;
   odd5.AddTensor({"k", kGgmlTypeQ5_K, {320, 1}, std::vector<uint8_t>(352), std::nullopt});
   ExpectError(odd5.Build(), "tensor k: q5_K row length 320 is not a multiple of 256");
+  GgufBuilder odd50;
+  odd50.AddTensor({"k", kGgmlTypeQ5_0, {48, 1}, std::vector<uint8_t>(44), std::nullopt});
+  ExpectError(odd50.Build(), "tensor k: q5_0 row length 48 is not a multiple of 32");
+  GgufBuilder short_q51;  // 23 of the 24 bytes of one q5_1 block
+  short_q51.AddTensor({"k", kGgmlTypeQ5_1, {32, 1}, std::vector<uint8_t>(23), std::nullopt});
+  EXPECT_FALSE(Parse(short_q51.Build()).ok());
   GgufBuilder short_data;
   short_data.AddTensor({"k", kGgmlTypeQ6_K, {256, 2}, std::vector<uint8_t>(210), std::nullopt});
   EXPECT_FALSE(Parse(short_data.Build()).ok());

@@ -45,6 +45,10 @@ uint32_t GgmlTypeId(DType t) {
       return 8;
     case DType::kQ4_0:
       return 2;
+    case DType::kQ5_0:
+      return 6;
+    case DType::kQ5_1:
+      return 7;
     case DType::kQ4_K:
       return 12;
     case DType::kQ5_K:

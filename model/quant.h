@@ -37,6 +37,16 @@ inline void Q4KScaleMin(const uint8_t* scales, int s, uint8_t* sc, uint8_t* m) {
   }
 }
 
+// Quant code of element j in [0, 32) of a q5_0 or q5_1 block whose qh[4] start at `qh`
+// (byte 2 of a q5_0 block, byte 4 of a q5_1 block; qs[16] follow them): 0..31. Its low
+// 4 bits are the low nibble of qs[j] (j < 16) or the high nibble of qs[j - 16]; its fifth
+// bit is bit j of qh read as a little-endian 32-bit word.
+inline int Q5Code(const uint8_t* qh, int j) {
+  const uint8_t* qs = qh + 4;
+  const int nibble = (qs[j % 16] >> (4 * (j / 16))) & 15;
+  return nibble | (((qh[j / 8] >> (j % 8)) & 1) << 4);
+}
+
 // Quant code of element e in [0, 256) of a q4_K block: 0..15.
 int Q4KQuant(const uint8_t* block, int e);
 
@@ -55,6 +65,9 @@ int Q6KQuant(const uint8_t* block, int e);
 //   f32 as is; f16 and bf16 rounded to nearest even;
 //   q8_0  per 32: d = max|x| / 127 (f16), q = round(x / d);
 //   q4_0  per 32: d = -m / 8 with m the element of largest magnitude, q = min(15, x / d + 8.5);
+//   q5_0  per 32: d = -m / 16 with m the element of largest magnitude,
+//         q = min(31, x / d + 16.5);
+//   q5_1  per 32: m = min x, d = (max x - m) / 31, q = (x - m) / d + 0.5 (truncated);
 //   q4_k  per 256: eight sub-blocks of 32 with a scale and a min fitted by weighted least
 //         squares (llama.cpp's make_qkx2_quants), both quantized to 6 bits;
 //   q5_k  as q4_k with 5-bit quants (codes 0..31) and llama.cpp's search for them;

@@ -31,6 +31,16 @@ void DecodeQ4_0(const uint8_t* b, float* x) {
   }
 }
 
+// q5_0 and q5_1 blocks: f16 d, for q5_1 f16 m, then qh[4] and qs[16] (Q5Code);
+// x = d * (q + offset) + m with offset -16, m = 0 for q5_0, offset 0 for q5_1.
+void DecodeQ5(float d, float m, int offset, const uint8_t* qh, float* x) {
+  for (int j = 0; j < 32; ++j) x[j] = d * static_cast<float>(Q5Code(qh, j) + offset) + m;
+}
+
+void DecodeQ5_0(const uint8_t* b, float* x) { DecodeQ5(LoadHalf(b), 0.0f, -16, b + 2, x); }
+
+void DecodeQ5_1(const uint8_t* b, float* x) { DecodeQ5(LoadHalf(b), LoadHalf(b + 2), 0, b + 4, x); }
+
 // The k-quants with 6-bit scales and mins (q4_K, q5_K): f16 d, f16 dmin, scales[12], then
 // the codes. Sub-block s (32 elements) has a scale sc and min m (Q4KScaleMin);
 // x = d * sc * q - dmin * m. Within each 64 elements, 32 bytes of qs hold the first 32
@@ -136,6 +146,8 @@ void DecodeRow(DType t, const uint8_t* row, std::span<float> out) {
   }
   void (*decode)(const uint8_t*, float*) = t == DType::kQ8_0   ? DecodeQ8_0
                                            : t == DType::kQ4_0 ? DecodeQ4_0
+                                           : t == DType::kQ5_0 ? DecodeQ5_0
+                                           : t == DType::kQ5_1 ? DecodeQ5_1
                                            : t == DType::kQ4_K ? DecodeQ4_K
                                            : t == DType::kQ5_K ? DecodeQ5_K
                                                                : DecodeQ6_K;

@@ -29,8 +29,9 @@ void EncodeQ8_0(const float* x, uint8_t* b) {
   }
 }
 
-void EncodeQ4_0(const float* x, uint8_t* b) {
-  // The element of largest magnitude maps to code 0 (value -8 * d).
+// The first of the 32 elements of largest magnitude, with its sign (q4_0 and q5_0 map it
+// to code 0).
+float LargestMagnitude(const float* x) {
   float amax = 0.0f;
   float max = 0.0f;
   for (int j = 0; j < 32; ++j) {
@@ -39,13 +40,63 @@ void EncodeQ4_0(const float* x, uint8_t* b) {
       max = x[j];
     }
   }
-  const float d = max / -8.0f;
+  return max;
+}
+
+void EncodeQ4_0(const float* x, uint8_t* b) {
+  // The element of largest magnitude maps to code 0 (value -8 * d).
+  const float d = LargestMagnitude(x) / -8.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   StoreHalf(b, d);
   auto code = [&](float v) {
     return static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(v * id + 8.5f))));
   };
   for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<uint8_t>(code(x[j]) | (code(x[j + 16]) << 4));
+}
+
+// Packs 32 codes in [0, 31] as q5_0 / q5_1 store them (model::Q5Code): the low nibbles
+// into qs (at qh + 4), the fifth bits into the little-endian 32-bit qh.
+void PackQ5(const uint8_t* codes, uint8_t* qh) {
+  uint32_t bits = 0;
+  for (int j = 0; j < 16; ++j) {
+    qh[4 + j] = static_cast<uint8_t>((codes[j] & 15) | ((codes[j + 16] & 15) << 4));
+  }
+  for (int j = 0; j < 32; ++j) bits |= static_cast<uint32_t>(codes[j] >> 4) << j;
+  for (int k = 0; k < 4; ++k) qh[k] = static_cast<uint8_t>(bits >> (8 * k));
+}
+
+// llama.cpp's quantize_row_q5_0_ref: as q4_0 with 32 levels (the element of largest
+// magnitude maps to code 0, value -16 d).
+void EncodeQ5_0(const float* x, uint8_t* b) {
+  const float d = LargestMagnitude(x) / -16.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  StoreHalf(b, d);
+  uint8_t codes[32];
+  for (int j = 0; j < 32; ++j) {
+    codes[j] = static_cast<uint8_t>(
+        std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f))));
+  }
+  PackQ5(codes, b + 2);
+}
+
+// llama.cpp's quantize_row_q5_1_ref: codes 0..31 spanning [min, max] of the block,
+// rounded by adding 0.5 and truncating.
+void EncodeQ5_1(const float* x, uint8_t* b) {
+  float min = x[0];
+  float max = x[0];
+  for (int j = 1; j < 32; ++j) {
+    min = std::min(min, x[j]);
+    max = std::max(max, x[j]);
+  }
+  const float d = (max - min) / 31.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  StoreHalf(b, d);
+  StoreHalf(b + 2, min);
+  uint8_t codes[32];
+  for (int j = 0; j < 32; ++j) {
+    codes[j] = static_cast<uint8_t>(std::min(31, static_cast<int>((x[j] - min) * id + 0.5f)));
+  }
+  PackQ5(codes, b + 4);
 }
 
 // Fits x ~ scale * L - min_out (L in [0, nmax]) minimising sum w * (error)^2 over a
@@ -306,6 +357,8 @@ void EncodeRow(DType t, std::span<const float> values, uint8_t* out) {
   }
   void (*encode)(const float*, uint8_t*) = t == DType::kQ8_0   ? EncodeQ8_0
                                            : t == DType::kQ4_0 ? EncodeQ4_0
+                                           : t == DType::kQ5_0 ? EncodeQ5_0
+                                           : t == DType::kQ5_1 ? EncodeQ5_1
                                            : t == DType::kQ4_K ? EncodeQ4_K
                                            : t == DType::kQ5_K ? EncodeQ5_K
                                                                : EncodeQ6_K;

@@ -42,6 +42,50 @@ TEST(DecodeRowTest, Q4_0LowNibblesFirstHalfHighNibblesSecond) {
   }
 }
 
+// block_q5_0: f16 d, qh[4], qs[16]. Element j's low 4 bits in qs[j % 16] (low nibble for
+// j < 16), its fifth bit = bit j of the little-endian 32-bit qh; x = d * (q - 16).
+TEST(DecodeRowTest, Q5_0FifthBitsFromTheLittleEndianQh) {
+  std::vector<uint8_t> b(22, 0);
+  PutHalf(b.data(), 0.5f);
+  // qh = 0xA5C3F00F: elements 0-3, 12-15, 16-17, 22-23, 24, 26, 29, 31 have the fifth bit.
+  const uint8_t qh[4] = {0x0f, 0xf0, 0xc3, 0xa5};
+  std::memcpy(b.data() + 2, qh, 4);
+  for (int j = 0; j < 16; ++j) b[6 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  const std::vector<float> x = Decode(DType::kQ5_0, b, 32);
+  const uint32_t bits = 0xa5c3f00fu;
+  for (int j = 0; j < 32; ++j) {
+    const int nibble = j < 16 ? j : 31 - j;
+    const int q = nibble + static_cast<int>((bits >> j) & 1) * 16;
+    EXPECT_EQ(Q5Code(b.data() + 2, j), q) << j;
+    EXPECT_EQ(x[j], 0.5f * static_cast<float>(q - 16)) << j;
+  }
+  // Hand-checked: element 1 (nibble 1, fifth bit set): 0.5 * (17 - 16) = 0.5; element 4
+  // (nibble 4, no fifth bit): 0.5 * (4 - 16) = -6; element 31 (high nibble of qs[15] = 0,
+  // bit 31 set): 0.5 * (16 - 16) = 0.
+  EXPECT_EQ(x[1], 0.5f);
+  EXPECT_EQ(x[4], -6.0f);
+  EXPECT_EQ(x[31], 0.0f);
+}
+
+// block_q5_1: f16 d, f16 m, qh[4], qs[16] (as q5_0's); x = d * q + m.
+TEST(DecodeRowTest, Q5_1ScaleAndMin) {
+  std::vector<uint8_t> b(24, 0);
+  PutHalf(b.data(), 0.25f);
+  PutHalf(b.data() + 2, -3.0f);
+  b[4] = 0x01;  // element 0
+  b[7] = 0x80;  // element 31
+  for (int j = 0; j < 16; ++j) b[8 + j] = static_cast<uint8_t>(15 | (j << 4));
+  const std::vector<float> x = Decode(DType::kQ5_1, b, 32);
+  for (int j = 0; j < 32; ++j) {
+    const int q = (j < 16 ? 15 : j - 16) + (j == 0 || j == 31 ? 16 : 0);
+    EXPECT_EQ(Q5Code(b.data() + 4, j), q) << j;
+    EXPECT_EQ(x[j], 0.25f * static_cast<float>(q) - 3.0f) << j;
+  }
+  EXPECT_EQ(x[0], 0.25f * 31 - 3.0f);  // 4.75
+  EXPECT_EQ(x[31], 0.25f * 31 - 3.0f);
+  EXPECT_EQ(x[16], -3.0f);  // code 0
+}
+
 // A q4_K or q5_K block of `bytes` bytes, zero but for its head: f16 d, f16 dmin and the
 // 12 scale bytes (get_scale_min_k4's layout): sub-blocks 0-3 in the low 6 bits of bytes 0-3
 // (scales) and 4-7 (mins); sub-blocks 4-7 in the nibbles of bytes 8-11, their top 2 bits in
@@ -149,11 +193,11 @@ TEST(EncodeRowTest, RoundTripsWithinQuantizationError) {
     float max_rel_rms;  // RMS error / RMS value over the row
   };
   // The bounds sit about 1.5x above what each format gives on these values (q8_0 ~ 0.4 %,
-  // q6_K ~ 1.5 %, q5_K ~ 3.4 %, q4_K ~ 5 %, q4_0 ~ 8 %).
+  // q6_K ~ 1.5 %, q5_K ~ 3.4 %, q5_1 ~ 3.4 %, q5_0 ~ 3.8 %, q4_K ~ 5 %, q4_0 ~ 8 %).
   for (const Case& c :
        {Case{DType::kF16, 1e-3f}, Case{DType::kBF16, 5e-3f}, Case{DType::kQ8_0, 0.008f},
         Case{DType::kQ6_K, 0.025f}, Case{DType::kQ5_K, 0.05f}, Case{DType::kQ4_K, 0.08f},
-        Case{DType::kQ4_0, 0.12f}}) {
+        Case{DType::kQ4_0, 0.12f}, Case{DType::kQ5_0, 0.06f}, Case{DType::kQ5_1, 0.05f}}) {
     const std::vector<float> v = TestValues(1024);
     std::vector<uint8_t> bytes(DTypeBytes(c.type, v.size()));
     EncodeRow(c.type, v, bytes.data());
@@ -186,6 +230,48 @@ TEST(EncodeRowTest, Q4_0MapsTheLargestMagnitudeToCodeZero) {
   EXPECT_EQ(b[2 + 4] >> 4, 10);  // element 20: 1.0 / 0.5 + 8
   const std::vector<float> x = Decode(DType::kQ4_0, b, 32);
   for (int j = 0; j < 32; ++j) EXPECT_EQ(x[j], v[j]) << j;
+}
+
+TEST(EncodeRowTest, Q5_0MapsTheLargestMagnitudeToCodeZero) {
+  std::vector<float> v(32, 0.0f);
+  v[3] = -8.0f;  // d = -8 / -16 = 0.5: -8 is code 0, 7.5 code 31, 0 code 16
+  v[5] = 7.5f;
+  v[20] = 1.0f;   // 1.0 / 0.5 + 16 = 18 (fifth bit set, nibble 2)
+  v[21] = -1.0f;  // code 14 (no fifth bit)
+  std::vector<uint8_t> b(22);
+  EncodeRow(DType::kQ5_0, v, b.data());
+  EXPECT_EQ(HalfToFloat(static_cast<uint16_t>(b[0] | (b[1] << 8))), 0.5f);
+  // qh: every element but 3 (code 0) and 21 (code 14) has its fifth bit.
+  uint32_t qh;
+  std::memcpy(&qh, b.data() + 2, 4);
+  EXPECT_EQ(qh, ~((1u << 3) | (1u << 21)));
+  EXPECT_EQ(b[6 + 3] & 15, 0);
+  EXPECT_EQ(b[6 + 5] & 15, 15);
+  EXPECT_EQ(b[6 + 4] >> 4, 2);
+  EXPECT_EQ(b[6 + 5] >> 4, 14);
+  const std::vector<float> x = Decode(DType::kQ5_0, b, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(x[j], v[j]) << j;
+}
+
+TEST(EncodeRowTest, Q5_1SpansMinToMax) {
+  std::vector<float> v(32, 1.0f);
+  v[0] = -2.0f;  // m = -2, d = (13.5 - -2) / 31 = 0.5
+  v[17] = 13.5f;
+  v[9] = 0.3f;  // (0.3 + 2) / 0.5 + 0.5 = 5.1: code 5, back to 0.5
+  std::vector<uint8_t> b(24);
+  EncodeRow(DType::kQ5_1, v, b.data());
+  EXPECT_EQ(HalfToFloat(static_cast<uint16_t>(b[0] | (b[1] << 8))), 0.5f);
+  EXPECT_EQ(HalfToFloat(static_cast<uint16_t>(b[2] | (b[3] << 8))), -2.0f);
+  // Codes: element 0 -> 0, 17 -> 31, 9 -> 5, the rest (1.0) -> 6.
+  EXPECT_EQ(Q5Code(b.data() + 4, 0), 0);
+  EXPECT_EQ(Q5Code(b.data() + 4, 17), 31);
+  EXPECT_EQ(Q5Code(b.data() + 4, 9), 5);
+  EXPECT_EQ(Q5Code(b.data() + 4, 30), 6);
+  uint32_t qh;
+  std::memcpy(&qh, b.data() + 4, 4);
+  EXPECT_EQ(qh, 1u << 17);
+  const std::vector<float> x = Decode(DType::kQ5_1, b, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(x[j], j == 9 ? 0.5f : v[j]) << j;
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // some attn_v / ffn_down; Q5_K_M: the same with q5_K for q4_K) load in kvserve, hold the
 // bytes `kvserve-bench mkmodel`'s quantizer writes for the same floats, and run on cpu_blas
 // as on the reference backend; its Q8_0, Q4_0 and Q4_K_M files of a mixture of experts
-// (qwen3moe, with Q4_K_M's q5_K attn_output) load and run too.
+// (qwen3moe, with Q4_K_M's q5_K attn_output) load and run too, and so do its Q4_K_M and
+// Q5_K_M files of a deepseek2 model whose rows of 128 and 160 elements take the q5_0 /
+// q5_1 (and q8_0) fallbacks.
 //
 // Needs the llama-quantize binary: its path comes from the environment variable
 // KVSERVE_LLAMA_QUANTIZE (CMake sets it from the cache variable of the same name,
@@ -25,6 +27,7 @@
 #include "bench/synthetic_model.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
+#include "model/quant.h"
 
 namespace kvserve {
 namespace {
@@ -59,6 +62,31 @@ bench::SyntheticModelOptions SmallModel() {
   o.config.ffn_dim = 512;
   o.config.vocab_size = 512;
   o.seed = 7;
+  return o;
+}
+
+// SmallModel() as a deepseek2 model of 3 layers: latent attention (r 256, no query
+// compression, one KV head, rope 32, v_head 64: attn_output's rows 4 heads x 64) with
+// attn_k_b's rows of `qk_nope`, layer 0 dense of FFN 512, then `experts` experts of
+// `expert_ffn`, `used` per token, 2 shared, softmax gating, unnormalized weights.
+bench::SyntheticModelOptions SmallDeepseek2(int qk_nope, int expert_ffn, int experts, int used) {
+  bench::SyntheticModelOptions o = SmallModel();
+  model::ModelConfig& c = o.config;
+  c.architecture = "deepseek2";
+  c.n_layers = 3;
+  c.n_kv_heads = 1;
+  c.kv_lora_rank = 256;
+  c.q_lora_rank = 0;
+  c.head_dim = qk_nope + 32;
+  c.rope_dim = 32;
+  c.v_head_dim = 64;
+  c.n_dense_layers = 1;
+  c.dense_ffn_dim = 512;
+  c.ffn_dim = expert_ffn;
+  c.n_experts = experts;
+  c.n_experts_used = used;
+  c.n_shared_experts = 2;
+  c.expert_weights_norm = false;
   return o;
 }
 
@@ -336,23 +364,8 @@ TEST(LlamaQuantizeTest, Deepseek2MixtureOfExpertsFilesLoadAndRun) {
   const char* tool = QuantizeTool();
   if (tool == nullptr) GTEST_SKIP() << kNoTool;
   TempDir dir;
-  bench::SyntheticModelOptions f32 = SmallModel();
-  model::ModelConfig& c = f32.config;
-  c.architecture = "deepseek2";
-  c.n_layers = 3;
-  c.n_kv_heads = 1;
-  c.kv_lora_rank = 256;
-  c.q_lora_rank = 0;
-  c.head_dim = 256 + 32;  // qk_nope 256 (attn_k_b's rows), rope 32
-  c.rope_dim = 32;
-  c.v_head_dim = 64;  // attn_output's rows: 4 heads x 64
-  c.n_dense_layers = 1;
-  c.dense_ffn_dim = 512;
-  c.ffn_dim = 256;
-  c.n_experts = 16;
-  c.n_experts_used = 2;
-  c.n_shared_experts = 2;
-  c.expert_weights_norm = false;
+  const bench::SyntheticModelOptions f32 = SmallDeepseek2(/*qk_nope=*/256, /*expert_ffn=*/256,
+                                                          /*experts=*/16, /*used=*/2);
   ASSERT_TRUE(bench::WriteSyntheticModel(f32, dir.File("f32.gguf")).ok());
   for (const char* type : {"Q8_0", "Q4_0", "Q4_K_M"}) {
     SCOPED_TRACE(type);
@@ -370,6 +383,68 @@ TEST(LlamaQuantizeTest, Deepseek2MixtureOfExpertsFilesLoadAndRun) {
     // Float products, as in MixtureOfExpertsFilesLoadAndRunOnCpuBlas (routing near-ties).
     EXPECT_LE(CpuBlasVsReference(**m, FloatProducts()), 1e-3f);
     EXPECT_TRUE(std::isfinite(CpuBlasVsReference(**m)));
+  }
+}
+
+// llama-quantize's Q4_K_M and Q5_K_M files of a deepseek2 model whose attn_k_b rows
+// (qk_nope 128) and expert / shared-expert down rows (FFN 160, 320) are not whole
+// 256-element super-blocks: llama.cpp writes those tensors in its fallbacks (q4_K -> q5_0,
+// q5_K -> q5_1, q6_K -> q8_0), as for every Q4_K_M / Q5_K_M file of DeepSeek-V2-Lite or
+// Youtu-LLM (qk_nope 128, expert FFN 1408). The files hold q5_0 (Q4_K_M) and q5_1
+// (Q5_K_M) tensors, their attn_k_b bytes are kvserve's quantizer's for the same floats
+// (model::EncodeRow, llama.cpp's quantize_row_q5_0_ref / q5_1_ref re-derived), and
+// cpu_blas with its default integer kernels (8-bit activations) agrees with the
+// reference. Every expert is used for every token (4 of 4), so routing has no discrete
+// choice that rounding could flip.
+TEST(LlamaQuantizeTest, Deepseek2FallbackQ5_0AndQ5_1FilesLoadAndRunOnCpuBlas) {
+  const char* tool = QuantizeTool();
+  if (tool == nullptr) GTEST_SKIP() << kNoTool;
+  TempDir dir;
+  // attn_k_b's rows of qk_nope 128, ffn_down_exps' of 160 (and ffn_down_shexp's of 320).
+  const bench::SyntheticModelOptions f32 = SmallDeepseek2(/*qk_nope=*/128, /*expert_ffn=*/160,
+                                                          /*experts=*/4, /*used=*/4);
+  ASSERT_TRUE(bench::WriteSyntheticModel(f32, dir.File("f32.gguf")).ok());
+  absl::StatusOr<std::unique_ptr<model::Model>> floats = model::Model::Load(dir.File("f32.gguf"));
+  ASSERT_TRUE(floats.ok()) << floats.status();
+  struct Case {
+    const char* type;
+    DType fallback;  // of the q4_K / q5_K tensors whose rows are not super-blocks
+  };
+  for (const Case& k : {Case{"Q4_K_M", DType::kQ5_0}, Case{"Q5_K_M", DType::kQ5_1}}) {
+    SCOPED_TRACE(k.type);
+    const std::string file = dir.File(std::string(k.type) + ".gguf");
+    ASSERT_EQ(Quantize(tool, dir.File("f32.gguf"), file, k.type), 0);
+    absl::StatusOr<std::unique_ptr<model::Model>> m = model::Model::Load(file);
+    ASSERT_TRUE(m.ok()) << m.status();
+    int fallbacks = 0;  // tensors in k.fallback
+    int compared = 0;   // attn_k_b tensors compared with our quantizer's bytes
+    for (int l = 0; l < 3; ++l) {
+      const model::LayerWeights& L = (*m)->weights().layers[static_cast<size_t>(l)];
+      // attn_k_b: the fallback of q4_K / q5_K, or q8_0 where the mix picks q6_K.
+      EXPECT_TRUE(L.wk_b.type == k.fallback || L.wk_b.type == DType::kQ8_0)
+          << l << ": " << model::DTypeName(L.wk_b.type);
+      fallbacks += L.wk_b.type == k.fallback;
+      if (L.wk_b.type == k.fallback) {
+        // The same floats through our quantizer: the same bytes.
+        const model::TensorView& w = (*floats)->weights().layers[static_cast<size_t>(l)].wk_b;
+        ASSERT_EQ(w.type, DType::kF32);
+        const size_t n = static_cast<size_t>(w.rows * w.cols);
+        std::vector<uint8_t> ours(model::DTypeBytes(k.fallback, n));
+        model::EncodeRow(k.fallback, std::span<const float>(static_cast<const float*>(w.data), n),
+                         ours.data());
+        const model::TensorView mine{k.fallback, ours.data(), w.rows, w.cols};
+        EXPECT_GT(SameFraction(L.wk_b, mine), 0.999) << l;
+        ++compared;
+      }
+      for (const model::TensorView& d : L.expert_down) fallbacks += d.type == k.fallback;
+      fallbacks += L.shared_down.type == k.fallback;
+    }
+    EXPECT_GT(compared, 0) << "no attn_k_b in " << model::DTypeName(k.fallback);
+    EXPECT_GT(fallbacks, compared) << "no expert down matrix in " << model::DTypeName(k.fallback);
+    std::printf("[  NOTE    ] llama-quantize's deepseek2 %s: %d %s tensors\n", k.type, fallbacks,
+                std::string(model::DTypeName(k.fallback)).c_str());
+    // Measured 1.6e-2 (Q4_K_M), 1.4e-2 (Q5_K_M).
+    ExpectCpuBlasNearReference(**m, k.type);
   }
 }
 

@@ -231,7 +231,8 @@ std::unique_ptr<model::Model> MakeModel(DType dtype, bool narrow = false) {
 }
 
 constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                                  DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+                                  DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K,
+                                  DType::kQ5_K, DType::kQ6_K};
 
 // Every kernel level this CPU has, with and without the panel layouts.
 void CheckEveryLevel(const model::Model& model) {

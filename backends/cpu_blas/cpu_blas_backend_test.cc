@@ -291,6 +291,8 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, ParityTest,
                                            ParityCase{DType::kQ8_0, false, DType::kF32, false},
                                            ParityCase{DType::kQ4_0, false, DType::kF32, false},
                                            ParityCase{DType::kQ4_0, true, DType::kF16, false},
+                                           ParityCase{DType::kQ5_0, false, DType::kF16, false},
+                                           ParityCase{DType::kQ5_1, true, DType::kF32, false},
                                            ParityCase{DType::kQ4_K, false, DType::kF16, true},
                                            ParityCase{DType::kQ5_K, true, DType::kF16, true},
                                            ParityCase{DType::kQ6_K, true, DType::kF32, true}),
@@ -308,7 +310,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, ParityTest,
 TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
   enum Path { kPanels, kRows, kSgemm };
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                      DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+                      DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     auto m = MakeModel(dtype, false, model::IsQuantized(dtype) ? QuantConfig() : WideConfig());
     ASSERT_NE(m, nullptr);
     const KvLayout layout = KvLayout::ForModel(m->config(), 8, DType::kF16);
@@ -376,7 +378,8 @@ TEST(CpuBlasBackendTest, LatentAttentionEveryTypeAndLevelMatchesReference) {
   c.kv_lora_rank = 32;
   c.q_lora_rank = 32;
   c.ffn_dim = 96;
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                      DType::kQ5_0, DType::kQ5_1}) {
     auto m = MakeModel(dtype, false, c);
     ASSERT_NE(m, nullptr);
     for (DType kv_dtype : {DType::kF32, DType::kF16}) {
@@ -424,7 +427,7 @@ model::ModelConfig WithDeepseekExperts(model::ModelConfig c, int ffn) {
 // sigmoid gating, selection bias, groups).
 TEST(CpuBlasBackendTest, MixtureOfExpertsEveryTypeAndLevelMatchesReference) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                      DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+                      DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (auto with : {WithExperts, WithDeepseekExperts}) {
       SCOPED_TRACE(with == WithExperts ? "qwen3moe routing" : "deepseek2 routing");
       const bool k_quant = model::DTypeBlockElems(dtype) == model::kQKBlockElems;

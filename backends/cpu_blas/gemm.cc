@@ -203,6 +203,13 @@ void Gemm::RunStreaming(const Task& task, const float* x) {
     case model::DType::kQ4_0:
       RunQuantized(task, k.matmul_q4_0, k.matmul_q4_0_il, k.matmul_q4_0_panels, xq8_, xq8_row_);
       break;
+    case model::DType::kQ5_0:
+      // (No panel layout for q5_0 and q5_1: their weights stay row-major.)
+      RunQuantized(task, k.matmul_q5_0, k.matmul_q5_0_il, nullptr, xq8_, xq8_row_);
+      break;
+    case model::DType::kQ5_1:
+      RunQuantized(task, k.matmul_q5_1, k.matmul_q5_1_il, nullptr, xq8_, xq8_row_);
+      break;
     case model::DType::kQ4_K:
       RunQuantized(task, k.matmul_q4_k, k.matmul_q4_k_il, k.matmul_q4_k_panels, xq8k_, xq8k_row_);
       break;
@@ -240,7 +247,7 @@ void Gemm::QuantizeActivations(std::span<const RowsProduct> products, const floa
   bool q8 = false;
   bool q8k = false;
   for (const RowsProduct& p : products) {
-    q8 |= p.w->type == model::DType::kQ8_0 || p.w->type == model::DType::kQ4_0;
+    q8 |= UsesQ8Blocks(p.w->type);
     q8k |= p.w->type == model::DType::kQ4_K || p.w->type == model::DType::kQ5_K ||
            p.w->type == model::DType::kQ6_K;
   }

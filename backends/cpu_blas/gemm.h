@@ -36,9 +36,9 @@ struct GemmOptions {
   // crossover of bench/kernels_bench.cc BM_Gemm (docs/performance.md, "Kernels alone").
   // Default 32.
   int sgemm_min_rows = 32;
-  // The same crossover for quantized weights (q8_0, q4_0, q4_K, q5_K, q6_K) whose rows do not
-  // take the interleaved layout below: under it the rows run through the integer kernels
-  // against activations quantized to 8 bits; from it the weight tiles are decoded to f32
+  // The same crossover for quantized weights (q8_0, q4_0, q5_0, q5_1, q4_K, q5_K, q6_K) whose
+  // rows do not take the interleaved layout below: under it the rows run through the integer
+  // kernels against activations quantized to 8 bits; from it the weight tiles are decoded to f32
   // for sgemm (decoding costs about as much as 16 to 32 multiply-adds per element).
   // Default 64.
   int quant_sgemm_min_rows = 64;
@@ -89,8 +89,8 @@ struct GemmOptions {
   // more of each instruction slot is multiply-adds, at one row and at many; q6_K's
   // panels gain at one row and lose some at 16 and more, and a model runs its mix of
   // weight types (bench/kernels_bench.cc BM_QuantLayout; docs/performance.md, "Weights
-  // in 16-row panels"). q5_K has no panel layout (its matrices stay row-major). Default
-  // true.
+  // in 16-row panels"). q5_K, q5_0 and q5_1 have no panel layout (their matrices stay
+  // row-major). Default true.
   bool quant_panels = true;
   // Activations of at least this many elements (rows x columns) are quantized for the
   // integer kernels (or rounded to bf16 for bf16_dot) on the pool, a slice of rows per

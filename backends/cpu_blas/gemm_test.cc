@@ -41,8 +41,8 @@ TEST(GemmTest, SlicingDoesNotChangeResults) {
   const KernelSet& kernels = KernelsFor(BestIsa());
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K,
-                      DType::kQ5_K, DType::kQ6_K}) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0,
+                      DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     const std::vector<uint8_t> bytes = RandomMatrix(dtype, kRows, kCols, rng);
     const model::TensorView rows_view{dtype, bytes.data(), kRows, kCols};
     std::unique_ptr<PanelMatrix> panels;
@@ -95,8 +95,8 @@ TEST(GemmTest, RunGroupsEqualsOneRunPerProduct) {
   // {rows of each expert's matrix, the row count of each expert's range}.
   const std::vector<std::pair<int64_t, std::vector<int>>> cases = {
       {96, {1}}, {96, {0, 3, 0}}, {208, {1, 2, 7, 20, 0, 1}}, {1040, {2, 1}}};
-  for (DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K,
-                      DType::kQ5_K, DType::kQ6_K}) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ5_0,
+                      DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (const auto& [rows, counts] : cases) {
       const int experts = static_cast<int>(counts.size());
       std::vector<std::vector<uint8_t>> bytes;

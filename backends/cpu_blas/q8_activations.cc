@@ -49,6 +49,8 @@ size_t Q8RowBytes(DType weights, int64_t cols) {
   switch (weights) {
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
       return c / 32 * sizeof(Q8Block);
     case DType::kQ4_K:
     case DType::kQ5_K:
@@ -60,7 +62,7 @@ size_t Q8RowBytes(DType weights, int64_t cols) {
 }
 
 void QuantizeActivations(DType weights, const float* x, int64_t cols, void* out) {
-  if (weights == DType::kQ8_0 || weights == DType::kQ4_0) {
+  if (UsesQ8Blocks(weights)) {
     auto* blocks = static_cast<Q8Block*>(out);
     for (int64_t b = 0; b < cols / 32; ++b) {
       Q8Block& o = blocks[b];
@@ -84,8 +86,7 @@ void QuantizeActivations(DType weights, const float* x, int64_t cols, void* out)
 
 size_t Q8RowBytesInterleaved(DType weights, int64_t cols) {
   const size_t c = static_cast<size_t>(cols);
-  return weights == DType::kQ8_0 || weights == DType::kQ4_0 ? c / 256 * sizeof(Q8x8Block)
-                                                            : c / 256 * sizeof(Q8KBlock);
+  return UsesQ8Blocks(weights) ? c / 256 * sizeof(Q8x8Block) : c / 256 * sizeof(Q8KBlock);
 }
 
 namespace {
@@ -105,7 +106,7 @@ void QuantizeActivationsInterleaved(DType weights, const float* x, int64_t cols,
 }
 
 void InterleaveActivations(DType weights, int64_t cols, void* row) {
-  if (weights == DType::kQ8_0 || weights == DType::kQ4_0) {
+  if (UsesQ8Blocks(weights)) {
     static_assert(sizeof(Q8x8Block) == 8 * sizeof(Q8Block));
     auto* blocks = static_cast<Q8x8Block*>(row);
     for (int64_t b = 0; b < cols / 256; ++b) {
@@ -149,6 +150,39 @@ float DotQ4_0(const uint8_t* w, const Q8Block* x, int64_t cols) {
       s += ((wb[2 + j] & 15) - 8) * x[b].q[j] + ((wb[2 + j] >> 4) - 8) * x[b].q[j + 16];
     }
     sum += LoadHalf(wb) * x[b].d * static_cast<float>(s);
+  }
+  return sum;
+}
+
+namespace {
+
+// sum_j q_j x_j over a q5_0 / q5_1 block's 32 codes (model::Q5Code, qh at `qh`).
+int32_t Q5CodeDot(const uint8_t* qh, const Q8Block& x) {
+  int32_t s = 0;
+  for (int j = 0; j < 32; ++j) s += model::Q5Code(qh, j) * x.q[j];
+  return s;
+}
+
+}  // namespace
+
+// W · x = d d_x (sum q x - 16 sum x) per block.
+float DotQ5_0(const uint8_t* w, const Q8Block* x, int64_t cols) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const uint8_t* wb = w + b * model::kQ5_0BlockBytes;
+    const int32_t s = Q5CodeDot(wb + 2, x[b]) - 16 * x[b].sum;
+    sum += LoadHalf(wb) * x[b].d * static_cast<float>(s);
+  }
+  return sum;
+}
+
+// W · x = d d_x sum q x + m d_x sum x per block.
+float DotQ5_1(const uint8_t* w, const Q8Block* x, int64_t cols) {
+  float sum = 0.0f;
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    const uint8_t* wb = w + b * model::kQ5_1BlockBytes;
+    sum += LoadHalf(wb) * x[b].d * static_cast<float>(Q5CodeDot(wb + 4, x[b])) +
+           LoadHalf(wb + 2) * x[b].d * static_cast<float>(x[b].sum);
   }
   return sum;
 }

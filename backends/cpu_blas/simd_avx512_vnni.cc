@@ -1,7 +1,7 @@
 // AVX-512 VNNI level: the AVX-512 F kernel set, with products of quantized weights that
 // use vpdpbusd (u8 x s8 dot products of 4 into int32 in one instruction): 256-bit for
 // batch 1 (simd_quant_inl.h), 512-bit register tiles for interleaved activation rows
-// (simd_quant_tiles_inl.h), 512-bit batch-1 products for q4_0 and the k-quants
+// (simd_quant_tiles_inl.h), 512-bit batch-1 products for q4_0, q5_0 and the k-quants
 // (simd_quant_vec512_inl.h), and q4_0 weights in 16-row panels (simd_quant_panels_inl.h). Compiled
 // with per-function target attributes; called only when IsaSupported(Isa::kAvx512Vnni). GCC 12's
 // AVX-512 headers trip -Wuninitialized under target attributes (see simd_avx512.cc).

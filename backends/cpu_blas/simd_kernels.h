@@ -103,6 +103,8 @@ struct KernelSet {
   MatMulFn<uint16_t> matmul_bf16;
   QMatMulFn matmul_q8_0;  // activations: Q8Block rows
   QMatMulFn matmul_q4_0;  // activations: Q8Block rows
+  QMatMulFn matmul_q5_0;  // activations: Q8Block rows
+  QMatMulFn matmul_q5_1;  // activations: Q8Block rows
   QMatMulFn matmul_q4_k;  // activations: Q8KBlock rows
   QMatMulFn matmul_q5_k;  // activations: Q8KBlock rows
   QMatMulFn matmul_q6_k;  // activations: Q8KBlock rows
@@ -158,6 +160,8 @@ struct KernelSet {
   // rows. nullptr on levels without them (scalar, the NEON levels). Precondition: cols % 256 == 0.
   QMatMulFn matmul_q8_0_il = nullptr;  // activations: Q8x8Block rows
   QMatMulFn matmul_q4_0_il = nullptr;  // activations: Q8x8Block rows
+  QMatMulFn matmul_q5_0_il = nullptr;  // activations: Q8x8Block rows
+  QMatMulFn matmul_q5_1_il = nullptr;  // activations: Q8x8Block rows
   QMatMulFn matmul_q4_k_il = nullptr;  // activations: Q8KBlock rows, q interleaved
   QMatMulFn matmul_q5_k_il = nullptr;  // activations: Q8KBlock rows, q interleaved
   QMatMulFn matmul_q6_k_il = nullptr;  // activations: Q8KBlock rows, q interleaved

@@ -608,7 +608,7 @@ KVSERVE_SIMD_TARGET inline float QuantizeBlockV(const float* x, int n, int group
 // KernelSet::quantize_activations.
 KVSERVE_SIMD_TARGET void QuantizeActivationsV(model::DType weights, const float* x, int64_t cols,
                                               void* out) {
-  if (weights == model::DType::kQ8_0 || weights == model::DType::kQ4_0) {
+  if (UsesQ8Blocks(weights)) {
     auto* blocks = static_cast<Q8Block*>(out);
     for (int64_t b = 0; b < cols / 32; ++b) {
       Q8Block& o = blocks[b];
@@ -632,6 +632,8 @@ constexpr KernelSet MakeKernelSet(Isa isa) {
                    &MatMul<F32W>,
                    &MatMul<F16W>,
                    &MatMul<BF16W>,
+                   nullptr,
+                   nullptr,
                    nullptr,
                    nullptr,
                    nullptr,

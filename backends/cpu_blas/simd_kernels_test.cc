@@ -339,6 +339,10 @@ QMatMulFn QuantKernel(const KernelSet& k, DType dtype) {
       return k.matmul_q8_0;
     case DType::kQ4_0:
       return k.matmul_q4_0;
+    case DType::kQ5_0:
+      return k.matmul_q5_0;
+    case DType::kQ5_1:
+      return k.matmul_q5_1;
     case DType::kQ4_K:
       return k.matmul_q4_k;
     case DType::kQ5_K:
@@ -355,6 +359,10 @@ QMatMulFn InterleavedKernel(const KernelSet& k, DType dtype) {
       return k.matmul_q8_0_il;
     case DType::kQ4_0:
       return k.matmul_q4_0_il;
+    case DType::kQ5_0:
+      return k.matmul_q5_0_il;
+    case DType::kQ5_1:
+      return k.matmul_q5_1_il;
     case DType::kQ4_K:
       return k.matmul_q4_k_il;
     case DType::kQ5_K:
@@ -672,8 +680,9 @@ TEST(QuantizeActivationsTest, TinyBlocksQuantizeLikeAnyOther) {
 // that reach +-127, denormals.
 TEST_P(SimdKernelsTest, QuantizeActivationsWritesTheScalarBytes) {
   std::mt19937 rng(10);
-  for (const model::DType type : {model::DType::kQ8_0, model::DType::kQ4_0, model::DType::kQ4_K,
-                                  model::DType::kQ5_K, model::DType::kQ6_K}) {
+  for (const model::DType type :
+       {model::DType::kQ8_0, model::DType::kQ4_0, model::DType::kQ5_0, model::DType::kQ5_1,
+        model::DType::kQ4_K, model::DType::kQ5_K, model::DType::kQ6_K}) {
     const int64_t block = model::DTypeBlockElems(type);
     for (const int64_t cols : {int64_t{256}, int64_t{768}, int64_t{2048}}) {
       for (const float scale : {1.0f, 1e-3f, 300.0f}) {
@@ -767,8 +776,9 @@ TEST_P(SimdKernelsTest, SoftmaxMatchesScalarForEveryLength) {
 TEST_P(SimdKernelsTest, QuantizedMatMulMatchesScalarAndDequantizedOracle) {
   const bool avx2_too = GetParam() == Isa::kAvxVnni;
   std::mt19937 rng(5);
-  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
-    const int64_t act_block = (dtype == DType::kQ8_0 || dtype == DType::kQ4_0) ? 32 : 256;
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K,
+                      DType::kQ5_K, DType::kQ6_K}) {
+    const int64_t act_block = UsesQ8Blocks(dtype) ? 32 : 256;
     for (int64_t cols : {256, 288, 768, 1024, 8448}) {
       // cols = 288: nine 32-weight blocks (an odd count: the batch-1 kernels take blocks
       // in pairs or eights), no whole 256, so only for q8_0 / q4_0 and without
@@ -793,6 +803,12 @@ TEST_P(SimdKernelsTest, QuantizedMatMulMatchesScalarAndDequantizedOracle) {
         if (dtype == DType::kQ8_0) {
           // Row 0 at the int8 extreme -128 that files may hold (|w| = 128 unsigned).
           for (int64_t b = 0; b < cols / 32; ++b) std::memset(&w[b * 34 + 2], 0x80, 32);
+        }
+        if (dtype == DType::kQ5_0 || dtype == DType::kQ5_1) {
+          // Row 0 at the largest codes: every code 31 (qh and qs all ones; d, m as encoded).
+          const int64_t head = dtype == DType::kQ5_0 ? 2 : 4;
+          const int64_t bytes = model::DTypeBlockBytes(dtype);
+          for (int64_t b = 0; b < cols / 32; ++b) std::memset(&w[b * bytes + head], 0xff, 20);
         }
         if (dtype == DType::kQ5_K) {
           // Row 0 at q5_K's largest products: every code 31, every scale and min 63.

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "backends/cpu_blas/q8_activations.h"
 #include "backends/cpu_blas/simd_kernels.h"

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "backends/cpu_blas/q8_activations.h"
 #include "backends/cpu_blas/simd_kernels.h"

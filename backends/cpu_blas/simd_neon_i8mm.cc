@@ -1,8 +1,9 @@
-// NEON + int8 matrix multiply level: the dotprod kernel set, with the q8_0 and q4_0
+// NEON + int8 matrix multiply level: the dotprod kernel set, with the q8_0, q4_0 and q5_0
 // products by smmla (vmmlaq_s32: a 2x8 by 8x2 byte product into a 2x2 int32 tile) over
 // 2 weight rows x 2 activation rows at a time. One smmla does the work of two sdot (32
 // byte products), so a 32-element block of two weight rows against two activation rows
-// takes 4 smmla where sdot takes 8. The k-quants keep the dotprod level's products.
+// takes 4 smmla where sdot takes 8. The k-quants and q5_1 keep the dotprod level's
+// products.
 //
 // Batch invariance (GemmOptions::batch_invariant): every output is one float chain,
 // fma(int block product, d_w * d_x) block after block, whatever the rows it shares its
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "backends/cpu_blas/q8_activations.h"
 #include "backends/cpu_blas/simd_kernels.h"
@@ -38,7 +40,7 @@ KVSERVE_SIMD_TARGET inline int8x16_t ZipHigh(int8x16_t a, int8x16_t b) {
   return vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
 }
 
-// The product of a 32-element format F (q8_0, q4_0): per pair of weight rows, per group
+// The product of a 32-element format F (q8_0, q4_0, q5_0): per pair of weight rows, per group
 // of up to kMmlaPairs activation row pairs (accumulators in registers), per block: decode
 // both weight blocks once, then 4 smmla per activation row pair. Tile lanes: {w0 x0,
 // w0 x1, w1 x0, w1 x1}.
@@ -113,6 +115,7 @@ KernelSet MakeI8mmSet() {
   KernelSet k = NeonDotprodKernels();
   k.matmul_q8_0 = &QMatMulMmla<Q8_0Neon>;
   k.matmul_q4_0 = &QMatMulMmla<Q4_0Neon>;
+  k.matmul_q5_0 = &QMatMulMmla<Q5_0Neon>;
   k.isa = Isa::kNeonI8mm;
   return k;
 }

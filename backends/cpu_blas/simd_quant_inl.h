@@ -114,36 +114,101 @@ struct Q8_0Format {
   }
 };
 
-// q4_0 (18 bytes per 32: f16 d, 16 bytes of nibbles; w = nibble - 8; low nibbles are
-// elements 0..15, high nibbles 16..31) x Q8Block: sum (q - 8) x = sum q x - 8 sum x.
-template <typename D>
-struct Q4_0Format {
+// The 32 nibbles of a q4_0 block (q5_0 / q5_1: their low 4 bits) at qs, element j in
+// byte j: low nibbles are elements 0..15, high nibbles 16..31. Both halves hold the 16
+// bytes (a broadcast load); the high half shifts its 32-bit words right by 4, so after
+// the mask each byte holds its own high nibble.
+KVSERVE_SIMD_TARGET inline __m256i Nibbles32(const uint8_t* qs) {
+  const __m256i both =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  return _mm256_and_si256(_mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                          _mm256_set1_epi8(15));
+}
+
+// The 32 codes (0..31) of a q5_0 or q5_1 block whose qh[4] sit at qh, its nibbles at
+// qh + 4 (model::Q5Code): Nibbles32, plus 16 in byte j where bit j of the little-endian
+// 32-bit qh is set. vpshufb (within each 128-bit half, both of which hold the four qh
+// bytes) copies qh byte j / 8 to byte j, and the mask tests its bit j % 8.
+KVSERVE_SIMD_TARGET inline __m256i Q5Codes(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, 4);
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int32_t>(bits)),
+      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i mask = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  const __m256i fifth = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask),
+                                         _mm256_set1_epi8(16));
+  return _mm256_or_si256(Nibbles32(qh + 4), fifth);
+}
+
+// The 32-weight formats with unsigned codes and a fixed offset, w = d (q - kOffset), x
+// Q8Block: sum (q - off) x = sum q x - off sum x. C gives kBytes, kOffset and
+// static __m256i Codes(const uint8_t* wb) (the unsigned codes, element j in byte j).
+template <typename D, typename C>
+struct Offset32Format {
   static constexpr int64_t kElems = 32;
-  static constexpr int64_t kBytes = model::kQ4_0BlockBytes;
+  static constexpr int64_t kBytes = C::kBytes;
   using XBlock = Q8Block;
   struct Block {
-    __m256i u;  // the unsigned nibbles
+    __m256i u;  // the unsigned codes
     float d;
   };
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block* out) {
-    // Both halves hold the 16 bytes (a broadcast load); the high half shifts its 32-bit
-    // words right by 4, so after the mask each byte holds its own high nibble.
-    const __m256i both =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2)));
-    out->u = _mm256_and_si256(_mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
-                              _mm256_set1_epi8(15));
+    out->u = C::Codes(wb);
     out->d = LoadHalf(wb);
   }
   KVSERVE_SIMD_TARGET static __m256 Dot(const Block& w, const XBlock& x, __m256 acc) {
-    const __m256i dot = D::DotU8S8(Lane0(-8 * x.sum), w.u, Load256(x.q));
+    const __m256i dot = D::DotU8S8(Lane0(-kOffset * x.sum), w.u, Load256(x.q));
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(w.d * x.d), acc);
   }
-  // As Q8_0Format::IntDot: sum q x, short of 8 sum x.
-  static constexpr int kOffset = 8;
+  // As Q8_0Format::IntDot: sum q x, short of kOffset sum x.
+  static constexpr int kOffset = C::kOffset;
   KVSERVE_SIMD_TARGET static __m256i IntDot(const uint8_t* wb, const int8_t* xq) {
-    Block b;
-    Decode(wb, &b);
-    return D::DotU8S8(_mm256_setzero_si256(), b.u, Load256(xq));
+    return D::DotU8S8(_mm256_setzero_si256(), C::Codes(wb), Load256(xq));
+  }
+};
+
+// q4_0 (18 bytes per 32: f16 d, 16 bytes of nibbles; w = nibble - 8; low nibbles are
+// elements 0..15, high nibbles 16..31).
+struct Q4_0RowCodes {
+  static constexpr int64_t kBytes = model::kQ4_0BlockBytes;
+  static constexpr int kOffset = 8;
+  KVSERVE_SIMD_TARGET static __m256i Codes(const uint8_t* wb) { return Nibbles32(wb + 2); }
+};
+
+// q5_0 (22 bytes per 32: f16 d, qh[4], 16 bytes of nibbles; w = q - 16; Q5Codes).
+struct Q5_0RowCodes {
+  static constexpr int64_t kBytes = model::kQ5_0BlockBytes;
+  static constexpr int kOffset = 16;
+  KVSERVE_SIMD_TARGET static __m256i Codes(const uint8_t* wb) { return Q5Codes(wb + 2); }
+};
+
+template <typename D>
+using Q4_0Format = Offset32Format<D, Q4_0RowCodes>;
+template <typename D>
+using Q5_0Format = Offset32Format<D, Q5_0RowCodes>;
+
+// q5_1 (24 bytes per 32: f16 d, f16 m, qh[4], 16 bytes of nibbles; w = d q + m) x
+// Q8Block: d d_x sum q x + m d_x sum x, the second term in lane 0.
+template <typename D>
+struct Q5_1Format {
+  static constexpr int64_t kElems = 32;
+  static constexpr int64_t kBytes = model::kQ5_1BlockBytes;
+  using XBlock = Q8Block;
+  struct Block {
+    __m256i u;  // the unsigned codes
+    float d;
+    float m;
+  };
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block* out) {
+    out->u = Q5Codes(wb + 4);
+    out->d = LoadHalf(wb);
+    out->m = LoadHalf(wb + 2);
+  }
+  KVSERVE_SIMD_TARGET static __m256 Dot(const Block& w, const XBlock& x, __m256 acc) {
+    const __m256i dot = D::DotU8S8(_mm256_setzero_si256(), w.u, Load256(x.q));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(w.d * x.d), acc);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(Lane0(x.sum)), _mm256_set1_ps(w.m * x.d), acc);
   }
 };
 
@@ -445,13 +510,14 @@ struct Q6_KFormatIl : KFormatIlDot<D> {
   }
 };
 
-// Eight q8_0 or q4_0 blocks against a Q8x8Block: lane v of the chains is block v, whose
-// integer sum takes off off * sum x (q4_0: 8; q8_0 as w + 128: 128) before its scale
-// d_w d_x applies.
+// Eight 32-weight blocks against a Q8x8Block: lane v of the chains is block v, whose
+// integer sum takes off off * sum x (q4_0: 8; q5_0: 16; q8_0 as w + 128: 128) before its
+// scale d_w d_x applies (q5_1: plus m_w d_x sum x).
 struct Block8 {
   __m256i q[8];  // interleaved unsigned codes
   __m256i w[8];  // interleaved signed codes (q8_0 in sign form only)
   __m256 d;      // d_w of the 8 blocks
+  __m256 m;      // m_w of the 8 blocks (q5_1 only)
 };
 
 template <typename D, int kOffsetShift, bool kSign>
@@ -467,14 +533,16 @@ KVSERVE_SIMD_TARGET inline __m256 DotBlock8(const Block8& w, const Q8x8Block& x,
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc);
 }
 
-// Eight consecutive blocks of a 32-weight format F (Q8_0Format or Q4_0Format, whose Block
-// has the unsigned codes u, d and, for q8_0, the signed codes w), decoded and transposed
-// for the interleaved layout; kSigned also transposes w (q8_0 in sign form).
-template <typename F, bool kSigned>
+// Eight consecutive blocks of a 32-weight format F (Q8_0Format, Offset32Format or
+// Q5_1Format, whose Block has the unsigned codes u, d and, for q8_0, the signed codes w,
+// for q5_1 the min m), decoded and transposed for the interleaved layout; kSigned also
+// transposes w (q8_0 in sign form), kMin gathers m (q5_1).
+template <typename F, bool kSigned, bool kMin = false>
 KVSERVE_SIMD_TARGET inline void DecodeEight(const uint8_t* wb, Block8* out) {
   __m256i u[8];
   __m256i w[8];
   alignas(32) float d[8];
+  alignas(32) float m[8];
 #pragma GCC unroll 8
   for (int v = 0; v < 8; ++v) {
     typename F::Block b;
@@ -482,10 +550,12 @@ KVSERVE_SIMD_TARGET inline void DecodeEight(const uint8_t* wb, Block8* out) {
     u[v] = b.u;
     if constexpr (kSigned) w[v] = b.w;
     d[v] = b.d;
+    if constexpr (kMin) m[v] = b.m;
   }
   Transpose8x8(u, out->q);
   if constexpr (kSigned) Transpose8x8(w, out->w);
   out->d = _mm256_load_ps(d);
+  if constexpr (kMin) out->m = _mm256_load_ps(m);
 }
 
 template <typename D>
@@ -504,18 +574,44 @@ struct Q8_0FormatIl {
   }
 };
 
-template <typename D>
-struct Q4_0FormatIl {
+// Offset32Format's q4_0 (offset 8 = 1 << 3) and q5_0 (16 = 1 << 4), interleaved.
+template <typename D, typename C>
+struct Offset32FormatIl {
+  static_assert(C::kOffset == 8 || C::kOffset == 16);
+  static constexpr int kShift = C::kOffset == 8 ? 3 : 4;
   static constexpr int64_t kElems = 256;
-  static constexpr int64_t kBytes = 8 * model::kQ4_0BlockBytes;
+  static constexpr int64_t kBytes = 8 * C::kBytes;
   using XBlock = Q8x8Block;
   using Block = Block8;
   KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block8* out) {
-    DecodeEight<Q4_0Format<D>, false>(wb, out);
+    DecodeEight<Offset32Format<D, C>, false>(wb, out);
   }
 
   KVSERVE_SIMD_TARGET static __m256 Dot(const Block8& w, const XBlock& x, __m256 acc) {
-    return DotBlock8<D, 3, false>(w, x, acc);
+    return DotBlock8<D, kShift, false>(w, x, acc);
+  }
+};
+
+template <typename D>
+using Q4_0FormatIl = Offset32FormatIl<D, Q4_0RowCodes>;
+template <typename D>
+using Q5_0FormatIl = Offset32FormatIl<D, Q5_0RowCodes>;
+
+// q5_1, interleaved: DotBlock8 without offset, plus m_w d_x sum x per lane.
+template <typename D>
+struct Q5_1FormatIl {
+  static constexpr int64_t kElems = 256;
+  static constexpr int64_t kBytes = 8 * model::kQ5_1BlockBytes;
+  using XBlock = Q8x8Block;
+  using Block = Block8;
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block8* out) {
+    DecodeEight<Q5_1Format<D>, false, true>(wb, out);
+  }
+
+  KVSERVE_SIMD_TARGET static __m256 Dot(const Block8& w, const XBlock& x, __m256 acc) {
+    acc = DotBlock8<D, 0, false>(w, x, acc);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(Load256(x.sum)),
+                           _mm256_mul_ps(w.m, _mm256_loadu_ps(x.d)), acc);
   }
 };
 
@@ -687,11 +783,15 @@ template <typename D>
 constexpr KernelSet WithQuantKernels(KernelSet k) {
   k.matmul_q8_0 = &QMatMulT<Q8_0Format<D>>;
   k.matmul_q4_0 = &QMatMulT<Q4_0Format<D>>;
+  k.matmul_q5_0 = &QMatMulT<Q5_0Format<D>>;
+  k.matmul_q5_1 = &QMatMulT<Q5_1Format<D>>;
   k.matmul_q4_k = &QMatMulT<Q4_KFormat<D>>;
   k.matmul_q5_k = &QMatMulT<Q5_KFormat<D>>;
   k.matmul_q6_k = &QMatMulT<Q6_KFormat<D>>;
   k.matmul_q8_0_il = &QMatMulT<Q8_0FormatIl<D>>;
   k.matmul_q4_0_il = &QMatMulT<Q4_0FormatIl<D>>;
+  k.matmul_q5_0_il = &QMatMulT<Q5_0FormatIl<D>>;
+  k.matmul_q5_1_il = &QMatMulT<Q5_1FormatIl<D>>;
   k.matmul_q4_k_il = &QMatMulT<Q4_KFormatIl<D>>;
   k.matmul_q5_k_il = &QMatMulT<Q5_KFormatIl<D>>;
   k.matmul_q6_k_il = &QMatMulT<Q6_KFormatIl<D>>;

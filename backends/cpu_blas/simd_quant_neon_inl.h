@@ -79,13 +79,68 @@ struct Q4_0Neon {
   }
 };
 
-// W_block · x_block of a q8_0 or q4_0 block: one integer dot product, one scaling.
+// The 32 codes (0..31) of a q5_0 or q5_1 block whose qh[4] sit at qh, its 16 bytes of
+// nibbles at qh + 4 (model::Q5Code): q[0] = elements 0..15 (low nibbles), q[1] = 16..31
+// (high nibbles), each plus 16 where bit j of the little-endian 32-bit qh is set (vtst
+// of qh byte j / 8, duplicated, against the byte's bit j % 8).
+KVSERVE_SIMD_TARGET inline void Q5CodesNeon(const uint8_t* qh, uint8x16_t (&q)[2]) {
+  const uint8x16_t v = vld1q_u8(qh + 4);
+  const uint8x16_t bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201));
+  const uint8x16_t sixteen = vdupq_n_u8(16);
+  const uint8x16_t bytes_lo = vcombine_u8(vdup_n_u8(qh[0]), vdup_n_u8(qh[1]));
+  const uint8x16_t bytes_hi = vcombine_u8(vdup_n_u8(qh[2]), vdup_n_u8(qh[3]));
+  q[0] = vorrq_u8(vandq_u8(v, vdupq_n_u8(15)), vandq_u8(vtstq_u8(bytes_lo, bit), sixteen));
+  q[1] = vorrq_u8(vshrq_n_u8(v, 4), vandq_u8(vtstq_u8(bytes_hi, bit), sixteen));
+}
+
+// q5_0 (22 bytes per 32: f16 d, qh[4], 16 bytes of nibbles; w = q - 16) x Q8Block.
+struct Q5_0Neon {
+  static constexpr int64_t kElems = 32;
+  static constexpr int64_t kBytes = model::kQ5_0BlockBytes;
+  using XBlock = Q8Block;
+  using Block = Block32;
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block* out) {
+    uint8x16_t q[2];
+    Q5CodesNeon(wb + 2, q);
+    const int8x16_t sixteen = vdupq_n_s8(16);
+    out->q[0] = vsubq_s8(vreinterpretq_s8_u8(q[0]), sixteen);
+    out->q[1] = vsubq_s8(vreinterpretq_s8_u8(q[1]), sixteen);
+    out->d = LoadHalfNeon(wb);
+  }
+};
+
+// W_block · x_block of a q8_0, q4_0 or q5_0 block: one integer dot product, one scaling.
 template <typename D, typename F>
 KVSERVE_SIMD_TARGET inline float32x4_t Dot32(const Block32& w, const Q8Block& x, float32x4_t acc) {
   int32x4_t dot = D::Dot(vdupq_n_s32(0), w.q[0], vld1q_s8(x.q));
   dot = D::Dot(dot, w.q[1], vld1q_s8(x.q + 16));
   return vfmaq_n_f32(acc, vcvtq_f32_s32(dot), w.d * x.d);
 }
+
+// q5_1 (24 bytes per 32: f16 d, f16 m, qh[4], 16 bytes of nibbles; w = d q + m) x
+// Q8Block: d d_x (q · x) + m d_x sum x.
+struct Q5_1Neon {
+  static constexpr int64_t kElems = 32;
+  static constexpr int64_t kBytes = model::kQ5_1BlockBytes;
+  using XBlock = Q8Block;
+  struct Block {
+    Block32 codes;  // the unsigned codes 0..31 (as signed bytes) and d
+    float m;
+  };
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, Block* out) {
+    uint8x16_t q[2];
+    Q5CodesNeon(wb + 4, q);
+    out->codes.q[0] = vreinterpretq_s8_u8(q[0]);
+    out->codes.q[1] = vreinterpretq_s8_u8(q[1]);
+    out->codes.d = LoadHalfNeon(wb);
+    out->m = LoadHalfNeon(wb + 2);
+  }
+  template <typename D>
+  KVSERVE_SIMD_TARGET static float32x4_t Dot(const Block& w, const XBlock& x, float32x4_t acc) {
+    acc = Dot32<D, Q5_1Neon>(w.codes, x, acc);
+    return vsetq_lane_f32(vgetq_lane_f32(acc, 0) + w.m * x.d * static_cast<float>(x.sum), acc, 0);
+  }
+};
 
 // q4_K (144 bytes per 256: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes
 // of nibbles) x Q8KBlock: sum_s d sc_s (q_s · x_s) - dmin m_s (sum x_s) over the eight
@@ -209,11 +264,11 @@ struct Q6_KNeon {
   }
 };
 
-// The block product of format F (Dot32 for the 32-element formats).
+// The block product of format F (Dot32 for the 32-element formats but q5_1).
 template <typename D, typename F>
 KVSERVE_SIMD_TARGET inline float32x4_t BlockDot(const typename F::Block& w,
                                                 const typename F::XBlock& x, float32x4_t acc) {
-  if constexpr (F::kElems == 32) {
+  if constexpr (std::is_same_v<typename F::Block, Block32>) {
     return Dot32<D, F>(w, x, acc);
   } else {
     return F::template Dot<D>(w, x, acc);
@@ -255,6 +310,8 @@ template <typename D>
 constexpr KernelSet WithNeonQuantKernels(KernelSet k) {
   k.matmul_q8_0 = &QMatMulNeon<D, Q8_0Neon>;
   k.matmul_q4_0 = &QMatMulNeon<D, Q4_0Neon>;
+  k.matmul_q5_0 = &QMatMulNeon<D, Q5_0Neon>;
+  k.matmul_q5_1 = &QMatMulNeon<D, Q5_1Neon>;
   k.matmul_q4_k = &QMatMulNeon<D, Q4_KNeon>;
   k.matmul_q5_k = &QMatMulNeon<D, Q5_KNeon>;
   k.matmul_q6_k = &QMatMulNeon<D, Q6_KNeon>;

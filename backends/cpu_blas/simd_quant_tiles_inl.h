@@ -18,7 +18,8 @@
 // (lanes 0-7) and 2m + 1 (lanes 8-15), so lanes v and v + 8 both sum within (sub-)block
 // v: over m = 0, 1 within its first 16 elements (q6_K group 2v), over m = 2, 3 its last 16
 // (group 2v + 1). Every per-lane constant below therefore repeats in lanes v and v + 8,
-// except the k-quants' offset weights, which hold group 2v in lane v and 2v + 1 in v + 8.
+// except the k-quants' offset weights, which hold group 2v in lane v and 2v + 1 in v + 8,
+// and q5_1's, which hold block v's in lane v and 0 in v + 8.
 //
 // Exactness as in simd_quant_inl.h: the integer block sums are exact; scales (products of
 // an f16 and a small integer, exact in f32) and the final sums round in another order.
@@ -28,7 +29,7 @@ struct alignas(64) PanelBlock {
   uint8_t q[256];      // interleaved unsigned codes (q8_0: w + 128)
   float scale[16];     // multiplier of the m = 0..3 chain (q6_K: m = 0, 1), per lane
   float scale_hi[16];  // q6_K: of the m = 2, 3 chain
-  float offset[16];    // k-quants: weight of the activations' group sums (see KPrep)
+  float offset[16];    // k-quants: weight of the activations' group sums (see KPrep); q5_1: -m
 };
 
 // Lanes 0-7 = lo, 8-15 = hi (AVX-512 F only: the level does not require DQ).
@@ -97,6 +98,50 @@ struct TileQ4_0 : Tile32<Q4_0Format<D>, 3> {
     _mm512_store_si512(out->q + 128, _mm512_and_si512(_mm512_srli_epi16(words01, 4), low4));
     _mm512_store_si512(out->q + 192, _mm512_and_si512(_mm512_srli_epi16(words23, 4), low4));
     _mm512_store_ps(out->scale, Twice(LoadHalves8(wb, model::kQ4_0BlockBytes)));
+  }
+};
+
+// Eight q5_0 or q5_1 blocks (format F) into the interleaved panel the way the 256-bit
+// interleaved kernels decode them (DecodeEight: Q5Codes per block, then the 8 x 8 word
+// transpose): the codes and d; with kMin also m, returned.
+template <typename F, bool kMin>
+KVSERVE_SIMD_TARGET inline __m256 DecodeEightToPanel(const uint8_t* wb, PanelBlock* out) {
+  Block8 b;
+  DecodeEight<F, false, kMin>(wb, &b);
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out->q + 32 * k), b.q[k]);
+  }
+  _mm512_store_ps(out->scale, Twice(b.d));
+  return kMin ? b.m : _mm256_setzero_ps();
+}
+
+// q5_0: codes 0..31, the integer chain starts at -16 sum x.
+template <typename D>
+struct TileQ5_0 : Tile32<Q5_0Format<D>, 4> {
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, PanelBlock* out) {
+    DecodeEightToPanel<Q5_0Format<D>, false>(wb, out);
+  }
+};
+
+// q5_1 against Q8x8Block: the codes times d as q5_0's (no integer offset), plus block v's
+// m d_x sum x as a float offset: lane v of `offset` holds -m_v and lane v of XPrep::b
+// d_x sum x (lanes 8-15: 0), which MulPanel's fnmadd adds.
+template <typename D>
+struct TileQ5_1 {
+  using XBlock = Q8x8Block;
+  static constexpr bool kTwoChains = false;
+  static constexpr bool kFloatOffset = true;
+  static constexpr int64_t kBytes = 8 * model::kQ5_1BlockBytes;
+  KVSERVE_SIMD_TARGET static void Prepare(const Q8x8Block& x, XPrep* p) {
+    const __m256 d = _mm256_loadu_ps(x.d);
+    p->d = Twice(d);
+    p->init = _mm512_setzero_si512();
+    p->b = Join(_mm256_mul_ps(d, _mm256_cvtepi32_ps(Load256(x.sum))), _mm256_setzero_ps());
+  }
+  KVSERVE_SIMD_TARGET static void Decode(const uint8_t* wb, PanelBlock* out) {
+    const __m256 m = DecodeEightToPanel<Q5_1Format<D>, true>(wb, out);
+    _mm512_store_ps(out->offset, Join(_mm256_sub_ps(_mm256_setzero_ps(), m), _mm256_setzero_ps()));
   }
 };
 
@@ -388,6 +433,8 @@ KernelSet WithTiledQuantKernels(KernelSet k) {
   static_assert(D::kUnsignedOffset, "the tiles run q8_0 as w + 128 (vpdpbusd)");
   k.matmul_q8_0_il = &TiledQMatMul<TileQ8_0<D>>;
   k.matmul_q4_0_il = &TiledQMatMul<TileQ4_0<D>>;
+  k.matmul_q5_0_il = &TiledQMatMul<TileQ5_0<D>>;
+  k.matmul_q5_1_il = &TiledQMatMul<TileQ5_1<D>>;
   k.matmul_q4_k_il = &TiledQMatMul<TileKMin<false>>;
   k.matmul_q5_k_il = &TiledQMatMul<TileKMin<true>>;
   k.matmul_q6_k_il = &TiledQMatMul<TileQ6K>;

@@ -1,4 +1,4 @@
-// Batch-1 products of q4_K, q5_K, q6_K and q4_0 weights with one activation row (Q8KBlock,
+// Batch-1 products of q4_K, q5_K, q6_K, q4_0 and q5_0 weights with one activation row (Q8KBlock,
 // Q8Block) in 512-bit vectors, for the AVX-512 VNNI level. Not a normal header:
 // simd_avx512_vnni.cc includes it inside its anonymous namespace after simd_quant_inl.h
 // (QMatMulT, the batched fallback), with KVSERVE_SIMD_TARGET defined.
@@ -200,6 +200,25 @@ struct Q4_0Pairs {
   }
 };
 
+// q5_0: per block its 32 codes by Q5Codes (simd_quant_inl.h), block 0 in the low 256 bits,
+// block 1 in the high ones; the eight d of blocks 22 bytes apart gathered one by one.
+struct Q5_0Pairs {
+  static constexpr int64_t kBytes = model::kQ5_0BlockBytes;
+  static constexpr int kOffset = 16;
+  KVSERVE_SIMD_TARGET static __m512i Codes2(const uint8_t* wb) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(Q5Codes(wb + 2)), Q5Codes(wb + kBytes + 2), 1);
+  }
+  KVSERVE_SIMD_TARGET static __m256 Scales8(const uint8_t* wb) {
+    auto half = [&](int v) {
+      uint16_t h;
+      std::memcpy(&h, wb + kPairOrder[v] * kBytes, 2);
+      return static_cast<short>(h);
+    };
+    return _mm256_cvtph_ps(
+        _mm_setr_epi16(half(0), half(1), half(2), half(3), half(4), half(5), half(6), half(7)));
+  }
+};
+
 // y[r] = W_r · x for rows [row_begin, row_end) of pair format P, one Q8Block activation row
 // x. Precondition: blocks % 8 == 0.
 template <typename P>
@@ -228,8 +247,8 @@ KVSERVE_SIMD_TARGET void QMatVecPairs(const uint8_t* w, int64_t row_bytes, int64
       });
 }
 
-// KernelSet::matmul_q4_0: one activation row by QMatVecPairs<P> when the blocks come in
-// eights, otherwise QMatMulT<F>.
+// KernelSet::matmul_q4_0 / matmul_q5_0: one activation row by QMatVecPairs<P> when the blocks come
+// in eights, otherwise QMatMulT<F>.
 template <typename F, typename P>
 KVSERVE_SIMD_TARGET void PairsMatMul512(const uint8_t* w, int64_t row_bytes, int64_t cols,
                                         int64_t row_begin, int64_t row_end, const void* xq,
@@ -260,6 +279,7 @@ KVSERVE_SIMD_TARGET void KMatMul512(const uint8_t* w, int64_t row_bytes, int64_t
 template <typename D>
 KernelSet WithVec512QuantKernels(KernelSet k) {
   k.matmul_q4_0 = &PairsMatMul512<Q4_0Format<D>, Q4_0Pairs>;
+  k.matmul_q5_0 = &PairsMatMul512<Q5_0Format<D>, Q5_0Pairs>;
   k.matmul_q4_k = &KMatMul512<Q4_KFormat<D>, KMinRows512<false>>;
   k.matmul_q5_k = &KMatMul512<Q5_KFormat<D>, KMinRows512<true>>;
   k.matmul_q6_k = &KMatMul512<Q6_KFormat<D>, Q6KRows512>;

@@ -103,6 +103,8 @@ constexpr KernelSet kScalarSet = {
     &MatMul<BF16, uint16_t>,
     &QMatMul<Q8Block, &DotQ8_0>,
     &QMatMul<Q8Block, &DotQ4_0>,
+    &QMatMul<Q8Block, &DotQ5_0>,
+    &QMatMul<Q8Block, &DotQ5_1>,
     &QMatMul<Q8KBlock, &DotQ4_K>,
     &QMatMul<Q8KBlock, &DotQ5_K>,
     &QMatMul<Q8KBlock, &DotQ6_K>,

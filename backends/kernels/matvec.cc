@@ -45,6 +45,8 @@ void RowToFloat(const model::TensorView& w, int64_t row, std::span<float> out) {
       return;
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
@@ -80,6 +82,8 @@ float DotRow(const model::TensorView& w, int64_t row, std::span<const float> x) 
       }
       break;
     case DType::kQ4_0:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K: {

@@ -121,13 +121,14 @@ TEST(MatVecTest, LowPrecisionMatchesF32WithinRoundingBound) {
   }
 }
 
-// The 256-element k-quants: MatVec and DotRow equal the f32 product over the weights
-// RowToFloat decodes (model::DecodeRow, element by element), up to float summation.
+// The 256-element k-quants and q5_0 / q5_1 (decoded per block like them): MatVec and
+// DotRow equal the f32 product over the weights RowToFloat decodes (model::DecodeRow,
+// element by element), up to float summation.
 TEST(MatVecTest, KQuantsAreTheProductOfTheirDecodedWeights) {
   const int64_t rows = 3, cols = 512;
   const std::vector<float> w32 = Pseudorandom(rows * cols, 5);
   const std::vector<float> x = Pseudorandom(cols, 6);
-  for (DType dtype : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType dtype : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ5_0, DType::kQ5_1}) {
     SCOPED_TRACE(std::string(model::DTypeName(dtype)));
     const Matrix w(w32, rows, cols, dtype);
     std::vector<float> y(rows);

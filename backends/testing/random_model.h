@@ -27,8 +27,8 @@ struct RandomModelOptions {
   // in [-0.2, 0.2] when expert_probs_bias.
   model::ModelConfig config = DefaultConfig();
   // Element type of the matrices (norm gains are always f32): any model::DType (a
-  // quantized type needs dim, q_dim and ffn_dim multiples of its block: 32 for q8_0 and
-  // q4_0, 256 for q4_k, q5_k and q6_k). Default kF32.
+  // quantized type needs dim, q_dim and ffn_dim multiples of its block: 32 for q8_0,
+  // q4_0, q5_0 and q5_1, 256 for q4_k, q5_k and q6_k). Default kF32.
   model::DType dtype = model::DType::kF32;
   // When true, output aliases token_embedding (and config.tied_embeddings is set).
   bool tied = false;
