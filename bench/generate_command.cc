@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "backends/backend.h"
 #include "backends/cpu_blas/blas_startup.h"
 #include "bench/commands.h"
 #include "bench/common_flags.h"
@@ -128,8 +129,13 @@ absl::Status Generate(char** argv) {
                                                   absl::GetFlag(FLAGS_blas_reexec), argv);
   absl::StatusOr<OfflineGenerateOptions> options = OptionsFromFlags();
   if (!options.ok()) return options.status();
-  absl::StatusOr<std::unique_ptr<kvserve::model::Model>> model =
-      kvserve::model::Model::Load(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_tokenizer));
+  // Packed where the backend reads panels and the file's bytes handed back, as the server
+  // loads (engine::LoadModel): otherwise the backend packs copies of its own and the
+  // weights are resident twice (a 16.7 GB file then did not fit 24 GiB).
+  const kvserve::model::LoadOptions load{.panels = kvserve::backends::BackendReadsPanels(
+                                             options->backend, {.threads = options->threads})};
+  absl::StatusOr<std::unique_ptr<kvserve::model::Model>> model = kvserve::model::Model::Load(
+      absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_tokenizer), load);
   if (!model.ok()) return model.status();
   absl::StatusOr<std::unique_ptr<kvserve::model::Tokenizer>> tokenizer =
       kvserve::model::Tokenizer::Create((*model)->vocab());
