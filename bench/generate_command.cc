@@ -134,8 +134,8 @@ absl::Status Generate(char** argv) {
   // weights are resident twice (a 16.7 GB file then did not fit 24 GiB).
   const kvserve::model::LoadOptions load{.panels = kvserve::backends::BackendReadsPanels(
                                              options->backend, {.threads = options->threads})};
-  absl::StatusOr<std::unique_ptr<kvserve::model::Model>> model = kvserve::model::Model::Load(
-      absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_tokenizer), load);
+  absl::StatusOr<std::unique_ptr<kvserve::model::Model>> model =
+      kvserve::model::Model::Load(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_tokenizer), load);
   if (!model.ok()) return model.status();
   absl::StatusOr<std::unique_ptr<kvserve::model::Tokenizer>> tokenizer =
       kvserve::model::Tokenizer::Create((*model)->vocab());
