@@ -1,7 +1,10 @@
 #include "backends/backend.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "backends/cpu_blas/bf16_products.h"
 #include "backends/cpu_blas/cpu_blas_backend.h"
 #include "backends/reference/reference_backend.h"
 
@@ -26,6 +29,14 @@ absl::StatusOr<CpuBlasOptions> CpuBlasOptionsFrom(const BackendOptions& options)
   cpu_options.threads = options.threads;
   cpu_options.gemm.f32_panels = options.f32_panels;
   cpu_options.gemm.bf16_panels = options.bf16_panels;
+  const std::optional<cpu_blas::Bf16PanelKernel> bf16_kernel =
+      cpu_blas::ParseBf16PanelKernel(options.bf16_panel_kernel);
+  if (!bf16_kernel.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown bf16 panel kernel \"",
+                                                   options.bf16_panel_kernel,
+                                                   "\" (known: auto, dpbf16, fma)"));
+  }
+  cpu_options.gemm.bf16_panel_kernel = *bf16_kernel;
   cpu_options.gemm.quant_panels = options.quant_panels;
   cpu_options.gemm.batch_invariant = options.batch_invariant;
   return cpu_options;

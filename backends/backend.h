@@ -71,6 +71,10 @@ struct BackendOptions {
   // cpu_blas on CPUs with AVX512-BF16: multiply bf16 projections in 16-row panels
   // (cpu_blas::GemmOptions::bf16_panels). Default true.
   bool bf16_panels = true;
+  // cpu_blas: which kernel multiplies those bf16 panels (cpu_blas::
+  // GemmOptions::bf16_panel_kernel): "auto" (the faster on this CPU, measured once per
+  // process), "dpbf16" or "fma"; another name is INVALID_ARGUMENT. Default "auto".
+  std::string bf16_panel_kernel = "auto";
   // cpu_blas on CPUs with AVX-512 VNNI: multiply q4_0, q8_0, q4_K and q6_K projections in
   // 16-row panels (cpu_blas::GemmOptions::quant_panels). Default true.
   bool quant_panels = true;

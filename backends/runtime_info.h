@@ -21,6 +21,11 @@ struct RuntimeInfo {
   // "scalar"; on AArch64 "neon_i8mm", "neon_dotprod", "neon");
   // reference: "scalar" (it has only portable code).
   std::string kernel_level;
+  // cpu_blas at kernel level avx512bf16: the bf16 panel kernel that
+  // --bf16_panel_kernel=auto runs here ("dpbf16" or "fma", cpu_blas::
+  // ProbeBf16PanelKernels) and the probe's log line; else both empty.
+  std::string bf16_panel_kernel;
+  std::string bf16_panel_reason;
   std::string blas_core;    // the OpenBLAS core that runs, e.g. "SkylakeX"
   std::string blas_config;  // openblas_get_config()
   std::string blas_reason;  // the start-up decision's log line (BlasCoreDecision::reason)
@@ -39,6 +44,7 @@ RuntimeInfo DescribeRuntime(std::string_view backend, const cpu_blas::BlasCoreDe
 //   commit: 1a2b3c4d5e6f
 //   backend: cpu_blas
 //   kernel level: avx512
+//   bf16 panel kernel: fma    (only at kernel level avx512bf16)
 //   BLAS core: SkylakeX
 //   OpenBLAS config: OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ...
 //   degraded: none            (or "blas_core, simd_kernels")

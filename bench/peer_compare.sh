@@ -7,6 +7,9 @@
 #   LLAMA_CPP_BIN     folder with llama.cpp's llama-bench and llama-batched-bench
 #   IK_LLAMA_CPP_BIN  the same for ik_llama.cpp
 # At least one must be set; an unset one is left out of every round.
+#   KVSERVE_BENCH_ARGS  extra flags for kvserve-bench backend, split on spaces (for example
+#                       "--kernel_level avx2" to measure the AVX2 kernels on an AVX-512 machine
+#                       beside peers built with -DGGML_NATIVE=OFF -DGGML_AVX2=ON)
 #
 # Usage: [LLAMA_CPP_BIN=DIR] [IK_LLAMA_CPP_BIN=DIR] bench/peer_compare.sh BUILD_DIR OUT_DIR ROUNDS MODEL.gguf...
 # Per model and round:
@@ -17,7 +20,7 @@
 # Files: OUT_DIR/r<round>-<model>-kvserve.json, -<peer>-bench.json, -<peer>-batched.jsonl.
 set -euo pipefail
 if (($# < 4)); then
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 build="$1"; out="$2"; rounds="$3"; shift 3
@@ -49,7 +52,7 @@ kv() {  # model file, output
   local steps=32
   [ "$(stat -c %s "$1")" -gt 1000000000 ] && steps=16
   "$build/bench/kvserve-bench" backend --model "$1" --backends cpu_blas --threads 2 --repeats 3 \
-    --batches 1,16 --decode-tokens "$steps" --json > "$2" 2> "$2.log"
+    --batches 1,16 --decode-tokens "$steps" --json ${KVSERVE_BENCH_ARGS:-} > "$2" 2> "$2.log"
 }
 peer() {  # peer name, model file, output prefix
   local n=64 dir="${bin[$1]}"

@@ -20,6 +20,7 @@ backends::BackendOptions BackendOptionsFrom(const ModelOptions& options) {
   backend_options.threads = options.threads;
   backend_options.f32_panels = options.f32_panels;
   backend_options.bf16_panels = options.bf16_panels;
+  backend_options.bf16_panel_kernel = options.bf16_panel_kernel;
   backend_options.quant_panels = options.quant_panels;
   backend_options.batch_invariant = options.batch_invariant;
   return backend_options;

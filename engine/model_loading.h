@@ -35,6 +35,8 @@ struct ModelOptions {
   bool f32_panels = true;
   bool bf16_panels = true;
   bool quant_panels = true;
+  // backends::BackendOptions::bf16_panel_kernel: "auto", "dpbf16" or "fma". Default "auto".
+  std::string bf16_panel_kernel = "auto";
   // backends::BackendOptions::batch_invariant: output independent of batch, chunking and
   // cache state. Default true.
   bool batch_invariant = true;

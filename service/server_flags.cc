@@ -31,6 +31,11 @@ ABSL_FLAG(bool, bf16_panels, true,
           "On CPUs with AVX512-BF16 (cpu_blas kernel level avx512bf16), repack bf16 "
           "projection matrices into 16-row panels at load (batched decode reads each "
           "weight once per step; the weights stay resident once).");
+ABSL_FLAG(std::string, bf16_panel_kernel, "auto",
+          "Which kernel multiplies the bf16 panels: dpbf16 (vdpbf16ps), fma (each bf16 pair "
+          "widened to f32, two FMAs: the same results where the CPU's vdpbf16ps rounds as "
+          "Intel defines it) or auto (the faster of the two on this CPU, measured at start; "
+          "the log line 'bf16 panel products' says which).");
 ABSL_FLAG(bool, quant_panels, true,
           "Repack q4_0, q8_0, q4_K and q6_K projection matrices (cpu_blas kernel level avx2 "
           "and up) into 16-row panels at load (the same bytes "
@@ -283,6 +288,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   options.load.huge_pages = absl::GetFlag(FLAGS_weights_huge_pages);
   options.f32_panels = absl::GetFlag(FLAGS_f32_panels);
   options.bf16_panels = absl::GetFlag(FLAGS_bf16_panels);
+  options.bf16_panel_kernel = absl::GetFlag(FLAGS_bf16_panel_kernel);
   options.quant_panels = absl::GetFlag(FLAGS_quant_panels);
   options.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
   options.backend = absl::GetFlag(FLAGS_backend);

@@ -131,13 +131,21 @@ absl::Status RunProcess(ProcessOptions options, const backends::RuntimeInfo& run
     return s;
   }
   Say(DescribeMemory(**server, model_options, layout));
-  Say(absl::StrCat("ready (backend ", model_options.backend, ", kernel level ",
-                   runtime.kernel_level, ", BLAS core ", runtime.blas_core,
-                   model_options.draft_model_path.empty()
-                       ? std::string()
-                       : absl::StrCat(", draft model ", model_options.draft_model_path),
-                   *session_cache != nullptr ? ", session cache " : "",
-                   options.session_cache.target, ")"));
+  const bool bf16_auto = model_options.bf16_panel_kernel == "auto";
+  if (model_options.backend == "cpu_blas" && bf16_auto && !runtime.bf16_panel_reason.empty()) {
+    Say(runtime.bf16_panel_reason);
+  }
+  Say(absl::StrCat(
+      "ready (backend ", model_options.backend, ", kernel level ", runtime.kernel_level,
+      model_options.backend != "cpu_blas" || runtime.bf16_panel_kernel.empty()
+          ? std::string()
+          : absl::StrCat(", bf16 panel kernel ",
+                         bf16_auto ? runtime.bf16_panel_kernel : model_options.bf16_panel_kernel),
+      ", BLAS core ", runtime.blas_core,
+      model_options.draft_model_path.empty()
+          ? std::string()
+          : absl::StrCat(", draft model ", model_options.draft_model_path),
+      *session_cache != nullptr ? ", session cache " : "", options.session_cache.target, ")"));
   (*server)->RunUntilSignalled(*signals);
   return absl::OkStatus();
 }

@@ -245,14 +245,22 @@ void CheckEveryLevel(const model::Model& model) {
     }
     // Panels or rows (the quantized kernels differ; the float ones too from avx512), with
     // f16 and f32 K/V in turn; two threads, so products and attention go in slices.
-    for (bool panels : {true, false}) {
+    // bf16 panels at avx512bf16 with each of their two kernels (bf16_products.h).
+    for (int pass = 0; pass < 3; ++pass) {
+      const bool panels = pass != 1;
+      const bool fma = pass == 2;
+      if (fma && (isa != Isa::kAvx512Bf16 || model.weights().layers[0].wq.type != DType::kBF16)) {
+        continue;
+      }
       const DType kv = panels ? DType::kF16 : DType::kF32;
       SCOPED_TRACE(::testing::Message() << cpu_blas::IsaName(isa) << (panels ? " panels" : " rows")
-                                        << " kv " << model::DTypeName(kv));
+                                        << (fma ? " fma" : "") << " kv " << model::DTypeName(kv));
       CpuBlasOptions options;
       options.isa = isa;
       options.threads = 2;
       options.gemm.f32_panels = options.gemm.bf16_panels = options.gemm.quant_panels = panels;
+      options.gemm.bf16_panel_kernel =
+          fma ? cpu_blas::Bf16PanelKernel::kFma : cpu_blas::Bf16PanelKernel::kDpbf16;
       ASSERT_TRUE(options.gemm.batch_invariant);  // the default
       const KvLayout layout = KvLayout::ForModel(m->config(), 16, kv);
       CountDifferences(

@@ -308,7 +308,8 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, ParityTest,
 // quantized weights packed by the backend where the level reads them); sgemm only), and several
 // thread counts agree with the reference.
 TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
-  enum Path { kPanels, kRows, kSgemm };
+  // kPanelsFma: bf16 panels through matmul_bf16_panels_fma (kPanels: vdpbf16ps).
+  enum Path { kPanels, kPanelsFma, kRows, kSgemm };
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                       DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     auto m = MakeModel(dtype, false, model::IsQuantized(dtype) ? QuantConfig() : WideConfig());
@@ -321,16 +322,20 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
                     std::string(cpu_blas::IsaName(isa)).c_str());
         continue;
       }
-      for (Path path : {kPanels, kRows, kSgemm}) {
+      for (Path path : {kPanels, kPanelsFma, kRows, kSgemm}) {
         // Only the types with a panel layout differ between kPanels and kRows.
         if (path == kRows && model::PanelLayoutOf(dtype) == model::Layout::kRows) continue;
+        if (path == kPanelsFma && (dtype != DType::kBF16 || isa != cpu_blas::Isa::kAvx512Bf16)) {
+          continue;
+        }
         for (int threads : {1, 3}) {
           const int sgemm_min_rows = path == kSgemm ? 1 : 1 << 20;
           SCOPED_TRACE(::testing::Message()
                        << model::DTypeName(dtype) << " " << cpu_blas::IsaName(isa) << " path="
-                       << (path == kPanels ? "panels"
-                           : path == kRows ? "rows"
-                                           : "sgemm")
+                       << (path == kPanels      ? "panels"
+                           : path == kPanelsFma ? "panels_fma"
+                           : path == kRows      ? "rows"
+                                                : "sgemm")
                        << " threads=" << threads);
           CpuBlasOptions options;
           options.isa = isa;
@@ -340,7 +345,9 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
           // Quantized activations on the caller (1 thread) or on the pool (3 threads).
           options.gemm.quant_parallel_min_elements = threads == 1 ? int64_t{1} << 40 : 1;
           options.gemm.f32_panels = options.gemm.bf16_panels = options.gemm.quant_panels =
-              path == kPanels;
+              path == kPanels || path == kPanelsFma;
+          options.gemm.bf16_panel_kernel = path == kPanelsFma ? cpu_blas::Bf16PanelKernel::kFma
+                                                              : cpu_blas::Bf16PanelKernel::kDpbf16;
           // (The interleaved layout, bf16 dot and the panels never go to sgemm: off for
           // the sgemm-only pass.)
           if (path == kSgemm) {

@@ -47,7 +47,13 @@ model::PanelTypes PanelsWanted(const KernelSet& kernels, const GemmOptions& opti
 }
 
 Gemm::Gemm(ThreadPool* pool, const KernelSet* kernels, const GemmOptions& options)
-    : pool_(pool), kernels_(kernels), options_(options), tiles_(pool->size()) {}
+    : pool_(pool),
+      kernels_(kernels),
+      options_(options),
+      tiles_(pool->size()),
+      bf16_panels_fma_(options.bf16_dot && options.bf16_panels &&
+                       ResolveBf16PanelKernel(*kernels, options.bf16_panel_kernel) ==
+                           Bf16PanelKernel::kFma) {}
 
 void Gemm::Run(const model::TensorView& w, const float* x, int n, float* y) {
   Run({Product{&w, y}}, x, n);
@@ -119,7 +125,7 @@ void Gemm::RunProducts(std::span<const RowsProduct> products, const float* x, in
   const bool sgemm = !options_.batch_invariant && !interleaved_ && !bf16_dot_ && !panels &&
                      n >= (quantized ? options_.quant_sgemm_min_rows : options_.sgemm_min_rows);
   if (bf16_dot_) {
-    RoundActivations(x, n, cols);
+    RoundActivations(x, n, cols, bf16_panels && bf16_panels_fma_);
   } else if (!sgemm) {
     QuantizeActivations(products, x, n);
   }
@@ -185,7 +191,11 @@ void Gemm::RunStreaming(const Task& task, const float* x) {
                    rows);
       break;
     case model::DType::kBF16:
-      if (w.layout == model::Layout::kBf16Panels) {
+      if (w.layout == model::Layout::kBf16Panels && bf16_panels_fma_) {
+        k.matmul_bf16_panels_fma(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1,
+                                 xbf16f_.data() + task.x_begin * xbf16_row_, xbf16_row_, n, task.y,
+                                 rows);
+      } else if (w.layout == model::Layout::kBf16Panels) {
         k.matmul_bf16_panels(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1,
                              xbf16_.data() + task.x_begin * xbf16_row_, xbf16_row_, n, task.y,
                              rows);
@@ -270,7 +280,7 @@ void Gemm::QuantizeActivations(std::span<const RowsProduct> products, const floa
   if (q8k) quantize(model::DType::kQ4_K, interleaved_, xq8k_, xq8k_row_);
 }
 
-void Gemm::RoundActivations(const float* x, int n, int64_t cols) {
+void Gemm::RoundActivations(const float* x, int n, int64_t cols, bool widened) {
   // Once per Run, so the slices share one copy instead of each rounding all n rows into
   // a buffer of its own (repeated work and cache footprint per slice).
   // One cache line more than the kernels need, so that rows of a multiple of 2 KiB do
@@ -279,9 +289,14 @@ void Gemm::RoundActivations(const float* x, int n, int64_t cols) {
   // the panel kernels measured faster with the padded stride).
   xbf16_row_ = Bf16DotStride(cols) + 32;
   if (xbf16_.size() < static_cast<size_t>(xbf16_row_ * n)) xbf16_.resize(xbf16_row_ * n);
+  if (widened && xbf16f_.size() < static_cast<size_t>(xbf16_row_ * n)) {
+    xbf16f_.resize(xbf16_row_ * n);
+  }
   ForActivationRows(n, cols, [&](int begin, int end) {
     for (int i = begin; i < end; ++i) {
-      kernels_->round_bf16(x + i * cols, cols, xbf16_.data() + i * xbf16_row_);
+      uint16_t* row = xbf16_.data() + i * xbf16_row_;
+      kernels_->round_bf16(x + i * cols, cols, row);
+      if (widened) kernels_->bf16_to_f32(row, xbf16f_.data() + i * xbf16_row_, cols);
     }
   });
 }

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "backends/cpu_blas/bf16_products.h"
 #include "backends/cpu_blas/simd_kernels.h"
 #include "backends/cpu_blas/thread_pool.h"
 #include "model/panels.h"
@@ -71,6 +72,12 @@ struct GemmOptions {
   // batch run at the arithmetic bound rather than the row-major kernels' scattered streams
   // (docs/performance.md, "Weights in 16-row panels"). Default true.
   bool bf16_panels = true;
+  // Which kernel multiplies those panels (bf16_products.h): kDpbf16 (vdpbf16ps), kFma
+  // (each pair widened to f32, two FMAs: the same bits where the CPU's vdpbf16ps follows
+  // Intel's definition) or kAuto, the faster of the two on this CPU as measured once per
+  // process (Intel Emerald Rapids: FMA, about 1.6x prefill; AMD Zen 4 / 5: vdpbf16ps).
+  // Default kAuto.
+  Bf16PanelKernel bf16_panel_kernel = Bf16PanelKernel::kAuto;
   // On CPUs with AVX-512 (kernel level avx512 and up): f32 projection matrices in panels of
   // 16 rows (model/panels.h, KernelSet::matmul_f32_panels), for every row count (never
   // sgemm), as bf16_panels says for bf16: one address-ordered weight stream serves every
@@ -192,8 +199,9 @@ class Gemm {
                     const std::vector<uint8_t>& xq, int64_t xq_row);
   // Fills xq8_ / xq8k_ with x in the activation formats the products' weights need.
   void QuantizeActivations(std::span<const RowsProduct> products, const float* x, int n);
-  // Fills xbf16_ with x rounded to bf16 for matmul_bf16_dot.
-  void RoundActivations(const float* x, int n, int64_t cols);
+  // Fills xbf16_ with x rounded to bf16 for matmul_bf16_dot and matmul_bf16_panels, and
+  // with `widened` also xbf16f_ with the same values as floats (matmul_bf16_panels_fma).
+  void RoundActivations(const float* x, int n, int64_t cols, bool widened);
   // Points xf32_rows_ at x's rows for matmul_f32_panels, xf32_row_ floats apart: x itself
   // for one row, else a padded copy in xf32_.
   void PadActivations(const float* x, int n, int64_t cols);
@@ -217,7 +225,8 @@ class Gemm {
   int64_t xq8k_row_ = 0;
   std::vector<uint16_t> xbf16_;  // [n] rows of bf16, xbf16_row_ elements each
   int64_t xbf16_row_ = 0;
-  std::vector<float> xf32_;  // [n] rows of x, xf32_row_ floats each (n > 1)
+  std::vector<float> xbf16f_;  // [n] rows of xbf16_ as floats, xbf16_row_ elements each
+  std::vector<float> xf32_;    // [n] rows of x, xf32_row_ floats each (n > 1)
   const float* xf32_rows_ = nullptr;
   int64_t xf32_row_ = 0;
   // The activations (xq8_, xq8k_) are interleaved: never when the Run reads quantized
@@ -226,6 +235,8 @@ class Gemm {
   bool interleaved_ = false;
   bool quant_panels_ = false;  // the current Run has a product in a quantized panel layout
   bool bf16_dot_ = false;      // the current Run's bf16 products use matmul_bf16_dot
+  // bf16 panels use matmul_bf16_panels_fma (options_.bf16_panel_kernel, resolved).
+  bool bf16_panels_fma_ = false;
 };
 
 // The panel layouts (model/panels.h) a Gemm with `kernels` and `options` can multiply

@@ -1,7 +1,9 @@
 // AVX-512 BF16 level: the AVX-512 VNNI kernel set plus KernelSet::matmul_bf16_dot, bf16
 // weights against activations rounded to bf16, multiplied with vdpbf16ps (two bf16
 // products into each f32 lane per instruction: twice the multiply-adds of an f32 FMA, and
-// the weights need no widening). Called only when IsaSupported(Isa::kAvx512Bf16).
+// the weights need no widening), and matmul_bf16_panels_fma, the same arithmetic in f32
+// FMAs for CPUs where vdpbf16ps is slow (bf16_products.h). Called only when
+// IsaSupported(Isa::kAvx512Bf16).
 // GCC 12's AVX-512 headers trip -Wuninitialized under target attributes (see
 // simd_avx512.cc).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -155,7 +157,51 @@ struct Bf16Lines {
   }
 };
 
+// The same panel layout read for f32 multiply-adds: each line widened to its odd and even
+// columns (a bf16 is the upper half of an f32: exact), the activations given as floats
+// that hold bf16 values (the same rounding as for vdpbf16ps), and per word
+//   acc = fma(w_odd, x_odd, acc); acc = fma(w_even, x_even, acc)
+// which is vdpbf16ps's definition in Intel's manual (two f32 FMAs, odd pair first, round
+// to nearest even, denormal inputs read as zero and denormal results flushed: the caller
+// sets MXCSR so, MatMulBf16PanelsFma). Where vdpbf16ps issues at a quarter of the FMA's
+// rate (Intel Sapphire and Emerald Rapids: 0.5 against 2 a cycle), two FMAs a word are
+// twice as fast; bf16_products.h decides which of the two kernels a process runs.
+struct Bf16WidenedLines {
+  using Weight = uint16_t;
+  using Act = float;
+  static constexpr int64_t kCols = 2;
+  struct Vec {
+    __m512 odd;
+    __m512 even;
+  };
+  KVSERVE_SIMD_TARGET static Vec Line(const uint16_t* at) {
+    const __m512i v = _mm512_loadu_si512(at);
+    return Vec{_mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(~0xFFFF))),
+               _mm512_castsi512_ps(_mm512_slli_epi32(v, 16))};
+  }
+  KVSERVE_SIMD_TARGET static Vec Broadcast(const float* at) {
+    return Vec{_mm512_set1_ps(at[1]), _mm512_set1_ps(at[0])};
+  }
+  KVSERVE_SIMD_TARGET static __m512 Madd(__m512 acc, Vec w, Vec x) {
+    return _mm512_fmadd_ps(w.even, x.even, _mm512_fmadd_ps(w.odd, x.odd, acc));
+  }
+};
+
 #include "backends/cpu_blas/simd_float_panels_inl.h"  // NOLINT(build/include): see its header
+
+// MXCSR for vdpbf16ps's rounding: all exceptions masked (0x1F80), round to nearest even,
+// denormals are zero (0x40) and flush to zero (0x8000).
+constexpr unsigned kDpbf16Csr = 0x1F80 | 0x40 | 0x8000;
+
+// KernelSet::matmul_bf16_panels_fma.
+KVSERVE_SIMD_TARGET void MatMulBf16PanelsFma(const uint16_t* w, int64_t cols, int64_t row_begin,
+                                             int64_t row_end, const float* x, int64_t ldx, int n,
+                                             float* y, int64_t ldy) {
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(kDpbf16Csr);
+  MatMulFloatPanels<Bf16WidenedLines>(w, cols, row_begin, row_end, x, ldx, n, y, ldy);
+  _mm_setcsr(saved);
+}
 
 KernelSet MakeBf16Set() {
   KernelSet k = Avx512VnniKernels();
@@ -163,6 +209,7 @@ KernelSet MakeBf16Set() {
   k.matmul_bf16_dot = &MatMulBf16Dot;
   k.round_bf16 = &RoundRow;
   k.matmul_bf16_panels = &MatMulFloatPanels<Bf16Lines>;
+  k.matmul_bf16_panels_fma = &MatMulBf16PanelsFma;
   return k;
 }
 

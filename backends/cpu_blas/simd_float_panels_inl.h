@@ -1,7 +1,8 @@
-// The float panel kernels, KernelSet::matmul_f32_panels and matmul_bf16_panels: weights in
-// the f32 or bf16 panel layout (model/panels.h) against float or bf16 activation rows, in
-// 512-bit vectors. Not a normal header: simd_avx512.cc and simd_avx512_bf16.cc include it
-// inside their anonymous namespace, with KVSERVE_SIMD_TARGET defined, each with its format.
+// The float panel kernels, KernelSet::matmul_f32_panels, matmul_bf16_panels and
+// matmul_bf16_panels_fma: weights in the f32 or bf16 panel layout (model/panels.h) against
+// float or bf16 activation rows, in 512-bit vectors. Not a normal header: simd_avx512.cc
+// and simd_avx512_bf16.cc include it inside their anonymous namespace, with
+// KVSERVE_SIMD_TARGET defined, each with its formats.
 //
 // In both layouts one 64-byte line holds one 4-byte word of all 16 rows of a panel (f32: a
 // column; bf16: a column pair). One multiply-add (vfmadd231ps; vdpbf16ps) takes a line and
@@ -23,6 +24,7 @@
 //   static Vec Line(const Weight* at)            the line at `at`
 //   static Vec Broadcast(const Act* at)          the word at `at`, in every lane
 //   static __m512 Madd(__m512 acc, Vec w, Vec x) acc + the products of w and x, per lane
+// (Vec may be a struct of vectors: the FMA bf16 format widens a line to two.)
 
 static_assert(model::kPanelRows == 16, "one panel line is one 512-bit vector");
 // Panel lines read ahead of the one in use, per panel stream: 4 KiB, about as far as the

@@ -183,6 +183,15 @@ struct KernelSet {
   // addition: row_begin and row_end multiples of model::kPanelRows; cols even.
   // nullptr where matmul_bf16_dot is.
   MatMulBf16DotFn matmul_bf16_panels = nullptr;
+  // matmul_bf16_panels with two f32 FMAs per bf16 pair instead of one vdpbf16ps: the
+  // panel lines widened to f32, x as floats holding the bf16-rounded activations (what
+  // KernelSet::round_bf16 writes, widened; row stride ldx >= cols). Each step is
+  // vdpbf16ps as Intel defines it (odd pair first, nearest even, denormals as zero), so
+  // where the CPU's vdpbf16ps follows that definition the results equal
+  // matmul_bf16_panels' bit for bit (bf16_products.h checks it before choosing). For CPUs
+  // whose vdpbf16ps issues at a quarter of the FMA's rate. Same preconditions as
+  // matmul_bf16_panels. nullptr where matmul_bf16_panels is.
+  MatMulFn<uint16_t> matmul_bf16_panels_fma = nullptr;
   // matmul_f32 with W in the f32 panel layout (model/panels.h) instead of row-major, `w`
   // its first element: the exact f32 products, each output one chain of multiply-adds over
   // the columns in order (so it does not depend on n). For every row count (8 activation

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu_blas/bf16_products.h"
 #include "backends/cpu_blas/q8_activations.h"
 #include "gtest/gtest.h"
 #include "model/dtype.h"
@@ -277,6 +278,137 @@ TEST_P(SimdKernelsTest, Bf16PanelsAreTheBf16DotProduct) {
       }
     }
   }
+}
+
+// vdpbf16ps as Intel's manual defines it, one lane: acc += w_odd x_odd, then
+// acc += w_even x_even, each an f32 FMA rounded to nearest even, denormal inputs read as
+// zero, denormal results flushed to zero.
+float Dpbf16Step(float acc, float w_odd, float x_odd, float w_even, float x_even) {
+  auto daz = [](float v) { return std::fpclassify(v) == FP_SUBNORMAL ? 0.0f : v; };
+  auto ftz = [](float v) {
+    return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v;
+  };
+  acc = ftz(std::fma(daz(w_odd), daz(x_odd), daz(acc)));
+  return ftz(std::fma(daz(w_even), daz(x_even), daz(acc)));
+}
+
+// matmul_bf16_panels_fma (avx512bf16 only): every output is the chain of Dpbf16Step over
+// the column pairs in order, bit for bit (a few weights are bf16 denormals, which
+// vdpbf16ps reads as zero); and where this CPU's vdpbf16ps follows that definition
+// (ProbeBf16PanelKernels().same_bits), the bits of matmul_bf16_panels too.
+TEST_P(SimdKernelsTest, Bf16PanelsFmaComputeVdpbf16ps) {
+  if (GetParam() != Isa::kAvx512Bf16) {
+    EXPECT_EQ(kernels().matmul_bf16_panels_fma, nullptr);
+    return;
+  }
+  ASSERT_NE(kernels().matmul_bf16_panels_fma, nullptr);
+  const bool same_bits = ProbeBf16PanelKernels().same_bits;
+  std::printf("this CPU's vdpbf16ps %s Intel's definition\n",
+              same_bits ? "follows" : "does not follow");
+  std::mt19937 rng(15);
+  for (int64_t cols : {2, 30, 768, 1030}) {
+    for (int64_t rows : {16, 48, 128}) {
+      for (int n : {1, 2, 5, 8, 9, 17}) {
+        SCOPED_TRACE(::testing::Message() << "cols=" << cols << " rows=" << rows << " n=" << n);
+        Weights w = RandomWeights(rng, DType::kBF16, static_cast<size_t>(rows * cols));
+        for (size_t i = 7; i < w.bits.size(); i += 61) {  // bf16 denormals
+          w.bits[i] = static_cast<uint16_t>((w.bits[i] & 0x8000) | (1 + i % 127));
+          w.f32[i] = model::BF16ToFloat(w.bits[i]);
+        }
+        std::vector<uint16_t> packed(static_cast<size_t>(rows * cols));
+        model::PackBf16Panels(w.bits.data(), cols, 0, rows / model::kPanelRows, packed.data());
+        const std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * cols));
+        const int64_t ldxb = Bf16DotStride(cols) + 32;
+        std::vector<uint16_t> xb(static_cast<size_t>(n * ldxb), 0);
+        std::vector<float> xf(static_cast<size_t>(n * ldxb), 0.0f);
+        for (int i = 0; i < n; ++i) {
+          kernels().round_bf16(x.data() + i * cols, cols, xb.data() + i * ldxb);
+          kernels().bf16_to_f32(xb.data() + i * ldxb, xf.data() + i * ldxb, cols);
+        }
+        const int64_t ldy = rows + 5;
+        std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
+        kernels().matmul_bf16_panels_fma(packed.data(), cols, 0, rows, xf.data(), ldxb, n, y.data(),
+                                         ldy);
+        for (int i = 0; i < n; ++i) {
+          for (int64_t r = 0; r < rows; ++r) {
+            float want = 0.0f;
+            for (int64_t c = 0; c < cols; c += 2) {
+              const float* wr = w.f32.data() + r * cols;
+              const float* xr = xf.data() + i * ldxb;
+              want = Dpbf16Step(want, wr[c + 1], xr[c + 1], wr[c], xr[c]);
+            }
+            const float got = y[static_cast<size_t>(i * ldy + r)];
+            ASSERT_EQ(std::memcmp(&got, &want, sizeof(float)), 0)
+                << "i=" << i << " r=" << r << ": " << got << " != " << want;
+          }
+        }
+        if (same_bits) {
+          std::vector<float> y_dot(y.size(), kSentinel);
+          kernels().matmul_bf16_panels(packed.data(), cols, 0, rows, xb.data(), ldxb, n,
+                                       y_dot.data(), ldy);
+          ASSERT_EQ(std::memcmp(y.data(), y_dot.data(), y.size() * sizeof(float)), 0);
+        }
+      }
+    }
+  }
+}
+
+// Where the rounding mode shows: bf16 denormal weights against large activations (read as
+// zero: 0, where an f32 FMA without DAZ would give about 1e-10 per pair) and products
+// below the smallest normal float (flushed: 0, where an FMA without FTZ keeps a denormal).
+TEST_P(SimdKernelsTest, Bf16PanelsFmaReadDenormalsAsZeroAndFlushThem) {
+  if (GetParam() != Isa::kAvx512Bf16) return;
+  constexpr int64_t kCols = 32;
+  constexpr int64_t kRows = model::kPanelRows;
+  std::vector<uint16_t> w(kRows * kCols);
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t c = 0; c < kCols; ++c) {
+      // Even rows: denormals (1 .. 127 of the smallest); odd rows: 2^-126, the smallest normal.
+      w[r * kCols + c] = r % 2 == 0 ? static_cast<uint16_t>(1 + (r * kCols + c) % 127) : 0x0080;
+    }
+  }
+  std::vector<uint16_t> packed(w.size());
+  model::PackBf16Panels(w.data(), kCols, 0, 1, packed.data());
+  for (float x_value : {0x1p100f, 0x1p-10f}) {
+    SCOPED_TRACE(::testing::Message() << "x=" << x_value);
+    const std::vector<float> x(kCols, x_value);  // both bf16 values
+    std::vector<float> y(kRows, kSentinel);
+    kernels().matmul_bf16_panels_fma(packed.data(), kCols, 0, kRows, x.data(), kCols, 1, y.data(),
+                                     kRows);
+    for (int64_t r = 0; r < kRows; ++r) {
+      // Even rows: denormal weights read as zero; odd rows: 2^-126 x 2^100 = 2^-26 each,
+      // 2^-126 x 2^-10 below the normals, flushed.
+      const float want = r % 2 == 1 && x_value > 1 ? kCols * 0x1p-26f : 0.0f;
+      EXPECT_EQ(y[static_cast<size_t>(r)], want) << "r=" << r;
+    }
+  }
+}
+
+// The probe's choice: never kAuto, the FMA kernel only where it gave the same bits and
+// was faster by the margin, and the same answer on every call.
+TEST(Bf16ProductsTest, ProbeChoosesOnlyAnEqualAndFasterKernel) {
+  const Bf16PanelProbe& probe = ProbeBf16PanelKernels();
+  std::printf("%s\n", probe.reason.c_str());
+  EXPECT_NE(probe.best, Bf16PanelKernel::kAuto);
+  EXPECT_EQ(probe.available, IsaSupported(Isa::kAvx512Bf16));
+  if (probe.best == Bf16PanelKernel::kFma) {
+    EXPECT_TRUE(probe.same_bits);
+    EXPECT_LT(probe.fma_us, kBf16FmaMaxTimeShare * probe.dpbf16_us);
+  }
+  EXPECT_EQ(&ProbeBf16PanelKernels(), &probe);
+  EXPECT_EQ(ResolveBf16PanelKernel(KernelsFor(Isa::kScalar), Bf16PanelKernel::kFma),
+            Bf16PanelKernel::kDpbf16);
+  if (probe.available) {
+    const KernelSet& k = KernelsFor(Isa::kAvx512Bf16);
+    EXPECT_EQ(ResolveBf16PanelKernel(k, Bf16PanelKernel::kAuto), probe.best);
+    EXPECT_EQ(ResolveBf16PanelKernel(k, Bf16PanelKernel::kFma), Bf16PanelKernel::kFma);
+    EXPECT_EQ(ResolveBf16PanelKernel(k, Bf16PanelKernel::kDpbf16), Bf16PanelKernel::kDpbf16);
+  }
+  for (Bf16PanelKernel k :
+       {Bf16PanelKernel::kAuto, Bf16PanelKernel::kDpbf16, Bf16PanelKernel::kFma}) {
+    EXPECT_EQ(ParseBf16PanelKernel(Bf16PanelKernelName(k)), k);
+  }
+  EXPECT_EQ(ParseBf16PanelKernel("avx"), std::nullopt);
 }
 
 // matmul_f32_panels (avx512 and up): the weights in the panel layout (packed by
