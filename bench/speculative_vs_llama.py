@@ -133,25 +133,41 @@ def main():
     ]
     results = {s.name: [] for s in servers}
     stats = {s.name: [0, 0] for s in servers}
+    failed = {}  # llama.cpp server name -> why (a peer's failure ends its runs, not ours)
     for r in range(a.rounds):
         order = servers[r % len(servers):] + servers[:r % len(servers)]
         for s in order:
-            rate, d, acc = s.run(prompts, a.tokens, a.log_dir)
+            if s.name in failed:
+                continue
+            try:
+                rate, d, acc = s.run(prompts, a.tokens, a.log_dir)
+            except Exception as e:  # noqa: BLE001 - any peer failure is reported, not fatal
+                if s.kind != "llama":
+                    raise
+                failed[s.name] = str(e)
+                print(f"round {r + 1}: {s.name}: failed: {e} (log in {a.log_dir})",
+                      file=sys.stderr, flush=True)
+                continue
             results[s.name].append(rate)
             stats[s.name][0] += d
             stats[s.name][1] += acc
             print(f"round {r + 1}: {s.name}: {rate:.1f} tokens/s", file=sys.stderr, flush=True)
-    med = {k: statistics.median(v) for k, v in results.items()}
+    med = {k: statistics.median(v) for k, v in results.items() if v}
     print(f"target {a.target}, draft {a.draft}, draft max {a.draft_max}, {a.tokens} tokens, "
           f"{a.threads} threads, medians of {a.rounds} rounds x {a.requests} requests")
     print("| server | plain tokens/s | with draft tokens/s | speedup | acceptance |")
     print("|---|---|---|---|---|")
     for name in ("kvserve", "llama.cpp"):
+        if name not in med or name + " draft" not in med:
+            why = failed.get(name) or failed.get(name + " draft")
+            print(f"| {name} | failed: {why} | | | |")
+            continue
         d, acc = stats[name + " draft"]
         print(f"| {name} | {med[name]:.1f} | {med[name + ' draft']:.1f} | "
               f"{med[name + ' draft'] / med[name]:.2f}x | {acc / d if d else 0:.2f} |")
-    print(f"kvserve with draft / llama.cpp with draft: "
-          f"{med['kvserve draft'] / med['llama.cpp draft']:.2f}x")
+    if "llama.cpp draft" in med:
+        print(f"kvserve with draft / llama.cpp with draft: "
+              f"{med['kvserve draft'] / med['llama.cpp draft']:.2f}x")
 
 
 if __name__ == "__main__":
