@@ -3,10 +3,10 @@
 // matmul_bf16_panels_fma (the pair widened to f32, two FMAs). Both compute vdpbf16ps as
 // Intel defines it, so where the CPU follows that definition they give the same bits and
 // only their speed differs, which depends on the microarchitecture, not on a CPUID flag:
-// measured with 16 independent chains, AMD Zen 4 and 5 issue vdpbf16ps as fast as an FMA
-// or faster (each doing twice an FMA's multiply-adds), Intel Emerald Rapids at a quarter
-// of the FMA's rate (0.5 against 2 a cycle), where the FMA kernel multiplies twice as
-// fast. So the choice is measured once per process, on this CPU.
+// with 16 independent chains, Intel Emerald Rapids issues vdpbf16ps at a quarter of the
+// FMA's rate (0.5 against 2 a cycle), where the FMA kernel multiplies twice as fast; on
+// AMD Zen 5 bf16 prefill with vdpbf16ps ran at 1.6x f32 prefill (docs/performance.md), so
+// there vdpbf16ps wins. So the choice is measured once per process, on this CPU.
 //
 // Threading: ProbeBf16PanelKernels is safe to call from any thread (measured on the first
 // call, then a constant); the rest is pure.
@@ -36,7 +36,7 @@ std::optional<Bf16PanelKernel> ParseBf16PanelKernel(std::string_view name);
 // The FMA kernel is chosen when it took less than this share of the vdpbf16ps kernel's
 // time on the probe's product (and gave the same bits). Measured on Emerald Rapids: 0.57 to
 // 0.75 (2-vCPU VM, server start-up beside); where vdpbf16ps issues as fast as an FMA
-// (Zen 4 and 5) the FMA kernel needs two instructions for its one: about 2. A wrong choice
+// the FMA kernel needs two instructions for its one: about 2 expected. A wrong choice
 // costs speed only: it is made only between kernels that gave the same bits.
 inline constexpr double kBf16FmaMaxTimeShare = 0.9;
 

@@ -75,7 +75,7 @@ struct GemmOptions {
   // Which kernel multiplies those panels (bf16_products.h): kDpbf16 (vdpbf16ps), kFma
   // (each pair widened to f32, two FMAs: the same bits where the CPU's vdpbf16ps follows
   // Intel's definition) or kAuto, the faster of the two on this CPU as measured once per
-  // process (Intel Emerald Rapids: FMA, about 1.6x prefill; AMD Zen 4 / 5: vdpbf16ps).
+  // process (Intel Emerald Rapids: FMA, about 1.5x prefill; AMD Zen 5, expected: vdpbf16ps).
   // Default kAuto.
   Bf16PanelKernel bf16_panel_kernel = Bf16PanelKernel::kAuto;
   // On CPUs with AVX-512 (kernel level avx512 and up): f32 projection matrices in panels of
