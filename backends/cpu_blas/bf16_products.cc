@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "model/dtype.h"
 #include "model/panels.h"
 
 namespace kvserve::backends::cpu_blas {
@@ -52,8 +53,7 @@ Bf16PanelProbe Measure() {
     for (int64_t c = 0; c < kProbeCols; ++c) {
       const uint16_t v = ProbeBf16(state);
       xb[i * ldxb + c] = v;
-      const uint32_t bits = static_cast<uint32_t>(v) << 16;
-      std::memcpy(&xf[i * kProbeCols + c], &bits, sizeof(float));
+      xf[i * kProbeCols + c] = model::BF16ToFloat(v);
     }
   }
   std::vector<float> y_dot(kProbeRows * kProbeActRows), y_fma(y_dot.size());
