@@ -65,7 +65,7 @@ struct BackendOptions {
   // Worker threads for attention and kernels; 0 = all cores. OpenBLAS is limited to
   // the same count so the two never oversubscribe the machine. Default: 0.
   int threads = 0;
-  // cpu_blas on CPUs with AVX-512: multiply f32 projections in 16-row panels
+  // cpu_blas on CPUs with AVX2: multiply f32 projections in 16-row panels
   // (cpu_blas::GemmOptions::f32_panels). Default true.
   bool f32_panels = true;
   // cpu_blas on CPUs with AVX512-BF16: multiply bf16 projections in 16-row panels

@@ -24,9 +24,9 @@ ABSL_FLAG(bool, weights_huge_pages, true,
           "resident; decode streams the weights faster) instead of mapping it (shared with "
           "the page cache, droppable under memory pressure).");
 ABSL_FLAG(bool, f32_panels, true,
-          "On CPUs with AVX-512 (cpu_blas kernel level avx512 and up), repack f32 projection "
+          "On CPUs with AVX2 (cpu_blas kernel level avx2 and up), repack f32 projection "
           "matrices into 16-row panels at load (batched decode and prefill read each weight "
-          "once per 8 activation rows; the weights stay resident once).");
+          "once per 6 (avx2) or 8 (avx512) activation rows; the weights stay resident once).");
 ABSL_FLAG(bool, bf16_panels, true,
           "On CPUs with AVX512-BF16 (cpu_blas kernel level avx512bf16), repack bf16 "
           "projection matrices into 16-row panels at load (batched decode reads each "

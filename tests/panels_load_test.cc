@@ -77,14 +77,11 @@ class PanelsLoadTest : public ::testing::TestWithParam<Param> {
   }
   // The kernel level that reads this file's panels, and one below it.
   backends::cpu_blas::Isa Level() const {
-    return f32()    ? backends::cpu_blas::Isa::kAvx512
-           : bf16() ? backends::cpu_blas::Isa::kAvx512Bf16
-                    : backends::cpu_blas::Isa::kAvx2;  // q4_0, q8_0, q4_K, q6_K
+    return bf16() ? backends::cpu_blas::Isa::kAvx512Bf16
+                  : backends::cpu_blas::Isa::kAvx2;  // f32, q4_0, q8_0, q4_K, q6_K
   }
   backends::cpu_blas::Isa Lower() const {
-    return f32()    ? backends::cpu_blas::Isa::kAvx2
-           : bf16() ? backends::cpu_blas::Isa::kAvx512Vnni
-                    : backends::cpu_blas::Isa::kScalar;
+    return bf16() ? backends::cpu_blas::Isa::kAvx512Vnni : backends::cpu_blas::Isa::kScalar;
   }
   // Sets the panel switches of `options` (engine::ModelOptions, backends::BackendOptions):
   // this file's type's to `allowed`, the others on (only this file's type's matters).

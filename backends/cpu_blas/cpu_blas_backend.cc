@@ -265,7 +265,7 @@ absl::StatusOr<std::unique_ptr<CpuBlasBackend>> CpuBlasBackend::Create(
   if (packed.f32 && !readable.f32) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cpu_blas: the model's f32 weights are packed in panels (LoadOptions::panels), which "
-        "only the kernels of level avx512 and up read; kernel level ",
+        "only the kernels of level avx2 and up read; kernel level ",
         std::string(cpu_blas::IsaName(level))));
   }
   if (packed.bf16 && !readable.bf16) {

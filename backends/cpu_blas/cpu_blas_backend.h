@@ -59,7 +59,7 @@ class CpuBlasBackend : public Backend {
                                                                 const model::KvLayout& kv_layout,
                                                                 const CpuBlasOptions& options);
   // The weight types a backend made with `options` on this CPU multiplies in panel
-  // layouts (cpu_blas::PanelsWanted: f32 from kernel level avx512 with
+  // layouts (cpu_blas::PanelsWanted: f32 from kernel level avx2 with
   // GemmOptions::f32_panels, bf16 at avx512bf16 with bf16_dot and bf16_panels, the
   // q4_0, q8_0, q4_K and q6_K from avx2 with quant_panels), so a model loaded for such
   // backends alone should be loaded with LoadOptions::panels set to them (engine::LoadModel does).

@@ -78,7 +78,7 @@ struct GemmOptions {
   // process (Intel Emerald Rapids: FMA, about 1.5x prefill; AMD Zen 5, expected: vdpbf16ps).
   // Default kAuto.
   Bf16PanelKernel bf16_panel_kernel = Bf16PanelKernel::kAuto;
-  // On CPUs with AVX-512 (kernel level avx512 and up): f32 projection matrices in panels of
+  // On CPUs with AVX2 (kernel level avx2 and up): f32 projection matrices in panels of
   // 16 rows (model/panels.h, KernelSet::matmul_f32_panels), for every row count (never
   // sgemm), as bf16_panels says for bf16: one address-ordered weight stream serves every
   // row count better than the row-major kernels or sgemm, each at its best (bench/

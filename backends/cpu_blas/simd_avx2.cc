@@ -1,8 +1,8 @@
 // AVX2 + FMA + F16C kernels (8 float lanes). Compiled with per-function target
 // attributes so the rest of the program stays baseline x86-64; called only when
 // IsaSupported(Isa::kAvx2). The loops are in simd_kernels_inl.h; this file holds the
-// AVX2 vector and weight traits. q4_0 and q8_0 weights in 16-row panels:
-// simd_quant_panels_avx2_inl.h.
+// AVX2 vector and weight traits. f32 weights in 16-row panels: simd_float_panels_inl.h with
+// F32LinesYmm below; quantized weights in 16-row panels: simd_quant_panels_avx2_inl.h.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -101,12 +101,52 @@ struct BF16W {
   static float One(uint16_t v) { return model::BF16ToFloat(v); }
 };
 
+// The f32 panel layout (model/panels.h) in 256-bit halves: one line is a column of 16 rows,
+// two vfmadd231ps (rows 0-7, 8-15) multiply it by a broadcast element of one activation
+// row. 16 registers: 2 accumulators per (panel, activation row), at most 12 of them, so
+// that the line's halves and the broadcast fit beside them.
+struct F32LinesYmm {
+  using Weight = float;
+  using Act = float;
+  static constexpr int64_t kCols = 1;
+  struct Vec {
+    __m256 half[2];
+  };
+  using Acc = Vec;
+  KVSERVE_SIMD_TARGET static Vec Line(const float* at) {
+    return Vec{{_mm256_loadu_ps(at), _mm256_loadu_ps(at + 8)}};
+  }
+  KVSERVE_SIMD_TARGET static __m256 Broadcast(const float* at) { return _mm256_set1_ps(*at); }
+  KVSERVE_SIMD_TARGET static Acc Madd(Acc acc, Vec w, __m256 x) {
+    return Acc{
+        {_mm256_fmadd_ps(w.half[0], x, acc.half[0]), _mm256_fmadd_ps(w.half[1], x, acc.half[1])}};
+  }
+  KVSERVE_SIMD_TARGET static Acc Zero() { return Acc{{_mm256_setzero_ps(), _mm256_setzero_ps()}}; }
+  KVSERVE_SIMD_TARGET static void Store(float* y, Acc acc) {
+    _mm256_storeu_ps(y, acc.half[0]);
+    _mm256_storeu_ps(y + 8, acc.half[1]);
+  }
+  // Activation rows per pass over a block: 6 rows of one panel (12 accumulators).
+  static constexpr int kPassRows = 6;
+  // Panels per tile for m rows: batch 1 streams 4 panels side by side (8 accumulators; the
+  // lines go straight from memory into the multiply-adds), 2 and 3 rows take 3 and 2.
+  // (Chosen by register count and measured as a whole, docs/performance.md "AVX2 kernels
+  // on Emerald Rapids"; other tilings not yet compared.)
+  static constexpr int Panels(int m) { return m == 1 ? 4 : m == 2 ? 3 : m == 3 ? 2 : 1; }
+};
+
+#include "backends/cpu_blas/simd_float_panels_inl.h"       // NOLINT(build/include): see its header
 #include "backends/cpu_blas/simd_kernels_inl.h"            // NOLINT(build/include): see its header
 #include "backends/cpu_blas/simd_quant_inl.h"              // NOLINT(build/include): see its header
 #include "backends/cpu_blas/simd_quant_panels_avx2_inl.h"  // NOLINT(build/include): see its header
 
-constexpr KernelSet kAvx2Set =
-    WithYmmQuantPanelKernels<MaddubsDot>(WithQuantKernels<MaddubsDot>(MakeKernelSet(Isa::kAvx2)));
+constexpr KernelSet WithF32Panels(KernelSet k) {
+  k.matmul_f32_panels = &MatMulFloatPanels<F32LinesYmm>;
+  return k;
+}
+
+constexpr KernelSet kAvx2Set = WithF32Panels(
+    WithYmmQuantPanelKernels<MaddubsDot>(WithQuantKernels<MaddubsDot>(MakeKernelSet(Isa::kAvx2))));
 
 }  // namespace
 

@@ -106,9 +106,11 @@ struct BF16W {
   static float One(uint16_t v) { return model::BF16ToFloat(v); }
 };
 
+#include "backends/cpu_blas/simd_float_panels_zmm_inl.h"  // NOLINT(build/include): see its header
+
 // The f32 panel layout (model/panels.h): one line is a column of 16 rows, one
 // vfmadd231ps multiplies it by a broadcast element of one activation row.
-struct F32Lines {
+struct F32Lines : Zmm16FloatLanes {
   using Weight = float;
   using Act = float;
   static constexpr int64_t kCols = 1;

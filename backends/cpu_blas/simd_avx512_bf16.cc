@@ -137,9 +137,11 @@ KVSERVE_SIMD_TARGET void MatMulBf16Dot(const uint16_t* w, int64_t cols, int64_t 
   }
 }
 
+#include "backends/cpu_blas/simd_float_panels_zmm_inl.h"  // NOLINT(build/include): see its header
+
 // The bf16 panel layout (model/panels.h): one line is the column pair of 16 rows, one
 // vdpbf16ps multiplies it by a broadcast pair of one activation row.
-struct Bf16Lines {
+struct Bf16Lines : Zmm16FloatLanes {
   using Weight = uint16_t;
   using Act = uint16_t;
   static constexpr int64_t kCols = 2;
@@ -166,7 +168,7 @@ struct Bf16Lines {
 // sets MXCSR so, MatMulBf16PanelsFma). Where vdpbf16ps issues at a quarter of the FMA's
 // rate (Intel Sapphire and Emerald Rapids: 0.5 against 2 a cycle), two FMAs a word are
 // twice as fast; bf16_products.h decides which of the two kernels a process runs.
-struct Bf16WidenedLines {
+struct Bf16WidenedLines : Zmm16FloatLanes {
   using Weight = uint16_t;
   using Act = float;
   static constexpr int64_t kCols = 2;

@@ -1,19 +1,20 @@
 // The float panel kernels, KernelSet::matmul_f32_panels, matmul_bf16_panels and
 // matmul_bf16_panels_fma: weights in the f32 or bf16 panel layout (model/panels.h) against
-// float or bf16 activation rows, in 512-bit vectors. Not a normal header: simd_avx512.cc
-// and simd_avx512_bf16.cc include it inside their anonymous namespace, with
-// KVSERVE_SIMD_TARGET defined, each with its formats.
+// float or bf16 activation rows, in 512-bit vectors (one per line) or 256-bit ones (two per
+// line). Not a normal header: simd_avx2.cc, simd_avx512.cc and simd_avx512_bf16.cc include
+// it inside their anonymous namespace, with KVSERVE_SIMD_TARGET defined, each with its
+// formats.
 //
 // In both layouts one 64-byte line holds one 4-byte word of all 16 rows of a panel (f32: a
-// column; bf16: a column pair). One multiply-add (vfmadd231ps; vdpbf16ps) takes a line and
-// that word of one activation row broadcast to every lane, so every weight is loaded once
-// per pass for all M activation rows, the panels stream in address order, and the 16
-// lanes of an accumulator are the 16 rows: no horizontal sums. Each output is one chain of
-// multiply-adds over the columns in order, whatever the number of activation rows, so a
-// sequence's results do not depend on its batch. Against the row layout of
-// simd_avx512_bf16.cc (several passes of a few activation rows over each group of weight
-// rows, then horizontal sums) this reads the weights fewer times and in one stream, which
-// is why it wins at batch 1 (memory-bound) and at most larger batches (bench/
+// column; bf16: a column pair). One multiply-add (vfmadd231ps; vdpbf16ps; two 256-bit
+// vfmadd231ps) takes a line and that word of one activation row broadcast to every lane, so
+// every weight is loaded once per pass for all M activation rows, the panels stream in
+// address order, and the 16 lanes of an accumulator are the 16 rows: no horizontal sums.
+// Each output is one chain of multiply-adds over the columns in order, whatever the number
+// of activation rows, so a sequence's results do not depend on its batch. Against the row
+// layout of simd_avx512_bf16.cc (several passes of a few activation rows over each group of
+// weight rows, then horizontal sums) this reads the weights fewer times and in one stream,
+// which is why it wins at batch 1 (memory-bound) and at most larger batches (bench/
 // kernels_bench.cc BM_Gemm bf16_dot:1 vs 2; docs/performance.md, "Weights in 16-row
 // panels").
 //
@@ -21,12 +22,18 @@
 //   Weight, Act                 the element types of the weights and the activations
 //   kCols                       columns per 4-byte word (f32 1, bf16 2)
 //   Vec                         the vector type of a line
+//   Acc                         the accumulator of one panel's 16 rows
 //   static Vec Line(const Weight* at)            the line at `at`
-//   static Vec Broadcast(const Act* at)          the word at `at`, in every lane
-//   static __m512 Madd(__m512 acc, Vec w, Vec x) acc + the products of w and x, per lane
-// (Vec may be a struct of vectors: the FMA bf16 format widens a line to two.)
+//   static auto Broadcast(const Act* at)         the word at `at`, in every lane
+//   static Acc Madd(Acc acc, Vec w, word x)      acc + the products of w and x, per lane
+//   static Acc Zero(), static void Store(float* y, Acc acc)    y[0, 16) = acc
+//   kPassRows                   activation rows per pass over a block of panels
+//   static constexpr int Panels(int m)           panels per tile for m <= kPassRows rows
+// (Vec may be a struct of vectors: the FMA bf16 format widens a line to two, the 256-bit
+// formats hold a line in two. simd_float_panels_zmm_inl.h has the 512-bit Acc and tiling.)
 
-static_assert(model::kPanelRows == 16, "one panel line is one 512-bit vector");
+static_assert(model::kPanelRows == 16,
+              "one panel line is 64 bytes: one 512-bit vector, two 256-bit");
 // Panel lines read ahead of the one in use, per panel stream: 4 KiB, about as far as the
 // memory latency at the rate of a full pass. Less leaves the loads waiting on memory;
 // more gained nothing for bf16 and cost f32 (its lines are consumed at half the rate, so
@@ -35,12 +42,6 @@ constexpr int64_t kFloatPanelPrefetchLines = 64;
 // Panels per block: every activation row goes over one block before the next, so a block
 // (about this many bytes) stays in L2 for all rows of a prefill.
 constexpr int64_t kFloatPanelBlockBytes = 256 << 10;
-// Activation rows per pass over a block: 8, in tiles of 2 panels (16 accumulators, each
-// broadcast feeding two multiply-adds): one broadcast per two multiply-adds halves the
-// load pressure of one panel per tile, and 8 rows keep the accumulators within the
-// register file, where 12 rows spilled and 16 rows in one-panel tiles loaded more
-// (bench/kernels_bench.cc BM_Gemm f32 and bf16_dot:2).
-constexpr int kFloatPanelPassRows = 8;
 
 // y[m * ldy + 16 p + j] = sum_c W[16 p + j, c] * X[m, c] for p in [0, P), m in [0, M),
 // j in [0, 16): P panels from w (panel_elems apart, `words` lines each) against M
@@ -50,11 +51,11 @@ KVSERVE_SIMD_TARGET void FloatPanelTile(const typename F::Weight* w, int64_t pan
                                         int64_t words, const typename F::Act* x, int64_t ldx,
                                         float* y, int64_t ldy) {
   constexpr int64_t kLineElems = F::kCols * model::kPanelRows;
-  __m512 acc[P][M];
+  typename F::Acc acc[P][M];
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p) {
 #pragma GCC unroll 16
-    for (int m = 0; m < M; ++m) acc[p][m] = _mm512_setzero_ps();
+    for (int m = 0; m < M; ++m) acc[p][m] = F::Zero();
   }
   // (Integer arithmetic: the prefetched address may lie past the end of the weights; a
   // hint never faults.)
@@ -72,7 +73,7 @@ KVSERVE_SIMD_TARGET void FloatPanelTile(const typename F::Weight* w, int64_t pan
     }
 #pragma GCC unroll 16
     for (int m = 0; m < M; ++m) {
-      const typename F::Vec xv = F::Broadcast(x + m * ldx + F::kCols * k);
+      const auto xv = F::Broadcast(x + m * ldx + F::kCols * k);
 #pragma GCC unroll 4
       for (int p = 0; p < P; ++p) acc[p][m] = F::Madd(acc[p][m], wv[p], xv);
     }
@@ -80,22 +81,18 @@ KVSERVE_SIMD_TARGET void FloatPanelTile(const typename F::Weight* w, int64_t pan
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p) {
 #pragma GCC unroll 16
-    for (int m = 0; m < M; ++m) {
-      _mm512_storeu_ps(y + m * ldy + p * model::kPanelRows, acc[p][m]);
-    }
+    for (int m = 0; m < M; ++m) F::Store(y + m * ldy + p * model::kPanelRows, acc[p][m]);
   }
 }
 
-// Panels [p0, p1) against M <= kFloatPanelPassRows activation rows, P panels per tile:
-// fewer rows take more panels at once, so that enough accumulators are in flight (P * M
-// of them, at most 16) and a batch-1 product streams four panels side by side.
+// Panels [p0, p1) against M <= F::kPassRows activation rows, F::Panels(M) panels per tile.
 template <typename F, int M>
 KVSERVE_SIMD_TARGET void FloatPanelRows(const typename F::Weight* w, int64_t panel_elems,
                                         int64_t words, int64_t p0, int64_t p1,
                                         const typename F::Act* x, int64_t ldx, float* y,
                                         int64_t ldy) {
-  static_assert(M <= kFloatPanelPassRows);
-  constexpr int P = M <= 2 ? 4 : M <= 5 ? 3 : 2;
+  static_assert(M <= F::kPassRows);
+  constexpr int P = F::Panels(M);
   int64_t p = p0;
   for (; p + P <= p1; p += P) {
     FloatPanelTile<F, P, M>(w + p * panel_elems, panel_elems, words, x, ldx,
@@ -115,7 +112,7 @@ KVSERVE_SIMD_TARGET void FloatPanelRows(const typename F::Weight* w, int64_t pan
   }
 }
 
-// FloatPanelRows<F, m> for a run-time m in [1, kFloatPanelPassRows].
+// FloatPanelRows<F, m> for a run-time m in [1, F::kPassRows].
 template <typename F, int... Ms>
 KVSERVE_SIMD_TARGET void FloatPanelRowsOf(int m, const typename F::Weight* w, int64_t panel_elems,
                                           int64_t words, int64_t p0, int64_t p1,
@@ -128,7 +125,7 @@ KVSERVE_SIMD_TARGET void FloatPanelRowsOf(int m, const typename F::Weight* w, in
 
 // y[i * ldy + r] = sum_c W[r, c] * X[i, c] for r in [row_begin, row_end), i in [0, n), W in
 // F's panel layout: the panels in blocks of about kFloatPanelBlockBytes, each block against
-// kFloatPanelPassRows activation rows at a time.
+// F::kPassRows activation rows at a time.
 template <typename F>
 KVSERVE_SIMD_TARGET void MatMulFloatPanels(const typename F::Weight* w, int64_t cols,
                                            int64_t row_begin, int64_t row_end,
@@ -142,15 +139,13 @@ KVSERVE_SIMD_TARGET void MatMulFloatPanels(const typename F::Weight* w, int64_t 
   // alone is larger than kFloatPanelBlockBytes (5632 f32 columns: 352 KiB), so that no
   // pass runs in tiles of one panel.
   const int64_t panel_bytes = panel_elems * static_cast<int64_t>(sizeof(typename F::Weight));
-  const int64_t block = n <= kFloatPanelPassRows
-                            ? p_end
-                            : std::max<int64_t>(2, kFloatPanelBlockBytes / panel_bytes / 2 * 2);
+  const int64_t block =
+      n <= F::kPassRows ? p_end : std::max<int64_t>(2, kFloatPanelBlockBytes / panel_bytes / 2 * 2);
   for (int64_t b0 = row_begin / model::kPanelRows; b0 < p_end; b0 += block) {
     const int64_t b1 = std::min(p_end, b0 + block);
-    for (int i = 0; i < n; i += kFloatPanelPassRows) {
-      FloatPanelRowsOf<F>(std::min(kFloatPanelPassRows, n - i), w, panel_elems, words, b0, b1,
-                          x + i * ldx, ldx, y + i * ldy, ldy,
-                          std::make_integer_sequence<int, kFloatPanelPassRows>());
+    for (int i = 0; i < n; i += F::kPassRows) {
+      FloatPanelRowsOf<F>(std::min(F::kPassRows, n - i), w, panel_elems, words, b0, b1, x + i * ldx,
+                          ldx, y + i * ldy, ldy, std::make_integer_sequence<int, F::kPassRows>());
     }
   }
 }
