@@ -2,7 +2,8 @@
 // attributes so the rest of the program stays baseline x86-64; called only when
 // IsaSupported(Isa::kAvx2). The loops are in simd_kernels_inl.h; this file holds the
 // AVX2 vector and weight traits. f32 weights in 16-row panels: simd_float_panels_inl.h with
-// F32LinesYmm below; quantized weights in 16-row panels: simd_quant_panels_avx2_inl.h.
+// F32LinesYmm below (its accumulator: Ymm16Rows of simd_quant_panels_avx2_inl.h); quantized weights
+// in 16-row panels: simd_quant_panels_avx2_inl.h.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -101,18 +102,20 @@ struct BF16W {
   static float One(uint16_t v) { return model::BF16ToFloat(v); }
 };
 
+#include "backends/cpu_blas/simd_float_panels_inl.h"       // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_kernels_inl.h"            // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_quant_inl.h"              // NOLINT(build/include): see its header
+#include "backends/cpu_blas/simd_quant_panels_avx2_inl.h"  // NOLINT(build/include): see its header
+
 // The f32 panel layout (model/panels.h) in 256-bit halves: one line is a column of 16 rows,
 // two vfmadd231ps (rows 0-7, 8-15) multiply it by a broadcast element of one activation
 // row. 16 registers: 2 accumulators per (panel, activation row), at most 12 of them, so
 // that the line's halves and the broadcast fit beside them.
-struct F32LinesYmm {
+struct F32LinesYmm : Ymm16Rows {
   using Weight = float;
   using Act = float;
   static constexpr int64_t kCols = 1;
-  struct Vec {
-    __m256 half[2];
-  };
-  using Acc = Vec;
+  using Vec = Acc;  // a line: rows 0-7, 8-15
   KVSERVE_SIMD_TARGET static Vec Line(const float* at) {
     return Vec{{_mm256_loadu_ps(at), _mm256_loadu_ps(at + 8)}};
   }
@@ -120,11 +123,6 @@ struct F32LinesYmm {
   KVSERVE_SIMD_TARGET static Acc Madd(Acc acc, Vec w, __m256 x) {
     return Acc{
         {_mm256_fmadd_ps(w.half[0], x, acc.half[0]), _mm256_fmadd_ps(w.half[1], x, acc.half[1])}};
-  }
-  KVSERVE_SIMD_TARGET static Acc Zero() { return Acc{{_mm256_setzero_ps(), _mm256_setzero_ps()}}; }
-  KVSERVE_SIMD_TARGET static void Store(float* y, Acc acc) {
-    _mm256_storeu_ps(y, acc.half[0]);
-    _mm256_storeu_ps(y + 8, acc.half[1]);
   }
   // Activation rows per pass over a block: 6 rows of one panel (12 accumulators).
   static constexpr int kPassRows = 6;
@@ -134,11 +132,6 @@ struct F32LinesYmm {
   // on Emerald Rapids"; other tilings not yet compared.)
   static constexpr int Panels(int m) { return m == 1 ? 4 : m == 2 ? 3 : m == 3 ? 2 : 1; }
 };
-
-#include "backends/cpu_blas/simd_float_panels_inl.h"       // NOLINT(build/include): see its header
-#include "backends/cpu_blas/simd_kernels_inl.h"            // NOLINT(build/include): see its header
-#include "backends/cpu_blas/simd_quant_inl.h"              // NOLINT(build/include): see its header
-#include "backends/cpu_blas/simd_quant_panels_avx2_inl.h"  // NOLINT(build/include): see its header
 
 constexpr KernelSet WithF32Panels(KernelSet k) {
   k.matmul_f32_panels = &MatMulFloatPanels<F32LinesYmm>;

@@ -74,19 +74,24 @@ struct YmmChain {
 };
 
 // The 16 rows of a panel in two 256-bit accumulators (rows 0-7, 8-15).
-struct Ymm16Lanes {
+// (Also the accumulator of simd_avx2.cc's f32 panel format, F32LinesYmm.)
+struct Ymm16Rows {
   struct Acc {
     __m256 half[2];
   };
-  // Activation rows per pass: each row takes 2 float accumulators and 2 integer sums, so 3
-  // rows and the operands fill the 16 registers.
-  static constexpr int kMaxRows = 3;
-  static constexpr int Panels(int m) { return m == 1 ? 2 : 1; }
   KVSERVE_SIMD_TARGET static Acc Zero() { return Acc{{_mm256_setzero_ps(), _mm256_setzero_ps()}}; }
   KVSERVE_SIMD_TARGET static void Store(float* y, const Acc& a) {
     _mm256_storeu_ps(y, a.half[0]);
     _mm256_storeu_ps(y + 8, a.half[1]);
   }
+};
+
+// The quantized formats' lane traits: Ymm16Rows and their tiling.
+struct Ymm16Lanes : Ymm16Rows {
+  // Activation rows per pass: each row takes 2 float accumulators and 2 integer sums, so 3
+  // rows and the operands fill the 16 registers.
+  static constexpr int kMaxRows = 3;
+  static constexpr int Panels(int m) { return m == 1 ? 2 : 1; }
 };
 
 // Broadcast of 4-byte word k of `p` (activation codes).
