@@ -68,7 +68,7 @@ struct BackendOptions {
   // cpu_blas on CPUs with AVX2: multiply f32 projections in 16-row panels
   // (cpu_blas::GemmOptions::f32_panels). Default true.
   bool f32_panels = true;
-  // cpu_blas on CPUs with AVX512-BF16: multiply bf16 projections in 16-row panels
+  // cpu_blas on CPUs with AVX2: multiply bf16 projections in 16-row panels
   // (cpu_blas::GemmOptions::bf16_panels). Default true.
   bool bf16_panels = true;
   // cpu_blas: which kernel multiplies those bf16 panels (cpu_blas::

@@ -224,8 +224,25 @@ void TimeProducts(benchmark::State& state, backends::cpu_blas::Gemm& gemm, const
   }
 }
 
+// The kernel level BM_Gemm and BM_QuantLayout run: the best this CPU has, or the one named by the
+// environment variable KVSERVE_BENCH_ISA (cpu_blas::IsaName: scalar, avx2, avx_vnni, avx512,
+// avx512vnni, ...; must be supported), to compare levels on one machine.
+backends::cpu_blas::Isa BenchIsa() {
+  const char* forced = std::getenv("KVSERVE_BENCH_ISA");
+  if (forced == nullptr) return backends::cpu_blas::BestIsa();
+  for (const backends::cpu_blas::Isa isa : backends::cpu_blas::kAllIsas) {
+    if (backends::cpu_blas::IsaName(isa) != forced) continue;
+    if (backends::cpu_blas::IsaSupported(isa)) return isa;
+    std::fprintf(stderr, "KVSERVE_BENCH_ISA=%s: not supported by this CPU\n", forced);
+    std::exit(2);
+  }
+  std::fprintf(stderr, "KVSERVE_BENCH_ISA=%s: no such kernel level\n", forced);
+  std::exit(2);
+}
+
 // Args: dtype, activation rows n, threads, sgemm_min_rows, bf16_dot (GemmOptions, 0/1;
-// 2: the weights packed into panels, f32 or bf16 with bf16_dot).
+// 2: the weights packed into panels, f32, or bf16 with bf16_dot; 3: bf16 panels without
+// bf16_dot, KernelSet::matmul_bf16_panels_exact). The kernel level: BenchIsa().
 void BM_Gemm(benchmark::State& state) {
   const DType dtype = DTypeArg(state.range(0));
   const int n = static_cast<int>(state.range(1));
@@ -234,15 +251,11 @@ void BM_Gemm(benchmark::State& state) {
   options.batch_invariant = false;  // the crossovers below choose the path
   options.sgemm_min_rows = static_cast<int>(state.range(3));
   options.quant_sgemm_min_rows = options.sgemm_min_rows;
-  options.bf16_dot = state.range(4) != 0;
-  const bool panels = state.range(4) == 2;
-  const backends::cpu_blas::KernelSet& kernels =
-      backends::cpu_blas::KernelsFor(backends::cpu_blas::BestIsa());
-  const bool f32_panels = dtype == DType::kF32 && kernels.matmul_f32_panels != nullptr;
-  const bool bf16_panels = dtype == DType::kBF16 && kernels.matmul_bf16_panels != nullptr;
-  if (panels && !f32_panels && !bf16_panels) {
-    state.SkipWithError(
-        "panels need f32 weights and the avx512 kernel level or bf16 weights and avx512bf16");
+  options.bf16_dot = state.range(4) == 1 || state.range(4) == 2;
+  const bool panels = state.range(4) >= 2;
+  const backends::cpu_blas::KernelSet& kernels = backends::cpu_blas::KernelsFor(BenchIsa());
+  if (panels && !backends::cpu_blas::PanelsReadable(kernels, options).has(dtype)) {
+    state.SkipWithError("this kernel level (and bf16_dot) has no panels of this type");
     return;
   }
   const int64_t rows = 2048, cols = 768;
@@ -275,9 +288,11 @@ void GemmArgs(benchmark::internal::Benchmark* b) {
         b->Args({dtype, n, threads, 1 << 20, 0});  // streaming kernels
         b->Args({dtype, n, threads, 1, 0});        // sgemm tiles
         // bf16 with vdpbf16ps where the CPU has it (otherwise as streaming), on row-major
-        // weights (1) and on the panel layout (2, packed_weights.h); f32 on its panel layout.
+        // weights (1) and on the panel layout (2, packed_weights.h); f32 on its panel layout;
+        // bf16 panels multiplied exactly (3).
         if (dtype == 2) b->Args({dtype, n, threads, 1 << 20, 1});
         if (dtype == 0 || dtype == 2) b->Args({dtype, n, threads, 1 << 20, 2});
+        if (dtype == 2) b->Args({dtype, n, threads, 1 << 20, 3});
       }
     }
   }
@@ -300,22 +315,6 @@ const MatrixSet& QuantSetFor(DType dtype) {
   return *set;
 }
 
-// The kernel level BM_QuantLayout runs: the best this CPU has, or the one named by the
-// environment variable KVSERVE_BENCH_ISA (cpu_blas::IsaName: scalar, avx2, avx_vnni, avx512,
-// avx512vnni, ...; must be supported), to compare levels on one machine.
-backends::cpu_blas::Isa QuantLayoutIsa() {
-  const char* forced = std::getenv("KVSERVE_BENCH_ISA");
-  if (forced == nullptr) return backends::cpu_blas::BestIsa();
-  for (const backends::cpu_blas::Isa isa : backends::cpu_blas::kAllIsas) {
-    if (backends::cpu_blas::IsaName(isa) != forced) continue;
-    if (backends::cpu_blas::IsaSupported(isa)) return isa;
-    std::fprintf(stderr, "KVSERVE_BENCH_ISA=%s: not supported by this CPU\n", forced);
-    std::exit(2);
-  }
-  std::fprintf(stderr, "KVSERVE_BENCH_ISA=%s: no such kernel level\n", forced);
-  std::exit(2);
-}
-
 void BM_QuantLayout(benchmark::State& state) {
   const DType dtype = DTypeArg(state.range(0));
   const int n = static_cast<int>(state.range(1));
@@ -325,7 +324,7 @@ void BM_QuantLayout(benchmark::State& state) {
   options.quant_interleave_min_rows = path == 1 ? 1 : 1 << 20;
   options.quant_sgemm_min_rows = path == 2 ? 1 : 1 << 20;
   const int64_t rows = 2048, cols = 768;
-  const backends::cpu_blas::KernelSet& kernels = backends::cpu_blas::KernelsFor(QuantLayoutIsa());
+  const backends::cpu_blas::KernelSet& kernels = backends::cpu_blas::KernelsFor(BenchIsa());
   if (path == 3 && !backends::cpu_blas::PanelsReadable(kernels, options).has(dtype)) {
     state.SkipWithError("this kernel level has no panels of this type");
     return;

@@ -28,9 +28,9 @@ ABSL_FLAG(bool, f32_panels, true,
           "matrices into 16-row panels at load (batched decode and prefill read each weight "
           "once per 6 (avx2) or 8 (avx512) activation rows; the weights stay resident once).");
 ABSL_FLAG(bool, bf16_panels, true,
-          "On CPUs with AVX512-BF16 (cpu_blas kernel level avx512bf16), repack bf16 "
-          "projection matrices into 16-row panels at load (batched decode reads each "
-          "weight once per step; the weights stay resident once).");
+          "On CPUs with AVX2 (cpu_blas kernel level avx2 and up), repack bf16 projection "
+          "matrices into 16-row panels at load (batched decode and prefill read each weight "
+          "once per 8 activation rows; the weights stay resident once).");
 ABSL_FLAG(std::string, bf16_panel_kernel, "auto",
           "Which kernel multiplies the bf16 panels: dpbf16 (vdpbf16ps), fma (each bf16 pair "
           "widened to f32, two FMAs: the same results where the CPU's vdpbf16ps rounds as "

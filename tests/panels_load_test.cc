@@ -1,6 +1,6 @@
 // An f32, bf16, q4_0, q8_0 or Q4_K_M (q4_K with q6_K) GGUF file loaded with
 // model::LoadOptions::panels (as engine::LoadModel does for the cpu_blas backend on CPUs with
-// AVX-512, AVX512-BF16, resp. AVX-512 VNNI): the same
+// AVX2): the same
 // fingerprint and the same elements as a row-major load, the cpu_blas backend's logits bit for bit
 // those it computes on its own packed copies of a row-major load (and near the reference's), the
 // backends that cannot read panels refuse the model, and LoadModel packs exactly when the backend
@@ -17,6 +17,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu_blas/cpu_blas_backend.h"
+#include "backends/cpu_blas/gemm.h"
 #include "backends/cpu_blas/simd_kernels.h"
 #include "backends/kv_arena.h"
 #include "bench/synthetic_model.h"
@@ -75,14 +76,9 @@ class PanelsLoadTest : public ::testing::TestWithParam<Param> {
     types.q6_k = k_quants();
     return types;
   }
-  // The kernel level that reads this file's panels, and one below it.
-  backends::cpu_blas::Isa Level() const {
-    return bf16() ? backends::cpu_blas::Isa::kAvx512Bf16
-                  : backends::cpu_blas::Isa::kAvx2;  // f32, q4_0, q8_0, q4_K, q6_K
-  }
-  backends::cpu_blas::Isa Lower() const {
-    return bf16() ? backends::cpu_blas::Isa::kAvx512Vnni : backends::cpu_blas::Isa::kScalar;
-  }
+  // The kernel level that reads this file's panels (every type's), and one below it.
+  static constexpr backends::cpu_blas::Isa kLevel = backends::cpu_blas::Isa::kAvx2;
+  static constexpr backends::cpu_blas::Isa kLower = backends::cpu_blas::Isa::kScalar;
   // Sets the panel switches of `options` (engine::ModelOptions, backends::BackendOptions):
   // this file's type's to `allowed`, the others on (only this file's type's matters).
   template <typename Options>
@@ -186,27 +182,21 @@ TEST_P(PanelsLoadTest, CpuBlasReadsThePanelsOthersRefuseThem) {
       backends::CreateBackend("reference", *panels, layout, {});
   EXPECT_EQ(reference.status().code(), absl::StatusCode::kFailedPrecondition) << reference.status();
 
-  if (!backends::cpu_blas::IsaSupported(Level())) {
+  if (!backends::cpu_blas::IsaSupported(kLevel)) {
     // No CPU support: the default backend does not read panels, so it refuses them too.
     EXPECT_FALSE(Reads(backends::BackendReadsPanels("cpu_blas", {})));
     absl::StatusOr<std::unique_ptr<backends::Backend>> cpu =
         backends::CreateBackend("cpu_blas", *panels, layout, {.threads = 2});
     EXPECT_EQ(cpu.status().code(), absl::StatusCode::kFailedPrecondition) << cpu.status();
-    GTEST_SKIP() << "this CPU has no " << backends::cpu_blas::IsaName(Level())
+    GTEST_SKIP() << "this CPU has no " << backends::cpu_blas::IsaName(kLevel)
                  << ": the panel kernels are not run";
   }
   EXPECT_TRUE(Reads(backends::BackendReadsPanels("cpu_blas", {})));
-  // A lower kernel level (or, for bf16, bf16_dot off) cannot read the panels.
+  // A lower kernel level cannot read the panels.
   backends::CpuBlasOptions lower;
-  lower.isa = Lower();
+  lower.isa = kLower;
   EXPECT_EQ(backends::CpuBlasBackend::Create(*panels, layout, lower).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  if (bf16()) {
-    backends::CpuBlasOptions no_dot;
-    no_dot.gemm.bf16_dot = false;
-    EXPECT_EQ(backends::CpuBlasBackend::Create(*panels, layout, no_dot).status().code(),
-              absl::StatusCode::kFailedPrecondition);
-  }
 
   backends::CpuBlasOptions options;
   options.threads = 2;
@@ -233,25 +223,35 @@ TEST_P(PanelsLoadTest, CpuBlasReadsThePanelsOthersRefuseThem) {
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_NEAR(a[i], want[i], tolerance * (1.0f + max_abs)) << "logit " << i;
   }
-  // The lowest level that reads the panels (the quantized types: the 256-bit kernels of avx2,
-  // and of avx_vnni where the CPU has it) on the same packed bytes, where it is not the
-  // level above.
-  std::vector<backends::cpu_blas::Isa> lower_levels = {Level()};
-  if (Level() == backends::cpu_blas::Isa::kAvx2) {
-    lower_levels.push_back(backends::cpu_blas::Isa::kAvxVnni);
-  }
-  for (const backends::cpu_blas::Isa level : lower_levels) {
-    if (level == backends::cpu_blas::BestIsa() || !backends::cpu_blas::IsaSupported(level)) {
+  // The lowest levels that read the panels (the 256-bit kernels of avx2, and of avx_vnni
+  // where the CPU has it; bf16: the exact products of matmul_bf16_panels_exact) on the same
+  // packed bytes, where they are not the level above; and for bf16, the best level with
+  // bf16_dot off (the exact products there too, where the CPU has vdpbf16ps).
+  struct Variant {
+    backends::cpu_blas::Isa level;
+    bool bf16_dot;
+  };
+  std::vector<Variant> variants = {{kLevel, true}, {backends::cpu_blas::Isa::kAvxVnni, true}};
+  if (bf16()) variants.push_back({backends::cpu_blas::BestIsa(), false});
+  for (const Variant& v : variants) {
+    if ((v.level == backends::cpu_blas::BestIsa() && v.bf16_dot) ||
+        !backends::cpu_blas::IsaSupported(v.level)) {
       continue;
     }
-    SCOPED_TRACE(backends::cpu_blas::IsaName(level));
+    SCOPED_TRACE(::testing::Message()
+                 << backends::cpu_blas::IsaName(v.level) << (v.bf16_dot ? "" : ", bf16_dot off"));
     backends::CpuBlasOptions at_level = options;
-    at_level.isa = level;
+    at_level.isa = v.level;
+    at_level.gemm.bf16_dot = v.bf16_dot;
     auto low = backends::CpuBlasBackend::Create(*panels, layout, at_level);
     ASSERT_TRUE(low.ok()) << low.status();
     const std::vector<float> c = Logits(*panels, **low);
+    // bf16 without vdpbf16ps: the exact products, as close as f32's.
+    const bool exact_bf16 = bf16() && !backends::cpu_blas::UsesBf16Dot(
+                                          backends::cpu_blas::KernelsFor(v.level), at_level.gemm);
+    const float at_tolerance = exact_bf16 ? 1e-4f : tolerance;
     for (size_t i = 0; i < c.size(); ++i) {
-      ASSERT_NEAR(c[i], want[i], tolerance * (1.0f + max_abs)) << "logit " << i;
+      ASSERT_NEAR(c[i], want[i], at_tolerance * (1.0f + max_abs)) << "logit " << i;
     }
   }
 }

@@ -245,20 +245,25 @@ void CheckEveryLevel(const model::Model& model) {
     }
     // Panels or rows (the quantized kernels differ; the float ones too from avx512), with
     // f16 and f32 K/V in turn; two threads, so products and attention go in slices.
-    // bf16 panels at avx512bf16 with each of their two kernels (bf16_products.h).
-    for (int pass = 0; pass < 3; ++pass) {
+    // bf16 panels at avx512bf16 with each of their two kernels (bf16_products.h), and with
+    // bf16_dot off (matmul_bf16_panels_exact, as below avx512bf16).
+    for (int pass = 0; pass < 4; ++pass) {
       const bool panels = pass != 1;
       const bool fma = pass == 2;
-      if (fma && (isa != Isa::kAvx512Bf16 || model.weights().layers[0].wq.type != DType::kBF16)) {
+      const bool exact = pass == 3;
+      if ((fma || exact) &&
+          (isa != Isa::kAvx512Bf16 || model.weights().layers[0].wq.type != DType::kBF16)) {
         continue;
       }
       const DType kv = panels ? DType::kF16 : DType::kF32;
       SCOPED_TRACE(::testing::Message() << cpu_blas::IsaName(isa) << (panels ? " panels" : " rows")
-                                        << (fma ? " fma" : "") << " kv " << model::DTypeName(kv));
+                                        << (fma ? " fma" : "") << (exact ? " bf16_dot off" : "")
+                                        << " kv " << model::DTypeName(kv));
       CpuBlasOptions options;
       options.isa = isa;
       options.threads = 2;
       options.gemm.f32_panels = options.gemm.bf16_panels = options.gemm.quant_panels = panels;
+      options.gemm.bf16_dot = !exact;
       options.gemm.bf16_panel_kernel =
           fma ? cpu_blas::Bf16PanelKernel::kFma : cpu_blas::Bf16PanelKernel::kDpbf16;
       ASSERT_TRUE(options.gemm.batch_invariant);  // the default

@@ -271,8 +271,8 @@ absl::StatusOr<std::unique_ptr<CpuBlasBackend>> CpuBlasBackend::Create(
   if (packed.bf16 && !readable.bf16) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cpu_blas: the model's bf16 weights are packed in panels (LoadOptions::panels), "
-        "which only the avx512bf16 kernels with bf16_dot read; kernel level ",
-        std::string(cpu_blas::IsaName(level)), ", bf16_dot ", options.gemm.bf16_dot));
+        "which only the kernels of level avx2 and up read; kernel level ",
+        std::string(cpu_blas::IsaName(level))));
   }
   for (const model::DType type :
        {model::DType::kQ4_0, model::DType::kQ8_0, model::DType::kQ4_K, model::DType::kQ6_K}) {

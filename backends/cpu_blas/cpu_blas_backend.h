@@ -51,8 +51,7 @@ class CpuBlasBackend : public Backend {
   // INVALID_ARGUMENT when `kv_layout` does not fit the model or threads < 0;
   // FAILED_PRECONDITION when options.isa is not supported by this CPU, or when the model
   // holds panels (model::LoadOptions::panels) that the kernels `options` selects cannot
-  // read (bf16: a level below avx512bf16, or bf16_dot off; q4_0, q8_0: below avx2; q4_K,
-  // q6_K: below avx512vnni).
+  // read (f32, bf16, q4_0, q8_0, q4_K, q6_K: the scalar or a NEON level).
   // Where ReadsPanels(options) has a type of which the model holds row-major
   // projections, the backend packs copies of them (PackedWeights: resident twice).
   static absl::StatusOr<std::unique_ptr<CpuBlasBackend>> Create(const model::Model& model,
@@ -60,8 +59,8 @@ class CpuBlasBackend : public Backend {
                                                                 const CpuBlasOptions& options);
   // The weight types a backend made with `options` on this CPU multiplies in panel
   // layouts (cpu_blas::PanelsWanted: f32 from kernel level avx2 with
-  // GemmOptions::f32_panels, bf16 at avx512bf16 with bf16_dot and bf16_panels, the
-  // q4_0, q8_0, q4_K and q6_K from avx2 with quant_panels), so a model loaded for such
+  // GemmOptions::f32_panels, bf16 from avx2 with bf16_panels, the q4_0, q8_0, q4_K and
+  // q6_K from avx2 with quant_panels), so a model loaded for such
   // backends alone should be loaded with LoadOptions::panels set to them (engine::LoadModel does).
   static model::PanelTypes ReadsPanels(const CpuBlasOptions& options);
   ~CpuBlasBackend() override;

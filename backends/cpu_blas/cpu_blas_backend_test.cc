@@ -308,8 +308,10 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, ParityTest,
 // quantized weights packed by the backend where the level reads them); sgemm only), and several
 // thread counts agree with the reference.
 TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
-  // kPanelsFma: bf16 panels through matmul_bf16_panels_fma (kPanels: vdpbf16ps).
-  enum Path { kPanels, kPanelsFma, kRows, kSgemm };
+  // kPanelsFma: bf16 panels through matmul_bf16_panels_fma (kPanels: vdpbf16ps);
+  // kPanelsExact: bf16 panels at avx512bf16 with bf16_dot off (matmul_bf16_panels_exact,
+  // which kPanels runs below avx512bf16).
+  enum Path { kPanels, kPanelsFma, kPanelsExact, kRows, kSgemm };
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
                       DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     auto m = MakeModel(dtype, false, model::IsQuantized(dtype) ? QuantConfig() : WideConfig());
@@ -322,20 +324,22 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
                     std::string(cpu_blas::IsaName(isa)).c_str());
         continue;
       }
-      for (Path path : {kPanels, kPanelsFma, kRows, kSgemm}) {
+      for (Path path : {kPanels, kPanelsFma, kPanelsExact, kRows, kSgemm}) {
         // Only the types with a panel layout differ between kPanels and kRows.
         if (path == kRows && model::PanelLayoutOf(dtype) == model::Layout::kRows) continue;
-        if (path == kPanelsFma && (dtype != DType::kBF16 || isa != cpu_blas::Isa::kAvx512Bf16)) {
+        if ((path == kPanelsFma || path == kPanelsExact) &&
+            (dtype != DType::kBF16 || isa != cpu_blas::Isa::kAvx512Bf16)) {
           continue;
         }
         for (int threads : {1, 3}) {
           const int sgemm_min_rows = path == kSgemm ? 1 : 1 << 20;
           SCOPED_TRACE(::testing::Message()
                        << model::DTypeName(dtype) << " " << cpu_blas::IsaName(isa) << " path="
-                       << (path == kPanels      ? "panels"
-                           : path == kPanelsFma ? "panels_fma"
-                           : path == kRows      ? "rows"
-                                                : "sgemm")
+                       << (path == kPanels        ? "panels"
+                           : path == kPanelsFma   ? "panels_fma"
+                           : path == kPanelsExact ? "panels_exact"
+                           : path == kRows        ? "rows"
+                                                  : "sgemm")
                        << " threads=" << threads);
           CpuBlasOptions options;
           options.isa = isa;
@@ -345,7 +349,8 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
           // Quantized activations on the caller (1 thread) or on the pool (3 threads).
           options.gemm.quant_parallel_min_elements = threads == 1 ? int64_t{1} << 40 : 1;
           options.gemm.f32_panels = options.gemm.bf16_panels = options.gemm.quant_panels =
-              path == kPanels || path == kPanelsFma;
+              path == kPanels || path == kPanelsFma || path == kPanelsExact;
+          options.gemm.bf16_dot = path != kPanelsExact;
           options.gemm.bf16_panel_kernel = path == kPanelsFma ? cpu_blas::Bf16PanelKernel::kFma
                                                               : cpu_blas::Bf16PanelKernel::kDpbf16;
           // (The interleaved layout, bf16 dot and the panels never go to sgemm: off for
@@ -361,8 +366,10 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
           EXPECT_EQ((*backend)->threads(), threads);
           Driver fast(std::move(*backend), *m);
           Driver ref(MakeReference(*m, layout), *m);
-          const float tolerance = sgemm_min_rows == 1 ? ToleranceFor(DType::kF32)
-                                                      : ToleranceFor(dtype, isa);  // sgemm: f32
+          // sgemm, and bf16 with bf16_dot off: the f32 products.
+          const float tolerance = sgemm_min_rows == 1 || path == kPanelsExact
+                                      ? ToleranceFor(DType::kF32)
+                                      : ToleranceFor(dtype, isa);
           EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size), tolerance);
         }
       }

@@ -25,10 +25,15 @@ const uint8_t* Bytes(const model::TensorView& w) { return static_cast<const uint
 
 void SetOpenBlasSingleThreaded() { openblas_set_num_threads(1); }
 
+bool UsesBf16Dot(const KernelSet& kernels, const GemmOptions& options) {
+  return options.bf16_dot && kernels.matmul_bf16_dot != nullptr;
+}
+
 model::PanelTypes PanelsReadable(const KernelSet& kernels, const GemmOptions& options) {
   return model::PanelTypes{
       .f32 = kernels.matmul_f32_panels != nullptr,
-      .bf16 = options.bf16_dot && kernels.matmul_bf16_panels != nullptr,
+      .bf16 = UsesBf16Dot(kernels, options) ? kernels.matmul_bf16_panels != nullptr
+                                            : kernels.matmul_bf16_panels_exact != nullptr,
       .q4_0 = kernels.matmul_q4_0_panels != nullptr,
       .q8_0 = kernels.matmul_q8_0_panels != nullptr,
       .q4_k = kernels.matmul_q4_k_panels != nullptr,
@@ -103,8 +108,7 @@ void Gemm::RunProducts(std::span<const RowsProduct> products, const float* x, in
   const int threads = pool_->size();
   const bool quantized = model::IsQuantized(products.front().w->type);
   const int64_t cols = products.front().w->cols;
-  bf16_dot_ = products.front().w->type == model::DType::kBF16 && options_.bf16_dot &&
-              kernels_->matmul_bf16_dot != nullptr;
+  bf16_dot_ = products.front().w->type == model::DType::kBF16 && UsesBf16Dot(*kernels_, options_);
   bool f32_panels = false;
   bool bf16_panels = false;
   quant_panels_ = false;
@@ -120,7 +124,6 @@ void Gemm::RunProducts(std::span<const RowsProduct> products, const float* x, in
   const int interleave_min_rows = options_.batch_invariant ? 1 : options_.quant_interleave_min_rows;
   interleaved_ = quantized && !quant_panels_ && n >= interleave_min_rows && cols % 256 == 0 &&
                  kernels_->matmul_q8_0_il != nullptr;
-  assert(!bf16_panels || bf16_dot_);
   const bool panels = f32_panels || bf16_panels || quant_panels_;
   const bool sgemm = !options_.batch_invariant && !interleaved_ && !bf16_dot_ && !panels &&
                      n >= (quantized ? options_.quant_sgemm_min_rows : options_.sgemm_min_rows);
@@ -129,7 +132,8 @@ void Gemm::RunProducts(std::span<const RowsProduct> products, const float* x, in
   } else if (!sgemm) {
     QuantizeActivations(products, x, n);
   }
-  if (f32_panels) PadActivations(x, n, cols);
+  // The exact panel kernels (f32; bf16 without bf16_dot) read x as floats, padded.
+  if (f32_panels || (bf16_panels && !bf16_dot_)) PadActivations(x, n, cols);
   // Rows per slice of a product over rows_n activation rows. Streaming: enough slices to
   // balance (about 8 per thread over all products; quantized weights: no smaller than
   // options_.quant_min_task_bytes / rows_n weight bytes), a multiple of the kernels'
@@ -191,7 +195,11 @@ void Gemm::RunStreaming(const Task& task, const float* x) {
                    rows);
       break;
     case model::DType::kBF16:
-      if (w.layout == model::Layout::kBf16Panels && bf16_panels_fma_) {
+      if (w.layout == model::Layout::kBf16Panels && !bf16_dot_) {
+        k.matmul_bf16_panels_exact(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1,
+                                   xf32_rows_ + task.x_begin * xf32_row_, xf32_row_, n, task.y,
+                                   rows);
+      } else if (w.layout == model::Layout::kBf16Panels && bf16_panels_fma_) {
         k.matmul_bf16_panels_fma(static_cast<const uint16_t*>(w.data), cols, task.r0, task.r1,
                                  xbf16f_.data() + task.x_begin * xbf16_row_, xbf16_row_, n, task.y,
                                  rows);

@@ -63,9 +63,11 @@ struct GemmOptions {
   // it also beats sgemm (bench/kernels_bench.cc BM_Gemm; docs/performance.md, "Kernels
   // alone"). Default true.
   bool bf16_dot = true;
-  // With bf16_dot, on the same CPUs: bf16 projection matrices in panels of 16 rows
-  // (model/panels.h, KernelSet::matmul_bf16_panels), in which one pass over the
-  // weights serves 8 activation rows and the weights stream in address order: as
+  // bf16 projection matrices in panels of 16 rows (model/panels.h), in which one pass over
+  // the weights serves 8 activation rows and the weights stream in address
+  // order: with bf16_dot on the CPUs above, KernelSet::matmul_bf16_panels (or _fma); on
+  // the other x86-64 levels from avx2, or with bf16_dot off, matmul_bf16_panels_exact (the
+  // exact f32 products of matmul_bf16, for every row count: never sgemm). As
   // the Model holds them when loaded with LoadOptions::panels (the server), else as
   // copies the cpu_blas backend packs at start (packed_weights.h; resident beside the
   // Model's own). Reading the weights in address order once per 8 rows is what lets a
@@ -148,7 +150,8 @@ class Gemm {
   // quantized weights, unless the product goes to sgemm (GemmOptions), x is first
   // quantized to 8 bits per block (q8_activations.h), which bounds the difference from
   // the float product). A view in a panel layout needs it in
-  // PanelsReadable(kernels, options) (bf16 panels are multiplied as bf16_dot describes).
+  // PanelsReadable(kernels, options) (bf16 panels are multiplied as bf16_dot describes where
+  // it applies, else exactly: KernelSet::matmul_bf16_panels_exact).
   void Run(const model::TensorView& w, const float* x, int n, float* y);
 
   // Several products of the same x (e.g. Q, K and V) in one parallel loop, so the pool
@@ -202,7 +205,8 @@ class Gemm {
   // Fills xbf16_ with x rounded to bf16 for matmul_bf16_dot and matmul_bf16_panels, and
   // with `widened` also xbf16f_ with the same values as floats (matmul_bf16_panels_fma).
   void RoundActivations(const float* x, int n, int64_t cols, bool widened);
-  // Points xf32_rows_ at x's rows for matmul_f32_panels, xf32_row_ floats apart: x itself
+  // Points xf32_rows_ at x's rows for matmul_f32_panels and matmul_bf16_panels_exact,
+  // xf32_row_ floats apart: x itself
   // for one row, else a padded copy in xf32_.
   void PadActivations(const float* x, int n, int64_t cols);
   // Calls rows(begin, end) over the n activation rows of `cols` elements: on the calling
@@ -240,10 +244,14 @@ class Gemm {
 };
 
 // The panel layouts (model/panels.h) a Gemm with `kernels` and `options` can multiply
-// (f32: matmul_f32_panels; bf16: bf16_dot and matmul_bf16_panels; the quantized types:
-// their matmul_*_panels kernel), whatever GemmOptions::f32_panels, bf16_panels and
-// quant_panels say.
+// (f32: matmul_f32_panels; bf16: matmul_bf16_panels where UsesBf16Dot, else
+// matmul_bf16_panels_exact; the quantized types: their matmul_*_panels kernel), whatever
+// GemmOptions::f32_panels, bf16_panels and quant_panels say.
 model::PanelTypes PanelsReadable(const KernelSet& kernels, const GemmOptions& options);
+
+// Whether a Gemm with `kernels` and `options` multiplies bf16 weights against activations
+// rounded to bf16 (GemmOptions::bf16_dot, where the kernels have matmul_bf16_dot).
+bool UsesBf16Dot(const KernelSet& kernels, const GemmOptions& options);
 
 // Those of them the options ask for (GemmOptions::f32_panels, bf16_panels, quant_panels): the
 // layouts weights should be in for this Gemm.

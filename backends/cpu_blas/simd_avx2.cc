@@ -1,9 +1,9 @@
 // AVX2 + FMA + F16C kernels (8 float lanes). Compiled with per-function target
 // attributes so the rest of the program stays baseline x86-64; called only when
 // IsaSupported(Isa::kAvx2). The loops are in simd_kernels_inl.h; this file holds the
-// AVX2 vector and weight traits. f32 weights in 16-row panels: simd_float_panels_inl.h with
-// F32LinesYmm below (its accumulator: Ymm16Rows of simd_quant_panels_avx2_inl.h); quantized weights
-// in 16-row panels: simd_quant_panels_avx2_inl.h.
+// AVX2 vector and weight traits. f32 and bf16 weights in 16-row panels: simd_float_panels_inl.h
+// with F32LinesYmm and Bf16ExactLinesYmm below (its accumulator: Ymm16Rows of
+// simd_quant_panels_avx2_inl.h); quantized weights in 16-row panels: simd_quant_panels_avx2_inl.h.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -124,7 +124,9 @@ struct F32LinesYmm : Ymm16Rows {
     return Acc{
         {_mm256_fmadd_ps(w.half[0], x, acc.half[0]), _mm256_fmadd_ps(w.half[1], x, acc.half[1])}};
   }
-  // Activation rows per pass over a block: 6 rows of one panel (12 accumulators).
+  // Activation rows per pass over a block: 6 rows of one panel (12 accumulators). (8 rows,
+  // which spill, measured 0.79-0.87x from 32 to 512 rows: bench/kernels_bench.cc BM_Gemm,
+  // alternating builds, Emerald Rapids at the avx2 level.)
   static constexpr int kPassRows = 6;
   // Panels per tile for m rows: batch 1 streams 4 panels side by side (8 accumulators; the
   // lines go straight from memory into the multiply-adds), 2 and 3 rows take 3 and 2.
@@ -133,12 +135,59 @@ struct F32LinesYmm : Ymm16Rows {
   static constexpr int Panels(int m) { return m == 1 ? 4 : m == 2 ? 3 : m == 3 ? 2 : 1; }
 };
 
-constexpr KernelSet WithF32Panels(KernelSet k) {
+// The bf16 panel layout for KernelSet::matmul_bf16_panels_exact in 256-bit halves: each
+// half of a line (the column pair of 8 rows) widened to its even and odd columns (a bf16
+// is the upper half of an f32: exact), then per half the columns in order, one FMA each, as
+// F32LinesYmm on the widened weights. A widened line takes 4 registers, so fewer
+// activation rows and panels per pass than F32LinesYmm.
+struct Bf16ExactLinesYmm : Ymm16Rows {
+  using Weight = uint16_t;
+  using Act = float;
+  static constexpr int64_t kCols = 2;
+  struct Vec {
+    __m256 even[2];  // rows 0-7, 8-15
+    __m256 odd[2];
+  };
+  struct Pair {
+    __m256 even;
+    __m256 odd;
+  };
+  KVSERVE_SIMD_TARGET static Vec Line(const uint16_t* at) {
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 16));
+    const __m256i odd_mask = _mm256_set1_epi32(~0xFFFF);
+    return Vec{{_mm256_castsi256_ps(_mm256_slli_epi32(lo, 16)),
+                _mm256_castsi256_ps(_mm256_slli_epi32(hi, 16))},
+               {_mm256_castsi256_ps(_mm256_and_si256(lo, odd_mask)),
+                _mm256_castsi256_ps(_mm256_and_si256(hi, odd_mask))}};
+  }
+  KVSERVE_SIMD_TARGET static Pair Broadcast(const float* at) {
+    return Pair{_mm256_set1_ps(at[0]), _mm256_set1_ps(at[1])};
+  }
+  KVSERVE_SIMD_TARGET static Acc Madd(Acc acc, const Vec& w, Pair x) {
+    return Acc{{_mm256_fmadd_ps(w.odd[0], x.odd, _mm256_fmadd_ps(w.even[0], x.even, acc.half[0])),
+                _mm256_fmadd_ps(w.odd[1], x.odd, _mm256_fmadd_ps(w.even[1], x.even, acc.half[1]))}};
+  }
+  // Activation rows per pass: 8 rows of one panel. Their 16 accumulators, the widened
+  // line's 4 registers and a broadcast pair are more than the 16 registers: the compiler
+  // keeps 6 accumulators on the stack (a load-FMA-store per word, off the FMA chains'
+  // critical path). Measured against 6 rows (which fit), alternating builds on Emerald
+  // Rapids at the avx2 level (bench/kernels_bench.cc BM_Gemm bf16 panels, 2 threads, 3
+  // rounds): 8 rows 1.01-1.17x faster from 16 to 512 rows (f32, whose widened line is 2
+  // registers, the other way: F32LinesYmm). Not measured on an AVX2-only core.
+  static constexpr int kPassRows = 8;
+  // Batch 1 streams 4 panels side by side (8 accumulators; each line widened just before
+  // its FMAs), 2 rows take 2.
+  static constexpr int Panels(int m) { return m == 1 ? 4 : m == 2 ? 2 : 1; }
+};
+
+constexpr KernelSet WithFloatPanels(KernelSet k) {
   k.matmul_f32_panels = &MatMulFloatPanels<F32LinesYmm>;
+  k.matmul_bf16_panels_exact = &MatMulFloatPanels<Bf16ExactLinesYmm>;
   return k;
 }
 
-constexpr KernelSet kAvx2Set = WithF32Panels(
+constexpr KernelSet kAvx2Set = WithFloatPanels(
     WithYmmQuantPanelKernels<MaddubsDot>(WithQuantKernels<MaddubsDot>(MakeKernelSet(Isa::kAvx2))));
 
 }  // namespace

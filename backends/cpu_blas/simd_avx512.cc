@@ -2,11 +2,11 @@
 // the rest of the program stays baseline x86-64; called only when
 // IsaSupported(Isa::kAvx512). The loops are in simd_kernels_inl.h (shared with, and
 // tested through, the AVX2 level); this file holds the AVX-512 vector and weight traits,
-// the f32 panel kernel (simd_float_panels_inl.h) and the 256-bit q4_0 / q8_0 panel kernels
-// (simd_quant_panels_avx2_inl.h; the VNNI level replaces them with 512-bit ones).
-// GCC 12's avx512fintrin.h initialises "undefined" vectors from themselves, which
-// -Wuninitialized reports when the intrinsics are used under a target attribute
-// (GCC bug 105593, fixed in GCC 13). The warning is about the header, not this code.
+// the f32 and exact bf16 panel kernels (simd_float_panels_inl.h) and the 256-bit q4_0 / q8_0 panel
+// kernels (simd_quant_panels_avx2_inl.h; the VNNI level replaces them with 512-bit ones). GCC 12's
+// avx512fintrin.h initialises "undefined" vectors from themselves, which -Wuninitialized reports
+// when the intrinsics are used under a target attribute (GCC bug 105593, fixed in GCC 13). The
+// warning is about the header, not this code.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -122,17 +122,26 @@ struct F32Lines : Zmm16FloatLanes {
   }
 };
 
+// The bf16 panel layout for KernelSet::matmul_bf16_panels_exact: the columns in order (even,
+// then odd), one FMA each, as F32Lines on the widened weights.
+struct Bf16ExactLines : Bf16ZmmWidened {
+  KVSERVE_SIMD_TARGET static __m512 Madd(__m512 acc, Vec w, Vec x) {
+    return _mm512_fmadd_ps(w.odd, x.odd, _mm512_fmadd_ps(w.even, x.even, acc));
+  }
+};
+
 #include "backends/cpu_blas/simd_float_panels_inl.h"       // NOLINT(build/include): see its header
 #include "backends/cpu_blas/simd_kernels_inl.h"            // NOLINT(build/include): see its header
 #include "backends/cpu_blas/simd_quant_inl.h"              // NOLINT(build/include): see its header
 #include "backends/cpu_blas/simd_quant_panels_avx2_inl.h"  // NOLINT(build/include): see its header
 
-constexpr KernelSet WithF32Panels(KernelSet k) {
+constexpr KernelSet WithFloatPanels(KernelSet k) {
   k.matmul_f32_panels = &MatMulFloatPanels<F32Lines>;
+  k.matmul_bf16_panels_exact = &MatMulFloatPanels<Bf16ExactLines>;
   return k;
 }
 
-constexpr KernelSet kAvx512Set = WithF32Panels(WithYmmQuantPanelKernels<MaddubsDot>(
+constexpr KernelSet kAvx512Set = WithFloatPanels(WithYmmQuantPanelKernels<MaddubsDot>(
     WithQuantKernels<MaddubsDot>(MakeKernelSet(Isa::kAvx512))));
 
 }  // namespace

@@ -159,31 +159,16 @@ struct Bf16Lines : Zmm16FloatLanes {
   }
 };
 
-// The same panel layout read for f32 multiply-adds: each line widened to its odd and even
-// columns (a bf16 is the upper half of an f32: exact), the activations given as floats
-// that hold bf16 values (the same rounding as for vdpbf16ps), and per word
+// The same panel layout read for f32 multiply-adds (Bf16ZmmWidened: each line widened to
+// its odd and even columns, the activations given as floats that hold bf16 values, the same
+// rounding as for vdpbf16ps), and per word
 //   acc = fma(w_odd, x_odd, acc); acc = fma(w_even, x_even, acc)
 // which is vdpbf16ps's definition in Intel's manual (two f32 FMAs, odd pair first, round
 // to nearest even, denormal inputs read as zero and denormal results flushed: the caller
 // sets MXCSR so, MatMulBf16PanelsFma). Where vdpbf16ps issues at a quarter of the FMA's
 // rate (Intel Sapphire and Emerald Rapids: 0.5 against 2 a cycle), two FMAs a word are
 // twice as fast; bf16_products.h decides which of the two kernels a process runs.
-struct Bf16WidenedLines : Zmm16FloatLanes {
-  using Weight = uint16_t;
-  using Act = float;
-  static constexpr int64_t kCols = 2;
-  struct Vec {
-    __m512 odd;
-    __m512 even;
-  };
-  KVSERVE_SIMD_TARGET static Vec Line(const uint16_t* at) {
-    const __m512i v = _mm512_loadu_si512(at);
-    return Vec{_mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(~0xFFFF))),
-               _mm512_castsi512_ps(_mm512_slli_epi32(v, 16))};
-  }
-  KVSERVE_SIMD_TARGET static Vec Broadcast(const float* at) {
-    return Vec{_mm512_set1_ps(at[1]), _mm512_set1_ps(at[0])};
-  }
+struct Bf16WidenedLines : Bf16ZmmWidened {
   KVSERVE_SIMD_TARGET static __m512 Madd(__m512 acc, Vec w, Vec x) {
     return _mm512_fmadd_ps(w.even, x.even, _mm512_fmadd_ps(w.odd, x.odd, acc));
   }

@@ -1,9 +1,9 @@
-// The float panel kernels, KernelSet::matmul_f32_panels, matmul_bf16_panels and
-// matmul_bf16_panels_fma: weights in the f32 or bf16 panel layout (model/panels.h) against
-// float or bf16 activation rows, in 512-bit vectors (one per line) or 256-bit ones (two per
-// line). Not a normal header: simd_avx2.cc, simd_avx512.cc and simd_avx512_bf16.cc include
-// it inside their anonymous namespace, with KVSERVE_SIMD_TARGET defined, each with its
-// formats.
+// The float panel kernels, KernelSet::matmul_f32_panels, matmul_bf16_panels,
+// matmul_bf16_panels_fma and matmul_bf16_panels_exact: weights in the f32 or bf16 panel layout
+// (model/panels.h) against float or bf16 activation rows, in 512-bit vectors (one per line) or
+// 256-bit ones (two per line). Not a normal header: simd_avx2.cc, simd_avx512.cc and
+// simd_avx512_bf16.cc include it inside their anonymous namespace, with KVSERVE_SIMD_TARGET
+// defined, each with its formats.
 //
 // In both layouts one 64-byte line holds one 4-byte word of all 16 rows of a panel (f32: a
 // column; bf16: a column pair). One multiply-add (vfmadd231ps; vdpbf16ps; two 256-bit
@@ -29,8 +29,9 @@
 //   static Acc Zero(), static void Store(float* y, Acc acc)    y[0, 16) = acc
 //   kPassRows                   activation rows per pass over a block of panels
 //   static constexpr int Panels(int m)           panels per tile for m <= kPassRows rows
-// (Vec may be a struct of vectors: the FMA bf16 format widens a line to two, the 256-bit
-// formats hold a line in two. simd_float_panels_zmm_inl.h has the 512-bit Acc and tiling.)
+// (Vec may be a struct of vectors: the widening bf16 formats widen a line to two (four in
+// 256-bit halves), the 256-bit f32 format holds a line in two. simd_float_panels_zmm_inl.h has the
+// 512-bit Acc and tiling.)
 
 static_assert(model::kPanelRows == 16,
               "one panel line is 64 bytes: one 512-bit vector, two 256-bit");

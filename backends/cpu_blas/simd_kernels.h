@@ -194,11 +194,20 @@ struct KernelSet {
   MatMulFn<uint16_t> matmul_bf16_panels_fma = nullptr;
   // matmul_f32 with W in the f32 panel layout (model/panels.h) instead of row-major, `w`
   // its first element: the exact f32 products, each output one chain of multiply-adds over
-  // the columns in order (so it does not depend on n). For every row count (8 activation
-  // rows per pass over the weights). Precondition in addition: row_begin and row_end
-  // multiples of model::kPanelRows. nullptr below avx512 (the AVX2 level's 8 lanes are half
-  // a panel line) and on the NEON levels.
+  // the columns in order (so it does not depend on n). For every row count (6 activation
+  // rows per pass over the weights at avx2, 8 from avx512). Precondition in addition:
+  // row_begin and row_end multiples of model::kPanelRows. The same bits at every level that
+  // has it (avx2 and up: 512-bit lines, or each line as two 256-bit halves); nullptr at the
+  // scalar and NEON levels.
   MatMulFn<float> matmul_f32_panels = nullptr;
+  // matmul_bf16 with W in the bf16 panel layout (model/panels.h) instead of row-major: the
+  // exact f32 products of the bf16 weights and the float activations (x as matmul_bf16
+  // takes it, not rounded), each output one chain of FMAs over the columns in order; so
+  // bit for bit what matmul_f32_panels gives on the weights widened to f32, at every
+  // level. For the levels without vdpbf16ps (and bf16_dot off): bf16 weights take the
+  // panel layout there too. Precondition in addition: row_begin and row_end multiples of
+  // model::kPanelRows; cols even. Where matmul_f32_panels is.
+  MatMulFn<uint16_t> matmul_bf16_panels_exact = nullptr;
   // matmul_q4_0 (matmul_q8_0) with W in the q4_0 (q8_0) panel layout (model/panels.h)
   // instead of row-major, `w` its first byte and row_bytes that of a row-major row: the
   // same integer block products against Q8Block activation rows, summed in another

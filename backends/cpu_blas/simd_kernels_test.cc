@@ -466,6 +466,82 @@ TEST_P(SimdKernelsTest, F32PanelsAreTheF32Product) {
   }
 }
 
+// matmul_f32_panels gives the same bits at every level that has it (one chain of FMAs per
+// output in column order, whatever the vector width).
+TEST_P(SimdKernelsTest, F32PanelsAreTheSameBitsAtEveryLevel) {
+  if (!X86AtLeast(GetParam(), Isa::kAvx2) || GetParam() == Isa::kAvx2) {
+    GTEST_SKIP() << "compared with avx2 from the levels above it";
+  }
+  std::mt19937 rng(16);
+  for (int n : {1, 2, 3, 5, 9, 17}) {
+    const int64_t cols = 1030, rows = 80;
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const Weights w = RandomWeights(rng, DType::kF32, static_cast<size_t>(rows * cols));
+    std::vector<float> packed(static_cast<size_t>(rows * cols));
+    model::PackF32Panels(w.f32.data(), cols, 0, rows / model::kPanelRows, packed.data());
+    const std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * cols));
+    std::vector<float> y(static_cast<size_t>(n * rows)), y_avx2(y.size());
+    kernels().matmul_f32_panels(packed.data(), cols, 0, rows, x.data(), cols, n, y.data(), rows);
+    KernelsFor(Isa::kAvx2)
+        .matmul_f32_panels(packed.data(), cols, 0, rows, x.data(), cols, n, y_avx2.data(), rows);
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], y_avx2[i]) << "at " << i;
+  }
+}
+
+// matmul_bf16_panels_exact (avx2 and up): the weights in the bf16 panel layout (packed by
+// model::PackBf16Panels) against float activations give bit for bit what matmul_f32_panels
+// gives on the same weights widened to f32 (a few of them bf16 denormals, which must not
+// read as zero) in the f32 panel layout, slice and sentinels included; and the exact
+// product of the scalar matmul_bf16 up to summation order.
+TEST_P(SimdKernelsTest, Bf16PanelsExactAreTheF32PanelsOfTheWidenedWeights) {
+  if (!X86AtLeast(GetParam(), Isa::kAvx2)) {
+    EXPECT_EQ(kernels().matmul_bf16_panels_exact, nullptr);
+    return;
+  }
+  ASSERT_NE(kernels().matmul_bf16_panels_exact, nullptr);
+  std::mt19937 rng(15);
+  // Shapes as F32PanelsAreTheF32Product's, with even columns: every activation-row tile
+  // (1-8) and several passes, a slice from the second panel, blocks.
+  for (int64_t cols : {2, 16, 18, 100, 1030, 4100}) {
+    for (int64_t rows : {16, 32, 48, 80, 128}) {
+      for (int n : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17}) {
+        if ((cols == 4100) != (rows == 80)) continue;
+        SCOPED_TRACE(::testing::Message() << "cols=" << cols << " rows=" << rows << " n=" << n);
+        Weights w = RandomWeights(rng, DType::kBF16, static_cast<size_t>(rows * cols));
+        for (size_t i = 5; i < w.bits.size(); i += 37) {  // bf16 denormals, both signs
+          w.bits[i] = static_cast<uint16_t>((i & 0x8000) | 0x0001 | (i & 0x7E));
+          w.f32[i] = model::BF16ToFloat(w.bits[i]);
+        }
+        std::vector<uint16_t> packed(static_cast<size_t>(rows * cols));
+        model::PackBf16Panels(w.bits.data(), cols, 0, rows / model::kPanelRows, packed.data());
+        std::vector<float> packed_f32(static_cast<size_t>(rows * cols));
+        model::PackF32Panels(w.f32.data(), cols, 0, rows / model::kPanelRows, packed_f32.data());
+        const int64_t ldx = cols + 3;
+        const std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * ldx));
+        const int64_t ldy = rows + 5;
+        const int64_t r0 = rows > model::kPanelRows ? model::kPanelRows : 0;
+        std::vector<float> y(static_cast<size_t>(n * ldy), kSentinel);
+        std::vector<float> y_f32(y.size(), kSentinel);
+        std::vector<float> y_ref(y.size(), kSentinel);
+        kernels().matmul_bf16_panels_exact(packed.data(), cols, r0, rows, x.data(), ldx, n,
+                                           y.data(), ldy);
+        kernels().matmul_f32_panels(packed_f32.data(), cols, r0, rows, x.data(), ldx, n,
+                                    y_f32.data(), ldy);
+        for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], y_f32[i]) << "at " << i;
+        ScalarKernels().matmul_bf16(w.bits.data(), cols, r0, rows, x.data(), ldx, n, y_ref.data(),
+                                    ldy);
+        ExpectSliceNear(y, y_ref, n, ldy, r0, rows, cols, [&](int i, int64_t r) {
+          double abs_sum = 0.0;
+          for (int64_t c = 0; c < cols; ++c) {
+            abs_sum += std::fabs(w.f32[r * cols + c] * x[i * ldx + c]);
+          }
+          return abs_sum;
+        });
+      }
+    }
+  }
+}
+
 QMatMulFn QuantKernel(const KernelSet& k, DType dtype) {
   switch (dtype) {
     case DType::kQ8_0:
