@@ -2,7 +2,7 @@
 // attributes so the rest of the program stays baseline x86-64; called only when
 // IsaSupported(Isa::kAvx2). The loops are in simd_kernels_inl.h; this file holds the
 // AVX2 vector and weight traits. f32 and bf16 weights in 16-row panels: simd_float_panels_inl.h
-// with F32LinesYmm and Bf16ExactLinesYmm below (its accumulator: Ymm16Rows of
+// with F32LinesYmm and Bf16ExactLinesYmm below (their accumulator: Ymm16Rows of
 // simd_quant_panels_avx2_inl.h); quantized weights in 16-row panels: simd_quant_panels_avx2_inl.h.
 #include <immintrin.h>
 
@@ -138,8 +138,8 @@ struct F32LinesYmm : Ymm16Rows {
 // The bf16 panel layout for KernelSet::matmul_bf16_panels_exact in 256-bit halves: each
 // half of a line (the column pair of 8 rows) widened to its even and odd columns (a bf16
 // is the upper half of an f32: exact), then per half the columns in order, one FMA each, as
-// F32LinesYmm on the widened weights. A widened line takes 4 registers, so fewer
-// activation rows and panels per pass than F32LinesYmm.
+// F32LinesYmm on the widened weights. A widened line takes 4 registers (F32LinesYmm's
+// line 2).
 struct Bf16ExactLinesYmm : Ymm16Rows {
   using Weight = uint16_t;
   using Act = float;
@@ -173,8 +173,8 @@ struct Bf16ExactLinesYmm : Ymm16Rows {
   // keeps 6 accumulators on the stack (a load-FMA-store per word, off the FMA chains'
   // critical path). Measured against 6 rows (which fit), alternating builds on Emerald
   // Rapids at the avx2 level (bench/kernels_bench.cc BM_Gemm bf16 panels, 2 threads, 3
-  // rounds): 8 rows 1.01-1.17x faster from 16 to 512 rows (f32, whose widened line is 2
-  // registers, the other way: F32LinesYmm). Not measured on an AVX2-only core.
+  // rounds): 8 rows 1.01-1.17x faster from 16 to 512 rows (f32 the other way:
+  // F32LinesYmm). Not measured on an AVX2-only core.
   static constexpr int kPassRows = 8;
   // Batch 1 streams 4 panels side by side (8 accumulators; each line widened just before
   // its FMAs), 2 rows take 2.
