@@ -103,6 +103,16 @@ void ExpectSliceNear(const std::vector<float>& y, const std::vector<float>& y_re
   }
 }
 
+// The ExpectSliceNear bound of the exact product: sum_c |W[r, c] x[i, c]| (w.f32 [rows,
+// cols], x [n, ldx]).
+auto ExactAbsSum(const Weights& w, const std::vector<float>& x, int64_t cols, int64_t ldx) {
+  return [&w, &x, cols, ldx](int i, int64_t r) {
+    double abs_sum = 0.0;
+    for (int64_t c = 0; c < cols; ++c) abs_sum += std::fabs(w.f32[r * cols + c] * x[i * ldx + c]);
+    return abs_sum;
+  };
+}
+
 // The levels of the architecture this test is built for (the others are not compiled).
 #if defined(__aarch64__)
 constexpr Isa kLevels[] = {Isa::kScalar, Isa::kNeon, Isa::kNeonDotprod, Isa::kNeonI8mm};
@@ -151,13 +161,7 @@ TEST_P(SimdKernelsTest, MatMulMatchesScalarForEveryDtypeAndShape) {
           std::vector<float> y_ref(y.size(), kSentinel);
           CallMatMul(kernels(), dtype, w, cols, r0, r1, x.data(), ldx, n, y.data(), ldy);
           CallMatMul(ScalarKernels(), dtype, w, cols, r0, r1, x.data(), ldx, n, y_ref.data(), ldy);
-          ExpectSliceNear(y, y_ref, n, ldy, r0, r1, cols, [&](int i, int64_t r) {
-            double abs_sum = 0.0;
-            for (int64_t c = 0; c < cols; ++c) {
-              abs_sum += std::fabs(w.f32[r * cols + c] * x[i * ldx + c]);
-            }
-            return abs_sum;
-          });
+          ExpectSliceNear(y, y_ref, n, ldy, r0, r1, cols, ExactAbsSum(w, x, cols, ldx));
         }
       }
     }
@@ -445,13 +449,7 @@ TEST_P(SimdKernelsTest, F32PanelsAreTheF32Product) {
         kernels().matmul_f32_panels(packed.data(), cols, r0, rows, x.data(), ldx, n, y.data(), ldy);
         ScalarKernels().matmul_f32(w.f32.data(), cols, r0, rows, x.data(), ldx, n, y_ref.data(),
                                    ldy);
-        ExpectSliceNear(y, y_ref, n, ldy, r0, rows, cols, [&](int i, int64_t r) {
-          double abs_sum = 0.0;
-          for (int64_t c = 0; c < cols; ++c) {
-            abs_sum += std::fabs(w.f32[r * cols + c] * x[i * ldx + c]);
-          }
-          return abs_sum;
-        });
+        ExpectSliceNear(y, y_ref, n, ldy, r0, rows, cols, ExactAbsSum(w, x, cols, ldx));
         // Row i alone gives the same bits.
         for (int i = 0; i < n; i += 4) {
           std::vector<float> one(static_cast<size_t>(ldy), kSentinel);
@@ -530,13 +528,7 @@ TEST_P(SimdKernelsTest, Bf16PanelsExactAreTheF32PanelsOfTheWidenedWeights) {
         for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], y_f32[i]) << "at " << i;
         ScalarKernels().matmul_bf16(w.bits.data(), cols, r0, rows, x.data(), ldx, n, y_ref.data(),
                                     ldy);
-        ExpectSliceNear(y, y_ref, n, ldy, r0, rows, cols, [&](int i, int64_t r) {
-          double abs_sum = 0.0;
-          for (int64_t c = 0; c < cols; ++c) {
-            abs_sum += std::fabs(w.f32[r * cols + c] * x[i * ldx + c]);
-          }
-          return abs_sum;
-        });
+        ExpectSliceNear(y, y_ref, n, ldy, r0, rows, cols, ExactAbsSum(w, x, cols, ldx));
       }
     }
   }
