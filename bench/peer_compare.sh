@@ -55,11 +55,17 @@ kv() {  # model file, output
     --batches 1,16 --decode-tokens "$steps" --json ${KVSERVE_BENCH_ARGS:-} > "$2" 2> "$2.log"
 }
 peer() {  # peer name, model file, output prefix
-  local n=64 dir="${bin[$1]}"
-  [ "$(stat -c %s "$2")" -gt 1000000000 ] && n=32
-  "$dir/llama-bench" -m "$2" -p 512 -n "$n" -t 2 -r 3 -o json > "$3-bench.json" 2> "$3-bench.log"
-  "$dir/llama-batched-bench" -m "$2" -c 2048 -npp 4 -ntg 32 -npl 1,16 -t 2 \
-    --output-format jsonl > "$3-batched.jsonl" 2> "$3-batched.log"
+  local n=64 dir model prefix
+  dir="$(realpath "${bin[$1]}")" model="$(realpath "$2")" prefix="$(realpath -m "$3")"
+  [ "$(stat -c %s "$model")" -gt 1000000000 ] && n=32
+  # Run from OUT_DIR: ik_llama.cpp's tools write a llama.log into the working directory.
+  (
+    cd "$out"
+    "$dir/llama-bench" -m "$model" -p 512 -n "$n" -t 2 -r 3 -o json > "$prefix-bench.json" \
+      2> "$prefix-bench.log"
+    "$dir/llama-batched-bench" -m "$model" -c 2048 -npp 4 -ntg 32 -npl 1,16 -t 2 \
+      --output-format jsonl > "$prefix-batched.jsonl" 2> "$prefix-batched.log"
+  )
 }
 
 for ((r = 1; r <= rounds; r++)); do

@@ -472,6 +472,7 @@ TEST_P(SimdKernelsTest, F32PanelsAreTheSameBitsAtEveryLevel) {
     EXPECT_EQ(kernels().matmul_f32_panels, nullptr);
     return;
   }
+  ASSERT_NE(kernels().matmul_f32_panels, nullptr);
   std::mt19937 rng(16);
   for (int n : {1, 2, 3, 5, 9, 17}) {
     const int64_t cols = 1030, rows = 80;

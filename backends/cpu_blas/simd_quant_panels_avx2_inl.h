@@ -74,7 +74,8 @@ struct YmmChain {
 };
 
 // The 16 rows of a panel in two 256-bit accumulators (rows 0-7, 8-15).
-// (Also the accumulator of simd_avx2.cc's f32 panel format, F32LinesYmm.)
+// (Also the accumulator of simd_avx2.cc's float panel formats, F32LinesYmm and
+// Bf16ExactLinesYmm.)
 struct Ymm16Rows {
   struct Acc {
     __m256 half[2];
