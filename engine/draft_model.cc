@@ -1,7 +1,10 @@
 #include "engine/draft_model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -29,8 +32,14 @@ size_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b) {
   return i;
 }
 
-int32_t Argmax(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+// The first largest logit's index and its lead over the largest of the others.
+std::pair<int32_t, float> ArgmaxAndMargin(std::span<const float> logits) {
+  const auto best = std::max_element(logits.begin(), logits.end());
+  float runner_up = -std::numeric_limits<float>::infinity();
+  for (auto it = logits.begin(); it != logits.end(); ++it) {
+    if (it != best) runner_up = std::max(runner_up, *it);
+  }
+  return {static_cast<int32_t>(best - logits.begin()), *best - runner_up};
 }
 
 }  // namespace
@@ -70,6 +79,10 @@ absl::StatusOr<std::unique_ptr<DraftModelSource>> DraftModelSource::Create(
   if (options.max_chunk_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("draft_model.max_chunk_tokens must be >= 1, got ", options.max_chunk_tokens));
+  }
+  if (!(options.min_margin >= 0.0) || !std::isfinite(options.min_margin)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("draft_model.min_margin must be finite and >= 0, got ", options.min_margin));
   }
   if (options.max_kept_sequences < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -166,7 +179,7 @@ bool DraftModelSource::Reserve(Track& track, int64_t positions) {
 }
 
 absl::Status DraftModelSource::Feed(Track& track, std::span<const int32_t> tokens, bool want_next,
-                                    int32_t* next) {
+                                    Next* next) {
   backends::Batch batch;
   batch.sequences.resize(1);
   backends::SequenceInput& in = batch.sequences[0];
@@ -176,7 +189,7 @@ absl::Status DraftModelSource::Feed(Track& track, std::span<const int32_t> token
   in.want_logits = want_next;
   if (absl::Status s = backend_->Forward(batch, std::span<float>(logits_)); !s.ok()) return s;
   track.tokens.insert(track.tokens.end(), tokens.begin(), tokens.end());
-  if (want_next) *next = Argmax(logits_);
+  if (want_next) std::tie(next->token, next->margin) = ArgmaxAndMargin(logits_);
   return absl::OkStatus();
 }
 
@@ -192,12 +205,14 @@ void DraftModelSource::Propose(uint64_t request_id, std::span<const int32_t> con
   const int64_t room = int64_t{model_->config().context_length} - std::ssize(context);
   const int32_t k = static_cast<int32_t>(std::min<int64_t>(max_tokens, room + 1));
   if (k < 1 || !Reserve(track, std::ssize(context) + k - 1)) return;
-  int32_t next = -1;
+  Next next;
   absl::Status status = CatchUp(track, context, /*want_next=*/true, &next);
   const size_t first = out->size();
   while (status.ok()) {
-    out->push_back(next);
+    out->push_back(next.token);
     if (out->size() - first >= static_cast<size_t>(k)) break;
+    // A near-tie: the target likely picks the other token; drafting on is wasted work.
+    if (next.margin < options_.min_margin) break;
     status = Feed(track, std::span(&out->back(), 1), true, &next);
   }
   if (!status.ok()) {
@@ -209,7 +224,7 @@ void DraftModelSource::Propose(uint64_t request_id, std::span<const int32_t> con
 }
 
 absl::Status DraftModelSource::CatchUp(Track& track, std::span<const int32_t> context,
-                                       bool want_next, int32_t* next) {
+                                       bool want_next, Next* next) {
   for (size_t fed = track.tokens.size(); fed < context.size();) {
     const size_t n = std::min(context.size() - fed, static_cast<size_t>(options_.max_chunk_tokens));
     const bool last = fed + n == context.size();

@@ -37,6 +37,13 @@ struct DraftModelOptions {
   int32_t max_chunk_tokens = 512;
   // Finished sequences whose K/V is kept for a follow-up turn, >= 0. Default 64.
   int32_t max_kept_sequences = 64;
+  // Confidence: after a draft token whose logit leads the runner-up's by less than this
+  // (the two likeliest tokens within a factor e^min_margin in probability), no further
+  // token is drafted in that step. Such near-ties are where a quantized draft and its
+  // target part ways: of a q8_0 tl1b draft's tokens under its f32 target, 46 % with a
+  // lead below 0.02 were accepted, 98 % of those above 0.15 (docs/performance.md). >= 0
+  // and finite; 0 drafts as many as asked. Default 0.05.
+  double min_margin = 0.05;
 };
 
 // OK when a model with vocabulary `draft` can propose tokens to one with `target`: the
@@ -57,6 +64,8 @@ class DraftModelSource final : public DraftSource {
       std::unique_ptr<backends::Backend> backend, const DraftModelOptions& options);
 
   std::string_view name() const override { return "draft_model"; }
+  // Stops early after a token drafted with less than options.min_margin of confidence.
+  bool PacesItself() const override { return options_.min_margin > 0.0; }
   // Proposes nothing when the draft model cannot hold the positions (its context length,
   // or its K/V pool even after dropping every other sequence's) or its Forward fails.
   void Propose(uint64_t request_id, std::span<const int32_t> context, int32_t max_tokens,
@@ -91,13 +100,18 @@ class DraftModelSource final : public DraftSource {
   void Release(Track& track);
   // Releases the least recently used kept track. Precondition: kept_ is not empty.
   void DropOldestKept();
-  // Runs `tokens` after track.tokens through the draft model; the greedy next token
-  // (lowest id among equal logits) in *next when `want_next`.
-  absl::Status Feed(Track& track, std::span<const int32_t> tokens, bool want_next, int32_t* next);
-  // Feeds context[track.tokens.size(), end) in chunks of max_chunk_tokens; the greedy
-  // token after it in *next when `want_next`.
-  absl::Status CatchUp(Track& track, std::span<const int32_t> context, bool want_next,
-                       int32_t* next);
+  // The draft model's greedy next token (lowest id among equal logits) and its logit's
+  // lead over the runner-up's (0 on a tie).
+  struct Next {
+    int32_t token = -1;
+    float margin = 0.0f;
+  };
+  // Runs `tokens` after track.tokens through the draft model; the token after them in
+  // *next when `want_next`.
+  absl::Status Feed(Track& track, std::span<const int32_t> tokens, bool want_next, Next* next);
+  // Feeds context[track.tokens.size(), end) in chunks of max_chunk_tokens; the token
+  // after it in *next when `want_next`.
+  absl::Status CatchUp(Track& track, std::span<const int32_t> context, bool want_next, Next* next);
 
   // Declared in destruction order: the backend reads the model's weights.
   std::unique_ptr<model::Model> model_;

@@ -4,8 +4,11 @@
 #include "engine/draft_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,10 +82,31 @@ TEST(CheckDraftVocabularyTest, NamesTheFirstDifference) {
   }
 }
 
+// Options of a draft that proposes as many tokens as asked (no confidence stop): the
+// tests of the mechanism count on the lengths they ask for.
+DraftModelOptions AsManyAsAsked() {
+  DraftModelOptions o;
+  o.min_margin = 0.0;
+  return o;
+}
+
+// A backend for `model` with K/V blocks of `block_tokens` f16 positions.
+std::unique_ptr<backends::Backend> MakeBackend(const model::Model& model,
+                                               const std::string& backend_name,
+                                               int block_tokens = 4) {
+  auto backend = backends::CreateBackend(
+      backend_name, model,
+      model::KvLayout::ForModel(model.config(), block_tokens, model::DType::kF16),
+      backends::BackendOptions{});
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return backend.ok() ? *std::move(backend) : nullptr;
+}
+
 // A draft model source over a copy of the small random model (seed `seed`).
 std::unique_ptr<DraftModelSource> MakeDraft(const model::Model& target, uint64_t seed,
                                             const std::string& backend_name,
-                                            DraftModelOptions options = {}, int block_tokens = 4) {
+                                            DraftModelOptions options = AsManyAsAsked(),
+                                            int block_tokens = 4) {
   std::unique_ptr<model::Model> draft = SmallRandomModel(seed);
   auto backend = backends::CreateBackend(
       backend_name, *draft,
@@ -101,6 +125,7 @@ class CheckedDraft final : public DraftSource {
   CheckedDraft(DraftModelSource* draft, std::unique_ptr<DraftModelSource> fresh)
       : draft_(draft), fresh_(std::move(fresh)) {}
   std::string_view name() const override { return draft_->name(); }
+  bool PacesItself() const override { return draft_->PacesItself(); }
   void Propose(uint64_t request_id, std::span<const int32_t> context, int32_t max_tokens,
                std::vector<int32_t>* out) override {
     const size_t first = out->size();
@@ -274,6 +299,73 @@ TEST_P(DraftModelSourceTest, FollowUpTurnsReuseTheDraftKv) {
   }
 }
 
+// The confidence stop: with min_margin just above the lead of the draft's greedy token
+// over its runner-up at draft j, the proposal ends with draft j (the first whose lead
+// is below it). The leads are computed here from one Forward of the whole proposal.
+TEST_P(DraftModelSourceTest, ConfidenceStopEndsTheProposalAfterTheFirstNearTie) {
+  constexpr int32_t kDrafts = 8;
+  const std::vector<int32_t> context = CyclicPrompt(12, 1);
+  std::vector<int32_t> all;
+  MakeDraft(*target_, 11, GetParam())->Propose(1, context, kDrafts, &all);
+  ASSERT_EQ(all.size(), static_cast<size_t>(kDrafts));
+  EXPECT_FALSE(MakeDraft(*target_, 11, GetParam())->PacesItself());
+
+  // Logits after context + drafts 0..6: row i predicts draft i.
+  std::unique_ptr<model::Model> draft_model = SmallRandomModel(11);
+  std::unique_ptr<backends::Backend> backend = MakeBackend(*draft_model, GetParam());
+  ASSERT_NE(backend, nullptr);
+  std::vector<int32_t> tokens = context;
+  tokens.insert(tokens.end(), all.begin(), all.end() - 1);
+  const size_t block_bytes = backend->kv_layout().block_bytes();
+  const size_t blocks = (tokens.size() + 3) / 4;
+  std::vector<uint8_t> kv(blocks * block_bytes);
+  std::vector<uint8_t*> block_ptrs;
+  for (size_t b = 0; b < blocks; ++b) block_ptrs.push_back(kv.data() + b * block_bytes);
+  backends::Batch batch;
+  batch.sequences.resize(1);
+  batch.sequences[0].tokens = tokens;
+  batch.sequences[0].blocks = block_ptrs;
+  batch.sequences[0].want_logits = true;
+  batch.sequences[0].logits_rows = kDrafts;
+  const size_t vocab = static_cast<size_t>(draft_model->config().vocab_size);
+  std::vector<float> logits(kDrafts * vocab);
+  ASSERT_TRUE(backend->Forward(batch, std::span<float>(logits)).ok());
+  std::vector<float> leads;
+  for (size_t i = 0; i < kDrafts; ++i) {
+    std::vector<float> row(logits.begin() + static_cast<ptrdiff_t>(i * vocab),
+                           logits.begin() + static_cast<ptrdiff_t>((i + 1) * vocab));
+    const auto best = std::max_element(row.begin(), row.end());
+    ASSERT_EQ(best - row.begin(), all[i]) << "draft " << i;
+    const float top = *best;
+    *best = -std::numeric_limits<float>::infinity();
+    leads.push_back(top - *std::max_element(row.begin(), row.end()));
+  }
+
+  int stopped_inside = 0;
+  for (int32_t j = 0; j + 1 < kDrafts; ++j) {
+    DraftModelOptions options;
+    options.min_margin = static_cast<double>(leads[static_cast<size_t>(j)]) * (1.0 + 1e-4) + 1e-7;
+    // Expected: up to and including the first draft whose lead is below min_margin.
+    size_t want = 0;
+    while (want < kDrafts && (want == 0 || leads[want - 1] >= options.min_margin)) ++want;
+    // Skip a threshold that another lead lies too close to for this check.
+    if (std::any_of(leads.begin(), leads.end(), [&](float l) {
+          return l != leads[static_cast<size_t>(j)] &&
+                 std::abs(l - options.min_margin) < 1e-3 * options.min_margin;
+        })) {
+      continue;
+    }
+    std::unique_ptr<DraftModelSource> paced = MakeDraft(*target_, 11, GetParam(), options);
+    EXPECT_TRUE(paced->PacesItself());
+    std::vector<int32_t> got;
+    paced->Propose(1, context, kDrafts, &got);
+    EXPECT_EQ(got, std::vector<int32_t>(all.begin(), all.begin() + static_cast<ptrdiff_t>(want)))
+        << "min_margin just above draft " << j << "'s lead " << leads[static_cast<size_t>(j)];
+    stopped_inside += want > 1 && want < kDrafts ? 1 : 0;
+  }
+  EXPECT_GT(stopped_inside, 0) << "no threshold stopped the proposal inside it";
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, DraftModelSourceTest,
                          ::testing::Values("reference", "cpu_blas"));
 
@@ -294,6 +386,16 @@ TEST(DraftModelSourceCreateTest, RejectsAPoolTooSmallAndBadOptions) {
   auto backend3 = backends::CreateBackend("reference", *other, layout, backends::BackendOptions{});
   s = DraftModelSource::Create(*target, std::move(other), *std::move(backend3), bad);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+  for (double margin :
+       {-0.5, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    DraftModelOptions bad_margin;
+    bad_margin.min_margin = margin;
+    auto m = SmallRandomModel();
+    auto b = backends::CreateBackend("reference", *m, layout, backends::BackendOptions{});
+    s = DraftModelSource::Create(*target, std::move(m), *std::move(b), bad_margin);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << margin;
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr("draft_model.min_margin")) << margin;
+  }
 }
 
 // Through LoadModel, as kvserve does: stories260K drafting for itself.

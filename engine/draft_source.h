@@ -22,6 +22,11 @@ class DraftSource {
   virtual ~DraftSource() = default;
   // The source's name in metrics and logs ("ngram", "draft_model").
   virtual std::string_view name() const = 0;
+  // True when Propose stops on its own where its drafts turn unlikely to be accepted (a
+  // draft model's confidence): the engine then asks for the longest draft allowed again
+  // after a fully accepted one and shortens by one token per rejection, rather than to
+  // the length last accepted (NextDraftLength). Default false.
+  virtual bool PacesItself() const { return false; }
   // Appends at most `max_tokens` (>= 1) proposed continuations of `context` (the
   // sequence's prompt and generated tokens) to `out`; appending none is allowed (no
   // proposal: the sequence decodes one token this step).

@@ -784,8 +784,8 @@ int32_t EngineImpl::Step() {
       const DraftOutcome d = HandleSample(seq, logits, drafts, sampled_at, &finished);
       seq.drafts_proposed += d.compared;
       seq.drafts_accepted += d.accepted;
-      seq.draft_len =
-          NextDraftLength(seq.draft_len, d.compared, d.accepted, options_.speculative.draft_max);
+      seq.draft_len = NextDraftLength(seq.draft_len, d.compared, d.accepted,
+                                      options_.speculative.draft_max, draft_source_->PacesItself());
       if (d.compared > 0) {
         ++speculative_.verifications_total;
         speculative_.draft_tokens_total += d.compared;

@@ -40,9 +40,11 @@ std::unique_ptr<DraftSource> CreateDraftSource(const SpeculativeOptions& options
   return nullptr;
 }
 
-int32_t NextDraftLength(int32_t current, int32_t verified, int32_t accepted, int32_t max) {
+int32_t NextDraftLength(int32_t current, int32_t verified, int32_t accepted, int32_t max,
+                        bool paced) {
   if (current <= 0) current = max;
   if (verified <= 0) return std::min(current, max);  // nothing learnt (the budget cut them)
+  if (paced) return accepted >= verified ? max : std::clamp(current - 1, 1, max);
   if (accepted >= verified) return std::min(max, current + 1);
   return std::clamp(accepted + 1, 1, max);
 }

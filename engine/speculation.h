@@ -56,8 +56,12 @@ std::unique_ptr<DraftSource> CreateDraftSource(const SpeculativeOptions& options
 // `accepted` were accepted: one more (up to `max`) when all were, else one more than
 // were accepted (so a source that stops matching costs one row per step, and one that
 // matches again grows back); unchanged when none was verified (the budget cut them).
-// `current` 0 means unset: `max`.
-int32_t NextDraftLength(int32_t current, int32_t verified, int32_t accepted, int32_t max);
+// `current` 0 means unset: `max`. For a source that paces itself
+// (DraftSource::PacesItself: it stopped where it was unsure) `max` when all were
+// accepted, else one less than `current` (down to 1), so only repeated rejections
+// shorten its drafts.
+int32_t NextDraftLength(int32_t current, int32_t verified, int32_t accepted, int32_t max,
+                        bool paced = false);
 
 }  // namespace kvserve::engine
 

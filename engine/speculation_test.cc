@@ -62,6 +62,17 @@ TEST(DraftLengthTest, GrowsWhenAllAcceptedElseFollowsTheAcceptance) {
   EXPECT_EQ(NextDraftLength(4, 0, 0, 5), 4);  // unchanged
 }
 
+// A source that stops where it is unsure: back to the longest after a fully accepted
+// draft (however short it chose to make it), one shorter per rejection.
+TEST(DraftLengthTest, APacedSourceGetsTheLongestUnlessRejectionsRepeat) {
+  EXPECT_EQ(NextDraftLength(0, 2, 2, 8, /*paced=*/true), 8);
+  EXPECT_EQ(NextDraftLength(5, 1, 1, 8, true), 8);
+  EXPECT_EQ(NextDraftLength(8, 3, 2, 8, true), 7);
+  EXPECT_EQ(NextDraftLength(7, 1, 0, 8, true), 6);
+  EXPECT_EQ(NextDraftLength(1, 1, 0, 8, true), 1);
+  EXPECT_EQ(NextDraftLength(6, 0, 0, 8, true), 6);  // nothing verified: unchanged
+}
+
 // Synthetic timings: drafts twice as fast at batch 1, half as fast at batch 16. The
 // governor measures both, keeps the faster per batch size, and re-measures the other
 // every explore_every-th step, so it follows when the timings change sides.

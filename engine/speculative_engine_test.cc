@@ -18,10 +18,12 @@
 #include "engine/draft_source.h"
 #include "engine/engine.h"
 #include "engine/engine_options.h"
+#include "engine/sampling_params.h"  // kMaxDraftTokens
 #include "engine/testing/chi_square.h"
 #include "engine/testing/engine_testing.h"
 #include "engine/testing/small_model.h"
 #include "engine/testing/stories_model.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -86,16 +88,23 @@ class RandomDrafts final : public DraftSource {
 };
 
 // Knows the answers: proposes what follows the context in `script` (the output of a run
-// without drafts), corrupting the proposal's last token on every `corrupt_every`-th call
-// (0: never).
+// without drafts), at most `longest` tokens, corrupting the proposal's last token on
+// every `corrupt_every`-th call (0: never). Records the lengths the engine asks for.
 class ScriptedDrafts final : public DraftSource {
  public:
-  ScriptedDrafts(std::vector<std::vector<int32_t>> scripts, int corrupt_every)
-      : scripts_(std::move(scripts)), corrupt_every_(corrupt_every) {}
+  ScriptedDrafts(std::vector<std::vector<int32_t>> scripts, int corrupt_every, bool paced = false,
+                 int32_t longest = kMaxDraftTokens)
+      : scripts_(std::move(scripts)),
+        corrupt_every_(corrupt_every),
+        paced_(paced),
+        longest_(longest) {}
   std::string_view name() const override { return "scripted"; }
+  bool PacesItself() const override { return paced_; }
   void Propose(uint64_t, std::span<const int32_t> context, int32_t k,
                std::vector<int32_t>* out) override {
     ++calls_;
+    asked_.push_back(k);
+    k = std::min(k, longest_);
     for (const std::vector<int32_t>& s : scripts_) {
       if (s.size() <= context.size() || !std::equal(context.begin(), context.end(), s.begin())) {
         continue;
@@ -107,10 +116,15 @@ class ScriptedDrafts final : public DraftSource {
     }
   }
 
+  const std::vector<int32_t>& asked() const { return asked_; }
+
  private:
   std::vector<std::vector<int32_t>> scripts_;
   int corrupt_every_;
+  bool paced_;
+  int32_t longest_;
   int calls_ = 0;
+  std::vector<int32_t> asked_;
 };
 
 std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
@@ -321,6 +335,40 @@ TEST_P(SpeculativeEngineTest, SampledOutputKeepsTheDistribution) {
   const double chi2 = testing::TwoSampleChiSquare(with, without, &dof);
   EXPECT_LT(chi2, testing::ChiSquareBound(dof)) << dof + 1 << " outcomes";
   EXPECT_GT(drafted->Stats().speculative.accepted_tokens_total, 0);
+}
+
+// The draft length the engine asks for, from a source that proposes at most 2 tokens,
+// the second one wrong on every 3rd call (one accepted, one rejected): after a
+// rejection a source that paces itself is asked for one less than before, and for the
+// longest again after a full acceptance; any other source for one more than was
+// accepted, growing back by one per full acceptance.
+TEST_P(SpeculativeEngineTest, DraftLengthFollowsTheSourcesPacing) {
+  const Request r = Greedy(Prompt(9, 1), 40);
+  std::vector<int32_t> script = r.prompt_tokens;
+  {
+    auto plain = NewEngine(BaseOptions());
+    const Result greedy = RunRequest(*plain, r);
+    script.insert(script.end(), greedy.tokens.begin(), greedy.tokens.end());
+  }
+  Engine::Options o = BaseOptions();
+  o.speculative.draft_max = 5;
+  for (bool paced : {true, false}) {
+    SCOPED_TRACE(paced ? "paced" : "not paced");
+    ScriptedDrafts drafts({script}, 3, paced, /*longest=*/2);
+    auto engine = WithSource(&drafts, o);
+    ASSERT_TRUE(RunRequest(*engine, r).status.ok());
+    const std::vector<int32_t>& asked = drafts.asked();
+    ASSERT_GE(asked.size(), 7u);
+    // Calls 1 and 2: 2 drafts accepted; call 3: 1 accepted, 1 rejected; 4, 5 accepted.
+    if (paced) {
+      EXPECT_THAT(std::vector<int32_t>(asked.begin(), asked.begin() + 7),
+                  ::testing::ElementsAre(5, 5, 5, 4, 5, 5, 4));
+    } else {
+      // 5, 5 (capped), 5; then 1 + 1 accepted = 2, all accepted: 3, 4, and 2 again.
+      EXPECT_THAT(std::vector<int32_t>(asked.begin(), asked.begin() + 7),
+                  ::testing::ElementsAre(5, 5, 5, 2, 3, 4, 2));
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, SpeculativeEngineTest,

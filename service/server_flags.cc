@@ -96,6 +96,10 @@ ABSL_FLAG(int32_t, draft_threads, 0,
 ABSL_FLAG(int64_t, draft_kv_mib, 256,
           "Speculative decoding: MiB of K/V for the draft model (its sequences, and finished "
           "ones kept for their next turn); a sequence longer than it holds gets no drafts.");
+ABSL_FLAG(double, draft_min_margin, 0.05,
+          "Speculative decoding with --draft_model: after a draft token whose logit leads the "
+          "runner-up's by less than this (a near-tie, where draft and target often part "
+          "ways), draft no further tokens that step. >= 0; 0 = always draft --draft_max.");
 ABSL_FLAG(int32_t, draft_max, 5,
           "Speculative decoding: most draft tokens per sequence and step, [1, 64] (a request "
           "may ask for fewer with max_draft_tokens).");
@@ -317,6 +321,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
     return absl::InvalidArgumentError("draft_kv_mib must be in [1, 16777216]");
   }
   options.draft.kv_bytes = draft_kv_mib << 20;
+  options.draft.min_margin = absl::GetFlag(FLAGS_draft_min_margin);
   e.speculative.draft_max = absl::GetFlag(FLAGS_draft_max);
   e.speculative.ngram.min_ngram = absl::GetFlag(FLAGS_draft_ngram_min);
   e.speculative.ngram.max_ngram = absl::GetFlag(FLAGS_draft_ngram_max);
