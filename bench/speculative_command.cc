@@ -48,7 +48,7 @@ ABSL_FLAG(std::string, source, "ngram", "Draft source: ngram or draft_model.");
 ABSL_FLAG(std::string, draft_model, "",
           "With --source draft_model: the draft model file (the target's vocabulary).");
 ABSL_FLAG(int32_t, draft_threads, 0, "Threads of the draft model; 0 = as --threads.");
-ABSL_FLAG(double, draft_min_margin, 0.05,
+ABSL_FLAG(double, draft_min_margin, 0.0,
           "Draft model: no further drafts that step after a token whose logit leads the "
           "runner-up's by less than this (kvserve's --draft_min_margin); 0 = always the most.");
 ABSL_FLAG(kvserve::bench::IntListFlag, draft_lengths, kvserve::bench::IntListFlag({2, 4, 8}),

@@ -12,6 +12,7 @@ built beside the project by hand (../shared/PEERS.md); this script only runs it.
 Usage: bench/speculative_vs_llama.py --kvserve BUILD/service/kvserve
            --llama-server DIR/llama-server --target T.gguf --draft D.gguf
            [--draft-max 5] [--rounds 3] [--requests 4] [--tokens 128] [--threads 2]
+           [--kvserve-draft-flags "--draft_min_margin 0.05"]
 """
 import argparse
 import json
@@ -113,6 +114,8 @@ def main():
     ap.add_argument("--requests", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kvserve-draft-flags", default="",
+                    help="more flags for kvserve with its draft model (split on spaces)")
     ap.add_argument("--vocab", type=int, default=512, help="prompt ids are drawn from [3, vocab)")
     ap.add_argument("--log-dir", default="/tmp/speculative_vs_llama")
     a = ap.parse_args()
@@ -125,7 +128,8 @@ def main():
     servers = [
         Server("kvserve", "kvserve", kv, served),
         Server("kvserve draft", "kvserve", kv + ["--draft_model", a.draft,
-                                                 "--draft_max", str(a.draft_max)], served),
+                                                 "--draft_max", str(a.draft_max)]
+               + a.kvserve_draft_flags.split(), served),
         Server("llama.cpp", "llama", ll, served),
         Server("llama.cpp draft", "llama", ll + ["-md", a.draft, "-td", str(a.threads),
                                                  "--spec-type", "draft-simple",

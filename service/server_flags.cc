@@ -96,10 +96,11 @@ ABSL_FLAG(int32_t, draft_threads, 0,
 ABSL_FLAG(int64_t, draft_kv_mib, 256,
           "Speculative decoding: MiB of K/V for the draft model (its sequences, and finished "
           "ones kept for their next turn); a sequence longer than it holds gets no drafts.");
-ABSL_FLAG(double, draft_min_margin, 0.05,
+ABSL_FLAG(double, draft_min_margin, 0.0,
           "Speculative decoding with --draft_model: after a draft token whose logit leads the "
           "runner-up's by less than this (a near-tie, where draft and target often part "
-          "ways), draft no further tokens that step. >= 0; 0 = always draft --draft_max.");
+          "ways), draft no further tokens that step. >= 0; 0 = off. The scale is the model's: "
+          "0.05 gained 4-5 % on a 1B model and lost 13 % on a 110M one.");
 ABSL_FLAG(int32_t, draft_max, 5,
           "Speculative decoding: most draft tokens per sequence and step, [1, 64] (a request "
           "may ask for fewer with max_draft_tokens).");
