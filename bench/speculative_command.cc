@@ -48,6 +48,9 @@ ABSL_FLAG(std::string, source, "ngram", "Draft source: ngram or draft_model.");
 ABSL_FLAG(std::string, draft_model, "",
           "With --source draft_model: the draft model file (the target's vocabulary).");
 ABSL_FLAG(int32_t, draft_threads, 0, "Threads of the draft model; 0 = as --threads.");
+ABSL_FLAG(double, draft_min_acceptance, 0.0,
+          "Draft model: no further drafts that step after a token whose lead's learnt "
+          "acceptance is below this (kvserve's --draft_min_acceptance); 0 = off.");
 ABSL_FLAG(double, draft_min_margin, 0.0,
           "Draft model: no further drafts that step after a token whose logit leads the "
           "runner-up's by less than this (kvserve's --draft_min_margin); 0 = always the most.");
@@ -229,6 +232,7 @@ absl::Status Main() {
         o.draft_model_path = f.draft_model;
         o.draft_threads = absl::GetFlag(FLAGS_draft_threads);
         o.draft.min_margin = absl::GetFlag(FLAGS_draft_min_margin);
+        o.draft.min_acceptance = absl::GetFlag(FLAGS_draft_min_acceptance);
         absl::StatusOr<std::unique_ptr<engine::DraftSource>> draft =
             engine::LoadDraftModel(o, model);
         if (!draft.ok()) return draft.status();

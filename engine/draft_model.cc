@@ -84,6 +84,10 @@ absl::StatusOr<std::unique_ptr<DraftModelSource>> DraftModelSource::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("draft_model.min_margin must be finite and >= 0, got ", options.min_margin));
   }
+  if (!(options.min_acceptance >= 0.0 && options.min_acceptance < 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("draft_model.min_acceptance must be in [0, 1), got ", options.min_acceptance));
+  }
   if (options.max_kept_sequences < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "draft_model.max_kept_sequences must be >= 0, got ", options.max_kept_sequences));
@@ -198,6 +202,7 @@ void DraftModelSource::Propose(uint64_t request_id, std::span<const int32_t> con
   if (context.empty() || max_tokens < 1) return;
   Track& track = TrackFor(request_id, context);
   track.last_used = ++clock_;
+  Learn(track, context);
   // Keep what the draft model computed of this context (its rejected drafts are past
   // the common prefix); at least the last context token is fed again, for its logits.
   track.tokens.resize(std::min(CommonPrefix(track.tokens, context), context.size() - 1));
@@ -208,18 +213,28 @@ void DraftModelSource::Propose(uint64_t request_id, std::span<const int32_t> con
   Next next;
   absl::Status status = CatchUp(track, context, /*want_next=*/true, &next);
   const size_t first = out->size();
+  track.drafted_leads.clear();
   while (status.ok()) {
     out->push_back(next.token);
+    track.drafted_leads.push_back(next.margin);
     if (out->size() - first >= static_cast<size_t>(k)) break;
-    // A near-tie: the target likely picks the other token; drafting on is wasted work.
-    if (next.margin < options_.min_margin) break;
+    // A near-tie, or a lead whose drafts were mostly rejected: the target likely picks
+    // another token, and drafting on would be wasted work.
+    if (next.margin < options_.min_margin ||
+        (options_.min_acceptance > 0.0 &&
+         calibration_.Estimate(next.margin) < options_.min_acceptance)) {
+      break;
+    }
     status = Feed(track, std::span(&out->back(), 1), true, &next);
   }
+  track.drafted_at = context.size();
+  track.drafted.assign(out->begin() + static_cast<ptrdiff_t>(first), out->end());
   if (!status.ok()) {
     // The draft model failed (it should not: positions and blocks were checked): no
     // proposal, and its K/V of this sequence is recomputed next time.
     out->resize(first);
     track.tokens.clear();
+    track.drafted.clear();
   }
 }
 
@@ -251,11 +266,26 @@ void DraftModelSource::Prepare(uint64_t request_id, std::span<const int32_t> con
   if (!CatchUp(track, head, /*want_next=*/false, nullptr).ok()) track.tokens.clear();
 }
 
+void DraftModelSource::Learn(Track& track, std::span<const int32_t> context) {
+  for (size_t i = 0; i < track.drafted.size() && i < track.drafted_leads.size(); ++i) {
+    const size_t position = track.drafted_at + i;
+    if (position >= context.size()) break;
+    const bool accepted = context[position] == track.drafted[i];
+    calibration_.Record(track.drafted_leads[i], accepted);
+    if (!accepted) break;
+  }
+  track.drafted.clear();
+  track.drafted_leads.clear();
+}
+
 void DraftModelSource::Forget(uint64_t request_id) {
   auto it = active_.find(request_id);
   if (it == active_.end()) return;
   Track track = std::move(it->second);
   active_.erase(it);
+  // A follow-up turn's context continues with new input, not with the target's choice.
+  track.drafted.clear();
+  track.drafted_leads.clear();
   if (track.tokens.empty() || options_.max_kept_sequences == 0) {
     Release(track);
     return;

@@ -22,6 +22,7 @@
 #include "backends/backend.h"
 #include "common/huge_page_memory.h"
 #include "engine/draft_source.h"
+#include "engine/lead_calibration.h"
 #include "model/model.h"
 #include "model/vocabulary.h"
 
@@ -45,6 +46,10 @@ struct DraftModelOptions {
   // the scale of the leads is the model's: 0.05 gains 4-5 % on tl1b and loses 13 % on
   // s110m. >= 0 and finite; 0 drafts as many as asked. Default 0 (off).
   double min_margin = 0.0;
+  // Confidence, learnt: after a draft token whose lead's measured acceptance
+  // (LeadCalibration, from the outcomes of this source's earlier proposals) is below
+  // this, no further token is drafted in that step. In [0, 1); 0 = off. Default 0.
+  double min_acceptance = 0.0;
 };
 
 // OK when a model with vocabulary `draft` can propose tokens to one with `target`: the
@@ -65,8 +70,11 @@ class DraftModelSource final : public DraftSource {
       std::unique_ptr<backends::Backend> backend, const DraftModelOptions& options);
 
   std::string_view name() const override { return "draft_model"; }
-  // Stops early after a token drafted with less than options.min_margin of confidence.
-  bool PacesItself() const override { return options_.min_margin > 0.0; }
+  // Stops early after a token drafted with little confidence (options.min_margin,
+  // options.min_acceptance).
+  bool PacesItself() const override {
+    return options_.min_margin > 0.0 || options_.min_acceptance > 0.0;
+  }
   // Proposes nothing when the draft model cannot hold the positions (its context length,
   // or its K/V pool even after dropping every other sequence's) or its Forward fails.
   void Propose(uint64_t request_id, std::span<const int32_t> context, int32_t max_tokens,
@@ -80,6 +88,8 @@ class DraftModelSource final : public DraftSource {
   // Context tokens fed to the draft model so far (catching up with contexts, not
   // counting the draft steps): what keeping finished sequences saves shows here.
   int64_t context_tokens_fed() const { return context_tokens_fed_; }
+  // The acceptance per lead learnt so far.
+  const LeadCalibration& calibration() const { return calibration_; }
 
  private:
   // One sequence's K/V in the draft model: positions [0, tokens.size()) are computed.
@@ -87,6 +97,11 @@ class DraftModelSource final : public DraftSource {
     std::vector<int32_t> tokens;
     std::vector<uint8_t*> blocks;
     uint64_t last_used = 0;
+    // The last proposal (made after `drafted_at` context tokens) and each token's lead,
+    // until the next Propose learns from what the sequence kept.
+    size_t drafted_at = 0;
+    std::vector<int32_t> drafted;
+    std::vector<float> drafted_leads;
   };
 
   DraftModelSource(std::unique_ptr<model::Model> model, std::unique_ptr<backends::Backend> backend,
@@ -99,6 +114,9 @@ class DraftModelSource final : public DraftSource {
   // from other sequences' (least recently used first). False when the pool is too small.
   bool Reserve(Track& track, int64_t positions);
   void Release(Track& track);
+  // Records the outcome of `track`'s last proposal in calibration_: its tokens up to the
+  // first that `context` does not repeat (that one rejected), as far as context reaches.
+  void Learn(Track& track, std::span<const int32_t> context);
   // Releases the least recently used kept track. Precondition: kept_ is not empty.
   void DropOldestKept();
   // The draft model's greedy next token (lowest id among equal logits) and its logit's
@@ -125,6 +143,7 @@ class DraftModelSource final : public DraftSource {
   absl::flat_hash_map<uint64_t, Track> active_;
   std::vector<Track> kept_;
   std::vector<float> logits_;
+  LeadCalibration calibration_;
   uint64_t clock_ = 0;
   int64_t context_tokens_fed_ = 0;
 };

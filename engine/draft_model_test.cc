@@ -299,6 +299,43 @@ TEST_P(DraftModelSourceTest, FollowUpTurnsReuseTheDraftKv) {
   }
 }
 
+// The lead of the draft model's greedy token over its runner-up (logits) at each of
+// `drafts`, drafted after `context`: one Forward of context + drafts but the last.
+std::vector<float> DraftLeads(const std::string& backend_name, uint64_t seed,
+                              const std::vector<int32_t>& context,
+                              const std::vector<int32_t>& drafts) {
+  std::unique_ptr<model::Model> draft_model = SmallRandomModel(seed);
+  std::unique_ptr<backends::Backend> backend = MakeBackend(*draft_model, backend_name);
+  if (backend == nullptr) return {};
+  std::vector<int32_t> tokens = context;
+  tokens.insert(tokens.end(), drafts.begin(), drafts.end() - 1);
+  const size_t block_bytes = backend->kv_layout().block_bytes();
+  const size_t blocks = (tokens.size() + 3) / 4;
+  std::vector<uint8_t> kv(blocks * block_bytes);
+  std::vector<uint8_t*> block_ptrs;
+  for (size_t b = 0; b < blocks; ++b) block_ptrs.push_back(kv.data() + b * block_bytes);
+  backends::Batch batch;
+  batch.sequences.resize(1);
+  batch.sequences[0].tokens = tokens;
+  batch.sequences[0].blocks = block_ptrs;
+  batch.sequences[0].want_logits = true;
+  batch.sequences[0].logits_rows = static_cast<int32_t>(drafts.size());
+  const size_t vocab = static_cast<size_t>(draft_model->config().vocab_size);
+  std::vector<float> logits(drafts.size() * vocab);
+  EXPECT_TRUE(backend->Forward(batch, std::span<float>(logits)).ok());
+  std::vector<float> leads;
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    std::vector<float> row(logits.begin() + static_cast<ptrdiff_t>(i * vocab),
+                           logits.begin() + static_cast<ptrdiff_t>((i + 1) * vocab));
+    const auto best = std::max_element(row.begin(), row.end());
+    EXPECT_EQ(best - row.begin(), drafts[i]) << "draft " << i;
+    const float top = *best;
+    *best = -std::numeric_limits<float>::infinity();
+    leads.push_back(top - *std::max_element(row.begin(), row.end()));
+  }
+  return leads;
+}
+
 // The confidence stop: with min_margin just above the lead of the draft's greedy token
 // over its runner-up at draft j, the proposal ends with draft j (the first whose lead
 // is below it). The leads are computed here from one Forward of the whole proposal.
@@ -310,36 +347,8 @@ TEST_P(DraftModelSourceTest, ConfidenceStopEndsTheProposalAfterTheFirstNearTie) 
   ASSERT_EQ(all.size(), static_cast<size_t>(kDrafts));
   EXPECT_FALSE(MakeDraft(*target_, 11, GetParam())->PacesItself());
 
-  // Logits after context + drafts 0..6: row i predicts draft i.
-  std::unique_ptr<model::Model> draft_model = SmallRandomModel(11);
-  std::unique_ptr<backends::Backend> backend = MakeBackend(*draft_model, GetParam());
-  ASSERT_NE(backend, nullptr);
-  std::vector<int32_t> tokens = context;
-  tokens.insert(tokens.end(), all.begin(), all.end() - 1);
-  const size_t block_bytes = backend->kv_layout().block_bytes();
-  const size_t blocks = (tokens.size() + 3) / 4;
-  std::vector<uint8_t> kv(blocks * block_bytes);
-  std::vector<uint8_t*> block_ptrs;
-  for (size_t b = 0; b < blocks; ++b) block_ptrs.push_back(kv.data() + b * block_bytes);
-  backends::Batch batch;
-  batch.sequences.resize(1);
-  batch.sequences[0].tokens = tokens;
-  batch.sequences[0].blocks = block_ptrs;
-  batch.sequences[0].want_logits = true;
-  batch.sequences[0].logits_rows = kDrafts;
-  const size_t vocab = static_cast<size_t>(draft_model->config().vocab_size);
-  std::vector<float> logits(kDrafts * vocab);
-  ASSERT_TRUE(backend->Forward(batch, std::span<float>(logits)).ok());
-  std::vector<float> leads;
-  for (size_t i = 0; i < kDrafts; ++i) {
-    std::vector<float> row(logits.begin() + static_cast<ptrdiff_t>(i * vocab),
-                           logits.begin() + static_cast<ptrdiff_t>((i + 1) * vocab));
-    const auto best = std::max_element(row.begin(), row.end());
-    ASSERT_EQ(best - row.begin(), all[i]) << "draft " << i;
-    const float top = *best;
-    *best = -std::numeric_limits<float>::infinity();
-    leads.push_back(top - *std::max_element(row.begin(), row.end()));
-  }
+  const std::vector<float> leads = DraftLeads(GetParam(), 11, context, all);
+  ASSERT_EQ(leads.size(), all.size());
 
   int stopped_inside = 0;
   for (int32_t j = 0; j + 1 < kDrafts; ++j) {
@@ -364,6 +373,51 @@ TEST_P(DraftModelSourceTest, ConfidenceStopEndsTheProposalAfterTheFirstNearTie) 
     stopped_inside += want > 1 && want < kDrafts ? 1 : 0;
   }
   EXPECT_GT(stopped_inside, 0) << "no threshold stopped the proposal inside it";
+}
+
+// The learnt confidence stop: the source records the outcome of each proposal when the
+// sequence next asks (the context says which drafts it kept). Taught that drafts with
+// draft j's lead are rejected (and those before it accepted), it stops after draft j.
+TEST_P(DraftModelSourceTest, LearntConfidenceStopsAfterALeadThatIsUsuallyRejected) {
+  constexpr int32_t kDrafts = 8;
+  const std::vector<int32_t> context = CyclicPrompt(12, 1);
+  std::vector<int32_t> all;
+  MakeDraft(*target_, 11, GetParam())->Propose(1, context, kDrafts, &all);
+  ASSERT_EQ(all.size(), static_cast<size_t>(kDrafts));
+  const std::vector<float> leads = DraftLeads(GetParam(), 11, context, all);
+  ASSERT_EQ(leads.size(), all.size());
+  // The first draft whose lead's bin no earlier draft shares.
+  size_t j = 1;
+  auto shares_bin = [&](size_t i) {
+    return std::any_of(leads.begin(), leads.begin() + static_cast<ptrdiff_t>(i), [&](float l) {
+      return LeadCalibration::BinOf(l) == LeadCalibration::BinOf(leads[i]);
+    });
+  };
+  while (j < all.size() && shares_bin(j)) ++j;
+  ASSERT_LT(j, all.size()) << "every lead in the bins of the first";
+
+  DraftModelOptions options;
+  options.min_acceptance = 0.5;
+  std::unique_ptr<DraftModelSource> draft = MakeDraft(*target_, 11, GetParam(), options);
+  EXPECT_TRUE(draft->PacesItself());
+  std::vector<int32_t> kept = context;  // the target kept drafts 0..j-1, then another token
+  kept.insert(kept.end(), all.begin(), all.begin() + static_cast<ptrdiff_t>(j));
+  kept.push_back(all[j] == 7 ? 8 : 7);
+  constexpr int kLessons = 6;
+  for (uint64_t id = 1; id <= kLessons; ++id) {
+    std::vector<int32_t> first, second;
+    draft->Propose(id, context, kDrafts, &first);
+    ASSERT_GE(first.size(), j + 1) << "lesson " << id;
+    EXPECT_TRUE(std::equal(first.begin(), first.end(), all.begin())) << "lesson " << id;
+    draft->Propose(id, kept, 1, &second);  // learns what was kept
+    draft->Forget(id);                     // (the second proposal is never judged)
+  }
+  EXPECT_EQ(draft->calibration().seen(leads[j]), kLessons);
+  EXPECT_LT(draft->calibration().Estimate(leads[j]), 0.5);
+  for (size_t i = 0; i < j; ++i) EXPECT_GT(draft->calibration().Estimate(leads[i]), 0.5) << i;
+  std::vector<int32_t> taught;
+  draft->Propose(100, context, kDrafts, &taught);
+  EXPECT_EQ(taught, std::vector<int32_t>(all.begin(), all.begin() + static_cast<ptrdiff_t>(j + 1)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DraftModelSourceTest,
@@ -395,6 +449,15 @@ TEST(DraftModelSourceCreateTest, RejectsAPoolTooSmallAndBadOptions) {
     s = DraftModelSource::Create(*target, std::move(m), *std::move(b), bad_margin);
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << margin;
     EXPECT_THAT(std::string(s.status().message()), HasSubstr("draft_model.min_margin")) << margin;
+  }
+  for (double acceptance : {-0.1, 1.0, std::numeric_limits<double>::quiet_NaN()}) {
+    DraftModelOptions bad_acceptance;
+    bad_acceptance.min_acceptance = acceptance;
+    auto m = SmallRandomModel();
+    auto b = backends::CreateBackend("reference", *m, layout, backends::BackendOptions{});
+    s = DraftModelSource::Create(*target, std::move(m), *std::move(b), bad_acceptance);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << acceptance;
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr("draft_model.min_acceptance"));
   }
 }
 

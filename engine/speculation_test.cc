@@ -1,9 +1,11 @@
 // The n-gram draft source, the draft-length rule and the options' validation.
 #include "engine/speculation.h"
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "engine/lead_calibration.h"
 #include "engine/ngram_draft.h"
 #include "engine/speculation_governor.h"
 #include "gmock/gmock.h"
@@ -60,6 +62,37 @@ TEST(DraftLengthTest, GrowsWhenAllAcceptedElseFollowsTheAcceptance) {
   EXPECT_EQ(NextDraftLength(5, 5, 0, 5), 1);
   EXPECT_EQ(NextDraftLength(1, 0, 0, 5), 1);  // nothing verified (the budget cut them):
   EXPECT_EQ(NextDraftLength(4, 0, 0, 5), 4);  // unchanged
+}
+
+TEST(LeadCalibrationTest, BinsDoubleFromTwoToTheMinusTen) {
+  EXPECT_EQ(LeadCalibration::BinOf(0.0f), 0);
+  EXPECT_EQ(LeadCalibration::BinOf(-1.0f), 0);
+  EXPECT_EQ(LeadCalibration::BinOf(std::nanf("")), 0);
+  EXPECT_EQ(LeadCalibration::BinOf(0x1p-11f), 0);
+  EXPECT_EQ(LeadCalibration::BinOf(0x1p-10f), 1);
+  EXPECT_EQ(LeadCalibration::BinOf(0x1.fp-10f), 1);
+  EXPECT_EQ(LeadCalibration::BinOf(0x1p-9f), 2);
+  EXPECT_EQ(LeadCalibration::BinOf(0.05f), 6);  // [2^-5, 2^-4)
+  EXPECT_EQ(LeadCalibration::BinOf(40.0f), LeadCalibration::kBins - 2);
+  EXPECT_EQ(LeadCalibration::BinOf(64.0f), LeadCalibration::kBins - 1);
+  EXPECT_EQ(LeadCalibration::BinOf(1e30f), LeadCalibration::kBins - 1);
+}
+
+TEST(LeadCalibrationTest, LearnsTheAcceptancePerLeadAndForgetsSlowly) {
+  LeadCalibration c;
+  EXPECT_EQ(c.Estimate(0.01f), 1.0);  // nothing seen: drafts are trusted
+  for (int i = 0; i < 10; ++i) c.Record(0.01f, false);
+  for (int i = 0; i < 30; ++i) c.Record(1.0f, true);
+  const double overall = (30.0 + 1) / (40.0 + 1);
+  EXPECT_DOUBLE_EQ(c.Estimate(0.01f), (0 + 2 * overall) / (10 + 2));
+  EXPECT_DOUBLE_EQ(c.Estimate(0.011f), c.Estimate(0.01f));  // the same bin
+  EXPECT_DOUBLE_EQ(c.Estimate(1.0f), (30 + 2 * overall) / (30 + 2));
+  EXPECT_DOUBLE_EQ(c.Estimate(8.0f), overall);  // unseen bin: the overall figure
+  EXPECT_EQ(c.seen(0.01f), 10);
+  // A bin that keeps seeing outcomes halves its counts at kMaxSeen: a change shows.
+  for (int i = 0; i < 1000; ++i) c.Record(0.01f, true);
+  EXPECT_LE(c.seen(0.01f), LeadCalibration::kMaxSeen);
+  EXPECT_GT(c.Estimate(0.01f), 0.95);
 }
 
 // A source that stops where it is unsure: back to the longest after a fully accepted

@@ -101,6 +101,11 @@ ABSL_FLAG(double, draft_min_margin, 0.0,
           "runner-up's by less than this (a near-tie, where draft and target often part "
           "ways), draft no further tokens that step. >= 0; 0 = off. The scale is the model's: "
           "0.05 gained 4-5 % on a 1B model and lost 13 % on a 110M one.");
+ABSL_FLAG(double, draft_min_acceptance, 0.0,
+          "Speculative decoding with --draft_model: after a draft token whose confidence (its "
+          "logit's lead over the runner-up's) has been accepted less often than this, as "
+          "learnt from the draft's earlier proposals, draft no further tokens that step. "
+          "[0, 1); 0 = off.");
 ABSL_FLAG(int32_t, draft_max, 5,
           "Speculative decoding: most draft tokens per sequence and step, [1, 64] (a request "
           "may ask for fewer with max_draft_tokens).");
@@ -323,6 +328,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   }
   options.draft.kv_bytes = draft_kv_mib << 20;
   options.draft.min_margin = absl::GetFlag(FLAGS_draft_min_margin);
+  options.draft.min_acceptance = absl::GetFlag(FLAGS_draft_min_acceptance);
   e.speculative.draft_max = absl::GetFlag(FLAGS_draft_max);
   e.speculative.ngram.min_ngram = absl::GetFlag(FLAGS_draft_ngram_min);
   e.speculative.ngram.max_ngram = absl::GetFlag(FLAGS_draft_ngram_max);
