@@ -336,19 +336,36 @@ std::vector<float> DraftLeads(const std::string& backend_name, uint64_t seed,
   return leads;
 }
 
+constexpr int32_t kDrafts = 8;
+
+// Draft model 11's proposal of kDrafts tokens after a prompt (drafting as many as
+// asked), with each token's lead (DraftLeads).
+struct Proposal {
+  std::vector<int32_t> context;
+  std::vector<int32_t> tokens;
+  std::vector<float> leads;
+};
+Proposal ProposeAll(const model::Model& target, const std::string& backend_name) {
+  Proposal p;
+  p.context = CyclicPrompt(12, 1);
+  MakeDraft(target, 11, backend_name)->Propose(1, p.context, kDrafts, &p.tokens);
+  EXPECT_EQ(p.tokens.size(), static_cast<size_t>(kDrafts));
+  if (p.tokens.size() == static_cast<size_t>(kDrafts)) {
+    p.leads = DraftLeads(backend_name, 11, p.context, p.tokens);
+  }
+  return p;
+}
+
 // The confidence stop: with min_margin just above the lead of the draft's greedy token
 // over its runner-up at draft j, the proposal ends with draft j (the first whose lead
 // is below it). The leads are computed here from one Forward of the whole proposal.
 TEST_P(DraftModelSourceTest, ConfidenceStopEndsTheProposalAfterTheFirstNearTie) {
-  constexpr int32_t kDrafts = 8;
-  const std::vector<int32_t> context = CyclicPrompt(12, 1);
-  std::vector<int32_t> all;
-  MakeDraft(*target_, 11, GetParam())->Propose(1, context, kDrafts, &all);
-  ASSERT_EQ(all.size(), static_cast<size_t>(kDrafts));
+  const Proposal p = ProposeAll(*target_, GetParam());
+  ASSERT_EQ(p.leads.size(), static_cast<size_t>(kDrafts));
+  const std::vector<int32_t>& context = p.context;
+  const std::vector<int32_t>& all = p.tokens;
+  const std::vector<float>& leads = p.leads;
   EXPECT_FALSE(MakeDraft(*target_, 11, GetParam())->PacesItself());
-
-  const std::vector<float> leads = DraftLeads(GetParam(), 11, context, all);
-  ASSERT_EQ(leads.size(), all.size());
 
   int stopped_inside = 0;
   for (int32_t j = 0; j + 1 < kDrafts; ++j) {
@@ -379,13 +396,11 @@ TEST_P(DraftModelSourceTest, ConfidenceStopEndsTheProposalAfterTheFirstNearTie) 
 // sequence next asks (the context says which drafts it kept). Taught that drafts with
 // draft j's lead are rejected (and those before it accepted), it stops after draft j.
 TEST_P(DraftModelSourceTest, LearntConfidenceStopsAfterALeadThatIsUsuallyRejected) {
-  constexpr int32_t kDrafts = 8;
-  const std::vector<int32_t> context = CyclicPrompt(12, 1);
-  std::vector<int32_t> all;
-  MakeDraft(*target_, 11, GetParam())->Propose(1, context, kDrafts, &all);
-  ASSERT_EQ(all.size(), static_cast<size_t>(kDrafts));
-  const std::vector<float> leads = DraftLeads(GetParam(), 11, context, all);
-  ASSERT_EQ(leads.size(), all.size());
+  const Proposal p = ProposeAll(*target_, GetParam());
+  ASSERT_EQ(p.leads.size(), static_cast<size_t>(kDrafts));
+  const std::vector<int32_t>& context = p.context;
+  const std::vector<int32_t>& all = p.tokens;
+  const std::vector<float>& leads = p.leads;
   // The first draft whose lead's bin no earlier draft shares.
   size_t j = 1;
   auto shares_bin = [&](size_t i) {
