@@ -53,7 +53,7 @@ ABSL_FLAG(double, draft_min_acceptance, 0.0,
           "acceptance is below this (kvserve's --draft_min_acceptance); 0 = off.");
 ABSL_FLAG(double, draft_min_margin, 0.0,
           "Draft model: no further drafts that step after a token whose logit leads the "
-          "runner-up's by less than this (kvserve's --draft_min_margin); 0 = always the most.");
+          "runner-up's by less than this (kvserve's --draft_min_margin); 0 = off.");
 ABSL_FLAG(kvserve::bench::IntListFlag, draft_lengths, kvserve::bench::IntListFlag({2, 4, 8}),
           "Largest drafts (--draft_max of kvserve) to measure, comma-separated.");
 ABSL_FLAG(bool, adaptive, true,

@@ -32,14 +32,20 @@ size_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b) {
   return i;
 }
 
-// The first largest logit's index and its lead over the largest of the others.
+// The first largest logit's index and its lead over the largest of the others (0 on a
+// tie), in one pass. Precondition: logits is not empty.
 std::pair<int32_t, float> ArgmaxAndMargin(std::span<const float> logits) {
-  const auto best = std::max_element(logits.begin(), logits.end());
+  size_t best = 0;
   float runner_up = -std::numeric_limits<float>::infinity();
-  for (auto it = logits.begin(); it != logits.end(); ++it) {
-    if (it != best) runner_up = std::max(runner_up, *it);
+  for (size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[best]) {
+      runner_up = logits[best];
+      best = i;
+    } else if (logits[i] > runner_up) {
+      runner_up = logits[i];
+    }
   }
-  return {static_cast<int32_t>(best - logits.begin()), *best - runner_up};
+  return {static_cast<int32_t>(best), logits[best] - runner_up};
 }
 
 }  // namespace

@@ -82,14 +82,6 @@ TEST(CheckDraftVocabularyTest, NamesTheFirstDifference) {
   }
 }
 
-// Options of a draft that proposes as many tokens as asked (no confidence stop): the
-// tests of the mechanism count on the lengths they ask for.
-DraftModelOptions AsManyAsAsked() {
-  DraftModelOptions o;
-  o.min_margin = 0.0;
-  return o;
-}
-
 // A backend for `model` with K/V blocks of `block_tokens` f16 positions.
 std::unique_ptr<backends::Backend> MakeBackend(const model::Model& model,
                                                const std::string& backend_name,
@@ -102,18 +94,16 @@ std::unique_ptr<backends::Backend> MakeBackend(const model::Model& model,
   return backend.ok() ? *std::move(backend) : nullptr;
 }
 
-// A draft model source over a copy of the small random model (seed `seed`).
+// A draft model source over a copy of the small random model (seed `seed`). The default
+// options draft as many tokens as asked (no confidence stop): the tests of the mechanism
+// count on the lengths they ask for.
 std::unique_ptr<DraftModelSource> MakeDraft(const model::Model& target, uint64_t seed,
                                             const std::string& backend_name,
-                                            DraftModelOptions options = AsManyAsAsked(),
-                                            int block_tokens = 4) {
+                                            DraftModelOptions options = {}, int block_tokens = 4) {
   std::unique_ptr<model::Model> draft = SmallRandomModel(seed);
-  auto backend = backends::CreateBackend(
-      backend_name, *draft,
-      model::KvLayout::ForModel(draft->config(), block_tokens, model::DType::kF16),
-      backends::BackendOptions{});
-  EXPECT_TRUE(backend.ok()) << backend.status();
-  auto source = DraftModelSource::Create(target, std::move(draft), *std::move(backend), options);
+  std::unique_ptr<backends::Backend> backend = MakeBackend(*draft, backend_name, block_tokens);
+  if (backend == nullptr) return nullptr;
+  auto source = DraftModelSource::Create(target, std::move(draft), std::move(backend), options);
   EXPECT_TRUE(source.ok()) << source.status();
   return source.ok() ? *std::move(source) : nullptr;
 }
@@ -310,7 +300,8 @@ std::vector<float> DraftLeads(const std::string& backend_name, uint64_t seed,
   std::vector<int32_t> tokens = context;
   tokens.insert(tokens.end(), drafts.begin(), drafts.end() - 1);
   const size_t block_bytes = backend->kv_layout().block_bytes();
-  const size_t blocks = (tokens.size() + 3) / 4;
+  const size_t block_tokens = static_cast<size_t>(backend->kv_layout().block_tokens);
+  const size_t blocks = (tokens.size() + block_tokens - 1) / block_tokens;
   std::vector<uint8_t> kv(blocks * block_bytes);
   std::vector<uint8_t*> block_ptrs;
   for (size_t b = 0; b < blocks; ++b) block_ptrs.push_back(kv.data() + b * block_bytes);
