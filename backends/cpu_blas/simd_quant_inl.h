@@ -21,6 +21,28 @@
 // sums stay below 2^15; vpdpbusd sums into int32 directly); only the per-block float scaling and
 // the final sum round, in a different order than the scalar DotQ* functions.
 
+// Two compiler barriers for the panel kernels (empty asm statements, no instruction), because
+// GCC's optimizers otherwise undo their register plan and spill to the stack:
+// - InOrder(v): v (a vector) is computed here, as written. The kernels add integer products
+//   into a chain one at a time; integer addition is associative, so GCC rewrites a chain as a
+//   tree: every product first (most of them stored to the stack), then the sums.
+// - Unshared(x): x as a value GCC cannot see through. The 256-bit k-quant kernels handle a
+//   panel's two 8-row halves one after the other with the same activation words; without it
+//   GCC loads each word once for both halves and keeps all of them (8 x 8 per activation row)
+//   on the stack.
+// Measured with `kernels_bench --benchmark_filter=BM_QuantLayout/.*path:3` at KVSERVE_BENCH_ISA
+// avx2 and avx512vnni on Emerald Rapids (docs/performance.md, "Compiler barriers in the panel
+// kernels"); the arithmetic, and so every result, is unchanged.
+template <typename V>
+KVSERVE_SIMD_TARGET inline V InOrder(V v) {
+  __asm__("" : "+v"(v));
+  return v;
+}
+inline const uint8_t* Unshared(const uint8_t* x) {
+  __asm__("" : "+r"(x));
+  return x;
+}
+
 // vpmaddubsw + vpmaddwd: 8 int32 sums of 4 adjacent u8 x s8 products.
 struct MaddubsDot {
   static constexpr bool kUnsignedOffset = false;  // pairs of (w + 128) x would saturate

@@ -47,7 +47,7 @@ struct YmmChain {
   // chain + u8(u) x s8(s), 4 adjacent bytes per int32 lane.
   KVSERVE_SIMD_TARGET static __m256i Dot(__m256i chain, __m256i u, __m256i s) {
     if constexpr (kInt32) return D::DotU8S8(chain, u, s);
-    return _mm256_add_epi16(chain, _mm256_maddubs_epi16(u, s));
+    return InOrder(_mm256_add_epi16(chain, _mm256_maddubs_epi16(u, s)));
   }
   // The int32 lane sums of a chain started with Start(base), base included.
   KVSERVE_SIMD_TARGET static __m256i Sum(__m256i chain, __m256i base) {
@@ -64,12 +64,12 @@ struct YmmChain {
   // or D::DotS16 (vpdpwssd) where D has vpdpbusd (the k-quants' offset terms).
   KVSERVE_SIMD_TARGET static __m256i DotS16(__m256i sum, __m256i a, __m256i b) {
     if constexpr (kInt32) return D::DotS16(sum, a, b);
-    return _mm256_add_epi32(sum, _mm256_madd_epi16(a, b));
+    return InOrder(_mm256_add_epi32(sum, _mm256_madd_epi16(a, b)));
   }
   // sum + the int32 lane sums of a chain started with Start(0), times the scales.
   KVSERVE_SIMD_TARGET static __m256i AddScaled(__m256i sum, __m256i chain, __m256i scale) {
     if constexpr (kInt32) return _mm256_add_epi32(sum, _mm256_mullo_epi32(chain, scale));
-    return _mm256_add_epi32(sum, _mm256_madd_epi16(chain, scale));
+    return InOrder(_mm256_add_epi32(sum, _mm256_madd_epi16(chain, scale)));
   }
 };
 
@@ -193,7 +193,8 @@ struct Q8_0PanelYmm : Ymm16Block32 {
 #pragma GCC unroll 4
         for (int m = 0; m < M; ++m) {
           const __m256i xw = WordAt256(XAt<Q8Block>(x, ldxq, m, b).q, j);
-          sum[m][h] = D::DotU8S8(sum[m][h], u, D::kUnsignedOffset ? xw : _mm256_sign_epi8(xw, w));
+          sum[m][h] =
+              InOrder(D::DotU8S8(sum[m][h], u, D::kUnsignedOffset ? xw : _mm256_sign_epi8(xw, w)));
         }
       }
     }
@@ -221,7 +222,7 @@ struct Ymm16KQuant : Ymm16Lanes {
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
                                              int64_t b, Acc* acc) {
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) F::template AccumulateHalf<M>(pb, x, ldxq, b, h, acc);
+    for (int h = 0; h < 2; ++h) F::template AccumulateHalf<M>(pb, Unshared(x), ldxq, b, h, acc);
   }
 
   // acc[m].half[h] += float(sum[m]) * scale * d of activation row m's block b, m < M

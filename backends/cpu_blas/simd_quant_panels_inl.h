@@ -143,7 +143,9 @@ struct KQuantPanel : Zmm16Lanes {
   template <int M>
   KVSERVE_SIMD_TARGET static void AddChains(const __m512i* chain, __m512i sc, __m512i* sum) {
 #pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) sum[m] = _mm512_add_epi32(sum[m], _mm512_mullo_epi32(chain[m], sc));
+    for (int m = 0; m < M; ++m) {
+      sum[m] = InOrder(_mm512_add_epi32(sum[m], _mm512_mullo_epi32(chain[m], sc)));
+    }
   }
 
   // acc[m] += float(sum[m]) * scale * d of activation row m's block b, m < M.
