@@ -31,8 +31,8 @@
 //   GCC loads each word once for both halves and keeps all of them (8 x 8 per activation row)
 //   on the stack.
 // Measured with `kernels_bench --benchmark_filter=BM_QuantLayout/.*path:3` at KVSERVE_BENCH_ISA
-// avx2 and avx512vnni on Emerald Rapids (docs/performance.md, "Compiler barriers in the panel
-// kernels"); the arithmetic, and so every result, is unchanged.
+// avx2 and avx512vnni on Emerald Rapids (docs/performance.md, "Quantized panel kernels:
+// compiler barriers, batch-1 prefetch hint"); the arithmetic, and so every result, is unchanged.
 template <typename V>
 KVSERVE_SIMD_TARGET inline V InOrder(V v) {
   __asm__("" : "+v"(v));

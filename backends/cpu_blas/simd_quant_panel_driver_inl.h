@@ -27,11 +27,13 @@ constexpr int64_t kPanelSlabBytes = 256 * 1024;
 template <typename F, int P, int M>
 KVSERVE_SIMD_TARGET void QuantPanelTile(const uint8_t* panel, int64_t pstride, int64_t blocks,
                                         const uint8_t* x, int64_t ldxq, float* y, int64_t ldy) {
-  // The prefetch hint: into L2 for one activation row (batch-1 decode: a stream of weights
-  // from memory, read once; prefetches into L1 held its fill buffers and ran tl1b Q4_K_M at
-  // 73-77 % of the bandwidth bound at avx2, 80-81 % at avx512vnni, into L2 84-88 % and 88-92 %,
-  // q4_0 and q8_0 unchanged), into L1 for several (prefill passes over a slab of weights in
-  // L2: 2-4 % faster than into L2). docs/performance.md, "Prefetch hints".
+  // The prefetch hint. One activation row (batch-1 decode, a stream of weights from memory
+  // read once): into L2. Into L1, perf put most of the k-quant kernels' samples on their
+  // prefetcht0 bursts, and tl1b Q4_K_M decoded at 71-77 % of the paired bandwidth bound at
+  // avx2 and 80-81 % at avx512vnni; into L2 at 80-88 % and 88-92 % (q4_0, q8_0 unchanged).
+  // Several rows (prefill passes over a slab of weights in L2): into L1, where the L2 hint
+  // measured 1-4 % slower, about the noise. docs/performance.md, "Quantized panel kernels:
+  // compiler barriers, batch-1 prefetch hint".
   constexpr int kHint = M == 1 ? _MM_HINT_T1 : _MM_HINT_T0;
   typename F::Acc acc[P][M];
 #pragma GCC unroll 4
