@@ -40,6 +40,15 @@ void PrefetchSlice(const uint8_t* plane, int rows, size_t row_bytes, size_t offs
   }
 }
 
+// The queries (query vectors or attention weights) and outputs of one dot_rows or
+// axpy_rows call: query heads that read the same K or V rows.
+struct Queries {
+  static constexpr int kMax = 32;
+  const float* in[kMax];
+  float* out[kMax];
+  int n = 0;
+};
+
 }  // namespace
 
 PagedAttention::PagedAttention(const model::ModelConfig& config, const model::KvLayout& layout,
@@ -110,8 +119,10 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
   // K/V blocks together, so a block read for the first is still in cache for the others
   // (a prefill chunk's rows would otherwise each stream the whole context from L3). Each
   // row sees its own positions [first_r, pos_r] in the same segments (the blocks cut at
-  // its window) and gets the same kernel calls as when it runs alone: a row's result does
-  // not depend on the rows beside it (batch invariance).
+  // its window) and the same results as when it runs alone (the kernels' queries do not
+  // mix): a row's result does not depend on the rows beside it (batch invariance). Rows
+  // that see the same positions of a block, and the query heads of one KV head, share
+  // each kernel call, which loads every K and V vector once for several of them.
   for (int g0 = task.row_begin; g0 < task.row_end; g0 += kPagedRowsPerPass) {
     const int g1 = std::min(task.row_end, g0 + kPagedRowsPerPass);
     struct RowView {
@@ -142,12 +153,39 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
       const int t1 = std::min(hi, (t0 / bt + 1) * bt);
       PrefetchSlice(kv.Row(step.layer, kind, t0), t1 - t0, row_bytes, slice_offset, slice_bytes);
     };
-    // Calls fn(row m, a, b) for each row's part [a, b) of positions [t0, t1).
-    auto for_each_row = [&](int t0, int t1, auto&& fn) {
-      for (int m = 0; m < g1 - g0; ++m) {
+    // Calls fn(m0, m1, a, b) for each run of rows [m0, m1) whose part of positions [t0, t1)
+    // is the same [a, b) (all the rows of a pass but at the causal diagonal and a window's
+    // start).
+    auto for_each_run = [&](int t0, int t1, auto&& fn) {
+      const int n_rows = g1 - g0;
+      for (int m = 0; m < n_rows;) {
         const int a = std::max(t0, rv[m].first);
         const int b = std::min(t1, rv[m].n_pos);
-        if (a < b) fn(m, a, b);
+        int e = m + 1;
+        while (e < n_rows && std::max(t0, rv[e].first) == a && std::min(t1, rv[e].n_pos) == b) ++e;
+        if (a < b) fn(m, e, a, b);
+        m = e;
+      }
+    };
+    // For each of the task's KV heads, gathers the query heads of rows [m0, m1) that read
+    // it (with_row(m, i, list) appends row m's task head i) and calls kernel(list, the KV
+    // head's slice of `plane`, the positions' first cached row), Queries::kMax at a time.
+    auto for_each_kv_head = [&](int m0, int m1, const uint8_t* plane, auto&& with_row,
+                                auto&& kernel) {
+      Queries list;
+      for (int kh = 0; kh < task.kv_heads; ++kh) {
+        const uint8_t* head = plane + static_cast<size_t>(task.kv_head + kh) * head_bytes;
+        for (int m = m0; m < m1; ++m) {
+          for (int g = 0; g < group; ++g) {
+            with_row(m, kh * group + g, list);
+            if (list.n == Queries::kMax) {
+              kernel(list, head);
+              list.n = 0;
+            }
+          }
+        }
+        if (list.n > 0) kernel(list, head);
+        list.n = 0;
       }
     };
     prefetch_block(KvKind::kKey, lo);
@@ -159,15 +197,17 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
       } else {
         prefetch_block(KvKind::kValue, lo);
       }
-      for_each_row(t0, t1, [&](int m, int a, int b) {
-        const float* qj = step.q + static_cast<size_t>(g0 + m) * q_dim;
-        const uint8_t* plane = kv.Row(step.layer, KvKind::kKey, a);
-        for (int i = 0; i < n_heads; ++i) {
-          const int h = h_begin + i;
-          dot_rows(qj + static_cast<size_t>(h) * hd,
-                   plane + static_cast<size_t>(h / group) * head_bytes, row_bytes, b - a, hd, scale,
-                   att.data() + rv[m].att + i * rv[m].n_vis + (a - rv[m].first));
-        }
+      for_each_run(t0, t1, [&](int m0, int m1, int a, int b) {
+        for_each_kv_head(
+            m0, m1, kv.Row(step.layer, KvKind::kKey, a),
+            [&](int m, int i, Queries& list) {
+              list.in[list.n] = step.q + static_cast<size_t>(g0 + m) * q_dim +
+                                static_cast<size_t>(h_begin + i) * hd;
+              list.out[list.n++] = att.data() + rv[m].att + i * rv[m].n_vis + (a - rv[m].first);
+            },
+            [&](const Queries& list, const uint8_t* head) {
+              dot_rows(list.in, list.out, list.n, head, row_bytes, b - a, hd, scale);
+            });
       });
       t0 = t1;
     }
@@ -184,15 +224,17 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
     for (int t0 = lo; t0 < hi;) {
       const int t1 = std::min(hi, (t0 / bt + 1) * bt);
       prefetch_block(KvKind::kValue, t1);
-      for_each_row(t0, t1, [&](int m, int a, int b) {
-        float* oj = step.att_out + static_cast<size_t>(g0 + m) * q_dim;
-        const uint8_t* plane = kv.Row(step.layer, KvKind::kValue, a);
-        for (int i = 0; i < n_heads; ++i) {
-          const int h = h_begin + i;
-          axpy_rows(att.data() + rv[m].att + i * rv[m].n_vis + (a - rv[m].first),
-                    plane + static_cast<size_t>(h / group) * head_bytes, row_bytes, b - a, hd,
-                    oj + static_cast<size_t>(h) * hd);
-        }
+      for_each_run(t0, t1, [&](int m0, int m1, int a, int b) {
+        for_each_kv_head(
+            m0, m1, kv.Row(step.layer, KvKind::kValue, a),
+            [&](int m, int i, Queries& list) {
+              list.in[list.n] = att.data() + rv[m].att + i * rv[m].n_vis + (a - rv[m].first);
+              list.out[list.n++] = step.att_out + static_cast<size_t>(g0 + m) * q_dim +
+                                   static_cast<size_t>(h_begin + i) * hd;
+            },
+            [&](const Queries& list, const uint8_t* head) {
+              axpy_rows(list.in, list.out, list.n, head, row_bytes, b - a, hd);
+            });
       });
       t0 = t1;
     }

@@ -7,6 +7,13 @@
 #include "backends/kernels/mla.h"
 
 namespace kvserve::backends::cpu_blas {
+namespace {
+
+// Heads per dot_rows / axpy_rows call (their pointers on the stack; the kernels take them
+// a few at a time).
+constexpr int kHeadsPerCall = 16;
+
+}  // namespace
 
 LatentAttention::LatentAttention(const model::ModelConfig& config, const model::KvLayout& layout,
                                  const KernelSet* kernels, ThreadPool* pool, Gemm* gemm)
@@ -106,13 +113,20 @@ void LatentAttention::Attend(const Batch& batch, const StepPlan& plan, int layer
   const auto at = [&](std::vector<float>& m, int h, size_t w) {
     return m.data() + (static_cast<size_t>(h) * n + row) * w;
   };
-  // Scores, one block's rows at a time for all the heads.
+  // Scores, one block's rows at a time for all the heads (every head reads the same
+  // latent rows: kHeadsPerCall of them per kernel call).
   for (int t0 = first; t0 < n_pos;) {
     const int t1 = std::min(n_pos, (t0 / bt + 1) * bt);
     const uint8_t* rows = kv.Row(layer, kernels::KvKind::kKey, t0);
-    for (int h = h0; h < h1; ++h) {
-      dot_rows(at(q_lat_, h, static_cast<size_t>(width)), rows, row_bytes, t1 - t0, width, scale,
-               att.data() + static_cast<size_t>(h - h0) * n_vis + (t0 - first));
+    for (int hb = h0; hb < h1; hb += kHeadsPerCall) {
+      const int nh = std::min(kHeadsPerCall, h1 - hb);
+      const float* q[kHeadsPerCall];
+      float* out[kHeadsPerCall];
+      for (int k = 0; k < nh; ++k) {
+        q[k] = at(q_lat_, hb + k, static_cast<size_t>(width));
+        out[k] = att.data() + static_cast<size_t>(hb + k - h0) * n_vis + (t0 - first);
+      }
+      dot_rows(q, out, nh, rows, row_bytes, t1 - t0, width, scale);
     }
     t0 = t1;
   }
@@ -125,9 +139,15 @@ void LatentAttention::Attend(const Batch& batch, const StepPlan& plan, int layer
   for (int t0 = first; t0 < n_pos;) {
     const int t1 = std::min(n_pos, (t0 / bt + 1) * bt);
     const uint8_t* rows = kv.Row(layer, kernels::KvKind::kKey, t0);
-    for (int h = h0; h < h1; ++h) {
-      axpy_rows(att.data() + static_cast<size_t>(h - h0) * n_vis + (t0 - first), rows, row_bytes,
-                t1 - t0, r, at(o_lat_, h, static_cast<size_t>(r)));
+    for (int hb = h0; hb < h1; hb += kHeadsPerCall) {
+      const int nh = std::min(kHeadsPerCall, h1 - hb);
+      const float* a[kHeadsPerCall];
+      float* y[kHeadsPerCall];
+      for (int k = 0; k < nh; ++k) {
+        a[k] = att.data() + static_cast<size_t>(hb + k - h0) * n_vis + (t0 - first);
+        y[k] = at(o_lat_, hb + k, static_cast<size_t>(r));
+      }
+      axpy_rows(a, y, nh, rows, row_bytes, t1 - t0, r);
     }
     t0 = t1;
   }

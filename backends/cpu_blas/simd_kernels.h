@@ -110,20 +110,24 @@ struct KernelSet {
   QMatMulFn matmul_q6_k;  // activations: Q8KBlock rows
   // Attention over `count` cached rows of one head (K or V rows of a KV block), row t at
   // rows + t * stride bytes, `hd` elements each, as f32 or f16 bits (an f32 row starts
-  // on a 4-byte boundary):
-  //   dot_rows:  out[t] = scale * sum_i q[i] * row_t[i]          for t in [0, count)
-  //   axpy_rows: y[i] += sum_t a[t] * row_t[i]                   for i in [0, hd)
+  // on a 4-byte boundary), for nq queries that read the same rows (the query heads of a
+  // KV head, the rows of a prefill chunk that see the same positions):
+  //   dot_rows:  out[j][t] = scale * sum_i q[j][i] * row_t[i]    for j < nq, t < count
+  //   axpy_rows: y[j][i] += sum_t a[j][t] * row_t[i]             for j < nq, i < hd
   // Several rows per pass, with the accumulators in registers, instead of one call per
   // position: decode attention at long contexts is otherwise bound by call and reduction
-  // overhead, not by reading the cache.
-  void (*dot_rows_f32)(const float* q, const void* rows, size_t stride, int count, int hd,
-                       float scale, float* out);
-  void (*dot_rows_f16)(const float* q, const void* rows, size_t stride, int count, int hd,
-                       float scale, float* out);
-  void (*axpy_rows_f32)(const float* a, const void* rows, size_t stride, int count, int hd,
-                        float* y);
-  void (*axpy_rows_f16)(const float* a, const void* rows, size_t stride, int count, int hd,
-                        float* y);
+  // overhead, not by reading the cache. Several queries per pass load (and widen) each
+  // row vector once for all of them: a prefill chunk's attention is otherwise bound by
+  // those loads. Each query's results are the same bits whatever nq and whichever queries
+  // share the call (batch invariance).
+  void (*dot_rows_f32)(const float* const* q, float* const* out, int nq, const void* rows,
+                       size_t stride, int count, int hd, float scale);
+  void (*dot_rows_f16)(const float* const* q, float* const* out, int nq, const void* rows,
+                       size_t stride, int count, int hd, float scale);
+  void (*axpy_rows_f32)(const float* const* a, float* const* y, int nq, const void* rows,
+                        size_t stride, int count, int hd);
+  void (*axpy_rows_f16)(const float* const* a, float* const* y, int nq, const void* rows,
+                        size_t stride, int count, int hd);
   // out[i] = float(in[i]) for f16 or bf16 bits.
   void (*f16_to_f32)(const uint16_t* in, float* out, int64_t n);
   void (*bf16_to_f32)(const uint16_t* in, float* out, int64_t n);

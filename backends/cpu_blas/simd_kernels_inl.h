@@ -358,95 +358,167 @@ inline const typename W::T* KvRow(const void* rows, size_t stride, int t) {
                                                 static_cast<size_t>(t) * stride);
 }
 
-// out[t..t+R) = scale * q · row_t: R rows at once, R independent FMA chains, each q
-// vector loaded once for all R rows; the chains reduced four at a time (V::HSum4, a short
-// group padded with zero vectors), so every row's sum takes the same tree whatever R:
-// a score does not depend on how many positions share its call (batch invariance), and
-// four sums cost about what one did (a prefill chunk's attention makes one per row,
-// position and head).
-template <typename W, int R>
-KVSERVE_SIMD_TARGET inline void DotRowsBlock(const float* q, const void* rows, size_t stride, int t,
-                                             int hd, float scale, float* out) {
+// Queries per tile of dot_rows and axpy_rows when several share the rows: each row vector
+// is loaded (and widened from f16) once for Q queries. 4 x 4 accumulators and 4 row
+// vectors fit the 32 registers of AVX-512 and NEON, 2 x 4 the 16 of AVX2.
+constexpr int kQueriesPerTile = V::kLanes == 8 ? 2 : 4;
+
+// out[j][t..t+R) = scale * q[j] · row_t for j < Q: Q x R independent FMA chains, each row
+// vector loaded once for the Q queries and each query vector once for the R rows; the
+// chains reduced four at a time (V::HSum4, a short group padded with zero vectors), so
+// every score takes the same chain and tree whatever Q and R: a score does not depend on
+// how many positions or queries share its call (batch invariance), and four sums cost
+// about what one did (a prefill chunk's attention makes one per query, position and head).
+template <typename W, int Q, int R>
+KVSERVE_SIMD_TARGET inline void DotRowsTile(const float* const* q, float* const* out,
+                                            const void* rows, size_t stride, int t, int hd,
+                                            float scale) {
   constexpr int kLanes = V::kLanes;
   const typename W::T* r[R];
-  typename V::Reg acc[R];
+  typename V::Reg acc[Q][R];
 #pragma GCC unroll 8
-  for (int k = 0; k < R; ++k) {
-    r[k] = KvRow<W>(rows, stride, t + k);
-    acc[k] = V::Zero();
+  for (int k = 0; k < R; ++k) r[k] = KvRow<W>(rows, stride, t + k);
+#pragma GCC unroll 4
+  for (int j = 0; j < Q; ++j) {
+#pragma GCC unroll 8
+    for (int k = 0; k < R; ++k) acc[j][k] = V::Zero();
   }
   int i = 0;
   for (; i + kLanes <= hd; i += kLanes) {
-    const typename V::Reg qv = V::Load(q + i);
+    if constexpr (Q == 1) {
+      const typename V::Reg qv = V::Load(q[0] + i);
 #pragma GCC unroll 8
-    for (int k = 0; k < R; ++k) acc[k] = V::Fma(W::Load(r[k] + i), qv, acc[k]);
+      for (int k = 0; k < R; ++k) acc[0][k] = V::Fma(W::Load(r[k] + i), qv, acc[0][k]);
+    } else {
+      typename V::Reg rv[R];
+#pragma GCC unroll 8
+      for (int k = 0; k < R; ++k) rv[k] = W::Load(r[k] + i);
+#pragma GCC unroll 4
+      for (int j = 0; j < Q; ++j) {
+        const typename V::Reg qv = V::Load(q[j] + i);
+#pragma GCC unroll 8
+        for (int k = 0; k < R; ++k) acc[j][k] = V::Fma(rv[k], qv, acc[j][k]);
+      }
+    }
   }
-  float sums[R + 3];
   const typename V::Reg zero = V::Zero();
+#pragma GCC unroll 4
+  for (int j = 0; j < Q; ++j) {
+    float sums[R + 3];
 #pragma GCC unroll 8
-  for (int k = 0; k < R; k += 4) {
-    V::Store4(sums + k, V::HSum4(acc[k], k + 1 < R ? acc[k + 1] : zero,
-                                 k + 2 < R ? acc[k + 2] : zero, k + 3 < R ? acc[k + 3] : zero));
+    for (int k = 0; k < R; k += 4) {
+      V::Store4(sums + k,
+                V::HSum4(acc[j][k], k + 1 < R ? acc[j][k + 1] : zero,
+                         k + 2 < R ? acc[j][k + 2] : zero, k + 3 < R ? acc[j][k + 3] : zero));
+    }
+    for (int k = 0; k < R; ++k) {
+      float s = sums[k];
+      for (int e = i; e < hd; ++e) s += q[j][e] * W::One(r[k][e]);
+      out[j][t + k] = scale * s;
+    }
   }
-  for (int k = 0; k < R; ++k) {
-    float s = sums[k];
-    for (int j = i; j < hd; ++j) s += q[j] * W::One(r[k][j]);
-    out[t + k] = scale * s;
-  }
+}
+
+// Rows [0, count) against Q queries: tiles of 8 rows for one query, 4 for several.
+template <typename W, int Q>
+KVSERVE_SIMD_TARGET void DotRowsOf(const float* const* q, float* const* out, const void* rows,
+                                   size_t stride, int count, int hd, float scale) {
+  constexpr int R = Q == 1 ? 8 : 4;
+  int t = 0;
+  for (; t + R <= count; t += R) DotRowsTile<W, Q, R>(q, out, rows, stride, t, hd, scale);
+  for (; t < count; ++t) DotRowsTile<W, Q, 1>(q, out, rows, stride, t, hd, scale);
 }
 
 template <typename W>
-KVSERVE_SIMD_TARGET void DotRows(const float* q, const void* rows, size_t stride, int count, int hd,
-                                 float scale, float* out) {
-  int t = 0;
-  for (; t + 8 <= count; t += 8) DotRowsBlock<W, 8>(q, rows, stride, t, hd, scale, out);
-  for (; t < count; ++t) DotRowsBlock<W, 1>(q, rows, stride, t, hd, scale, out);
+KVSERVE_SIMD_TARGET void DotRows(const float* const* q, float* const* out, int nq, const void* rows,
+                                 size_t stride, int count, int hd, float scale) {
+  int j = 0;
+  for (; j + kQueriesPerTile <= nq; j += kQueriesPerTile) {
+    DotRowsOf<W, kQueriesPerTile>(q + j, out + j, rows, stride, count, hd, scale);
+  }
+  for (; j < nq; ++j) DotRowsOf<W, 1>(q + j, out + j, rows, stride, count, hd, scale);
 }
 
-// y[i..i + NV * kLanes) += sum_t a[t] * row_t[same]: NV accumulators stay in registers
-// over all rows (one load and store of y per call instead of one per row).
-template <typename W, int NV>
-KVSERVE_SIMD_TARGET inline void AxpyRowsChunk(const float* a, const void* rows, size_t stride,
-                                              int count, int i, float* y) {
+// y[j][i..i + NV * kLanes) += sum_t a[j][t] * row_t[same] for j < Q: Q x NV accumulators
+// stay in registers over all rows (one load and store of y per call instead of one per
+// row), each row vector loaded once for the Q queries. Every lane is one chain of FMAs
+// over t in order, whatever Q and NV.
+template <typename W, int Q, int NV>
+KVSERVE_SIMD_TARGET inline void AxpyRowsChunk(const float* const* a, float* const* y,
+                                              const void* rows, size_t stride, int count, int i) {
   constexpr int kLanes = V::kLanes;
-  typename V::Reg acc[NV];
+  typename V::Reg acc[Q][NV];
+#pragma GCC unroll 4
+  for (int j = 0; j < Q; ++j) {
 #pragma GCC unroll 8
-  for (int k = 0; k < NV; ++k) acc[k] = V::Load(y + i + k * kLanes);
+    for (int k = 0; k < NV; ++k) acc[j][k] = V::Load(y[j] + i + k * kLanes);
+  }
   for (int t = 0; t < count; ++t) {
     const typename W::T* r = KvRow<W>(rows, stride, t) + i;
-    const typename V::Reg at = V::Broadcast(a[t]);
+    if constexpr (Q == 1) {
+      const typename V::Reg at = V::Broadcast(a[0][t]);
 #pragma GCC unroll 8
-    for (int k = 0; k < NV; ++k) acc[k] = V::Fma(at, W::Load(r + k * kLanes), acc[k]);
+      for (int k = 0; k < NV; ++k) acc[0][k] = V::Fma(at, W::Load(r + k * kLanes), acc[0][k]);
+    } else {
+      typename V::Reg rv[NV];
+#pragma GCC unroll 8
+      for (int k = 0; k < NV; ++k) rv[k] = W::Load(r + k * kLanes);
+#pragma GCC unroll 4
+      for (int j = 0; j < Q; ++j) {
+        const typename V::Reg at = V::Broadcast(a[j][t]);
+#pragma GCC unroll 8
+        for (int k = 0; k < NV; ++k) acc[j][k] = V::Fma(at, rv[k], acc[j][k]);
+      }
+    }
   }
+#pragma GCC unroll 4
+  for (int j = 0; j < Q; ++j) {
 #pragma GCC unroll 8
-  for (int k = 0; k < NV; ++k) V::Store(y + i + k * kLanes, acc[k]);
+    for (int k = 0; k < NV; ++k) V::Store(y[j] + i + k * kLanes, acc[j][k]);
+  }
 }
 
-template <typename W>
-KVSERVE_SIMD_TARGET void AxpyRows(const float* a, const void* rows, size_t stride, int count,
-                                  int hd, float* y) {
+// All of [0, hd) for Q queries: passes of kMaxNV vectors (one query: 8, 8 FMA chains cover
+// the latency on both pipes; several: 4, what the registers hold beside the row vectors),
+// then what is left in passes of 4, 2 and 1 vectors, then the scalar tail.
+template <typename W, int Q>
+KVSERVE_SIMD_TARGET void AxpyRowsOf(const float* const* a, float* const* y, const void* rows,
+                                    size_t stride, int count, int hd) {
   constexpr int kLanes = V::kLanes;
+  constexpr int kMaxNV = Q == 1 ? 8 : 4;
   int i = 0;
-  // Up to 8 vectors per pass (8 FMA chains cover the latency on both pipes), then what is
-  // left in passes of 4, 2 and 1 vectors (head_dim 64 on AVX2: one pass).
-  for (; i + 8 * kLanes <= hd; i += 8 * kLanes) AxpyRowsChunk<W, 8>(a, rows, stride, count, i, y);
-  if (i + 4 * kLanes <= hd) {
-    AxpyRowsChunk<W, 4>(a, rows, stride, count, i, y);
+  for (; i + kMaxNV * kLanes <= hd; i += kMaxNV * kLanes) {
+    AxpyRowsChunk<W, Q, kMaxNV>(a, y, rows, stride, count, i);
+  }
+  if (kMaxNV > 4 && i + 4 * kLanes <= hd) {
+    AxpyRowsChunk<W, Q, 4>(a, y, rows, stride, count, i);
     i += 4 * kLanes;
   }
   if (i + 2 * kLanes <= hd) {
-    AxpyRowsChunk<W, 2>(a, rows, stride, count, i, y);
+    AxpyRowsChunk<W, Q, 2>(a, y, rows, stride, count, i);
     i += 2 * kLanes;
   }
   if (i + kLanes <= hd) {
-    AxpyRowsChunk<W, 1>(a, rows, stride, count, i, y);
+    AxpyRowsChunk<W, Q, 1>(a, y, rows, stride, count, i);
     i += kLanes;
   }
-  for (; i < hd; ++i) {
-    float s = y[i];
-    for (int t = 0; t < count; ++t) s += a[t] * W::One(KvRow<W>(rows, stride, t)[i]);
-    y[i] = s;
+  for (int j = 0; j < Q; ++j) {
+    for (int e = i; e < hd; ++e) {
+      float s = y[j][e];
+      for (int t = 0; t < count; ++t) s += a[j][t] * W::One(KvRow<W>(rows, stride, t)[e]);
+      y[j][e] = s;
+    }
   }
+}
+
+template <typename W>
+KVSERVE_SIMD_TARGET void AxpyRows(const float* const* a, float* const* y, int nq, const void* rows,
+                                  size_t stride, int count, int hd) {
+  int j = 0;
+  for (; j + kQueriesPerTile <= nq; j += kQueriesPerTile) {
+    AxpyRowsOf<W, kQueriesPerTile>(a + j, y + j, rows, stride, count, hd);
+  }
+  for (; j < nq; ++j) AxpyRowsOf<W, 1>(a + j, y + j, rows, stride, count, hd);
 }
 
 template <typename W>

@@ -718,8 +718,11 @@ TEST_P(SimdKernelsTest, DotRowsAndAxpyRowsMatchScalar) {
         const auto dot = dtype == DType::kF32 ? &KernelSet::dot_rows_f32 : &KernelSet::dot_rows_f16;
         std::vector<float> out(static_cast<size_t>(count) + 1, 7.0f);
         std::vector<float> out_ref = out;
-        (kernels().*dot)(q.data(), rows, stride, count, hd, 0.5f, out.data());
-        (ScalarKernels().*dot)(q.data(), rows, stride, count, hd, 0.5f, out_ref.data());
+        const float* qp = q.data();
+        float* outp = out.data();
+        float* out_refp = out_ref.data();
+        (kernels().*dot)(&qp, &outp, 1, rows, stride, count, hd, 0.5f);
+        (ScalarKernels().*dot)(&qp, &out_refp, 1, rows, stride, count, hd, 0.5f);
         for (int t = 0; t < count; ++t) {
           double abs_sum = 0.0;
           for (int i = 0; i < hd; ++i) abs_sum += std::fabs(q[i] * kv.f32[t * per_row + i]);
@@ -733,14 +736,71 @@ TEST_P(SimdKernelsTest, DotRowsAndAxpyRowsMatchScalar) {
         std::vector<float> y = RandomFloats(rng, static_cast<size_t>(hd) + 1);
         y[hd] = 7.0f;
         std::vector<float> y_ref = y;
-        (kernels().*axpy)(a.data(), rows, stride, count, hd, y.data());
-        (ScalarKernels().*axpy)(a.data(), rows, stride, count, hd, y_ref.data());
+        const float* ap = a.data();
+        float* yp = y.data();
+        float* y_refp = y_ref.data();
+        (kernels().*axpy)(&ap, &yp, 1, rows, stride, count, hd);
+        (ScalarKernels().*axpy)(&ap, &y_refp, 1, rows, stride, count, hd);
         for (int i = 0; i < hd; ++i) {
           double abs_sum = std::fabs(y_ref[i]);
           for (int t = 0; t < count; ++t) abs_sum += std::fabs(a[t] * kv.f32[t * per_row + i]);
           EXPECT_NEAR(y[i], y_ref[i], SumTolerance(count + 1, abs_sum)) << "i=" << i;
         }
         EXPECT_EQ(y[hd], 7.0f) << "wrote past hd";
+      }
+    }
+  }
+}
+
+// Several queries in one call (the query heads of a KV head, the rows of a prefill chunk)
+// get the same bits as each query alone, whatever their number: attention results do not
+// depend on which queries share a call (batch invariance).
+TEST_P(SimdKernelsTest, RowsOfSeveralQueriesMatchEachQueryAlone) {
+  std::mt19937 rng(11);
+  for (DType dtype : {DType::kF32, DType::kF16}) {
+    const size_t elem = dtype == DType::kF32 ? 4 : 2;
+    for (int hd : {5, 16, 64, 72, 128, 576}) {
+      for (int count : {1, 4, 7, 16}) {
+        for (int nq : {2, 3, 4, 5, 8, 9}) {
+          SCOPED_TRACE(::testing::Message() << model::DTypeName(dtype) << " hd=" << hd
+                                            << " count=" << count << " nq=" << nq);
+          const size_t stride = static_cast<size_t>(hd + 3) * elem;
+          const Weights kv = RandomWeights(rng, dtype, stride / elem * static_cast<size_t>(count));
+          const void* rows = dtype == DType::kF32 ? static_cast<const void*>(kv.f32.data())
+                                                  : static_cast<const void*>(kv.bits.data());
+          const size_t uq = static_cast<size_t>(nq);
+          const size_t ucount = static_cast<size_t>(count) + 1;  // + a guard
+          const size_t uhd = static_cast<size_t>(hd) + 1;
+          const std::vector<float> q = RandomFloats(rng, uq * static_cast<size_t>(hd));
+          const std::vector<float> a = RandomFloats(rng, uq * static_cast<size_t>(count));
+          std::vector<float> scores(uq * ucount, 7.0f), scores_alone = scores;
+          std::vector<float> y = RandomFloats(rng, uq * uhd), y_alone = y;
+          std::vector<const float*> qp(uq), ap(uq);
+          std::vector<float*> sp(uq), yp(uq);
+          for (size_t j = 0; j < uq; ++j) {
+            qp[j] = q.data() + j * static_cast<size_t>(hd);
+            ap[j] = a.data() + j * static_cast<size_t>(count);
+            sp[j] = scores.data() + j * ucount;
+            yp[j] = y.data() + j * uhd;
+          }
+          const auto dot =
+              dtype == DType::kF32 ? &KernelSet::dot_rows_f32 : &KernelSet::dot_rows_f16;
+          const auto axpy =
+              dtype == DType::kF32 ? &KernelSet::axpy_rows_f32 : &KernelSet::axpy_rows_f16;
+          (kernels().*dot)(qp.data(), sp.data(), nq, rows, stride, count, hd, 0.25f);
+          (kernels().*axpy)(ap.data(), yp.data(), nq, rows, stride, count, hd);
+          for (size_t j = 0; j < uq; ++j) {
+            float* s1 = scores_alone.data() + j * ucount;
+            float* y1 = y_alone.data() + j * uhd;
+            (kernels().*dot)(&qp[j], &s1, 1, rows, stride, count, hd, 0.25f);
+            (kernels().*axpy)(&ap[j], &y1, 1, rows, stride, count, hd);
+          }
+          EXPECT_EQ(0, std::memcmp(scores.data(), scores_alone.data(), scores.size() * 4));
+          EXPECT_EQ(0, std::memcmp(y.data(), y_alone.data(), y.size() * 4));
+          for (size_t j = 0; j < uq; ++j) {
+            EXPECT_EQ(scores[j * ucount + ucount - 1], 7.0f) << "wrote past count, query " << j;
+          }
+        }
       }
     }
   }

@@ -42,21 +42,26 @@ const ElemT* Row(const void* rows, size_t stride, int t) {
 }
 
 template <typename Conv, typename ElemT>
-void DotRows(const float* q, const void* rows, size_t stride, int count, int hd, float scale,
-             float* out) {
-  for (int t = 0; t < count; ++t) {
-    const ElemT* r = Row<Conv, ElemT>(rows, stride, t);
-    float s = 0.0f;
-    for (int i = 0; i < hd; ++i) s += q[i] * Conv::ToFloat(r[i]);
-    out[t] = scale * s;
+void DotRows(const float* const* q, float* const* out, int nq, const void* rows, size_t stride,
+             int count, int hd, float scale) {
+  for (int j = 0; j < nq; ++j) {
+    for (int t = 0; t < count; ++t) {
+      const ElemT* r = Row<Conv, ElemT>(rows, stride, t);
+      float s = 0.0f;
+      for (int i = 0; i < hd; ++i) s += q[j][i] * Conv::ToFloat(r[i]);
+      out[j][t] = scale * s;
+    }
   }
 }
 
 template <typename Conv, typename ElemT>
-void AxpyRows(const float* a, const void* rows, size_t stride, int count, int hd, float* y) {
-  for (int t = 0; t < count; ++t) {
-    const ElemT* r = Row<Conv, ElemT>(rows, stride, t);
-    for (int i = 0; i < hd; ++i) y[i] += a[t] * Conv::ToFloat(r[i]);
+void AxpyRows(const float* const* a, float* const* y, int nq, const void* rows, size_t stride,
+              int count, int hd) {
+  for (int j = 0; j < nq; ++j) {
+    for (int t = 0; t < count; ++t) {
+      const ElemT* r = Row<Conv, ElemT>(rows, stride, t);
+      for (int i = 0; i < hd; ++i) y[j][i] += a[j][t] * Conv::ToFloat(r[i]);
+    }
   }
 }
 
