@@ -33,6 +33,15 @@ std::string_view IsaName(Isa isa) {
   return "unknown";
 }
 
+bool Batch1PrefetchIntoL2() {
+#if defined(__x86_64__)
+  static const bool l2 = !__builtin_cpu_is("amd");
+  return l2;
+#else
+  return true;
+#endif
+}
+
 bool IsaSupported(Isa isa) {
   if (isa == Isa::kScalar) return true;
 #if defined(__x86_64__)

@@ -63,6 +63,12 @@ bool IsaSupported(Isa isa);
 // The best level this CPU supports: the last of kAllIsas that IsaSupported.
 Isa BestIsa();
 
+// Whether the quantized panel kernels (KernelSet::matmul_q4_0_panels, ...) prefetch a
+// batch-1 product's weights into L2 (true) or L1 (false): false on AMD CPUs, true on the
+// others (measured faster on Intel Emerald Rapids, slower on AMD Zen 5; other CPUs follow
+// their vendor's, unmeasured). Read from CPUID once.
+bool Batch1PrefetchIntoL2();
+
 // y[i * ldy + r] = sum_c W[r, c] * x[i * ldx + c]
 //     for r in [row_begin, row_end), i in [0, n), c in [0, cols)
 // W: [rows, cols] row-major, element type per kernel (f32, f16 or bf16 bits).

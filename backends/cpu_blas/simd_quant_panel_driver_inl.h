@@ -23,18 +23,12 @@ constexpr int64_t kPanelSlabBytes = 256 * 1024;
 
 // y[m * ldy + 16 p + r] = row r of panel p . activation row m, for p < P, m < M; `panel`
 // the first block of panel 0 (panels `pstride` bytes apart), x the first block of
-// activation row 0 (rows ldxq bytes apart). kOneRow: the product has one activation row
-// (batch-1 decode), the weights come from memory and are read once: the tile prefetches them
-// into L2, not L1. Into L1, perf put most of the k-quant kernels' samples on their prefetcht0
-// bursts and tl1b Q4_K_M decoded at 71-77 % of the paired bandwidth bound at avx2, 80-81 % at
-// avx512vnni; into L2 at 82-86 % and 88-92 % (q4_0, q8_0 unchanged). Products of several rows
-// (prefill, batched decode: passes over a slab of weights that stays in L2) keep L1: the L2
-// hint there measured a few percent slower. docs/performance.md, "Quantized panel kernels:
-// compiler barriers, batch-1 prefetch hint".
-template <typename F, int P, int M, bool kOneRow = false>
+// activation row 0 (rows ldxq bytes apart). kPrefetchL2: the weights are prefetched into
+// L2 instead of L1 (MatMulQuantPanels says when).
+template <typename F, int P, int M, bool kPrefetchL2 = false>
 KVSERVE_SIMD_TARGET void QuantPanelTile(const uint8_t* panel, int64_t pstride, int64_t blocks,
                                         const uint8_t* x, int64_t ldxq, float* y, int64_t ldy) {
-  constexpr auto kHint = kOneRow ? _MM_HINT_T1 : _MM_HINT_T0;
+  constexpr auto kHint = kPrefetchL2 ? _MM_HINT_T1 : _MM_HINT_T0;
   typename F::Acc acc[P][M];
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p) {
@@ -63,22 +57,25 @@ KVSERVE_SIMD_TARGET void QuantPanelTile(const uint8_t* panel, int64_t pstride, i
 // Panels [p0, p1) against M activation rows: P panels per tile (for F::kMultiPanel, more
 // panel streams when few rows keep the accumulators busy), the rest in pairs, then
 // single panels.
-template <typename F, int M, bool kOneRow = false>
+template <typename F, int M, bool kPrefetchL2 = false>
 KVSERVE_SIMD_TARGET void QuantPanelRows(const uint8_t* w, int64_t pstride, int64_t blocks,
                                         int64_t p0, int64_t p1, const uint8_t* x, int64_t ldxq,
                                         float* y, int64_t ldy) {
   constexpr int P = !F::kMultiPanel ? 1 : F::Panels(M);
   int64_t p = p0;
   for (; p + P <= p1; p += P) {
-    QuantPanelTile<F, P, M, kOneRow>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p, ldy);
+    QuantPanelTile<F, P, M, kPrefetchL2>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p,
+                                         ldy);
   }
   if constexpr (P > 2) {
     for (; p + 2 <= p1; p += 2) {
-      QuantPanelTile<F, 2, M, kOneRow>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p, ldy);
+      QuantPanelTile<F, 2, M, kPrefetchL2>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p,
+                                           ldy);
     }
   }
   for (; p < p1; ++p)
-    QuantPanelTile<F, 1, M, kOneRow>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p, ldy);
+    QuantPanelTile<F, 1, M, kPrefetchL2>(w + p * pstride, pstride, blocks, x, ldxq, y + 16 * p,
+                                         ldy);
 }
 
 // QuantPanelRows<F, m> for a run-time m in [1, F::kMaxRows].
@@ -101,9 +98,23 @@ KVSERVE_SIMD_TARGET void MatMulQuantPanels(const uint8_t* w, int64_t row_bytes, 
   const int64_t pstride = model::kPanelRows * row_bytes;  // the same bytes, regrouped
   const uint8_t* x = static_cast<const uint8_t*>(xq);
   const int64_t end = row_end / model::kPanelRows;
+  // One activation row (batch-1 decode): the weights come from memory and are read once.
+  // Where their prefetches should bring them depends on the CPU (Batch1PrefetchIntoL2): on
+  // Intel Emerald Rapids into L2 (into L1, perf put most of the k-quant kernels' samples on
+  // their prefetcht0 bursts; tl1b Q4_K_M decoded at 71-77 % of the paired bandwidth bound at
+  // avx2, 80-81 % at avx512vnni, into L2 at 82-86 % and 88-92 %), on AMD Zen 5 into L1
+  // (into L2, s110m and tl1b Q4_K_M, s110m q4_0 and q8_0 decoded 10-25 % slower at both
+  // levels). Products of several rows (prefill, batched decode: passes over a slab of
+  // weights that stays in L2) prefetch into L1 everywhere: the L2 hint there measured a few
+  // percent slower. docs/performance.md, "Quantized panel kernels: compiler barriers,
+  // batch-1 prefetch hint".
   if (n == 1) {
-    QuantPanelRows<F, 1, /*kOneRow=*/true>(w, pstride, blocks, row_begin / model::kPanelRows, end,
-                                           x, ldxq, y, ldy);
+    const int64_t p0 = row_begin / model::kPanelRows;
+    if (Batch1PrefetchIntoL2()) {
+      QuantPanelRows<F, 1, /*kPrefetchL2=*/true>(w, pstride, blocks, p0, end, x, ldxq, y, ldy);
+    } else {
+      QuantPanelRows<F, 1>(w, pstride, blocks, p0, end, x, ldxq, y, ldy);
+    }
     return;
   }
   // One pass reads every panel once: no slabs (whose ends would split the tiles).
