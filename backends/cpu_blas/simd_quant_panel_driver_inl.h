@@ -104,7 +104,7 @@ KVSERVE_SIMD_TARGET void MatMulQuantPanels(const uint8_t* w, int64_t row_bytes, 
   // their prefetcht0 bursts; tl1b Q4_K_M decoded at 71-77 % of the paired bandwidth bound at
   // avx2, 80-81 % at avx512vnni, into L2 at 82-86 % and 88-92 %), on AMD Zen 5 into L1
   // (into L2, s110m and tl1b Q4_K_M decoded 4-23 % slower at avx512bf16 and avx2, s110m
-  // q4_0 and q8_0 slower too). Products of several rows (prefill, batched decode: passes over a
+  // q4_0 and q8_0 mostly slower). Products of several rows (prefill, batched decode: passes over a
   // slab of weights that stays in L2) prefetch into L1 everywhere: the L2 hint there measured a few
   // percent slower. docs/performance.md, "Quantized panel kernels: compiler barriers,
   // batch-1 prefetch hint".
