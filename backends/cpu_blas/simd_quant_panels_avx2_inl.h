@@ -205,13 +205,22 @@ struct Q8_0PanelYmm : Ymm16Block32 {
 // The k-quants (the formats of simd_quant_panels_inl.h's KQuantPanel, the same bytes):
 // each 8-row half of a panel is handled whole, integer sums then float steps, before the
 // other, so that 3 activation rows' sums and chains and both halves' accumulators fit the
-// 16 registers. The sub-block scale multiplies the int16 chain in the vpmaddwd that
-// widens it (no vpmulld: 2 uops and 10 cycles' latency on Intel's AVX2 cores). Integer sums are
-// exact, equal to the VNNI kernels' (q4_K: 8 vpmaddubsw of codes <= 15 and |x| <= 128 stay within
-// 30,720 in int16; q6_K: codes <= 63, 2 vpmaddubsw per int16 chain, within 32,256), and
-// the float steps are theirs: the results are bit for bit those of the VNNI kernels. With
-// vpdpbusd (YmmChain) the chains are int32 and take vpmulld, as the VNNI kernels'.
-// F: the format, with AccumulateHalf<M>(pb, x, ldxq, b, h, acc) for rows 8h .. 8h + 7.
+// 16 registers. The sub-block scale multiplies the int16 chain in the vpmaddwd that widens
+// it (no vpmulld: 2 uops and 10 cycles' latency on Intel's AVX2 cores). Integer sums are
+// exact, equal to the VNNI kernels' (q4_K: 8 vpmaddubsw of codes <= 15 and |x| <= 128 stay
+// within 30,720 in int16; q6_K: codes <= 63, 2 vpmaddubsw per int16 chain, within 32,256),
+// and the float steps are theirs: the results are bit for bit those of the VNNI kernels.
+// With vpdpbusd (YmmChain) the chains are int32 and take vpmulld, as the VNNI kernels'.
+//
+// With 1 or 2 activation rows a format may take both halves together (kBothHalvesAtOneRow,
+// AccumulateBoth<M>): each activation word is then broadcast once for the two halves'
+// products instead of once per half. Per half and activation row the products, sums and
+// float steps are the same, in the same order. q4_K at batch 1 on Zen 5 at the avx2 level:
+// 1.25x in kernels_bench, and GCC's code no longer spills the broadcasts to the stack;
+// q6_K gained nothing (the unpacking of its codes dominates) and keeps the halves apart.
+//
+// F: the format, with AccumulateHalf<M>(pb, x, ldxq, b, h, acc) for rows 8h .. 8h + 7,
+// and kBothHalvesAtOneRow (if true, AccumulateBoth<M> for M <= 2: rows 0 .. 15).
 template <typename F>
 struct Ymm16KQuant : Ymm16Lanes {
   static constexpr int64_t kElems = 256;
@@ -221,8 +230,12 @@ struct Ymm16KQuant : Ymm16Lanes {
   template <int M>
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
                                              int64_t b, Acc* acc) {
+    if constexpr (M <= 2 && F::kBothHalvesAtOneRow) {
+      F::template AccumulateBoth<M>(pb, x, ldxq, b, acc);
+    } else {
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) F::template AccumulateHalf<M>(pb, Unshared(x), ldxq, b, h, acc);
+      for (int h = 0; h < 2; ++h) F::template AccumulateHalf<M>(pb, Unshared(x), ldxq, b, h, acc);
+    }
   }
 
   // acc[m].half[h] += float(sum[m]) * scale * d of activation row m's block b, m < M
@@ -255,72 +268,120 @@ struct Q4_KPanelYmm : Ymm16KQuant<Q4_KPanelYmm<D>> {
   using Acc = typename Base::Acc;
   using C = YmmChain<D>;
   static constexpr int64_t kBlockBytes = model::kQ4_KPanelBlockBytes;
-  // Rows 8h .. 8h + 7 of the panel block.
-  template <int M>
-  KVSERVE_SIMD_TARGET static void AccumulateHalf(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
-                                                 int64_t b, int h, Acc* acc) {
+  // Rows 8h .. 8h + 7 of the panel block for h in [h0, h0 + NH): NH = 2 for M <= 2 (each
+  // activation word broadcast once for both halves), else 1.
+  template <int M, int NH>
+  KVSERVE_SIMD_TARGET static void AccumulateHalves(const uint8_t* pb, const uint8_t* x,
+                                                   int64_t ldxq, int64_t b, int h0, Acc* acc) {
     // Line 0: (d, dmin) of each row as two f16 in 4 bytes; per 128-bit lane the d's
     // gathered in the low 8 bytes and the dmin's in the high ones, then the lanes'
     // d halves joined.
-    const __m256i split =
-        _mm256_shuffle_epi8(Load256(pb + 32 * h),
-                            _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
-                                             0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
-    const __m256i joined = _mm256_permute4x64_epi64(split, _MM_SHUFFLE(3, 1, 2, 0));
-    const __m256 d = _mm256_cvtph_ps(_mm256_castsi256_si128(joined));
-    const __m256 dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(joined, 1));
-    const __m256i sc_lo = Load256(pb + 64 + 32 * h);  // scales 0-3 (+ high bits of 4-7)
-    const __m256i m_lo = Load256(pb + 128 + 32 * h);  // mins 0-3 (+ high bits of 4-7)
-    const __m256i both = Load256(pb + 192 + 32 * h);  // low 4 bits of 4-7
+    auto d_dmin = [&](int h) KVSERVE_SIMD_TARGET {
+      const __m256i split = _mm256_shuffle_epi8(
+          Load256(pb + 32 * h),
+          _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9,
+                           12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
+      return _mm256_permute4x64_epi64(split, _MM_SHUFFLE(3, 1, 2, 0));
+    };
     const __m256i six = _mm256_set1_epi32(63);
     const __m256i four = _mm256_set1_epi32(15);
     const __m256i high2 = _mm256_set1_epi32(0x30);
-    // Sub-block s's 6-bit scale (min) per row, as ggml's get_scale_min_k4.
-    auto six_bit = [&](__m256i lo, int nibble, int s) KVSERVE_SIMD_TARGET {
+    // Sub-block s's 6-bit scale (min) per row of half h, as ggml's get_scale_min_k4: `lo`
+    // the half's scales 0-3 (mins 0-3) line, with the high bits of 4-7.
+    auto six_bit = [&](__m256i lo, int h, int nibble, int s) KVSERVE_SIMD_TARGET {
       if (s < 4) return _mm256_and_si256(_mm256_srli_epi32(lo, 8 * s), six);
       const int t = s - 4;
+      const __m256i both = Load256(pb + 192 + 32 * h);  // low 4 bits of 4-7
       return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(both, 8 * t + nibble), four),
                              _mm256_and_si256(_mm256_srli_epi32(lo, 8 * t + 2), high2));
     };
     // dmin * sum_s m_s * (bsums[2s] + bsums[2s + 1]).
-    __m256i sum[M];
+    __m256i sum[M][NH];
 #pragma GCC unroll 4
-    for (int m = 0; m < M; ++m) sum[m] = _mm256_setzero_si256();
+    for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 2
+      for (int hh = 0; hh < NH; ++hh) sum[m][hh] = _mm256_setzero_si256();
+    }
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
-      const __m256i pair = Pair16(six_bit(m_lo, 4, s));
+#pragma GCC unroll 2
+      for (int hh = 0; hh < NH; ++hh) {
+        const int h = h0 + hh;
+        const __m256i pair = Pair16(six_bit(Load256(pb + 128 + 32 * h), h, 4, s));
 #pragma GCC unroll 4
-      for (int m = 0; m < M; ++m) {
-        sum[m] = C::DotS16(sum[m], pair, WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).bsums, s));
+        for (int m = 0; m < M; ++m) {
+          sum[m][hh] =
+              C::DotS16(sum[m][hh], pair, WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).bsums, s));
+        }
       }
     }
-    Base::template AddScaled<M>(sum, _mm256_sub_ps(_mm256_setzero_ps(), dmin), x, ldxq, b, h, acc);
+#pragma GCC unroll 2
+    for (int hh = 0; hh < NH; ++hh) {
+      const __m256 dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(d_dmin(h0 + hh), 1));
+      __m256i half_sum[M];
 #pragma GCC unroll 4
-    for (int m = 0; m < M; ++m) sum[m] = _mm256_setzero_si256();
+      for (int m = 0; m < M; ++m) half_sum[m] = sum[m][hh];
+      Base::template AddScaled<M>(half_sum, _mm256_sub_ps(_mm256_setzero_ps(), dmin), x, ldxq, b,
+                                  h0 + hh, acc);
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 2
+      for (int hh = 0; hh < NH; ++hh) sum[m][hh] = _mm256_setzero_si256();
+    }
     // d * sum_s sc_s * sum_j code_j x_j.
     const __m256i low4 = _mm256_set1_epi8(15);
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
-      const uint8_t* lines = pb + 64 * (4 + 8 * (s / 2)) + 32 * h;
-      __m256i chain[M];
+      const uint8_t* lines = pb + 64 * (4 + 8 * (s / 2));
+      __m256i chain[M][NH];
 #pragma GCC unroll 4
-      for (int m = 0; m < M; ++m) chain[m] = C::Start(_mm256_setzero_si256());
+      for (int m = 0; m < M; ++m) {
+#pragma GCC unroll 2
+        for (int hh = 0; hh < NH; ++hh) chain[m][hh] = C::Start(_mm256_setzero_si256());
+      }
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) {
-        const __m256i packed = Load256(lines + 64 * k);
-        const __m256i w =
-            _mm256_and_si256(s % 2 == 0 ? packed : _mm256_srli_epi16(packed, 4), low4);
 #pragma GCC unroll 4
         for (int m = 0; m < M; ++m) {
-          chain[m] = C::Dot(chain[m], w, WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).q, 8 * s + k));
+          const __m256i xw = WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).q, 8 * s + k);
+#pragma GCC unroll 2
+          for (int hh = 0; hh < NH; ++hh) {
+            const __m256i packed = Load256(lines + 64 * k + 32 * (h0 + hh));
+            const __m256i w =
+                _mm256_and_si256(s % 2 == 0 ? packed : _mm256_srli_epi16(packed, 4), low4);
+            chain[m][hh] = C::Dot(chain[m][hh], w, xw);
+          }
         }
       }
-      const __m256i sc = C::Scale(six_bit(sc_lo, 0, s));
+#pragma GCC unroll 2
+      for (int hh = 0; hh < NH; ++hh) {
+        const int h = h0 + hh;
+        const __m256i sc = C::Scale(six_bit(Load256(pb + 64 + 32 * h), h, 0, s));
 #pragma GCC unroll 4
-      for (int m = 0; m < M; ++m) sum[m] = C::AddScaled(sum[m], chain[m], sc);
+        for (int m = 0; m < M; ++m) sum[m][hh] = C::AddScaled(sum[m][hh], chain[m][hh], sc);
+      }
     }
-    Base::template AddScaled<M>(sum, d, x, ldxq, b, h, acc);
+#pragma GCC unroll 2
+    for (int hh = 0; hh < NH; ++hh) {
+      const __m256 d = _mm256_cvtph_ps(_mm256_castsi256_si128(d_dmin(h0 + hh)));
+      __m256i half_sum[M];
+#pragma GCC unroll 4
+      for (int m = 0; m < M; ++m) half_sum[m] = sum[m][hh];
+      Base::template AddScaled<M>(half_sum, d, x, ldxq, b, h0 + hh, acc);
+    }
   }
+  template <int M>
+  KVSERVE_SIMD_TARGET static void AccumulateHalf(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
+                                                 int64_t b, int h, Acc* acc) {
+    AccumulateHalves<M, 1>(pb, x, ldxq, b, h, acc);
+  }
+  template <int M>
+  KVSERVE_SIMD_TARGET static void AccumulateBoth(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
+                                                 int64_t b, Acc* acc) {
+    AccumulateHalves<M, 2>(pb, x, ldxq, b, 0, acc);
+  }
+  static constexpr bool kBothHalvesAtOneRow = true;
 };
 
 // q6_K: element = d * sc * (code - 32) per group of 16 (codes 0..63, int8 scales).
@@ -405,6 +466,9 @@ struct Q6_KPanelYmm : Ymm16KQuant<Q6_KPanelYmm<D>> {
     }
     Base::template AddScaled<M>(sum, d, x, ldxq, b, h, acc);
   }
+  // Both halves at once bought nothing here (the codes' unpacking, not the activation
+  // broadcasts, dominates; kernels_bench at avx2, 2026-12-06).
+  static constexpr bool kBothHalvesAtOneRow = false;
 };
 
 #include "backends/cpu_blas/simd_quant_panel_driver_inl.h"  // NOLINT(build/include)
