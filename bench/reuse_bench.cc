@@ -78,6 +78,9 @@ absl::StatusOr<std::vector<ReuseBenchRow>> RunReuseBench(const ReuseBenchOptions
           layout.block_bytes() +
       layout.block_bytes();
   engine_options.engine.max_step_tokens = 512;
+  // The pool resident from the start, as kvserve's --kv_prefault default: a replica's
+  // pool is faulted in when it starts, not by the copies of its first fetch.
+  engine_options.engine.kv_prefault = true;
 
   cachesvc::MemoryBlockStore::Options store_options;
   store_options.capacity_bytes = static_cast<int64_t>(2 * blocks_needed * layout.block_bytes());
