@@ -215,7 +215,7 @@ struct Q8_0PanelYmm : Ymm16Block32 {
 // and the float steps are theirs: the results are bit for bit those of the VNNI kernels.
 // With vpdpbusd (YmmChain) the chains are int32 and take vpmulld, as the VNNI kernels'.
 //
-// With 1 or 2 activation rows a format may take both halves together (kBothHalvesAtOneRow,
+// With 1 or 2 activation rows a format may take both halves together (kHalvesTogether,
 // AccumulateBoth<M>): each activation word is then broadcast once for the two halves'
 // products instead of once per half. Per half and activation row the products, sums and
 // float steps are the same, in the same order. q4_K at batch 1 on Zen 5 at the avx2 level:
@@ -223,7 +223,7 @@ struct Q8_0PanelYmm : Ymm16Block32 {
 // q6_K gained nothing (the unpacking of its codes dominates) and keeps the halves apart.
 //
 // F: the format, with AccumulateHalf<M>(pb, x, ldxq, b, h, acc) for rows 8h .. 8h + 7,
-// and kBothHalvesAtOneRow (if true, AccumulateBoth<M> for M <= 2: rows 0 .. 15).
+// and kHalvesTogether (if true, AccumulateBoth<M> for M <= 2: rows 0 .. 15).
 template <typename F>
 struct Ymm16KQuant : Ymm16Lanes {
   static constexpr int64_t kElems = 256;
@@ -233,7 +233,7 @@ struct Ymm16KQuant : Ymm16Lanes {
   template <int M>
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
                                              int64_t b, Acc* acc) {
-    if constexpr (M <= 2 && F::kBothHalvesAtOneRow) {
+    if constexpr (M <= 2 && F::kHalvesTogether) {
       F::template AccumulateBoth<M>(pb, x, ldxq, b, acc);
     } else {
 #pragma GCC unroll 2
@@ -384,7 +384,7 @@ struct Q4_KPanelYmm : Ymm16KQuant<Q4_KPanelYmm<D>> {
                                                  int64_t b, Acc* acc) {
     AccumulateHalves<M, 2>(pb, x, ldxq, b, 0, acc);
   }
-  static constexpr bool kBothHalvesAtOneRow = true;
+  static constexpr bool kHalvesTogether = true;
 };
 
 // q6_K: element = d * sc * (code - 32) per group of 16 (codes 0..63, int8 scales).
@@ -471,7 +471,7 @@ struct Q6_KPanelYmm : Ymm16KQuant<Q6_KPanelYmm<D>> {
   }
   // Both halves at once bought nothing here (the codes' unpacking, not the activation
   // broadcasts, dominates; kernels_bench at avx2, 2026-12-06).
-  static constexpr bool kBothHalvesAtOneRow = false;
+  static constexpr bool kHalvesTogether = false;
 };
 
 #include "backends/cpu_blas/simd_quant_panel_driver_inl.h"  // NOLINT(build/include)
