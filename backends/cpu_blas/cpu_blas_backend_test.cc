@@ -191,13 +191,8 @@ std::vector<int32_t> Tokens(int n, int vocab, int salt) {
 }
 
 // A mixed schedule over three sequences: prefills of 13, 3 and 1 tokens (one split into
-// a chunk without logits), then decode steps of all three together. Runs it on both
-// drivers and compares every logits row that was asked for.
-float MaxDiffOverSchedule(Driver& a, Driver& b, int vocab) {
-  float worst = 0.0f;
-  for (Driver* d : {&a, &b}) {
-    for (int i = 0; i < 3; ++i) d->AddSequence();
-  }
+// a chunk without logits), then decode steps of all three together.
+std::vector<std::vector<Driver::Step>> MixedSchedule(int vocab) {
   std::vector<std::vector<Driver::Step>> schedule = {
       {{0, Tokens(9, vocab, 1), false}, {1, Tokens(3, vocab, 2)}, {2, Tokens(1, vocab, 3)}},
       {{0, Tokens(4, vocab, 4)}},
@@ -207,17 +202,48 @@ float MaxDiffOverSchedule(Driver& a, Driver& b, int vocab) {
                         {1, {(step * 5 + 2) % vocab}},
                         {2, {(step * 3 + 3) % vocab}}});
   }
-  for (const auto& steps : schedule) {
-    const std::vector<float> la = a.Run(steps);
-    const std::vector<float> lb = b.Run(steps);
+  return schedule;
+}
+
+// The logits of every step of MixedSchedule on one driver (three new sequences), step
+// after step: what a backend is compared by. The reference's run is computed once and
+// compared with every kernel level and path of the same model.
+using ScheduleLogits = std::vector<std::vector<float>>;
+
+ScheduleLogits RunSchedule(Driver& d, int vocab) {
+  for (int i = 0; i < 3; ++i) d.AddSequence();
+  ScheduleLogits out;
+  for (const auto& steps : MixedSchedule(vocab)) out.push_back(d.Run(steps));
+  return out;
+}
+
+ScheduleLogits RunSchedule(std::unique_ptr<Backend> backend, const model::Model& m) {
+  Driver d(std::move(backend), m);
+  return RunSchedule(d, m.config().vocab_size);
+}
+
+// The largest relative difference between two runs of MixedSchedule over every logits row
+// the schedule asks for.
+float MaxDiff(const ScheduleLogits& a, const ScheduleLogits& b, int vocab) {
+  const std::vector<std::vector<Driver::Step>> schedule = MixedSchedule(vocab);
+  EXPECT_EQ(a.size(), schedule.size());
+  EXPECT_EQ(b.size(), schedule.size());
+  float worst = 0.0f;
+  for (size_t k = 0; k < schedule.size() && k < a.size() && k < b.size(); ++k) {
+    const std::vector<Driver::Step>& steps = schedule[k];
     for (size_t i = 0; i < steps.size(); ++i) {
       if (!steps[i].want_logits) continue;
-      const std::span<const float> ra(la.data() + i * vocab, vocab);
-      const std::span<const float> rb(lb.data() + i * vocab, vocab);
+      const std::span<const float> ra(a[k].data() + i * vocab, vocab);
+      const std::span<const float> rb(b[k].data() + i * vocab, vocab);
       worst = std::max(worst, RelativeDiff(ra, rb));
     }
   }
   return worst;
+}
+
+// MixedSchedule on both drivers, compared.
+float MaxDiffOverSchedule(Driver& a, Driver& b, int vocab) {
+  return MaxDiff(RunSchedule(a, vocab), RunSchedule(b, vocab), vocab);
 }
 
 struct ParityCase {
@@ -257,6 +283,7 @@ TEST_P(ArchParityTest, LogitsMatchReference) {
   auto m = MakeModel(DType::kF32, false, named.config);
   ASSERT_NE(m, nullptr);
   const KvLayout layout = KvLayout::ForModel(m->config(), 4, kv_dtype);
+  const ScheduleLogits ref = RunSchedule(MakeReference(*m, layout), *m);
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
     if (!cpu_blas::IsaSupported(isa)) continue;  // EveryKernelLevelAndPath... notes it
     for (bool invariant : {true, false}) {
@@ -265,9 +292,9 @@ TEST_P(ArchParityTest, LogitsMatchReference) {
       options.threads = 2;
       options.isa = isa;
       options.gemm.batch_invariant = invariant;
-      Driver fast(MakeCpuBlas(*m, layout, options), *m);
-      Driver ref(MakeReference(*m, layout), *m);
-      EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size), kLogitTolerance);
+      EXPECT_LE(
+          MaxDiff(RunSchedule(MakeCpuBlas(*m, layout, options), *m), ref, m->config().vocab_size),
+          kLogitTolerance);
     }
   }
 }
@@ -317,6 +344,7 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
     auto m = MakeModel(dtype, false, model::IsQuantized(dtype) ? QuantConfig() : WideConfig());
     ASSERT_NE(m, nullptr);
     const KvLayout layout = KvLayout::ForModel(m->config(), 8, DType::kF16);
+    const ScheduleLogits ref = RunSchedule(MakeReference(*m, layout), *m);
     for (Isa isa : cpu_blas::kAllIsas) {
       if (!cpu_blas::IsaSupported(isa)) {
         // Said in the output (the per-level kernel tests show as "Skipped" in CTest).
@@ -364,13 +392,12 @@ TEST(CpuBlasBackendTest, EveryKernelLevelAndPathMatchesReference) {
           ASSERT_TRUE(backend.ok()) << backend.status();
           EXPECT_EQ((*backend)->isa(), isa);
           EXPECT_EQ((*backend)->threads(), threads);
-          Driver fast(std::move(*backend), *m);
-          Driver ref(MakeReference(*m, layout), *m);
           // sgemm, and bf16 with bf16_dot off: the f32 products.
           const float tolerance = sgemm_min_rows == 1 || path == kPanelsExact
                                       ? ToleranceFor(DType::kF32)
                                       : ToleranceFor(dtype, isa);
-          EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size), tolerance);
+          EXPECT_LE(MaxDiff(RunSchedule(std::move(*backend), *m), ref, m->config().vocab_size),
+                    tolerance);
         }
       }
     }
@@ -398,6 +425,7 @@ TEST(CpuBlasBackendTest, LatentAttentionEveryTypeAndLevelMatchesReference) {
     ASSERT_NE(m, nullptr);
     for (DType kv_dtype : {DType::kF32, DType::kF16}) {
       const KvLayout layout = KvLayout::ForModel(m->config(), 4, kv_dtype);
+      const ScheduleLogits ref = RunSchedule(MakeReference(*m, layout), *m);
       for (Isa isa : cpu_blas::kAllIsas) {
         if (!cpu_blas::IsaSupported(isa)) continue;  // EveryKernelLevelAndPath... notes it
         SCOPED_TRACE(::testing::Message()
@@ -406,9 +434,9 @@ TEST(CpuBlasBackendTest, LatentAttentionEveryTypeAndLevelMatchesReference) {
         CpuBlasOptions options;
         options.isa = isa;
         options.threads = 2;
-        Driver fast(MakeCpuBlas(*m, layout, options), *m);
-        Driver ref(MakeReference(*m, layout), *m);
-        EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size), ToleranceFor(dtype, isa));
+        EXPECT_LE(
+            MaxDiff(RunSchedule(MakeCpuBlas(*m, layout, options), *m), ref, m->config().vocab_size),
+            ToleranceFor(dtype, isa));
       }
     }
   }
@@ -451,6 +479,7 @@ TEST(CpuBlasBackendTest, MixtureOfExpertsEveryTypeAndLevelMatchesReference) {
       auto m = MakeModel(dtype, false, config);
       ASSERT_NE(m, nullptr);
       const KvLayout layout = KvLayout::ForModel(m->config(), 8, DType::kF16);
+      const ScheduleLogits ref = RunSchedule(MakeReference(*m, layout), *m);
       for (Isa isa : cpu_blas::kAllIsas) {
         if (!cpu_blas::IsaSupported(isa)) continue;  // EveryKernelLevelAndPath... notes it
         for (bool panels : {true, false}) {
@@ -460,9 +489,8 @@ TEST(CpuBlasBackendTest, MixtureOfExpertsEveryTypeAndLevelMatchesReference) {
           options.isa = isa;
           options.threads = 2;
           options.gemm.f32_panels = options.gemm.bf16_panels = options.gemm.quant_panels = panels;
-          Driver fast(MakeCpuBlas(*m, layout, options), *m);
-          Driver ref(MakeReference(*m, layout), *m);
-          EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size),
+          EXPECT_LE(MaxDiff(RunSchedule(MakeCpuBlas(*m, layout, options), *m), ref,
+                            m->config().vocab_size),
                     ToleranceFor(dtype, isa));
         }
       }
