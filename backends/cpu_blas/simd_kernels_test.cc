@@ -647,24 +647,25 @@ TEST_P(SimdKernelsTest, QuantPanelsAreTheQuantizedProduct) {
     for (int64_t cols : {32, 256, 288, 768, 5632}) {
       if (cols % model::DTypeBlockElems(dtype) != 0) continue;
       for (int64_t rows : {16, 32, 48, 80, 128, 160}) {
+        if ((rows == 160) != (cols == 5632)) continue;
+        if (rows == 128 && cols != 256) continue;
+        // The weights once per shape (the k-quant encoder is slow), against every n.
+        const size_t row_bytes = model::DTypeBytes(dtype, static_cast<size_t>(cols));
+        std::vector<uint8_t> w(static_cast<size_t>(rows) * row_bytes);
+        std::vector<float> wf(static_cast<size_t>(rows * cols));
+        for (int64_t r = 0; r < rows; ++r) {
+          const std::vector<float> v = RandomFloats(rng, static_cast<size_t>(cols));
+          model::EncodeRow(dtype, v, w.data() + r * row_bytes);
+          if (r == rows - 1) SetExtremeRow(dtype, w.data() + r * row_bytes, row_bytes);
+          model::DecodeRow(dtype, w.data() + r * row_bytes,
+                           std::span<float>(wf.data() + r * cols, static_cast<size_t>(cols)));
+        }
+        std::vector<uint8_t> packed(w.size());
+        model::PackQuantPanels(dtype, w.data(), cols, 0, rows / model::kPanelRows, packed.data());
         for (int n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 33}) {
-          if ((rows == 160) != (cols == 5632)) continue;
-          if (rows == 128 && cols != 256) continue;
-          if (k_quant && n > 9 && n != 17 && cols != 256) continue;  // (the encoder is slow)
+          if (k_quant && n > 9 && n != 17 && cols != 256) continue;  // (fewer for large k-quants)
           SCOPED_TRACE(::testing::Message() << model::DTypeName(dtype) << " cols=" << cols
                                             << " rows=" << rows << " n=" << n);
-          const size_t row_bytes = model::DTypeBytes(dtype, static_cast<size_t>(cols));
-          std::vector<uint8_t> w(static_cast<size_t>(rows) * row_bytes);
-          std::vector<float> wf(static_cast<size_t>(rows * cols));
-          for (int64_t r = 0; r < rows; ++r) {
-            const std::vector<float> v = RandomFloats(rng, static_cast<size_t>(cols));
-            model::EncodeRow(dtype, v, w.data() + r * row_bytes);
-            if (r == rows - 1) SetExtremeRow(dtype, w.data() + r * row_bytes, row_bytes);
-            model::DecodeRow(dtype, w.data() + r * row_bytes,
-                             std::span<float>(wf.data() + r * cols, static_cast<size_t>(cols)));
-          }
-          std::vector<uint8_t> packed(w.size());
-          model::PackQuantPanels(dtype, w.data(), cols, 0, rows / model::kPanelRows, packed.data());
           std::vector<float> x = RandomFloats(rng, static_cast<size_t>(n * cols));
           for (int64_t c = 0; c < cols; ++c) x[c] = -1.0f;  // -127 against the extreme row
           const size_t xq_row = Q8RowBytes(dtype, cols);
