@@ -210,16 +210,12 @@ std::vector<std::vector<Driver::Step>> MixedSchedule(int vocab) {
 // compared with every kernel level and path of the same model.
 using ScheduleLogits = std::vector<std::vector<float>>;
 
-ScheduleLogits RunSchedule(Driver& d, int vocab) {
-  for (int i = 0; i < 3; ++i) d.AddSequence();
-  ScheduleLogits out;
-  for (const auto& steps : MixedSchedule(vocab)) out.push_back(d.Run(steps));
-  return out;
-}
-
 ScheduleLogits RunSchedule(std::unique_ptr<Backend> backend, const model::Model& m) {
   Driver d(std::move(backend), m);
-  return RunSchedule(d, m.config().vocab_size);
+  for (int i = 0; i < 3; ++i) d.AddSequence();
+  ScheduleLogits out;
+  for (const auto& steps : MixedSchedule(m.config().vocab_size)) out.push_back(d.Run(steps));
+  return out;
 }
 
 // The largest relative difference between two runs of MixedSchedule over every logits row
@@ -239,11 +235,6 @@ float MaxDiff(const ScheduleLogits& a, const ScheduleLogits& b, int vocab) {
     }
   }
   return worst;
-}
-
-// MixedSchedule on both drivers, compared.
-float MaxDiffOverSchedule(Driver& a, Driver& b, int vocab) {
-  return MaxDiff(RunSchedule(a, vocab), RunSchedule(b, vocab), vocab);
 }
 
 struct ParityCase {
@@ -266,9 +257,9 @@ TEST_P(ParityTest, LogitsMatchReference) {
   const KvLayout layout = KvLayout::ForModel(m->config(), 4, p.kv_dtype);
   CpuBlasOptions options;
   options.threads = 2;
-  Driver fast(MakeCpuBlas(*m, layout, options), *m);
-  Driver ref(MakeReference(*m, layout), *m);
-  EXPECT_LE(MaxDiffOverSchedule(fast, ref, m->config().vocab_size), ToleranceFor(p.dtype));
+  EXPECT_LE(MaxDiff(RunSchedule(MakeCpuBlas(*m, layout, options), *m),
+                    RunSchedule(MakeReference(*m, layout), *m), m->config().vocab_size),
+            ToleranceFor(p.dtype));
 }
 
 // Every architecture feature set (biases, Q/K norms, RoPE factors and scaling, rotate
