@@ -253,6 +253,16 @@ struct Ymm16KQuant : Ymm16Lanes {
           _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[m]), _mm256_mul_ps(scale, dx), acc[m].half[h]);
     }
   }
+  // The vpshufb operand that copies byte a of each int32 lane into the low byte of its int16
+  // half 0 and byte b into that of half 1, zeroing their high bytes (b < 0: half 1 zero).
+  KVSERVE_SIMD_TARGET static __m256i BytesToHalves(int a, int b) {
+    const char z = -128;
+    auto at = [&](int lane, int byte) { return byte < 0 ? z : static_cast<char>(4 * lane + byte); };
+    return _mm256_setr_epi8(at(0, a), z, at(0, b), z, at(1, a), z, at(1, b), z,  //
+                            at(2, a), z, at(2, b), z, at(3, a), z, at(3, b), z,  //
+                            at(0, a), z, at(0, b), z, at(1, a), z, at(1, b), z,  //
+                            at(2, a), z, at(2, b), z, at(3, a), z, at(3, b), z);
+  }
   // The vpshufb operand that copies byte `byte` of each int32 lane into the high byte of
   // both its int16 halves and zeroes their low bytes.
   KVSERVE_SIMD_TARGET static __m256i ByteToHigh16(int byte) {
@@ -286,35 +296,47 @@ struct Q4_KPanelYmm : Ymm16KQuant<Q4_KPanelYmm<D>> {
                            12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
       return _mm256_permute4x64_epi64(split, _MM_SHUFFLE(3, 1, 2, 0));
     };
-    const __m256i six = _mm256_set1_epi32(63);
-    const __m256i four = _mm256_set1_epi32(15);
-    const __m256i high2 = _mm256_set1_epi32(0x30);
-    // Sub-block s's 6-bit scale (min) per row of half h, as ggml's get_scale_min_k4: `lo`
-    // the half's scales 0-3 (mins 0-3) line, with the high bits of 4-7.
-    auto six_bit = [&](__m256i lo, int h, int nibble, int s) KVSERVE_SIMD_TARGET {
-      if (s < 4) return _mm256_and_si256(_mm256_srli_epi32(lo, 8 * s), six);
-      const int t = s - 4;
-      const __m256i both = Load256(pb + 192 + 32 * h);  // low 4 bits of 4-7
-      return _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(both, 8 * t + nibble), four),
-                             _mm256_and_si256(_mm256_srli_epi32(lo, 8 * t + 2), high2));
+    // The 6-bit scales (mins) of each row of half h as ggml's get_scale_min_k4, placed by
+    // one vpshufb per line: `line` the half's scales 0-3 (mins 0-3) line, with the high
+    // bits of 4-7; its line at pb + 192 holds the low 4 bits of 4-7 (scales in the low
+    // nibbles, mins in the high ones). Sub-blocks a and b (of 0-3, or of 4-7) go to the two
+    // int16 halves of each int32 lane (b < 0: zero).
+    auto six_bits = [&](int line, int h, int nibble, int a, int b) KVSERVE_SIMD_TARGET {
+      const bool high = a >= 4;
+      const __m256i ctrl = Base::BytesToHalves(high ? a - 4 : a, b < 0 ? -1 : high ? b - 4 : b);
+      const __m256i lo = _mm256_shuffle_epi8(Load256(pb + line + 32 * h), ctrl);
+      if (!high) return _mm256_and_si256(lo, _mm256_set1_epi16(63));
+      const __m256i both = _mm256_shuffle_epi8(Load256(pb + 192 + 32 * h), ctrl);
+      return _mm256_or_si256(
+          _mm256_and_si256(_mm256_srli_epi16(both, nibble), _mm256_set1_epi16(15)),
+          _mm256_and_si256(_mm256_srli_epi16(lo, 2), _mm256_set1_epi16(0x30)));
     };
-    // dmin * sum_s m_s * (bsums[2s] + bsums[2s + 1]).
+    // dmin * sum_s m_s * (bsums[2s] + bsums[2s + 1]): the pair sums B_s (|B_s| <= 4,096)
+    // of each activation row once per block, then sub-blocks 2t and 2t + 1 in one
+    // vpmaddwd (int16 halves (m_2t, m_2t+1) against (B_2t, B_2t+1)). Integer sums: the
+    // same values as per sub-block.
+    alignas(16) int16_t pair_sums[M][8];
+#pragma GCC unroll 4
+    for (int m = 0; m < M; ++m) {
+      const int16_t* bsums = XAt<Q8KBlock>(x, ldxq, m, b).bsums;
+      _mm_store_si128(reinterpret_cast<__m128i*>(pair_sums[m]),
+                      _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums)),
+                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(bsums + 8))));
+    }
     __m256i sum[M][NH];
 #pragma GCC unroll 4
     for (int m = 0; m < M; ++m) {
 #pragma GCC unroll 2
       for (int hh = 0; hh < NH; ++hh) sum[m][hh] = _mm256_setzero_si256();
     }
-#pragma GCC unroll 8
-    for (int s = 0; s < 8; ++s) {
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) {
 #pragma GCC unroll 2
       for (int hh = 0; hh < NH; ++hh) {
-        const int h = h0 + hh;
-        const __m256i pair = Pair16(six_bit(Load256(pb + 128 + 32 * h), h, 4, s));
+        const __m256i mins = six_bits(128, h0 + hh, 4, 2 * t, 2 * t + 1);
 #pragma GCC unroll 4
         for (int m = 0; m < M; ++m) {
-          sum[m][hh] =
-              C::DotS16(sum[m][hh], pair, WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).bsums, s));
+          sum[m][hh] = C::DotS16(sum[m][hh], mins, WordAt256(pair_sums[m], t));
         }
       }
     }
@@ -360,7 +382,8 @@ struct Q4_KPanelYmm : Ymm16KQuant<Q4_KPanelYmm<D>> {
 #pragma GCC unroll 2
       for (int hh = 0; hh < NH; ++hh) {
         const int h = h0 + hh;
-        const __m256i sc = C::Scale(six_bit(Load256(pb + 64 + 32 * h), h, 0, s));
+        // As C::Scale: (sc, sc) in the int16 halves, or sc in the int32 lane.
+        const __m256i sc = six_bits(64, h, 0, s, C::kInt32 ? -1 : s);
 #pragma GCC unroll 4
         for (int m = 0; m < M; ++m) sum[m][hh] = C::AddScaled(sum[m][hh], chain[m][hh], sc);
       }
