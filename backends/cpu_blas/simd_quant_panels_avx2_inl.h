@@ -25,11 +25,6 @@
 // widened per operand. With vpdpbusd every product goes straight into int32 (q8_0 as
 // w + 128, less 128 sum x, as simd_quant_inl.h's offset form).
 
-// (v, v) in the two int16 halves of each int32 lane, for v in [-32768, 32767].
-KVSERVE_SIMD_TARGET inline __m256i Pair16(__m256i v) {
-  return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);
-}
-
 // The integer chains, from the level's D (simd_quant_inl.h: DotU8S8, and kUnsignedOffset,
 // true where DotU8S8 is vpdpbusd and sums into int32 without an int16 step; such a D also has
 // DotS16, vpdpwssd). A chain
@@ -54,9 +49,8 @@ struct YmmChain {
     if constexpr (kInt32) return chain;
     return _mm256_add_epi32(base, _mm256_madd_epi16(chain, _mm256_set1_epi16(1)));
   }
-  // The AddScaled operand of per-lane scales v: given as int32 lanes (|v| < 2^15), or as
-  // (v, v) in the two int16 halves of each lane.
-  KVSERVE_SIMD_TARGET static __m256i Scale(__m256i v) { return kInt32 ? v : Pair16(v); }
+  // The AddScaled operand of per-lane scales v (|v| < 2^15) given as (v, v) in the two
+  // int16 halves of each lane: the int32 lanes v with vpdpbusd, else `pair` itself.
   KVSERVE_SIMD_TARGET static __m256i ScaleOfPair(__m256i pair) {
     return kInt32 ? _mm256_srai_epi32(pair, 16) : pair;
   }
