@@ -291,8 +291,8 @@ struct Q4_KPanelYmm : Ymm16KQuant<Q4_KPanelYmm<D>> {
       return _mm256_permute4x64_epi64(split, _MM_SHUFFLE(3, 1, 2, 0));
     };
     // The 6-bit scales (mins) of each row of half h as ggml's get_scale_min_k4, placed by
-    // one vpshufb per line: `line` the half's scales 0-3 (mins 0-3) line, with the high
-    // bits of 4-7; its line at pb + 192 holds the low 4 bits of 4-7 (scales in the low
+    // one vpshufb per line: `line` the offset of the half's scales 0-3 (mins 0-3) line, with the
+    // high bits of 4-7; its line at pb + 192 holds the low 4 bits of 4-7 (scales in the low
     // nibbles, mins in the high ones). Sub-blocks a and b (of 0-3, or of 4-7) go to the two
     // int16 halves of each int32 lane (b < 0: zero).
     auto six_bits = [&](int line, int h, int nibble, int a, int b) KVSERVE_SIMD_TARGET {
@@ -376,7 +376,8 @@ struct Q4_KPanelYmm : Ymm16KQuant<Q4_KPanelYmm<D>> {
 #pragma GCC unroll 2
       for (int hh = 0; hh < NH; ++hh) {
         const int h = h0 + hh;
-        // As C::Scale: (sc, sc) in the int16 halves, or sc in the int32 lane.
+        // As C::AddScaled takes it: (sc, sc) in the int16 halves, or sc in the int32 lane
+        // (vpdpbusd).
         const __m256i sc = six_bits(64, h, 0, s, C::kInt32 ? -1 : s);
 #pragma GCC unroll 4
         for (int m = 0; m < M; ++m) sum[m][hh] = C::AddScaled(sum[m][hh], chain[m][hh], sc);
