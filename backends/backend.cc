@@ -38,6 +38,7 @@ absl::StatusOr<CpuBlasOptions> CpuBlasOptionsFrom(const BackendOptions& options)
   }
   cpu_options.gemm.bf16_panel_kernel = *bf16_kernel;
   cpu_options.gemm.quant_panels = options.quant_panels;
+  cpu_options.gemm.quant_unpack = options.quant_unpack;
   cpu_options.gemm.batch_invariant = options.batch_invariant;
   return cpu_options;
 }

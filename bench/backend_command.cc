@@ -54,6 +54,9 @@ ABSL_FLAG(bool, batch_invariant, true,
 ABSL_FLAG(bool, quant_panels, true,
           "cpu_blas: q4_0, q8_0, q4_K and q6_K projections in 16-row panels (from avx2), "
           "as kvserve's --quant_panels; false measures the row-major kernels.");
+ABSL_FLAG(bool, quant_unpack, true,
+          "cpu_blas: q6_K panels unpacked once per slab for many rows, as kvserve's "
+          "--quant_unpack; false measures the packed passes.");
 ABSL_FLAG(std::string, bf16_panel_kernel, "auto",
           "cpu_blas: the kernel of the bf16 panels (auto, dpbf16, fma), as kvserve's "
           "--bf16_panel_kernel.");
@@ -86,6 +89,7 @@ struct Flags {
   bool weights_huge_pages = true;
   bool batch_invariant = true;
   bool quant_panels = true;
+  bool quant_unpack = true;
   std::string bf16_panel_kernel;
   std::string kernel_level;
   std::vector<std::string> backends;
@@ -116,6 +120,7 @@ absl::StatusOr<Flags> FlagsFromCommandLine() {
   f.weights_huge_pages = absl::GetFlag(FLAGS_weights_huge_pages);
   f.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
   f.quant_panels = absl::GetFlag(FLAGS_quant_panels);
+  f.quant_unpack = absl::GetFlag(FLAGS_quant_unpack);
   f.bf16_panel_kernel = absl::GetFlag(FLAGS_bf16_panel_kernel);
   f.kernel_level = absl::GetFlag(FLAGS_kernel_level);
   for (const std::string& name : absl::GetFlag(FLAGS_backends)) {
@@ -234,6 +239,7 @@ absl::Status Run(const Flags& flags, const kvserve::backends::cpu_blas::BlasCore
     options.threads = flags.threads;
     options.batch_invariant = flags.batch_invariant;
     options.quant_panels = flags.quant_panels;
+    options.quant_unpack = flags.quant_unpack;
     options.bf16_panel_kernel = flags.bf16_panel_kernel;
     options.kernel_level = flags.kernel_level;
     absl::StatusOr<std::unique_ptr<backends::Backend>> backend =

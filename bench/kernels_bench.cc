@@ -304,7 +304,9 @@ BENCHMARK(BM_Gemm)->Apply(GemmArgs)->UseRealTime();
 // activation layout (GemmOptions::quant_interleave_min_rows), 2 threads, 2048 x 768
 // weights cycling through 64 MB (encoded once per dtype and kept: the k-quant encoders
 // take seconds). Args: dtype (as BM_Gemm), n, path (0 natural layout, 1 interleaved,
-// 2 sgemm on decoded tiles, 3 weights packed in panels: matmul_q4_0_panels, ...).
+// 2 sgemm on decoded tiles, 3 weights packed in panels: matmul_q4_0_panels, ..., with
+// q6_K unpacked once per slab for many rows (GemmOptions::quant_unpack), 4 the same
+// panels unpacked in every pass).
 const MatrixSet& QuantSetFor(DType dtype) {
   static std::unique_ptr<MatrixSet> set;
   static DType made = DType::kF32;
@@ -323,21 +325,23 @@ void BM_QuantLayout(benchmark::State& state) {
   options.batch_invariant = false;  // the crossovers below choose the path
   options.quant_interleave_min_rows = path == 1 ? 1 : 1 << 20;
   options.quant_sgemm_min_rows = path == 2 ? 1 : 1 << 20;
+  options.quant_unpack = path != 4;
+  const bool in_panels = path == 3 || path == 4;
   const int64_t rows = 2048, cols = 768;
   const backends::cpu_blas::KernelSet& kernels = backends::cpu_blas::KernelsFor(BenchIsa());
-  if (path == 3 && !backends::cpu_blas::PanelsReadable(kernels, options).has(dtype)) {
+  if (in_panels && !backends::cpu_blas::PanelsReadable(kernels, options).has(dtype)) {
     state.SkipWithError("this kernel level has no panels of this type");
     return;
   }
-  MatrixSet panels;  // path 3: packed copies of the set (views only)
+  MatrixSet panels;  // paths 3 and 4: packed copies of the set (views only)
   std::vector<std::unique_ptr<backends::cpu_blas::PanelMatrix>> packed;
-  if (path == 3) {
+  if (in_panels) {
     for (const model::TensorView& v : QuantSetFor(dtype).views) {
       packed.push_back(std::make_unique<backends::cpu_blas::PanelMatrix>(v));
       panels.views.push_back(packed.back()->view());
     }
   }
-  const MatrixSet& set = path == 3 ? panels : QuantSetFor(dtype);
+  const MatrixSet& set = in_panels ? panels : QuantSetFor(dtype);
   backends::cpu_blas::ThreadPool pool(2);
   backends::cpu_blas::Gemm gemm(&pool, &kernels, options);
   TimeProducts(state, gemm, set, n);
@@ -353,6 +357,9 @@ void QuantLayoutArgs(benchmark::internal::Benchmark* b) {
       for (int64_t path : {1, 2}) b->Args({dtype, n, path});
     }
     for (int64_t n : {1, 2, 4, 8, 16, 32, 64, 128, 512}) b->Args({dtype, n, 3});
+    if (dtype == 6) {  // q6_K: unpacked once per slab (path 3) or in every pass
+      for (int64_t n : {8, 16, 32, 128, 512}) b->Args({dtype, n, 4});
+    }
   }
   b->ArgNames({"dtype", "n", "path"});
 }

@@ -22,6 +22,7 @@ backends::BackendOptions BackendOptionsFrom(const ModelOptions& options) {
   backend_options.bf16_panels = options.bf16_panels;
   backend_options.bf16_panel_kernel = options.bf16_panel_kernel;
   backend_options.quant_panels = options.quant_panels;
+  backend_options.quant_unpack = options.quant_unpack;
   backend_options.batch_invariant = options.batch_invariant;
   return backend_options;
 }

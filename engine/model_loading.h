@@ -35,6 +35,8 @@ struct ModelOptions {
   bool f32_panels = true;
   bool bf16_panels = true;
   bool quant_panels = true;
+  // backends::BackendOptions::quant_unpack. Default true.
+  bool quant_unpack = true;
   // backends::BackendOptions::bf16_panel_kernel: "auto", "dpbf16" or "fma". Default "auto".
   std::string bf16_panel_kernel = "auto";
   // backends::BackendOptions::batch_invariant: output independent of batch, chunking and
@@ -77,7 +79,7 @@ absl::StatusOr<LoadedModel> LoadModel(const ModelOptions& options);
 // The second half of LoadModel, for callers that start several engines over one loaded
 // `model` (which must outlive the engine): creates options.backend with
 // options.threads, options.f32_panels, options.bf16_panels, options.quant_panels,
-// options.batch_invariant and
+// options.quant_unpack, options.batch_invariant and
 // options.engine.KvLayoutFor(model.config()), then CreateEngine with `draft_source` (a
 // LoadDraftModel result for speculative.source "draft_model"; the engine owns it).
 // model_path, tokenizer_path and draft_model_path are not used. Same errors as LoadModel.

@@ -42,6 +42,10 @@ ABSL_FLAG(bool, quant_panels, true,
           "regrouped: one instruction multiplies 4 columns of 8 or 16 rows, no per-step "
           "decoding or horizontal sums; batched decode and prefill read each weight once per "
           "pass of 3 (avx2) or 8 rows).");
+ABSL_FLAG(bool, quant_unpack, true,
+          "With --quant_panels at the 256-bit kernel levels (avx2, avx_vnni, avx512): unpack "
+          "each slab of q6_K panels once per thread for prefill (many rows) instead of in "
+          "every pass over the rows; the same results. false measures the packed passes.");
 ABSL_FLAG(bool, batch_invariant, true,
           "Compute every K/V row and logit row with the same arithmetic whatever the batch, "
           "the prefill chunking or where a session's history came from (this replica's "
@@ -300,6 +304,7 @@ absl::StatusOr<engine::ModelOptions> ModelOptionsFromFlags() {
   options.bf16_panels = absl::GetFlag(FLAGS_bf16_panels);
   options.bf16_panel_kernel = absl::GetFlag(FLAGS_bf16_panel_kernel);
   options.quant_panels = absl::GetFlag(FLAGS_quant_panels);
+  options.quant_unpack = absl::GetFlag(FLAGS_quant_unpack);
   options.batch_invariant = absl::GetFlag(FLAGS_batch_invariant);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.threads = absl::GetFlag(FLAGS_threads);

@@ -56,6 +56,7 @@ Gemm::Gemm(ThreadPool* pool, const KernelSet* kernels, const GemmOptions& option
       kernels_(kernels),
       options_(options),
       tiles_(pool->size()),
+      unpack_scratch_(pool->size()),
       bf16_panels_fma_(options.bf16_dot && options.bf16_panels &&
                        ResolveBf16PanelKernel(*kernels, options.bf16_panel_kernel) ==
                            Bf16PanelKernel::kFma) {}
@@ -168,12 +169,12 @@ void Gemm::RunProducts(std::span<const RowsProduct> products, const float* x, in
     if (sgemm) {
       RunSgemm(task, x, thread);
     } else {
-      RunStreaming(task, x);
+      RunStreaming(task, x, thread);
     }
   });
 }
 
-void Gemm::RunStreaming(const Task& task, const float* x) {
+void Gemm::RunStreaming(const Task& task, const float* x, int thread) {
   const model::TensorView& w = *task.w;
   const int64_t rows = w.rows;
   const int64_t cols = w.cols;
@@ -216,34 +217,47 @@ void Gemm::RunStreaming(const Task& task, const float* x) {
       }
       break;
     case model::DType::kQ8_0:
-      RunQuantized(task, k.matmul_q8_0, k.matmul_q8_0_il, k.matmul_q8_0_panels, xq8_, xq8_row_);
+      RunQuantized(task, thread, k.matmul_q8_0, k.matmul_q8_0_il, k.matmul_q8_0_panels, nullptr,
+                   xq8_, xq8_row_);
       break;
     case model::DType::kQ4_0:
-      RunQuantized(task, k.matmul_q4_0, k.matmul_q4_0_il, k.matmul_q4_0_panels, xq8_, xq8_row_);
+      RunQuantized(task, thread, k.matmul_q4_0, k.matmul_q4_0_il, k.matmul_q4_0_panels, nullptr,
+                   xq8_, xq8_row_);
       break;
     case model::DType::kQ5_0:
       // (No panel layout for q5_0 and q5_1: their weights stay row-major.)
-      RunQuantized(task, k.matmul_q5_0, k.matmul_q5_0_il, nullptr, xq8_, xq8_row_);
+      RunQuantized(task, thread, k.matmul_q5_0, k.matmul_q5_0_il, nullptr, nullptr, xq8_, xq8_row_);
       break;
     case model::DType::kQ5_1:
-      RunQuantized(task, k.matmul_q5_1, k.matmul_q5_1_il, nullptr, xq8_, xq8_row_);
+      RunQuantized(task, thread, k.matmul_q5_1, k.matmul_q5_1_il, nullptr, nullptr, xq8_, xq8_row_);
       break;
     case model::DType::kQ4_K:
-      RunQuantized(task, k.matmul_q4_k, k.matmul_q4_k_il, k.matmul_q4_k_panels, xq8k_, xq8k_row_);
+      RunQuantized(task, thread, k.matmul_q4_k, k.matmul_q4_k_il, k.matmul_q4_k_panels, nullptr,
+                   xq8k_, xq8k_row_);
       break;
     case model::DType::kQ5_K:
       // (No panel layout for q5_K: its weights stay row-major.)
-      RunQuantized(task, k.matmul_q5_k, k.matmul_q5_k_il, nullptr, xq8k_, xq8k_row_);
+      RunQuantized(task, thread, k.matmul_q5_k, k.matmul_q5_k_il, nullptr, nullptr, xq8k_,
+                   xq8k_row_);
       break;
     case model::DType::kQ6_K:
-      RunQuantized(task, k.matmul_q6_k, k.matmul_q6_k_il, k.matmul_q6_k_panels, xq8k_, xq8k_row_);
+      RunQuantized(task, thread, k.matmul_q6_k, k.matmul_q6_k_il, k.matmul_q6_k_panels,
+                   k.matmul_q6_k_panels_unpacked, xq8k_, xq8k_row_);
       break;
   }
 }
 
-void Gemm::RunQuantized(const Task& task, QMatMulFn rows, QMatMulFn interleaved, QMatMulFn panels,
-                        const std::vector<uint8_t>& xq, int64_t xq_row) {
+void Gemm::RunQuantized(const Task& task, int thread, QMatMulFn rows, QMatMulFn interleaved,
+                        QMatMulFn panels, QMatMulUnpackFn unpacked, const std::vector<uint8_t>& xq,
+                        int64_t xq_row) {
   const model::TensorView& w = *task.w;
+  if (w.layout != model::Layout::kRows && unpacked != nullptr && options_.quant_unpack) {
+    std::vector<uint8_t>& scratch = unpack_scratch_[static_cast<size_t>(thread)];
+    scratch.resize(kQuantUnpackScratchBytes);
+    unpacked(Bytes(w), w.row_bytes(), w.cols, task.r0, task.r1, xq.data() + task.x_begin * xq_row,
+             xq_row, task.n, task.y, w.rows, scratch.data(), static_cast<int64_t>(scratch.size()));
+    return;
+  }
   const QMatMulFn fn = w.layout != model::Layout::kRows ? panels
                        : interleaved_                   ? interleaved
                                                         : rows;

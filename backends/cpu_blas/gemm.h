@@ -101,6 +101,12 @@ struct GemmOptions {
   // in 16-row panels"). q5_K, q5_0 and q5_1 have no panel layout (their matrices stay
   // row-major). Default true.
   bool quant_panels = true;
+  // q6_K panels against many activation rows (prefill): each slab of panels is unpacked
+  // once per thread into codes of one byte (KernelSet::matmul_q6_k_panels_unpacked, at the
+  // 256-bit levels), so that the passes over the activation rows no longer unpack
+  // the same codes each; bit for bit the same results. false: every pass unpacks (the
+  // kernels_bench baseline, BM_QuantLayout path 4). Default true.
+  bool quant_unpack = true;
   // Activations of at least this many elements (rows x columns) are quantized for the
   // integer kernels (or rounded to bf16 for bf16_dot) on the pool, a slice of rows per
   // task, instead of on the calling thread while the others wait (serial work that grows
@@ -194,12 +200,14 @@ class Gemm {
   // The products of a Run or RunGroups (each with n > 0) in one parallel loop, the kernel
   // choices made for x's n rows. Precondition: batch invariance, or every product's n is n.
   void RunProducts(std::span<const RowsProduct> products, const float* x, int n);
-  void RunStreaming(const Task& task, const float* x);
+  void RunStreaming(const Task& task, const float* x, int thread);
   void RunSgemm(const Task& task, const float* x, int thread);
-  // A quantized product: `panels` for a view in a panel layout, else `interleaved` or
-  // `rows` as interleaved_ says, against the activations xq (xq_row bytes per row).
-  void RunQuantized(const Task& task, QMatMulFn rows, QMatMulFn interleaved, QMatMulFn panels,
-                    const std::vector<uint8_t>& xq, int64_t xq_row);
+  // A quantized product: `panels` for a view in a panel layout (or `unpacked` where the
+  // level has it, with the pool thread's unpack scratch), else `interleaved` or `rows` as
+  // interleaved_ says, against the activations xq (xq_row bytes per row).
+  void RunQuantized(const Task& task, int thread, QMatMulFn rows, QMatMulFn interleaved,
+                    QMatMulFn panels, QMatMulUnpackFn unpacked, const std::vector<uint8_t>& xq,
+                    int64_t xq_row);
   // Fills xq8_ / xq8k_ with x in the activation formats the products' weights need.
   void QuantizeActivations(std::span<const RowsProduct> products, const float* x, int n);
   // Fills xbf16_ with x rounded to bf16 for matmul_bf16_dot and matmul_bf16_panels, and
@@ -222,6 +230,9 @@ class Gemm {
   std::vector<RowsProduct> products_;      // the current Run's products (n > 0)
   std::vector<RowsProduct> range_;         // RunGroups without batch invariance: one range
   std::vector<std::vector<float>> tiles_;  // per pool thread: [tile_rows, cols] f32
+  // Per pool thread: kQuantUnpackScratchBytes for the k-quant panels' unpacked slabs (on
+  // first use).
+  std::vector<std::vector<uint8_t>> unpack_scratch_;
   std::vector<uint8_t>
       xq8_;  // [n] rows of Q8Block (Q8x8Block if interleaved_), xq8_row_ bytes each
   int64_t xq8_row_ = 0;

@@ -88,6 +88,21 @@ using QMatMulFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t cols, in
                            int64_t row_end, const void* xq, int64_t ldxq, int n, float* y,
                            int64_t ldy);
 
+// A QMatMulFn over a panel layout that may first unpack the weights it reads into
+// `scratch` (scratch_bytes; see kQuantUnpackScratchBytes; the contents on entry do not
+// matter and are left undefined).
+using QMatMulUnpackFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t cols,
+                                 int64_t row_begin, int64_t row_end, const void* xq, int64_t ldxq,
+                                 int n, float* y, int64_t ldy, uint8_t* scratch,
+                                 int64_t scratch_bytes);
+// The scratch a QMatMulUnpackFn is tuned for: a slab of panels that stays in L2 while
+// every pass over the activation rows reads it. A scratch too small for one unpacked
+// panel (cols / 256 blocks of kUnpackedQ6_KBlockBytes) leaves the weights packed.
+inline constexpr int64_t kQuantUnpackScratchBytes = 256 * 1024;
+// One q6_K panel block (16 rows x 256 columns) unpacked: its 32 bytes of f16 d, 4,096
+// codes of one byte, 256 bytes of scales.
+inline constexpr int64_t kUnpackedQ6_KBlockBytes = 32 + 4096 + 256;
+
 // Row stride, in elements, that bf16 activations for KernelSet::matmul_bf16_dot need at
 // least: `cols` rounded up to the kernel's 32-element step.
 constexpr int64_t Bf16DotStride(int64_t cols) { return (cols + 31) / 32 * 32; }
@@ -232,6 +247,12 @@ struct KernelSet {
   // products of matmul_q4_k / matmul_q6_k, summed in another order); the same levels.
   QMatMulFn matmul_q4_k_panels = nullptr;
   QMatMulFn matmul_q6_k_panels = nullptr;
+  // matmul_q6_k_panels for many activation rows: each slab of panels is unpacked once
+  // into `scratch` (codes one byte each) and every pass over the rows reads the unpacked
+  // codes, with bit for bit the same results. The 256-bit levels (avx2, avx_vnni,
+  // avx512), where unpacking the 6-bit codes in every pass cost a third of the time;
+  // nullptr elsewhere (and for q4_K, whose nibbles unpack in one or two operations).
+  QMatMulUnpackFn matmul_q6_k_panels_unpacked = nullptr;
 };
 
 // The kernel set of `isa`. Precondition: IsaSupported(isa) (calling a kernel of an

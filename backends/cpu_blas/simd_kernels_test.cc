@@ -685,6 +685,25 @@ TEST_P(SimdKernelsTest, QuantPanelsAreTheQuantizedProduct) {
             }
             return 2.0 * abs_sum;
           });
+          // matmul_q6_k_panels_unpacked (the 256-bit levels): bit for bit the same, with
+          // the scratch it is tuned for, one that holds a single unpacked panel (a slab per
+          // panel) and one too small for a panel (the packed kernel).
+          const QMatMulUnpackFn unpacked = kernels().matmul_q6_k_panels_unpacked;
+          const bool ymm_panels =
+              X86AtLeast(GetParam(), Isa::kAvx2) && !X86AtLeast(GetParam(), Isa::kAvx512Vnni);
+          EXPECT_EQ(unpacked != nullptr, ymm_panels);
+          if (dtype == DType::kQ6_K && unpacked != nullptr) {
+            const int64_t panel_bytes = cols / 256 * kUnpackedQ6_KBlockBytes;
+            for (int64_t scratch_bytes : {kQuantUnpackScratchBytes, panel_bytes, panel_bytes - 1}) {
+              std::vector<uint8_t> scratch(static_cast<size_t>(scratch_bytes), 0xa5);
+              std::vector<float> y_unpacked(y.size(), kSentinel);
+              unpacked(packed.data(), static_cast<int64_t>(row_bytes), cols, r0, rows, xq.data(),
+                       static_cast<int64_t>(xq_row), n, y_unpacked.data(), ldy, scratch.data(),
+                       scratch_bytes);
+              ASSERT_EQ(std::memcmp(y.data(), y_unpacked.data(), y.size() * sizeof(float)), 0)
+                  << "unpacked, scratch " << scratch_bytes;
+            }
+          }
           for (Isa other : {Isa::kAvx512Vnni, Isa::kAvx2}) {
             if (!(other == Isa::kAvx2 ? avx2_too : vnni_too)) continue;
             std::vector<float> y_other(y.size(), kSentinel);

@@ -127,3 +127,41 @@ KVSERVE_SIMD_TARGET void MatMulQuantPanels(const uint8_t* w, int64_t row_bytes, 
     }
   }
 }
+
+// KernelSet::matmul_q4_k_panels_unpacked (QMatMulUnpackFn): MatMulQuantPanels<F> with each
+// slab of panels (at most kPanelSlabBytes and scratch_bytes once unpacked) first unpacked
+// into `scratch` by F::UnpackBlock, and the passes over the activation rows reading the
+// unpacked slab with F::Unpacked (the same products: bit for bit the same results). For
+// fewer than F::kUnpackMinRows rows, or panels too long for the scratch, MatMulQuantPanels<F>.
+template <typename F>
+KVSERVE_SIMD_TARGET void MatMulQuantPanelsUnpacked(const uint8_t* w, int64_t row_bytes,
+                                                   int64_t cols, int64_t row_begin, int64_t row_end,
+                                                   const void* xq, int64_t ldxq, int n, float* y,
+                                                   int64_t ldy, uint8_t* scratch,
+                                                   int64_t scratch_bytes) {
+  using U = typename F::Unpacked;
+  const int64_t blocks = cols / F::kElems;
+  const int64_t unpacked_stride = blocks * U::kBlockBytes;  // one unpacked panel
+  const int64_t slab = std::min(kPanelSlabBytes, scratch_bytes) / unpacked_stride;
+  if (n < F::kUnpackMinRows || slab == 0) {
+    MatMulQuantPanels<F>(w, row_bytes, cols, row_begin, row_end, xq, ldxq, n, y, ldy);
+    return;
+  }
+  const int64_t pstride = model::kPanelRows * row_bytes;
+  const uint8_t* x = static_cast<const uint8_t*>(xq);
+  const int64_t end = row_end / model::kPanelRows;
+  for (int64_t s0 = row_begin / model::kPanelRows; s0 < end; s0 += slab) {
+    const int64_t s1 = std::min(end, s0 + slab);
+    for (int64_t p = s0; p < s1; ++p) {
+      for (int64_t b = 0; b < blocks; ++b) {
+        F::UnpackBlock(w + p * pstride + b * F::kBlockBytes,
+                       scratch + (p - s0) * unpacked_stride + b * U::kBlockBytes);
+      }
+    }
+    for (int i = 0; i < n; i += U::kMaxRows) {
+      QuantPanelRowsOf<U>(std::min(U::kMaxRows, n - i), scratch, unpacked_stride, blocks, 0,
+                          s1 - s0, x + i * ldxq, ldxq, y + i * ldy + model::kPanelRows * s0, ldy,
+                          std::make_integer_sequence<int, U::kMaxRows>());
+    }
+  }
+}

@@ -268,13 +268,24 @@ struct Ymm16KQuant : Ymm16Lanes {
   }
 };
 
-// q4_K: element = d * sc * code - dmin * m per sub-block of 32 (codes 0..15).
+// q4_K: element = d * sc * code - dmin * m per sub-block of 32 (codes 0..15). (No unpacked
+// form: its nibbles cost one or two operations per line to unpack, and reading twice the
+// bytes from L2 instead gained nothing in kernels_bench at avx2 on Zen 5, 2026-12-07.)
 template <typename D>
 struct Q4_KPanelYmm : Ymm16KQuant<Q4_KPanelYmm<D>> {
   using Base = Ymm16KQuant<Q4_KPanelYmm<D>>;
   using Acc = typename Base::Acc;
   using C = YmmChain<D>;
   static constexpr int64_t kBlockBytes = model::kQ4_KPanelBlockBytes;
+  // Code line c (columns 4c .. 4c + 3 of sub-block c / 8), rows 8h .. 8h + 7: after the 4
+  // header lines ((d, dmin), scales, mins, low bits of 4-7), sub-blocks 2t and 2t + 1 share
+  // lines 4 + 8t .. 11 + 8t (low and high nibbles).
+  KVSERVE_SIMD_TARGET static __m256i Codes(const uint8_t* pb, int c, int h) {
+    const int s = c / 8;
+    const __m256i packed = Load256(pb + 64 * (4 + 8 * (s / 2) + c % 8) + 32 * h);
+    return _mm256_and_si256(s % 2 == 0 ? packed : _mm256_srli_epi16(packed, 4),
+                            _mm256_set1_epi8(15));
+  }
   // Rows 8h .. 8h + 7 of the panel block for h in [h0, h0 + NH): NH = 2 for M <= 2 (each
   // activation word broadcast once for both halves), else 1.
   template <int M, int NH>
@@ -349,10 +360,8 @@ struct Q4_KPanelYmm : Ymm16KQuant<Q4_KPanelYmm<D>> {
       for (int hh = 0; hh < NH; ++hh) sum[m][hh] = _mm256_setzero_si256();
     }
     // d * sum_s sc_s * sum_j code_j x_j.
-    const __m256i low4 = _mm256_set1_epi8(15);
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
-      const uint8_t* lines = pb + 64 * (4 + 8 * (s / 2));
       __m256i chain[M][NH];
 #pragma GCC unroll 4
       for (int m = 0; m < M; ++m) {
@@ -366,10 +375,7 @@ struct Q4_KPanelYmm : Ymm16KQuant<Q4_KPanelYmm<D>> {
           const __m256i xw = WordAt256(XAt<Q8KBlock>(x, ldxq, m, b).q, 8 * s + k);
 #pragma GCC unroll 2
           for (int hh = 0; hh < NH; ++hh) {
-            const __m256i packed = Load256(lines + 64 * k + 32 * (h0 + hh));
-            const __m256i w =
-                _mm256_and_si256(s % 2 == 0 ? packed : _mm256_srli_epi16(packed, 4), low4);
-            chain[m][hh] = C::Dot(chain[m][hh], w, xw);
+            chain[m][hh] = C::Dot(chain[m][hh], Codes(pb, 8 * s + k, h0 + hh), xw);
           }
         }
       }
@@ -406,21 +412,78 @@ struct Q4_KPanelYmm : Ymm16KQuant<Q4_KPanelYmm<D>> {
 };
 
 // q6_K: element = d * sc * (code - 32) per group of 16 (codes 0..63, int8 scales).
-template <typename D>
-struct Q6_KPanelYmm : Ymm16KQuant<Q6_KPanelYmm<D>> {
-  using Base = Ymm16KQuant<Q6_KPanelYmm<D>>;
+// kUnpacked: the codes one byte each.
+//
+// Unpacked codes (MatMulQuantPanelsUnpacked, simd_quant_panel_driver_inl.h): with
+// many activation rows each panel block is read by every pass of kMaxRows rows, and
+// unpacking its codes (4 low bits and 2 high bits from two lines) again in each pass took
+// a large part of the time. The format with kUnpacked = true reads a block whose codes are
+// one byte each (UnpackBlock writes it from a packed block, once per slab): the packed
+// block's header (kHeaderBytes), then 64 code lines, line c holding columns 4c .. 4c + 3
+// of the 16 rows as a packed line does (4 bytes per row, rows 0-7 in the first 32 bytes),
+// then the packed block's trailing bytes (kTrailerBytes, the scales). Same codes,
+// same products, same order: the results are bit for bit those of the packed kernels.
+// kernels_bench at avx2 on Zen 5 (2026-12-07), q6_K against 512 rows 1.37x, 128 rows
+// 1.31x, 32 rows 1.17x, 16 rows 1.03x.
+template <typename D, bool kUnpacked = false>
+struct Q6_KPanelYmm : Ymm16KQuant<Q6_KPanelYmm<D, kUnpacked>> {
+  using Base = Ymm16KQuant<Q6_KPanelYmm<D, kUnpacked>>;
   using Acc = typename Base::Acc;
   using C = YmmChain<D>;
+  using Unpacked = Q6_KPanelYmm<D, true>;
   // Lines per chain: int16 chains hold 2 (codes <= 63), int32 ones the group's 4.
   static constexpr int kChainLines = C::kInt32 ? 4 : 2;
-  static constexpr int64_t kBlockBytes = model::kQ6_KPanelBlockBytes;
+  // The rows' f16 d; then 32 lines of low 4 bits, 16 of high 2 bits, 4 of scales.
+  static constexpr int64_t kHeaderBytes = 32;
+  static constexpr int64_t kPackedCodeBytes = 48 * 64;
+  static constexpr int64_t kTrailerBytes = 4 * 64;
+  static constexpr int64_t kBlockBytes =
+      kUnpacked ? kHeaderBytes + 64 * 64 + kTrailerBytes : model::kQ6_KPanelBlockBytes;
+  static_assert(kHeaderBytes + kPackedCodeBytes + kTrailerBytes == model::kQ6_KPanelBlockBytes);
+  static_assert(kHeaderBytes + 64 * 64 + kTrailerBytes == kUnpackedQ6_KBlockBytes);
+  // Activation rows from which MatMulQuantPanelsUnpacked unpacks (3 passes and more).
+  static constexpr int kUnpackMinRows = 3 * Base::kMaxRows + 1;
+  // Code line c (columns 4c .. 4c + 3), rows 8h .. 8h + 7: in the 128-column half c / 32,
+  // its low 4 bits in the low (k < 2) or high nibbles of line 16 half + 8 (k % 2) + w,
+  // its high 2 bits in bits 2k, 2k + 1 of line 32 + 8 half + w (k = c % 32 / 8, w = c % 8;
+  // panels.h).
+  KVSERVE_SIMD_TARGET static __m256i Codes(const uint8_t* pb, int c, int h) {
+    if constexpr (kUnpacked) return Load256(pb + kHeaderBytes + 64 * c + 32 * h);
+    const int half = c / 32, k = c % 32 / 8, w = c % 8;
+    const __m256i ql = Load256(pb + kHeaderBytes + 64 * (16 * half + 8 * (k % 2) + w) + 32 * h);
+    const __m256i qh = Load256(pb + kHeaderBytes + 64 * (32 + 8 * half + w) + 32 * h);
+    const __m256i lo = k < 2 ? ql : _mm256_srli_epi16(ql, 4);
+    const __m256i hi = k == 0   ? _mm256_slli_epi16(qh, 4)
+                       : k == 1 ? _mm256_slli_epi16(qh, 2)
+                       : k == 2 ? qh
+                                : _mm256_srli_epi16(qh, 2);
+    return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8(15)),
+                           _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
+  }
+  // Writes the unpacked block of packed block pb to out (Unpacked::kBlockBytes): the
+  // header, the 64 code lines from Codes, the scale lines.
+  KVSERVE_SIMD_TARGET static void UnpackBlock(const uint8_t* pb, uint8_t* out) {
+    std::memcpy(out, pb, kHeaderBytes);
+    uint8_t* codes = out + kHeaderBytes;
+#pragma GCC unroll 8
+    for (int c = 0; c < 64; ++c) {
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + 64 * c + 32 * h), Codes(pb, c, h));
+      }
+    }
+    std::memcpy(codes + 64 * 64, pb + kHeaderBytes + kPackedCodeBytes, kTrailerBytes);
+  }
   // Rows 8h .. 8h + 7 of the panel block.
   template <int M>
   KVSERVE_SIMD_TARGET static void AccumulateHalf(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
                                                  int64_t b, int h, Acc* acc) {
     const __m256 d =
         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + 16 * h)));
-    auto line = [&](int j) KVSERVE_SIMD_TARGET { return Load256(pb + 32 + 64 * j + 32 * h); };
+    // Scale line t (0-3), rows 8h .. 8h + 7.
+    auto scale_line = [&](int t) KVSERVE_SIMD_TARGET {
+      return Load256(pb + kBlockBytes - kTrailerBytes + 64 * t + 32 * h);
+    };
     // -32 * sum_g sc_g * bsums[g]: scale line t sign-extended in int16 halves pairs groups
     // (4t, 4t + 1) and (4t + 2, 4t + 3) (panels.h), as bsums words 2t and 2t + 1 do.
     __m256i sum[M];
@@ -428,7 +491,7 @@ struct Q6_KPanelYmm : Ymm16KQuant<Q6_KPanelYmm<D>> {
     for (int m = 0; m < M; ++m) sum[m] = _mm256_setzero_si256();
 #pragma GCC unroll 4
     for (int t = 0; t < 4; ++t) {
-      const __m256i scales = line(48 + t);
+      const __m256i scales = scale_line(t);
       const __m256i first = _mm256_srai_epi16(_mm256_slli_epi16(scales, 8), 8);
       const __m256i second = _mm256_srai_epi16(scales, 8);
 #pragma GCC unroll 4
@@ -444,8 +507,6 @@ struct Q6_KPanelYmm : Ymm16KQuant<Q6_KPanelYmm<D>> {
     }
     // + sum_g sc_g * sum_j code_j x_j, columns and groups as Q6_KPanel's; the chains span
     // kChainLines lines.
-    const __m256i low4 = _mm256_set1_epi8(15);
-    const __m256i high2 = _mm256_set1_epi8(0x30);
 #pragma GCC unroll 8
     for (int hk = 0; hk < 8; ++hk) {
       const int half = hk / 4;  // the 128-column half of the block
@@ -457,7 +518,7 @@ struct Q6_KPanelYmm : Ymm16KQuant<Q6_KPanelYmm<D>> {
         const int g = 8 * half + 2 * k + g2;
         const int byte = (g % 4 == 1) ? 2 : (g % 4 == 2) ? 1 : g % 4;
         const __m256i sc = C::ScaleOfPair(
-            _mm256_srai_epi16(_mm256_shuffle_epi8(line(48 + g / 4), Base::ByteToHigh16(byte)), 8));
+            _mm256_srai_epi16(_mm256_shuffle_epi8(scale_line(g / 4), Base::ByteToHigh16(byte)), 8));
         __m256i chain[M];
 #pragma GCC unroll 2
         for (int part = 0; part < 4 / kChainLines; ++part) {
@@ -465,15 +526,7 @@ struct Q6_KPanelYmm : Ymm16KQuant<Q6_KPanelYmm<D>> {
           for (int m = 0; m < M; ++m) chain[m] = C::Start(_mm256_setzero_si256());
 #pragma GCC unroll 4
           for (int w = 4 * g2 + kChainLines * part; w < 4 * g2 + kChainLines * (part + 1); ++w) {
-            const __m256i ql = line(16 * half + 8 * (k % 2) + w);
-            const __m256i qh = line(32 + 8 * half + w);
-            const __m256i lo = k < 2 ? ql : _mm256_srli_epi16(ql, 4);
-            const __m256i hi = k == 0   ? _mm256_slli_epi16(qh, 4)
-                               : k == 1 ? _mm256_slli_epi16(qh, 2)
-                               : k == 2 ? qh
-                                        : _mm256_srli_epi16(qh, 2);
-            const __m256i code =
-                _mm256_or_si256(_mm256_and_si256(lo, low4), _mm256_and_si256(hi, high2));
+            const __m256i code = Codes(pb, 32 * half + 8 * k + w, h);
 #pragma GCC unroll 4
             for (int m = 0; m < M; ++m) {
               chain[m] = C::Dot(chain[m], code,
@@ -501,5 +554,6 @@ constexpr KernelSet WithYmmQuantPanelKernels(KernelSet k) {
   k.matmul_q8_0_panels = &MatMulQuantPanels<Q8_0PanelYmm<D>>;
   k.matmul_q4_k_panels = &MatMulQuantPanels<Q4_KPanelYmm<D>>;
   k.matmul_q6_k_panels = &MatMulQuantPanels<Q6_KPanelYmm<D>>;
+  k.matmul_q6_k_panels_unpacked = &MatMulQuantPanelsUnpacked<Q6_KPanelYmm<D>>;
   return k;
 }

@@ -307,5 +307,8 @@ inline KernelSet WithQuantPanelKernels(KernelSet k) {
   k.matmul_q8_0_panels = &MatMulQuantPanels<Q8_0Panel>;
   k.matmul_q4_k_panels = &MatMulQuantPanels<Q4_KPanel>;
   k.matmul_q6_k_panels = &MatMulQuantPanels<Q6_KPanel>;
+  // (The 256-bit levels' unpacking kernel, inherited from avx512, would replace these
+  // 512-bit ones for many rows: none here.)
+  k.matmul_q6_k_panels_unpacked = nullptr;
   return k;
 }
