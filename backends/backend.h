@@ -78,8 +78,8 @@ struct BackendOptions {
   // cpu_blas on CPUs with AVX-512 VNNI: multiply q4_0, q8_0, q4_K and q6_K projections in
   // 16-row panels (cpu_blas::GemmOptions::quant_panels). Default true.
   bool quant_panels = true;
-  // cpu_blas: q6_K panels unpacked once per slab for many activation rows at the 256-bit
-  // kernel levels (cpu_blas::GemmOptions::quant_unpack; the same results). Default true.
+  // cpu_blas: q6_K panels unpacked once per slab for many activation rows
+  // (cpu_blas::GemmOptions::quant_unpack; the same results). Default true.
   bool quant_unpack = true;
   // cpu_blas: every K/V row and logit row computed with the same arithmetic whatever the
   // batch, the prefill chunking or the cache state (cpu_blas::GemmOptions::

@@ -358,7 +358,7 @@ void QuantLayoutArgs(benchmark::internal::Benchmark* b) {
     }
     for (int64_t n : {1, 2, 4, 8, 16, 32, 64, 128, 512}) b->Args({dtype, n, 3});
     if (dtype == 6) {  // q6_K: unpacked once per slab (path 3) or in every pass
-      for (int64_t n : {8, 16, 32, 128, 512}) b->Args({dtype, n, 4});
+      for (int64_t n : {8, 16, 32, 64, 128, 512}) b->Args({dtype, n, 4});
     }
   }
   b->ArgNames({"dtype", "n", "path"});

@@ -43,8 +43,8 @@ ABSL_FLAG(bool, quant_panels, true,
           "decoding or horizontal sums; batched decode and prefill read each weight once per "
           "pass of 3 (avx2) or 8 rows).");
 ABSL_FLAG(bool, quant_unpack, true,
-          "With --quant_panels at the 256-bit kernel levels (avx2, avx_vnni, avx512): unpack "
-          "each slab of q6_K panels once per thread for prefill (many rows) instead of in "
+          "With --quant_panels: unpack each slab of q6_K panels once per thread for prefill (many "
+          "rows) instead of in "
           "every pass over the rows; the same results. false measures the packed passes.");
 ABSL_FLAG(bool, batch_invariant, true,
           "Compute every K/V row and logit row with the same arithmetic whatever the batch, "

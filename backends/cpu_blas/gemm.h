@@ -102,8 +102,8 @@ struct GemmOptions {
   // row-major). Default true.
   bool quant_panels = true;
   // q6_K panels against many activation rows (prefill): each slab of panels is unpacked
-  // once per thread into codes of one byte (KernelSet::matmul_q6_k_panels_unpacked, at the
-  // 256-bit levels), so that the passes over the activation rows no longer unpack
+  // once per thread into codes of one byte (KernelSet::matmul_q6_k_panels_unpacked), so
+  // that the passes over the activation rows no longer unpack
   // the same codes each; bit for bit the same results. false: every pass unpacks (the
   // kernels_bench baseline, BM_QuantLayout path 4). Default true.
   bool quant_unpack = true;

@@ -249,9 +249,9 @@ struct KernelSet {
   QMatMulFn matmul_q6_k_panels = nullptr;
   // matmul_q6_k_panels for many activation rows: each slab of panels is unpacked once
   // into `scratch` (codes one byte each) and every pass over the rows reads the unpacked
-  // codes, with bit for bit the same results. The 256-bit levels (avx2, avx_vnni,
-  // avx512), where unpacking the 6-bit codes in every pass cost a third of the time;
-  // nullptr elsewhere (and for q4_K, whose nibbles unpack in one or two operations).
+  // codes, with bit for bit the same results (unpacking the 6-bit codes in every pass
+  // cost a third of the 256-bit kernels' time). The levels with panels; nullptr below
+  // (and none for q4_K, whose nibbles unpack in one or two operations).
   QMatMulUnpackFn matmul_q6_k_panels_unpacked = nullptr;
 };
 

@@ -226,14 +226,61 @@ struct Q4_KPanel : KQuantPanel {
 };
 
 // q6_K: element = d * sc * (code - 32) per group of 16 (codes 0..63, int8 scales).
+// kUnpacked: the block as simd_quant_panels_avx2_inl.h's Q6_KPanelYmm unpacks it (its
+// comment; kUnpackedQ6_KBlockBytes): the 32 bytes of d, 64 lines of one-byte codes, the 4
+// scale lines; MatMulQuantPanelsUnpacked writes it with UnpackBlock once per slab for
+// many activation rows. The same codes and products in the same order: bit for bit the
+// packed kernel's results.
+template <bool kUnpacked = false>
 struct Q6_KPanel : KQuantPanel {
-  static constexpr int64_t kBlockBytes = model::kQ6_KPanelBlockBytes;
+  using Unpacked = Q6_KPanel<true>;
+  // The rows' f16 d; then 32 lines of low 4 bits, 16 of high 2 bits, 4 of scales.
+  static constexpr int64_t kHeaderBytes = 32;
+  static constexpr int64_t kPackedCodeBytes = 48 * 64;
+  static constexpr int64_t kTrailerBytes = 4 * 64;
+  static constexpr int64_t kBlockBytes =
+      kUnpacked ? kUnpackedQ6_KBlockBytes : model::kQ6_KPanelBlockBytes;
+  static_assert(kHeaderBytes + kPackedCodeBytes + kTrailerBytes == model::kQ6_KPanelBlockBytes);
+  static_assert(kHeaderBytes + 64 * 64 + kTrailerBytes == kUnpackedQ6_KBlockBytes);
   static constexpr int64_t kPrefetchBlocks = 2;
+  // Activation rows from which MatMulQuantPanelsUnpacked unpacks: more than 8 passes.
+  // kernels_bench at avx512vnni on Zen 5 (2026-12-07), unpacked against packed, 4
+  // alternated rounds, medians: 512 rows 740 / 621 GFLOP/s (1.19x), 128 rows 1.11x, 64
+  // rows 1.01x, 32 rows 0.89x (these kernels unpack in 3-4 operations per line against
+  // 8 vpdpbusd, where the 256-bit ones against 3 rows spend about a third on it).
+  static constexpr int kUnpackMinRows = 8 * kMaxRows + 1;
+  // Code line c (columns 4c .. 4c + 3 = 128h + 32k + 4w .., h = c / 32, k = c % 32 / 8,
+  // w = c % 8): low 4 bits in ql line 16h + 8 (k % 2) + w (high nibbles for k >= 2), high 2
+  // bits in qh line 32 + 8h + w (bits 2k, 2k + 1).
+  KVSERVE_SIMD_TARGET static __m512i Codes(const uint8_t* pb, int c) {
+    if constexpr (kUnpacked) return _mm512_loadu_si512(pb + kHeaderBytes + 64 * c);
+    const int h = c / 32, k = c % 32 / 8, w = c % 8;
+    const __m512i ql = _mm512_loadu_si512(pb + kHeaderBytes + 64 * (16 * h + 8 * (k % 2) + w));
+    const __m512i qh = _mm512_loadu_si512(pb + kHeaderBytes + 64 * (32 + 8 * h + w));
+    const __m512i lo = k < 2 ? ql : _mm512_srli_epi16(ql, 4);
+    const __m512i hi = k == 0   ? _mm512_slli_epi16(qh, 4)
+                       : k == 1 ? _mm512_slli_epi16(qh, 2)
+                       : k == 2 ? qh
+                                : _mm512_srli_epi16(qh, 2);
+    // (lo & 15) | (hi & 0x30)
+    return _mm512_ternarylogic_epi32(lo, _mm512_set1_epi8(15),
+                                     _mm512_and_si512(hi, _mm512_set1_epi8(0x30)), 0xEA);
+  }
+  // Writes the unpacked block of packed block pb to out (kUnpackedQ6_KBlockBytes).
+  KVSERVE_SIMD_TARGET static void UnpackBlock(const uint8_t* pb, uint8_t* out) {
+    std::memcpy(out, pb, kHeaderBytes);
+#pragma GCC unroll 8
+    for (int c = 0; c < 64; ++c) _mm512_storeu_si512(out + kHeaderBytes + 64 * c, Codes(pb, c));
+    std::memcpy(out + kHeaderBytes + 64 * 64, pb + kHeaderBytes + kPackedCodeBytes, kTrailerBytes);
+  }
   template <int M>
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
                                              int64_t b, __m512* acc) {
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb)));
-    auto line = [&](int j) KVSERVE_SIMD_TARGET { return _mm512_loadu_si512(pb + 32 + 64 * j); };
+    // Scale line t (0-3).
+    auto scale_line = [&](int t) KVSERVE_SIMD_TARGET {
+      return _mm512_loadu_si512(pb + kBlockBytes - kTrailerBytes + 64 * t);
+    };
     // -32 * sum_g sc_g * bsums[g]: scale line t sign-extended in int16 halves pairs groups
     // (4t, 4t + 1) and (4t + 2, 4t + 3) (panels.h), as bsums words 2t and 2t + 1 do.
     __m512i sum[M];
@@ -241,7 +288,7 @@ struct Q6_KPanel : KQuantPanel {
     for (int m = 0; m < M; ++m) sum[m] = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int t = 0; t < 4; ++t) {
-      const __m512i scales = line(48 + t);
+      const __m512i scales = scale_line(t);
       const __m512i first = _mm512_srai_epi16(_mm512_slli_epi16(scales, 8), 8);
       const __m512i second = _mm512_srai_epi16(scales, 8);
 #pragma GCC unroll 8
@@ -256,10 +303,7 @@ struct Q6_KPanel : KQuantPanel {
       sum[m] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum[m], 5));
     }
     // + sum_g sc_g * sum_j code_j x_j. Columns 128h + 32k + 4w .. + 3 (h < 2, k < 4,
-    // w < 8): low 4 bits in ql line 16h + 8 (k % 2) + w (high nibbles for k >= 2), high 2
-    // bits in qh line 32 + 8h + w (bits 2k, 2k + 1); group 8h + 2k + w / 4.
-    const __m512i low4 = _mm512_set1_epi8(15);
-    const __m512i high2 = _mm512_set1_epi8(0x30);
+    // w < 8): code line 32h + 8k + w (Codes); group 8h + 2k + w / 4.
 #pragma GCC unroll 8
     for (int hk = 0; hk < 8; ++hk) {
       const int h = hk / 4;
@@ -271,16 +315,7 @@ struct Q6_KPanel : KQuantPanel {
         for (int m = 0; m < M; ++m) chain[m] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int w = 4 * half; w < 4 * half + 4; ++w) {
-          const __m512i ql = line(16 * h + 8 * (k % 2) + w);
-          const __m512i qh = line(32 + 8 * h + w);
-          const __m512i lo = k < 2 ? ql : _mm512_srli_epi16(ql, 4);
-          const __m512i hi = k == 0   ? _mm512_slli_epi16(qh, 4)
-                             : k == 1 ? _mm512_slli_epi16(qh, 2)
-                             : k == 2 ? qh
-                                      : _mm512_srli_epi16(qh, 2);
-          // (lo & 15) | (hi & 0x30)
-          const __m512i code =
-              _mm512_ternarylogic_epi32(lo, low4, _mm512_and_si512(hi, high2), 0xEA);
+          const __m512i code = Codes(pb, 32 * h + 8 * k + w);
 #pragma GCC unroll 8
           for (int m = 0; m < M; ++m) {
             chain[m] = _mm512_dpbusd_epi32(
@@ -291,7 +326,7 @@ struct Q6_KPanel : KQuantPanel {
         const int g = 8 * h + 2 * k + half;
         const int byte = (g % 4 == 1) ? 2 : (g % 4 == 2) ? 1 : g % 4;
         const __m512i sc =
-            _mm512_srai_epi32(_mm512_slli_epi32(line(48 + g / 4), 24 - 8 * byte), 24);
+            _mm512_srai_epi32(_mm512_slli_epi32(scale_line(g / 4), 24 - 8 * byte), 24);
         AddChains<M>(chain, sc, sum);
       }
     }
@@ -306,9 +341,7 @@ inline KernelSet WithQuantPanelKernels(KernelSet k) {
   k.matmul_q4_0_panels = &MatMulQuantPanels<Q4_0Panel>;
   k.matmul_q8_0_panels = &MatMulQuantPanels<Q8_0Panel>;
   k.matmul_q4_k_panels = &MatMulQuantPanels<Q4_KPanel>;
-  k.matmul_q6_k_panels = &MatMulQuantPanels<Q6_KPanel>;
-  // (The 256-bit levels' unpacking kernel, inherited from avx512, would replace these
-  // 512-bit ones for many rows: none here.)
-  k.matmul_q6_k_panels_unpacked = nullptr;
+  k.matmul_q6_k_panels = &MatMulQuantPanels<Q6_KPanel<>>;
+  k.matmul_q6_k_panels_unpacked = &MatMulQuantPanelsUnpacked<Q6_KPanel<>>;
   return k;
 }
