@@ -128,7 +128,7 @@ KVSERVE_SIMD_TARGET void MatMulQuantPanels(const uint8_t* w, int64_t row_bytes, 
   }
 }
 
-// KernelSet::matmul_q4_k_panels_unpacked (QMatMulUnpackFn): MatMulQuantPanels<F> with each
+// KernelSet::matmul_q6_k_panels_unpacked (QMatMulUnpackFn): MatMulQuantPanels<F> with each
 // slab of panels (at most kPanelSlabBytes and scratch_bytes once unpacked) first unpacked
 // into `scratch` by F::UnpackBlock, and the passes over the activation rows reading the
 // unpacked slab with F::Unpacked (the same products: bit for bit the same results). For
