@@ -103,8 +103,8 @@ struct GemmOptions {
   bool quant_panels = true;
   // q6_K panels against many activation rows (prefill): each slab of panels is unpacked
   // once per thread into codes of one byte (KernelSet::matmul_q6_k_panels_unpacked), so
-  // that the passes over the activation rows no longer unpack
-  // the same codes each; bit for bit the same results. false: every pass unpacks (the
+  // that the passes over the activation rows no longer unpack the same codes each; bit
+  // for bit the same results. false: every pass unpacks (the
   // kernels_bench baseline, BM_QuantLayout path 4). Default true.
   bool quant_unpack = true;
   // Activations of at least this many elements (rows x columns) are quantized for the
@@ -230,7 +230,7 @@ class Gemm {
   std::vector<RowsProduct> products_;      // the current Run's products (n > 0)
   std::vector<RowsProduct> range_;         // RunGroups without batch invariance: one range
   std::vector<std::vector<float>> tiles_;  // per pool thread: [tile_rows, cols] f32
-  // Per pool thread: kQuantUnpackScratchBytes for the k-quant panels' unpacked slabs (on
+  // Per pool thread: kQuantUnpackScratchBytes for the q6_K panels' unpacked slabs (on
   // first use).
   std::vector<std::vector<uint8_t>> unpack_scratch_;
   std::vector<uint8_t>

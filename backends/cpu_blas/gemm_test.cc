@@ -34,7 +34,9 @@ std::vector<uint8_t> RandomMatrix(DType dtype, int64_t rows, int64_t cols, std::
 // How a Run is cut into slices (the thread count; GemmOptions::quant_min_task_bytes for
 // the quantized types) decides only who computes which output rows, never their values:
 // every slicing, with or without panels, gives the bytes one thread computing every row
-// gives.
+// gives. The one thread keeps q6_K panels packed (GemmOptions::quant_unpack false), the
+// slices unpack them per slab where the rows are many (70: more than every level's
+// threshold), so the unpacked path is held to the packed one as well.
 TEST(GemmTest, SlicingDoesNotChangeResults) {
   constexpr int64_t kRows = 1040;  // not a multiple of the 32-row panel pairs
   constexpr int64_t kCols = 512;
@@ -52,13 +54,15 @@ TEST(GemmTest, SlicingDoesNotChangeResults) {
     }
     for (const model::TensorView* w : {&rows_view, panels ? &panels->view() : nullptr}) {
       if (w == nullptr) continue;
-      for (int n : {1, 3, 16}) {
+      for (int n : {1, 3, 16, 70}) {
         SCOPED_TRACE(::testing::Message() << model::DTypeName(dtype) << " n=" << n
                                           << (w == &rows_view ? " rows" : " panels"));
         std::vector<float> x(static_cast<size_t>(n * kCols));
         for (float& v : x) v = u(rng);
         ThreadPool one(1);
-        Gemm alone(&one, &kernels, options);
+        GemmOptions packed = options;
+        packed.quant_unpack = false;
+        Gemm alone(&one, &kernels, packed);
         std::vector<float> want(static_cast<size_t>(n * kRows));
         alone.Run(*w, x.data(), n, want.data());
         for (int threads : {2, 3}) {

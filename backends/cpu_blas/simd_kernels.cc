@@ -7,7 +7,14 @@
 #include <sys/auxv.h>
 #endif
 
+#include "model/panels.h"
+
 namespace kvserve::backends::cpu_blas {
+
+static_assert(Q6_KPanelParts::kHeaderBytes + Q6_KPanelParts::kPackedCodeBytes +
+                      Q6_KPanelParts::kTrailerBytes ==
+                  model::kQ6_KPanelBlockBytes,
+              "Q6_KPanelParts must add up to a q6_K panel block");
 
 std::string_view IsaName(Isa isa) {
   switch (isa) {

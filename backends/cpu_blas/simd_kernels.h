@@ -99,9 +99,20 @@ using QMatMulUnpackFn = void (*)(const uint8_t* w, int64_t row_bytes, int64_t co
 // every pass over the activation rows reads it. A scratch too small for one unpacked
 // panel (cols / 256 blocks of kUnpackedQ6_KBlockBytes) leaves the weights packed.
 inline constexpr int64_t kQuantUnpackScratchBytes = 256 * 1024;
-// One q6_K panel block (16 rows x 256 columns) unpacked: its 32 bytes of f16 d, 4,096
-// codes of one byte, 256 bytes of scales.
-inline constexpr int64_t kUnpackedQ6_KBlockBytes = 32 + 4096 + 256;
+// The parts of a q6_K panel block (16 rows x 256 columns; model/panels.h,
+// kQ6_KPanelBlockBytes) and of its unpacked form (KernelSet::matmul_q6_k_panels_unpacked),
+// in this order: the rows' f16 d; the codes (packed: 32 lines of low 4 bits, then 16 of
+// high 2 bits; unpacked: 64 lines of one-byte codes, line c holding columns 4c .. 4c + 3 as
+// a packed line does); 4 lines of int8 scales.
+struct Q6_KPanelParts {
+  static constexpr int64_t kHeaderBytes = 32;
+  static constexpr int64_t kPackedCodeBytes = 48 * 64;
+  static constexpr int64_t kUnpackedCodeBytes = 64 * 64;
+  static constexpr int64_t kTrailerBytes = 4 * 64;
+};
+inline constexpr int64_t kUnpackedQ6_KBlockBytes = Q6_KPanelParts::kHeaderBytes +
+                                                   Q6_KPanelParts::kUnpackedCodeBytes +
+                                                   Q6_KPanelParts::kTrailerBytes;
 
 // Row stride, in elements, that bf16 activations for KernelSet::matmul_bf16_dot need at
 // least: `cols` rounded up to the kernel's 32-element step.

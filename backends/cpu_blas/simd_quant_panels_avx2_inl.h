@@ -418,29 +418,21 @@ struct Q4_KPanelYmm : Ymm16KQuant<Q4_KPanelYmm<D>> {
 // many activation rows each panel block is read by every pass of kMaxRows rows, and
 // unpacking its codes (4 low bits and 2 high bits from two lines) again in each pass took
 // a large part of the time. The format with kUnpacked = true reads a block whose codes are
-// one byte each (UnpackBlock writes it from a packed block, once per slab): the packed
-// block's header (kHeaderBytes), then 64 code lines, line c holding columns 4c .. 4c + 3
-// of the 16 rows as a packed line does (4 bytes per row, rows 0-7 in the first 32 bytes),
-// then the packed block's trailing bytes (kTrailerBytes, the scales). Same codes,
+// one byte each (UnpackBlock writes it from a packed block, once per slab; the parts of
+// both: Q6_KPanelParts, simd_kernels.h; rows 0-7 of a line in its first 32 bytes). Same codes,
 // same products, same order: the results are bit for bit those of the packed kernels.
 // kernels_bench at avx2 on Zen 5 (2026-12-07), q6_K against 512 rows 1.37x, 128 rows
 // 1.31x, 32 rows 1.17x, 16 rows 1.03x.
 template <typename D, bool kUnpacked = false>
-struct Q6_KPanelYmm : Ymm16KQuant<Q6_KPanelYmm<D, kUnpacked>> {
+struct Q6_KPanelYmm : Ymm16KQuant<Q6_KPanelYmm<D, kUnpacked>>, Q6_KPanelParts {
   using Base = Ymm16KQuant<Q6_KPanelYmm<D, kUnpacked>>;
   using Acc = typename Base::Acc;
   using C = YmmChain<D>;
   using Unpacked = Q6_KPanelYmm<D, true>;
   // Lines per chain: int16 chains hold 2 (codes <= 63), int32 ones the group's 4.
   static constexpr int kChainLines = C::kInt32 ? 4 : 2;
-  // The rows' f16 d; then 32 lines of low 4 bits, 16 of high 2 bits, 4 of scales.
-  static constexpr int64_t kHeaderBytes = 32;
-  static constexpr int64_t kPackedCodeBytes = 48 * 64;
-  static constexpr int64_t kTrailerBytes = 4 * 64;
   static constexpr int64_t kBlockBytes =
-      kUnpacked ? kHeaderBytes + 64 * 64 + kTrailerBytes : model::kQ6_KPanelBlockBytes;
-  static_assert(kHeaderBytes + kPackedCodeBytes + kTrailerBytes == model::kQ6_KPanelBlockBytes);
-  static_assert(kHeaderBytes + 64 * 64 + kTrailerBytes == kUnpackedQ6_KBlockBytes);
+      kUnpacked ? kUnpackedQ6_KBlockBytes : model::kQ6_KPanelBlockBytes;
   // Activation rows from which MatMulQuantPanelsUnpacked unpacks: 4 passes and more (at
   // 16 rows, 6 passes, the gain is 3 %).
   static constexpr int kUnpackMinRows = 3 * Base::kMaxRows + 1;
@@ -473,7 +465,7 @@ struct Q6_KPanelYmm : Ymm16KQuant<Q6_KPanelYmm<D, kUnpacked>> {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + 64 * c + 32 * h), Codes(pb, c, h));
       }
     }
-    std::memcpy(codes + 64 * 64, pb + kHeaderBytes + kPackedCodeBytes, kTrailerBytes);
+    std::memcpy(codes + kUnpackedCodeBytes, pb + kHeaderBytes + kPackedCodeBytes, kTrailerBytes);
   }
   // Rows 8h .. 8h + 7 of the panel block.
   template <int M>

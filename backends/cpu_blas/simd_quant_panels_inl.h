@@ -227,21 +227,14 @@ struct Q4_KPanel : KQuantPanel {
 
 // q6_K: element = d * sc * (code - 32) per group of 16 (codes 0..63, int8 scales).
 // kUnpacked: the block as simd_quant_panels_avx2_inl.h's Q6_KPanelYmm unpacks it (its
-// comment; kUnpackedQ6_KBlockBytes): the 32 bytes of d, 64 lines of one-byte codes, the 4
-// scale lines; MatMulQuantPanelsUnpacked writes it with UnpackBlock once per slab for
-// many activation rows. The same codes and products in the same order: bit for bit the
+// comment; the parts: Q6_KPanelParts); MatMulQuantPanelsUnpacked writes it with UnpackBlock once
+// per slab for many activation rows. The same codes and products in the same order: bit for bit the
 // packed kernel's results.
 template <bool kUnpacked = false>
-struct Q6_KPanel : KQuantPanel {
+struct Q6_KPanel : KQuantPanel, Q6_KPanelParts {
   using Unpacked = Q6_KPanel<true>;
-  // The rows' f16 d; then 32 lines of low 4 bits, 16 of high 2 bits, 4 of scales.
-  static constexpr int64_t kHeaderBytes = 32;
-  static constexpr int64_t kPackedCodeBytes = 48 * 64;
-  static constexpr int64_t kTrailerBytes = 4 * 64;
   static constexpr int64_t kBlockBytes =
       kUnpacked ? kUnpackedQ6_KBlockBytes : model::kQ6_KPanelBlockBytes;
-  static_assert(kHeaderBytes + kPackedCodeBytes + kTrailerBytes == model::kQ6_KPanelBlockBytes);
-  static_assert(kHeaderBytes + 64 * 64 + kTrailerBytes == kUnpackedQ6_KBlockBytes);
   static constexpr int64_t kPrefetchBlocks = 2;
   // Activation rows from which MatMulQuantPanelsUnpacked unpacks: more than 8 passes.
   // kernels_bench at avx512vnni on Zen 5 (2026-12-07), unpacked against packed, 4
@@ -271,7 +264,8 @@ struct Q6_KPanel : KQuantPanel {
     std::memcpy(out, pb, kHeaderBytes);
 #pragma GCC unroll 8
     for (int c = 0; c < 64; ++c) _mm512_storeu_si512(out + kHeaderBytes + 64 * c, Codes(pb, c));
-    std::memcpy(out + kHeaderBytes + 64 * 64, pb + kHeaderBytes + kPackedCodeBytes, kTrailerBytes);
+    std::memcpy(out + kHeaderBytes + kUnpackedCodeBytes, pb + kHeaderBytes + kPackedCodeBytes,
+                kTrailerBytes);
   }
   template <int M>
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
