@@ -443,7 +443,7 @@ model::ModelConfig S110m() {
   c.rope_dim = 64;
   c.ffn_dim = 2048;
   c.vocab_size = 32000;
-  c.context_length = 1024;
+  c.context_length = 8192;  // BM_PrefillAfterContext's 4,096 cached positions and more
   return c;
 }
 
@@ -549,6 +549,47 @@ BENCHMARK(BM_Prefill)
     ->Args({1, 512, 2})
     ->Args({2, 512, 2})
     ->ArgNames({"dtype", "tokens", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Args: dtype, cached positions, new tokens, threads: one chunk of new tokens after a
+// cached context (a follow-up turn whose history is in the pool or was fetched), the
+// whole step. Against context 0 it shows what attention over the context adds.
+void BM_PrefillAfterContext(benchmark::State& state) {
+  const DType dtype = DTypeArg(state.range(0));
+  const int context = static_cast<int>(state.range(1));
+  const int n = static_cast<int>(state.range(2));
+  const int threads = static_cast<int>(state.range(3));
+  Step step = CpuBlasStep(dtype, threads);
+  const model::Model& m = step.model;
+  backends::KvArena arena(step.layout, /*populate=*/true);
+  std::span<uint8_t* const> blocks = arena.Allocate(context + n);
+  std::vector<int32_t> tokens(static_cast<size_t>(context + n));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = (i * 131 + 7) % m.config().vocab_size;
+  std::vector<float> logits(m.config().vocab_size);
+  // The context's K/V computed once, in chunks of 512.
+  for (int p = 0; p < context; p += 512) {
+    const int len = std::min(512, context - p);
+    backends::Batch batch;
+    batch.sequences.push_back(backends::SequenceInput{
+        std::span<const int32_t>(tokens).subspan(static_cast<size_t>(p), static_cast<size_t>(len)),
+        p, blocks, true});
+    if (!step.backend->Forward(batch, logits).ok()) std::abort();
+  }
+  const std::span<const int32_t> chunk =
+      std::span<const int32_t>(tokens).subspan(static_cast<size_t>(context));
+  for (auto _ : state) {
+    backends::Batch batch;
+    batch.sequences.push_back(backends::SequenceInput{chunk, context, blocks, true});
+    if (!step.backend->Forward(batch, logits).ok()) std::abort();
+  }
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(model::DTypeName(dtype)));
+}
+BENCHMARK(BM_PrefillAfterContext)
+    ->ArgsProduct({{0}, {0, 1024, 4096}, {16}, {2}})
+    ->ArgNames({"dtype", "context", "tokens", "threads"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

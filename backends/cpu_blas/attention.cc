@@ -29,10 +29,14 @@ void Grow(std::vector<float>& v, size_t size) {
 // written, with the whole model's weights streamed in between: every row is a miss, and
 // in a short context the dot and axpy kernels wait for each in turn. Asked for a block
 // ahead, the misses overlap (s110m q4_0, batch 1, 32 positions: 7.5 -> 5.2-5.8 us per
-// layer). Only when the caller runs every task alone: with the pool's threads prefetching
-// side by side, attention ran slower with it than without (s110m q8_0, batch 16, 32
-// positions, ms per step, 3 rounds: 0.76 / 0.77 / 0.76 -> 0.67 / 0.67 / 0.68 without; 128
-// positions 2.30 / 2.20 -> 1.88 / 1.84; L2 or non-temporal hints in between).
+// layer). For decode rows only when the caller runs every task alone: with the pool's
+// threads prefetching side by side, attention ran slower with it than without (s110m q8_0,
+// batch 16, 32 positions, ms per step, 3 rounds: 0.76 / 0.77 / 0.76 -> 0.67 / 0.67 / 0.68
+// without; 128 positions 2.30 / 2.20 -> 1.88 / 1.84; L2 or non-temporal hints in between).
+// Passes of several rows (a prefill chunk after a cached context) prefetch on every thread:
+// s110m f32, 16 new rows after 4,096 cached positions, the step's attention took about
+// 0.6x the time with it (kernels_bench BM_PrefillAfterContext, with the vector stores of
+// DotRowsTile).
 void PrefetchSlice(const uint8_t* plane, int rows, size_t row_bytes, size_t offset, size_t bytes) {
   for (int t = 0; t < rows; ++t) {
     const uint8_t* row = plane + static_cast<size_t>(t) * row_bytes + offset;
@@ -146,10 +150,15 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
     const int lo = rv[0].first;
     const int hi = rv[g1 - g0 - 1].n_pos;
 
-    // On the caller alone (Step::prefetch), the K and V block after the one being read are
-    // prefetched (K's first block, and V's first after K's last).
+    // The K and V block after the one being read are prefetched (K's first block, and V's
+    // first after K's last) on the caller alone (Step::prefetch), and for a pass of
+    // several rows (a prefill chunk after a cached context) on any thread: its blocks
+    // come from memory (the step's weights went through the caches since they were
+    // last read), and each block's work is short, so without the hint every pass waits
+    // for each row's lines in turn (kernels_bench BM_PrefillAfterContext).
+    const bool prefetch = step.prefetch || g1 - g0 > 1;
     auto prefetch_block = [&](KvKind kind, int t0) {
-      if (!step.prefetch || t0 >= hi) return;
+      if (!prefetch || t0 >= hi) return;
       const int t1 = std::min(hi, (t0 / bt + 1) * bt);
       PrefetchSlice(kv.Row(step.layer, kind, t0), t1 - t0, row_bytes, slice_offset, slice_bytes);
     };

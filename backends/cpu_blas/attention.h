@@ -71,7 +71,9 @@ class PagedAttention {
     int layer;
     const float* q;
     float* att_out;
-    bool prefetch = false;  // kPaged asks for the next K/V block ahead (PrefetchSlice)
+    // kPaged asks for the next K/V block ahead (PrefetchSlice) on the caller alone;
+    // passes of several rows do so on any thread (AttendPaged).
+    bool prefetch = false;
   };
 
   void RunTask(const Step& step, const AttentionTask& task, Scratch& scratch) const;

@@ -51,6 +51,9 @@ struct V {
     return cpu_blas::HSum4(a, b, c, d);
   }
   KVSERVE_SIMD_TARGET static void Store4(float* p, __m128 v) { _mm_storeu_ps(p, v); }
+  KVSERVE_SIMD_TARGET static __m128 Scale4(__m128 v, float s) {
+    return _mm_mul_ps(v, _mm_set1_ps(s));
+  }
   KVSERVE_SIMD_TARGET static Reg Add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
   KVSERVE_SIMD_TARGET static Reg Sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }
   KVSERVE_SIMD_TARGET static Reg Mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }

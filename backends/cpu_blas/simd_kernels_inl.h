@@ -369,6 +369,9 @@ constexpr int kQueriesPerTile = V::kLanes == 8 ? 2 : 4;
 // every score takes the same chain and tree whatever Q and R: a score does not depend on
 // how many positions or queries share its call (batch invariance), and four sums cost
 // about what one did (a prefill chunk's attention makes one per query, position and head).
+// Without a scalar tail (hd a multiple of kLanes) the four sums are scaled and stored as
+// one vector: the same multiply per score as the scalar path, a third fewer instructions
+// per tile (the stores went through the stack one score at a time).
 template <typename W, int Q, int R>
 KVSERVE_SIMD_TARGET inline void DotRowsTile(const float* const* q, float* const* out,
                                             const void* rows, size_t stride, int t, int hd,
@@ -402,6 +405,20 @@ KVSERVE_SIMD_TARGET inline void DotRowsTile(const float* const* q, float* const*
     }
   }
   const typename V::Reg zero = V::Zero();
+  if constexpr (R % 4 == 0) {
+    if (i == hd) {  // no scalar tail: four scores scaled and stored at a time
+#pragma GCC unroll 4
+      for (int j = 0; j < Q; ++j) {
+#pragma GCC unroll 8
+        for (int k = 0; k < R; k += 4) {
+          V::Store4(
+              out[j] + t + k,
+              V::Scale4(V::HSum4(acc[j][k], acc[j][k + 1], acc[j][k + 2], acc[j][k + 3]), scale));
+        }
+      }
+      return;
+    }
+  }
 #pragma GCC unroll 4
   for (int j = 0; j < Q; ++j) {
     float sums[R + 3];

@@ -38,6 +38,7 @@ struct V {
     return vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d));
   }
   static void Store4(float* p, Reg v) { vst1q_f32(p, v); }
+  static Reg Scale4(Reg v, float s) { return vmulq_n_f32(v, s); }
   static Reg Add(Reg a, Reg b) { return vaddq_f32(a, b); }
   static Reg Sub(Reg a, Reg b) { return vsubq_f32(a, b); }
   static Reg Mul(Reg a, Reg b) { return vmulq_f32(a, b); }
