@@ -589,6 +589,7 @@ void BM_PrefillAfterContext(benchmark::State& state) {
 }
 BENCHMARK(BM_PrefillAfterContext)
     ->ArgsProduct({{0}, {0, 1024, 4096}, {16}, {2}})
+    ->Args({0, 3584, 512, 2})
     ->ArgNames({"dtype", "context", "tokens", "threads"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

@@ -12,13 +12,13 @@ int64_t RangeRows(int64_t n, int64_t begin) {
   return std::min<int64_t>(kAttentionRowsPerTask, n - begin);
 }
 
-// KV heads per kPaged task (see PlanStep).
-int PagedKvHeadsPerTask(const Batch& batch, int n_kv_heads, int threads, bool sgemm_attention) {
-  int64_t short_ranges = 0;
+// KV heads per kPaged task of one row (see PlanStep).
+int PagedKvHeadsPerTask(const Batch& batch, int n_kv_heads, int threads) {
+  int64_t short_ranges = 0;  // ranges of one row
   for (const SequenceInput& seq : batch.sequences) {
     const int64_t n = static_cast<int64_t>(seq.tokens.size());
     for (int64_t r = 0; r < n; r += kAttentionRowsPerTask) {
-      if (!sgemm_attention || RangeRows(n, r) < kAttentionSgemmMinRows) ++short_ranges;
+      if (RangeRows(n, r) == 1) ++short_ranges;
     }
   }
   const int64_t target = 2 * static_cast<int64_t>(threads);
@@ -33,8 +33,7 @@ void PlanStep(const Batch& batch, const StepPlanOptions& options, StepPlan& plan
   plan.attention_tasks.clear();
   plan.logit_rows.clear();
   const int n_kv_heads = options.n_kv_heads;
-  const int paged_heads =
-      PagedKvHeadsPerTask(batch, n_kv_heads, options.threads, options.sgemm_attention);
+  const int paged_heads = PagedKvHeadsPerTask(batch, n_kv_heads, options.threads);
   int slot = 0;  // the first logits row of sequence i
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     const SequenceInput& seq = batch.sequences[i];
@@ -47,7 +46,10 @@ void PlanStep(const Batch& batch, const StepPlanOptions& options, StepPlan& plan
     for (int r = first; r < last; r += kAttentionRowsPerTask) {
       const int end = std::min(last, r + kAttentionRowsPerTask);
       const bool sgemm = options.sgemm_attention && end - r >= kAttentionSgemmMinRows;
-      const int heads = sgemm ? 1 : paged_heads;
+      // A paged range of several rows (a prefill chunk with batch invariance, a draft's
+      // verification) reads the K/V head by head, prefetched (attention.cc): its passes
+      // then read each block once per KV head and keep their scores small.
+      const int heads = sgemm || end - r > 1 ? 1 : paged_heads;
       const AttentionPath path = sgemm ? AttentionPath::kSgemm : AttentionPath::kPaged;
       for (int h = 0; h < n_kv_heads; h += heads) {
         plan.attention_tasks.push_back({s, h, std::min(heads, n_kv_heads - h), r, end, path});

@@ -78,12 +78,14 @@ struct StepPlanOptions {
 // Plans `batch` into `plan` (its previous contents are discarded, its capacity reused).
 //
 // Attention tasks: with options.sgemm_attention, a range of at least
-// kAttentionSgemmMinRows rows takes the kSgemm path, one task per KV head. Shorter ranges (decode
-// rows, a prefill chunk's short tail) take the kPaged path with adjacent KV heads grouped, so that
-// a task reads one contiguous slice of each cached row: ceil(n_kv_heads * short_ranges / (2 *
-// threads)) heads per task, clamped to [1, n_kv_heads] (about two tasks per thread overall; the
-// last group of a range may be smaller). E.g. 12 KV heads, 2 threads: one decode row -> 4 tasks of
-// 3 heads; 16 decode rows -> one task per sequence.
+// kAttentionSgemmMinRows rows takes the kSgemm path, one task per KV head. Other ranges take
+// the kPaged path: a range of several rows (a prefill chunk, a draft's verification rows) one
+// task per KV head too (its passes prefetch the head's K/V and keep their scores small,
+// attention.cc); ranges of one row (decode) group adjacent KV heads, so that a task reads one
+// contiguous slice of each cached row: ceil(n_kv_heads * one_row_ranges / (2 * threads)) heads
+// per task, clamped to [1, n_kv_heads] (about two tasks per thread overall; the last group of a
+// range may be smaller). E.g. 12 KV heads, 2 threads: one decode row -> 4 tasks of 3 heads; 16
+// decode rows -> one task per sequence.
 //
 // Pure: depends only on its arguments; reads the batch's tokens and flags, never its
 // blocks. Precondition: the batch passed ValidateBatch (positions fit in an int).

@@ -130,26 +130,33 @@ TEST(StepPlanTest, LogitsRowsTakeTheLastPositionsInTheirSlots) {
 }
 
 TEST(StepPlanTest, WithoutSgemmAttentionEveryRangeIsPaged) {
-  // Batch invariance: the same 70 tokens, every range on the paged path; three ranges,
-  // ceil(2 * 3 / (2 * 2)) = 2 KV heads per task.
+  // Batch invariance: the same 70 tokens, every range on the paged path, one task per
+  // range and KV head (ranges of several rows read the K/V head by head).
   TestBatch b({{Tokens(70)}});
   const StepPlan plan =
       PlanStep(b.batch, {.n_kv_heads = 2, .threads = 2, .sgemm_attention = false});
-  EXPECT_THAT(plan.attention_tasks, ElementsAre(AttentionTask{0, 0, 2, 0, 32, kPaged},
-                                                AttentionTask{0, 0, 2, 32, 64, kPaged},
-                                                AttentionTask{0, 0, 2, 64, 70, kPaged}));
+  EXPECT_THAT(
+      plan.attention_tasks,
+      ElementsAre(AttentionTask{0, 0, 1, 0, 32, kPaged}, AttentionTask{0, 1, 1, 0, 32, kPaged},
+                  AttentionTask{0, 0, 1, 32, 64, kPaged}, AttentionTask{0, 1, 1, 32, 64, kPaged},
+                  AttentionTask{0, 0, 1, 64, 70, kPaged}, AttentionTask{0, 1, 1, 64, 70, kPaged}));
   ExpectTasksPartitionRowsAndHeads(plan, 2, /*sgemm_attention=*/false);
 }
 
 TEST(StepPlanTest, ShortTailOfAPrefillTakesThePagedPath) {
-  // 66 tokens: the last range [64, 66) has 2 rows, fewer than kAttentionSgemmMinRows.
-  // It is the only short range: ceil(4 * 1 / (2 * 1)) = 2 KV heads per paged task.
-  TestBatch b({{Tokens(66)}});
+  // 66 tokens: the last range [64, 66) has 2 rows, fewer than kAttentionSgemmMinRows:
+  // paged, one task per KV head (several rows), while a one-row range of another
+  // sequence groups its heads: it is the only one-row range, ceil(4 * 1 / (2 * 1)) = 2
+  // KV heads per task.
+  TestBatch b({{Tokens(66)}, {{5}, 3}});
   const StepPlan plan = PlanStep(b.batch, {.n_kv_heads = 4, .threads = 1});
-  ASSERT_EQ(plan.attention_tasks.size(), 4u + 4u + 2u);
+  ASSERT_EQ(plan.attention_tasks.size(), 4u + 4u + 4u + 2u);
   EXPECT_EQ(plan.attention_tasks[7], (AttentionTask{0, 3, 1, 32, 64, kSgemm}));
-  EXPECT_EQ(plan.attention_tasks[8], (AttentionTask{0, 0, 2, 64, 66, kPaged}));
-  EXPECT_EQ(plan.attention_tasks[9], (AttentionTask{0, 2, 2, 64, 66, kPaged}));
+  for (int h = 0; h < 4; ++h) {
+    EXPECT_EQ(plan.attention_tasks[8 + h], (AttentionTask{0, h, 1, 64, 66, kPaged}));
+  }
+  EXPECT_EQ(plan.attention_tasks[12], (AttentionTask{1, 0, 2, 66, 67, kPaged}));
+  EXPECT_EQ(plan.attention_tasks[13], (AttentionTask{1, 2, 2, 66, 67, kPaged}));
   ExpectTasksPartitionRowsAndHeads(plan, 4);
 }
 
