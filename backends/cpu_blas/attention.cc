@@ -17,9 +17,10 @@ namespace {
 // as the task has, up to kAttentionRowsPerTask, so that each K/V block is read once for
 // all of them, as long as their scores (rows x the task's query heads x positions floats,
 // written by the dot pass, read by softmax and the weighted sums) fit kPagedPassScoreBytes
-// and stay in L2; at least kPagedMinRowsPerPass. s110m f32, one KV head per task, a
-// 512-row chunk after 3,584 cached positions: 32 rows per pass against 8 cut the step's
-// time by about a fifth (kernels_bench BM_PrefillAfterContext).
+// and stay in L2; at least kPagedMinRowsPerPass. With one KV head per task for such
+// ranges (step_plan.cc), against 8 rows per pass and grouped heads, s110m f32: 16 rows
+// after 4,096 cached positions 0.88x the step's time, 512 rows after 3,584 0.94x
+// (kernels_bench BM_PrefillAfterContext, medians of 4 alternated rounds).
 constexpr int kPagedMinRowsPerPass = 8;
 constexpr size_t kPagedPassScoreBytes = size_t{512} << 10;
 int PagedRowsPerPass(int query_heads, int positions) {

@@ -370,8 +370,8 @@ constexpr int kQueriesPerTile = V::kLanes == 8 ? 2 : 4;
 // how many positions or queries share its call (batch invariance), and four sums cost
 // about what one did (a prefill chunk's attention makes one per query, position and head).
 // Without a scalar tail (hd a multiple of kLanes) the four sums are scaled and stored as
-// one vector: the same multiply per score as the scalar path, a third fewer instructions
-// per tile (the stores went through the stack one score at a time).
+// one vector: the same multiply per score as the scalar path, which stores each score
+// through the stack one at a time.
 template <typename W, int Q, int R>
 KVSERVE_SIMD_TARGET inline void DotRowsTile(const float* const* q, float* const* out,
                                             const void* rows, size_t stride, int t, int hd,
