@@ -14,16 +14,16 @@ int64_t RangeRows(int64_t n, int64_t begin) {
 
 // KV heads per kPaged task of one row (see PlanStep).
 int PagedKvHeadsPerTask(const Batch& batch, int n_kv_heads, int threads) {
-  int64_t short_ranges = 0;  // ranges of one row
+  int64_t one_row_ranges = 0;
   for (const SequenceInput& seq : batch.sequences) {
     const int64_t n = static_cast<int64_t>(seq.tokens.size());
     for (int64_t r = 0; r < n; r += kAttentionRowsPerTask) {
-      if (RangeRows(n, r) == 1) ++short_ranges;
+      if (RangeRows(n, r) == 1) ++one_row_ranges;
     }
   }
   const int64_t target = 2 * static_cast<int64_t>(threads);
   return static_cast<int>(
-      std::clamp<int64_t>((n_kv_heads * short_ranges + target - 1) / target, 1, n_kv_heads));
+      std::clamp<int64_t>((n_kv_heads * one_row_ranges + target - 1) / target, 1, n_kv_heads));
 }
 
 }  // namespace
