@@ -18,9 +18,12 @@
 #   llama-batched-bench -c 2048 -npp 4 -ntg 32 -npl 1,16 -t 2 --output-format jsonl
 # Decode steps: 32 per kvserve repeat (16 for files above 1 GB, as llama-bench's -n).
 # Files: OUT_DIR/r<round>-<model>-kvserve.json, -<peer>-bench.json, -<peer>-batched.jsonl.
+# A peer tool that fails (for example llama.cpp built with GGML_NATIVE on a CPU whose
+# hypervisor advertises AMX without enabling it: SIGILL on quantized files) is reported,
+# its figures are left out and the run goes on; kvserve failing stops the run.
 set -euo pipefail
 if (($# < 4)); then
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 build="$1"; out="$2"; rounds="$3"; shift 3
@@ -43,6 +46,8 @@ if ((${#programs[@]} < 2)); then
   exit 2
 fi
 mkdir -p "$out"
+out="$(realpath "$out")"
+rm -f "$out/failures.txt"
 {
   lscpu | grep -E "Model name|^CPU\(s\)|Flags" || true
   for peer in "${!bin[@]}"; do echo "$peer: ${bin[$peer]}"; done
@@ -61,11 +66,28 @@ peer() {  # peer name, model file, output prefix
   # Run from OUT_DIR: ik_llama.cpp's tools write a llama.log into the working directory.
   (
     cd "$out"
-    "$dir/llama-bench" -m "$model" -p 512 -n "$n" -t 2 -r 3 -o json > "$prefix-bench.json" \
-      2> "$prefix-bench.log"
-    "$dir/llama-batched-bench" -m "$model" -c 2048 -npp 4 -ntg 32 -npl 1,16 -t 2 \
-      --output-format jsonl > "$prefix-batched.jsonl" 2> "$prefix-batched.log"
+    peer_tool "$1" "$model" "$prefix-bench.json" "$prefix-bench.log" \
+      "$dir/llama-bench" -m "$model" -p 512 -n "$n" -t 2 -r 3 -o json
+    peer_tool "$1" "$model" "$prefix-batched.jsonl" "$prefix-batched.log" \
+      "$dir/llama-batched-bench" -m "$model" -c 2048 -npp 4 -ntg 32 -npl 1,16 -t 2 \
+      --output-format jsonl
   )
+}
+# A peer's tool that fails (a crash, a model it cannot load) costs only its own figures:
+# its output is removed, so the summary leaves them out, and the failure is reported on
+# stderr and in OUT_DIR/failures.txt (which peer_summary.py prints under the table).
+peer_tool() {  # peer name, model file, output file, log file, command...
+  local name="$1" model="$2" output="$3" log="$4" status=0 why
+  shift 4
+  "$@" > "$output" 2> "$log" || status=$?
+  ((status == 0)) && return 0
+  why="exit status $status"
+  if ((status > 128)); then
+    why="killed by SIG$(kill -l $((status - 128)) 2> /dev/null || echo $((status - 128)))"
+  fi
+  rm -f "$output"
+  echo "$name $(basename "$1"): $why on $(basename "$model") (log: $log)" \
+    | tee -a "$out/failures.txt" | sed 's/^/peer_compare: /' >&2
 }
 
 for ((r = 1; r <= rounds; r++)); do

@@ -9,7 +9,8 @@ Peer results are read from r<round>-<model>-<peer>-bench.json (llama-bench -o js
 -batched.jsonl (llama-batched-bench --output-format jsonl: S_TG at 16 sequences; where that has
 none, as from ik_llama.cpp's, which ignores the option, the markdown table in -batched.log); files of
 the older one-peer layout (-llama-bench.json) count as llama.cpp. A round missing a figure
-leaves that figure out of the round's ratio.
+leaves that figure out of the round's ratio. The failures peer_compare.sh recorded
+(OUT_DIR/failures.txt) are listed under the table.
 
 Usage: bench/peer_summary.py OUT_DIR
 """
@@ -46,16 +47,16 @@ def kvserve(path):
 
 
 def peer(prefix):
-    """llama-bench's pp512 and tg, batched-bench's S_TG at 16; {} when no file is there."""
+    """llama-bench's pp512 and tg, batched-bench's S_TG at 16, those whose file is there
+    ({} when none is)."""
     fig = {}
-    if not os.path.exists(prefix + "-bench.json"):
-        return fig
-    with open(prefix + "-bench.json") as f:
-        for e in json.load(f):
-            if e["n_prompt"] > 0 and e["n_gen"] == 0:
-                fig["pp"] = e["avg_ts"]
-            elif e["n_gen"] > 0 and e["n_prompt"] == 0:
-                fig["tg"] = e["avg_ts"]
+    if os.path.exists(prefix + "-bench.json"):
+        with open(prefix + "-bench.json") as f:
+            for e in json.load(f):
+                if e["n_prompt"] > 0 and e["n_gen"] == 0:
+                    fig["pp"] = e["avg_ts"]
+                elif e["n_gen"] > 0 and e["n_prompt"] == 0:
+                    fig["tg"] = e["avg_ts"]
     if os.path.exists(prefix + "-batched.jsonl"):
         with open(prefix + "-batched.jsonl") as f:
             for line in f:
@@ -164,6 +165,14 @@ def main():
         print("no kvserve results in %s" % sys.argv[1], file=sys.stderr)
         sys.exit(1)
     print(table(runs, peers))
+    failures = os.path.join(sys.argv[1], "failures.txt")
+    if os.path.exists(failures):
+        with open(failures) as f:
+            lines = [line.strip() for line in f if line.strip()]
+        if lines:
+            print("\nLeft out (the peer's tool failed; bench/peer_compare.sh):")
+            for line in lines:
+                print("- " + line)
 
 
 if __name__ == "__main__":

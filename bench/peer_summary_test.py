@@ -177,6 +177,38 @@ class CompareScriptTest(unittest.TestCase):
             self.assertEqual(f.read().split(),
                              ["kvserve", "ik_llama.cpp", "ik_llama.cpp", "kvserve"])
 
+    def test_a_crashing_peer_costs_only_its_own_figures(self):
+        # llama.cpp's llama-bench dies of SIGILL (as a native build using AMX does where the
+        # OS does not enable the tiles); its batched bench and ik_llama.cpp still run.
+        write_exe(os.path.join(self.bins["llama.cpp"], "llama-bench"),
+                  'echo llama.cpp >> "%s"\necho "[{partial"\nkill -ILL $$\n' % self.log)
+        r = self.run_script({"LLAMA_CPP_BIN": self.bins["llama.cpp"],
+                             "IK_LLAMA_CPP_BIN": self.bins["ik_llama.cpp"]}, rounds="2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("peer_compare: llama.cpp llama-bench: killed by SIGILL on tiny.gguf",
+                      r.stderr)
+        with open(self.log) as f:
+            self.assertEqual(f.read().split(), ["kvserve", "llama.cpp", "ik_llama.cpp",
+                                                "llama.cpp", "ik_llama.cpp", "kvserve"])
+        for rnd in (1, 2):
+            self.assertFalse(os.path.exists(
+                os.path.join(self.out, "r%d-tiny-llama.cpp-bench.json" % rnd)))
+            self.assertTrue(os.path.exists(
+                os.path.join(self.out, "r%d-tiny-llama.cpp-batched.jsonl" % rnd)))
+        s = subprocess.run([sys.executable, os.path.join(HERE, "peer_summary.py"), self.out],
+                           capture_output=True, text=True)
+        self.assertEqual(s.returncode, 0, s.stderr)
+        cells = [c.strip() for c in s.stdout.splitlines()[2].strip("|").split("|")]
+        # llama.cpp's prefill is left out: kvserve's 300 against ik_llama.cpp's 250.
+        self.assertEqual(cells[:4], ["tiny", "2", "300.0 / - / 250.0", "1.20x (1.20-1.20)"])
+        self.assertEqual(s.stdout.count("killed by SIGILL"), 2, s.stdout)
+        # A new run into the same folder starts a new list of failures.
+        write_exe(os.path.join(self.bins["llama.cpp"], "llama-bench"),
+                  'echo \'[{"n_prompt": 512, "n_gen": 0, "avg_ts": 200}]\'\n')
+        r = self.run_script({"LLAMA_CPP_BIN": self.bins["llama.cpp"]}, rounds="1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.out, "failures.txt")))
+
     def test_no_peer_or_a_wrong_folder_is_an_error(self):
         r = self.run_script({})
         self.assertEqual(r.returncode, 2)
