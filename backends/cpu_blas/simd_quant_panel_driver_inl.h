@@ -24,11 +24,13 @@ constexpr int64_t kPanelSlabBytes = 256 * 1024;
 // y[m * ldy + 16 p + r] = row r of panel p . activation row m, for p < P, m < M; `panel`
 // the first block of panel 0 (panels `pstride` bytes apart), x the first block of
 // activation row 0 (rows ldxq bytes apart). kPrefetchL2: the weights are prefetched into
-// L2 instead of L1 (MatMulQuantPanels says when).
+// L2 instead of L1 (MatMulQuantPanels says when), F::kPrefetchBlocksL2 blocks ahead instead
+// of F::kPrefetchBlocks.
 template <typename F, int P, int M, bool kPrefetchL2 = false>
 KVSERVE_SIMD_TARGET void QuantPanelTile(const uint8_t* panel, int64_t pstride, int64_t blocks,
                                         const uint8_t* x, int64_t ldxq, float* y, int64_t ldy) {
   constexpr auto kHint = kPrefetchL2 ? _MM_HINT_T1 : _MM_HINT_T0;
+  constexpr int64_t kAhead = kPrefetchL2 ? F::kPrefetchBlocksL2 : F::kPrefetchBlocks;
   typename F::Acc acc[P][M];
 #pragma GCC unroll 4
   for (int p = 0; p < P; ++p) {
@@ -39,7 +41,7 @@ KVSERVE_SIMD_TARGET void QuantPanelTile(const uint8_t* panel, int64_t pstride, i
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
       const uint8_t* pb = panel + p * pstride + b * F::kBlockBytes;
-      const uintptr_t ahead = reinterpret_cast<uintptr_t>(pb) + F::kPrefetchBlocks * F::kBlockBytes;
+      const uintptr_t ahead = reinterpret_cast<uintptr_t>(pb) + kAhead * F::kBlockBytes;
 #pragma GCC unroll 9
       for (int64_t line = 0; line < (F::kBlockBytes + 63) / 64; ++line) {
         _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * line), kHint);

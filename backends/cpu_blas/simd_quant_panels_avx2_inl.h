@@ -120,6 +120,7 @@ struct Ymm16Block32 : Ymm16Lanes {
   // 512-bit ones, and at batch 1 their streams need more bytes in flight to keep memory
   // busy (Zen 5, avx2 level: tl1b q4_0 decode +5 % over 4 blocks; q8_0 unchanged).
   static constexpr int64_t kPrefetchBlocks = 8;
+  static constexpr int64_t kPrefetchBlocksL2 = kPrefetchBlocks;
   static constexpr bool kMultiPanel = true;
 };
 
@@ -223,6 +224,7 @@ struct Ymm16KQuant : Ymm16Lanes {
   static constexpr int64_t kElems = 256;
   static constexpr bool kMultiPanel = false;  // as KQuantPanel
   static constexpr int64_t kPrefetchBlocks = 2;
+  static constexpr int64_t kPrefetchBlocksL2 = 1;  // as KQuantPanel's
 
   template <int M>
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,
