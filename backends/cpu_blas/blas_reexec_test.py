@@ -27,11 +27,13 @@ def run(args, env_extra=None):
 
 
 def main():
-    # No setting: the process ends up on the best core for this CPU (OpenBLAS's own choice
-    # on a CPU it knows, else after a re-exec).
+    # No setting: the process ends up on a core of the best one's generation for this CPU
+    # (OpenBLAS's own choice where it is one, else after a re-exec): OpenBLAS 0.3.21 picks
+    # SkylakeX where the best is Cooperlake on an AVX512_BF16 Xeon it does not know, whose
+    # sgemm is the same.
     f, log = run(["a", "b c"])
     best = f["best"]
-    assert f["core"].lower() == best.lower(), (f, log)
+    assert GENERATION.get(f["core"].lower(), 0) == GENERATION[best.lower()], (f, log)
     assert f["args"] == "a b c" and f["degraded"] == "0", (f, log)
     if GENERATION[best.lower()] == 1:
         print("ok: best core is Prescott, nothing older to fall back from")
