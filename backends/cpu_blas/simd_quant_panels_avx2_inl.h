@@ -224,7 +224,7 @@ struct Ymm16KQuant : Ymm16Lanes {
   static constexpr int64_t kElems = 256;
   static constexpr bool kMultiPanel = false;  // as KQuantPanel
   static constexpr int64_t kPrefetchBlocks = 2;
-  static constexpr int64_t kPrefetchBlocksL2 = 1;  // as KQuantPanel's
+  static constexpr int64_t kPrefetchBlocksL2 = 0;  // as KQuantPanel's
 
   template <int M>
   KVSERVE_SIMD_TARGET static void Accumulate(const uint8_t* pb, const uint8_t* x, int64_t ldxq,

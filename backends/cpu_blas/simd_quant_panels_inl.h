@@ -47,7 +47,8 @@ KVSERVE_SIMD_TARGET inline __m512i WordAt(const void* p, int k) {
 //                                    none at all slower still; 16 rows did not care
 //                                    (bench/kernels_bench.cc BM_QuantLayout, 1 row)
 //   kPrefetchBlocksL2                the same for one activation row where the driver
-//                                    prefetches into L2 (Batch1PrefetchIntoL2)
+//                                    prefetches into L2 (Batch1PrefetchIntoL2); 0: the
+//                                    block about to be read, all its lines at once
 //   kMultiPanel                      whether few activation rows take several panels per
 //                                    tile (QuantPanelRows)
 //   template <int M> static void Accumulate(pb, x, ldxq, b, acc):
@@ -137,11 +138,14 @@ using Q8_0Panel = Block32<Q8_0Codes>;
 // What the two k-quant formats share.
 struct KQuantPanel : Zmm16Lanes {
   static constexpr int64_t kElems = 256;
-  // Prefetched into L2 at batch 1 (Intel), one block ahead (2.3 KiB q4_K, 3.4 KiB q6_K):
-  // tl1b Q4_K_M decoded about 9 % faster than with 2 (the L1 distance; 3 about 2 %), on an
-  // Intel Xeon with 480 MiB L3 (docs/performance.md, "AVX-512: Intel Xeon, Granite
-  // Rapids class").
-  static constexpr int64_t kPrefetchBlocksL2 = 1;
+  // Prefetched into L2 at batch 1 (Intel) 0 blocks ahead: every line of the block about to
+  // be read (2.3 KiB q4_K, 3.4 KiB q6_K) is requested before its first load, so the
+  // block's misses overlap; the hardware prefetchers run ahead of the stream. On an Intel
+  // Xeon with 480 MiB L3, tl1b Q4_K_M decoded about 9 % faster with 1 block than with 2
+  // (the L1 distance; 3 about 2 %), and 2-5 % faster again with 0; with no prefetch at all
+  // 7-10 % slower than 1 at avx512bf16 (docs/performance.md, "AVX-512: Intel Xeon,
+  // Granite Rapids class").
+  static constexpr int64_t kPrefetchBlocksL2 = 0;
   // One panel per tile: with 4 the unrolled body of 4 panels spilled, and batch 1 ran
   // slower than on row-major weights; with 1 it is faster than row-major in
   // BM_QuantLayout and on par or better for a whole model.
