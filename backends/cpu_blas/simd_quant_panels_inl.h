@@ -142,7 +142,7 @@ struct KQuantPanel : Zmm16Lanes {
   // be read (2.3 KiB q4_K, 3.4 KiB q6_K) is requested before its first load, so the
   // block's misses overlap; the hardware prefetchers run ahead of the stream. On an Intel
   // Xeon with 480 MiB L3, tl1b Q4_K_M decoded about 9 % faster with 1 block than with 2
-  // (the L1 distance; 3 about 2 %), and 2-5 % faster again with 0; with no prefetch at all
+  // (the L1 distance; 3 about 2 %), and 2-8 % faster again with 0; with no prefetch at all
   // 5-10 % slower than 1 at avx512bf16 (docs/performance.md, "AVX-512: Intel Xeon,
   // Granite Rapids class").
   static constexpr int64_t kPrefetchBlocksL2 = 0;
