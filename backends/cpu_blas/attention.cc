@@ -30,6 +30,13 @@ int PagedRowsPerPass(int query_heads, int positions) {
                                              kAttentionRowsPerTask));
 }
 
+// Queries sharing each f16 K/V block in a pass from which AttendPaged widens the block to
+// f32 once for all of them: at least two of the kernels' tiles of queries (2 or 4 each).
+constexpr int kWidenMinQueries = 8;
+// Bytes of widened K or V a span of the kernels covers at most (whole blocks, at least
+// one): within L1 beside the queries' sums.
+constexpr size_t kWidenSpanBytes = size_t{32} << 10;
+
 // Steps with fewer multiply-adds than this (tiny models, one decode row) run on the
 // caller: waking the pool costs more than the work.
 constexpr int64_t kMinParallelWork = 32 * 1024;
@@ -105,13 +112,13 @@ void PagedAttention::RunTask(const Step& step, const AttentionTask& task, Scratc
       AttendSgemm(step, task, sc);
       return;
     case AttentionPath::kPaged:
-      AttendPaged(step, task, sc.scores);
+      AttendPaged(step, task, sc);
       return;
   }
 }
 
-void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
-                                 std::vector<float>& att) const {
+void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task, Scratch& sc) const {
+  std::vector<float>& att = sc.scores;
   const model::ModelConfig& c = config_;
   const kernels::SequenceKv kv(layout_, step.batch.sequences[task.seq].blocks);
   const int hd = c.head_dim;
@@ -122,8 +129,6 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
   const size_t head_bytes = static_cast<size_t>(hd) * (f16 ? 2 : 4);
   const size_t row_bytes = layout_.row_bytes();
   const int bt = layout_.block_tokens;
-  const auto dot_rows = f16 ? kernels_->dot_rows_f16 : kernels_->dot_rows_f32;
-  const auto axpy_rows = f16 ? kernels_->axpy_rows_f16 : kernels_->axpy_rows_f32;
   // The task's query heads: [h_begin, h_begin + n_heads), adjacent within a row, and their
   // KV heads adjacent within a cached row. Blocks are the outer loop and heads the inner
   // one, so each pass reads one contiguous slice of every cached row (all the task's
@@ -144,6 +149,23 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
   const int last_pos = step.plan.rows[task.row_end - 1].pos;
   const int rows_per_pass =
       PagedRowsPerPass(n_heads, last_pos + 1 - c.FirstVisiblePosition(last_pos));
+  // f16 K/V read by many queries of several rows (a prefill chunk after a cached context;
+  // decode rows stay as they were) are widened to f32 once per span and pass (sc.block)
+  // instead of once per tile of queries in the kernels: the same values (the widening is
+  // exact) through the same vector code, so the same scores and outputs bit for bit,
+  // with fewer conversions on the FMA ports. Only for a head_dim that leaves no scalar
+  // tail at any level (16 lanes or fewer): the f16 and f32 kernels' scalar tails may
+  // round differently (the compiler contracts them into FMAs as it sees fit;
+  // batch_invariance_test's 24-wide heads at the AVX-512 levels).
+  const int pass_rows = std::min(task.row_end - task.row_begin, rows_per_pass);
+  const bool widen = f16 && hd % 16 == 0 && pass_rows > 1 && pass_rows * group >= kWidenMinQueries;
+  const size_t slice_floats = static_cast<size_t>(task.kv_heads) * static_cast<size_t>(hd);
+  if (widen) {
+    Grow(sc.block,
+         std::max(kWidenSpanBytes / sizeof(float), static_cast<size_t>(bt) * slice_floats));
+  }
+  const auto dot_rows = f16 && !widen ? kernels_->dot_rows_f16 : kernels_->dot_rows_f32;
+  const auto axpy_rows = f16 && !widen ? kernels_->axpy_rows_f16 : kernels_->axpy_rows_f32;
   for (int g0 = task.row_begin; g0 < task.row_end; g0 += rows_per_pass) {
     const int g1 = std::min(task.row_end, g0 + rows_per_pass);
     struct RowView {
@@ -167,17 +189,40 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
     const int lo = rv[0].first;
     const int hi = rv[g1 - g0 - 1].n_pos;
 
-    // The K and V block after the one being read are prefetched (K's first block, and V's
+    // The K and V span after the one being read are prefetched (K's first span, and V's
     // first after K's last) on the caller alone (Step::prefetch), and for a pass of
     // several rows (a prefill chunk after a cached context) on any thread: its blocks
     // come from memory (the step's weights went through the caches since they were
     // last read), and each block's work is short, so without the hint every pass waits
     // for each row's lines in turn (kernels_bench BM_PrefillAfterContext).
     const bool prefetch = step.prefetch || g1 - g0 > 1;
-    auto prefetch_block = [&](KvKind kind, int t0) {
+    // The kernels go over spans of positions: one block in place; with `widen`, up to
+    // kWidenSpanBytes of whole blocks where every row of the pass sees all of them
+    // ([common_lo, common_hi)), so that each tile of queries keeps its sums in registers
+    // over the span instead of storing and reloading them at every block (the same sums
+    // in the same order: only the kernel calls are fewer). Any span would give the same
+    // results (for_each_run splits the rows by their ranges within it); past the common
+    // range the rows' runs would be single rows, so there spans are one block.
+    const int common_lo = rv[g1 - g0 - 1].first;
+    const int common_hi = rv[0].n_pos;
+    const int span_blocks =
+        widen ? std::max<int>(1, static_cast<int>(kWidenSpanBytes /
+                                                  (static_cast<size_t>(bt) * slice_floats * 4)))
+              : 1;
+    auto span_end = [&](int t0) {
+      const int block_end = std::min(hi, (t0 / bt + 1) * bt);
+      if (span_blocks == 1 || t0 < common_lo || t0 >= common_hi) return block_end;
+      return std::min(std::min(hi, (t0 / bt + span_blocks) * bt),
+                      std::max(block_end, common_hi / bt * bt));
+    };
+    auto prefetch_span = [&](KvKind kind, int t0) {
       if (!prefetch || t0 >= hi) return;
-      const int t1 = std::min(hi, (t0 / bt + 1) * bt);
-      PrefetchSlice(kv.Row(step.layer, kind, t0), t1 - t0, row_bytes, slice_offset, slice_bytes);
+      const int end = span_end(t0);
+      for (int b0 = t0; b0 < end;) {
+        const int b1 = std::min(end, (b0 / bt + 1) * bt);
+        PrefetchSlice(kv.Row(step.layer, kind, b0), b1 - b0, row_bytes, slice_offset, slice_bytes);
+        b0 = b1;
+      }
     };
     // Calls fn(m0, m1, a, b) for each run of rows [m0, m1) whose part of positions [t0, t1)
     // is the same [a, b) (all the rows of a pass but at the causal diagonal and a window's
@@ -193,46 +238,76 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
         m = e;
       }
     };
+    // Where kernels read the task's K or V rows of span [t0, t1) from position a on: in
+    // place, or widened to f32 in sc.block (`widen` above).
+    struct Source {
+      const uint8_t* first_head;  // the task's first KV head at position a
+      size_t stride;              // bytes from one position to the next
+      size_t head_step;           // bytes from one KV head to the next
+    };
+    auto source = [&](KvKind kind, int t0, int a) {
+      if (widen) {
+        return Source{reinterpret_cast<const uint8_t*>(sc.block.data() +
+                                                       static_cast<size_t>(a - t0) * slice_floats),
+                      slice_floats * sizeof(float), static_cast<size_t>(hd) * sizeof(float)};
+      }
+      return Source{kv.Row(step.layer, kind, a) + slice_offset, row_bytes, head_bytes};
+    };
+    // With `widen`, span [t0, t1)'s slice of every row into sc.block as f32.
+    auto widen_span = [&](KvKind kind, int t0, int t1) {
+      if (!widen) return;
+      for (int b0 = t0; b0 < t1;) {
+        const int b1 = std::min(t1, (b0 / bt + 1) * bt);
+        const uint8_t* plane = kv.Row(step.layer, kind, b0) + slice_offset;
+        for (int t = b0; t < b1; ++t) {
+          kernels_->f16_to_f32(
+              reinterpret_cast<const uint16_t*>(plane + static_cast<size_t>(t - b0) * row_bytes),
+              sc.block.data() + static_cast<size_t>(t - t0) * slice_floats,
+              static_cast<int64_t>(slice_floats));
+        }
+        b0 = b1;
+      }
+    };
     // For each of the task's KV heads, gathers the query heads of rows [m0, m1) that read
     // it (with_row(m, i, list) appends row m's task head i) and calls kernel(list, the KV
-    // head's slice of `plane`, the positions' first cached row), Queries::kMax at a time.
-    auto for_each_kv_head = [&](int m0, int m1, const uint8_t* plane, auto&& with_row,
-                                auto&& kernel) {
+    // head's rows, their stride), Queries::kMax at a time.
+    auto for_each_kv_head = [&](int m0, int m1, const Source& src, auto&& with_row, auto&& kernel) {
       Queries list;
       for (int kh = 0; kh < task.kv_heads; ++kh) {
-        const uint8_t* head = plane + static_cast<size_t>(task.kv_head + kh) * head_bytes;
+        const uint8_t* head = src.first_head + static_cast<size_t>(kh) * src.head_step;
         for (int m = m0; m < m1; ++m) {
           for (int g = 0; g < group; ++g) {
             with_row(m, kh * group + g, list);
             if (list.n == Queries::kMax) {
-              kernel(list, head);
+              kernel(list, head, src.stride);
               list.n = 0;
             }
           }
         }
-        if (list.n > 0) kernel(list, head);
+        if (list.n > 0) kernel(list, head, src.stride);
         list.n = 0;
       }
     };
-    prefetch_block(KvKind::kKey, lo);
-    // scores[h][t - first] = scale * q_h · K[t][kv_head(h)], one block's rows at a time.
+    prefetch_span(KvKind::kKey, lo);
+    // scores[h][t - first] = scale * q_h · K[t][kv_head(h)], one span's rows at a time.
     for (int t0 = lo; t0 < hi;) {
-      const int t1 = std::min(hi, (t0 / bt + 1) * bt);
+      const int t1 = span_end(t0);
       if (t1 < hi) {
-        prefetch_block(KvKind::kKey, t1);
+        prefetch_span(KvKind::kKey, t1);
       } else {
-        prefetch_block(KvKind::kValue, lo);
+        prefetch_span(KvKind::kValue, lo);
       }
+      widen_span(KvKind::kKey, t0, t1);
       for_each_run(t0, t1, [&](int m0, int m1, int a, int b) {
         for_each_kv_head(
-            m0, m1, kv.Row(step.layer, KvKind::kKey, a),
+            m0, m1, source(KvKind::kKey, t0, a),
             [&](int m, int i, Queries& list) {
               list.in[list.n] = step.q + static_cast<size_t>(g0 + m) * q_dim +
                                 static_cast<size_t>(h_begin + i) * hd;
               list.out[list.n++] = att.data() + rv[m].att + i * rv[m].n_vis + (a - rv[m].first);
             },
-            [&](const Queries& list, const uint8_t* head) {
-              dot_rows(list.in, list.out, list.n, head, row_bytes, b - a, hd, scale);
+            [&](const Queries& list, const uint8_t* head, size_t stride) {
+              dot_rows(list.in, list.out, list.n, head, stride, b - a, hd, scale);
             });
       });
       t0 = t1;
@@ -248,18 +323,19 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task,
     }
     // out_h = sum_t att[h][t - first] * V[t][kv_head(h)]
     for (int t0 = lo; t0 < hi;) {
-      const int t1 = std::min(hi, (t0 / bt + 1) * bt);
-      prefetch_block(KvKind::kValue, t1);
+      const int t1 = span_end(t0);
+      prefetch_span(KvKind::kValue, t1);
+      widen_span(KvKind::kValue, t0, t1);
       for_each_run(t0, t1, [&](int m0, int m1, int a, int b) {
         for_each_kv_head(
-            m0, m1, kv.Row(step.layer, KvKind::kValue, a),
+            m0, m1, source(KvKind::kValue, t0, a),
             [&](int m, int i, Queries& list) {
               list.in[list.n] = att.data() + rv[m].att + i * rv[m].n_vis + (a - rv[m].first);
               list.out[list.n++] = step.att_out + static_cast<size_t>(g0 + m) * q_dim +
                                    static_cast<size_t>(h_begin + i) * hd;
             },
-            [&](const Queries& list, const uint8_t* head) {
-              axpy_rows(list.in, list.out, list.n, head, row_bytes, b - a, hd);
+            [&](const Queries& list, const uint8_t* head, size_t stride) {
+              axpy_rows(list.in, list.out, list.n, head, stride, b - a, hd);
             });
       });
       t0 = t1;

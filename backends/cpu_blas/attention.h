@@ -58,6 +58,7 @@ class PagedAttention {
   // Per pool thread.
   struct Scratch {
     std::vector<float> scores;  // [heads, positions] weights of the task's heads (kPaged)
+    std::vector<float> block;   // [block tokens, task heads x head_dim] f16 K or V widened (kPaged)
     std::vector<float> q;       // [rows * group, head_dim] stacked queries (kSgemm)
     std::vector<float> k;       // [positions, head_dim] keys of one KV head (kSgemm)
     std::vector<float> v;       // [positions, head_dim] values of one KV head (kSgemm)
@@ -77,7 +78,7 @@ class PagedAttention {
   };
 
   void RunTask(const Step& step, const AttentionTask& task, Scratch& scratch) const;
-  void AttendPaged(const Step& step, const AttentionTask& task, std::vector<float>& att) const;
+  void AttendPaged(const Step& step, const AttentionTask& task, Scratch& scratch) const;
   void AttendSgemm(const Step& step, const AttentionTask& task, Scratch& scratch) const;
   // out[t - first, 0:head_dim) = K or V of `kv_head` at position t, as f32, for t in
   // [first, n_pos).

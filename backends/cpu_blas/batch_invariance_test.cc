@@ -312,6 +312,22 @@ TEST_P(BatchInvarianceTest, CpuBlasEveryLevel) {
   }
 }
 
+// Local attention (a window of 64 positions) with f32 weights: a prefill range's rows then
+// see different first positions, and the spans over which the paged attention widens f16
+// K/V (attention.cc) start inside a block: the 75-token chunk's last range (rows 64-74)
+// sees [1, 16) alone, [16, 64) as one span of three blocks, then its diagonal; one token
+// per step (no widening) must give the same bits.
+TEST(BatchInvarianceWindowTest, CpuBlasEveryLevel) {
+  testing::RandomModelOptions options;
+  options.config = Config();
+  options.config.sliding_window = 64;
+  options.dtype = DType::kF32;
+  options.seed = 5;
+  auto m = testing::MakeRandomModel(options);
+  ASSERT_TRUE(m.ok()) << m.status();
+  CheckEveryLevel(**m);
+}
+
 INSTANTIATE_TEST_SUITE_P(WeightTypes, BatchInvarianceTest, ::testing::ValuesIn(kWeightTypes),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(model::DTypeName(info.param));
