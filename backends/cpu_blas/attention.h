@@ -2,10 +2,12 @@
 // PlanStep split it (step_plan.h), on the backend's thread pool.
 //
 // Two paths, chosen per task by AttentionTask::path:
-// - kPaged (decode rows): per query row, scores with dot_rows over each KV block's rows
-//   and the weighted sum with axpy_rows, reading K/V in place (f32 or f16). Blocks are
-//   the outer loop and the task's heads the inner one, so a pass reads one contiguous
-//   slice of every cached row.
+// - kPaged (decode rows, and prefill chunks under batch invariance): per query row, scores
+//   with dot_rows over each KV block's rows and the weighted sum with axpy_rows, reading
+//   K/V in place (f32 or f16); a pass of several rows whose queries fill two of the
+//   kernels' tiles widens f16 K/V to f32 once per span of blocks instead (exact: the same
+//   bits). Blocks are the outer loop and the task's heads the inner one, so a pass reads
+//   one contiguous slice of every cached row.
 // - kSgemm (prefill chunks): the task's KV head is gathered to f32 for positions
 //   [first, n_ctx) of its rows, then S = scale * Q K^T and O = softmax(S) V are two sgemm
 //   products with the group's query heads stacked as rows; each row's weights past its
