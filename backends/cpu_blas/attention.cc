@@ -206,8 +206,8 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task, Sc
     const int common_lo = rv[g1 - g0 - 1].first;
     const int common_hi = rv[0].n_pos;
     const int span_blocks =
-        widen ? std::max<int>(1, static_cast<int>(kWidenSpanBytes /
-                                                  (static_cast<size_t>(bt) * slice_floats * 4)))
+        widen ? std::max<int>(1, static_cast<int>(kWidenSpanBytes / (static_cast<size_t>(bt) *
+                                                                     slice_floats * sizeof(float))))
               : 1;
     auto span_end = [&](int t0) {
       const int block_end = std::min(hi, (t0 / bt + 1) * bt);
@@ -255,17 +255,8 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task, Sc
     };
     // With `widen`, span [t0, t1)'s slice of every row into sc.block as f32.
     auto widen_span = [&](KvKind kind, int t0, int t1) {
-      if (!widen) return;
-      for (int b0 = t0; b0 < t1;) {
-        const int b1 = std::min(t1, (b0 / bt + 1) * bt);
-        const uint8_t* plane = kv.Row(step.layer, kind, b0) + slice_offset;
-        for (int t = b0; t < b1; ++t) {
-          kernels_->f16_to_f32(
-              reinterpret_cast<const uint16_t*>(plane + static_cast<size_t>(t - b0) * row_bytes),
-              sc.block.data() + static_cast<size_t>(t - t0) * slice_floats,
-              static_cast<int64_t>(slice_floats));
-        }
-        b0 = b1;
+      if (widen) {
+        GatherHeads(kv, step.layer, kind, task.kv_head, task.kv_heads, t0, t1, sc.block.data());
       }
     };
     // For each of the task's KV heads, gathers the query heads of rows [m0, m1) that read
@@ -343,24 +334,24 @@ void PagedAttention::AttendPaged(const Step& step, const AttentionTask& task, Sc
   }
 }
 
-void PagedAttention::GatherHead(const kernels::SequenceKv& kv, int layer, KvKind kind, int kv_head,
-                                int first, int n_pos, float* out) const {
-  const int hd = config_.head_dim;
+void PagedAttention::GatherHeads(const kernels::SequenceKv& kv, int layer, KvKind kind, int kv_head,
+                                 int kv_heads, int first, int n_pos, float* out) const {
   const bool f16 = layout_.dtype == model::DType::kF16;
-  const size_t head_offset_bytes =
-      static_cast<size_t>(kv_head) * static_cast<size_t>(hd) * (f16 ? 2 : 4);
+  const size_t n = static_cast<size_t>(kv_heads) * static_cast<size_t>(config_.head_dim);
+  const size_t offset_bytes =
+      static_cast<size_t>(kv_head) * static_cast<size_t>(config_.head_dim) * (f16 ? 2 : 4);
   const size_t row_bytes = layout_.row_bytes();
   const int bt = layout_.block_tokens;
   for (int t0 = first; t0 < n_pos;) {
-    const uint8_t* plane = kv.Row(layer, kind, t0) + head_offset_bytes;
+    const uint8_t* plane = kv.Row(layer, kind, t0) + offset_bytes;
     const int t1 = std::min(n_pos, (t0 / bt + 1) * bt);
     for (int t = t0; t < t1; ++t) {
       const uint8_t* src = plane + static_cast<size_t>(t - t0) * row_bytes;
-      float* dst = out + static_cast<size_t>(t - first) * hd;
+      float* dst = out + static_cast<size_t>(t - first) * n;
       if (f16) {
-        kernels_->f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, hd);
+        kernels_->f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, static_cast<int64_t>(n));
       } else {
-        std::memcpy(dst, src, static_cast<size_t>(hd) * sizeof(float));
+        std::memcpy(dst, src, n * sizeof(float));
       }
     }
     t0 = t1;
@@ -400,8 +391,8 @@ void PagedAttention::AttendSgemm(const Step& step, const AttentionTask& task, Sc
     std::memcpy(sc.q.data() + static_cast<size_t>(j - task.row_begin) * group * uhd,
                 step.q + static_cast<size_t>(j) * q_dim + first_head, head_bytes * group);
   }
-  GatherHead(kv, step.layer, KvKind::kKey, task.kv_head, first, n_ctx, sc.k.data());
-  GatherHead(kv, step.layer, KvKind::kValue, task.kv_head, first, n_ctx, sc.v.data());
+  GatherHeads(kv, step.layer, KvKind::kKey, task.kv_head, 1, first, n_ctx, sc.k.data());
+  GatherHeads(kv, step.layer, KvKind::kValue, task.kv_head, 1, first, n_ctx, sc.v.data());
 
   // S[m, n_cols] = scale * Q[m, hd] · K[n_cols, hd]^T
   const float scale = c.AttentionScale();

@@ -82,10 +82,10 @@ class PagedAttention {
   void RunTask(const Step& step, const AttentionTask& task, Scratch& scratch) const;
   void AttendPaged(const Step& step, const AttentionTask& task, Scratch& scratch) const;
   void AttendSgemm(const Step& step, const AttentionTask& task, Scratch& scratch) const;
-  // out[t - first, 0:head_dim) = K or V of `kv_head` at position t, as f32, for t in
-  // [first, n_pos).
-  void GatherHead(const kernels::SequenceKv& kv, int layer, kernels::KvKind kind, int kv_head,
-                  int first, int n_pos, float* out) const;
+  // out[t - first, 0:kv_heads * head_dim) = K or V of KV heads [kv_head, kv_head +
+  // kv_heads) at position t (adjacent in a cached row), as f32, for t in [first, n_pos).
+  void GatherHeads(const kernels::SequenceKv& kv, int layer, kernels::KvKind kind, int kv_head,
+                   int kv_heads, int first, int n_pos, float* out) const;
 
   const model::ModelConfig& config_;
   const model::KvLayout& layout_;
