@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 KVSERVE, MODEL, WORK_DIR = sys.argv[1:4]
@@ -92,10 +93,17 @@ def http_request(port, method, path, body=None, headers=None):
 class OpenAIClientTest(unittest.TestCase):
 
     def assertMetricsAtLeast(self, server, name, samples):
-        """Each labels dict of `samples` has a value >= 1 of `name`."""
-        text = lib.scrape(server.metrics_port)
-        for labels in samples:
-            self.assertGreaterEqual(lib.metric_value(text, name, labels), 1, (name, labels))
+        """Each labels dict of `samples` has a value >= 1 of `name`, within 10 s: an HTTP
+        request's kvserve_rpc_requests_total sample is recorded when the exchange is complete on
+        the server, which may come after the client has read its answer."""
+        deadline = time.monotonic() + 10
+        while True:
+            text = lib.scrape(server.metrics_port)
+            missing = [labels for labels in samples if lib.metric_value(text, name, labels) < 1]
+            if not missing or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self.assertEqual(missing, [], name)
 
     def test_main_group(self):
         args = HTTP_ARGS + ["--max-message-bytes", "65536"]
