@@ -360,9 +360,11 @@ absl::Status ReadLatentAttention(const GgufFile& f,
   c.head_dim = **k_mla;
   c.v_head_dim = **v_mla;
   c.n_kv_heads = 1;  // the latent is one head shared by every query head
-  for (auto [name, want] :
-       {std::pair<const char*, int>{"attention.key_length", c.kv_lora_rank + c.rope_dim},
-        {"attention.value_length", c.kv_lora_rank}}) {
+  // In 64 bits: the ranks are checked against their limits later (ModelConfig::Validate),
+  // so a file's rank near INT_MAX must not overflow here first.
+  for (auto [name, want] : {std::pair<const char*, int64_t>{"attention.key_length",
+                                                            int64_t{c.kv_lora_rank} + c.rope_dim},
+                            {"attention.value_length", c.kv_lora_rank}}) {
     absl::StatusOr<std::optional<int>> v = OptionalInt(f, key(name));
     if (!v.ok()) return v.status();
     if (v->has_value() && **v != want) {
