@@ -26,8 +26,11 @@ elseif(KVSERVE_SANITIZE STREQUAL "thread")
 endif()
 
 if(KVSERVE_FUZZ)
-  # Coverage instrumentation for every library the fuzz targets link.
-  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer)
+  # Coverage instrumentation for every library the fuzz targets link. An undefined-behaviour
+  # report stops the run (a failed test, its input saved), as in the AddressSanitizer build:
+  # UBSan's default prints it and goes on, exit status 0.
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+                      -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
 endif()
 
