@@ -1,18 +1,39 @@
-// libFuzzer target: arbitrary bytes through the GGUF container parser and the llama
-// mapping (config, vocabulary, weights, Model::FromParts), then, as the server does with a
-// model it attaches, the tokenizer built on the file's vocabulary, which encodes and
-// decodes a short text. Any crash, sanitizer report or leak is a bug; errors are expected
-// and ignored.
+// libFuzzer target: arbitrary bytes through the GGUF container parser, then
+//   - the vocabulary and the tokenizer built on it, as the server builds them for a model
+//     it attaches (VocabularyFromGguf, Tokenizer::Create: pieces, merges, pre-tokenizer,
+//     special tokens), which encodes and decodes a short text; and
+//   - the llama mapping (config, vocabulary, weights, Model::FromParts).
+// Seeds: tiny models of each architecture and vocabulary-only files (SentencePiece and
+// byte-level BPE). Any crash, sanitizer report or leak is a bug; errors are expected and
+// ignored.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "model/gguf.h"
 #include "model/gguf_llama.h"
 #include "model/tokenizer.h"
+
+namespace {
+
+void Tokenize(const kvserve::model::GgufFile& file) {
+  absl::StatusOr<kvserve::model::Vocabulary> vocab = kvserve::model::VocabularyFromGguf(file);
+  if (!vocab.ok()) return;
+  absl::StatusOr<std::unique_ptr<kvserve::model::Tokenizer>> tokenizer =
+      kvserve::model::Tokenizer::Create(*std::move(vocab));
+  if (!tokenizer.ok()) return;
+  const std::vector<int32_t> ids =
+      (*tokenizer)
+          ->Encode("Once upon a time, <s> 123 caf\xc3\xa9s\n\n  \xe4\xb8\x96", /*add_bos=*/true,
+                   /*parse_special=*/true);
+  (void)(*tokenizer)->Decode(ids);
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // An exactly-sized heap copy: aligned like an mmap'd file, and any read past the
@@ -21,14 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<kvserve::model::GgufFile> file =
       kvserve::model::ParseGguf(std::span<const uint8_t>(bytes.data(), bytes.size()));
   if (!file.ok()) return 0;
-  absl::StatusOr<std::unique_ptr<kvserve::model::Model>> model =
-      kvserve::model::ModelFromGguf(*file, nullptr);
-  if (!model.ok()) return 0;
-  absl::StatusOr<std::unique_ptr<kvserve::model::Tokenizer>> tokenizer =
-      kvserve::model::Tokenizer::Create((*model)->vocab());
-  if (!tokenizer.ok()) return 0;
-  const std::vector<int32_t> ids =
-      (*tokenizer)->Encode("Once upon a time, <s> 12 caf\xc3\xa9s\n", /*add_bos=*/true);
-  (void)(*tokenizer)->Decode(ids);
+  Tokenize(*file);
+  (void)kvserve::model::ModelFromGguf(*file, nullptr);
   return 0;
 }
