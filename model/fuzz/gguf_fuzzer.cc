@@ -8,32 +8,13 @@
 // ignored.
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
 
+#include "model/fuzz/exercise_tokenizer.h"
 #include "model/gguf.h"
 #include "model/gguf_llama.h"
-#include "model/tokenizer.h"
-
-namespace {
-
-void Tokenize(const kvserve::model::GgufFile& file) {
-  absl::StatusOr<kvserve::model::Vocabulary> vocab = kvserve::model::VocabularyFromGguf(file);
-  if (!vocab.ok()) return;
-  absl::StatusOr<std::unique_ptr<kvserve::model::Tokenizer>> tokenizer =
-      kvserve::model::Tokenizer::Create(*std::move(vocab));
-  if (!tokenizer.ok()) return;
-  const std::vector<int32_t> ids =
-      (*tokenizer)
-          ->Encode("Once upon a time, <s> 123 caf\xc3\xa9s\n\n  \xe4\xb8\x96", /*add_bos=*/true,
-                   /*parse_special=*/true);
-  (void)(*tokenizer)->Decode(ids);
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // An exactly-sized heap copy: aligned like an mmap'd file, and any read past the
@@ -42,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<kvserve::model::GgufFile> file =
       kvserve::model::ParseGguf(std::span<const uint8_t>(bytes.data(), bytes.size()));
   if (!file.ok()) return 0;
-  Tokenize(*file);
+  absl::StatusOr<kvserve::model::Vocabulary> vocab = kvserve::model::VocabularyFromGguf(*file);
+  if (vocab.ok()) kvserve::model::fuzz::ExerciseTokenizer(*std::move(vocab));
   (void)kvserve::model::ModelFromGguf(*file, nullptr);
   return 0;
 }
